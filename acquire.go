@@ -1,0 +1,238 @@
+package distlock
+
+import (
+	"context"
+	crand "crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// acquire resolves options, applies the policy, validates, and takes the lock.
+func (c *Client) acquire(ctx context.Context, key string, wait time.Duration, opts []Option) (*Lock, error) {
+	r := Request{Key: key, Wait: wait, Lease: DefaultLease, Watchdog: true, Meta: Meta{Owner: OwnerFromContext(ctx)}}
+	for _, o := range opts {
+		o(&r)
+	}
+	if c.policy != nil {
+		if err := c.policy.Apply(ctx, &r); err != nil {
+			err = fmt.Errorf("distlock: lock %q: %w", key, err)
+			c.observe(ctx, &r, Event{Kind: EventNotAcquired, Err: err})
+			return nil, err
+		}
+	}
+	if err := r.validate(c.maxLease); err != nil {
+		return nil, err
+	}
+	if c.isClosed() {
+		return nil, fmt.Errorf("distlock: lock %q: %w", key, ErrClosed)
+	}
+	if r.Reentrant {
+		if l := c.reenter(&r); l != nil {
+			return l, nil
+		}
+	}
+
+	start := time.Now()
+	obsCtx := ctx
+	if c.observer != nil {
+		obsCtx = c.observer.AcquireStarted(ctx, c.event(&r, Event{Kind: EventAcquireStart}))
+	}
+	req := AcquireRequest{Key: key, Token: newToken(), TTL: r.Lease + r.LockDelay, Meta: r.Meta}
+	g, sent, err := c.acquireWaiting(obsCtx, &r, req)
+	waited := time.Since(start)
+	if err != nil {
+		kind := EventNotAcquired
+		if !errors.Is(err, ErrNotAcquired) {
+			kind = EventAcquireFailed
+			err = fmt.Errorf("distlock: lock %q: %w", key, err)
+		}
+		c.observe(obsCtx, &r, Event{Kind: kind, Wait: waited, Err: err})
+		return nil, err
+	}
+	h, err := c.newHold(obsCtx, r, req.Token, g, sent)
+	if err != nil {
+		return nil, err
+	}
+	c.observe(obsCtx, &r, Event{Kind: EventAcquired, Fence: g.Fence, Wait: waited, TokenID: h.tokenID})
+	return &Lock{h: h}, nil
+}
+
+// acquireWaiting takes the lock within r.Wait and ctx, using the backend's
+// native queue, its release notices, or a capped jittered backoff poll.
+func (c *Client) acquireWaiting(ctx context.Context, r *Request, req AcquireRequest) (Grant, time.Time, error) {
+	if r.Wait == 0 {
+		return c.attempt(ctx, req)
+	}
+	wctx := ctx
+	if r.Wait > 0 {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, r.Wait)
+		defer cancel()
+	}
+	notAcquired := func(last error) error {
+		err := fmt.Errorf("distlock: lock %q: %w", r.Key, ErrNotAcquired)
+		return errors.Join(err, ctx.Err(), last)
+	}
+
+	if w, ok := c.backend.(Waiter); ok {
+		sent := time.Now()
+		g, err := w.AcquireWait(wctx, req)
+		switch {
+		case err == nil:
+			if !g.Sent.IsZero() {
+				sent = g.Sent
+			}
+			return g, sent, nil
+		case errors.Is(err, ErrNotAcquired):
+			return Grant{}, sent, notAcquired(nil)
+		default:
+			c.releaseAbandoned(req.Key, req.Token)
+			return Grant{}, sent, err
+		}
+	}
+
+	var wake <-chan struct{}
+	bo := backoff{min: time.Millisecond, max: 50 * time.Millisecond}
+	if n, ok := c.backend.(Notifier); ok {
+		if ch, stop, err := n.Watch(wctx, r.Key); err == nil {
+			defer stop()
+			wake = ch
+			// Notices do the work; the poll only catches lost notices and expiries.
+			bo = backoff{min: 5 * time.Millisecond, max: 100 * time.Millisecond}
+		}
+	}
+	var lastErr error
+	for {
+		g, sent, err := c.attempt(wctx, req)
+		if err == nil {
+			return g, sent, nil
+		}
+		if !errors.Is(err, ErrNotAcquired) {
+			lastErr = err // a store failure: keep trying while the wait lasts
+		}
+		if wctx.Err() != nil {
+			return Grant{}, sent, notAcquired(lastErr)
+		}
+		t := time.NewTimer(bo.next())
+		select {
+		case <-wctx.Done():
+			t.Stop()
+			return Grant{}, sent, notAcquired(lastErr)
+		case <-wake:
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+// attempt makes one acquisition request. A request that failed without a
+// clear answer may have succeeded in the store, so its token is released in
+// the background.
+func (c *Client) attempt(ctx context.Context, req AcquireRequest) (Grant, time.Time, error) {
+	sent := time.Now()
+	var g Grant
+	err := c.call(ctx, "acquire", func() (err error) {
+		g, err = c.backend.Acquire(ctx, req)
+		return err
+	})
+	if err != nil {
+		if !errors.Is(err, ErrNotAcquired) {
+			c.releaseAbandoned(req.Key, req.Token)
+		}
+		return Grant{}, sent, err
+	}
+	if !g.Sent.IsZero() {
+		sent = g.Sent
+	}
+	return g, sent, nil
+}
+
+// releaseAbandoned releases a token whose acquisition result is unknown.
+func (c *Client) releaseAbandoned(key, token string) {
+	c.goBackground(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		_ = c.releaseByToken(ctx, key, token)
+	})
+}
+
+// releaseByToken releases key for token, retrying failures whose reply never
+// came until ctx ends. It never releases by bare key.
+func (c *Client) releaseByToken(ctx context.Context, key, token string) error {
+	bo := backoff{min: 5 * time.Millisecond, max: 200 * time.Millisecond}
+	for {
+		err := c.call(ctx, "release", func() error { return c.backend.Release(ctx, key, token) })
+		if err == nil || errors.Is(err, ErrNotHeld) {
+			return err
+		}
+		t := time.NewTimer(bo.next())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return errors.Join(err, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// reenter returns a new handle on a lock the owner already holds, or nil.
+func (c *Client) reenter(r *Request) *Lock {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := c.reentrant[ownedKey{r.Key, r.Meta.Owner}]
+	if h == nil || !h.addRef() {
+		return nil
+	}
+	return &Lock{h: h}
+}
+
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// event fills the request's labels into e.
+func (c *Client) event(r *Request, e Event) Event {
+	e.Key, e.Group, e.Critical, e.Backend = r.Key, r.Group, r.Critical, c.backendName
+	e.Owner, e.BusinessID = r.Meta.Owner, r.Meta.BusinessID
+	return e
+}
+
+func (c *Client) observe(ctx context.Context, r *Request, e Event) {
+	if c.observer != nil {
+		c.observer.Observe(ctx, c.event(r, e))
+	}
+}
+
+// newToken returns 128 random bits, hex-encoded.
+func newToken() string {
+	var b [16]byte
+	_, _ = crand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
+}
+
+// tokenID is a short hash of a token, safe to log.
+func tokenID(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:4])
+}
+
+// backoff yields capped, fully jittered exponential delays.
+type backoff struct {
+	min, max time.Duration
+	n        int
+}
+
+func (b *backoff) next() time.Duration {
+	ceil := b.min << min(b.n, 16)
+	if ceil > b.max || ceil <= 0 {
+		ceil = b.max
+	}
+	b.n++
+	return b.min/2 + rand.N(ceil-b.min/2+1)
+}

@@ -1,0 +1,109 @@
+package distlock
+
+import (
+	"context"
+	"time"
+)
+
+// Backend is the driver interface a store implements. Each method makes a
+// single attempt against the store; the Client owns tokens, validation,
+// waiting, the watchdog, reentrancy and the local validity deadline.
+//
+// Methods must be safe for concurrent use, honour ctx, and wrap store errors.
+// A backend that waits natively implements Waiter; one that can announce
+// releases implements Notifier; one that can enumerate locks implements Lister.
+type Backend interface {
+	// Acquire makes one attempt to take req.Key for req.Token with a store-side
+	// time to live of req.TTL. If another token holds the key it returns an
+	// error matching ErrNotAcquired. The returned fence must be greater than
+	// every fence granted before for the same key.
+	Acquire(ctx context.Context, req AcquireRequest) (Grant, error)
+	// Renew resets the time to live of key to ttl if token holds it, and
+	// returns an error matching ErrNotHeld otherwise. It must be idempotent.
+	Renew(ctx context.Context, key, token string, ttl time.Duration) error
+	// Release deletes key if token holds it, and returns an error matching
+	// ErrNotHeld otherwise, changing nothing. It must be idempotent.
+	Release(ctx context.Context, key, token string) error
+	// Inspect reports the state of key. A key that is not held is not an
+	// error: Info.Held is false.
+	Inspect(ctx context.Context, key string) (Info, error)
+	// Close releases the backend's resources. It does not close clients the
+	// caller passed in.
+	Close() error
+}
+
+// AcquireRequest is one acquisition attempt as a backend sees it.
+type AcquireRequest struct {
+	// Key is a valid key (see ValidateKey); backends map it to their namespace.
+	Key string
+	// Token is the 128-bit random identity of this acquisition, hex-encoded.
+	Token string
+	// TTL is how long the store keeps the lock without renewal: the lease plus
+	// any lock-delay.
+	TTL time.Duration
+	// Meta is stored with the lock and returned by Inspect.
+	Meta Meta
+}
+
+// Meta is what a lock records about its holder, for Inspect and for logs.
+type Meta struct {
+	Owner      string            `json:"owner,omitempty"`
+	BusinessID string            `json:"business_id,omitempty"`
+	Labels     map[string]string `json:"labels,omitempty"`
+}
+
+// Grant is a successful acquisition.
+type Grant struct {
+	// Fence strictly increases with every grant of the same key.
+	Fence uint64
+	// Lost, if not nil, is closed by the backend when it learns that the hold
+	// ended (a session expired, a pinned connection died). Backends without
+	// such a signal leave it nil; the client's renewals detect loss instead.
+	Lost <-chan struct{}
+	// Sent, if not zero, is when the request that confirmed the hold was
+	// sent; the local validity deadline counts from it. Waiters set it to the
+	// last lease confirmation before the grant. Zero means the client uses the
+	// time it sent the acquire request.
+	Sent time.Time
+}
+
+// Info describes a key's state in the store.
+type Info struct {
+	Key  string
+	Held bool
+	// Fence is the fence of the current holder, or of the last grant if the
+	// key is free and the store still knows it (0 otherwise).
+	Fence uint64
+	// TTL is the store-side time left before the hold expires without
+	// renewal; 0 when not held or when the store has no such notion.
+	TTL  time.Duration
+	Meta Meta
+}
+
+// Waiter is implemented by backends that queue waiters natively (etcd,
+// ZooKeeper). AcquireWait blocks until req.Key is granted or ctx ends; ctx
+// carries the caller's wait deadline. On failure it leaves no queue entry
+// behind and returns an error matching ErrNotAcquired, joined with ctx.Err().
+type Waiter interface {
+	AcquireWait(ctx context.Context, req AcquireRequest) (Grant, error)
+}
+
+// Notifier is implemented by backends that can announce that a key may have
+// become free (Redis pub/sub, PostgreSQL LISTEN). The client's wait loop
+// retries as soon as the channel fires and falls back to a capped, jittered
+// backoff poll for notices that get lost. stop must be called once.
+type Notifier interface {
+	Watch(ctx context.Context, key string) (wake <-chan struct{}, stop func(), err error)
+}
+
+// Lister is implemented by backends that can enumerate held locks.
+type Lister interface {
+	// List returns the held locks whose keys start with prefix.
+	List(ctx context.Context, prefix string) ([]Info, error)
+}
+
+// Namer is implemented by backends that report a short name for metrics and
+// logs, such as "redis" or "etcd".
+type Namer interface {
+	Name() string
+}

@@ -1,0 +1,284 @@
+// Package testserver starts real store servers (redis-server, PostgreSQL,
+// etcd, ZooKeeper, MariaDB) on free loopback ports for tests, waits until each
+// is ready, and stops it when the test ends. A server can be stopped,
+// restarted, killed or paused (SIGSTOP) for fault tests.
+//
+// A missing server binary fails the test with the Debian package to install,
+// unless the test runs with -short, where it is skipped.
+package testserver
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Host is the only address servers listen on.
+const Host = "127.0.0.1"
+
+// Server is one running store process.
+type Server struct {
+	Name string
+	// Port is the client port on Host.
+	Port int
+	// Dir is the server's private directory (data, config, log).
+	Dir string
+
+	t       testing.TB
+	command func() *exec.Cmd
+	ready   func(ctx context.Context) error
+	stopSig os.Signal
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+	paused bool
+}
+
+// Addr returns "127.0.0.1:port".
+func (s *Server) Addr() string { return net.JoinHostPort(Host, strconv.Itoa(s.Port)) }
+
+// LogPath returns the file that collects the server's output.
+func (s *Server) LogPath() string { return filepath.Join(s.Dir, "server.log") }
+
+// Start starts the server (again) on the same port and directory and waits
+// until it is ready.
+func (s *Server) Start() {
+	s.t.Helper()
+	if err := s.start(); err != nil {
+		s.t.Fatalf("testserver: %s: %v", s.Name, err)
+	}
+}
+
+func (s *Server) start() error {
+	s.mu.Lock()
+	if s.cmd != nil {
+		s.mu.Unlock()
+		return errors.New("already running")
+	}
+	log, err := os.OpenFile(s.LogPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	cmd := s.command()
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		s.mu.Unlock()
+		_ = log.Close()
+		return fmt.Errorf("start %s: %w", cmd.Path, err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		_ = log.Close()
+		close(exited)
+	}()
+	s.cmd, s.exited, s.paused = cmd, exited, false
+	s.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		err := s.ready(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			s.mu.Lock()
+			s.cmd = nil
+			s.mu.Unlock()
+			return fmt.Errorf("exited before it was ready (%v); log:\n%s", err, s.logTail())
+		case <-ctx.Done():
+			s.Kill()
+			return fmt.Errorf("not ready after 60s (%v); log:\n%s", err, s.logTail())
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Server) logTail() string {
+	b, _ := os.ReadFile(s.LogPath())
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+// Stop stops the server gracefully (killing it after 10s) and waits for it
+// to exit. Stopping a stopped server does nothing.
+func (s *Server) Stop() { s.signalAndWait(s.stopSig, 10*time.Second) }
+
+// Kill stops the server with SIGKILL, as a crash would.
+func (s *Server) Kill() { s.signalAndWait(syscall.SIGKILL, 0) }
+
+// Restart stops the server gracefully and starts it again on the same port.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Stop()
+	s.Start()
+}
+
+func (s *Server) signalAndWait(sig os.Signal, grace time.Duration) {
+	s.mu.Lock()
+	cmd, exited, paused := s.cmd, s.exited, s.paused
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	if paused {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGCONT)
+	}
+	_ = cmd.Process.Signal(sig)
+	if grace > 0 {
+		select {
+		case <-exited:
+			return
+		case <-time.After(grace):
+		}
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	<-exited
+}
+
+// Pause freezes the server with SIGSTOP: it keeps its connections but
+// answers nothing until Resume.
+func (s *Server) Pause() { s.sendSignal(syscall.SIGSTOP, true) }
+
+// Resume continues a paused server.
+func (s *Server) Resume() { s.sendSignal(syscall.SIGCONT, false) }
+
+func (s *Server) sendSignal(sig syscall.Signal, paused bool) {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		s.t.Fatalf("testserver: %s is not running", s.Name)
+	}
+	if err := syscall.Kill(-s.cmd.Process.Pid, sig); err != nil {
+		s.t.Fatalf("testserver: signal %s: %v", s.Name, err)
+	}
+	s.paused = paused
+}
+
+// newServer registers cleanup and starts the server.
+func newServer(t testing.TB, s *Server) *Server {
+	t.Helper()
+	s.t = t
+	if s.stopSig == nil {
+		s.stopSig = syscall.SIGTERM
+	}
+	t.Cleanup(s.Kill)
+	s.Start()
+	return s
+}
+
+// lookBinary returns the path of a server binary, or fails (skips under
+// -short) with the package that provides it.
+func lookBinary(t testing.TB, pkg string, names ...string) string {
+	t.Helper()
+	for _, n := range names {
+		if filepath.IsAbs(n) {
+			if _, err := os.Stat(n); err == nil {
+				return n
+			}
+			continue
+		}
+		if p, err := exec.LookPath(n); err == nil {
+			return p
+		}
+	}
+	msg := fmt.Sprintf("testserver: %s not found; install it with `sudo apt-get install -y %s` or `make deps`", names[0], pkg)
+	if testing.Short() {
+		t.Skip(msg)
+	}
+	t.Fatal(msg)
+	return ""
+}
+
+// FreePort returns a TCP port on Host that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", net.JoinHostPort(Host, "0"))
+	if err != nil {
+		t.Fatalf("testserver: free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// tempDir returns a fresh directory that is removed when the test ends. It
+// lives directly under the system temp dir (short paths for unix sockets) and
+// is world-traversable so that servers running as another user can reach it.
+func tempDir(t testing.TB, prefix string) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "dl-"+prefix+"-")
+	if err != nil {
+		t.Fatalf("testserver: %v", err)
+	}
+	if err := os.Chmod(d, 0o755); err != nil {
+		t.Fatalf("testserver: %v", err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(d) })
+	return d
+}
+
+// dialReady reports whether something accepts TCP connections on addr.
+func dialReady(ctx context.Context, addr string) error {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}
+
+// exchange sends req on a new connection to addr and returns what the server
+// answered before closing or within 2s.
+func exchange(ctx context.Context, addr string, req []byte, want []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	dl, _ := ctx.Deadline()
+	_ = c.SetDeadline(dl)
+	if _, err := c.Write(req); err != nil {
+		return err
+	}
+	buf := make([]byte, 0, 512)
+	tmp := make([]byte, 512)
+	for !bytes.Contains(buf, want) {
+		n, err := c.Read(tmp)
+		buf = append(buf, tmp[:n]...)
+		if err != nil {
+			return fmt.Errorf("got %q: %w", buf, err)
+		}
+	}
+	return nil
+}
+
+// run runs a helper command and returns its combined output.
+func run(ctx context.Context, name string, args ...string) (string, error) {
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s %v: %w: %s", name, args, err, out)
+	}
+	return string(out), nil
+}

@@ -1,0 +1,713 @@
+// Package locktest is the conformance suite every distlock backend passes.
+// Third-party backends run it from their own tests:
+//
+//	func TestConformance(t *testing.T) {
+//		locktest.Run(t, locktest.Harness{
+//			NewBackend: func(t testing.TB) distlock.Backend { return newBackend(t) },
+//			DeleteKey:  func(t testing.TB, key string) { deleteBehindHoldersBack(t, key) },
+//		})
+//	}
+//
+// Each subtest uses its own keys, bounds every wait, and checks behaviour
+// across several clients of the same store, so each backend returned by
+// NewBackend should be its own connection, as separate processes would have.
+package locktest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/distlock/distlock"
+)
+
+// Harness connects the suite to a backend under test.
+type Harness struct {
+	// NewBackend returns a new backend on the store under test. Every backend
+	// it returns must reach the same store. The suite closes them.
+	NewBackend func(t testing.TB) distlock.Backend
+	// DeleteKey removes key from the store behind its holder's back, as an
+	// operator, an eviction or a failover would. Nil skips the lost-lock test.
+	DeleteKey func(t testing.TB, key string)
+	// Iterations per goroutine in the mutual exclusion test; 200 if zero.
+	Iterations int
+	// NotifyLatency bounds how soon a waiter gets a released key; 50ms if zero.
+	NotifyLatency time.Duration
+}
+
+// Run runs the conformance suite.
+func Run(t *testing.T, h Harness) {
+	if h.Iterations == 0 {
+		h.Iterations = 200
+	}
+	if h.NotifyLatency == 0 {
+		h.NotifyLatency = 50 * time.Millisecond
+	}
+	s := &suite{h: h}
+	tests := []struct {
+		name string
+		fn   func(*testing.T)
+	}{
+		{"MutualExclusion", s.mutualExclusion},
+		{"FenceIncreases", s.fenceIncreases},
+		{"IndependentKeys", s.independentKeys},
+		{"ReleaseWrongToken", s.releaseWrongToken},
+		{"StaleReleaseChangesNothing", s.staleRelease},
+		{"LeaseExpires", s.leaseExpires},
+		{"WatchdogKeepsLock", s.watchdogKeepsLock},
+		{"LostLockReported", s.lostLockReported},
+		{"MaxHold", s.maxHold},
+		{"LockDelay", s.lockDelay},
+		{"TryLockHeld", s.tryLockHeld},
+		{"WaitTimeout", s.waitTimeout},
+		{"WaitWokenOnRelease", s.waitWokenOnRelease},
+		{"ContextCancelWhileWaiting", s.contextCancel},
+		{"Reentrancy", s.reentrancy},
+		{"Do", s.do},
+		{"InspectAndList", s.inspectAndList},
+		{"InvalidInputTouchesNoStore", s.invalidInput},
+		{"ReleaseAndRenewAfterRelease", s.afterRelease},
+		{"NoGoroutineLeak", s.noLeak},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, tc.fn)
+	}
+}
+
+type suite struct {
+	h   Harness
+	seq atomic.Int64
+}
+
+// key returns a key unique to this test and run.
+func (s *suite) key(t *testing.T) string {
+	return fmt.Sprintf("locktest/%s/%d-%d", strings.ReplaceAll(t.Name(), "/", "."), time.Now().UnixNano(), s.seq.Add(1))
+}
+
+func (s *suite) client(t *testing.T, opts ...distlock.ClientOption) *distlock.Client {
+	t.Helper()
+	c := distlock.New(s.h.NewBackend(t), opts...)
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("close client: %v", err)
+		}
+	})
+	return c
+}
+
+func testContext(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustLock(t *testing.T, ctx context.Context, c *distlock.Client, key string, opts ...distlock.Option) *distlock.Lock {
+	t.Helper()
+	l, err := c.Lock(ctx, key, append([]distlock.Option{distlock.WithWait(10 * time.Second)}, opts...)...)
+	if err != nil {
+		t.Fatalf("lock %q: %v", key, err)
+	}
+	return l
+}
+
+func wantNotAcquired(t *testing.T, ctx context.Context, c *distlock.Client, key string) {
+	t.Helper()
+	l, err := c.TryLock(ctx, key)
+	if err == nil {
+		_ = l.Release(ctx)
+		t.Fatalf("TryLock %q succeeded while the key should be held", key)
+	}
+	if !errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatalf("TryLock %q: got %v, want ErrNotAcquired", key, err)
+	}
+}
+
+func waitDone(t *testing.T, l *distlock.Lock, within time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-l.Done():
+	case <-time.After(within):
+		t.Fatalf("%s: Done not closed within %v", what, within)
+	}
+}
+
+func (s *suite) mutualExclusion(t *testing.T) {
+	const goroutines, clients = 16, 4
+	ctx := testContext(t, 3*time.Minute)
+	key := s.key(t)
+	cs := make([]*distlock.Client, clients)
+	for i := range cs {
+		cs[i] = s.client(t)
+	}
+	var (
+		counter, inside int
+		overlap         atomic.Bool
+		wg              sync.WaitGroup
+		errs            = make(chan error, goroutines)
+	)
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := cs[g%clients]
+			for range s.h.Iterations {
+				l, err := c.Lock(ctx, key, distlock.WithWait(time.Minute))
+				if err != nil {
+					errs <- err
+					return
+				}
+				inside++
+				if inside != 1 {
+					overlap.Store(true)
+				}
+				v := counter
+				runtime.Gosched()
+				counter = v + 1
+				inside--
+				if err := l.Release(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if overlap.Load() {
+		t.Error("two holders were inside the critical section at once")
+	}
+	if want := goroutines * s.h.Iterations; counter != want {
+		t.Errorf("counter = %d, want %d: an update was lost to a concurrent holder", counter, want)
+	}
+}
+
+func (s *suite) fenceIncreases(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	a, b := s.client(t), s.client(t)
+	key := s.key(t)
+	var last uint64
+	for i := range 6 {
+		c := a
+		if i%2 == 1 {
+			c = b
+		}
+		l := mustLock(t, ctx, c, key)
+		if l.Fence() <= last {
+			t.Fatalf("grant %d: fence %d not above previous %d", i, l.Fence(), last)
+		}
+		last = l.Fence()
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A grant after an expiry also gets a higher fence.
+	l := mustLock(t, ctx, a, key, distlock.WithLease(100*time.Millisecond))
+	waitDone(t, l, 5*time.Second, "expiring lock")
+	l2 := mustLock(t, ctx, b, key)
+	if l2.Fence() <= l.Fence() {
+		t.Fatalf("fence after expiry %d not above %d", l2.Fence(), l.Fence())
+	}
+	_ = l2.Release(ctx)
+}
+
+func (s *suite) independentKeys(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	a, b := s.client(t), s.client(t)
+	k1, k2 := s.key(t), s.key(t)
+	l1 := mustLock(t, ctx, a, k1)
+	l2, err := b.TryLock(ctx, k2)
+	if err != nil {
+		t.Fatalf("holding %q blocked %q: %v", k1, k2, err)
+	}
+	for _, l := range []*distlock.Lock{l1, l2} {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (s *suite) releaseWrongToken(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	a, b := s.client(t), s.client(t)
+	key := s.key(t)
+	l := mustLock(t, ctx, a, key)
+	err := b.Backend().Release(ctx, key, "00000000000000000000000000000000")
+	if !errors.Is(err, distlock.ErrNotHeld) {
+		t.Fatalf("release with a wrong token: got %v, want ErrNotHeld", err)
+	}
+	if err := b.Backend().Renew(ctx, key, "00000000000000000000000000000000", time.Minute); !errors.Is(err, distlock.ErrNotHeld) {
+		t.Fatalf("renew with a wrong token: got %v, want ErrNotHeld", err)
+	}
+	wantNotAcquired(t, ctx, b, key)
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("release by the holder after a foreign attempt: %v", err)
+	}
+}
+
+func (s *suite) staleRelease(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	a, b, c := s.client(t), s.client(t), s.client(t)
+	key := s.key(t)
+	old := mustLock(t, ctx, a, key, distlock.WithLease(150*time.Millisecond))
+	waitDone(t, old, 5*time.Second, "expiring lock")
+	cur := mustLock(t, ctx, b, key)
+	// The slow holder wakes up and releases: nothing may change.
+	if err := old.Release(ctx); !errors.Is(err, distlock.ErrLockLost) {
+		t.Fatalf("release of an expired lock: got %v, want ErrLockLost", err)
+	}
+	if err := a.Backend().Release(ctx, key, old.Token()); !errors.Is(err, distlock.ErrNotHeld) {
+		t.Fatalf("release by a stale token: got %v, want ErrNotHeld", err)
+	}
+	wantNotAcquired(t, ctx, c, key)
+	info, err := c.Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.Held || info.Fence != cur.Fence() {
+		t.Fatalf("after a stale release: %+v, want held with fence %d", info, cur.Fence())
+	}
+	if cur.Err() != nil {
+		t.Fatalf("current holder disturbed: %v", cur.Err())
+	}
+	_ = cur.Release(ctx)
+}
+
+func (s *suite) leaseExpires(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	a, b := s.client(t), s.client(t)
+	key := s.key(t)
+	const lease = 300 * time.Millisecond
+	start := time.Now()
+	l := mustLock(t, ctx, a, key, distlock.WithLease(lease))
+	wantNotAcquired(t, ctx, b, key)
+	l2, err := b.Lock(ctx, key, distlock.WithWait(5*time.Second))
+	if err != nil {
+		t.Fatalf("no takeover after the lease expired: %v", err)
+	}
+	defer l2.Release(ctx)
+	if waited := time.Since(start); waited < lease-drift(lease) {
+		t.Errorf("took over after %v, before the lease of %v ended", waited, lease)
+	}
+	select {
+	case <-l.Done():
+	default:
+		t.Error("another client acquired before the holder's Done closed")
+	}
+	if !errors.Is(l.Err(), distlock.ErrLockLost) {
+		t.Errorf("expired lock Err = %v, want ErrLockLost", l.Err())
+	}
+}
+
+func drift(lease time.Duration) time.Duration { return lease/100 + 2*time.Millisecond }
+
+func (s *suite) watchdogKeepsLock(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	a, b := s.client(t), s.client(t)
+	key := s.key(t)
+	const lease = 300 * time.Millisecond
+	l := mustLock(t, ctx, a, key, distlock.WithLease(lease), distlock.WithWatchdog(true))
+	for range 8 { // 4 leases
+		time.Sleep(lease / 2)
+		wantNotAcquired(t, ctx, b, key)
+		if err := l.Err(); err != nil {
+			t.Fatalf("watchdog lost the lock: %v", err)
+		}
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := b.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("key not free after release: %v", err)
+	}
+	_ = l2.Release(ctx)
+}
+
+func (s *suite) lostLockReported(t *testing.T) {
+	if s.h.DeleteKey == nil {
+		t.Skip("the harness has no DeleteKey hook")
+	}
+	ctx := testContext(t, time.Minute)
+	a := s.client(t)
+	key := s.key(t)
+	l := mustLock(t, ctx, a, key, distlock.WithLease(300*time.Millisecond), distlock.WithWatchdog(true))
+	s.h.DeleteKey(t, key)
+	waitDone(t, l, 3*time.Second, "lock deleted in the store")
+	if !errors.Is(l.Err(), distlock.ErrLockLost) {
+		t.Fatalf("Err = %v, want ErrLockLost", l.Err())
+	}
+	if !errors.Is(context.Cause(l.Context()), distlock.ErrLockLost) {
+		t.Fatalf("Context cause = %v, want ErrLockLost", context.Cause(l.Context()))
+	}
+	if err := l.Release(ctx); !errors.Is(err, distlock.ErrLockLost) {
+		t.Fatalf("release of a lost lock: got %v, want ErrLockLost", err)
+	}
+}
+
+func (s *suite) maxHold(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	a, b := s.client(t), s.client(t)
+	key := s.key(t)
+	l := mustLock(t, ctx, a, key, distlock.WithLease(200*time.Millisecond), distlock.WithWatchdog(true), distlock.WithMaxHold(500*time.Millisecond))
+	waitDone(t, l, 3*time.Second, "lock past max hold")
+	if held := l.HeldFor(); held < 450*time.Millisecond {
+		t.Errorf("lost after %v, before max hold", held)
+	}
+	if err := l.Err(); !errors.Is(err, distlock.ErrLockLost) || !strings.Contains(err.Error(), distlock.LossMaxHold) {
+		t.Fatalf("Err = %v, want ErrLockLost (%s)", err, distlock.LossMaxHold)
+	}
+	l2, err := b.Lock(ctx, key, distlock.WithWait(5*time.Second))
+	if err != nil {
+		t.Fatalf("key not free after max hold: %v", err)
+	}
+	_ = l2.Release(ctx)
+}
+
+func (s *suite) lockDelay(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	a, b := s.client(t), s.client(t)
+	key := s.key(t)
+	const lease, delay = 200 * time.Millisecond, 500 * time.Millisecond
+	start := time.Now()
+	l := mustLock(t, ctx, a, key, distlock.WithLease(lease), distlock.WithLockDelay(delay))
+	waitDone(t, l, 3*time.Second, "holder's own validity")
+	wantNotAcquired(t, ctx, b, key) // the holder vanished: the store still keeps the key
+	l2, err := b.Lock(ctx, key, distlock.WithWait(5*time.Second))
+	if err != nil {
+		t.Fatalf("no takeover after lease+delay: %v", err)
+	}
+	if waited := time.Since(start); waited < lease+delay-drift(lease+delay) {
+		t.Errorf("took over after %v, before lease+delay %v", waited, lease+delay)
+	}
+	// A clean release frees the key at once despite the delay.
+	if err := l2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l3 := mustLock(t, ctx, a, key, distlock.WithLockDelay(time.Minute))
+	if err := l3.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l4, err := b.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("key not free after a clean release with lock-delay: %v", err)
+	}
+	_ = l4.Release(ctx)
+}
+
+func (s *suite) tryLockHeld(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	a, b := s.client(t), s.client(t)
+	key := s.key(t)
+	l := mustLock(t, ctx, a, key)
+	defer l.Release(ctx)
+	start := time.Now()
+	wantNotAcquired(t, ctx, b, key)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("TryLock on a held key took %v; it must not wait", d)
+	}
+}
+
+func (s *suite) waitTimeout(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	a, b := s.client(t), s.client(t)
+	key := s.key(t)
+	l := mustLock(t, ctx, a, key)
+	defer l.Release(ctx)
+	const wait = 300 * time.Millisecond
+	start := time.Now()
+	_, err := b.Lock(ctx, key, distlock.WithWait(wait))
+	took := time.Since(start)
+	if !errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatalf("got %v, want ErrNotAcquired", err)
+	}
+	if took < wait || took > wait+time.Second {
+		t.Fatalf("wait of %v returned after %v", wait, took)
+	}
+}
+
+func (s *suite) waitWokenOnRelease(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	a, b := s.client(t), s.client(t)
+	key := s.key(t)
+	const rounds = 8
+	var worst time.Duration
+	for range rounds {
+		l := mustLock(t, ctx, a, key)
+		type result struct {
+			l   *distlock.Lock
+			at  time.Time
+			err error
+		}
+		got := make(chan result, 1)
+		go func() {
+			l2, err := b.Lock(ctx, key, distlock.WithWait(10*time.Second))
+			got <- result{l2, time.Now(), err}
+		}()
+		time.Sleep(250 * time.Millisecond) // long enough for any poll to back off
+		released := time.Now()
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r := <-got
+		if r.err != nil {
+			t.Fatalf("waiter: %v", r.err)
+		}
+		worst = max(worst, r.at.Sub(released))
+		if err := r.l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if worst > s.h.NotifyLatency {
+		t.Fatalf("slowest handoff after release took %v over %d rounds, want under %v: waiters must be woken by the store, not a poll interval", worst, rounds, s.h.NotifyLatency)
+	}
+}
+
+func (s *suite) contextCancel(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	a, b := s.client(t), s.client(t)
+	key := s.key(t)
+	l := mustLock(t, ctx, a, key)
+	defer l.Release(ctx)
+	wctx, cancel := context.WithCancel(ctx)
+	time.AfterFunc(200*time.Millisecond, cancel)
+	start := time.Now()
+	_, err := b.Lock(wctx, key)
+	if !errors.Is(err, distlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want ErrNotAcquired joined with context.Canceled", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("cancelled wait returned after %v", took)
+	}
+	// The abandoned waiter must not have left anything that blocks the key.
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := b.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("key not free after a cancelled waiter and a release: %v", err)
+	}
+	_ = l2.Release(ctx)
+}
+
+func (s *suite) reentrancy(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	a, b := s.client(t), s.client(t)
+	key := s.key(t)
+	owner := distlock.ContextWithOwner(ctx, "worker-1")
+	l1 := mustLock(t, owner, a, key, distlock.Reentrant())
+	l2, err := a.TryLock(owner, key, distlock.Reentrant())
+	if err != nil {
+		t.Fatalf("reentrant lock by the same owner: %v", err)
+	}
+	if l2.Token() != l1.Token() || l2.Fence() != l1.Fence() {
+		t.Fatal("reentrant handle does not share the acquisition")
+	}
+	other := distlock.ContextWithOwner(ctx, "worker-2")
+	wantNotAcquired(t, other, a, key)
+	if err := l1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantNotAcquired(t, ctx, b, key) // one count left
+	if err := l2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l3, err := b.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("key not free after the last reentrant release: %v", err)
+	}
+	_ = l3.Release(ctx)
+}
+
+func (s *suite) do(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	a, b := s.client(t), s.client(t)
+	key := s.key(t)
+	boom := errors.New("boom")
+	err := a.Do(ctx, key, func(ctx context.Context, l *distlock.Lock) error {
+		if ctx.Err() != nil || l.Err() != nil {
+			t.Error("Do ran fn without the lock")
+		}
+		wantNotAcquired(t, ctx, b, key)
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("Do returned %v, want fn's error", err)
+	}
+	l, err := b.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("Do did not release: %v", err)
+	}
+	_ = l.Release(ctx)
+}
+
+func (s *suite) inspectAndList(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	a := s.client(t)
+	prefix := s.key(t)
+	k1, k2 := prefix+"/one", prefix+"/two"
+	l := mustLock(t, ctx, a, k1, distlock.WithOwner("svc-a"), distlock.WithBusinessID("order-42"),
+		distlock.WithMetadata(map[string]string{"region": "eu"}), distlock.WithLease(time.Minute))
+	l2 := mustLock(t, ctx, a, k2)
+	info, err := a.Inspect(ctx, k1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.Held || info.Fence != l.Fence() || info.Meta.Owner != "svc-a" || info.Meta.BusinessID != "order-42" || info.Meta.Labels["region"] != "eu" {
+		t.Fatalf("Inspect = %+v, want held, fence %d, owner, business id and labels", info, l.Fence())
+	}
+	if info.TTL <= 0 || info.TTL > time.Minute {
+		t.Fatalf("Inspect TTL = %v, want in (0, 1m]", info.TTL)
+	}
+	if _, ok := a.Backend().(distlock.Lister); ok {
+		infos, err := a.List(ctx, prefix+"/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(infos) != 2 || infos[0].Key != k1 || infos[1].Key != k2 {
+			t.Fatalf("List = %+v, want %q and %q", infos, k1, k2)
+		}
+	}
+	_ = l.Release(ctx)
+	_ = l2.Release(ctx)
+	if info, err := a.Inspect(ctx, k1); err != nil || info.Held {
+		t.Fatalf("Inspect after release = %+v, %v; want not held", info, err)
+	}
+}
+
+// countingBackend counts the calls that reach the backend.
+type countingBackend struct {
+	distlock.Backend
+	calls atomic.Int64
+}
+
+func (c *countingBackend) Acquire(ctx context.Context, r distlock.AcquireRequest) (distlock.Grant, error) {
+	c.calls.Add(1)
+	return c.Backend.Acquire(ctx, r)
+}
+
+func (c *countingBackend) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
+	c.calls.Add(1)
+	return c.Backend.Renew(ctx, key, token, ttl)
+}
+
+func (c *countingBackend) Release(ctx context.Context, key, token string) error {
+	c.calls.Add(1)
+	return c.Backend.Release(ctx, key, token)
+}
+
+func (c *countingBackend) Inspect(ctx context.Context, key string) (distlock.Info, error) {
+	c.calls.Add(1)
+	return c.Backend.Inspect(ctx, key)
+}
+
+func (s *suite) invalidInput(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	cb := &countingBackend{Backend: s.h.NewBackend(t)}
+	c := distlock.New(cb)
+	t.Cleanup(func() { _ = c.Close() })
+	key := s.key(t)
+	keys := map[string]string{
+		"empty":     "",
+		"too long":  strings.Repeat("k", distlock.MaxKeyLen+1),
+		"NUL":       "a\x00b",
+		"newline":   "a\nb",
+		"DEL":       "a\x7fb",
+		"not UTF-8": "a\xffb",
+	}
+	for name, k := range keys {
+		if _, err := c.TryLock(ctx, k); !errors.Is(err, distlock.ErrInvalidKey) {
+			t.Errorf("key %s: got %v, want ErrInvalidKey", name, err)
+		}
+		if _, err := c.Inspect(ctx, k); !errors.Is(err, distlock.ErrInvalidKey) {
+			t.Errorf("inspect key %s: got %v, want ErrInvalidKey", name, err)
+		}
+	}
+	if _, err := c.TryLock(ctx, strings.Repeat("k", distlock.MaxKeyLen)); err != nil {
+		t.Errorf("a key of exactly %d bytes: %v", distlock.MaxKeyLen, err)
+	}
+	cb.calls.Store(0)
+	opts := map[string][]distlock.Option{
+		"zero lease":              {distlock.WithLease(0)},
+		"negative lease":          {distlock.WithLease(-time.Second)},
+		"lease under minimum":     {distlock.WithLease(time.Millisecond)},
+		"negative wait":           {distlock.WithWait(-2 * time.Second)},
+		"renew interval >= lease": {distlock.WithLease(time.Second), distlock.WithWatchdog(true), distlock.WithRenewInterval(time.Second)},
+		"negative renew interval": {distlock.WithRenewInterval(-time.Second)},
+		"negative max hold":       {distlock.WithMaxHold(-time.Second)},
+		"negative lock delay":     {distlock.WithLockDelay(-time.Second)},
+		"reentrant without owner": {distlock.Reentrant()},
+	}
+	for name, o := range opts {
+		if _, err := c.Lock(ctx, key, o...); !errors.Is(err, distlock.ErrInvalidOption) {
+			t.Errorf("%s: got %v, want ErrInvalidOption", name, err)
+		} else if !strings.Contains(err.Error(), key) {
+			t.Errorf("%s: error %q does not name the key", name, err)
+		}
+	}
+	limited := distlock.New(cb, distlock.WithMaxLease(time.Minute))
+	if _, err := limited.Lock(ctx, key, distlock.WithLease(time.Hour)); !errors.Is(err, distlock.ErrInvalidOption) {
+		t.Errorf("lease over the client maximum: got %v, want ErrInvalidOption", err)
+	}
+	if n := cb.calls.Load(); n != 0 {
+		t.Fatalf("invalid requests made %d backend calls, want 0", n)
+	}
+}
+
+func (s *suite) afterRelease(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	cb := &countingBackend{Backend: s.h.NewBackend(t)}
+	c := distlock.New(cb)
+	t.Cleanup(func() { _ = c.Close() })
+	l := mustLock(t, ctx, c, s.key(t))
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+	default:
+		t.Error("Done not closed after Release")
+	}
+	before := cb.calls.Load()
+	if err := l.Release(ctx); !errors.Is(err, distlock.ErrNotHeld) {
+		t.Errorf("second release: got %v, want ErrNotHeld", err)
+	}
+	if err := l.Renew(ctx); !errors.Is(err, distlock.ErrNotHeld) {
+		t.Errorf("renew after release: got %v, want ErrNotHeld", err)
+	}
+	if n := cb.calls.Load() - before; n != 0 {
+		t.Errorf("release/renew of a released lock made %d backend calls, want 0", n)
+	}
+}
+
+func (s *suite) noLeak(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	ctx := testContext(t, time.Minute)
+	b := s.h.NewBackend(t)
+	c := distlock.New(b)
+	key := s.key(t)
+	l := mustLock(t, ctx, c, key, distlock.WithLease(200*time.Millisecond), distlock.WithWatchdog(true))
+	held := mustLock(t, ctx, c, key+"/kept") // released by Close
+	_ = held
+	time.Sleep(100 * time.Millisecond)
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Lock(ctx, key+"/kept", distlock.WithWait(50*time.Millisecond)); !errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatalf("got %v, want ErrNotAcquired", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	goleak.VerifyNone(t, ignore)
+}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs the store servers the tests start (Debian/Ubuntu), skipping what is
+# already present. Safe to run again.
+set -euo pipefail
+
+need=()
+have() { command -v "$1" >/dev/null 2>&1 || [ -e "$1" ]; }
+want() { have "$1" || need+=("$2"); }
+
+want redis-server redis-server
+want redis-cli redis-tools
+want etcd etcd-server
+want etcdctl etcd-client
+want /usr/share/java/zookeeper.jar zookeeper
+want java default-jre-headless
+want mariadbd mariadb-server
+want mariadb mariadb-client
+ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
+want setpriv util-linux
+
+if [ ${#need[@]} -eq 0 ]; then
+	echo "deps: all store servers present"
+	exit 0
+fi
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+echo "deps: installing ${need[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}"
