@@ -72,4 +72,3 @@ func versionOf(binDir string) int {
 	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
 	return v
 }
-
