@@ -348,6 +348,9 @@ func (h *hold) monitor(ctx context.Context) {
 				return
 			default:
 				h.emit(Event{Kind: EventRenewFailed, Err: err})
+				if h.r.OnRenewFailure != nil {
+					h.r.OnRenewFailure(err)
+				}
 				renewT.Reset(retry.next())
 			}
 		}

@@ -44,6 +44,9 @@ type Request struct {
 	Reentrant bool
 	// Meta is stored with the lock and carried to logs.
 	Meta Meta
+	// OnRenewFailure, if set, is called by the watchdog for each renewal that
+	// failed while the lock was still valid.
+	OnRenewFailure func(error)
 	// Group and Critical are set by a Policy; they label telemetry.
 	Group    string
 	Critical bool
@@ -96,6 +99,11 @@ func WithBusinessID(id string) Option { return func(r *Request) { r.Meta.Busines
 func WithMetadata(labels map[string]string) Option {
 	return func(r *Request) { r.Meta.Labels = maps.Clone(labels) }
 }
+
+// OnRenewFailure calls fn, from the watchdog goroutine, for each renewal that
+// failed while the lock is still valid: the lock is at risk but not lost yet
+// (loss is reported through Done). fn must not block. The default is none.
+func OnRenewFailure(fn func(err error)) Option { return func(r *Request) { r.OnRenewFailure = fn } }
 
 // validate checks r against the client's limits; it touches no store.
 func (r *Request) validate(maxLease time.Duration) error {

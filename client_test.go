@@ -1,0 +1,387 @@
+package distlock_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/backend/memlock"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// faulty wraps a real backend and injects failures into chosen calls.
+type faulty struct {
+	distlock.Backend
+	acquireAfter func(distlock.Grant, error) (distlock.Grant, error)
+	renewErr     atomic.Pointer[error]
+	releaseFails atomic.Int32
+	releases     atomic.Int32
+}
+
+func (f *faulty) Acquire(ctx context.Context, r distlock.AcquireRequest) (distlock.Grant, error) {
+	g, err := f.Backend.Acquire(ctx, r)
+	if f.acquireAfter != nil {
+		return f.acquireAfter(g, err)
+	}
+	return g, err
+}
+
+func (f *faulty) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
+	if p := f.renewErr.Load(); p != nil {
+		return *p
+	}
+	return f.Backend.Renew(ctx, key, token, ttl)
+}
+
+func (f *faulty) Release(ctx context.Context, key, token string) error {
+	f.releases.Add(1)
+	if f.releaseFails.Add(-1) >= 0 {
+		return errTransient
+	}
+	return f.Backend.Release(ctx, key, token)
+}
+
+var errTransient = errors.New("i/o timeout")
+
+// recorder is an Observer that keeps every event.
+type recorder struct {
+	mu     sync.Mutex
+	events []distlock.Event
+}
+
+func (r *recorder) AcquireStarted(ctx context.Context, e distlock.Event) context.Context {
+	r.Observe(ctx, e)
+	return ctx
+}
+
+func (r *recorder) Observe(_ context.Context, e distlock.Event) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
+
+func (r *recorder) kinds() []distlock.EventKind {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ks []distlock.EventKind
+	for _, e := range r.events {
+		if e.Kind != distlock.EventStoreCall {
+			ks = append(ks, e.Kind)
+		}
+	}
+	return ks
+}
+
+func (r *recorder) find(k distlock.EventKind) (distlock.Event, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.events {
+		if e.Kind == k {
+			return e, true
+		}
+	}
+	return distlock.Event{}, false
+}
+
+func TestAmbiguousAcquireIsReleasedInBackground(t *testing.T) {
+	ctx := context.Background()
+	store := memlock.New()
+	// The store grants the lock but the reply is lost.
+	f := &faulty{Backend: store, acquireAfter: func(distlock.Grant, error) (distlock.Grant, error) {
+		return distlock.Grant{}, errTransient
+	}}
+	c := distlock.New(f)
+	_, err := c.TryLock(ctx, "amb")
+	if !errors.Is(err, errTransient) || !strings.Contains(err.Error(), `"amb"`) {
+		t.Fatalf("got %v, want the store error naming the key", err)
+	}
+	if err := c.Close(); err != nil { // waits for the background release
+		t.Fatal(err)
+	}
+	other := distlock.New(store)
+	defer other.Close()
+	l, err := other.TryLock(ctx, "amb")
+	if err != nil {
+		t.Fatalf("the token of an ambiguous acquire was not released: %v", err)
+	}
+	_ = l.Release(ctx)
+}
+
+func TestReleaseRetriedByToken(t *testing.T) {
+	ctx := context.Background()
+	store := memlock.New()
+	f := &faulty{Backend: store}
+	c := distlock.New(f)
+	defer c.Close()
+	l, err := c.TryLock(ctx, "rel")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.releaseFails.Store(2)
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("release with two lost replies: %v", err)
+	}
+	if n := f.releases.Load(); n != 3 {
+		t.Fatalf("release attempts = %d, want 3", n)
+	}
+	if info, _ := store.Inspect(ctx, "rel"); info.Held {
+		t.Fatal("key still held after release")
+	}
+}
+
+func TestTransientRenewFailureIsNotLoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		f := &faulty{Backend: memlock.New()}
+		rec := &recorder{}
+		c := distlock.New(f, distlock.WithObserver(rec))
+		defer c.Close()
+		var failures atomic.Int32
+		l, err := c.TryLock(ctx, "flaky", distlock.WithLease(3*time.Second), distlock.WithWatchdog(true),
+			distlock.OnRenewFailure(func(error) { failures.Add(1) }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.renewErr.Store(&errTransient)
+		time.Sleep(1500 * time.Millisecond) // one failed renewal at 1s, validity lasts to ~2.97s
+		if l.Err() != nil {
+			t.Fatalf("lost on a transient failure: %v", l.Err())
+		}
+		if failures.Load() == 0 {
+			t.Fatal("OnRenewFailure not called")
+		}
+		if _, ok := rec.find(distlock.EventRenewFailed); !ok {
+			t.Fatal("no renew_failed event")
+		}
+		f.renewErr.Store(nil)
+		time.Sleep(3 * time.Second)
+		if l.Err() != nil {
+			t.Fatalf("lost after renewals recovered: %v", l.Err())
+		}
+		_ = l.Release(ctx)
+	})
+}
+
+func TestUnreachableStoreLosesLockBeforeExpiry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		store := memlock.New()
+		f := &faulty{Backend: store}
+		c := distlock.New(f)
+		defer c.Close()
+		const lease = time.Second
+		l, err := c.TryLock(ctx, "cut", distlock.WithLease(lease), distlock.WithWatchdog(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.renewErr.Store(&errTransient)
+		<-l.Done()
+		if !errors.Is(l.Err(), distlock.ErrLockLost) || !strings.Contains(l.Err().Error(), distlock.LossUnreachable) {
+			t.Fatalf("Err = %v, want ErrLockLost (unreachable)", l.Err())
+		}
+		// The holder knew before the store let anyone else in.
+		if info, _ := store.Inspect(ctx, "cut"); !info.Held {
+			t.Fatal("the store expired the key before the holder was told")
+		}
+	})
+}
+
+func TestGrantLostSignal(t *testing.T) {
+	ctx := context.Background()
+	lost := make(chan struct{})
+	f := &faulty{Backend: memlock.New(), acquireAfter: func(g distlock.Grant, err error) (distlock.Grant, error) {
+		g.Lost = lost
+		return g, err
+	}}
+	c := distlock.New(f)
+	defer c.Close()
+	l, err := c.TryLock(ctx, "session")
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(lost)
+	<-l.Done()
+	if !strings.Contains(l.Err().Error(), distlock.LossStoreDeleted) {
+		t.Fatalf("Err = %v, want %s", l.Err(), distlock.LossStoreDeleted)
+	}
+}
+
+func TestValidityCountsFromGrantSent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		sent := time.Now().Add(-400 * time.Millisecond)
+		f := &faulty{Backend: memlock.New(), acquireAfter: func(g distlock.Grant, err error) (distlock.Grant, error) {
+			g.Sent = sent
+			return g, err
+		}}
+		c := distlock.New(f)
+		defer c.Close()
+		l, err := c.TryLock(ctx, "sent", distlock.WithLease(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := sent.Add(time.Second - time.Second/100 - 2*time.Millisecond)
+		if !l.ExpiresAt().Equal(want) {
+			t.Fatalf("ExpiresAt = %v, want %v", l.ExpiresAt(), want)
+		}
+		_ = l.Release(ctx)
+	})
+}
+
+func TestDoReportsLossDuringWork(t *testing.T) {
+	ctx := context.Background()
+	store := memlock.New()
+	c := distlock.New(store)
+	defer c.Close()
+	err := c.Do(ctx, "do-lost", func(ctx context.Context, l *distlock.Lock) error {
+		store.ForceDelete("do-lost")
+		<-ctx.Done() // the watchdog notices at its next renewal
+		if !errors.Is(context.Cause(ctx), distlock.ErrLockLost) {
+			t.Errorf("fn context cause = %v, want ErrLockLost", context.Cause(ctx))
+		}
+		return nil
+	}, distlock.WithLease(150*time.Millisecond), distlock.WithWatchdog(true))
+	if !errors.Is(err, distlock.ErrLockLost) {
+		t.Fatalf("Do = %v, want ErrLockLost", err)
+	}
+}
+
+func TestObserverSeesLifecycle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		rec := &recorder{}
+		c := distlock.New(memlock.New(), distlock.WithObserver(rec))
+		defer c.Close()
+		l, err := c.Lock(ctx, "obs", distlock.WithLease(300*time.Millisecond), distlock.WithWatchdog(true),
+			distlock.WithOwner("svc"), distlock.WithBusinessID("order-1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(150 * time.Millisecond)
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		want := []distlock.EventKind{distlock.EventAcquireStart, distlock.EventAcquired, distlock.EventRenewed, distlock.EventReleased}
+		if got := rec.kinds(); !equalKinds(got, want) {
+			t.Fatalf("events %v, want %v", got, want)
+		}
+		e, _ := rec.find(distlock.EventReleased)
+		if e.Key != "obs" || e.Owner != "svc" || e.BusinessID != "order-1" || e.Backend != "mem" || e.Reason != distlock.ReleaseReleased || e.Fence != l.Fence() {
+			t.Fatalf("release event %+v", e)
+		}
+		if e.TokenID == "" || strings.Contains(l.Token(), e.TokenID) {
+			t.Fatalf("token id %q must be a short hash, not part of the token", e.TokenID)
+		}
+		if _, ok := rec.find(distlock.EventStoreCall); !ok {
+			t.Fatal("no store_call event")
+		}
+	})
+}
+
+func equalKinds(a, b []distlock.EventKind) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+type policyFunc func(ctx context.Context, r *distlock.Request) error
+
+func (f policyFunc) Apply(ctx context.Context, r *distlock.Request) error { return f(ctx, r) }
+
+func TestPolicyRunsBeforeTheStore(t *testing.T) {
+	ctx := context.Background()
+	store := memlock.New()
+	c := distlock.New(store, distlock.WithPolicy(policyFunc(func(_ context.Context, r *distlock.Request) error {
+		if strings.HasPrefix(r.Key, "batch/") {
+			return distlock.ErrDegraded
+		}
+		r.Lease = 0 // a broken policy is still caught by validation
+		return nil
+	})))
+	defer c.Close()
+	if _, err := c.TryLock(ctx, "batch/x"); !errors.Is(err, distlock.ErrDegraded) || !strings.Contains(err.Error(), "batch/x") {
+		t.Fatalf("got %v, want ErrDegraded naming the key", err)
+	}
+	if _, err := c.TryLock(ctx, "other"); !errors.Is(err, distlock.ErrInvalidOption) {
+		t.Fatalf("got %v, want ErrInvalidOption", err)
+	}
+	if infos, _ := store.List(ctx, ""); len(infos) != 0 {
+		t.Fatalf("refused requests reached the store: %v", infos)
+	}
+}
+
+func TestCloseReleasesHeldLocks(t *testing.T) {
+	ctx := context.Background()
+	store := memlock.New()
+	c := distlock.New(store)
+	l, err := c.TryLock(ctx, "kept")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := store.Inspect(ctx, "kept"); info.Held {
+		t.Fatal("Close left a lock held")
+	}
+	if !errors.Is(l.Err(), distlock.ErrNotHeld) {
+		t.Fatalf("Err after Close = %v, want ErrNotHeld", l.Err())
+	}
+	if _, err := c.TryLock(ctx, "after"); !errors.Is(err, distlock.ErrClosed) {
+		t.Fatalf("TryLock after Close: got %v, want ErrClosed", err)
+	}
+}
+
+func TestOpenRegistry(t *testing.T) {
+	ctx := context.Background()
+	if _, err := distlock.Open(ctx, "nosuch://x"); err == nil || !strings.Contains(err.Error(), "forgotten import") {
+		t.Fatalf("unknown scheme: %v", err)
+	}
+	a, err := distlock.Open(ctx, "mem://shared-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, _ := distlock.Open(ctx, "mem://shared-test")
+	defer b.Close()
+	l, err := a.TryLock(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TryLock(ctx, "k"); !errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatalf("named stores are not shared: %v", err)
+	}
+	_ = l.Release(ctx)
+
+	defer func() {
+		if recover() == nil {
+			t.Fatal("duplicate Register did not panic")
+		}
+	}()
+	distlock.Register("mem", func(context.Context, *url.URL) (distlock.Backend, error) { return nil, nil })
+}
+
+func TestNewNilBackendPanics(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Fatal("New(nil) did not panic")
+		}
+	}()
+	distlock.New(nil)
+}
