@@ -20,7 +20,10 @@ func (c *Client) acquire(ctx context.Context, key string, wait time.Duration, op
 	if c.policy != nil {
 		if err := c.policy.Apply(ctx, &r); err != nil {
 			err = fmt.Errorf("distlock: lock %q: %w", key, err)
-			c.observe(ctx, &r, Event{Kind: EventNotAcquired, Err: err})
+			if c.observer != nil { // a refused acquisition still starts and ends once
+				obsCtx := c.observer.AcquireStarted(ctx, c.event(&r, Event{Kind: EventAcquireStart}))
+				c.observe(obsCtx, &r, Event{Kind: EventNotAcquired, Err: err})
+			}
 			return nil, err
 		}
 	}

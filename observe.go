@@ -11,11 +11,13 @@ type EventKind uint8
 // Event kinds, in the order a lock lives through them.
 const (
 	// EventAcquireStart comes before the first attempt of an acquisition.
+	// Exactly one of EventAcquired, EventNotAcquired or EventAcquireFailed
+	// follows it. Requests that fail validation produce no events.
 	EventAcquireStart EventKind = iota + 1
 	// EventAcquired: the lock was granted (Fence, Wait set).
 	EventAcquired
 	// EventNotAcquired: the key stayed held until the wait ended, or a policy
-	// refused the request (Err says which).
+	// refused the request (Err matches ErrDegraded or ErrInvalidOption then).
 	EventNotAcquired
 	// EventAcquireFailed: the store failed (Err set).
 	EventAcquireFailed
