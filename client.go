@@ -83,19 +83,21 @@ func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Lock
 // Do acquires key like Lock, runs fn with a context that is cancelled if the
 // lock is lost (or ctx ends), then releases the lock. It returns fn's error
 // joined with any release error; a lock lost during fn shows as ErrLockLost.
-func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context, l *Lock) error, opts ...Option) error {
+func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context, l *Lock) error, opts ...Option) (err error) {
 	l, err := c.Lock(ctx, key, opts...)
 	if err != nil {
 		return err
 	}
 	fnCtx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(l.Context(), func() { cancel(l.Err()) })
-	fnErr := fn(fnCtx, l)
-	stop()
-	cancel(nil)
-	relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer relCancel()
-	return errors.Join(fnErr, l.Release(relCtx))
+	defer func() { // also on panic, so that a crashing fn does not keep the key
+		stop()
+		cancel(nil)
+		relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer relCancel()
+		err = errors.Join(err, l.Release(relCtx))
+	}()
+	return fn(fnCtx, l)
 }
 
 // Inspect reports the state of key in the store.

@@ -32,20 +32,19 @@ func (l *Lock) Token() string { return l.h.token }
 func (l *Lock) Fence() uint64 { return l.h.fence }
 
 // Done returns a channel that is closed when the lock is lost or released.
-func (l *Lock) Done() <-chan struct{} { return l.h.ctx.Done() }
+func (l *Lock) Done() <-chan struct{} { return l.h.context().Done() }
 
 // Err returns nil while the lock is held, an error matching ErrLockLost once
 // it is lost (naming the reason), and one matching ErrNotHeld once released.
 func (l *Lock) Err() error {
-	if l.h.ctx.Err() == nil {
-		return nil
-	}
-	return context.Cause(l.h.ctx)
+	l.h.mu.Lock()
+	defer l.h.mu.Unlock()
+	return l.h.errLocked()
 }
 
 // Context returns a context that is cancelled when the lock is lost or
 // released; context.Cause gives the same error as Err.
-func (l *Lock) Context() context.Context { return l.h.ctx }
+func (l *Lock) Context() context.Context { return l.h.context() }
 
 // HeldFor returns how long the lock has been held.
 func (l *Lock) HeldFor() time.Duration { return time.Since(l.h.acquired) }
@@ -87,55 +86,61 @@ const (
 )
 
 // hold is one acquisition in the store, shared by its reentrant handles.
+//
+// It runs no goroutine of its own while nothing is due: a single timer fires
+// at the next renewal, the validity deadline or the MaxHold cap, whichever
+// comes first, and tick handles it.
 type hold struct {
-	c         *Client
-	r         Request
-	token     string
-	tokenID   string
-	fence     uint64
-	acquired  time.Time
-	ttl       time.Duration
-	obsCtx    context.Context // observer context, without cancellation
-	storeGone <-chan struct{}
+	c        *Client
+	r        Request
+	token    string
+	tokenID  string
+	fence    uint64
+	acquired time.Time
+	ttl      time.Duration
+	obsCtx   context.Context // observer context, without cancellation
+	timer    *time.Timer
+	ended    chan struct{} // closed when the hold stops being held; nil unless the backend signals loss
+	running  sync.WaitGroup
 
-	ctx         context.Context // cancelled when lost or released
+	mu          sync.Mutex
+	state       holdState
+	lossReason  string
+	deadline    time.Time
+	nextRenew   time.Time
+	retry       backoff
+	refs        int
+	cancelRenew context.CancelFunc // of the renewal in flight
+	ctx         context.Context    // created on first use by Done or Context
 	cancel      context.CancelCauseFunc
-	stopMonitor context.CancelFunc
-	monitorDone chan struct{}
-
-	mu         sync.Mutex
-	state      holdState
-	lossReason string
-	deadline   time.Time
-	refs       int
 }
 
 // drift is the clock-drift margin taken off every validity period.
 func drift(lease time.Duration) time.Duration { return lease/100 + 2*time.Millisecond }
 
-// newHold registers a grant with the client and starts its monitor.
+// newHold registers a grant with the client and arms its timer.
 func (c *Client) newHold(obsCtx context.Context, r Request, token string, g Grant, sent time.Time) (*hold, error) {
+	now := time.Now()
 	h := &hold{
-		c: c, r: r, token: token, fence: g.Fence, acquired: time.Now(), ttl: r.Lease + r.LockDelay,
-		obsCtx: context.WithoutCancel(obsCtx), storeGone: g.Lost,
-		monitorDone: make(chan struct{}), deadline: sent.Add(r.Lease - drift(r.Lease)), refs: 1,
+		c: c, r: r, token: token, fence: g.Fence, acquired: now, ttl: r.Lease + r.LockDelay,
+		obsCtx: context.WithoutCancel(obsCtx), deadline: sent.Add(r.Lease - drift(r.Lease)), refs: 1,
+	}
+	if !h.deadline.After(now) {
+		c.releaseAbandoned(r.Key, token)
+		return nil, fmt.Errorf("distlock: lock %q: %w: granted after its validity had passed", r.Key, ErrNotAcquired)
 	}
 	if c.observer != nil {
 		h.tokenID = tokenID(token)
 	}
-	if !h.deadline.After(h.acquired) {
-		c.releaseAbandoned(r.Key, token)
-		return nil, fmt.Errorf("distlock: lock %q: %w: granted after its validity had passed", r.Key, ErrNotAcquired)
+	if r.Watchdog {
+		interval := r.renewInterval()
+		h.nextRenew = sent.Add(interval)
+		h.retry = backoff{min: max(interval/16, time.Millisecond), max: interval / 2}
 	}
-	h.ctx, h.cancel = context.WithCancelCause(context.Background())
-	monCtx, stop := context.WithCancel(context.Background())
-	h.stopMonitor = stop
 
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		stop()
-		h.cancel(ErrClosed)
 		c.releaseAbandoned(r.Key, token)
 		return nil, fmt.Errorf("distlock: lock %q: %w", r.Key, ErrClosed)
 	}
@@ -143,13 +148,153 @@ func (c *Client) newHold(obsCtx context.Context, r Request, token string, g Gran
 	if r.Reentrant {
 		c.reentrant[ownedKey{r.Key, r.Meta.Owner}] = h
 	}
-	c.bg.Add(1)
 	c.mu.Unlock()
-	go func() {
-		defer c.bg.Done()
-		h.monitor(monCtx)
-	}()
+
+	h.mu.Lock()
+	h.timer = time.AfterFunc(time.Until(h.nextDueLocked()), h.tick)
+	h.mu.Unlock()
+	if g.Lost != nil {
+		h.ended = make(chan struct{})
+		h.running.Add(1)
+		go func() {
+			defer h.running.Done()
+			select {
+			case <-g.Lost:
+				h.markLost(LossStoreDeleted)
+			case <-h.ended:
+			}
+		}()
+	}
 	return h, nil
+}
+
+// nextDueLocked is when tick must next run.
+func (h *hold) nextDueLocked() time.Time {
+	due := h.deadline
+	if !h.nextRenew.IsZero() && h.nextRenew.Before(due) {
+		due = h.nextRenew
+	}
+	if h.r.MaxHold > 0 {
+		if capAt := h.acquired.Add(h.r.MaxHold); capAt.Before(due) {
+			due = capAt
+		}
+	}
+	return due
+}
+
+// tick enforces MaxHold and the validity deadline and, with the watchdog on,
+// renews the lease, retrying failures until the deadline.
+func (h *hold) tick() {
+	h.mu.Lock()
+	if h.state != stateHeld {
+		h.mu.Unlock()
+		return
+	}
+	h.running.Add(1)
+	defer h.running.Done()
+	now := time.Now()
+	switch {
+	case h.r.MaxHold > 0 && !now.Before(h.acquired.Add(h.r.MaxHold)):
+		h.mu.Unlock()
+		h.markLost(LossMaxHold)
+		return
+	case !now.Before(h.deadline):
+		reason := LossExpired
+		if h.r.Watchdog {
+			reason = LossUnreachable
+		}
+		h.mu.Unlock()
+		h.markLost(reason)
+		return
+	case h.nextRenew.IsZero() || now.Before(h.nextRenew):
+		h.timer.Reset(time.Until(h.nextDueLocked()))
+		h.mu.Unlock()
+		return
+	}
+
+	rctx, cancel := context.WithDeadline(context.Background(), h.deadline)
+	h.cancelRenew = cancel
+	h.mu.Unlock()
+	sent := time.Now()
+	err := h.c.call(rctx, "renew", func() error { return h.c.backend.Renew(rctx, h.r.Key, h.token, h.ttl) })
+	cancel()
+
+	if errors.Is(err, ErrNotHeld) {
+		h.markLost(LossRenewRefused)
+		return
+	}
+	h.mu.Lock()
+	h.cancelRenew = nil
+	if h.state != stateHeld {
+		h.mu.Unlock()
+		return
+	}
+	if err == nil {
+		h.extendLocked(sent)
+		h.nextRenew = sent.Add(h.r.renewInterval())
+		h.retry.n = 0
+	} else {
+		h.nextRenew = time.Now().Add(h.retry.next())
+	}
+	h.timer.Reset(time.Until(h.nextDueLocked()))
+	h.mu.Unlock()
+
+	if err == nil {
+		h.emit(Event{Kind: EventRenewed})
+		return
+	}
+	h.emit(Event{Kind: EventRenewFailed, Err: err})
+	if h.r.OnRenewFailure != nil {
+		h.r.OnRenewFailure(err)
+	}
+}
+
+// context returns the hold's context, creating it on first use.
+func (h *hold) context() context.Context {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ctx == nil {
+		h.ctx, h.cancel = context.WithCancelCause(context.Background())
+		if h.state != stateHeld {
+			h.cancel(h.errLocked())
+		}
+	}
+	return h.ctx
+}
+
+// errLocked is the error Err reports in the current state.
+func (h *hold) errLocked() error {
+	switch h.state {
+	case stateLost:
+		return h.lostErrorLocked()
+	case stateReleased:
+		return fmt.Errorf("distlock: lock %q: %w: released", h.r.Key, ErrNotHeld)
+	}
+	return nil
+}
+
+func (h *hold) lostErrorLocked() error {
+	return fmt.Errorf("distlock: lock %q: %w (%s)", h.r.Key, ErrLockLost, h.lossReason)
+}
+
+// endLocked moves a held lock to state s and signals everyone waiting on it.
+// It reports false if the lock was no longer held.
+func (h *hold) endLocked(s holdState) bool {
+	if h.state != stateHeld {
+		return false
+	}
+	h.state = s
+	h.timer.Stop()
+	if h.cancelRenew != nil {
+		h.cancelRenew()
+	}
+	if h.ended != nil {
+		close(h.ended)
+	}
+	if h.cancel != nil {
+		h.cancel(h.errLocked())
+	}
+	return true
 }
 
 // unregister removes h from the client's tables.
@@ -170,14 +315,11 @@ func (h *hold) validUntil() time.Time {
 	return h.deadline
 }
 
-// extend moves the validity deadline after a renewal sent at sent.
-func (h *hold) extend(sent time.Time) {
-	d := sent.Add(h.r.Lease - drift(h.r.Lease))
-	h.mu.Lock()
-	if d.After(h.deadline) {
+// extendLocked moves the validity deadline after a renewal sent at sent.
+func (h *hold) extendLocked(sent time.Time) {
+	if d := sent.Add(h.r.Lease - drift(h.r.Lease)); d.After(h.deadline) {
 		h.deadline = d
 	}
-	h.mu.Unlock()
 }
 
 func (h *hold) addRef() bool {
@@ -194,59 +336,59 @@ func (h *hold) addRef() bool {
 func (h *hold) unref(ctx context.Context) error {
 	h.mu.Lock()
 	h.refs--
-	last, state := h.refs == 0, h.state
-	h.mu.Unlock()
-	if !last {
-		if state == stateLost {
-			return h.lostError()
+	if h.refs > 0 {
+		defer h.mu.Unlock()
+		if h.state == stateLost {
+			return h.lostErrorLocked()
 		}
 		return nil
 	}
+	h.mu.Unlock()
 	return h.release(ctx)
 }
 
 // markLost reports the lock lost once, unless it was released first.
 func (h *hold) markLost(reason string) {
 	h.mu.Lock()
-	if h.state != stateHeld {
+	h.lossReason = reason
+	if !h.endLocked(stateLost) {
 		h.mu.Unlock()
 		return
 	}
-	h.state, h.lossReason = stateLost, reason
 	h.mu.Unlock()
 	h.unregister()
-	h.cancel(h.lostError())
 	h.emit(Event{Kind: EventLost, Reason: reason, Hold: time.Since(h.acquired)})
-}
-
-func (h *hold) lostError() error {
-	return fmt.Errorf("distlock: lock %q: %w (%s)", h.r.Key, ErrLockLost, h.lossReason)
 }
 
 // release frees the lock in the store by token.
 func (h *hold) release(ctx context.Context) error {
 	h.mu.Lock()
 	state, reason := h.state, h.lossReason
-	h.state = stateReleased
-	h.mu.Unlock()
-	h.stopMonitor()
-	<-h.monitorDone
-
+	var lostErr error
 	switch state {
-	case stateReleased:
-		return fmt.Errorf("distlock: release %q: %w: already released", h.r.Key, ErrNotHeld)
+	case stateHeld:
+		h.endLocked(stateReleased)
 	case stateLost:
+		lostErr = h.lostErrorLocked()
+		h.state = stateReleased
+	}
+	h.mu.Unlock()
+	if state == stateReleased {
+		return fmt.Errorf("distlock: release %q: %w: already released", h.r.Key, ErrNotHeld)
+	}
+	h.running.Wait() // a renewal in flight was cancelled; let it finish
+
+	if state == stateLost {
 		if reason != LossRenewRefused && reason != LossStoreDeleted {
 			// The store may still hold our token; free the key for others.
 			_ = h.c.releaseByToken(ctx, h.r.Key, h.token)
 		}
 		h.emit(Event{Kind: EventReleased, Reason: ReleaseLost, Hold: time.Since(h.acquired)})
-		return h.lostError()
+		return lostErr
 	}
 
 	err := h.c.releaseByToken(ctx, h.r.Key, h.token)
 	h.unregister()
-	h.cancel(fmt.Errorf("distlock: lock %q: %w: released", h.r.Key, ErrNotHeld))
 	reason = ReleaseReleased
 	switch {
 	case errors.Is(err, ErrNotHeld):
@@ -262,98 +404,26 @@ func (h *hold) release(ctx context.Context) error {
 // renew extends the lease once, on behalf of the holder.
 func (h *hold) renew(ctx context.Context) error {
 	h.mu.Lock()
-	state := h.state
+	err := h.errLocked()
 	h.mu.Unlock()
-	switch state {
-	case stateLost:
-		return h.lostError()
-	case stateReleased:
-		return fmt.Errorf("distlock: renew %q: %w: already released", h.r.Key, ErrNotHeld)
+	if err != nil {
+		return err
 	}
 	sent := time.Now()
-	err := h.c.call(ctx, "renew", func() error { return h.c.backend.Renew(ctx, h.r.Key, h.token, h.ttl) })
+	err = h.c.call(ctx, "renew", func() error { return h.c.backend.Renew(ctx, h.r.Key, h.token, h.ttl) })
 	switch {
 	case err == nil:
-		h.extend(sent)
+		h.mu.Lock()
+		h.extendLocked(sent)
+		h.mu.Unlock()
 		h.emit(Event{Kind: EventRenewed})
 		return nil
 	case errors.Is(err, ErrNotHeld):
 		h.markLost(LossRenewRefused)
-		return errors.Join(h.lostError(), err)
+		return fmt.Errorf("distlock: renew %q: %w: %w", h.r.Key, ErrLockLost, err)
 	default:
 		h.emit(Event{Kind: EventRenewFailed, Err: err})
 		return fmt.Errorf("distlock: renew %q: %w", h.r.Key, err)
-	}
-}
-
-// monitor runs while the lock is held: it renews (with the watchdog on),
-// enforces MaxHold and the validity deadline, and watches the backend's loss
-// signal. It returns when the lock is lost or ctx is cancelled by release.
-func (h *hold) monitor(ctx context.Context) {
-	defer close(h.monitorDone)
-	deadline := time.NewTimer(time.Until(h.validUntil()))
-	defer deadline.Stop()
-
-	var renewC <-chan time.Time
-	interval := h.r.renewInterval()
-	retry := backoff{min: max(interval/16, time.Millisecond), max: interval / 2}
-	renewT := time.NewTimer(interval)
-	defer renewT.Stop()
-	if h.r.Watchdog {
-		renewC = renewT.C
-	}
-	var maxHoldC <-chan time.Time
-	if h.r.MaxHold > 0 {
-		t := time.NewTimer(time.Until(h.acquired.Add(h.r.MaxHold)))
-		defer t.Stop()
-		maxHoldC = t.C
-	}
-
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-h.storeGone:
-			h.markLost(LossStoreDeleted)
-			return
-		case <-maxHoldC:
-			h.markLost(LossMaxHold)
-			return
-		case <-deadline.C:
-			if left := time.Until(h.validUntil()); left > 0 {
-				deadline.Reset(left)
-				continue
-			}
-			if h.r.Watchdog {
-				h.markLost(LossUnreachable)
-			} else {
-				h.markLost(LossExpired)
-			}
-			return
-		case <-renewC:
-			rctx, cancel := context.WithDeadline(ctx, h.validUntil())
-			sent := time.Now()
-			err := h.c.call(rctx, "renew", func() error { return h.c.backend.Renew(rctx, h.r.Key, h.token, h.ttl) })
-			cancel()
-			switch {
-			case err == nil:
-				h.extend(sent)
-				h.emit(Event{Kind: EventRenewed})
-				retry.n = 0
-				renewT.Reset(interval)
-			case errors.Is(err, ErrNotHeld):
-				h.markLost(LossRenewRefused)
-				return
-			case ctx.Err() != nil:
-				return
-			default:
-				h.emit(Event{Kind: EventRenewFailed, Err: err})
-				if h.r.OnRenewFailure != nil {
-					h.r.OnRenewFailure(err)
-				}
-				renewT.Reset(retry.next())
-			}
-		}
 	}
 }
 
