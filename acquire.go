@@ -68,7 +68,11 @@ func (c *Client) acquire(ctx context.Context, key string, wait time.Duration, op
 // native queue, its release notices, or a capped jittered backoff poll.
 func (c *Client) acquireWaiting(ctx context.Context, r *Request, req AcquireRequest) (Grant, time.Time, error) {
 	if r.Wait == 0 {
-		return c.attempt(ctx, req)
+		g, sent, err := c.attempt(ctx, req)
+		if errors.Is(err, ErrNotAcquired) {
+			err = fmt.Errorf("distlock: lock %q: %w", r.Key, ErrNotAcquired)
+		}
+		return g, sent, err
 	}
 	wctx := ctx
 	if r.Wait > 0 {

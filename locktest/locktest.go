@@ -128,6 +128,9 @@ func wantNotAcquired(t *testing.T, ctx context.Context, c *distlock.Client, key 
 	if !errors.Is(err, distlock.ErrNotAcquired) {
 		t.Fatalf("TryLock %q: got %v, want ErrNotAcquired", key, err)
 	}
+	if !strings.Contains(err.Error(), key) {
+		t.Fatalf("error %q does not name the key %q", err, key)
+	}
 }
 
 func waitDone(t *testing.T, l *distlock.Lock, within time.Duration, what string) {
