@@ -83,25 +83,20 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-// waiting marks an acquisition counted in the waiters gauge. Acquisitions a
-// policy refuses end without having started, and carry no mark.
-type waiting struct{}
-
-// AcquireStarted counts a waiter.
+// AcquireStarted counts a waiter; the event that ends the acquisition
+// uncounts it.
 func (m *Metrics) AcquireStarted(ctx context.Context, e distlock.Event) context.Context {
 	m.waiters.WithLabelValues(groupOf(e), e.Backend).Inc()
-	return context.WithValue(ctx, waiting{}, true)
+	return ctx
 }
 
 // Observe records e.
-func (m *Metrics) Observe(ctx context.Context, e distlock.Event) {
+func (m *Metrics) Observe(_ context.Context, e distlock.Event) {
 	group := groupOf(e)
 	if result, ok := acquireResult(e); ok {
 		m.acquisitions.WithLabelValues(group, e.Backend, result).Inc()
-		if ctx.Value(waiting{}) != nil {
-			m.waiters.WithLabelValues(group, e.Backend).Dec()
-			m.wait.WithLabelValues(group, e.Backend, result).Observe(e.Wait.Seconds())
-		}
+		m.waiters.WithLabelValues(group, e.Backend).Dec()
+		m.wait.WithLabelValues(group, e.Backend, result).Observe(e.Wait.Seconds())
 		if e.Kind == distlock.EventAcquired {
 			m.held.WithLabelValues(group, e.Backend).Inc()
 		}

@@ -29,8 +29,8 @@ const TracerName = "github.com/distlock/distlock/telemetry"
 // It is a sibling of the acquire span (a child of the span that was current
 // when the lock was taken), so that a request that locks and releases shows
 // both in one trace, and it links to the acquire span. A request a policy
-// refuses before any store call gets an event "distlock.refused" on the
-// caller's span instead.
+// refuses gets an acquire span too, ended at once with result degraded or
+// error.
 type Tracer struct {
 	tracer trace.Tracer
 }
@@ -66,11 +66,8 @@ func (t *Tracer) AcquireStarted(ctx context.Context, e distlock.Event) context.C
 func (t *Tracer) Observe(ctx context.Context, e distlock.Event) {
 	as, _ := ctx.Value(acquireSpanKey{}).(*acquireSpan)
 	if result, ok := acquireResult(e); ok {
-		if as == nil { // refused by a policy before it started
-			trace.SpanFromContext(ctx).AddEvent("distlock.refused", trace.WithAttributes(
-				attribute.String("distlock.key", e.Key), attribute.String("distlock.group", groupOf(e)),
-				attribute.String("distlock.result", result), attribute.String("error", errString(e.Err))))
-			return
+		if as == nil {
+			return // not started by this tracer
 		}
 		as.span.SetAttributes(attribute.String("distlock.result", result), attribute.Float64("distlock.wait_seconds", e.Wait.Seconds()))
 		if e.Kind == distlock.EventAcquired {
@@ -116,11 +113,4 @@ func (t *Tracer) Observe(ctx context.Context, e distlock.Event) {
 		span.SetStatus(codes.Error, event)
 	}
 	span.End()
-}
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
 }
