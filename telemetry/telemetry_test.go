@@ -18,5 +18,3 @@ func TestScriptMemlock(t *testing.T) {
 		steal:      func(_ *testing.T, l *distlock.Lock) { mem.ForceDelete(l.Key()) },
 	})
 }
-
-
