@@ -1,0 +1,123 @@
+package pglock
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/distlock/distlock"
+)
+
+// Acquire makes one attempt with pg_try_advisory_lock on a connection it pins
+// if the lock is granted.
+func (b *Backend) Acquire(ctx context.Context, req distlock.AcquireRequest) (distlock.Grant, error) {
+	meta, err := b.prepare(ctx, req)
+	if err != nil {
+		return distlock.Grant{}, err
+	}
+	conn, err := b.conn(ctx, req.Key, b.opts.poolWait)
+	if err != nil {
+		return distlock.Grant{}, err
+	}
+	id := b.ID(req.Key)
+	sent := time.Now()
+	var fence int64
+	err = conn.QueryRow(ctx, acquireSQL, id, req.Key, req.Token, req.TTL.Milliseconds(), meta).Scan(&fence)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		conn.Release() // the lock was not taken: the session holds nothing
+		return distlock.Grant{}, fmt.Errorf("pglock: acquire %q: %w", req.Key, distlock.ErrNotAcquired)
+	case err != nil:
+		destroy(conn) // the lock may have been taken: end the session
+		return distlock.Grant{}, fmt.Errorf("pglock: acquire %q: %w", req.Key, err)
+	}
+	return b.pin(conn, req, id, fence, sent)
+}
+
+// AcquireWait waits for the lock with pg_advisory_lock, in the database's own
+// queue, until ctx ends. Cancellation sends PostgreSQL a cancel request, so
+// the session leaves the queue at once; the connection is then destroyed, so
+// a grant that raced with the cancel dies with its session.
+func (b *Backend) AcquireWait(ctx context.Context, req distlock.AcquireRequest) (distlock.Grant, error) {
+	meta, err := b.prepare(ctx, req)
+	if err != nil {
+		return distlock.Grant{}, err
+	}
+	conn, err := b.conn(ctx, req.Key, 0)
+	if err != nil {
+		if ctx.Err() != nil {
+			return distlock.Grant{}, errors.Join(fmt.Errorf("pglock: acquire %q: %w", req.Key, distlock.ErrNotAcquired), ctx.Err(), err)
+		}
+		return distlock.Grant{}, err
+	}
+	id := b.ID(req.Key)
+
+	// The query runs on a context of its own: ending it would make pgx drop
+	// the socket while the session may still wait in the lock queue.
+	qctx, qcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer qcancel()
+	cancelDone := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(cancelDone)
+		cctx, cancel := context.WithTimeout(qctx, cleanupTimeout)
+		defer cancel()
+		_ = conn.Conn().PgConn().CancelRequest(cctx)
+		<-cctx.Done() // the query ended, or the server ignored the cancel
+		qcancel()
+	})
+	var fence int64
+	err = conn.QueryRow(qctx, acquireWaitSQL, id, req.Key, req.Token, req.TTL.Milliseconds(), meta).Scan(&fence)
+	granted := time.Now()
+	if !stop() {
+		qcancel()
+		<-cancelDone
+		destroy(conn)
+		return distlock.Grant{}, errors.Join(fmt.Errorf("pglock: acquire %q: %w", req.Key, distlock.ErrNotAcquired), ctx.Err())
+	}
+	if err != nil {
+		destroy(conn)
+		return distlock.Grant{}, fmt.Errorf("pglock: acquire %q: %w", req.Key, err)
+	}
+	// The lease starts when the grant reached us; the backend enforces it.
+	return b.pin(conn, req, id, fence, granted)
+}
+
+// prepare makes sure the schema exists and encodes the metadata.
+func (b *Backend) prepare(ctx context.Context, req distlock.AcquireRequest) ([]byte, error) {
+	if err := b.ensureSchema(ctx); err != nil {
+		return nil, fmt.Errorf("pglock: acquire %q: %w", req.Key, err)
+	}
+	meta, err := json.Marshal(req.Meta)
+	if err != nil {
+		return nil, fmt.Errorf("pglock: acquire %q: metadata: %w", req.Key, err)
+	}
+	return meta, nil
+}
+
+// conn takes a connection from the pool, waiting at most bound (if positive)
+// and ctx.
+func (b *Backend) conn(ctx context.Context, key string, bound time.Duration) (*pgxpool.Conn, error) {
+	actx := ctx
+	if bound > 0 {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithTimeout(ctx, bound)
+		defer cancel()
+	}
+	c, err := b.pool.Acquire(actx)
+	if err == nil {
+		return c, nil
+	}
+	if st := b.pool.Stat(); actx.Err() != nil && st.AcquiredConns() >= st.MaxConns() {
+		b.mu.Lock()
+		n := len(b.held)
+		b.mu.Unlock()
+		return nil, fmt.Errorf("pglock: acquire %q: %w: all %d connections in use, %d pinned by locks this backend holds: %w",
+			key, ErrPoolExhausted, st.MaxConns(), n, err)
+	}
+	return nil, fmt.Errorf("pglock: acquire %q: connection: %w", key, err)
+}

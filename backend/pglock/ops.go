@@ -1,0 +1,90 @@
+package pglock
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/distlock/distlock"
+)
+
+// Renew confirms that the pinned session of token is alive and moves the
+// lease to ttl from now. The advisory lock lives as long as the session.
+func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
+	p := b.lookup(key, token)
+	if p == nil {
+		return fmt.Errorf("pglock: renew %q: %w", key, distlock.ErrNotHeld)
+	}
+	return p.renew(ctx, ttl)
+}
+
+// Release unlocks key if token holds it through this backend, and returns
+// its connection to the pool (or destroys it if the unlock failed).
+func (b *Backend) Release(ctx context.Context, key, token string) error {
+	p := b.take(key, token)
+	if p == nil {
+		return fmt.Errorf("pglock: release %q: %w", key, distlock.ErrNotHeld)
+	}
+	return p.release(ctx)
+}
+
+// Inspect reports whether any session holds key's advisory lock (pg_locks)
+// and, if it was taken through pglock, its fence, time to live and metadata.
+// A free key reports the fence of its last grant while its row remains.
+func (b *Backend) Inspect(ctx context.Context, key string) (distlock.Info, error) {
+	if err := b.ensureSchema(ctx); err != nil {
+		return distlock.Info{}, fmt.Errorf("pglock: inspect %q: %w", key, err)
+	}
+	var (
+		held, current bool
+		fence, ttlUS  int64
+		meta          []byte
+	)
+	err := b.pool.QueryRow(ctx, inspectSQL, b.ID(key), key).Scan(&held, &current, &fence, &meta, &ttlUS)
+	if err != nil {
+		return distlock.Info{}, fmt.Errorf("pglock: inspect %q: %w", key, err)
+	}
+	info := distlock.Info{Key: key, Held: held}
+	switch {
+	case held && current:
+		info.Fence, info.TTL = uint64(fence), max(time.Duration(ttlUS)*time.Microsecond, 0)
+		if err := json.Unmarshal(meta, &info.Meta); err != nil {
+			return distlock.Info{}, fmt.Errorf("pglock: inspect %q: metadata: %w", key, err)
+		}
+	case !held:
+		info.Fence = uint64(fence)
+	}
+	return info, nil
+}
+
+// List returns the locks taken through pglock whose keys start with prefix
+// and whose session still holds them, sorted by key.
+func (b *Backend) List(ctx context.Context, prefix string) ([]distlock.Info, error) {
+	if err := b.ensureSchema(ctx); err != nil {
+		return nil, fmt.Errorf("pglock: list %q: %w", prefix, err)
+	}
+	rows, err := b.pool.Query(ctx, listSQL, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("pglock: list %q: %w", prefix, err)
+	}
+	infos, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (distlock.Info, error) {
+		var (
+			info  = distlock.Info{Held: true}
+			fence int64
+			ttlUS int64
+			meta  []byte
+		)
+		if err := r.Scan(&info.Key, &fence, &meta, &ttlUS); err != nil {
+			return info, err
+		}
+		info.Fence, info.TTL = uint64(fence), max(time.Duration(ttlUS)*time.Microsecond, 0)
+		return info, json.Unmarshal(meta, &info.Meta)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pglock: list %q: %w", prefix, err)
+	}
+	return infos, nil
+}

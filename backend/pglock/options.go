@@ -1,0 +1,32 @@
+package pglock
+
+import "time"
+
+// Option configures a Backend.
+type Option func(*options)
+
+type options struct {
+	poolWait  time.Duration
+	keepalive time.Duration
+	ns        *int32
+}
+
+func defaultOptions() options {
+	return options{poolWait: time.Second, keepalive: 5 * time.Second}
+}
+
+// WithPoolWait bounds how long a single acquisition attempt waits for a free
+// connection of the pool before failing with ErrPoolExhausted. A waiting lock
+// (distlock.WithWait) waits for a connection within its own wait instead. The
+// default is 1s.
+func WithPoolWait(d time.Duration) Option { return func(o *options) { o.poolWait = d } }
+
+// WithKeepalive caps the interval of the keepalive query on each pinned
+// connection; the interval is a third of the lease, at most d. A dead session
+// is reported lost within it. The default is 5s.
+func WithKeepalive(d time.Duration) Option { return func(o *options) { o.keepalive = d } }
+
+// WithNamespace maps keys with NamespacedKeyID(ns, key) instead of KeyID, so
+// that applications sharing a database can keep their locks apart. The
+// default is no namespace.
+func WithNamespace(ns int32) Option { return func(o *options) { o.ns = &ns } }

@@ -1,0 +1,289 @@
+package pglock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/backend/pglock"
+	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/locktest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var seq atomic.Int64
+
+// uniqueKey returns a key no other test uses.
+func uniqueKey(t testing.TB) string {
+	return fmt.Sprintf("pglock/%s/%d-%d", t.Name(), time.Now().UnixNano(), seq.Add(1))
+}
+
+// newPool returns a pool on s closed when the test ends.
+func newPool(t testing.TB, s *testserver.Server, maxConns int) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testserver.PostgresDSN(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = int32(maxConns)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func testContext(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// terminateHolder ends the session holding id's advisory lock, as an operator
+// or a failover would, and reports how many sessions it ended.
+func terminateHolder(t testing.TB, admin *pgxpool.Pool, id int64) int {
+	t.Helper()
+	var n int
+	err := admin.QueryRow(context.Background(), `
+		SELECT count(pg_terminate_backend(pid)) FROM pg_locks
+		WHERE locktype = 'advisory' AND granted AND objsubid = 1
+		  AND classid = (($1::bigint >> 32) & 4294967295)::oid AND objid = ($1::bigint & 4294967295)::oid`, id).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestPostgres(t *testing.T) {
+	s := testserver.Postgres(t)
+	admin := newPool(t, s, 4)
+
+	t.Run("Conformance", func(t *testing.T) {
+		locktest.Run(t, locktest.Harness{
+			NewBackend: func(t testing.TB) distlock.Backend {
+				b, err := pglock.Open(context.Background(), testserver.PostgresDSN(s)+"&pool_max_conns=8")
+				if err != nil {
+					t.Fatal(err)
+				}
+				return b
+			},
+			DeleteKey: func(t testing.TB, key string) {
+				if n := terminateHolder(t, admin, pglock.KeyID(key)); n != 1 {
+					t.Fatalf("terminated %d sessions holding %q, want 1", n, key)
+				}
+			},
+			Iterations: 100,
+		})
+	})
+	t.Run("KilledSessionReportedLost", func(t *testing.T) { killedSession(t, s, admin) })
+	t.Run("PoolExhausted", func(t *testing.T) { poolExhausted(t, s) })
+	t.Run("NoLockReturnsToPool", func(t *testing.T) { noLockReturnsToPool(t, s) })
+	t.Run("XactLock", func(t *testing.T) { xactLock(t, s) })
+	t.Run("Namespace", func(t *testing.T) { namespace(t, s, admin) })
+}
+
+func killedSession(t *testing.T, s *testserver.Server, admin *pgxpool.Pool) {
+	ctx := testContext(t, time.Minute)
+	a := distlock.New(pglock.New(newPool(t, s, 2), pglock.WithKeepalive(100*time.Millisecond)))
+	b := distlock.New(pglock.New(newPool(t, s, 2)))
+	defer a.Close()
+	defer b.Close()
+	key := uniqueKey(t)
+	l, err := a.TryLock(ctx, key) // default lease: 30s, renewed every 10s
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := terminateHolder(t, admin, pglock.KeyID(key)); n != 1 {
+		t.Fatalf("terminated %d sessions, want 1", n)
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a killed session was not reported lost within 5s; the keepalive runs every 100ms")
+	}
+	if !errors.Is(l.Err(), distlock.ErrLockLost) {
+		t.Fatalf("Err = %v, want ErrLockLost", l.Err())
+	}
+	l2, err := b.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("another client could not take the key after the holder's session died: %v", err)
+	}
+	if l2.Fence() <= l.Fence() {
+		t.Fatalf("fence %d after the takeover is not above %d", l2.Fence(), l.Fence())
+	}
+	if err := l2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); !errors.Is(err, distlock.ErrLockLost) {
+		t.Fatalf("release of the lost lock: %v, want ErrLockLost", err)
+	}
+}
+
+func poolExhausted(t *testing.T, s *testserver.Server) {
+	ctx := testContext(t, time.Minute)
+	c := distlock.New(pglock.New(newPool(t, s, 1), pglock.WithPoolWait(100*time.Millisecond)))
+	defer c.Close()
+	held, err := c.TryLock(ctx, uniqueKey(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := uniqueKey(t)
+	start := time.Now()
+	_, err = c.TryLock(ctx, other)
+	if !errors.Is(err, pglock.ErrPoolExhausted) {
+		t.Fatalf("TryLock with every connection pinned: %v, want ErrPoolExhausted", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("TryLock on an exhausted pool took %v", took)
+	}
+	start = time.Now()
+	_, err = c.Lock(ctx, other, distlock.WithWait(300*time.Millisecond))
+	if !errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatalf("Lock with every connection pinned: %v, want ErrNotAcquired", err)
+	}
+	if took := time.Since(start); took < 300*time.Millisecond || took > 3*time.Second {
+		t.Fatalf("a wait of 300ms for a connection returned after %v", took)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.TryLock(ctx, other)
+	if err != nil {
+		t.Fatalf("the released connection did not serve the next lock: %v", err)
+	}
+	_ = l.Release(ctx)
+}
+
+// noLockReturnsToPool checks that whatever way a hold ends, the connection
+// that goes back to the pool holds no advisory lock.
+func noLockReturnsToPool(t *testing.T, s *testserver.Server) {
+	ctx := testContext(t, time.Minute)
+	pool := newPool(t, s, 1)
+	c := distlock.New(pglock.New(pool))
+	defer c.Close()
+	countLocks := func(what string) {
+		t.Helper()
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 0 {
+			t.Fatalf("after %s the pooled connection holds %d advisory locks", what, n)
+		}
+	}
+	key := uniqueKey(t)
+	l, err := c.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	countLocks("a release")
+
+	l, err = c.TryLock(ctx, key, distlock.WithLease(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-l.Done()
+	time.Sleep(100 * time.Millisecond) // the backend unlocks on its keepalive tick
+	countLocks("an expiry")
+
+	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	other := distlock.New(pglock.New(newPool(t, s, 1)))
+	defer other.Close()
+	blocker, err := other.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Lock(wctx, key); !errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatalf("cancelled wait: %v", err)
+	}
+	_ = blocker.Release(ctx)
+	countLocks("a cancelled wait")
+}
+
+func xactLock(t *testing.T, s *testserver.Server) {
+	ctx := testContext(t, time.Minute)
+	pool := newPool(t, s, 4)
+	c := distlock.New(pglock.New(pool))
+	defer c.Close()
+	key := uniqueKey(t)
+	tx1, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx1.Rollback(ctx)
+	if err := pglock.XactLock(ctx, tx1, key); err != nil {
+		t.Fatal(err)
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx2 pgx.Tx) error { return pglock.TryXactLock(ctx, tx2, key) })
+	if !errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatalf("TryXactLock on a key locked by another transaction: %v, want ErrNotAcquired", err)
+	}
+	if _, err := c.TryLock(ctx, key); !errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatalf("session lock on a key locked by a transaction: %v, want ErrNotAcquired", err)
+	}
+	if err := tx1.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("commit did not release the transaction lock: %v", err)
+	}
+	_ = l.Release(ctx)
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return pglock.XactLock(ctx, tx, "bad\x00key") })
+	if !errors.Is(err, distlock.ErrInvalidKey) {
+		t.Fatalf("XactLock with an invalid key: %v, want ErrInvalidKey", err)
+	}
+}
+
+func namespace(t *testing.T, s *testserver.Server, admin *pgxpool.Pool) {
+	ctx := testContext(t, time.Minute)
+	const ns = 7
+	c := distlock.New(pglock.New(newPool(t, s, 2), pglock.WithNamespace(ns)))
+	plain := distlock.New(pglock.New(newPool(t, s, 2)))
+	defer c.Close()
+	defer plain.Close()
+	key := uniqueKey(t)
+	l, err := c.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var classid int64
+	if err := admin.QueryRow(ctx, `SELECT classid::bigint FROM pg_locks WHERE locktype = 'advisory' AND objid = ($1::bigint & 4294967295)::oid`,
+		pglock.NamespacedKeyID(ns, key)).Scan(&classid); err != nil {
+		t.Fatal(err)
+	}
+	if classid != ns {
+		t.Fatalf("pg_locks classid = %d, want the namespace %d", classid, ns)
+	}
+	l2, err := plain.TryLock(ctx, key) // another id space
+	if err != nil {
+		t.Fatalf("a namespaced lock blocked the plain one: %v", err)
+	}
+	_ = l2.Release(ctx)
+	_ = l.Release(ctx)
+}
+
+func TestKeyIDIsStable(t *testing.T) {
+	// FNV-1a 64 of "orders/42", computed independently; a change here re-maps
+	// every deployed key.
+	if got, want := uint64(pglock.KeyID("orders/42")), uint64(0xa62399f64f6961df); got != want {
+		t.Fatalf("KeyID = %#x, want %#x", got, want)
+	}
+	if got := pglock.NamespacedKeyID(3, "orders/42"); got>>32 != 3 {
+		t.Fatalf("NamespacedKeyID high bits = %d, want 3", got>>32)
+	}
+}

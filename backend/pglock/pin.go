@@ -1,0 +1,167 @@
+package pglock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/distlock/distlock"
+)
+
+// pinned is one held lock: the pool connection whose session holds it, kept
+// out of the pool until the lock is unlocked or the connection destroyed.
+type pinned struct {
+	b          *Backend
+	conn       *pgxpool.Conn
+	key, token string
+	id         int64
+	lost       chan struct{} // closed when the hold ends without Release
+	stop       chan struct{} // closed when the hold ends, stops the keepalive
+
+	mu       sync.Mutex // serialises every use of conn
+	done     bool
+	deadline time.Time // the lease: unlocked here unless renewed
+	ttl      time.Duration
+}
+
+// pin registers a granted lock and starts its keepalive.
+func (b *Backend) pin(conn *pgxpool.Conn, req distlock.AcquireRequest, id, fence int64, sent time.Time) (distlock.Grant, error) {
+	p := &pinned{
+		b: b, conn: conn, key: req.Key, token: req.Token, id: id,
+		lost: make(chan struct{}), stop: make(chan struct{}),
+		deadline: sent.Add(req.TTL), ttl: req.TTL,
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		_ = p.release(ctx)
+		return distlock.Grant{}, fmt.Errorf("pglock: acquire %q: %w", req.Key, distlock.ErrClosed)
+	}
+	first := p.interval()
+	b.held[req.Token] = p
+	b.wg.Add(1)
+	b.mu.Unlock()
+	go p.keepalive(first)
+	return distlock.Grant{Fence: uint64(fence), Lost: p.lost, Sent: sent}, nil
+}
+
+// cleanupTimeout bounds unlocks done on the backend's own behalf.
+const cleanupTimeout = 5 * time.Second
+
+// interval is the keepalive period: a third of the lease, capped. The caller
+// holds mu or owns p alone.
+func (p *pinned) interval() time.Duration {
+	return max(min(p.ttl/3, p.b.opts.keepalive), time.Millisecond)
+}
+
+// keepalive confirms the session every interval and unlocks the key when the
+// lease runs out without renewal.
+func (p *pinned) keepalive(first time.Duration) {
+	defer p.b.wg.Done()
+	t := time.NewTimer(first)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+		}
+		next, ok := p.check()
+		if !ok {
+			return
+		}
+		t.Reset(next)
+	}
+}
+
+// check runs one keepalive round; it returns the delay to the next one, or
+// false once the hold ended.
+func (p *pinned) check() (time.Duration, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done {
+		return 0, false
+	}
+	left := time.Until(p.deadline)
+	if left <= 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		p.endLocked(ctx)
+		close(p.lost)
+		p.b.forget(p)
+		return 0, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), max(left, p.interval()))
+	err := p.conn.Ping(ctx)
+	cancel()
+	if err != nil {
+		p.dieLocked()
+		return 0, false
+	}
+	return min(p.interval(), time.Until(p.deadline)), true
+}
+
+// renew confirms the session and moves the lease.
+func (p *pinned) renew(ctx context.Context, ttl time.Duration) error {
+	sent := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done || !sent.Before(p.deadline) {
+		return fmt.Errorf("pglock: renew %q: %w", p.key, distlock.ErrNotHeld)
+	}
+	if _, err := p.conn.Exec(ctx, renewSQL, p.key, p.token, ttl.Milliseconds()); err != nil {
+		if p.conn.Conn().IsClosed() {
+			p.dieLocked()
+			return fmt.Errorf("pglock: renew %q: %w: the session ended: %w", p.key, distlock.ErrNotHeld, err)
+		}
+		return fmt.Errorf("pglock: renew %q: %w", p.key, err)
+	}
+	p.deadline, p.ttl = sent.Add(ttl), ttl
+	return nil
+}
+
+// release unlocks the key and gives the connection back.
+func (p *pinned) release(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done {
+		return fmt.Errorf("pglock: release %q: %w", p.key, distlock.ErrNotHeld)
+	}
+	p.endLocked(ctx)
+	return nil
+}
+
+// endLocked unlocks the key and returns the connection to the pool, or
+// destroys it if the unlock did not certainly succeed: a connection never goes
+// back to the pool holding a lock. A destroyed session frees its locks.
+func (p *pinned) endLocked(ctx context.Context) {
+	p.done = true
+	close(p.stop)
+	var unlocked bool
+	if err := p.conn.QueryRow(ctx, releaseSQL, p.id, p.key, p.token).Scan(&unlocked); err != nil || !unlocked {
+		destroy(p.conn)
+		return
+	}
+	p.conn.Release()
+}
+
+// dieLocked records that the session ended: the lock went with it.
+func (p *pinned) dieLocked() {
+	p.done = true
+	close(p.stop)
+	destroy(p.conn)
+	close(p.lost)
+	p.b.forget(p)
+}
+
+// destroy closes a connection instead of returning it to the pool.
+func destroy(conn *pgxpool.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = conn.Hijack().Close(ctx)
+}

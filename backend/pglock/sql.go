@@ -1,0 +1,28 @@
+package pglock
+
+import _ "embed"
+
+var (
+	//go:embed sql/migrate.sql
+	migrateSQL string
+	//go:embed sql/acquire.sql
+	acquireSQL string
+	//go:embed sql/acquire_wait.sql
+	acquireWaitSQL string
+	//go:embed sql/renew.sql
+	renewSQL string
+	//go:embed sql/release.sql
+	releaseSQL string
+	//go:embed sql/inspect.sql
+	inspectSQL string
+	//go:embed sql/list.sql
+	listSQL string
+	//go:embed sql/xact_lock.sql
+	xactLockSQL string
+	//go:embed sql/try_xact_lock.sql
+	tryXactLockSQL string
+)
+
+// migrateLockID serialises concurrent migrations: CREATE ... IF NOT EXISTS
+// can still fail when two sessions run it at once.
+var migrateLockID = KeyID("distlock/pglock/migrate")
