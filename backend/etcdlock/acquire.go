@@ -1,0 +1,131 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/distlock/distlock"
+)
+
+// Acquire takes req.Key only if its queue is empty, in one transaction that
+// puts the entry on the condition that no other entry exists.
+func (b *Backend) Acquire(ctx context.Context, req distlock.AcquireRequest) (distlock.Grant, error) {
+	dir, entry := b.dir(req.Key), b.entryKey(req.Key, req.Token)
+	val := encodeValue(req.Token, req.Meta)
+	t, resp, err := b.leased(ctx, req.TTL, func(id clientv3.LeaseID) (*clientv3.TxnResponse, error) {
+		return b.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(dir), "=", 0).WithPrefix()).
+			Then(clientv3.OpPut(entry, val, clientv3.WithLease(id))).
+			Else(clientv3.OpGet(dir, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)).
+			Commit()
+	})
+	if err != nil {
+		return distlock.Grant{}, fmt.Errorf("etcdlock: acquire %q: %w", req.Key, err)
+	}
+	if resp.Succeeded {
+		return b.granted(req.Token, entry, t, resp.Header.Revision), nil
+	}
+	b.leases.put(t.id, t.ttl, t.confirmed)
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 && string(kvs[0].Key) == entry {
+		return distlock.Grant{}, fmt.Errorf("etcdlock: acquire %q: token already queued", req.Key)
+	}
+	return distlock.Grant{}, fmt.Errorf("etcdlock: acquire %q: %w", req.Key, distlock.ErrNotAcquired)
+}
+
+// leased runs txn with a lease for ttl. If a reused lease turned out to be
+// gone (revoked behind the backend's back), it retries once with a new one.
+func (b *Backend) leased(ctx context.Context, ttl time.Duration, txn func(clientv3.LeaseID) (*clientv3.TxnResponse, error)) (*ticket, *clientv3.TxnResponse, error) {
+	for fresh := false; ; fresh = true {
+		t, err := b.leases.take(ctx, ttl, fresh)
+		if err != nil {
+			return nil, nil, fmt.Errorf("lease: %w", err)
+		}
+		resp, err := txn(t.id)
+		_ = t.settle() // a failed refresh leaves confirmed at the lease's last confirmation
+		if err != nil && t.reused && !fresh && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			continue
+		}
+		return t, resp, err
+	}
+}
+
+// AcquireWait queues for req.Key and returns once every entry created before
+// its own is gone. While it waits it watches only the entry just before its
+// own and keeps its lease alive; if ctx ends it revokes the lease, which
+// deletes its entry.
+func (b *Backend) AcquireWait(ctx context.Context, req distlock.AcquireRequest) (distlock.Grant, error) {
+	w := &waiter{b: b, key: req.Key, dir: b.dir(req.Key), entry: b.entryKey(req.Key, req.Token)}
+	var err error
+	w.t, w.pos, err = w.enqueue(ctx, encodeValue(req.Token, req.Meta), req.TTL)
+	if err == nil {
+		err = w.wait(ctx)
+	}
+	if err != nil {
+		if w.t != nil {
+			w.abandon()
+		}
+		if ctx.Err() != nil {
+			return distlock.Grant{}, errors.Join(fmt.Errorf("etcdlock: lock %q: %w", req.Key, distlock.ErrNotAcquired), ctx.Err())
+		}
+		return distlock.Grant{}, fmt.Errorf("etcdlock: lock %q: %w", req.Key, err)
+	}
+	if time.Since(w.t.confirmed) > time.Duration(w.t.ttl)*time.Second/8 {
+		// Hand the holder (nearly) its full lease, not what is left of it.
+		_ = b.leases.keepAlive(ctx, w.t)
+	}
+	return b.granted(req.Token, w.entry, w.t, w.myRev), nil
+}
+
+// holding is an acquisition this backend made and has not released.
+type holding struct {
+	lease clientv3.LeaseID
+	ttl   int64
+	stop  context.CancelFunc
+	lost  chan struct{}
+
+	confirmed time.Time // guarded by Backend.mu
+}
+
+func (h *holding) stopWatch() { h.stop() }
+
+// granted records a grant and starts watching its entry: the entry's deletion
+// (release, lease expiry or revocation, an operator) closes Grant.Lost.
+func (b *Backend) granted(token, entry string, t *ticket, rev int64) distlock.Grant {
+	ctx, stop := context.WithCancel(holdWatchContext())
+	h := &holding{lease: t.id, ttl: t.ttl, stop: stop, lost: make(chan struct{}), confirmed: t.confirmed}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		stop()
+		close(h.lost)
+		return distlock.Grant{Fence: uint64(rev), Lost: h.lost, Sent: t.confirmed}
+	}
+	b.held[token] = h
+	b.bg.Add(1)
+	b.mu.Unlock()
+	go func() {
+		defer b.bg.Done()
+		if b.watchDeleted(ctx, entry, rev) {
+			close(h.lost)
+		}
+	}()
+	return distlock.Grant{Fence: uint64(rev), Lost: h.lost, Sent: t.confirmed}
+}
+
+// forget drops token's record and stops its watch; it returns nil if this
+// backend did not make the acquisition.
+func (b *Backend) forget(token string) *holding {
+	b.mu.Lock()
+	h := b.held[token]
+	delete(b.held, token)
+	b.mu.Unlock()
+	if h != nil {
+		h.stop()
+	}
+	return h
+}

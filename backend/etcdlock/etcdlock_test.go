@@ -1,0 +1,98 @@
+package etcdlock_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/backend/etcdlock"
+	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/locktest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// servers are the two etcd deployments every test runs against: Debian's
+// etcd-server process and an embedded server, as the lock service runs it.
+var servers = []struct {
+	name  string
+	start func(testing.TB) []string
+}{
+	{"debian", func(t testing.TB) []string { return []string{testserver.EtcdEndpoint(testserver.Etcd(t))} }},
+	{"embedded", func(t testing.TB) []string { return []string{embeddedEtcd(t)} }},
+}
+
+var seq atomic.Int64
+
+// uniquePrefix returns a namespace of its own for one test.
+func uniquePrefix(t testing.TB) string {
+	return fmt.Sprintf("test-%s-%d-%d", strings.ReplaceAll(t.Name(), "/", "."), time.Now().UnixNano(), seq.Add(1))
+}
+
+func dial(t testing.TB, eps []string, prefix string) *etcdlock.Backend {
+	t.Helper()
+	b, err := etcdlock.Dial(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second}, etcdlock.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// admin returns a plain client for looking at the store behind the backend.
+func admin(t testing.TB, eps []string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+// entries returns the queue entries of key, oldest first.
+func entries(t testing.TB, cli *clientv3.Client, prefix, key string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, prefix+"/"+etcdlock.Escape(key)+"/", clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		t.Fatalf("read queue of %q: %v", key, err)
+	}
+	var out []string
+	for _, kv := range resp.Kvs {
+		out = append(out, string(kv.Key))
+	}
+	return out
+}
+
+func TestConformance(t *testing.T) {
+	for _, srv := range servers {
+		t.Run(srv.name, func(t *testing.T) {
+			eps := srv.start(t)
+			cli := admin(t, eps)
+			prefix := uniquePrefix(t)
+			locktest.Run(t, locktest.Harness{
+				NewBackend: func(t testing.TB) distlock.Backend { return dial(t, eps, prefix) },
+				DeleteKey: func(t testing.TB, key string) {
+					q := entries(t, cli, prefix, key)
+					if len(q) == 0 {
+						t.Fatalf("no entry for %q to delete", key)
+					}
+					if _, err := cli.Delete(context.Background(), q[0]); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Iterations: 50,
+			})
+		})
+	}
+}

@@ -1,0 +1,100 @@
+package etcdlock
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/distlock/distlock"
+)
+
+// Store layout. A lock key K owns the directory PREFIX/esc(K)/; each
+// acquisition, holder or waiter, is one key PREFIX/esc(K)/TOKEN attached to
+// its own lease. The key with the lowest create revision in the directory is
+// the holder; the others queue behind it in create-revision order.
+//
+// esc keeps ASCII letters, digits, '-', '_', '~' and ':' and writes every
+// other byte as %XX. The escaped key therefore holds no '/' or '.', so no
+// lock key can name a path outside its own directory, reach another lock's
+// directory, or leave the namespace; and since bytes are escaped one by one,
+// esc(p) is a prefix of esc(k) whenever p is a prefix of k, which List needs.
+
+// escape maps a lock key to one path segment.
+func escape(key string) string {
+	var b strings.Builder
+	b.Grow(len(key))
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if keep(c) {
+			b.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&b, "%%%02X", c)
+	}
+	return b.String()
+}
+
+func keep(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+		c == '-' || c == '_' || c == '~' || c == ':'
+}
+
+// unescape reverses escape.
+func unescape(seg string) (string, error) {
+	var b strings.Builder
+	b.Grow(len(seg))
+	for i := 0; i < len(seg); i++ {
+		c := seg[i]
+		if c != '%' {
+			b.WriteByte(c)
+			continue
+		}
+		if i+2 >= len(seg) {
+			return "", fmt.Errorf("etcdlock: bad escape in %q", seg)
+		}
+		v, err := strconv.ParseUint(seg[i+1:i+3], 16, 8)
+		if err != nil {
+			return "", fmt.Errorf("etcdlock: bad escape in %q: %w", seg, err)
+		}
+		b.WriteByte(byte(v))
+		i += 2
+	}
+	return b.String(), nil
+}
+
+// dir returns the directory of key's queue, ending in '/'.
+func (b *Backend) dir(key string) string { return b.prefix + escape(key) + "/" }
+
+// entryKey returns the queue entry of token for key.
+func (b *Backend) entryKey(key, token string) string { return b.dir(key) + token }
+
+// splitEntry parses a queue entry's store key into the lock key and token.
+func (b *Backend) splitEntry(storeKey string) (key, token string, err error) {
+	rest, ok := strings.CutPrefix(storeKey, b.prefix)
+	i := strings.LastIndexByte(rest, '/')
+	if !ok || i < 0 {
+		return "", "", fmt.Errorf("etcdlock: %q is not a lock entry under %q", storeKey, b.prefix)
+	}
+	key, err = unescape(rest[:i])
+	return key, rest[i+1:], err
+}
+
+// value is what a queue entry stores.
+type value struct {
+	Token string        `json:"token"`
+	Meta  distlock.Meta `json:"meta"`
+}
+
+func encodeValue(token string, meta distlock.Meta) string {
+	v, _ := json.Marshal(value{Token: token, Meta: meta}) // plain strings and maps never fail
+	return string(v)
+}
+
+func decodeValue(key string, raw []byte) (value, error) {
+	var v value
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return value{}, fmt.Errorf("etcdlock: %q: decode value: %w", key, err)
+	}
+	return v, nil
+}

@@ -1,0 +1,117 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/distlock/distlock"
+)
+
+// Release deletes token's entry, holder or waiter. Since the token is part of
+// the entry's key, only that token's entry can be deleted. The freed lease is
+// kept for reuse if this backend made the acquisition, and revoked otherwise.
+func (b *Backend) Release(ctx context.Context, key, token string) error {
+	resp, err := b.cli.Delete(ctx, b.entryKey(key, token), clientv3.WithPrevKV())
+	if err != nil {
+		return fmt.Errorf("etcdlock: release %q: %w", key, err)
+	}
+	h := b.forget(token)
+	if resp.Deleted == 0 {
+		return fmt.Errorf("etcdlock: release %q: %w", key, distlock.ErrNotHeld)
+	}
+	lease := clientv3.LeaseID(resp.PrevKvs[0].Lease)
+	if h != nil && h.lease == lease {
+		b.mu.Lock()
+		confirmed := h.confirmed
+		b.mu.Unlock()
+		b.leases.put(lease, h.ttl, confirmed)
+		return nil
+	}
+	_, _ = b.cli.Revoke(ctx, lease) // nothing else is on it; failing that, it expires
+	return nil
+}
+
+// Renew confirms that token's entry exists and renews its lease for the TTL
+// the lease was granted with (ttl is fixed at acquisition on etcd).
+func (b *Backend) Renew(ctx context.Context, key, token string, _ time.Duration) error {
+	resp, err := b.cli.Get(ctx, b.entryKey(key, token))
+	if err != nil {
+		return fmt.Errorf("etcdlock: renew %q: %w", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return fmt.Errorf("etcdlock: renew %q: %w", key, distlock.ErrNotHeld)
+	}
+	sent := time.Now()
+	if _, err := b.cli.KeepAliveOnce(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return fmt.Errorf("etcdlock: renew %q: %w: lease expired", key, distlock.ErrNotHeld)
+		}
+		return fmt.Errorf("etcdlock: renew %q: %w", key, err)
+	}
+	b.mu.Lock()
+	if h := b.held[token]; h != nil {
+		h.confirmed = sent
+	}
+	b.mu.Unlock()
+	return nil
+}
+
+// Inspect reports the holder of key: the entry with the lowest create
+// revision. A free key's last fence is not kept (Info.Fence is 0).
+func (b *Backend) Inspect(ctx context.Context, key string) (distlock.Info, error) {
+	resp, err := b.cli.Get(ctx, b.dir(key), clientv3.WithFirstCreate()...)
+	if err != nil {
+		return distlock.Info{}, fmt.Errorf("etcdlock: inspect %q: %w", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return distlock.Info{Key: key}, nil
+	}
+	return b.info(ctx, key, resp.Kvs[0])
+}
+
+func (b *Backend) info(ctx context.Context, key string, kv *mvccpb.KeyValue) (distlock.Info, error) {
+	v, err := decodeValue(key, kv.Value)
+	if err != nil {
+		return distlock.Info{}, err
+	}
+	info := distlock.Info{Key: key, Held: true, Fence: uint64(kv.CreateRevision), Meta: v.Meta}
+	ttl, err := b.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
+	if err != nil {
+		return distlock.Info{}, fmt.Errorf("etcdlock: inspect %q: lease: %w", key, err)
+	}
+	info.TTL = time.Duration(max(ttl.TTL, 0)) * time.Second
+	return info, nil
+}
+
+// List returns the holders of the keys that start with prefix, sorted by key.
+func (b *Backend) List(ctx context.Context, prefix string) ([]distlock.Info, error) {
+	resp, err := b.cli.Get(ctx, b.prefix+escape(prefix), clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return nil, fmt.Errorf("etcdlock: list %q: %w", prefix, err)
+	}
+	seen := make(map[string]bool)
+	var out []distlock.Info
+	for _, kv := range resp.Kvs {
+		key, _, err := b.splitEntry(string(kv.Key))
+		if err != nil || seen[key] || !strings.HasPrefix(key, prefix) {
+			continue // not a lock entry, or a waiter behind the holder
+		}
+		seen[key] = true
+		info, err := b.info(ctx, key, kv)
+		if err != nil {
+			return nil, fmt.Errorf("etcdlock: list %q: %w", prefix, err)
+		}
+		out = append(out, info)
+	}
+	slices.SortFunc(out, func(a, b distlock.Info) int { return strings.Compare(a.Key, b.Key) })
+	return out, nil
+}
