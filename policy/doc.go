@@ -17,9 +17,9 @@
 // client's one store, all groups together: the core labels store requests
 // with their backend only.
 //
-// A client has one backend, so a group cannot name its own store here. To
-// send groups to different stores, build one client (each with its own
-// Policy) per store and pick the client from Policy.Group of the key.
+// A client has one backend, so a group cannot name its own store in the
+// config. To keep groups on different stores, build one client (each with its
+// own Policy) per store and let a Router pick the client by the key's group.
 //
 // Stripe splits a hot key into sub-locks, with weaker exclusion (see Stripe).
 package policy
