@@ -1,0 +1,73 @@
+package sqllock
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/distlock/distlock"
+)
+
+// Inspect reports key's row. A free key reports the fence of its last grant
+// until cleanup deletes the row.
+func (b *Backend) Inspect(ctx context.Context, key string) (distlock.Info, error) {
+	info := distlock.Info{Key: key}
+	row, err := b.queryRow(ctx, b.d.inspect, key)
+	if err == nil {
+		err = scanInfo(row, &info, &info.Held)
+	}
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return distlock.Info{Key: key}, nil
+	case err != nil:
+		return distlock.Info{}, fmt.Errorf("sqllock: inspect %q: %w", key, err)
+	}
+	if !info.Held {
+		info.TTL, info.Meta = 0, distlock.Meta{}
+	}
+	return info, nil
+}
+
+// List returns the held locks whose keys start with prefix, sorted by key.
+func (b *Backend) List(ctx context.Context, prefix string) ([]distlock.Info, error) {
+	s, err := b.stmt(ctx, b.d.list)
+	if err != nil {
+		return nil, fmt.Errorf("sqllock: list %q: %w", prefix, err)
+	}
+	rows, err := s.QueryContext(ctx, prefix, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("sqllock: list %q: %w", prefix, err)
+	}
+	defer rows.Close()
+	var infos []distlock.Info
+	for rows.Next() {
+		info := distlock.Info{Held: true}
+		if err := scanInfo(rows, &info, &info.Key); err != nil {
+			return nil, fmt.Errorf("sqllock: list %q: %w", prefix, err)
+		}
+		infos = append(infos, info)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqllock: list %q: %w", prefix, err)
+	}
+	return infos, nil
+}
+
+// scanInfo reads first (held or key), fence, owner, metadata and ttl µs.
+func scanInfo(row interface{ Scan(...any) error }, info *distlock.Info, first any) error {
+	var (
+		fence, ttlUS int64
+		owner, meta  string
+	)
+	if err := row.Scan(first, &fence, &owner, &meta, &ttlUS); err != nil {
+		return err
+	}
+	if err := json.Unmarshal([]byte(meta), &info.Meta); err != nil {
+		return fmt.Errorf("metadata: %w", err)
+	}
+	info.Fence, info.TTL, info.Meta.Owner = uint64(fence), max(time.Duration(ttlUS)*time.Microsecond, 0), owner
+	return nil
+}

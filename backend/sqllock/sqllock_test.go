@@ -1,0 +1,216 @@
+package sqllock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
+	"go.uber.org/goleak"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/backend/sqllock"
+	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/locktest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var seq atomic.Int64
+
+func uniqueKey(t testing.TB) string {
+	return fmt.Sprintf("sqllock/%s/%d-%d", t.Name(), time.Now().UnixNano(), seq.Add(1))
+}
+
+func testContext(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// store is one running database and how to reach it.
+type store struct {
+	s       *testserver.Server
+	driver  string
+	dsn     string
+	dialect *sqllock.Dialect
+}
+
+// open returns a backend with a database handle of its own, closed by the
+// backend's Close.
+func (st store) open(t testing.TB, opts ...sqllock.Option) *sqllock.Backend {
+	t.Helper()
+	b, err := sqllock.Open(context.Background(), st.driver, st.dsn, st.dialect, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// client returns a client closed when the test ends.
+func (st store) client(t testing.TB, opts ...sqllock.Option) *distlock.Client {
+	c := distlock.New(st.open(t, opts...))
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func postgres(t *testing.T) store {
+	s := testserver.Postgres(t)
+	return store{s: s, driver: "pgx", dsn: testserver.PostgresDSN(s), dialect: sqllock.Postgres}
+}
+
+func mariadb(t *testing.T) store {
+	s := testserver.MariaDB(t)
+	return store{s: s, driver: "mysql", dsn: testserver.MariaDBDSN(s), dialect: sqllock.MariaDB}
+}
+
+func TestPostgres(t *testing.T) { runStore(t, postgres(t)) }
+
+func TestMariaDB(t *testing.T) { runStore(t, mariadb(t)) }
+
+func runStore(t *testing.T, st store) {
+	admin := st.open(t, sqllock.WithRetention(time.Millisecond), sqllock.WithCleanupBatch(2))
+	t.Cleanup(func() { _ = admin.Close() })
+	ctx := testContext(t, time.Minute)
+	for range 2 { // Migrate is idempotent
+		if err := admin.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Run("Conformance", func(t *testing.T) {
+		locktest.Run(t, locktest.Harness{
+			NewBackend: func(t testing.TB) distlock.Backend { return st.open(t) },
+			DeleteKey:  func(t testing.TB, key string) { deleteRow(t, st, key) },
+			// Waiters poll (the table has no notification): allow the
+			// client's backoff cap.
+			NotifyLatency: 150 * time.Millisecond,
+			Iterations:    50,
+		})
+	})
+	t.Run("CleanupKeepsFencesIncreasing", func(t *testing.T) { cleanup(t, st, admin) })
+	t.Run("Restart", func(t *testing.T) { restart(t, st) })
+}
+
+// deleteRow removes key's row behind its holder's back.
+func deleteRow(t testing.TB, st store, key string) {
+	t.Helper()
+	b := st.open(t)
+	defer b.Close()
+	q := "DELETE FROM distlock_leases WHERE lock_key = ?"
+	if st.dialect == sqllock.Postgres {
+		q = "DELETE FROM distlock_leases WHERE lock_key = $1"
+	}
+	n, err := b.DB().ExecContext(context.Background(), q, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows, _ := n.RowsAffected(); rows != 1 {
+		t.Fatalf("deleted %d rows of %q, want 1", rows, key)
+	}
+}
+
+func cleanup(t *testing.T, st store, admin *sqllock.Backend) {
+	ctx := testContext(t, time.Minute)
+	c := st.client(t)
+	keys := []string{uniqueKey(t), uniqueKey(t), uniqueKey(t)}
+	var top uint64
+	for _, k := range keys {
+		l, err := c.TryLock(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		top = max(top, l.Fence())
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, err := c.TryLock(ctx, uniqueKey(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	time.Sleep(20 * time.Millisecond) // past the 1ms retention
+	var total int64
+	for range 1000 { // earlier tests left expired rows too
+
+		n, err := admin.Cleanup(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 2 {
+			t.Fatalf("one cleanup deleted %d rows, over its batch of 2", n)
+		}
+		if total += n; n == 0 {
+			break
+		}
+	}
+	if total < int64(len(keys)) {
+		t.Fatalf("cleanup deleted %d rows, want at least the %d released ones", total, len(keys))
+	}
+	info, err := c.Inspect(ctx, keys[0])
+	if err != nil || info.Held || info.Fence != 0 {
+		t.Fatalf("Inspect of a deleted row: %+v, %v; want free and unknown", info, err)
+	}
+	if info, err := c.Inspect(ctx, held.Key()); err != nil || !info.Held || info.Fence != held.Fence() {
+		t.Fatalf("cleanup touched a held row: %+v, %v", info, err)
+	}
+	l, err := c.TryLock(ctx, keys[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if l.Fence() <= top {
+		t.Fatalf("fence %d after the row was deleted is not above %d", l.Fence(), top)
+	}
+}
+
+// restart restarts the database under a held lease: the lease is in a table,
+// so it outlives the restart, expires on the database's clock, and the next
+// holder gets a higher fence.
+func restart(t *testing.T, st store) {
+	ctx := testContext(t, 2*time.Minute)
+	a, b := st.client(t), st.client(t)
+	key := uniqueKey(t)
+	l, err := a.TryLock(ctx, key, distlock.WithLease(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.s.Restart()
+	info, err := retry(ctx, func() (distlock.Info, error) { return b.Inspect(ctx, key) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Fence != l.Fence() {
+		t.Fatalf("after the restart the row has fence %d, want the holder's %d", info.Fence, l.Fence())
+	}
+	l2, err := retry(ctx, func() (*distlock.Lock, error) { return b.Lock(ctx, key, distlock.WithWait(10*time.Second)) })
+	if err != nil {
+		t.Fatalf("no takeover after the lease expired across a restart: %v", err)
+	}
+	defer l2.Release(ctx)
+	if l2.Fence() <= l.Fence() {
+		t.Fatalf("fence %d after the restart is not above %d", l2.Fence(), l.Fence())
+	}
+	if err := l.Release(ctx); !errors.Is(err, distlock.ErrLockLost) && !errors.Is(err, distlock.ErrNotHeld) {
+		t.Fatalf("stale holder's release: %v", err)
+	}
+}
+
+// retry calls f until it succeeds, at most 50 times 100ms apart: connections
+// that died with the server fail once each.
+func retry[T any](ctx context.Context, f func() (T, error)) (T, error) {
+	var (
+		v   T
+		err error
+	)
+	for range 50 {
+		if v, err = f(); err == nil || ctx.Err() != nil {
+			return v, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return v, err
+}
