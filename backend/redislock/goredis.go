@@ -1,0 +1,198 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// New returns a backend on a go-redis client: a *redis.Client (single node,
+// or Sentinel through redis.NewFailoverClient), a *redis.ClusterClient, or
+// whatever redis.NewUniversalClient returns. Close leaves client open.
+//
+// Set ContextTimeoutEnabled in the client's options: go-redis then bounds
+// each request by its context's deadline, as the watchdog needs when Redis
+// is unreachable. Without it the backend still returns at the deadline, but
+// the abandoned request holds a goroutine and a connection until the
+// client's ReadTimeout.
+func New(client redis.UniversalClient, opts ...Option) (*Backend, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if client == nil {
+		return nil, errors.New("redislock: New needs a client")
+	}
+	st := &goRedis{c: client, bounded: contextTimeoutEnabled(client)}
+	for i, src := range scriptSources {
+		st.scripts[i] = redis.NewScript(src)
+	}
+	return newBackend(st, cfg), nil
+}
+
+// goRedis is the store adapter for go-redis.
+type goRedis struct {
+	c       redis.UniversalClient
+	scripts [numScripts]*redis.Script
+	bounded bool           // the client honours context deadlines itself
+	late    sync.WaitGroup // requests abandoned at their deadline, when !bounded
+}
+
+func contextTimeoutEnabled(c redis.UniversalClient) bool {
+	switch c := c.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// run runs one request within ctx even if the client ignores its deadline.
+func (g *goRedis) run(ctx context.Context, s script, keys []string, args []string) *redis.Cmd {
+	vals := make([]any, len(args))
+	for i, a := range args {
+		vals[i] = a
+	}
+	if g.bounded || ctx.Done() == nil {
+		return g.scripts[s].Run(ctx, g.c, keys, vals...)
+	}
+	done := make(chan *redis.Cmd, 1)
+	g.late.Add(1)
+	go func() {
+		defer g.late.Done()
+		done <- g.scripts[s].Run(ctx, g.c, keys, vals...)
+	}()
+	select {
+	case cmd := <-done:
+		return cmd
+	case <-ctx.Done():
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(ctx.Err())
+		return cmd
+	}
+}
+
+func (g *goRedis) evalInt(ctx context.Context, s script, keys []string, args ...string) (int64, error) {
+	return g.run(ctx, s, keys, args).Int64()
+}
+
+func (g *goRedis) evalStrings(ctx context.Context, s script, keys []string, args ...string) ([]string, error) {
+	return g.run(ctx, s, keys, args).StringSlice()
+}
+
+func (g *goRedis) scan(ctx context.Context, match string, fn func(string)) error {
+	var mu sync.Mutex // ForEachMaster and ForEachShard run node concurrently
+	node := func(ctx context.Context, c *redis.Client) error {
+		it := c.Scan(ctx, 0, match, 256).Iterator()
+		for it.Next(ctx) {
+			mu.Lock()
+			fn(it.Val())
+			mu.Unlock()
+		}
+		return it.Err()
+	}
+	switch c := g.c.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, node)
+	case *redis.Ring:
+		return c.ForEachShard(ctx, node)
+	case *redis.Client:
+		return node(ctx, c)
+	}
+	return errors.New("listing needs a *redis.Client, *redis.ClusterClient or *redis.Ring")
+}
+
+func (g *goRedis) close() error {
+	g.late.Wait()
+	return nil
+}
+
+func (g *goRedis) newPubSub(ev pubsubEvents) pubsub { return &goRedisPubSub{c: g.c, ev: ev} }
+
+// goRedisPubSub is one go-redis PubSub with a reader goroutine. go-redis
+// reconnects and resubscribes by itself; lost still tells the hub, so that
+// waiters re-check keys whose notices were missed.
+type goRedisPubSub struct {
+	c  redis.UniversalClient
+	ev pubsubEvents
+
+	mu     sync.Mutex
+	ps     *redis.PubSub
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// healthInterval is how long the reader waits for traffic before it pings,
+// so that a dead connection is noticed.
+const healthInterval = 5 * time.Second
+
+func (p *goRedisPubSub) subscribe(ctx context.Context, channels []string) error {
+	p.mu.Lock()
+	if p.ps == nil {
+		p.ps = p.c.Subscribe(ctx)
+		rctx, cancel := context.WithCancel(context.Background())
+		p.cancel, p.done = cancel, make(chan struct{})
+		go p.read(rctx, p.ps)
+	}
+	ps := p.ps
+	p.mu.Unlock()
+	return ps.Subscribe(ctx, channels...)
+}
+
+func (p *goRedisPubSub) unsubscribe(ctx context.Context, channels []string) error {
+	p.mu.Lock()
+	ps := p.ps
+	p.mu.Unlock()
+	if ps == nil {
+		return nil
+	}
+	return ps.Unsubscribe(ctx, channels...)
+}
+
+func (p *goRedisPubSub) read(ctx context.Context, ps *redis.PubSub) {
+	defer close(p.done)
+	for ctx.Err() == nil {
+		msg, err := ps.ReceiveTimeout(ctx, healthInterval)
+		switch m := msg.(type) {
+		case *redis.Message:
+			p.ev.message(m.Channel)
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				p.ev.subscribed(m.Channel)
+			}
+		}
+		if err == nil || ctx.Err() != nil {
+			continue
+		}
+		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+			_ = ps.Ping(ctx) // a write on a dead connection makes go-redis reconnect
+			continue
+		}
+		p.ev.lost()
+		select { // go-redis reconnects on the next receive; do not spin meanwhile
+		case <-ctx.Done():
+		case <-time.After(resubscribeBackoff):
+		}
+	}
+}
+
+func (p *goRedisPubSub) close() error {
+	p.mu.Lock()
+	ps, cancel, done := p.ps, p.cancel, p.done
+	p.ps = nil
+	p.mu.Unlock()
+	if ps == nil {
+		return nil
+	}
+	cancel()
+	err := ps.Close()
+	<-done
+	return err
+}

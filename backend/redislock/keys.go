@@ -1,0 +1,81 @@
+package redislock
+
+import (
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/distlock/distlock"
+)
+
+// keys are the Redis names of one lock. They share the hash tag {escaped
+// key}, so they live in one Cluster slot and one script can use them all.
+type keys struct {
+	lock  string // the token, with the lease as its time to live
+	fence string // the fencing counter, kept forever
+	meta  string // the holder's metadata as JSON, with the lease as its time to live
+}
+
+// keysFor maps a lock key to its Redis names: prefix + "{" + escaped key + "}",
+// plus ":fence" and ":meta" for the companions. The lock name is also the
+// channel that release notices are published on.
+func (b *Backend) keysFor(key string) keys {
+	lock := b.prefix + "{" + escapeKey(key) + "}"
+	return keys{lock: lock, fence: lock + ":fence", meta: lock + ":meta"}
+}
+
+// escapeKey makes key safe inside a hash tag: "}" would end the tag early
+// (and an empty tag would hash the whole name), so "\" becomes "\\" and "}"
+// becomes "\]". The mapping is reversible, see unescapeKey.
+func escapeKey(key string) string {
+	if !strings.ContainsAny(key, `\}`) {
+		return key
+	}
+	return strings.NewReplacer(`\`, `\\`, `}`, `\]`).Replace(key)
+}
+
+// unescapeKey reverses escapeKey.
+func unescapeKey(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+1 < len(s) {
+			i++
+			if s[i] == ']' {
+				b.WriteByte('}')
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// keyFromLockName returns the lock key of a lock name found by SCAN, or false
+// if the name is not a lock name under the prefix.
+func (b *Backend) keyFromLockName(name string) (string, bool) {
+	rest, ok := strings.CutPrefix(name, b.prefix+"{")
+	if !ok || !strings.HasSuffix(rest, "}") || strings.Contains(rest[:len(rest)-1], "}") {
+		return "", false
+	}
+	return unescapeKey(rest[:len(rest)-1]), true
+}
+
+// globEscape escapes the characters SCAN MATCH treats as patterns.
+func globEscape(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`).Replace(s)
+}
+
+// validatePrefix checks a key prefix: UTF-8 without control characters or
+// braces (the backend places its own hash tag after the prefix), at most
+// distlock.MaxKeyLen bytes.
+func validatePrefix(p string) error {
+	if len(p) > distlock.MaxKeyLen || !utf8.ValidString(p) || strings.ContainsAny(p, "{}") || strings.ContainsFunc(p, unicode.IsControl) {
+		return fmt.Errorf("redislock: key prefix %q: %w: want at most %d bytes of UTF-8 without braces or control characters",
+			p, distlock.ErrInvalidOption, distlock.MaxKeyLen)
+	}
+	return nil
+}

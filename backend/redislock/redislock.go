@@ -1,0 +1,190 @@
+package redislock
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/distlock/distlock"
+)
+
+// Backend is a distlock backend on one Redis deployment (a single node,
+// Sentinel or Cluster). It is safe for concurrent use.
+type Backend struct {
+	st     store
+	prefix string
+	hub    *hub
+}
+
+var (
+	_ distlock.Backend  = (*Backend)(nil)
+	_ distlock.Notifier = (*Backend)(nil)
+	_ distlock.Lister   = (*Backend)(nil)
+	_ distlock.Namer    = (*Backend)(nil)
+)
+
+func newBackend(st store, cfg config) *Backend {
+	return &Backend{st: st, prefix: cfg.prefix, hub: newHub(st)}
+}
+
+// Name returns "redis".
+func (b *Backend) Name() string { return "redis" }
+
+// Acquire takes req.Key for req.Token with one script: SET NX PX, and the
+// fence counter advanced to max(last+1, server time in µs) in the same step.
+func (b *Backend) Acquire(ctx context.Context, req distlock.AcquireRequest) (distlock.Grant, error) {
+	if err := validRequest(req.Key, req.Token, &req.TTL); err != nil {
+		return distlock.Grant{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, err)
+	}
+	meta, err := encodeMeta(req.Meta)
+	if err != nil {
+		return distlock.Grant{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, err)
+	}
+	k := b.keysFor(req.Key)
+	fence, err := b.st.evalInt(ctx, scriptAcquire, []string{k.lock, k.fence, k.meta}, req.Token, millis(req.TTL), meta)
+	switch {
+	case err != nil:
+		return distlock.Grant{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, err)
+	case fence <= 0:
+		return distlock.Grant{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, distlock.ErrNotAcquired)
+	}
+	return distlock.Grant{Fence: uint64(fence)}, nil
+}
+
+// Renew resets key's time to live to ttl if token holds it.
+func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
+	if err := validRequest(key, token, &ttl); err != nil {
+		return fmt.Errorf("redislock: renew %q: %w", key, err)
+	}
+	k := b.keysFor(key)
+	ok, err := b.st.evalInt(ctx, scriptRenew, []string{k.lock, k.meta}, token, millis(ttl))
+	return held("renew", key, ok, err)
+}
+
+// Release deletes key if token holds it and publishes a release notice.
+func (b *Backend) Release(ctx context.Context, key, token string) error {
+	if err := validRequest(key, token, nil); err != nil {
+		return fmt.Errorf("redislock: release %q: %w", key, err)
+	}
+	k := b.keysFor(key)
+	ok, err := b.st.evalInt(ctx, scriptRelease, []string{k.lock, k.meta}, token, k.lock)
+	return held("release", key, ok, err)
+}
+
+func held(op, key string, ok int64, err error) error {
+	switch {
+	case err != nil:
+		return fmt.Errorf("redislock: %s %q: %w", op, key, err)
+	case ok != 1:
+		return fmt.Errorf("redislock: %s %q: %w", op, key, distlock.ErrNotHeld)
+	}
+	return nil
+}
+
+// Inspect reports whether key is held, its fence (of the holder, or of the
+// last grant), the time to live left (PTTL) and the holder's metadata.
+func (b *Backend) Inspect(ctx context.Context, key string) (distlock.Info, error) {
+	if err := distlock.ValidateKey(key); err != nil {
+		return distlock.Info{}, fmt.Errorf("redislock: inspect: %w", err)
+	}
+	k := b.keysFor(key)
+	r, err := b.st.evalStrings(ctx, scriptInspect, []string{k.lock, k.fence, k.meta})
+	if err == nil && len(r) != 4 {
+		err = fmt.Errorf("inspect script returned %d values, want 4", len(r))
+	}
+	if err != nil {
+		return distlock.Info{}, fmt.Errorf("redislock: inspect %q: %w", key, err)
+	}
+	info := distlock.Info{Key: key, Held: r[0] == "1"}
+	if r[1] != "" {
+		if info.Fence, err = strconv.ParseUint(r[1], 10, 64); err != nil {
+			return distlock.Info{}, fmt.Errorf("redislock: inspect %q: fence: %w", key, err)
+		}
+	}
+	if ms, _ := strconv.ParseInt(r[2], 10, 64); info.Held && ms > 0 {
+		info.TTL = time.Duration(ms) * time.Millisecond
+	}
+	if r[3] != "" {
+		if err := json.Unmarshal([]byte(r[3]), &info.Meta); err != nil {
+			return distlock.Info{}, fmt.Errorf("redislock: inspect %q: metadata: %w", key, err)
+		}
+	}
+	return info, nil
+}
+
+// List returns the held locks whose keys start with prefix, sorted by key. It
+// SCANs every master for the lock names (glob characters in prefix are
+// escaped), then inspects each; it is meant for operators, not hot paths.
+func (b *Backend) List(ctx context.Context, prefix string) ([]distlock.Info, error) {
+	match := globEscape(b.prefix+"{"+escapeKey(prefix)) + "*}"
+	seen := make(map[string]bool)
+	err := b.st.scan(ctx, match, func(name string) {
+		if key, ok := b.keyFromLockName(name); ok && strings.HasPrefix(key, prefix) {
+			seen[key] = true
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redislock: list %q: %w", prefix, err)
+	}
+	infos := make([]distlock.Info, 0, len(seen))
+	for key := range seen {
+		info, err := b.Inspect(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		if info.Held {
+			infos = append(infos, info)
+		}
+	}
+	slices.SortFunc(infos, func(a, b distlock.Info) int { return strings.Compare(a.Key, b.Key) })
+	return infos, nil
+}
+
+// Watch returns a channel that fires when key may have been released. All
+// watches of a backend share one subscription connection.
+func (b *Backend) Watch(_ context.Context, key string) (<-chan struct{}, func(), error) {
+	if err := distlock.ValidateKey(key); err != nil {
+		return nil, nil, fmt.Errorf("redislock: watch: %w", err)
+	}
+	return b.hub.watch(b.keysFor(key).lock)
+}
+
+// Close closes the subscription connection and, if the backend built its
+// client (Open), the client. A client passed to New or NewRueidis stays open.
+func (b *Backend) Close() error {
+	return errors.Join(b.hub.close(), b.st.close())
+}
+
+// validRequest checks what the client validates already, so that a direct
+// caller cannot send a bad request to Redis either. ttl is nil for a release.
+func validRequest(key, token string, ttl *time.Duration) error {
+	if err := distlock.ValidateKey(key); err != nil {
+		return err
+	}
+	switch {
+	case token == "":
+		return fmt.Errorf("%w: empty token", distlock.ErrInvalidOption)
+	case ttl != nil && *ttl <= 0:
+		return fmt.Errorf("%w: time to live %v must be positive", distlock.ErrInvalidOption, *ttl)
+	}
+	return nil
+}
+
+// millis formats d in whole milliseconds, rounded up.
+func millis(d time.Duration) string {
+	return strconv.FormatInt(int64((d+time.Millisecond-1)/time.Millisecond), 10)
+}
+
+// encodeMeta returns m as JSON, or "" if it is empty.
+func encodeMeta(m distlock.Meta) (string, error) {
+	if m.Owner == "" && m.BusinessID == "" && len(m.Labels) == 0 {
+		return "", nil
+	}
+	j, err := json.Marshal(m)
+	return string(j), err
+}

@@ -1,0 +1,171 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+	"go.uber.org/goleak"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/backend/redislock"
+	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/locktest"
+)
+
+func TestMain(m *testing.M) {
+	redis.SetLogger(quietLogger{}) // go-redis logs every Sentinel lookup
+	goleak.VerifyTestMain(m,
+		// rueidis's cluster client closes connections replaced by a topology
+		// refresh after sleeping 5 s in this goroutine; Close does not stop it.
+		goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"))
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+// ownedBackend closes the go-redis client a test built along with the
+// backend, as Open's backends do, so that the suite's leak check sees no
+// client goroutines left.
+type ownedBackend struct {
+	*redislock.Backend
+	client redis.UniversalClient
+}
+
+func (o ownedBackend) Close() error { return errors.Join(o.Backend.Close(), o.client.Close()) }
+
+// newGoRedis returns a backend on a new go-redis client that the backend's
+// Close also closes.
+func newGoRedis(t testing.TB, client redis.UniversalClient) distlock.Backend {
+	t.Helper()
+	b, err := redislock.New(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ownedBackend{b, client}
+}
+
+// openURL returns a backend from redislock.Open.
+func openURL(t testing.TB, rawURL string) *redislock.Backend {
+	t.Helper()
+	b, err := redislock.Open(context.Background(), rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// lockName is the Redis name of a test key under the default prefix (test
+// keys need no escaping).
+func lockName(key string) string { return redislock.DefaultPrefix + "{" + key + "}" }
+
+// rawCommand sends one command to whichever of addrs serves its key (the
+// others answer MOVED in a Cluster).
+func rawCommand(t testing.TB, addrs []string, args ...string) string {
+	t.Helper()
+	var err error
+	for _, a := range addrs {
+		var reply string
+		reply, err = testserver.RedisCommand(context.Background(), a, args...)
+		if err == nil {
+			return reply
+		}
+		if !strings.HasPrefix(err.Error(), "MOVED") && !strings.HasPrefix(err.Error(), "READONLY") {
+			break
+		}
+	}
+	t.Fatalf("%v: %v", args, err)
+	return ""
+}
+
+// deleteKey is the suite's DeleteKey hook: DEL of the lock name.
+func deleteKey(addrs func() []string) func(testing.TB, string) {
+	return func(t testing.TB, key string) { rawCommand(t, addrs(), "DEL", lockName(key)) }
+}
+
+func fixed(addrs ...string) func() []string { return func() []string { return addrs } }
+
+func TestConformanceGoRedis(t *testing.T) {
+	s := testserver.Redis(t)
+	locktest.Run(t, locktest.Harness{
+		NewBackend: func(t testing.TB) distlock.Backend {
+			return newGoRedis(t, redis.NewClient(&redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true}))
+		},
+		DeleteKey: deleteKey(fixed(s.Addr())),
+	})
+}
+
+func TestConformanceRueidis(t *testing.T) {
+	s := testserver.Redis(t)
+	locktest.Run(t, locktest.Harness{
+		NewBackend: func(t testing.TB) distlock.Backend { return openURL(t, "redis://"+s.Addr()+"/0") },
+		DeleteKey:  deleteKey(fixed(s.Addr())),
+	})
+}
+
+func TestConformanceCluster(t *testing.T) {
+	c := testserver.RedisCluster(t, 3)
+	addrs := c.Addrs()
+	t.Run("go-redis", func(t *testing.T) {
+		locktest.Run(t, locktest.Harness{
+			NewBackend: func(t testing.TB) distlock.Backend {
+				return newGoRedis(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true}))
+			},
+			DeleteKey: deleteKey(fixed(addrs...)),
+		})
+	})
+	t.Run("rueidis", func(t *testing.T) {
+		// One client serves every backend of this run: rueidis's cluster client
+		// closes connections it replaced 5 s after a topology refresh, in a
+		// goroutine that Close does not stop, which the suite's leak check
+		// would report. Each backend still has its own subscription connection.
+		client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(client.Close)
+		locktest.Run(t, locktest.Harness{
+			NewBackend: func(t testing.TB) distlock.Backend {
+				b, err := redislock.NewRueidis(client)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return b
+			},
+			DeleteKey: deleteKey(fixed(addrs...)),
+		})
+	})
+}
+
+func TestConformanceSentinel(t *testing.T) {
+	s := testserver.RedisSentinel(t)
+	sentinels := s.SentinelAddrs()
+	primary := func() []string { return []string{s.Primary().Addr()} }
+	t.Run("go-redis", func(t *testing.T) {
+		locktest.Run(t, locktest.Harness{
+			NewBackend: func(t testing.TB) distlock.Backend {
+				return newGoRedis(t, redis.NewFailoverClient(&redis.FailoverOptions{
+					MasterName: testserver.SentinelMaster, SentinelAddrs: sentinels, ContextTimeoutEnabled: true}))
+			},
+			DeleteKey: deleteKey(primary),
+		})
+	})
+	t.Run("rueidis", func(t *testing.T) {
+		url := "redis-sentinel://" + sentinels[0] + "/" + testserver.SentinelMaster + "?addr=" + sentinels[1] + "&addr=" + sentinels[2]
+		locktest.Run(t, locktest.Harness{
+			NewBackend: func(t testing.TB) distlock.Backend { return openURL(t, url) },
+			DeleteKey:  deleteKey(primary),
+		})
+	})
+}
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}

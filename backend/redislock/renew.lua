@@ -1,0 +1,8 @@
+-- Resets the time to live of the lock and its metadata if the token holds it.
+-- KEYS[1] lock, KEYS[2] metadata; ARGV[1] token, ARGV[2] time to live in ms
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+	return 0
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return 1

@@ -1,0 +1,44 @@
+package redislock
+
+import "context"
+
+// store is what the lock logic needs from a Redis client. One adapter per
+// client library implements it (goredis.go, rueidis.go); everything else is
+// shared.
+type store interface {
+	// evalInt runs s and returns its integer reply.
+	evalInt(ctx context.Context, s script, keys []string, args ...string) (int64, error)
+	// evalStrings runs s and returns its reply, an array of strings.
+	evalStrings(ctx context.Context, s script, keys []string, args ...string) ([]string, error)
+	// scan calls fn with every key matching the SCAN pattern match, on every
+	// master; a key may come more than once.
+	scan(ctx context.Context, match string, fn func(key string)) error
+	// newPubSub returns the backend's one subscription connection, which
+	// reports to ev. It connects on the first subscribe.
+	newPubSub(ev pubsubEvents) pubsub
+	// close closes the client if the backend built it.
+	close() error
+}
+
+// pubsub is one subscription connection shared by all of a backend's waiters.
+type pubsub interface {
+	// subscribe sends SUBSCRIBE for channels; confirmations come through
+	// pubsubEvents.subscribed.
+	subscribe(ctx context.Context, channels []string) error
+	// unsubscribe sends UNSUBSCRIBE for channels.
+	unsubscribe(ctx context.Context, channels []string) error
+	// close closes the connection; no event is reported after it returns.
+	close() error
+}
+
+// pubsubEvents receive what arrives on the subscription connection. They run
+// on the connection's reader and must not block.
+type pubsubEvents struct {
+	// message: a release notice on channel.
+	message func(channel string)
+	// subscribed: the server confirmed a subscription to channel.
+	subscribed func(channel string)
+	// lost: the connection failed; subscriptions must be sent again and
+	// notices may have been missed.
+	lost func()
+}
