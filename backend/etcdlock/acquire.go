@@ -28,7 +28,7 @@ func (b *Backend) Acquire(ctx context.Context, req distlock.AcquireRequest) (dis
 		return distlock.Grant{}, fmt.Errorf("etcdlock: acquire %q: %w", req.Key, err)
 	}
 	if resp.Succeeded {
-		return b.granted(req.Token, entry, t, resp.Header.Revision), nil
+		return b.granted(req.Token, entry, t, resp.Header.Revision, req.TTL), nil
 	}
 	b.leases.put(t.id, t.ttl, t.confirmed)
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 && string(kvs[0].Key) == entry {
@@ -74,11 +74,11 @@ func (b *Backend) AcquireWait(ctx context.Context, req distlock.AcquireRequest) 
 		}
 		return distlock.Grant{}, fmt.Errorf("etcdlock: lock %q: %w", req.Key, err)
 	}
-	if time.Since(w.t.confirmed) > time.Duration(w.t.ttl)*time.Second/8 {
+	if time.Until(w.t.expiry()) < req.TTL-req.TTL/8 {
 		// Hand the holder (nearly) its full lease, not what is left of it.
 		_ = b.leases.keepAlive(ctx, w.t)
 	}
-	return b.granted(req.Token, w.entry, w.t, w.myRev), nil
+	return b.granted(req.Token, w.entry, w.t, w.myRev, req.TTL), nil
 }
 
 // holding is an acquisition this backend made and has not released.
@@ -93,28 +93,35 @@ type holding struct {
 
 func (h *holding) stopWatch() { h.stop() }
 
-// granted records a grant and starts watching its entry: the entry's deletion
-// (release, lease expiry or revocation, an operator) closes Grant.Lost.
-func (b *Backend) granted(token, entry string, t *ticket, rev int64) distlock.Grant {
+// lossWatchDelay is how long a hold lasts before its loss watch starts. The
+// watch replays from the grant's revision, so a deletion meanwhile is still
+// reported, at most this late; short holds never pay for a watch.
+const lossWatchDelay = 100 * time.Millisecond
+
+// granted records a grant and, unless it is released first, watches its
+// entry: the entry's deletion (lease expiry or revocation, an operator)
+// closes Grant.Lost.
+func (b *Backend) granted(token, entry string, t *ticket, rev int64, ttl time.Duration) distlock.Grant {
 	ctx, stop := context.WithCancel(holdWatchContext())
 	h := &holding{lease: t.id, ttl: t.ttl, stop: stop, lost: make(chan struct{}), confirmed: t.confirmed}
+	g := distlock.Grant{Fence: uint64(rev), Lost: h.lost, Sent: t.sent(ttl)}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		stop()
 		close(h.lost)
-		return distlock.Grant{Fence: uint64(rev), Lost: h.lost, Sent: t.confirmed}
+		return g
 	}
 	b.held[token] = h
 	b.bg.Add(1)
 	b.mu.Unlock()
 	go func() {
 		defer b.bg.Done()
-		if b.watchDeleted(ctx, entry, rev) {
+		if sleep(ctx, lossWatchDelay) == nil && b.watchDeleted(ctx, entry, rev) {
 			close(h.lost)
 		}
 	}()
-	return distlock.Grant{Fence: uint64(rev), Lost: h.lost, Sent: t.confirmed}
+	return g
 }
 
 // forget drops token's record and stops its watch; it returns nil if this

@@ -54,12 +54,17 @@ func ttlSeconds(ttl time.Duration) int64 {
 	return max(1, int64((ttl+time.Second-1)/time.Second))
 }
 
-// take returns a lease of at least ttl: a spare one, refreshed by a keepalive
-// in flight until settle, or, with fresh or no spare left, a new grant.
+// take returns a lease that outlives ttl from now: a spare one, if it has
+// nearly ttl left or else with a keepalive in flight until settle, or, with
+// fresh or no spare left, a new grant.
 func (p *leasePool) take(ctx context.Context, ttl time.Duration, fresh bool) (*ticket, error) {
 	sec := ttlSeconds(ttl)
 	if s, ok := p.pop(sec, fresh); ok {
-		t := &ticket{id: s.id, ttl: sec, confirmed: s.confirmed, reused: true, refresh: make(chan refreshed, 1)}
+		t := &ticket{id: s.id, ttl: sec, confirmed: s.confirmed, reused: true}
+		if time.Until(t.expiry()) >= ttl-ttl/8 {
+			return t, nil
+		}
+		t.refresh = make(chan refreshed, 1)
 		go func() {
 			sent := time.Now()
 			_, err := p.lease.KeepAliveOnce(ctx, s.id)
@@ -73,6 +78,20 @@ func (p *leasePool) take(ctx context.Context, ttl time.Duration, fresh bool) (*t
 		return nil, err
 	}
 	return &ticket{id: resp.ID, ttl: sec, confirmed: sent}, nil
+}
+
+// expiry is the earliest time the store may drop the lease.
+func (t *ticket) expiry() time.Time { return t.confirmed.Add(time.Duration(t.ttl) * time.Second) }
+
+// sent is the Grant.Sent of a hold of ttl on this lease: the latest time from
+// which the store still keeps the lease for ttl, and not after now. The
+// holder's validity counts from it.
+func (t *ticket) sent(ttl time.Duration) time.Time {
+	s := t.expiry().Add(-ttl)
+	if now := time.Now(); s.After(now) {
+		return now
+	}
+	return s
 }
 
 // settle waits for a reused lease's keepalive and returns its error.

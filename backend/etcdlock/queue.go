@@ -57,19 +57,28 @@ func (w *waiter) enqueue(ctx context.Context, val string, ttl time.Duration) (*t
 }
 
 // locate reads the queue ahead of the entry and checks that the entry is
-// still there.
-func (w *waiter) locate(ctx context.Context) (position, error) {
+// still there. With rev > 0 it first tries a serializable read at rev, which
+// the member that reported a deletion at rev answers from its own state: the
+// queue ahead can only shrink, so what was ahead at rev is an upper bound.
+func (w *waiter) locate(ctx context.Context, rev int64) (position, error) {
+	var read []clientv3.OpOption
+	if rev > 0 {
+		read = []clientv3.OpOption{clientv3.WithRev(rev), clientv3.WithSerializable()}
+	}
 	resp, err := w.b.cli.Txn(ctx).Then(
-		clientv3.OpGet(w.dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1),
-			clientv3.WithMaxCreateRev(w.myRev-1), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)),
-		clientv3.OpGet(w.dir, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...),
-		clientv3.OpGet(w.entry, clientv3.WithCountOnly()),
+		clientv3.OpGet(w.dir, append(read, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1),
+			clientv3.WithMaxCreateRev(w.myRev-1), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend))...),
+		clientv3.OpGet(w.dir, append(read, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)...),
+		clientv3.OpGet(w.entry, append(read, clientv3.WithCountOnly())...),
 	).Commit()
 	if err != nil {
+		if rev > 0 {
+			return w.locate(ctx, 0) // not applied there yet, or compacted
+		}
 		return position{}, err
 	}
 	if resp.Responses[2].GetResponseRange().Count == 0 {
-		return position{}, errors.New("queue entry gone: its lease expired")
+		return position{}, errQueueEntryGone
 	}
 	pos := position{rev: resp.Header.Revision}
 	if before := resp.Responses[0].GetResponseRange().Kvs; len(before) == 1 {
@@ -80,25 +89,26 @@ func (w *waiter) locate(ctx context.Context) (position, error) {
 	return pos, nil
 }
 
+var errQueueEntryGone = errors.New("queue entry gone: its lease expired")
+
+// relocate is locate, retried while a store failure (a leader election, say)
+// lasts, the lease is not in doubt, and ctx allows.
+func (w *waiter) relocate(ctx context.Context, rev int64) (position, error) {
+	pos, err := w.locate(ctx, rev)
+	for err != nil && !errors.Is(err, errQueueEntryGone) && ctx.Err() == nil && !w.expired() {
+		if err = sleep(ctx, 100*time.Millisecond); err == nil {
+			pos, err = w.locate(ctx, 0)
+		}
+	}
+	return pos, err
+}
+
 // wait returns once the entry is first in the queue.
 func (w *waiter) wait(ctx context.Context) error {
 	keep := time.NewTimer(w.keepAliveIn())
 	defer keep.Stop()
 	for w.pos.pred != "" {
-		deleted, err := w.watchPred(ctx, keep)
-		switch {
-		case err != nil:
-			return err
-		case deleted && w.pos.predIsFirst:
-			return nil // nothing was ahead of pred, and nothing can be created ahead of us
-		}
-		pos, err := w.locate(ctx)
-		for err != nil && ctx.Err() == nil && !w.expired() {
-			// A store failure (a leader election, say): look again while the lease lasts.
-			if err = sleep(ctx, 100*time.Millisecond); err == nil {
-				pos, err = w.locate(ctx)
-			}
-		}
+		pos, err := w.next(ctx, keep)
 		if err != nil {
 			return err
 		}
@@ -107,47 +117,50 @@ func (w *waiter) wait(ctx context.Context) error {
 	return nil
 }
 
-// watchPred watches the predecessor until it is deleted (true), may have
-// changed (false: the watch broke, so look again), or ctx ends. It keeps
-// the lease alive meanwhile.
-func (w *waiter) watchPred(ctx context.Context, keep *time.Timer) (bool, error) {
+// next watches the predecessor until it is deleted and returns the new
+// position, keeping the lease alive meanwhile.
+func (w *waiter) next(ctx context.Context, keep *time.Timer) (position, error) {
 	wctx, cancel := context.WithCancel(waitWatchContext(ctx))
 	defer cancel()
 	// A watch from the current revision joins the server's synced watchers at
-	// once; one from an older revision waits up to 100ms for a catch-up pass.
-	// So watch from now, and close the gap since pos.rev with one read if the
-	// store moved meanwhile.
+	// once; one from an older revision waits for a catch-up pass that runs
+	// every 100ms. So watch from now, and close the gap since pos.rev with
+	// one read at the watch's start revision if the store moved meanwhile.
 	wch := w.b.cli.Watch(wctx, w.pos.pred, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
 	for {
 		select {
 		case <-ctx.Done():
-			return false, ctx.Err()
+			return position{}, ctx.Err()
 		case <-keep.C:
 			if err := w.keepAlive(ctx); err != nil {
-				return false, err
+				return position{}, err
 			}
 			keep.Reset(w.keepAliveIn())
 		case wr, ok := <-wch:
-			if !ok || wr.Err() != nil {
-				return false, sleep(ctx, 50*time.Millisecond)
-			}
-			if wr.Created {
+			switch {
+			case !ok || wr.Err() != nil:
+				if err := sleep(ctx, 50*time.Millisecond); err != nil {
+					return position{}, err
+				}
+				return w.relocate(ctx, 0)
+			case wr.Created:
 				if wr.Header.Revision == w.pos.rev {
 					continue
 				}
-				resp, err := w.b.cli.Get(ctx, w.pos.pred, clientv3.WithCountOnly())
-				if err != nil {
-					return false, nil
+				pos, err := w.relocate(ctx, wr.Header.Revision)
+				if err != nil || pos.pred != w.pos.pred {
+					return pos, err
 				}
-				if resp.Count == 0 {
-					return true, nil
-				}
-				continue
+				w.pos = pos // still waiting on pred; it may have become the holder
 			}
 			for _, ev := range wr.Events {
-				if ev.Type == mvccpb.DELETE {
-					return true, nil
+				if ev.Type != mvccpb.DELETE {
+					continue
 				}
+				if w.pos.predIsFirst {
+					return position{}, nil // nothing was ahead of pred, and nothing can be created ahead of us
+				}
+				return w.relocate(ctx, ev.Kv.ModRevision)
 			}
 		}
 	}
