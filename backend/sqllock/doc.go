@@ -11,9 +11,11 @@
 // still agree on who holds a key.
 //
 // Fences come from one database sequence, so they strictly increase for a key
-// across releases, expiries, restarts and the deletion of its row. Released
-// rows stay, free, and rows expired for longer than WithRetention are deleted
-// in bounded batches (WithCleanupInterval, WithCleanupBatch, or Cleanup).
+// across releases, expiries, restarts and the deletion of its row. Release
+// deletes the row; rows of leases that expired (their holder vanished) stay,
+// so Inspect reports their last fence, until they are older than
+// WithRetention, then go in bounded batches (WithCleanupInterval,
+// WithCleanupBatch, or Cleanup).
 //
 // Waiting polls with the client's jittered backoff: the table has no
 // notification.

@@ -11,8 +11,8 @@ import (
 	"github.com/distlock/distlock"
 )
 
-// Inspect reports key's row. A free key reports the fence of its last grant
-// until cleanup deletes the row.
+// Inspect reports key's row. A key whose lease expired reports the fence of
+// its last grant until cleanup deletes the row; a released key has no row.
 func (b *Backend) Inspect(ctx context.Context, key string) (distlock.Info, error) {
 	info := distlock.Info{Key: key}
 	row, err := b.queryRow(ctx, b.d.inspect, key)

@@ -23,7 +23,7 @@ func WithCleanupInterval(d time.Duration) Option { return func(o *options) { o.c
 // WithCleanupBatch caps the rows one cleanup deletes. The default is 1000.
 func WithCleanupBatch(n int) Option { return func(o *options) { o.cleanupBatch = n } }
 
-// WithRetention sets how long a free or expired row stays before cleanup may
-// delete it; Inspect reports the last fence of a free key meanwhile. The
+// WithRetention sets how long the row of an expired lease stays before
+// cleanup may delete it; Inspect reports its last fence meanwhile. The
 // default is 10 minutes.
 func WithRetention(d time.Duration) Option { return func(o *options) { o.retention = d } }

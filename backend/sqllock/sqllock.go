@@ -109,7 +109,7 @@ func (b *Backend) Acquire(ctx context.Context, req distlock.AcquireRequest) (dis
 		return distlock.Grant{}, fmt.Errorf("sqllock: acquire %q: metadata: %w", req.Key, err)
 	}
 	var (
-		holder sql.NullString
+		holder string
 		fence  int64
 	)
 	row, err := b.queryRow(ctx, b.d.acquire, req.Key, req.Token, req.TTL.Microseconds(), req.Meta.Owner, string(meta))
@@ -117,7 +117,7 @@ func (b *Backend) Acquire(ctx context.Context, req distlock.AcquireRequest) (dis
 		err = row.Scan(&holder, &fence)
 	}
 	switch {
-	case errors.Is(err, sql.ErrNoRows), err == nil && holder.String != req.Token:
+	case errors.Is(err, sql.ErrNoRows), err == nil && holder != req.Token:
 		return distlock.Grant{}, fmt.Errorf("sqllock: acquire %q: %w", req.Key, distlock.ErrNotAcquired)
 	case err != nil:
 		return distlock.Grant{}, fmt.Errorf("sqllock: acquire %q: %w", req.Key, err)
@@ -146,7 +146,7 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 	return nil
 }
 
-// Release frees key if token holds it. The row stays with its fence, free.
+// Release frees key if token holds it by deleting its row.
 func (b *Backend) Release(ctx context.Context, key, token string) error {
 	n, err := b.exec(ctx, b.d.release, key, token)
 	if err != nil {

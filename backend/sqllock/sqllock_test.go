@@ -117,25 +117,25 @@ func cleanup(t *testing.T, st store, admin *sqllock.Backend) {
 	c := st.client(t)
 	keys := []string{uniqueKey(t), uniqueKey(t), uniqueKey(t)}
 	var top uint64
-	for _, k := range keys {
-		l, err := c.TryLock(ctx, k)
+	for _, k := range keys { // holders that vanish: their rows stay, expired
+		l, err := c.TryLock(ctx, k, distlock.WithLease(50*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
 		top = max(top, l.Fence())
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
+		<-l.Done()
 	}
 	held, err := c.TryLock(ctx, uniqueKey(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer held.Release(ctx)
-	time.Sleep(20 * time.Millisecond) // past the 1ms retention
+	time.Sleep(100 * time.Millisecond) // every lease ended, past the 1ms retention
+	if info, err := c.Inspect(ctx, keys[2]); err != nil || info.Held || info.Fence != top {
+		t.Fatalf("Inspect of an expired lease: %+v, %v; want free with the last fence %d", info, err, top)
+	}
 	var total int64
 	for range 1000 { // earlier tests left expired rows too
-
 		n, err := admin.Cleanup(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -148,7 +148,7 @@ func cleanup(t *testing.T, st store, admin *sqllock.Backend) {
 		}
 	}
 	if total < int64(len(keys)) {
-		t.Fatalf("cleanup deleted %d rows, want at least the %d released ones", total, len(keys))
+		t.Fatalf("cleanup deleted %d rows, want at least the %d expired ones", total, len(keys))
 	}
 	info, err := c.Inspect(ctx, keys[0])
 	if err != nil || info.Held || info.Fence != 0 {

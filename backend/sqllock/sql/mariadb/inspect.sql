@@ -1,4 +1,4 @@
 -- key.
-SELECT token IS NOT NULL AND expires_at > UTC_TIMESTAMP(6), fence, owner, metadata,
+SELECT expires_at > UTC_TIMESTAMP(6), fence, owner, metadata,
        TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)
 FROM distlock_leases WHERE lock_key = ?

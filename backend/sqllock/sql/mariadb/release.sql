@@ -1,3 +1,3 @@
--- key, token. The row stays, free, until cleanup deletes it.
-UPDATE distlock_leases SET token = NULL, expires_at = UTC_TIMESTAMP(6)
+-- key, token. The fence lives on in the sequence, not in the row.
+DELETE FROM distlock_leases
 WHERE lock_key = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6)

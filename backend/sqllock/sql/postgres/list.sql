@@ -2,5 +2,5 @@
 SELECT lock_key, fence, owner, metadata,
        (extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint
 FROM distlock_leases
-WHERE token IS NOT NULL AND expires_at > clock_timestamp() AND left(lock_key, char_length($1)) = $2
+WHERE expires_at > clock_timestamp() AND left(lock_key, char_length($1)) = $2
 ORDER BY lock_key COLLATE "C"

@@ -3,7 +3,7 @@
 CREATE SEQUENCE IF NOT EXISTS distlock_fence;
 CREATE TABLE IF NOT EXISTS distlock_leases (
 	lock_key   text PRIMARY KEY,
-	token      text,
+	token      text NOT NULL,
 	fence      bigint NOT NULL,
 	expires_at timestamptz NOT NULL,
 	owner      text NOT NULL,

@@ -1,3 +1,3 @@
--- $1 key, $2 token. The row stays, free, until cleanup deletes it.
-UPDATE distlock_leases SET token = NULL, expires_at = clock_timestamp()
+-- $1 key, $2 token. The fence lives on in the sequence, not in the row.
+DELETE FROM distlock_leases
 WHERE lock_key = $1 AND token = $2 AND expires_at > clock_timestamp()
