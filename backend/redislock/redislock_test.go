@@ -140,6 +140,44 @@ func TestConformanceCluster(t *testing.T) {
 			DeleteKey: deleteKey(fixed(addrs...)),
 		})
 	})
+	t.Run("special-keys", func(t *testing.T) { specialKeys(t, openURL(t, "redis-cluster://"+addrs[0])) })
+}
+
+// specialKeys locks keys with braces, backslashes and glob characters, which
+// must still share one slot with their counters and list by exact prefix.
+func specialKeys(t *testing.T, b *redislock.Backend) {
+	ctx := testContext(t)
+	c := distlock.New(b)
+	defer c.Close()
+	keys := []string{"}lead", "}lead}2", "a}b{c", `back\slash`, `back\]`, "star*[?]", "star*[?]x", "starry"}
+	for _, k := range keys {
+		l, err := c.TryLock(ctx, k, distlock.WithOwner("o-"+k))
+		if err != nil {
+			t.Fatalf("lock %q: %v", k, err)
+		}
+		defer l.Release(ctx)
+		info, err := c.Inspect(ctx, k)
+		if err != nil || !info.Held || info.Fence != l.Fence() || info.Meta.Owner != "o-"+k {
+			t.Fatalf("inspect %q = %+v, %v; want held with fence %d", k, info, err, l.Fence())
+		}
+	}
+	for prefix, want := range map[string][]string{
+		"}lead":    {"}lead", "}lead}2"},
+		"star*[?]": {"star*[?]", "star*[?]x"},
+		`back\`:    {`back\]`, `back\slash`},
+	} {
+		infos, err := c.List(ctx, prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, i := range infos {
+			got = append(got, i.Key)
+		}
+		if strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Errorf("List(%q) = %q, want %q", prefix, got, want)
+		}
+	}
 }
 
 func TestConformanceSentinel(t *testing.T) {

@@ -1,0 +1,136 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/backend/redislock"
+	"github.com/distlock/distlock/internal/testserver"
+)
+
+// countingHook counts the commands and connections a go-redis client makes.
+type countingHook struct{ cmds, dials atomic.Int64 }
+
+func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		h.dials.Add(1)
+		return next(ctx, network, addr)
+	}
+}
+
+func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.cmds.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.cmds.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// TestInvalidInputSendsNothing checks that bad keys, options, tokens and
+// prefixes are refused before any command reaches Redis.
+func TestInvalidInputSendsNothing(t *testing.T) {
+	s := testserver.Redis(t)
+	ctx := testContext(t)
+	hook := &countingHook{}
+	client := redis.NewClient(&redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true})
+	client.AddHook(hook)
+	t.Cleanup(func() { _ = client.Close() })
+
+	for _, p := range []string{"a{b", "a}b", "{}", "a\nb", "a\xffb", strings.Repeat("p", distlock.MaxKeyLen+1)} {
+		if _, err := redislock.New(client, redislock.WithPrefix(p)); !errors.Is(err, distlock.ErrInvalidOption) {
+			t.Errorf("prefix %q: got %v, want ErrInvalidOption", p, err)
+		}
+	}
+	// Open checks the prefix before it dials: nothing listens on port 1.
+	if _, err := redislock.Open(ctx, "redis://127.0.0.1:1/0?prefix=a%7Bb"); !errors.Is(err, distlock.ErrInvalidOption) {
+		t.Errorf("Open with a bad prefix: got %v, want ErrInvalidOption", err)
+	}
+	if _, err := redislock.Open(ctx, "redis-sentinel://127.0.0.1:1/"); err == nil {
+		t.Error("Open of a sentinel URL without a master name succeeded")
+	}
+
+	b, err := redislock.New(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := distlock.New(b)
+	t.Cleanup(func() { _ = c.Close() })
+	badKeys := []string{"", strings.Repeat("k", distlock.MaxKeyLen+1), "a\x00b", "a\nb", "a\x7fb", "a\xffb"}
+	for _, k := range badKeys {
+		if _, err := c.Lock(ctx, k); !errors.Is(err, distlock.ErrInvalidKey) {
+			t.Errorf("Lock %q: got %v, want ErrInvalidKey", k, err)
+		}
+		if _, err := c.Inspect(ctx, k); !errors.Is(err, distlock.ErrInvalidKey) {
+			t.Errorf("Inspect %q: got %v, want ErrInvalidKey", k, err)
+		}
+		if _, err := b.Acquire(ctx, distlock.AcquireRequest{Key: k, Token: "t", TTL: time.Second}); !errors.Is(err, distlock.ErrInvalidKey) {
+			t.Errorf("Backend.Acquire %q: got %v, want ErrInvalidKey", k, err)
+		}
+		if err := b.Renew(ctx, k, "t", time.Second); !errors.Is(err, distlock.ErrInvalidKey) {
+			t.Errorf("Backend.Renew %q: got %v, want ErrInvalidKey", k, err)
+		}
+		if err := b.Release(ctx, k, "t"); !errors.Is(err, distlock.ErrInvalidKey) {
+			t.Errorf("Backend.Release %q: got %v, want ErrInvalidKey", k, err)
+		}
+		if _, _, err := b.Watch(ctx, k); !errors.Is(err, distlock.ErrInvalidKey) {
+			t.Errorf("Backend.Watch %q: got %v, want ErrInvalidKey", k, err)
+		}
+	}
+	if _, err := c.List(ctx, "a\nb"); !errors.Is(err, distlock.ErrInvalidKey) {
+		t.Errorf("List with a control character: got %v, want ErrInvalidKey", err)
+	}
+	for name, opts := range map[string][]distlock.Option{
+		"zero lease":          {distlock.WithLease(0)},
+		"lease under minimum": {distlock.WithLease(time.Millisecond)},
+		"negative wait":       {distlock.WithWait(-2 * time.Second)},
+		"negative lock delay": {distlock.WithLockDelay(-time.Second)},
+	} {
+		if _, err := c.Lock(ctx, "valid", opts...); !errors.Is(err, distlock.ErrInvalidOption) {
+			t.Errorf("%s: got %v, want ErrInvalidOption", name, err)
+		}
+	}
+	bad := []struct {
+		name string
+		call func() error
+	}{
+		{"acquire without token", func() error {
+			_, err := b.Acquire(ctx, distlock.AcquireRequest{Key: "valid", TTL: time.Second})
+			return err
+		}},
+		{"acquire with zero TTL", func() error {
+			_, err := b.Acquire(ctx, distlock.AcquireRequest{Key: "valid", Token: "t"})
+			return err
+		}},
+		{"renew with negative TTL", func() error { return b.Renew(ctx, "valid", "t", -time.Second) }},
+		{"release without token", func() error { return b.Release(ctx, "valid", "") }},
+	}
+	for _, tc := range bad {
+		if err := tc.call(); !errors.Is(err, distlock.ErrInvalidOption) {
+			t.Errorf("%s: got %v, want ErrInvalidOption", tc.name, err)
+		}
+	}
+	if n, d := hook.cmds.Load(), hook.dials.Load(); n != 0 || d != 0 {
+		t.Fatalf("invalid input sent %d commands over %d connections, want none", n, d)
+	}
+	// The hook does count: one valid request goes through it.
+	if _, err := c.Inspect(ctx, "valid"); err != nil {
+		t.Fatal(err)
+	}
+	if hook.cmds.Load() == 0 {
+		t.Fatal("the hook counted no command for a valid request")
+	}
+}
