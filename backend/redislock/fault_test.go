@@ -215,4 +215,3 @@ func TestAcquireIdempotent(t *testing.T) {
 		})
 	}
 }
-
