@@ -9,6 +9,7 @@ import (
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/memlock"
 	"github.com/distlock/distlock/backend/pglock"
+	"github.com/distlock/distlock/backend/redislock"
 	"github.com/distlock/distlock/internal/testserver"
 )
 
@@ -22,10 +23,32 @@ func TestScriptMemlock(t *testing.T) {
 	})
 }
 
+// stealByToken releases l by its token on the holder's own backend, behind
+// its client's back: the lock is gone from the store and the client's next
+// renewal is refused.
+func stealByToken(t *testing.T, c *distlock.Client, l *distlock.Lock) {
+	if err := c.Backend().Release(context.Background(), l.Key(), l.Token()); err != nil {
+		t.Fatalf("release %q behind its holder's back: %v", l.Key(), err)
+	}
+}
+
+// TestScriptRedis runs the sequence on a real redis-server through redislock.
+func TestScriptRedis(t *testing.T) {
+	s := testserver.Redis(t)
+	runScript(t, store{
+		newBackend: func(t *testing.T) distlock.Backend {
+			b, err := redislock.Open(context.Background(), "redis://"+s.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		},
+		steal: stealByToken,
+	})
+}
+
 // TestScriptPostgres runs the sequence on a real PostgreSQL server through
-// pglock. The loss is a release by token on the holder's own backend, behind
-// its client's back: the advisory lock is gone from the server and the
-// client's next renewal is refused.
+// pglock, whose Lock waits natively.
 func TestScriptPostgres(t *testing.T) {
 	s := testserver.Postgres(t)
 	runScript(t, store{
@@ -36,10 +59,6 @@ func TestScriptPostgres(t *testing.T) {
 			}
 			return b
 		},
-		steal: func(t *testing.T, c *distlock.Client, l *distlock.Lock) {
-			if err := c.Backend().Release(context.Background(), l.Key(), l.Token()); err != nil {
-				t.Fatalf("release %q behind its holder's back: %v", l.Key(), err)
-			}
-		},
+		steal: stealByToken,
 	})
 }

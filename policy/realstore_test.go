@@ -6,10 +6,29 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/pglock"
+	"github.com/distlock/distlock/backend/redislock"
 	"github.com/distlock/distlock/internal/faultproxy"
 	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/policy"
 )
+
+// TestDegradationRedis slows a real redis-server with a fault proxy between
+// redislock and the server.
+func TestDegradationRedis(t *testing.T) {
+	s := testserver.Redis(t)
+	proxy := faultproxy.Start(t, s.Addr())
+	runDegradation(t, slowStore{
+		newBackend: func(t *testing.T) distlock.Backend {
+			b, err := redislock.Open(context.Background(), "redis://"+proxy.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		},
+		slow:    func(*policy.Policy) { proxy.SetLatency(enterP99) }, // a round trip takes twice this
+		restore: proxy.Restore,
+	})
+}
 
 // TestDegradationPostgres slows a real PostgreSQL server with a fault proxy
 // between pglock and the server.
