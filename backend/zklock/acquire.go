@@ -1,0 +1,304 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/distlock/distlock"
+)
+
+var acl = zk.WorldACL(zk.PermAll)
+
+// Acquire takes req.Key if its queue is empty: it queues, and leaves again
+// at once if anyone is ahead.
+func (b *Backend) Acquire(ctx context.Context, req distlock.AcquireRequest) (distlock.Grant, error) {
+	data := encodeValue(req.Token, req.TTL, req.Meta)
+	sent := time.Now()
+	node, err := b.enqueue(ctx, req.Key, req.Token, data)
+	if err != nil {
+		return distlock.Grant{}, fmt.Errorf("zklock: acquire %q: %w", req.Key, err)
+	}
+	pos, err := b.look(ctx, node)
+	if err == nil && pos.first() {
+		return b.granted(req.Token, node, data, pos, sent), nil
+	}
+	b.leave(node)
+	if err != nil {
+		return distlock.Grant{}, fmt.Errorf("zklock: acquire %q: %w", req.Key, err)
+	}
+	return distlock.Grant{}, fmt.Errorf("zklock: acquire %q: %w", req.Key, distlock.ErrNotAcquired)
+}
+
+// AcquireWait queues for req.Key and returns once its node is first. It
+// watches only the node just before its own, and when that node holds the
+// lock, enforces its lease. If ctx ends it deletes its node.
+func (b *Backend) AcquireWait(ctx context.Context, req distlock.AcquireRequest) (distlock.Grant, error) {
+	data := encodeValue(req.Token, req.TTL, req.Meta)
+	sent := time.Now()
+	node, err := b.enqueue(ctx, req.Key, req.Token, data)
+	if err != nil {
+		return distlock.Grant{}, b.waitError(ctx, req.Key, err)
+	}
+	pos, err := b.look(ctx, node)
+	waited := false
+	for err == nil && !pos.first() {
+		waited = true
+		err = b.awaitPred(ctx, &pos)
+	}
+	if err != nil {
+		b.leave(node)
+		return distlock.Grant{}, b.waitError(ctx, req.Key, err)
+	}
+	if waited {
+		// Whoever queued behind this node while it waited watches it without
+		// timing its lease; touching the node makes them look again and start.
+		sent = time.Now()
+		b.background(func(ctx context.Context) {
+			_, _ = call(ctx, func() (*zk.Stat, error) { return b.conn.Set(node, data, -1) })
+		})
+	}
+	return b.granted(req.Token, node, data, pos, sent), nil
+}
+
+func (b *Backend) waitError(ctx context.Context, key string, err error) error {
+	if ctx.Err() != nil {
+		return errors.Join(fmt.Errorf("zklock: lock %q: %w", key, distlock.ErrNotAcquired), ctx.Err())
+	}
+	return fmt.Errorf("zklock: lock %q: %w", key, err)
+}
+
+// position is a node's place in its queue.
+type position struct {
+	node, parent string
+	queue        []string // children names, by sequence
+	idx          int
+	fence        uint64 // the node's czxid
+	watch        <-chan zk.Event
+}
+
+func (p *position) first() bool { return p.idx == 0 }
+
+// enqueue creates token's node at the tail of key's queue, creating the
+// parent (as a container) when it is missing.
+func (b *Backend) enqueue(ctx context.Context, key, token string, data []byte) (string, error) {
+	parent := b.parent(key)
+	for range 3 {
+		node, err := b.createNode(ctx, parent+"/"+nodeName(token), data)
+		if !errors.Is(err, zk.ErrNoNode) {
+			return node, err
+		}
+		_, err = call(ctx, func() (string, error) { return b.conn.CreateContainer(parent, nil, zk.FlagContainer, acl) })
+		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return "", fmt.Errorf("create parent %s: %w", parent, err)
+		}
+	}
+	return "", fmt.Errorf("parent %s keeps being deleted", parent)
+}
+
+// createNode creates an ephemeral sequential node. If ctx ends first, the
+// node, should it be created after all, is deleted in the background.
+func (b *Backend) createNode(ctx context.Context, prefix string, data []byte) (string, error) {
+	type result struct {
+		node string
+		err  error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		node, err := b.conn.Create(prefix, data, zk.FlagEphemeralSequential, acl)
+		ch <- result{node, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.node, r.err
+	case <-ctx.Done():
+		b.background(func(ctx context.Context) {
+			if r := <-ch; r.err == nil {
+				_ = b.deleteNode(ctx, r.node, -1)
+			}
+		})
+		return "", ctx.Err()
+	}
+}
+
+// look lists node's queue and, in the same round trip, reads the node's
+// czxid and watches it (the hold's loss watch once granted).
+func (b *Backend) look(ctx context.Context, node string) (position, error) {
+	pos := position{node: node, parent: path.Dir(node)}
+	type stat struct {
+		s  *zk.Stat
+		ch <-chan zk.Event
+	}
+	st := make(chan stat, 1)
+	errc := make(chan error, 1)
+	go func() {
+		exists, s, ch, err := b.conn.ExistsW(node)
+		if err == nil && !exists {
+			err = errors.New("queue node gone: the session expired")
+		}
+		st <- stat{s, ch}
+		errc <- err
+	}()
+	err := b.list(ctx, &pos)
+	select {
+	case s := <-st:
+		if werr := <-errc; werr != nil {
+			return pos, werr
+		}
+		pos.fence, pos.watch = uint64(s.s.Czxid), s.ch
+	case <-ctx.Done():
+		return pos, ctx.Err()
+	}
+	return pos, err
+}
+
+// list reads the queue and finds the node in it.
+func (b *Backend) list(ctx context.Context, pos *position) error {
+	children, err := call(ctx, func() ([]string, error) {
+		c, _, err := b.conn.Children(pos.parent)
+		return c, err
+	})
+	if err != nil {
+		return err
+	}
+	pos.queue = sortQueue(children)
+	pos.idx = slices.Index(pos.queue, path.Base(pos.node))
+	if pos.idx < 0 {
+		return errors.New("queue node gone: the session expired")
+	}
+	return nil
+}
+
+// watched is the answer to a request that sets a watch.
+type watched struct {
+	exists bool
+	raw    []byte
+	stat   *zk.Stat
+	ch     <-chan zk.Event
+}
+
+// awaitPred waits until the node before pos's is gone and updates pos.
+func (b *Backend) awaitPred(ctx context.Context, pos *position) error {
+	pred := pos.parent + "/" + pos.queue[pos.idx-1]
+	if pos.idx == 1 {
+		if err := b.awaitHolder(ctx, pred); err != nil {
+			return err
+		}
+		pos.idx = 0 // nothing was ahead of the holder, and nothing can queue ahead of us
+		return nil
+	}
+	w, err := call(ctx, func() (watched, error) {
+		exists, _, ch, err := b.conn.ExistsW(pred)
+		return watched{exists: exists, ch: ch}, err
+	})
+	if err != nil {
+		return err
+	}
+	ch := w.ch
+	if w.exists {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case ev := <-ch:
+			if ev.Err != nil {
+				return ev.Err
+			}
+		}
+	}
+	return b.list(ctx, pos)
+}
+
+// awaitHolder waits until the holder's node is gone. It times the holder's
+// lease from each change of its node it sees; a lease that runs out without
+// a renewal ends with the deletion of the node, by version, so that a
+// renewal in between wins.
+func (b *Backend) awaitHolder(ctx context.Context, holder string) error {
+	for {
+		w, err := call(ctx, func() (watched, error) {
+			raw, st, ch, err := b.conn.GetW(holder)
+			return watched{exists: err == nil, raw: raw, stat: st, ch: ch}, err
+		})
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		st, ch := w.stat, w.ch
+		v, err := decodeValue(holder, w.raw)
+		if err != nil {
+			return err
+		}
+		expire := time.NewTimer(v.ttl())
+		select {
+		case <-ctx.Done():
+			expire.Stop()
+			return ctx.Err()
+		case ev := <-ch:
+			expire.Stop()
+			switch {
+			case ev.Err != nil:
+				return ev.Err
+			case ev.Type == zk.EventNodeDeleted:
+				return nil
+			}
+		case <-expire.C:
+			err := b.deleteNode(ctx, holder, st.Version)
+			if err == nil || errors.Is(err, zk.ErrNoNode) {
+				return nil
+			}
+			if !errors.Is(err, zk.ErrBadVersion) {
+				return err
+			}
+		}
+	}
+}
+
+// leave deletes a node that will not hold the lock, in the background with
+// a context of its own, and lets the janitor look at its parent.
+func (b *Backend) leave(node string) {
+	b.background(func(ctx context.Context) {
+		if err := b.deleteNode(ctx, node, -1); err == nil {
+			b.janitor.mark(path.Dir(node))
+		}
+	})
+}
+
+// granted records a hold and watches its node.
+func (b *Backend) granted(token, node string, data []byte, pos position, sent time.Time) distlock.Grant {
+	h := newHold(node, data)
+	g := distlock.Grant{Fence: pos.fence, Lost: h.lost, Sent: sent}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		close(h.lost)
+		return g
+	}
+	b.holds[token] = h
+	b.bg.Add(1)
+	go func() {
+		defer b.bg.Done()
+		b.watchHold(h, pos.watch)
+	}()
+	return g
+}
+
+// deleteNode deletes a node at version (-1: any).
+func (b *Backend) deleteNode(ctx context.Context, node string, version int32) error {
+	_, err := call(ctx, func() (struct{}, error) { return struct{}{}, b.conn.Delete(node, version) })
+	return err
+}
+
+// ensure creates a persistent node if it is missing.
+func (b *Backend) ensure(ctx context.Context, node string) error {
+	_, err := call(ctx, func() (string, error) { return b.conn.Create(node, nil, zk.FlagPersistent, acl) })
+	if errors.Is(err, zk.ErrNodeExists) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,178 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// hold is a lock this backend holds.
+type hold struct {
+	path  string
+	data  []byte
+	lost  chan struct{}
+	ended chan struct{} // closed by release or Close: stop watching
+
+	// orphaned marks a hold reported lost while disconnected: its node may
+	// outlive the outage with the session, and must then be deleted.
+	orphaned bool // guarded by Backend.mu
+}
+
+func newHold(path string, data []byte) *hold {
+	return &hold{path: path, data: data, lost: make(chan struct{}), ended: make(chan struct{})}
+}
+
+// end stops watching the hold; it does not report it lost.
+func (h *hold) end() {
+	select {
+	case <-h.ended:
+	default:
+		close(h.ended)
+	}
+}
+
+// markLost closes Lost once, unless the hold ended first. Called with b.mu.
+func (h *hold) markLost() {
+	select {
+	case <-h.ended:
+		return
+	case <-h.lost:
+		return
+	default:
+		close(h.lost)
+	}
+}
+
+// watchSession follows the session's state until the connection closes.
+func (b *Backend) watchSession(events <-chan zk.Event) {
+	var grace <-chan time.Time
+	var timer *time.Timer
+	stopGrace := func() {
+		if timer != nil {
+			timer.Stop()
+		}
+		timer, grace = nil, nil
+	}
+	defer stopGrace()
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				return
+			}
+			if ev.Type != zk.EventSession {
+				continue
+			}
+			switch ev.State {
+			case zk.StateDisconnected:
+				if timer == nil {
+					timer = time.NewTimer(b.sessionTimeout / 6)
+					grace = timer.C
+				}
+			case zk.StateHasSession:
+				stopGrace()
+				b.deleteOrphans()
+			case zk.StateExpired:
+				stopGrace()
+				b.loseAll(false)
+			}
+		case <-grace:
+			timer, grace = nil, nil
+			b.loseAll(true)
+		}
+	}
+}
+
+// loseAll reports every held lock lost. With orphan, their nodes may still
+// exist and are deleted once the session is back.
+func (b *Backend) loseAll(orphan bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, h := range b.holds {
+		h.orphaned = h.orphaned || orphan
+		h.markLost()
+	}
+}
+
+// deleteOrphans deletes the nodes of holds reported lost during an outage
+// that the session survived.
+func (b *Backend) deleteOrphans() {
+	b.mu.Lock()
+	var paths []string
+	for token, h := range b.holds {
+		if h.orphaned {
+			paths = append(paths, h.path)
+			delete(b.holds, token)
+			h.end()
+		}
+	}
+	b.mu.Unlock()
+	for _, p := range paths {
+		b.background(func(ctx context.Context) { _ = b.deleteNode(ctx, p, -1) })
+	}
+}
+
+// watchHold reports the hold lost when its node is deleted (released
+// elsewhere, expired by a waiter, an operator) or the watch ends with the
+// session. Its own renewals fire the data watch, which is set again.
+func (b *Backend) watchHold(h *hold, ch <-chan zk.Event) {
+	for {
+		select {
+		case <-h.ended:
+			return
+		case ev := <-ch:
+			if ev.Type == zk.EventNodeDataChanged {
+				exists, _, next, err := b.conn.ExistsW(h.path)
+				if err == nil && exists {
+					ch = next
+					continue
+				}
+				if err != nil && !errors.Is(err, zk.ErrNoNode) {
+					return // the session ended: watchSession reports it
+				}
+			}
+			if ev.Type == zk.EventNodeDeleted || ev.Type == zk.EventNodeDataChanged {
+				b.mu.Lock()
+				h.markLost()
+				b.mu.Unlock()
+			}
+			return
+		}
+	}
+}
+
+// background runs f with a fresh bounded context in a goroutine Close waits
+// for.
+func (b *Backend) background(f func(ctx context.Context)) {
+	b.bg.Add(1)
+	go func() {
+		defer b.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		f(ctx)
+	}()
+}
+
+// call runs one ZooKeeper request, which go-zookeeper cannot cancel, and
+// returns when it does or when ctx ends, whichever is first. A request left
+// behind finishes on its own or when the connection closes.
+func call[T any](ctx context.Context, f func() (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		v, err := f()
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
+	}
+}
