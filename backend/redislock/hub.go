@@ -39,7 +39,7 @@ type hub struct {
 
 	mu        sync.Mutex
 	topics    map[string]*topic
-	scheduled bool // the worker has pending work or a timer armed
+	sleeping  bool // the worker waits for a kick, without a timer
 	closed    bool
 }
 
@@ -75,7 +75,7 @@ func (h *hub) watch(channel string) (<-chan struct{}, func(), error) {
 	}
 	if len(t.waiters) == 0 && !t.active {
 		t.due = time.Now().Add(subscribeDelay)
-		h.scheduleLocked()
+		h.wakeWorkerLocked()
 	}
 	t.waiters = append(t.waiters, ch)
 	var once sync.Once
@@ -99,7 +99,7 @@ func (h *hub) unwatch(channel string, ch chan struct{}) {
 		}
 	case t.active:
 		t.due = time.Now().Add(unsubscribeLinger)
-		h.scheduleLocked()
+		h.wakeWorkerLocked()
 	default:
 		delete(h.topics, channel)
 	}
@@ -129,7 +129,7 @@ func (h *hub) lost() {
 		t.due = now
 		wake(t.waiters[0])
 	}
-	h.scheduleLocked()
+	h.wakeWorkerLocked()
 }
 
 func wake(ch chan struct{}) {
@@ -139,9 +139,10 @@ func wake(ch chan struct{}) {
 	}
 }
 
-func (h *hub) scheduleLocked() {
-	if !h.scheduled {
-		h.scheduled = true
+// wakeWorkerLocked kicks the worker if it sleeps without a timer.
+func (h *hub) wakeWorkerLocked() {
+	if h.sleeping {
+		h.sleeping = false
 		select {
 		case h.kick <- struct{}{}:
 		default:
@@ -150,19 +151,33 @@ func (h *hub) scheduleLocked() {
 }
 
 // run is the worker: it sends the subscriptions and unsubscriptions that are
-// due, then sleeps until the next one is or it is kicked.
+// due, then sleeps until the next one is due. While keys are being watched it
+// looks every subscribeDelay, so that a watch costs no wake-up of its own; it
+// sleeps until kicked only once no key has been watched for a while.
 func (h *hub) run() {
 	defer close(h.done)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	busy := time.Now()
 	for {
-		sub, unsub, next := h.due(time.Now())
+		now := time.Now()
+		sub, unsub, next := h.due(now)
 		if len(sub)+len(unsub) > 0 {
 			h.apply(sub, unsub)
 			continue
 		}
-		if next > 0 {
-			timer.Reset(next)
+		if next > 0 || !h.idle() {
+			busy = now
+		}
+		switch {
+		case next > 0:
+			timer.Reset(min(next, subscribeDelay))
+		case now.Sub(busy) < unsubscribeLinger:
+			timer.Reset(subscribeDelay)
+		case h.sleep():
+			timer.Stop()
+		default:
+			continue // a watch came in meanwhile
 		}
 		select {
 		case <-h.ctx.Done():
@@ -171,6 +186,21 @@ func (h *hub) run() {
 		case <-timer.C:
 		}
 	}
+}
+
+// idle reports whether no key is watched or subscribed.
+func (h *hub) idle() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.topics) == 0
+}
+
+// sleep marks the worker as waiting for a kick, unless a topic appeared.
+func (h *hub) sleep() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.sleeping = len(h.topics) == 0
+	return h.sleeping
 }
 
 // due returns the channels to subscribe and unsubscribe now, marking them,
@@ -197,7 +227,6 @@ func (h *hub) due(now time.Time) (sub, unsub []string, next time.Duration) {
 			unsub = append(unsub, name)
 		}
 	}
-	h.scheduled = next > 0 || len(sub)+len(unsub) > 0
 	return sub, unsub, next
 }
 

@@ -21,8 +21,11 @@ type keys struct {
 // plus ":fence" and ":meta" for the companions. The lock name is also the
 // channel that release notices are published on.
 func (b *Backend) keysFor(key string) keys {
-	lock := b.prefix + "{" + escapeKey(key) + "}"
-	return keys{lock: lock, fence: lock + ":fence", meta: lock + ":meta"}
+	e := escapeKey(key)
+	// One allocation for the three names: "P{e}:fence" + "P{e}:meta".
+	all := b.prefix + "{" + e + "}:fence" + b.prefix + "{" + e + "}:meta"
+	n := len(b.prefix) + len(e) + 2
+	return keys{lock: all[:n], fence: all[:n+len(":fence")], meta: all[n+len(":fence"):]}
 }
 
 // escapeKey makes key safe inside a hash tag: "}" would end the tag early
