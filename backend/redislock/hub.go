@@ -37,10 +37,10 @@ type hub struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu        sync.Mutex
-	topics    map[string]*topic
-	sleeping  bool // the worker waits for a kick, without a timer
-	closed    bool
+	mu       sync.Mutex
+	topics   map[string]*topic
+	sleeping bool // the worker waits for a kick, without a timer
+	closed   bool
 }
 
 // topic is one release channel.
