@@ -57,12 +57,13 @@ func (w *waiter) enqueue(ctx context.Context, val string, ttl time.Duration) (*t
 }
 
 // locate reads the queue ahead of the entry and checks that the entry is
-// still there. With rev > 0 it first tries a serializable read at rev, which
-// the member that reported a deletion at rev answers from its own state: the
-// queue ahead can only shrink, so what was ahead at rev is an upper bound.
+// still there. Given a revision at or after the entry's own, it first tries
+// a serializable read at that revision, which a member that has applied it
+// answers from its own state: the queue ahead can only shrink, so what was
+// ahead at rev is an upper bound. Otherwise it reads linearizably.
 func (w *waiter) locate(ctx context.Context, rev int64) (position, error) {
 	var read []clientv3.OpOption
-	if rev > 0 {
+	if rev >= w.myRev { // before myRev, a member would not know our own entry yet
 		read = []clientv3.OpOption{clientv3.WithRev(rev), clientv3.WithSerializable()}
 	}
 	resp, err := w.b.cli.Txn(ctx).Then(
@@ -72,7 +73,7 @@ func (w *waiter) locate(ctx context.Context, rev int64) (position, error) {
 		clientv3.OpGet(w.entry, append(read, clientv3.WithCountOnly())...),
 	).Commit()
 	if err != nil {
-		if rev > 0 {
+		if read != nil {
 			return w.locate(ctx, 0) // not applied there yet, or compacted
 		}
 		return position{}, err
@@ -144,8 +145,8 @@ func (w *waiter) next(ctx context.Context, keep *time.Timer) (position, error) {
 				}
 				return w.relocate(ctx, 0)
 			case wr.Created:
-				if wr.Header.Revision == w.pos.rev {
-					continue
+				if wr.Header.Revision <= w.pos.rev {
+					continue // a member behind pos.rev replays everything after it
 				}
 				pos, err := w.relocate(ctx, wr.Header.Revision)
 				if err != nil || pos.pred != w.pos.pred {
