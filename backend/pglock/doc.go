@@ -27,10 +27,13 @@
 // 32-bit FNV-1a hash of the key (pg_locks shows them as classid and objid).
 //
 // Fences come from the logged sequence distlock_pg_fence, so they keep
-// increasing across restarts. The holder's token, fence, time to live and
-// metadata are written to the unlogged table distlock_pg_locks on acquire and
-// deleted on release; Inspect trusts a row only if pg_locks shows its session
-// holding the lock. Both are created by Migrate, or on first use.
+// increasing across restarts. The holder's token, fence, session pid, time to
+// live and metadata are written to the unlogged table distlock_pg_locks in
+// the statement that takes the lock. Release is the bare pg_advisory_unlock:
+// the row stays, and Inspect and List trust a row only while pg_locks shows
+// its session holding the lock. The next grant of the key overwrites the row,
+// and a bounded periodic cleanup (WithCleanupInterval, WithRetention) deletes
+// rows nobody holds. Both objects are created by Migrate, or on first use.
 //
 // XactLock and TryXactLock take transaction-level locks in the same id space
 // for code that already runs in a pgx transaction.

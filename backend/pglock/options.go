@@ -6,13 +6,17 @@ import "time"
 type Option func(*options)
 
 type options struct {
-	poolWait  time.Duration
-	keepalive time.Duration
-	ns        *int32
+	poolWait     time.Duration
+	keepalive    time.Duration
+	ns           *int32
+	cleanupEvery time.Duration
+	cleanupBatch int
+	retention    time.Duration
 }
 
 func defaultOptions() options {
-	return options{poolWait: time.Second, keepalive: 5 * time.Second}
+	return options{poolWait: time.Second, keepalive: 5 * time.Second,
+		cleanupEvery: time.Minute, cleanupBatch: 1000, retention: 10 * time.Minute}
 }
 
 // WithPoolWait bounds how long a single acquisition attempt waits for a free
@@ -30,3 +34,16 @@ func WithKeepalive(d time.Duration) Option { return func(o *options) { o.keepali
 // that applications sharing a database can keep their locks apart. The
 // default is no namespace.
 func WithNamespace(ns int32) Option { return func(o *options) { o.ns = &ns } }
+
+// WithCleanupInterval sets how often the backend deletes stale holder rows;
+// 0 turns the periodic cleanup off (call Cleanup yourself). The default is
+// one minute.
+func WithCleanupInterval(d time.Duration) Option { return func(o *options) { o.cleanupEvery = d } }
+
+// WithCleanupBatch caps the rows one cleanup deletes. The default is 1000.
+func WithCleanupBatch(n int) Option { return func(o *options) { o.cleanupBatch = n } }
+
+// WithRetention sets how long after its lease ended the row of a key nobody
+// holds stays (Inspect reports its last fence meanwhile). The default is 10
+// minutes.
+func WithRetention(d time.Duration) Option { return func(o *options) { o.retention = d } }

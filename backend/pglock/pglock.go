@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/url"
 	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -49,7 +48,9 @@ type Backend struct {
 	mu     sync.Mutex
 	held   map[string]*pinned // by token
 	closed bool
-	wg     sync.WaitGroup // keepalives
+	wg     sync.WaitGroup // keepalive rounds and the cleanup loop
+
+	stopCleanup context.CancelFunc
 }
 
 var (
@@ -66,7 +67,14 @@ func New(pool *pgxpool.Pool, opts ...Option) *Backend {
 	for _, f := range opts {
 		f(&o)
 	}
-	return &Backend{pool: pool, opts: o, held: make(map[string]*pinned)}
+	b := &Backend{pool: pool, opts: o, held: make(map[string]*pinned)}
+	if o.cleanupEvery > 0 {
+		var ctx context.Context
+		ctx, b.stopCleanup = context.WithCancel(context.Background())
+		b.wg.Add(1)
+		go b.cleanupLoop(ctx)
+	}
+	return b
 }
 
 // Name returns "postgres".
@@ -112,9 +120,13 @@ func (b *Backend) ensureSchema(ctx context.Context) error {
 }
 
 // Close unlocks every lock the backend still holds, returns their
-// connections, and closes the pool if Open created it.
+// connections, stops the cleanup, and closes the pool if Open created it.
 func (b *Backend) Close() error {
 	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
 	b.closed = true
 	held := make([]*pinned, 0, len(b.held))
 	for _, p := range b.held {
@@ -123,7 +135,10 @@ func (b *Backend) Close() error {
 	clear(b.held)
 	b.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if b.stopCleanup != nil {
+		b.stopCleanup()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	var errs []error
 	for _, p := range held {
@@ -136,6 +151,17 @@ func (b *Backend) Close() error {
 		b.pool.Close()
 	}
 	return errors.Join(errs...)
+}
+
+// enter registers background work unless the backend is closing.
+func (b *Backend) enter() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	b.wg.Add(1)
+	return true
 }
 
 // take removes and returns the pinned connection of token if it holds key.

@@ -90,6 +90,67 @@ func TestPostgres(t *testing.T) {
 	t.Run("NoLockReturnsToPool", func(t *testing.T) { noLockReturnsToPool(t, s) })
 	t.Run("XactLock", func(t *testing.T) { xactLock(t, s) })
 	t.Run("Namespace", func(t *testing.T) { namespace(t, s, admin) })
+	t.Run("CleanupKeepsFencesIncreasing", func(t *testing.T) { cleanup(t, s) })
+}
+
+// cleanup checks that released keys' rows go in bounded batches, held ones
+// stay, and fences keep increasing once a row is gone.
+func cleanup(t *testing.T, s *testserver.Server) {
+	ctx := testContext(t, time.Minute)
+	be := pglock.New(newPool(t, s, 4), pglock.WithCleanupInterval(0), pglock.WithRetention(time.Millisecond), pglock.WithCleanupBatch(2))
+	c := distlock.New(be)
+	defer c.Close()
+	keys := []string{uniqueKey(t), uniqueKey(t), uniqueKey(t)}
+	var top uint64
+	for _, k := range keys {
+		l, err := c.TryLock(ctx, k, distlock.WithLease(50*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		top = max(top, l.Fence())
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, err := c.TryLock(ctx, uniqueKey(t), distlock.WithLease(50*time.Millisecond), distlock.WithWatchdog(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	if info, err := c.Inspect(ctx, keys[2]); err != nil || info.Held || info.Fence != top {
+		t.Fatalf("Inspect of a released key: %+v, %v; want free with the last fence %d", info, err, top)
+	}
+	time.Sleep(100 * time.Millisecond) // past every lease and the 1ms retention
+	var total int64
+	for range 1000 { // earlier tests left rows too
+		n, err := be.Cleanup(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 2 {
+			t.Fatalf("one cleanup deleted %d rows, over its batch of 2", n)
+		}
+		if total += n; n == 0 {
+			break
+		}
+	}
+	if total < int64(len(keys)) {
+		t.Fatalf("cleanup deleted %d rows, want at least the %d released ones", total, len(keys))
+	}
+	if info, err := c.Inspect(ctx, keys[0]); err != nil || info.Held || info.Fence != 0 {
+		t.Fatalf("Inspect of a deleted row: %+v, %v; want free and unknown", info, err)
+	}
+	if info, err := c.Inspect(ctx, held.Key()); err != nil || !info.Held || info.Fence != held.Fence() {
+		t.Fatalf("cleanup touched a held row: %+v, %v", info, err)
+	}
+	l, err := c.TryLock(ctx, keys[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if l.Fence() <= top {
+		t.Fatalf("fence %d after the row was deleted is not above %d", l.Fence(), top)
+	}
 }
 
 func killedSession(t *testing.T, s *testserver.Server, admin *pgxpool.Pool) {

@@ -19,19 +19,19 @@ type pinned struct {
 	key, token string
 	id         int64
 	lost       chan struct{} // closed when the hold ends without Release
-	stop       chan struct{} // closed when the hold ends, stops the keepalive
 
 	mu       sync.Mutex // serialises every use of conn
 	done     bool
 	deadline time.Time // the lease: unlocked here unless renewed
 	ttl      time.Duration
+	timer    *time.Timer // the next keepalive
 }
 
 // pin registers a granted lock and starts its keepalive.
 func (b *Backend) pin(conn *pgxpool.Conn, req distlock.AcquireRequest, id, fence int64, sent time.Time) (distlock.Grant, error) {
 	p := &pinned{
 		b: b, conn: conn, key: req.Key, token: req.Token, id: id,
-		lost: make(chan struct{}), stop: make(chan struct{}),
+		lost:     make(chan struct{}),
 		deadline: sent.Add(req.TTL), ttl: req.TTL,
 	}
 	b.mu.Lock()
@@ -42,11 +42,9 @@ func (b *Backend) pin(conn *pgxpool.Conn, req distlock.AcquireRequest, id, fence
 		_ = p.release(ctx)
 		return distlock.Grant{}, fmt.Errorf("pglock: acquire %q: %w", req.Key, distlock.ErrClosed)
 	}
-	first := p.interval()
+	p.timer = time.AfterFunc(p.interval(), p.tick)
 	b.held[req.Token] = p
-	b.wg.Add(1)
 	b.mu.Unlock()
-	go p.keepalive(first)
 	return distlock.Grant{Fence: uint64(fence), Lost: p.lost, Sent: sent}, nil
 }
 
@@ -59,33 +57,17 @@ func (p *pinned) interval() time.Duration {
 	return max(min(p.ttl/3, p.b.opts.keepalive), time.Millisecond)
 }
 
-// keepalive confirms the session every interval and unlocks the key when the
-// lease runs out without renewal.
-func (p *pinned) keepalive(first time.Duration) {
-	defer p.b.wg.Done()
-	t := time.NewTimer(first)
-	defer t.Stop()
-	for {
-		select {
-		case <-p.stop:
-			return
-		case <-t.C:
-		}
-		next, ok := p.check()
-		if !ok {
-			return
-		}
-		t.Reset(next)
+// tick runs one keepalive round on a timer: it confirms the session, or
+// unlocks the key once the lease ran out without renewal.
+func (p *pinned) tick() {
+	if !p.b.enter() {
+		return // Close unlocks every held key itself
 	}
-}
-
-// check runs one keepalive round; it returns the delay to the next one, or
-// false once the hold ended.
-func (p *pinned) check() (time.Duration, bool) {
+	defer p.b.wg.Done()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.done {
-		return 0, false
+		return
 	}
 	left := time.Until(p.deadline)
 	if left <= 0 {
@@ -94,16 +76,16 @@ func (p *pinned) check() (time.Duration, bool) {
 		p.endLocked(ctx)
 		close(p.lost)
 		p.b.forget(p)
-		return 0, false
+		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(left, p.interval()))
 	err := p.conn.Ping(ctx)
 	cancel()
 	if err != nil {
 		p.dieLocked()
-		return 0, false
+		return
 	}
-	return min(p.interval(), time.Until(p.deadline)), true
+	p.timer.Reset(min(p.interval(), time.Until(p.deadline)))
 }
 
 // renew confirms the session and moves the lease.
@@ -141,9 +123,9 @@ func (p *pinned) release(ctx context.Context) error {
 // back to the pool holding a lock. A destroyed session frees its locks.
 func (p *pinned) endLocked(ctx context.Context) {
 	p.done = true
-	close(p.stop)
+	p.timer.Stop()
 	var unlocked bool
-	if err := p.conn.QueryRow(ctx, releaseSQL, p.id, p.key, p.token).Scan(&unlocked); err != nil || !unlocked {
+	if err := p.conn.QueryRow(ctx, releaseSQL, p.id).Scan(&unlocked); err != nil || !unlocked {
 		destroy(p.conn)
 		return
 	}
@@ -153,7 +135,7 @@ func (p *pinned) endLocked(ctx context.Context) {
 // dieLocked records that the session ended: the lock went with it.
 func (p *pinned) dieLocked() {
 	p.done = true
-	close(p.stop)
+	p.timer.Stop()
 	destroy(p.conn)
 	close(p.lost)
 	p.b.forget(p)

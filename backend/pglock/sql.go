@@ -17,6 +17,8 @@ var (
 	inspectSQL string
 	//go:embed sql/list.sql
 	listSQL string
+	//go:embed sql/cleanup.sql
+	cleanupSQL string
 	//go:embed sql/xact_lock.sql
 	xactLockSQL string
 	//go:embed sql/try_xact_lock.sql

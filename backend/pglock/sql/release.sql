@@ -1,3 +1,4 @@
--- $1 lock id, $2 key, $3 token. Runs on the pinned connection.
-WITH d AS (DELETE FROM distlock_pg_locks WHERE lock_key = $2 AND token = $3)
+-- $1 lock id. Runs on the pinned connection. The holder's row stays: Inspect
+-- ignores it once no session with its pid holds the lock, the next grant of
+-- the key overwrites it, and cleanup deletes it once stale.
 SELECT pg_advisory_unlock($1)
