@@ -25,9 +25,10 @@ func (b *Backend) Acquire(ctx context.Context, req distlock.AcquireRequest) (dis
 		return distlock.Grant{}, err
 	}
 	id := b.ID(req.Key)
+	q, args := b.statement(acquireSQL, acquireBareSQL, id, req, meta)
 	sent := time.Now()
 	var fence int64
-	err = conn.QueryRow(ctx, acquireSQL, id, req.Key, req.Token, req.TTL.Milliseconds(), meta).Scan(&fence)
+	err = conn.QueryRow(ctx, q, args...).Scan(&fence)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		conn.Release() // the lock was not taken: the session holds nothing
@@ -70,8 +71,9 @@ func (b *Backend) AcquireWait(ctx context.Context, req distlock.AcquireRequest) 
 		<-cctx.Done() // the query ended, or the server ignored the cancel
 		qcancel()
 	})
+	q, args := b.statement(acquireWaitSQL, acquireWaitBareSQL, id, req, meta)
 	var fence int64
-	err = conn.QueryRow(qctx, acquireWaitSQL, id, req.Key, req.Token, req.TTL.Milliseconds(), meta).Scan(&fence)
+	err = conn.QueryRow(qctx, q, args...).Scan(&fence)
 	granted := time.Now()
 	if !stop() {
 		qcancel()
@@ -85,6 +87,14 @@ func (b *Backend) AcquireWait(ctx context.Context, req distlock.AcquireRequest) 
 	}
 	// The lease starts when the grant reached us; the backend enforces it.
 	return b.pin(conn, req, id, fence, granted)
+}
+
+// statement picks the acquisition statement with or without holder rows.
+func (b *Backend) statement(withRow, bare string, id int64, req distlock.AcquireRequest, meta []byte) (string, []any) {
+	if b.opts.noRows {
+		return bare, []any{id}
+	}
+	return withRow, []any{id, req.Key, req.Token, req.TTL.Milliseconds(), meta}
 }
 
 // prepare makes sure the schema exists and encodes the metadata.

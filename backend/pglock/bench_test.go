@@ -9,8 +9,9 @@ import (
 	"github.com/distlock/distlock/internal/testserver"
 )
 
-// BenchmarkPostgres compares a try-lock and unlock through distlock with the
-// raw statements it needs, in the same run on the same server:
+// BenchmarkPostgres compares a try-lock and unlock through distlock (and
+// through the backend alone) with the raw statements it needs, in the same
+// run on the same server:
 //
 //	go test -run '^$' -bench Postgres -benchmem ./backend/pglock/
 func BenchmarkPostgres(b *testing.B) {
@@ -55,17 +56,35 @@ func BenchmarkPostgres(b *testing.B) {
 			conn.Release()
 		}
 	})
-	b.Run("distlock", func(b *testing.B) {
-		c := distlock.New(pglock.New(pool))
-		defer c.Close()
+	// The backend alone: what pglock adds to the pinned floor.
+	b.Run("backend", func(b *testing.B) {
+		be := pglock.New(pool)
+		defer be.Close()
+		req := distlock.AcquireRequest{Key: key, Token: "0123456789abcdef0123456789abcdef", TTL: distlock.DefaultLease}
 		for b.Loop() {
-			l, err := c.TryLock(ctx, key)
-			if err != nil {
+			if _, err := be.Acquire(ctx, req); err != nil {
 				b.Fatal(err)
 			}
-			if err := l.Release(ctx); err != nil {
+			if err := be.Release(ctx, key, req.Token); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
+	client := func(opts ...pglock.Option) func(b *testing.B) {
+		return func(b *testing.B) {
+			c := distlock.New(pglock.New(pool, opts...))
+			defer c.Close()
+			for b.Loop() {
+				l, err := c.TryLock(ctx, key)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := l.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+	b.Run("distlock", client())
+	b.Run("distlock-without-rows", client(pglock.WithoutHolderRows()))
 }

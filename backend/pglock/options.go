@@ -9,6 +9,7 @@ type options struct {
 	poolWait     time.Duration
 	keepalive    time.Duration
 	ns           *int32
+	noRows       bool
 	cleanupEvery time.Duration
 	cleanupBatch int
 	retention    time.Duration
@@ -47,3 +48,10 @@ func WithCleanupBatch(n int) Option { return func(o *options) { o.cleanupBatch =
 // holds stays (Inspect reports its last fence meanwhile). The default is 10
 // minutes.
 func WithRetention(d time.Duration) Option { return func(o *options) { o.retention = d } }
+
+// WithoutHolderRows skips the holder table: an acquisition is then only the
+// advisory lock and a fence from the sequence, in one statement that writes
+// nothing, and a renewal only confirms the session. Inspect still reports
+// Held from pg_locks, but no fence, time to live or metadata, and List finds
+// nothing. The default is to keep holder rows.
+func WithoutHolderRows() Option { return func(o *options) { o.noRows = true } }

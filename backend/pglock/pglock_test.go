@@ -91,6 +91,48 @@ func TestPostgres(t *testing.T) {
 	t.Run("XactLock", func(t *testing.T) { xactLock(t, s) })
 	t.Run("Namespace", func(t *testing.T) { namespace(t, s, admin) })
 	t.Run("CleanupKeepsFencesIncreasing", func(t *testing.T) { cleanup(t, s) })
+	t.Run("WithoutHolderRows", func(t *testing.T) { withoutRows(t, s) })
+}
+
+func withoutRows(t *testing.T, s *testserver.Server) {
+	ctx := testContext(t, time.Minute)
+	a := distlock.New(pglock.New(newPool(t, s, 2), pglock.WithoutHolderRows()))
+	b := distlock.New(pglock.New(newPool(t, s, 2), pglock.WithoutHolderRows()))
+	defer a.Close()
+	defer b.Close()
+	key := uniqueKey(t)
+	l, err := a.TryLock(ctx, key, distlock.WithLease(300*time.Millisecond), distlock.WithWatchdog(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TryLock(ctx, key); !errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatalf("TryLock of a held key: %v, want ErrNotAcquired", err)
+	}
+	time.Sleep(time.Second) // renewals only confirm the session
+	if info, err := b.Inspect(ctx, key); err != nil || !info.Held || info.Fence != 0 {
+		t.Fatalf("Inspect = %+v, %v; want held, without a fence", info, err)
+	}
+	type result struct {
+		l   *distlock.Lock
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l2, err := b.Lock(ctx, key, distlock.WithWait(10*time.Second)) // the native wait
+		got <- result{l2, err}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.l.Fence() <= l.Fence() {
+		t.Fatalf("fence %d not above %d", r.l.Fence(), l.Fence())
+	}
+	_ = r.l.Release(ctx)
 }
 
 // cleanup checks that released keys' rows go in bounded batches, held ones

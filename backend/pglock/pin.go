@@ -96,7 +96,13 @@ func (p *pinned) renew(ctx context.Context, ttl time.Duration) error {
 	if p.done || !sent.Before(p.deadline) {
 		return fmt.Errorf("pglock: renew %q: %w", p.key, distlock.ErrNotHeld)
 	}
-	if _, err := p.conn.Exec(ctx, renewSQL, p.key, p.token, ttl.Milliseconds()); err != nil {
+	var err error
+	if p.b.opts.noRows {
+		err = p.conn.Ping(ctx)
+	} else {
+		_, err = p.conn.Exec(ctx, renewSQL, p.key, p.token, ttl.Milliseconds())
+	}
+	if err != nil {
 		if p.conn.Conn().IsClosed() {
 			p.dieLocked()
 			return fmt.Errorf("pglock: renew %q: %w: the session ended: %w", p.key, distlock.ErrNotHeld, err)

@@ -9,6 +9,10 @@ var (
 	acquireSQL string
 	//go:embed sql/acquire_wait.sql
 	acquireWaitSQL string
+	//go:embed sql/acquire_bare.sql
+	acquireBareSQL string
+	//go:embed sql/acquire_wait_bare.sql
+	acquireWaitBareSQL string
 	//go:embed sql/renew.sql
 	renewSQL string
 	//go:embed sql/release.sql
