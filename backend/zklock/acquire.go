@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -46,6 +47,9 @@ func (b *Backend) AcquireWait(ctx context.Context, req distlock.AcquireRequest) 
 		return distlock.Grant{}, b.waitError(ctx, req.Key, err)
 	}
 	pos, err := b.look(ctx, node)
+	if err == nil && !pos.first() {
+		err = b.readFence(ctx, &pos) // while waiting, off the handoff's path
+	}
 	waited := false
 	for err == nil && !pos.first() {
 		waited = true
@@ -78,8 +82,8 @@ type position struct {
 	node, parent string
 	queue        []string // children names, by sequence
 	idx          int
-	fence        uint64 // the node's czxid
-	watch        <-chan zk.Event
+	parentStat   *zk.Stat // as of the listing
+	fence        uint64   // the node's czxid, once known
 }
 
 func (p *position) first() bool { return p.idx == 0 }
@@ -126,47 +130,57 @@ func (b *Backend) createNode(ctx context.Context, prefix string, data []byte) (s
 	}
 }
 
-// look lists node's queue and, in the same round trip, reads the node's
-// czxid and watches it (the hold's loss watch once granted).
+// look lists node's queue and, if node is first, finds its czxid.
 func (b *Backend) look(ctx context.Context, node string) (position, error) {
 	pos := position{node: node, parent: path.Dir(node)}
-	type stat struct {
-		s  *zk.Stat
-		ch <-chan zk.Event
+	if err := b.list(ctx, &pos); err != nil || !pos.first() {
+		return pos, err
 	}
-	st := make(chan stat, 1)
-	errc := make(chan error, 1)
-	go func() {
-		exists, s, ch, err := b.conn.ExistsW(node)
+	return pos, b.readFence(ctx, &pos)
+}
+
+// readFence sets pos.fence to the node's czxid. When the parent's children
+// have not changed since the node was created (its cversion is the node's
+// sequence number plus one: creates and deletes each add one), the parent's
+// pzxid is that czxid and the listing already told it.
+func (b *Backend) readFence(ctx context.Context, pos *position) error {
+	if pos.fence != 0 {
+		return nil
+	}
+	name := path.Base(pos.node)
+	seq, err := strconv.ParseInt(name[len(name)-seqLen:], 10, 32)
+	if err == nil && pos.parentStat != nil && int64(pos.parentStat.Cversion) == seq+1 {
+		pos.fence = uint64(pos.parentStat.Pzxid)
+		return nil
+	}
+	st, err := call(ctx, func() (*zk.Stat, error) {
+		exists, st, err := b.conn.Exists(pos.node)
 		if err == nil && !exists {
 			err = errors.New("queue node gone: the session expired")
 		}
-		st <- stat{s, ch}
-		errc <- err
-	}()
-	err := b.list(ctx, &pos)
-	select {
-	case s := <-st:
-		if werr := <-errc; werr != nil {
-			return pos, werr
-		}
-		pos.fence, pos.watch = uint64(s.s.Czxid), s.ch
-	case <-ctx.Done():
-		return pos, ctx.Err()
-	}
-	return pos, err
-}
-
-// list reads the queue and finds the node in it.
-func (b *Backend) list(ctx context.Context, pos *position) error {
-	children, err := call(ctx, func() ([]string, error) {
-		c, _, err := b.conn.Children(pos.parent)
-		return c, err
+		return st, err
 	})
 	if err != nil {
 		return err
 	}
-	pos.queue = sortQueue(children)
+	pos.fence = uint64(st.Czxid)
+	return nil
+}
+
+// list reads the queue and finds the node in it.
+func (b *Backend) list(ctx context.Context, pos *position) error {
+	type listing struct {
+		children []string
+		stat     *zk.Stat
+	}
+	l, err := call(ctx, func() (listing, error) {
+		c, st, err := b.conn.Children(pos.parent)
+		return listing{c, st}, err
+	})
+	if err != nil {
+		return err
+	}
+	pos.queue, pos.parentStat = sortQueue(l.children), l.stat
 	pos.idx = slices.Index(pos.queue, path.Base(pos.node))
 	if pos.idx < 0 {
 		return errors.New("queue node gone: the session expired")
@@ -283,7 +297,7 @@ func (b *Backend) granted(token, node string, data []byte, pos position, sent ti
 	b.bg.Add(1)
 	go func() {
 		defer b.bg.Done()
-		b.watchHold(h, pos.watch)
+		b.watchHold(h)
 	}()
 	return g
 }

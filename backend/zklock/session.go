@@ -2,7 +2,6 @@ package zklock
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -114,31 +113,41 @@ func (b *Backend) deleteOrphans() {
 	}
 }
 
+// lossWatchDelay is how long a hold lasts before its node is watched. The
+// watch starts with a look at the node, so a deletion meanwhile is still
+// reported, at most this late; short holds never pay for a watch.
+const lossWatchDelay = 100 * time.Millisecond
+
 // watchHold reports the hold lost when its node is deleted (released
-// elsewhere, expired by a waiter, an operator) or the watch ends with the
-// session. Its own renewals fire the data watch, which is set again.
-func (b *Backend) watchHold(h *hold, ch <-chan zk.Event) {
+// elsewhere, expired by a waiter, an operator). Its own renewals fire the
+// watch, which is set again. A watch that ends with the session is left to
+// watchSession.
+func (b *Backend) watchHold(h *hold) {
+	delay := time.NewTimer(lossWatchDelay)
+	defer delay.Stop()
+	select {
+	case <-h.ended:
+		return
+	case <-delay.C:
+	}
 	for {
+		exists, _, ch, err := b.conn.ExistsW(h.path)
+		switch {
+		case err != nil:
+			return
+		case !exists:
+			b.mu.Lock()
+			h.markLost()
+			b.mu.Unlock()
+			return
+		}
 		select {
 		case <-h.ended:
 			return
 		case ev := <-ch:
-			if ev.Type == zk.EventNodeDataChanged {
-				exists, _, next, err := b.conn.ExistsW(h.path)
-				if err == nil && exists {
-					ch = next
-					continue
-				}
-				if err != nil && !errors.Is(err, zk.ErrNoNode) {
-					return // the session ended: watchSession reports it
-				}
+			if ev.Type != zk.EventNodeDataChanged && ev.Type != zk.EventNodeDeleted {
+				return
 			}
-			if ev.Type == zk.EventNodeDeleted || ev.Type == zk.EventNodeDataChanged {
-				b.mu.Lock()
-				h.markLost()
-				b.mu.Unlock()
-			}
-			return
 		}
 	}
 }

@@ -30,7 +30,9 @@ func uniqueRoot(t testing.TB) string {
 
 func dial(t testing.TB, addr, root string, opts ...zklock.Option) *zklock.Backend {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// A server that just started may take seconds on a busy machine before
+	// it serves sessions.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	b, err := zklock.Dial(ctx, []string{addr}, append([]zklock.Option{zklock.WithRoot(root), zklock.WithSessionTimeout(4 * time.Second)}, opts...)...)
 	if err != nil {

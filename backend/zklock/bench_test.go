@@ -1,0 +1,97 @@
+package zklock_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/internal/testserver"
+)
+
+// BenchmarkLockRelease compares Lock+Release through distlock.Client with
+// ZooKeeper's floor for the same work: create an ephemeral sequential node,
+// then delete it. "serial" measures latency (ns/op) and "parallel"
+// throughput, each goroutine on a key of its own.
+func BenchmarkLockRelease(b *testing.B) {
+	srv := testserver.ZooKeeper(b)
+	root := uniqueRoot(b)
+	c := distlock.New(dial(b, srv.Addr(), root))
+	b.Cleanup(func() { _ = c.Close() })
+	conn := admin(b, srv.Addr())
+	for _, mode := range []string{"serial", "parallel"} {
+		b.Run(mode+"/floor", func(b *testing.B) {
+			for i := range 64 { // the parents exist before the timed calls
+				p := fmt.Sprintf("%s/floor-bench-%d", root, i)
+				if _, err := conn.Create(p, nil, zk.FlagPersistent, zk.WorldACL(zk.PermAll)); err != nil && err != zk.ErrNodeExists {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			run(b, mode, func(_ context.Context, key string) error {
+				node, err := conn.Create(root+"/floor-"+key+"/lock-", nil, zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll))
+				if err != nil {
+					return err
+				}
+				return conn.Delete(node, -1)
+			})
+		})
+		b.Run(mode+"/distlock", func(b *testing.B) {
+			run(b, mode, func(ctx context.Context, key string) error {
+				l, err := c.Lock(ctx, key)
+				if err != nil {
+					return err
+				}
+				return l.Release(ctx)
+			})
+		})
+	}
+}
+
+// run calls op b.N times, serially or from parallel goroutines, each on a
+// key of its own.
+func run(b *testing.B, mode string, op func(ctx context.Context, key string) error) {
+	ctx := context.Background()
+	var n atomic.Int64
+	if mode == "serial" {
+		key := fmt.Sprintf("bench-%d", n.Add(1))
+		for b.Loop() {
+			if err := op(ctx, key); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return
+	}
+	b.SetParallelism(8)
+	b.RunParallel(func(pb *testing.PB) {
+		key := fmt.Sprintf("bench-%d", n.Add(1))
+		for pb.Next() {
+			if err := op(ctx, key); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkContended runs 16 goroutines on 4 sessions against one key.
+func BenchmarkContended(b *testing.B) {
+	const lockers, conns = 16, 4
+	srv := testserver.ZooKeeper(b)
+	root := uniqueRoot(b)
+	cs := make([]*distlock.Client, conns)
+	for i := range cs {
+		cs[i] = distlock.New(dial(b, srv.Addr(), root))
+		b.Cleanup(func() { _ = cs[i].Close() })
+	}
+	contend(b, lockers, func(ctx context.Context, i int) (func() error, error) {
+		l, err := cs[i%conns].Lock(ctx, "contended")
+		if err != nil {
+			return nil, err
+		}
+		return func() error { return l.Release(ctx) }, nil
+	})
+}
