@@ -1,0 +1,54 @@
+package zklock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/distlock/distlock"
+	_ "github.com/distlock/distlock/backend/zklock"
+	"github.com/distlock/distlock/internal/testserver"
+)
+
+// TestAbandonedWaitAndEmptyParent opens a client from a zk:// URL, checks
+// that a waiter whose wait ends deletes its node, and that the key's parent
+// is deleted once the queue is empty.
+func TestAbandonedWaitAndEmptyParent(t *testing.T) {
+	srv := testserver.ZooKeeper(t)
+	conn := admin(t, srv.Addr())
+	root := uniqueRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := distlock.Open(ctx, "zk://"+srv.Addr()+root+"?session_timeout=4s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const key = "tidy"
+	l, err := c.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Lock(ctx, key, distlock.WithWait(200*time.Millisecond)); !errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatalf("wait on a held key: got %v, want ErrNotAcquired", err)
+	}
+	eventually(t, "the abandoned waiter's node is deleted", func() bool { return len(queue(t, conn, root, key)) == 1 })
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the empty parent is deleted", func() bool {
+		ok, _, err := conn.Exists(parentOf(root, key))
+		return err == nil && !ok
+	})
+}
+
+// eventually polls cond for up to 10s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10s", what)
+		}
+	}
+}
