@@ -92,6 +92,23 @@ func TestPostgres(t *testing.T) {
 	t.Run("Namespace", func(t *testing.T) { namespace(t, s, admin) })
 	t.Run("CleanupKeepsFencesIncreasing", func(t *testing.T) { cleanup(t, s) })
 	t.Run("WithoutHolderRows", func(t *testing.T) { withoutRows(t, s) })
+	t.Run("OpenURL", func(t *testing.T) { openURL(t, s) })
+}
+
+func openURL(t *testing.T, s *testserver.Server) {
+	ctx := testContext(t, time.Minute)
+	c, err := distlock.Open(ctx, testserver.PostgresDSN(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, err := c.TryLock(ctx, uniqueKey(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func withoutRows(t *testing.T, s *testserver.Server) {

@@ -129,7 +129,9 @@ func (p *pinned) release(ctx context.Context) error {
 // back to the pool holding a lock. A destroyed session frees its locks.
 func (p *pinned) endLocked(ctx context.Context) {
 	p.done = true
-	p.timer.Stop()
+	if p.timer != nil { // nil when the backend closed before the keepalive started
+		p.timer.Stop()
+	}
 	var unlocked bool
 	if err := p.conn.QueryRow(ctx, releaseSQL, p.id).Scan(&unlocked); err != nil || !unlocked {
 		destroy(p.conn)

@@ -23,13 +23,16 @@ func init() {
 }
 
 // Open opens a database handle of its own (closed by Close) with
-// sql.Open(driverName, dsn), checks it with a ping, and returns a backend
-// over it in dialect d. The driver must be registered with database/sql.
+// sql.Open(driverName, dsn), keeping up to 16 idle connections so that
+// renewals do not wait for a new connection, checks it with a ping, and
+// returns a backend over it in dialect d. The driver must be registered
+// with database/sql.
 func Open(ctx context.Context, driverName, dsn string, d *Dialect, opts ...Option) (*Backend, error) {
 	db, err := sql.Open(driverName, dsn)
 	if err != nil {
 		return nil, fmt.Errorf("sqllock: open: %w", err)
 	}
+	db.SetMaxIdleConns(16)
 	if err := db.PingContext(ctx); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("sqllock: open: %w", err)

@@ -69,7 +69,25 @@ func mariadb(t *testing.T) store {
 
 func TestPostgres(t *testing.T) { runStore(t, postgres(t)) }
 
-func TestMariaDB(t *testing.T) { runStore(t, mariadb(t)) }
+func TestMariaDB(t *testing.T) {
+	st := mariadb(t)
+	runStore(t, st)
+	t.Run("OpenURL", func(t *testing.T) {
+		ctx := testContext(t, time.Minute)
+		c, err := distlock.Open(ctx, "mysql://root@"+st.s.Addr()+"/distlock?timeout=5s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		l, err := c.TryLock(ctx, uniqueKey(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
 
 func runStore(t *testing.T, st store) {
 	admin := st.open(t, sqllock.WithRetention(time.Millisecond), sqllock.WithCleanupBatch(2))
