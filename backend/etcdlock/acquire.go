@@ -118,6 +118,11 @@ func (b *Backend) granted(token, entry string, t *ticket, rev int64, ttl time.Du
 	go func() {
 		defer b.bg.Done()
 		if sleep(ctx, lossWatchDelay) == nil && b.watchDeleted(ctx, entry, rev) {
+			b.mu.Lock()
+			if b.held[token] == h {
+				delete(b.held, token) // the client sends no release for a lock the store dropped
+			}
+			b.mu.Unlock()
 			close(h.lost)
 		}
 	}()

@@ -285,7 +285,7 @@ func (b *Backend) leave(node string) {
 
 // granted records a hold and watches its node.
 func (b *Backend) granted(token, node string, data []byte, pos position, sent time.Time) distlock.Grant {
-	h := newHold(node, data)
+	h := newHold(token, node, data)
 	g := distlock.Grant{Fence: pos.fence, Lost: h.lost, Sent: sent}
 	b.mu.Lock()
 	defer b.mu.Unlock()

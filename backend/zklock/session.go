@@ -9,6 +9,7 @@ import (
 
 // hold is a lock this backend holds.
 type hold struct {
+	token string
 	path  string
 	data  []byte
 	lost  chan struct{}
@@ -19,8 +20,8 @@ type hold struct {
 	orphaned bool // guarded by Backend.mu
 }
 
-func newHold(path string, data []byte) *hold {
-	return &hold{path: path, data: data, lost: make(chan struct{}), ended: make(chan struct{})}
+func newHold(token, path string, data []byte) *hold {
+	return &hold{token: token, path: path, data: data, lost: make(chan struct{}), ended: make(chan struct{})}
 }
 
 // end stops watching the hold; it does not report it lost.
@@ -85,13 +86,29 @@ func (b *Backend) watchSession(events <-chan zk.Event) {
 }
 
 // loseAll reports every held lock lost. With orphan, their nodes may still
-// exist and are deleted once the session is back.
+// exist and are deleted once the session is back; without, they are gone
+// and so are their records (the client sends no release for them).
 func (b *Backend) loseAll(orphan bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, h := range b.holds {
-		h.orphaned = h.orphaned || orphan
+	for token, h := range b.holds {
 		h.markLost()
+		if orphan {
+			h.orphaned = true
+			continue
+		}
+		delete(b.holds, token)
+		h.end()
+	}
+}
+
+// lose reports one hold lost, its node being gone, and drops its record.
+func (b *Backend) lose(h *hold) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	h.markLost()
+	if b.holds[h.token] == h {
+		delete(b.holds, h.token)
 	}
 }
 
@@ -136,9 +153,7 @@ func (b *Backend) watchHold(h *hold) {
 		case err != nil:
 			return
 		case !exists:
-			b.mu.Lock()
-			h.markLost()
-			b.mu.Unlock()
+			b.lose(h)
 			return
 		}
 		select {
