@@ -2,8 +2,10 @@ package sqllock_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/sqllock"
@@ -15,7 +17,10 @@ import (
 // table, without a fence ("raw") and with the sequence call a fence needs
 // ("raw-fenced"), all prepared, on the same server in the same run:
 //
-//	go test -run '^$' -bench LeaseTable -benchmem ./backend/sqllock/
+// The interleaved runs alternate the floor and distlock iteration by
+// iteration and report x-floor, distlock's throughput over the floor's.
+//
+//	go test -run '^$' -bench LeaseTable -benchtime 2000x -count 5 ./backend/sqllock/
 func BenchmarkLeaseTable(b *testing.B) {
 	b.Run("postgres", func(b *testing.B) {
 		s := testserver.Postgres(b)
@@ -42,50 +47,76 @@ func benchStore(b *testing.B, st store, insert, nextFence, del string) {
 	defer c.Close()
 	const token = "0123456789abcdef0123456789abcdef"
 
-	raw := func(insert string) func(b *testing.B) {
-		return func(b *testing.B) {
-			ins, err := be.DB().PrepareContext(ctx, insert)
-			if err != nil {
-				b.Fatal(err)
+	ins := prepare(b, be, fmt.Sprintf(insert, "1"))
+	fenced := prepare(b, be, fmt.Sprintf(insert, nextFence))
+	rm := prepare(b, be, del)
+	// The raw pair: insert the row (with or without a fence), delete it.
+	raw := func(ins *sql.Stmt) func() error {
+		return func() error {
+			if _, err := ins.ExecContext(ctx, "bench/raw", token); err != nil {
+				return err
 			}
-			defer ins.Close()
-			rm, err := be.DB().PrepareContext(ctx, del)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer rm.Close()
-			for b.Loop() {
-				if _, err := ins.ExecContext(ctx, "bench/raw", token); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := rm.ExecContext(ctx, "bench/raw", token); err != nil {
-					b.Fatal(err)
-				}
-			}
+			_, err := rm.ExecContext(ctx, "bench/raw", token)
+			return err
 		}
 	}
-	b.Run("raw", raw(fmt.Sprintf(insert, "1")))
-	b.Run("raw-fenced", raw(fmt.Sprintf(insert, nextFence)))
-	b.Run("backend", func(b *testing.B) {
+	backend := func() error {
 		req := distlock.AcquireRequest{Key: "bench/backend", Token: token, TTL: distlock.DefaultLease}
-		for b.Loop() {
-			if _, err := be.Acquire(ctx, req); err != nil {
-				b.Fatal(err)
-			}
-			if err := be.Release(ctx, req.Key, token); err != nil {
-				b.Fatal(err)
-			}
+		if _, err := be.Acquire(ctx, req); err != nil {
+			return err
 		}
-	})
-	b.Run("distlock", func(b *testing.B) {
-		for b.Loop() {
-			l, err := c.TryLock(ctx, "bench/distlock")
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := l.Release(ctx); err != nil {
-				b.Fatal(err)
-			}
+		return be.Release(ctx, req.Key, token)
+	}
+	client := func() error {
+		l, err := c.TryLock(ctx, "bench/distlock")
+		if err != nil {
+			return err
 		}
-	})
+		return l.Release(ctx)
+	}
+	b.Run("raw", func(b *testing.B) { loop(b, raw(ins)) })
+	b.Run("raw-fenced", func(b *testing.B) { loop(b, raw(fenced)) })
+	b.Run("backend", func(b *testing.B) { loop(b, backend) })
+	b.Run("distlock", func(b *testing.B) { loop(b, client) })
+	b.Run("interleaved/distlock-vs-raw", func(b *testing.B) { interleaved(b, raw(ins), client) })
+	b.Run("interleaved/distlock-vs-raw-fenced", func(b *testing.B) { interleaved(b, raw(fenced), client) })
+}
+
+func prepare(b *testing.B, be *sqllock.Backend, q string) *sql.Stmt {
+	s, err := be.DB().PrepareContext(context.Background(), q)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func loop(b *testing.B, op func() error) {
+	for b.Loop() {
+		if err := op(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// interleaved runs floor and subject alternately, so that load from
+// elsewhere on the machine hits both alike, and reports each one's time per
+// operation and subject's throughput relative to the floor (x-floor).
+func interleaved(b *testing.B, floor, subject func() error) {
+	var tf, ts time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		if err := floor(); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if err := subject(); err != nil {
+			b.Fatal(err)
+		}
+		tf, ts = tf+t1.Sub(t0), ts+time.Since(t1)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(tf.Nanoseconds())/n, "floor-ns/op")
+	b.ReportMetric(float64(ts.Nanoseconds())/n, "distlock-ns/op")
+	b.ReportMetric(float64(tf)/float64(ts), "x-floor")
 }
