@@ -96,7 +96,9 @@ func benchAdapters(addr string) []benchAdapter {
 //
 //	uncontended/<adapter>/g<N>  Lock+Release through distlock.Client, N goroutines
 //	                            on distinct keys, against the raw floor (SET NX PX +
-//	                            compare-and-delete script on the same client)
+//	                            compare-and-delete script on the same client); in
+//	                            between, Backend.Acquire+Release without the client
+//	                            (backend-ns/op) splits the gap into store and core
 //	contended/<adapter>         16 goroutines on one key (Lock waiting, Release,
 //	                            1 ms of work), against 1 goroutine uncontended
 func BenchmarkRedis(b *testing.B) {
@@ -104,7 +106,8 @@ func BenchmarkRedis(b *testing.B) {
 	for _, a := range benchAdapters(s.Addr()) {
 		for _, g := range []int{1, 16, 64} {
 			b.Run(fmt.Sprintf("uncontended/%s/g%d", a.name, g), func(b *testing.B) {
-				c := distlock.New(a.backend(b))
+				be := a.backend(b)
+				c := distlock.New(be)
 				defer c.Close()
 				lock := func(ctx context.Context, key, _ string) error {
 					l, err := c.Lock(ctx, key)
@@ -113,16 +116,25 @@ func BenchmarkRedis(b *testing.B) {
 					}
 					return l.Release(ctx)
 				}
+				direct := func(ctx context.Context, key, token string) error {
+					req := distlock.AcquireRequest{Key: key, Token: token, TTL: distlock.DefaultLease}
+					if _, err := be.Acquire(ctx, req); err != nil {
+						return err
+					}
+					return be.Release(ctx, key, token)
+				}
 				floor := a.floor(b)
-				var lockTime, floorTime time.Duration
+				var lockTime, directTime, floorTime time.Duration
 				b.ResetTimer()
 				for done := 0; done < b.N; {
 					n := min(b.N-done, 50*g)
 					lockTime += runParallel(b, g, n, "lock", lock)
+					directTime += runParallel(b, g, n, "direct", direct)
 					floorTime += runParallel(b, g, n, "floor", floor)
 					done += n
 				}
 				b.ReportMetric(float64(lockTime.Nanoseconds())/float64(b.N), "lock-ns/op")
+				b.ReportMetric(float64(directTime.Nanoseconds())/float64(b.N), "backend-ns/op")
 				b.ReportMetric(float64(floorTime.Nanoseconds())/float64(b.N), "floor-ns/op")
 				b.ReportMetric(floorTime.Seconds()/lockTime.Seconds(), "lock/floor-throughput")
 			})
