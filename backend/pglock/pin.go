@@ -78,7 +78,9 @@ func (p *pinned) tick() {
 		p.b.forget(p)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), max(left, p.interval()))
+	// A ping slower than this means a dead or unreachable session. At least a
+	// second, so that a busy machine does not end a healthy hold.
+	ctx, cancel := context.WithTimeout(context.Background(), max(p.interval(), time.Second))
 	err := p.conn.Ping(ctx)
 	cancel()
 	if err != nil {
