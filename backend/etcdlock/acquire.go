@@ -15,25 +15,22 @@ import (
 // Acquire takes req.Key only if its queue is empty, in one transaction that
 // puts the entry on the condition that no other entry exists.
 func (b *Backend) Acquire(ctx context.Context, req distlock.AcquireRequest) (distlock.Grant, error) {
-	dir, entry := b.dir(req.Key), b.entryKey(req.Key, req.Token)
-	val := encodeValue(req.Token, req.Meta)
+	dir, val := b.dir(req.Key), encodeValue(req.Token, req.Meta)
+	var entry string
 	t, resp, err := b.leased(ctx, req.TTL, func(id clientv3.LeaseID) (*clientv3.TxnResponse, error) {
+		entry = b.entryKey(req.Key, id)
 		return b.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(dir), "=", 0).WithPrefix()).
 			Then(clientv3.OpPut(entry, val, clientv3.WithLease(id))).
-			Else(clientv3.OpGet(dir, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)).
 			Commit()
 	})
 	if err != nil {
 		return distlock.Grant{}, fmt.Errorf("etcdlock: acquire %q: %w", req.Key, err)
 	}
 	if resp.Succeeded {
-		return b.granted(req.Token, entry, t, resp.Header.Revision, req.TTL), nil
+		return b.granted(req.Token, entry, val, t, resp.Header.Revision, req.TTL), nil
 	}
 	b.leases.put(t.id, t.ttl, t.confirmed)
-	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 && string(kvs[0].Key) == entry {
-		return distlock.Grant{}, fmt.Errorf("etcdlock: acquire %q: token already queued", req.Key)
-	}
 	return distlock.Grant{}, fmt.Errorf("etcdlock: acquire %q: %w", req.Key, distlock.ErrNotAcquired)
 }
 
@@ -59,9 +56,10 @@ func (b *Backend) leased(ctx context.Context, ttl time.Duration, txn func(client
 // own and keeps its lease alive; if ctx ends it revokes the lease, which
 // deletes its entry.
 func (b *Backend) AcquireWait(ctx context.Context, req distlock.AcquireRequest) (distlock.Grant, error) {
-	w := &waiter{b: b, key: req.Key, dir: b.dir(req.Key), entry: b.entryKey(req.Key, req.Token)}
+	w := &waiter{b: b, key: req.Key, dir: b.dir(req.Key)}
+	val := encodeValue(req.Token, req.Meta)
 	var err error
-	w.t, w.pos, err = w.enqueue(ctx, encodeValue(req.Token, req.Meta), req.TTL)
+	w.t, w.pos, err = w.enqueue(ctx, val, req.TTL)
 	if err == nil {
 		err = w.wait(ctx)
 	}
@@ -78,11 +76,13 @@ func (b *Backend) AcquireWait(ctx context.Context, req distlock.AcquireRequest) 
 		// Hand the holder (nearly) its full lease, not what is left of it.
 		_ = b.leases.keepAlive(ctx, w.t)
 	}
-	return b.granted(req.Token, w.entry, w.t, w.myRev, req.TTL), nil
+	return b.granted(req.Token, w.entry, val, w.t, w.myRev, req.TTL), nil
 }
 
 // holding is an acquisition this backend made and has not released.
 type holding struct {
+	entry string
+	value string // the token is in it: comparing it is comparing the token
 	lease clientv3.LeaseID
 	ttl   int64
 	stop  context.CancelFunc
@@ -90,8 +90,6 @@ type holding struct {
 
 	confirmed time.Time // guarded by Backend.mu
 }
-
-func (h *holding) stopWatch() { h.stop() }
 
 // lossWatchDelay is how long a hold lasts before its loss watch starts. The
 // watch replays from the grant's revision, so a deletion meanwhile is still
@@ -101,9 +99,9 @@ const lossWatchDelay = 100 * time.Millisecond
 // granted records a grant and, unless it is released first, watches its
 // entry: the entry's deletion (lease expiry or revocation, an operator)
 // closes Grant.Lost.
-func (b *Backend) granted(token, entry string, t *ticket, rev int64, ttl time.Duration) distlock.Grant {
+func (b *Backend) granted(token, entry, value string, t *ticket, rev int64, ttl time.Duration) distlock.Grant {
 	ctx, stop := context.WithCancel(holdWatchContext())
-	h := &holding{lease: t.id, ttl: t.ttl, stop: stop, lost: make(chan struct{}), confirmed: t.confirmed}
+	h := &holding{entry: entry, value: value, lease: t.id, ttl: t.ttl, stop: stop, lost: make(chan struct{}), confirmed: t.confirmed}
 	g := distlock.Grant{Fence: uint64(rev), Lost: h.lost, Sent: t.sent(ttl)}
 	b.mu.Lock()
 	if b.closed {

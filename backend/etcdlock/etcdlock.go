@@ -121,7 +121,7 @@ func (b *Backend) Close() error {
 	b.held = make(map[string]*holding)
 	b.mu.Unlock()
 	for _, h := range held {
-		h.stopWatch()
+		h.stop()
 	}
 	b.bg.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

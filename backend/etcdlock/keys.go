@@ -6,13 +6,22 @@ import (
 	"strconv"
 	"strings"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/distlock/distlock"
 )
 
 // Store layout. A lock key K owns the directory PREFIX/esc(K)/; each
-// acquisition, holder or waiter, is one key PREFIX/esc(K)/TOKEN attached to
-// its own lease. The key with the lowest create revision in the directory is
-// the holder; the others queue behind it in create-revision order.
+// acquisition, holder or waiter, is one key PREFIX/esc(K)/LEASE (the lease
+// ID in hex) attached to that lease, with the token in its value. The key
+// with the lowest create revision in the directory is the holder; the
+// others queue behind it in create-revision order.
+//
+// Naming entries by lease rather than by token matters for a busy lock:
+// etcd keeps every deleted key name in its index until a compaction, and a
+// range read walks them all. Released leases are reused (see leasePool), so
+// a directory sees a few hundred names per client at most, where one name per
+// acquisition would grow its index by one with every Lock.
 //
 // esc keeps ASCII letters, digits, '-', '_', '~' and ':' and writes every
 // other byte as %XX. The escaped key therefore holds no '/' or '.', so no
@@ -66,11 +75,14 @@ func unescape(seg string) (string, error) {
 // dir returns the directory of key's queue, ending in '/'.
 func (b *Backend) dir(key string) string { return b.prefix + escape(key) + "/" }
 
-// entryKey returns the queue entry of token for key.
-func (b *Backend) entryKey(key, token string) string { return b.dir(key) + token }
+// entryKey returns the queue entry of key on lease.
+func (b *Backend) entryKey(key string, lease clientv3.LeaseID) string {
+	return fmt.Sprintf("%s%016x", b.dir(key), int64(lease))
+}
 
-// splitEntry parses a queue entry's store key into the lock key and token.
-func (b *Backend) splitEntry(storeKey string) (key, token string, err error) {
+// splitEntry parses a queue entry's store key into the lock key and the
+// entry's name.
+func (b *Backend) splitEntry(storeKey string) (key, name string, err error) {
 	rest, ok := strings.CutPrefix(storeKey, b.prefix)
 	i := strings.LastIndexByte(rest, '/')
 	if !ok || i < 0 {

@@ -31,7 +31,7 @@ func TestEscapeRoundTrip(t *testing.T) {
 }
 
 // TestKeysStayInNamespace locks keys made of path syntax and checks that
-// every store key written is PREFIX/<one segment>/<token>, with the segment
+// every store key written is PREFIX/<one segment>/<lease>, with the segment
 // naming the whole lock key, and that keys which are path prefixes of each
 // other do not exclude each other.
 func TestKeysStayInNamespace(t *testing.T) {
@@ -58,8 +58,8 @@ func TestKeysStayInNamespace(t *testing.T) {
 	for _, kv := range all.Kvs {
 		rest, ok := strings.CutPrefix(string(kv.Key), prefix+"/")
 		parts := strings.Split(rest, "/")
-		if !ok || len(parts) != 2 || parts[0] == "" || len(parts[1]) != 32 {
-			t.Fatalf("store key %q is not %s/<key>/<token>", kv.Key, prefix)
+		if !ok || len(parts) != 2 || parts[0] == "" || len(parts[1]) != 16 {
+			t.Fatalf("store key %q is not %s/<key>/<lease>", kv.Key, prefix)
 		}
 		k, err := etcdlock.Unescape(parts[0])
 		if err != nil {

@@ -15,20 +15,48 @@ import (
 	"github.com/distlock/distlock"
 )
 
-// Release deletes token's entry, holder or waiter. Since the token is part of
-// the entry's key, only that token's entry can be deleted. The freed lease is
-// kept for reuse if this backend made the acquisition, and revoked otherwise.
+// entryOf finds token's entry for key: from this backend's record, or by
+// reading key's queue. cond holds as long as the entry is still token's.
+func (b *Backend) entryOf(ctx context.Context, key, token string) (entry string, lease clientv3.LeaseID, cond clientv3.Cmp, err error) {
+	b.mu.Lock()
+	h := b.held[token]
+	b.mu.Unlock()
+	if h != nil {
+		return h.entry, h.lease, clientv3.Compare(clientv3.Value(h.entry), "=", h.value), nil
+	}
+	resp, err := b.cli.Get(ctx, b.dir(key), clientv3.WithPrefix())
+	if err != nil {
+		return "", 0, clientv3.Cmp{}, err
+	}
+	for _, kv := range resp.Kvs {
+		if v, err := decodeValue(key, kv.Value); err == nil && v.Token == token {
+			k := string(kv.Key)
+			return k, clientv3.LeaseID(kv.Lease), clientv3.Compare(clientv3.ModRevision(k), "=", kv.ModRevision), nil
+		}
+	}
+	return "", 0, clientv3.Cmp{}, distlock.ErrNotHeld
+}
+
+// Release deletes token's entry, holder or waiter, in a transaction that
+// first checks the entry still carries the token. The freed lease is kept
+// for reuse if this backend made the acquisition, and revoked otherwise.
 func (b *Backend) Release(ctx context.Context, key, token string) error {
-	resp, err := b.cli.Delete(ctx, b.entryKey(key, token), clientv3.WithPrevKV())
+	entry, lease, cond, err := b.entryOf(ctx, key, token)
+	if err == nil {
+		var resp *clientv3.TxnResponse
+		resp, err = b.cli.Txn(ctx).If(cond).Then(clientv3.OpDelete(entry)).Commit()
+		if err == nil && !resp.Succeeded {
+			err = distlock.ErrNotHeld
+		}
+	}
+	if err != nil && !errors.Is(err, distlock.ErrNotHeld) {
+		return fmt.Errorf("etcdlock: release %q: %w", key, err) // retried by token
+	}
+	h := b.forget(token)
 	if err != nil {
 		return fmt.Errorf("etcdlock: release %q: %w", key, err)
 	}
-	h := b.forget(token)
-	if resp.Deleted == 0 {
-		return fmt.Errorf("etcdlock: release %q: %w", key, distlock.ErrNotHeld)
-	}
-	lease := clientv3.LeaseID(resp.PrevKvs[0].Lease)
-	if h != nil && h.lease == lease {
+	if h != nil {
 		b.mu.Lock()
 		confirmed := h.confirmed
 		b.mu.Unlock()
@@ -42,15 +70,19 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 // Renew confirms that token's entry exists and renews its lease for the TTL
 // the lease was granted with (ttl is fixed at acquisition on etcd).
 func (b *Backend) Renew(ctx context.Context, key, token string, _ time.Duration) error {
-	resp, err := b.cli.Get(ctx, b.entryKey(key, token))
+	_, lease, cond, err := b.entryOf(ctx, key, token)
+	if err == nil {
+		var resp *clientv3.TxnResponse
+		resp, err = b.cli.Txn(ctx).If(cond).Commit()
+		if err == nil && !resp.Succeeded {
+			err = distlock.ErrNotHeld
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("etcdlock: renew %q: %w", key, err)
 	}
-	if len(resp.Kvs) == 0 {
-		return fmt.Errorf("etcdlock: renew %q: %w", key, distlock.ErrNotHeld)
-	}
 	sent := time.Now()
-	if _, err := b.cli.KeepAliveOnce(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+	if _, err := b.cli.KeepAliveOnce(ctx, lease); err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			return fmt.Errorf("etcdlock: renew %q: %w: lease expired", key, distlock.ErrNotHeld)
 		}

@@ -32,6 +32,7 @@ type position struct {
 // also reads the entry before it and the holder.
 func (w *waiter) enqueue(ctx context.Context, val string, ttl time.Duration) (*ticket, position, error) {
 	t, resp, err := w.b.leased(ctx, ttl, func(id clientv3.LeaseID) (*clientv3.TxnResponse, error) {
+		w.entry = w.b.entryKey(w.key, id)
 		return w.b.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(w.entry), "=", 0)).
 			Then(clientv3.OpPut(w.entry, val, clientv3.WithLease(id)),
@@ -44,7 +45,7 @@ func (w *waiter) enqueue(ctx context.Context, val string, ttl time.Duration) (*t
 		return t, position{}, err
 	}
 	if !resp.Succeeded {
-		return t, position{}, errors.New("token already queued")
+		return t, position{}, errors.New("lease already queued")
 	}
 	w.myRev = resp.Header.Revision
 	pos := position{rev: w.myRev}
@@ -155,8 +156,8 @@ func (w *waiter) next(ctx context.Context, keep *time.Timer) (position, error) {
 				w.pos = pos // still waiting on pred; it may have become the holder
 			}
 			for _, ev := range wr.Events {
-				if ev.Type != mvccpb.DELETE {
-					continue
+				if ev.Type != mvccpb.DELETE || ev.Kv.ModRevision <= w.pos.rev {
+					continue // a member behind pos.rev replays an older entry of the same name
 				}
 				if w.pos.predIsFirst {
 					return position{}, nil // nothing was ahead of pred, and nothing can be created ahead of us

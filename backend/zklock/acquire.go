@@ -273,14 +273,15 @@ func (b *Backend) awaitHolder(ctx context.Context, holder string) error {
 	}
 }
 
-// leave deletes a node that will not hold the lock, in the background with
-// a context of its own, and lets the janitor look at its parent.
+// leave deletes a node that will not hold the lock before returning, with a
+// context of its own since the caller's has often ended, and lets the
+// janitor look at its parent. Failing that, the node goes with the session.
 func (b *Backend) leave(node string) {
-	b.background(func(ctx context.Context) {
-		if err := b.deleteNode(ctx, node, -1); err == nil {
-			b.janitor.mark(path.Dir(node))
-		}
-	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := b.deleteNode(ctx, node, -1); err == nil {
+		b.janitor.mark(path.Dir(node))
+	}
 }
 
 // granted records a hold and watches its node.

@@ -12,8 +12,8 @@ import (
 )
 
 // TestAbandonedWaitAndEmptyParent opens a client from a zk:// URL, checks
-// that a waiter whose wait ends deletes its node, and that the key's parent
-// is deleted once the queue is empty.
+// that a waiter whose wait ends deletes its node before returning, and that
+// the key's parent is deleted once the queue is empty.
 func TestAbandonedWaitAndEmptyParent(t *testing.T) {
 	srv := testserver.ZooKeeper(t)
 	conn := admin(t, srv.Addr())
@@ -33,7 +33,9 @@ func TestAbandonedWaitAndEmptyParent(t *testing.T) {
 	if _, err := c.Lock(ctx, key, distlock.WithWait(200*time.Millisecond)); !errors.Is(err, distlock.ErrNotAcquired) {
 		t.Fatalf("wait on a held key: got %v, want ErrNotAcquired", err)
 	}
-	eventually(t, "the abandoned waiter's node is deleted", func() bool { return len(queue(t, conn, root, key)) == 1 })
+	if q := queue(t, conn, root, key); len(q) != 1 {
+		t.Fatalf("after an abandoned wait the queue is %q, want only the holder", q)
+	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
