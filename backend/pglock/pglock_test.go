@@ -82,7 +82,6 @@ func TestPostgres(t *testing.T) {
 					t.Fatalf("terminated %d sessions holding %q, want 1", n, key)
 				}
 			},
-			Iterations: 100,
 		})
 	})
 	t.Run("KilledSessionReportedLost", func(t *testing.T) { killedSession(t, s, admin) })

@@ -105,7 +105,6 @@ func runStore(t *testing.T, st store) {
 			// Waiters poll (the table has no notification): allow the
 			// client's backoff cap.
 			NotifyLatency: 150 * time.Millisecond,
-			Iterations:    50,
 		})
 	})
 	t.Run("CleanupKeepsFencesIncreasing", func(t *testing.T) { cleanup(t, st, admin) })
