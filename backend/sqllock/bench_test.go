@@ -80,6 +80,7 @@ func benchStore(b *testing.B, st store, insert, nextFence, del string) {
 	b.Run("distlock", func(b *testing.B) { loop(b, client) })
 	b.Run("interleaved/distlock-vs-raw", func(b *testing.B) { interleaved(b, raw(ins), client) })
 	b.Run("interleaved/distlock-vs-raw-fenced", func(b *testing.B) { interleaved(b, raw(fenced), client) })
+	b.Run("interleaved/backend-vs-raw-fenced", func(b *testing.B) { interleaved(b, raw(fenced), backend) })
 }
 
 func prepare(b *testing.B, be *sqllock.Backend, q string) *sql.Stmt {
