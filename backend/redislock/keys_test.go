@@ -1,0 +1,45 @@
+package redislock
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestEscapeKeyRoundTrip(t *testing.T) {
+	b := &Backend{prefix: DefaultPrefix}
+	for _, key := range []string{"plain", "}", "}}", `\`, `\]`, `a}b\c]d`, "{x}", "é}ü", `\\}`} {
+		e := escapeKey(key)
+		if strings.Contains(e, "}") {
+			t.Errorf("escapeKey(%q) = %q contains a closing brace", key, e)
+		}
+		if got := unescapeKey(e); got != key {
+			t.Errorf("unescapeKey(escapeKey(%q)) = %q", key, got)
+		}
+		k := b.keysFor(key)
+		if got, ok := b.keyFromLockName(k.lock); !ok || got != key {
+			t.Errorf("keyFromLockName(%q) = %q, %v; want %q", k.lock, got, ok, key)
+		}
+		for _, other := range []string{k.fence, k.meta} {
+			if _, ok := b.keyFromLockName(other); ok {
+				t.Errorf("keyFromLockName(%q) took a companion name for a lock", other)
+			}
+			if hashTag(other) != hashTag(k.lock) || hashTag(k.lock) == "" {
+				t.Errorf("%q and %q do not share a non-empty hash tag", k.lock, other)
+			}
+		}
+	}
+}
+
+// hashTag is Redis Cluster's rule: the text between the first "{" and the
+// next "}", if not empty.
+func hashTag(name string) string {
+	i := strings.IndexByte(name, '{')
+	if i < 0 {
+		return ""
+	}
+	j := strings.IndexByte(name[i+1:], '}')
+	if j <= 0 {
+		return ""
+	}
+	return name[i+1 : i+1+j]
+}

@@ -1,0 +1,97 @@
+package redislock_test
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/internal/testserver"
+)
+
+var subCount = regexp.MustCompile(`\bsub=(\d+)`)
+
+// subscribers returns the channel count of every connection with
+// subscriptions, from CLIENT LIST.
+func subscribers(t *testing.T, addr string) []int {
+	t.Helper()
+	var subs []int
+	for _, m := range subCount.FindAllStringSubmatch(rawCommand(t, []string{addr}, "CLIENT", "LIST"), -1) {
+		if n, _ := strconv.Atoi(m[1]); n > 0 {
+			subs = append(subs, n)
+		}
+	}
+	return subs
+}
+
+// eventually retries check every 20ms for up to 10s.
+func eventually(t *testing.T, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestOneSubscriptionPerBackend has 20 waiters on 5 keys in one backend: they
+// must share one subscription connection with one channel per key, woken by
+// releases, and the channels must go once nobody waits.
+func TestOneSubscriptionPerBackend(t *testing.T) {
+	s := testserver.Redis(t)
+	for _, a := range adapters[:2] {
+		t.Run(a.name, func(t *testing.T) {
+			ctx := testContext(t)
+			holder, waiters := newClient(t, a.new(t, s.Addr())), newClient(t, a.new(t, s.Addr()))
+			const nkeys, perKey = 5, 4
+			held := make([]*distlock.Lock, nkeys)
+			for i := range held {
+				l, err := holder.TryLock(ctx, fmt.Sprintf("shared/%s/%d", t.Name(), i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				held[i] = l
+			}
+			results := make(chan error, nkeys*perKey)
+			for i := range nkeys * perKey {
+				go func() {
+					l, err := waiters.Lock(ctx, held[i%nkeys].Key(), distlock.WithWait(20*time.Second))
+					if err == nil {
+						err = l.Release(ctx)
+					}
+					results <- err
+				}()
+			}
+			eventually(t, "one subscription connection with a channel per key", func() error {
+				if subs := subscribers(t, s.Addr()); len(subs) != 1 || subs[0] != nkeys {
+					return fmt.Errorf("subscribed connections and their channel counts: %v, want [%d]", subs, nkeys)
+				}
+				return nil
+			})
+			for _, l := range held {
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for range nkeys * perKey {
+				if err := <-results; err != nil {
+					t.Fatal(err)
+				}
+			}
+			eventually(t, "no subscription once nobody waits", func() error {
+				if subs := subscribers(t, s.Addr()); len(subs) != 0 {
+					return fmt.Errorf("subscribed connections: %v", subs)
+				}
+				return nil
+			})
+		})
+	}
+}
