@@ -5,9 +5,12 @@
 redis.replicate_commands() -- effects replication for TIME (a no-op from Redis 5)
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
-	return tonumber(redis.call('GET', KEYS[2]))
-end
-if holder then
+	local fence = redis.call('GET', KEYS[2])
+	if fence then
+		return tonumber(fence)
+	end
+	-- The counter is gone while the token holds: grant a fresh fence below.
+elseif holder then
 	return 0
 end
 -- The fence is max(last + 1, server time in microseconds): a counter lost
