@@ -13,27 +13,40 @@ import (
 )
 
 // BenchmarkLockRelease compares Lock+Release through distlock.Client with
-// ZooKeeper's floor for the same work: create an ephemeral sequential node,
-// then delete it. "serial" measures latency (ns/op) and "parallel"
-// throughput, each goroutine on a key of its own.
+// ZooKeeper's floor: create an ephemeral sequential node, then delete it;
+// and with that floor plus the one read a queue lock cannot do without, the
+// listing that tells whether the node is first. "serial" measures latency
+// (ns/op) and "parallel" throughput, each goroutine on a key of its own.
 func BenchmarkLockRelease(b *testing.B) {
 	srv := testserver.ZooKeeper(b)
 	root := uniqueRoot(b)
 	c := distlock.New(dial(b, srv.Addr(), root))
 	b.Cleanup(func() { _ = c.Close() })
 	conn := admin(b, srv.Addr())
+	for i := range 64 { // the floors' parents exist before the timed calls
+		p := fmt.Sprintf("%s/floor-bench-%d", root, i)
+		if _, err := conn.Create(p, nil, zk.FlagPersistent, zk.WorldACL(zk.PermAll)); err != nil && err != zk.ErrNodeExists {
+			b.Fatal(err)
+		}
+	}
 	for _, mode := range []string{"serial", "parallel"} {
 		b.Run(mode+"/floor", func(b *testing.B) {
-			for i := range 64 { // the parents exist before the timed calls
-				p := fmt.Sprintf("%s/floor-bench-%d", root, i)
-				if _, err := conn.Create(p, nil, zk.FlagPersistent, zk.WorldACL(zk.PermAll)); err != nil && err != zk.ErrNodeExists {
-					b.Fatal(err)
-				}
-			}
-			b.ResetTimer()
 			run(b, mode, func(_ context.Context, key string) error {
 				node, err := conn.Create(root+"/floor-"+key+"/lock-", nil, zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll))
 				if err != nil {
+					return err
+				}
+				return conn.Delete(node, -1)
+			})
+		})
+		b.Run(mode+"/floor+list", func(b *testing.B) {
+			run(b, mode, func(_ context.Context, key string) error {
+				parent := root + "/floor-" + key
+				node, err := conn.Create(parent+"/lock-", nil, zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll))
+				if err != nil {
+					return err
+				}
+				if _, _, err := conn.Children(parent); err != nil {
 					return err
 				}
 				return conn.Delete(node, -1)
