@@ -127,26 +127,37 @@ func TestFenceSurvivesRestartWithoutPersistence(t *testing.T) {
 
 // TestFenceSurvivesFailover promotes a replica whose counter is behind (its
 // copy was deleted, as if the last writes never reached it) and checks that
-// fences keep increasing.
+// fences keep increasing, with each client following the sentinels.
 func TestFenceSurvivesFailover(t *testing.T) {
 	s := testserver.RedisSentinel(t)
-	ctx := testContext(t)
-	key := "failover/" + t.Name()
-	url := "redis-sentinel://" + s.SentinelAddrs()[0] + "/" + testserver.SentinelMaster
-	c := newClient(t, openURL(t, url))
-	before := grantFences(t, ctx, c, key, 5)
-
-	replica := s.Replica().Addr()
-	rawCommand(t, []string{replica}, "CONFIG", "SET", "replica-read-only", "no")
-	rawCommand(t, []string{replica}, "DEL", lockName(key)+":fence")
-	s.Failover(t)
-	if n := rawCommand(t, []string{s.Primary().Addr()}, "EXISTS", lockName(key)+":fence"); n != "0" {
-		t.Fatalf("the new primary has the fence counter (EXISTS = %s); the test proves nothing", n)
+	sentinels := s.SentinelAddrs()
+	clients := map[string]func(t testing.TB) distlock.Backend{
+		"rueidis": func(t testing.TB) distlock.Backend {
+			return openURL(t, "redis-sentinel://"+sentinels[0]+"/"+testserver.SentinelMaster+"?addr="+sentinels[1])
+		},
+		"go-redis": func(t testing.TB) distlock.Backend {
+			return newGoRedis(t, redis.NewFailoverClient(&redis.FailoverOptions{
+				MasterName: testserver.SentinelMaster, SentinelAddrs: sentinels, ContextTimeoutEnabled: true}))
+		},
 	}
-	// The client follows the sentinels to the new primary.
-	after := grantFences(t, ctx, c, key, 1)
-	if after <= before {
-		t.Fatalf("fence after failover %d, not above %d from before", after, before)
+	for _, name := range []string{"rueidis", "go-redis"} {
+		t.Run(name, func(t *testing.T) {
+			ctx := testContext(t)
+			key := "failover/" + t.Name()
+			c := newClient(t, clients[name](t))
+			before := grantFences(t, ctx, c, key, 5)
+			replica := s.Replica().Addr()
+			rawCommand(t, []string{replica}, "CONFIG", "SET", "replica-read-only", "no")
+			rawCommand(t, []string{replica}, "DEL", lockName(key)+":fence")
+			s.Failover(t)
+			if n := rawCommand(t, []string{s.Primary().Addr()}, "EXISTS", lockName(key)+":fence"); n != "0" {
+				t.Fatalf("the new primary has the fence counter (EXISTS = %s); the test proves nothing", n)
+			}
+			after := grantFences(t, ctx, c, key, 1)
+			if after <= before {
+				t.Fatalf("fence after failover %d, not above %d from before", after, before)
+			}
+		})
 	}
 }
 
