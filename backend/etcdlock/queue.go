@@ -83,6 +83,9 @@ func (w *waiter) locate(ctx context.Context, rev int64) (position, error) {
 		return position{}, errQueueEntryGone
 	}
 	pos := position{rev: resp.Header.Revision}
+	if read != nil {
+		pos.rev = rev // the header tells the member's revision, not the one read at
+	}
 	if before := resp.Responses[0].GetResponseRange().Kvs; len(before) == 1 {
 		first := resp.Responses[1].GetResponseRange().Kvs
 		pos.pred = string(before[0].Key)
