@@ -138,21 +138,7 @@ func (c *Client) newHold(obsCtx context.Context, r Request, token string, g Gran
 		h.retry = backoff{min: max(interval/16, time.Millisecond), max: interval / 2}
 	}
 
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		c.releaseAbandoned(r.Key, token)
-		return nil, fmt.Errorf("distlock: lock %q: %w", r.Key, ErrClosed)
-	}
-	c.holds[h] = struct{}{}
-	if r.Reentrant {
-		c.reentrant[ownedKey{r.Key, r.Meta.Owner}] = h
-	}
-	c.mu.Unlock()
-
 	h.mu.Lock()
-	h.timer = time.AfterFunc(time.Until(h.nextDueLocked()), h.tick)
-	h.mu.Unlock()
 	if g.Lost != nil {
 		h.ended = make(chan struct{})
 		h.running.Add(1)
@@ -165,6 +151,24 @@ func (c *Client) newHold(obsCtx context.Context, r Request, token string, g Gran
 			}
 		}()
 	}
+	h.timer = time.AfterFunc(time.Until(h.nextDueLocked()), h.tick)
+	h.mu.Unlock()
+
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		h.mu.Lock()
+		h.endLocked(stateReleased)
+		h.mu.Unlock()
+		h.running.Wait()
+		c.releaseAbandoned(r.Key, token)
+		return nil, fmt.Errorf("distlock: lock %q: %w", r.Key, ErrClosed)
+	}
+	c.holds[h] = struct{}{}
+	if r.Reentrant {
+		c.reentrant[ownedKey{r.Key, r.Meta.Owner}] = h
+	}
+	c.mu.Unlock()
 	return h, nil
 }
 
