@@ -258,6 +258,13 @@ func contended(b *testing.B, c *distlock.Client, g int, work time.Duration) {
 	b.ReportMetric(float64(p50alone.Microseconds()), "alone-p50-µs")
 	b.ReportMetric(float64(percentile(all, 99))/float64(p50alone), "p99-vs-alone-p50")
 	b.ReportMetric(float64(most)*float64(g)/float64(len(all)), "max-share/fair")
+	quick := 0
+	for _, w := range all {
+		if w < 3*p50alone {
+			quick++
+		}
+	}
+	b.ReportMetric(float64(quick)/float64(len(all)), "share-under-3x-alone-p50")
 }
 
 func percentile(d []time.Duration, p int) time.Duration {
