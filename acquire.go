@@ -68,7 +68,7 @@ func (c *Client) acquire(ctx context.Context, key string, wait time.Duration, op
 // native queue, its release notices, or a capped jittered backoff poll.
 func (c *Client) acquireWaiting(ctx context.Context, r *Request, req AcquireRequest) (Grant, time.Time, error) {
 	if r.Wait == 0 {
-		g, sent, err := c.attempt(ctx, req)
+		g, sent, err := c.attempt(ctx, r, req)
 		if errors.Is(err, ErrNotAcquired) {
 			err = fmt.Errorf("distlock: lock %q: %w", r.Key, ErrNotAcquired)
 		}
@@ -97,7 +97,7 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req AcquireRequ
 		case errors.Is(err, ErrNotAcquired):
 			return Grant{}, sent, notAcquired(nil)
 		default:
-			c.releaseAbandoned(req.Key, req.Token)
+			c.releaseAbandoned(r, req.Token)
 			return Grant{}, sent, err
 		}
 	}
@@ -114,7 +114,7 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req AcquireRequ
 	}
 	var lastErr error
 	for {
-		g, sent, err := c.attempt(wctx, req)
+		g, sent, err := c.attempt(wctx, r, req)
 		if err == nil {
 			return g, sent, nil
 		}
@@ -139,16 +139,16 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req AcquireRequ
 // attempt makes one acquisition request. A request that failed without a
 // clear answer may have succeeded in the store, so its token is released in
 // the background.
-func (c *Client) attempt(ctx context.Context, req AcquireRequest) (Grant, time.Time, error) {
+func (c *Client) attempt(ctx context.Context, r *Request, req AcquireRequest) (Grant, time.Time, error) {
 	sent := time.Now()
 	var g Grant
-	err := c.call(ctx, "acquire", func() (err error) {
+	err := c.call(ctx, r, "acquire", func() (err error) {
 		g, err = c.backend.Acquire(ctx, req)
 		return err
 	})
 	if err != nil {
 		if !errors.Is(err, ErrNotAcquired) {
-			c.releaseAbandoned(req.Key, req.Token)
+			c.releaseAbandoned(r, req.Token)
 		}
 		return Grant{}, sent, err
 	}
@@ -159,20 +159,20 @@ func (c *Client) attempt(ctx context.Context, req AcquireRequest) (Grant, time.T
 }
 
 // releaseAbandoned releases a token whose acquisition result is unknown.
-func (c *Client) releaseAbandoned(key, token string) {
+func (c *Client) releaseAbandoned(r *Request, token string) {
 	c.goBackground(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
-		_ = c.releaseByToken(ctx, key, token)
+		_ = c.releaseByToken(ctx, r, token)
 	})
 }
 
 // releaseByToken releases key for token, retrying failures whose reply never
 // came until ctx ends. It never releases by bare key.
-func (c *Client) releaseByToken(ctx context.Context, key, token string) error {
+func (c *Client) releaseByToken(ctx context.Context, r *Request, token string) error {
 	bo := backoff{min: 5 * time.Millisecond, max: 200 * time.Millisecond}
 	for {
-		err := c.call(ctx, "release", func() error { return c.backend.Release(ctx, key, token) })
+		err := c.call(ctx, r, "release", func() error { return c.backend.Release(ctx, r.Key, token) })
 		if err == nil || errors.Is(err, ErrNotHeld) {
 			return err
 		}

@@ -106,7 +106,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 		return Info{}, fmt.Errorf("distlock: inspect: %w", err)
 	}
 	var info Info
-	err := c.call(ctx, "inspect", func() (err error) {
+	err := c.call(ctx, nil, "inspect", func() (err error) {
 		info, err = c.backend.Inspect(ctx, key)
 		return err
 	})
@@ -127,7 +127,7 @@ func (c *Client) List(ctx context.Context, prefix string) ([]Info, error) {
 		return nil, fmt.Errorf("distlock: list: backend %s: %w", c.backendName, errors.ErrUnsupported)
 	}
 	var infos []Info
-	err := c.call(ctx, "list", func() (err error) {
+	err := c.call(ctx, nil, "list", func() (err error) {
 		infos, err = l.List(ctx, prefix)
 		return err
 	})
@@ -171,14 +171,19 @@ func (c *Client) Close() error {
 // context ended.
 const cleanupTimeout = 5 * time.Second
 
-// call runs one backend request and reports its latency to the observer.
-func (c *Client) call(ctx context.Context, op string, f func() error) error {
+// call runs one backend request and reports its latency to the observer,
+// labelled with the lock request r when the call belongs to one.
+func (c *Client) call(ctx context.Context, r *Request, op string, f func() error) error {
 	if c.observer == nil {
 		return f()
 	}
 	start := time.Now()
 	err := f()
-	c.observer.Observe(ctx, Event{Kind: EventStoreCall, Backend: c.backendName, Op: op, Latency: time.Since(start), Err: err})
+	e := Event{Kind: EventStoreCall, Backend: c.backendName, Op: op, Latency: time.Since(start), Err: err}
+	if r != nil {
+		e = c.event(r, e)
+	}
+	c.observer.Observe(ctx, e)
 	return err
 }
 

@@ -126,7 +126,7 @@ func (c *Client) newHold(obsCtx context.Context, r Request, token string, g Gran
 		obsCtx: context.WithoutCancel(obsCtx), deadline: sent.Add(r.Lease - drift(r.Lease)), refs: 1,
 	}
 	if !h.deadline.After(now) {
-		c.releaseAbandoned(r.Key, token)
+		c.releaseAbandoned(&h.r, token)
 		return nil, fmt.Errorf("distlock: lock %q: %w: granted after its validity had passed", r.Key, ErrNotAcquired)
 	}
 	if c.observer != nil {
@@ -161,7 +161,7 @@ func (c *Client) newHold(obsCtx context.Context, r Request, token string, g Gran
 		h.endLocked(stateReleased)
 		h.mu.Unlock()
 		h.running.Wait()
-		c.releaseAbandoned(r.Key, token)
+		c.releaseAbandoned(&h.r, token)
 		return nil, fmt.Errorf("distlock: lock %q: %w", r.Key, ErrClosed)
 	}
 	c.holds[h] = struct{}{}
@@ -220,7 +220,7 @@ func (h *hold) tick() {
 	h.cancelRenew = cancel
 	h.mu.Unlock()
 	sent := time.Now()
-	err := h.c.call(rctx, "renew", func() error { return h.c.backend.Renew(rctx, h.r.Key, h.token, h.ttl) })
+	err := h.c.call(rctx, &h.r, "renew", func() error { return h.c.backend.Renew(rctx, h.r.Key, h.token, h.ttl) })
 	cancel()
 
 	if errors.Is(err, ErrNotHeld) {
@@ -385,13 +385,13 @@ func (h *hold) release(ctx context.Context) error {
 	if state == stateLost {
 		if reason != LossRenewRefused && reason != LossStoreDeleted {
 			// The store may still hold our token; free the key for others.
-			_ = h.c.releaseByToken(ctx, h.r.Key, h.token)
+			_ = h.c.releaseByToken(ctx, &h.r, h.token)
 		}
 		h.emit(Event{Kind: EventReleased, Reason: ReleaseLost, Hold: time.Since(h.acquired)})
 		return lostErr
 	}
 
-	err := h.c.releaseByToken(ctx, h.r.Key, h.token)
+	err := h.c.releaseByToken(ctx, &h.r, h.token)
 	h.unregister()
 	reason = ReleaseReleased
 	switch {
@@ -414,7 +414,7 @@ func (h *hold) renew(ctx context.Context) error {
 		return err
 	}
 	sent := time.Now()
-	err = h.c.call(ctx, "renew", func() error { return h.c.backend.Renew(ctx, h.r.Key, h.token, h.ttl) })
+	err = h.c.call(ctx, &h.r, "renew", func() error { return h.c.backend.Renew(ctx, h.r.Key, h.token, h.ttl) })
 	switch {
 	case err == nil:
 		h.mu.Lock()

@@ -30,7 +30,9 @@ const (
 	EventReleased
 	// EventLost: the lock ended without Release (Reason, Hold set).
 	EventLost
-	// EventStoreCall: one backend request finished (Op, Latency, Err set).
+	// EventStoreCall: one backend request finished (Op, Latency, Err set;
+	// Key, Group and Critical too when it belongs to a lock: acquire, renew,
+	// release). A native Waiter's wait is not a store call.
 	EventStoreCall
 )
 
