@@ -23,7 +23,8 @@ type Client struct {
 	closed    bool
 	holds     map[*hold]struct{}
 	reentrant map[ownedKey]*hold
-	bg        sync.WaitGroup // background cleanups and watchdogs
+	bg        sync.WaitGroup // background cleanups
+	lines     lines          // this client's waiters per key, in arrival order
 }
 
 type ownedKey struct{ key, owner string }

@@ -385,3 +385,53 @@ func TestNewNilBackendPanics(t *testing.T) {
 	}()
 	distlock.New(nil)
 }
+
+func TestLocalWaitersServedInArrivalOrder(t *testing.T) {
+	ctx := context.Background()
+	c := distlock.New(memlock.New())
+	defer c.Close()
+	holder, err := c.TryLock(ctx, "line")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const waiters = 6
+	order := make(chan int, waiters)
+	errs := make(chan error, waiters)
+	var wg sync.WaitGroup
+	for i := range waiters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := c.Lock(ctx, "line", distlock.WithWait(10*time.Second))
+			if err != nil {
+				errs <- err
+				return
+			}
+			order <- i
+			// Come straight back for the key: the line must not let us barge.
+			if err := l.Release(ctx); err != nil {
+				errs <- err
+			}
+		}()
+		time.Sleep(20 * time.Millisecond) // join the line in index order
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(order)
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	want := 0
+	for got := range order {
+		if got != want {
+			t.Fatalf("grant %d went to waiter %d: not arrival order", want, got)
+		}
+		want++
+	}
+	if want != waiters {
+		t.Fatalf("%d of %d waiters got the lock", want, waiters)
+	}
+}

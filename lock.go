@@ -393,6 +393,9 @@ func (h *hold) release(ctx context.Context) error {
 
 	err := h.c.releaseByToken(ctx, &h.r, h.token)
 	h.unregister()
+	if err == nil {
+		h.c.lines.released(h.r.Key)
+	}
 	reason = ReleaseReleased
 	switch {
 	case errors.Is(err, ErrNotHeld):
