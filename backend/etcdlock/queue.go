@@ -28,14 +28,17 @@ type position struct {
 	rev         int64
 }
 
-// enqueue puts the entry at the tail of the queue, in one transaction that
-// also reads the entry before it and the holder.
+// enqueue puts the entry at the tail of the queue in one transaction: into
+// an empty queue it only puts (the common, uncontended case), else it also
+// reads the entry just before its own and the holder.
 func (w *waiter) enqueue(ctx context.Context, val string, ttl time.Duration) (*ticket, position, error) {
 	t, resp, err := w.b.leased(ctx, ttl, func(id clientv3.LeaseID) (*clientv3.TxnResponse, error) {
 		w.entry = w.b.entryKey(w.key, id)
+		put := clientv3.OpPut(w.entry, val, clientv3.WithLease(id))
 		return w.b.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(w.entry), "=", 0)).
-			Then(clientv3.OpPut(w.entry, val, clientv3.WithLease(id)),
+			If(clientv3.Compare(clientv3.CreateRevision(w.dir), "=", 0).WithPrefix()).
+			Then(put).
+			Else(put,
 				clientv3.OpGet(w.dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(2),
 					clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)),
 				clientv3.OpGet(w.dir, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)).
@@ -44,12 +47,16 @@ func (w *waiter) enqueue(ctx context.Context, val string, ttl time.Duration) (*t
 	if err != nil {
 		return t, position{}, err
 	}
-	if !resp.Succeeded {
-		return t, position{}, errors.New("lease already queued")
-	}
 	w.myRev = resp.Header.Revision
 	pos := position{rev: w.myRev}
-	if last := resp.Responses[1].GetResponseRange().Kvs; len(last) == 2 {
+	if resp.Succeeded {
+		return t, pos, nil // the queue was empty: ours is first
+	}
+	last := resp.Responses[1].GetResponseRange().Kvs
+	if len(last) == 0 || string(last[0].Key) != w.entry || last[0].CreateRevision != w.myRev {
+		return t, position{}, errors.New("the lease's entry was already queued")
+	}
+	if len(last) == 2 {
 		first := resp.Responses[2].GetResponseRange().Kvs
 		pos.pred = string(last[1].Key)
 		pos.predIsFirst = len(first) == 1 && string(first[0].Key) == pos.pred
