@@ -25,6 +25,7 @@ type waiter struct {
 type position struct {
 	pred        string // the entry just before ours; "" when ours is first
 	predIsFirst bool   // pred was the holder: once it goes, ours is first
+	ahead       string // the entry before pred, if any: once it goes, pred may be first
 	rev         int64
 }
 
@@ -39,7 +40,7 @@ func (w *waiter) enqueue(ctx context.Context, val string, ttl time.Duration) (*t
 			If(clientv3.Compare(clientv3.CreateRevision(w.dir), "=", 0).WithPrefix()).
 			Then(put).
 			Else(put,
-				clientv3.OpGet(w.dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(2),
+				clientv3.OpGet(w.dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(3),
 					clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)),
 				clientv3.OpGet(w.dir, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)).
 			Commit()
@@ -56,11 +57,7 @@ func (w *waiter) enqueue(ctx context.Context, val string, ttl time.Duration) (*t
 	if len(last) == 0 || string(last[0].Key) != w.entry || last[0].CreateRevision != w.myRev {
 		return t, position{}, errors.New("the lease's entry was already queued")
 	}
-	if len(last) == 2 {
-		first := resp.Responses[2].GetResponseRange().Kvs
-		pos.pred = string(last[1].Key)
-		pos.predIsFirst = len(first) == 1 && string(first[0].Key) == pos.pred
-	}
+	pos.place(last[1:], resp.Responses[2].GetResponseRange().Kvs)
 	return t, pos, nil
 }
 
@@ -75,7 +72,7 @@ func (w *waiter) locate(ctx context.Context, rev int64) (position, error) {
 		read = []clientv3.OpOption{clientv3.WithRev(rev), clientv3.WithSerializable()}
 	}
 	resp, err := w.b.cli.Txn(ctx).Then(
-		clientv3.OpGet(w.dir, append(read, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1),
+		clientv3.OpGet(w.dir, append(read, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(2),
 			clientv3.WithMaxCreateRev(w.myRev-1), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend))...),
 		clientv3.OpGet(w.dir, append(read, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)...),
 		clientv3.OpGet(w.entry, append(read, clientv3.WithCountOnly())...),
@@ -93,12 +90,21 @@ func (w *waiter) locate(ctx context.Context, rev int64) (position, error) {
 	if read != nil {
 		pos.rev = rev // the header tells the member's revision, not the one read at
 	}
-	if before := resp.Responses[0].GetResponseRange().Kvs; len(before) == 1 {
-		first := resp.Responses[1].GetResponseRange().Kvs
-		pos.pred = string(before[0].Key)
-		pos.predIsFirst = len(first) == 1 && string(first[0].Key) == pos.pred
-	}
+	pos.place(resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
 	return pos, nil
+}
+
+// place fills the position from the (up to two) entries just before ours,
+// nearest first, and the holder.
+func (p *position) place(before, first []*mvccpb.KeyValue) {
+	if len(before) == 0 {
+		return
+	}
+	p.pred = string(before[0].Key)
+	p.predIsFirst = len(first) == 1 && string(first[0].Key) == p.pred
+	if len(before) > 1 && !p.predIsFirst {
+		p.ahead = string(before[1].Key)
+	}
 }
 
 var errQueueEntryGone = errors.New("queue entry gone: its lease expired")
@@ -139,6 +145,8 @@ func (w *waiter) next(ctx context.Context, keep *time.Timer) (position, error) {
 	// every 100ms. So watch from now, and close the gap since pos.rev with
 	// one read at the watch's start revision if the store moved meanwhile.
 	wch := w.b.cli.Watch(wctx, w.pos.pred, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	ahead := w.watchAhead(ctx)
+	defer func() { ahead.stop() }()
 	for {
 		select {
 		case <-ctx.Done():
@@ -164,6 +172,7 @@ func (w *waiter) next(ctx context.Context, keep *time.Timer) (position, error) {
 					return pos, err
 				}
 				w.pos = pos // still waiting on pred; it may have become the holder
+				ahead = ahead.follow(ctx, w)
 			}
 			for _, ev := range wr.Events {
 				if ev.Type != mvccpb.DELETE || ev.Kv.ModRevision <= w.pos.rev {
@@ -174,9 +183,64 @@ func (w *waiter) next(ctx context.Context, keep *time.Timer) (position, error) {
 				}
 				return w.relocate(ctx, ev.Kv.ModRevision)
 			}
+		case wr, ok := <-ahead.ch:
+			rev := deleted(wr, w.pos.rev)
+			if !ok || wr.Err() != nil {
+				ahead.ch = nil // a hint only: pred's own watch decides
+			}
+			if rev == 0 {
+				continue
+			}
+			// The entry ahead of pred went, most likely as the holder: look now,
+			// while pred is being granted, so that pred's own release finds us
+			// knowing we are next, with no read left on the handoff's path.
+			pos, err := w.relocate(ctx, rev)
+			if err != nil || pos.pred != w.pos.pred {
+				return pos, err
+			}
+			w.pos = pos
+			ahead = ahead.follow(ctx, w)
 		}
 	}
 }
+
+// deleted returns the revision of the first delete in wr after rev, or 0.
+func deleted(wr clientv3.WatchResponse, rev int64) int64 {
+	for _, ev := range wr.Events {
+		if ev.Type == mvccpb.DELETE && ev.Kv.ModRevision > rev {
+			return ev.Kv.ModRevision
+		}
+	}
+	return 0
+}
+
+// aheadWatch watches the entry before the predecessor. It is only a hint:
+// it starts from the current revision without closing the gap, so a delete
+// it misses only leaves the read for after the predecessor's own delete.
+type aheadWatch struct {
+	key    string
+	ch     clientv3.WatchChan // nil when there is nothing to watch
+	cancel context.CancelFunc
+}
+
+func (w *waiter) watchAhead(ctx context.Context) aheadWatch {
+	if w.pos.ahead == "" || w.pos.predIsFirst {
+		return aheadWatch{cancel: func() {}}
+	}
+	actx, cancel := context.WithCancel(waitWatchContext(ctx))
+	return aheadWatch{key: w.pos.ahead, ch: w.b.cli.Watch(actx, w.pos.ahead, clientv3.WithFilterPut()), cancel: cancel}
+}
+
+// follow moves the watch to the waiter's current entry ahead of pred.
+func (a aheadWatch) follow(ctx context.Context, w *waiter) aheadWatch {
+	if a.key == w.pos.ahead && !w.pos.predIsFirst {
+		return a
+	}
+	a.stop()
+	return w.watchAhead(ctx)
+}
+
+func (a aheadWatch) stop() { a.cancel() }
 
 // keepAlive renews the waiter's lease; failures are retried on the next
 // tick while the lease lasts.
