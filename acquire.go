@@ -39,14 +39,18 @@ func (c *Client) acquire(ctx context.Context, key string, wait time.Duration, op
 		}
 	}
 
-	start := time.Now()
 	obsCtx := ctx
+	var start time.Time // read the clock only for an observer
 	if c.observer != nil {
+		start = time.Now()
 		obsCtx = c.observer.AcquireStarted(ctx, c.event(&r, Event{Kind: EventAcquireStart}))
 	}
 	req := AcquireRequest{Key: key, Token: newToken(), TTL: r.Lease + r.LockDelay, Meta: r.Meta}
 	g, sent, err := c.acquireWaiting(obsCtx, &r, req)
-	waited := time.Since(start)
+	var waited time.Duration
+	if c.observer != nil {
+		waited = time.Since(start)
+	}
 	if err != nil {
 		kind := EventNotAcquired
 		if !errors.Is(err, ErrNotAcquired) {
@@ -69,11 +73,8 @@ func (c *Client) acquire(ctx context.Context, key string, wait time.Duration, op
 // the background.
 func (c *Client) attempt(ctx context.Context, r *Request, req AcquireRequest) (Grant, time.Time, error) {
 	sent := time.Now()
-	var g Grant
-	err := c.call(ctx, r, "acquire", func() (err error) {
-		g, err = c.backend.Acquire(ctx, req)
-		return err
-	})
+	g, err := c.backend.Acquire(ctx, req)
+	c.observeCall(ctx, r, "acquire", sent, err)
 	if err != nil {
 		if !errors.Is(err, ErrNotAcquired) {
 			c.releaseAbandoned(r, req.Token)
@@ -100,7 +101,12 @@ func (c *Client) releaseAbandoned(r *Request, token string) {
 func (c *Client) releaseByToken(ctx context.Context, r *Request, token string) error {
 	bo := backoff{min: 5 * time.Millisecond, max: 200 * time.Millisecond}
 	for {
-		err := c.call(ctx, r, "release", func() error { return c.backend.Release(ctx, r.Key, token) })
+		var start time.Time
+		if c.observer != nil {
+			start = time.Now()
+		}
+		err := c.backend.Release(ctx, r.Key, token)
+		c.observeCall(ctx, r, "release", start, err)
 		if err == nil || errors.Is(err, ErrNotHeld) {
 			return err
 		}

@@ -180,12 +180,21 @@ func (c *Client) call(ctx context.Context, r *Request, op string, f func() error
 	}
 	start := time.Now()
 	err := f()
+	c.observeCall(ctx, r, op, start, err)
+	return err
+}
+
+// observeCall reports a backend request that began at start. The hot paths
+// use it directly, to spare the closure of call.
+func (c *Client) observeCall(ctx context.Context, r *Request, op string, start time.Time, err error) {
+	if c.observer == nil {
+		return
+	}
 	e := Event{Kind: EventStoreCall, Backend: c.backendName, Op: op, Latency: time.Since(start), Err: err}
 	if r != nil {
 		e = c.event(r, e)
 	}
 	c.observer.Observe(ctx, e)
-	return err
 }
 
 // goBackground runs f in a goroutine that Close waits for; once Close has

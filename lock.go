@@ -123,14 +123,14 @@ func (c *Client) newHold(obsCtx context.Context, r Request, token string, g Gran
 	now := time.Now()
 	h := &hold{
 		c: c, r: r, token: token, fence: g.Fence, acquired: now, ttl: r.Lease + r.LockDelay,
-		obsCtx: context.WithoutCancel(obsCtx), deadline: sent.Add(r.Lease - drift(r.Lease)), refs: 1,
+		deadline: sent.Add(r.Lease - drift(r.Lease)), refs: 1,
 	}
 	if !h.deadline.After(now) {
 		c.releaseAbandoned(&h.r, token)
 		return nil, fmt.Errorf("distlock: lock %q: %w: granted after its validity had passed", r.Key, ErrNotAcquired)
 	}
 	if c.observer != nil {
-		h.tokenID = tokenID(token)
+		h.tokenID, h.obsCtx = tokenID(token), context.WithoutCancel(obsCtx)
 	}
 	if r.Watchdog {
 		interval := r.renewInterval()
@@ -151,7 +151,7 @@ func (c *Client) newHold(obsCtx context.Context, r Request, token string, g Gran
 			}
 		}()
 	}
-	h.timer = time.AfterFunc(time.Until(h.nextDueLocked()), h.tick)
+	h.timer = time.AfterFunc(h.nextDueLocked().Sub(now), h.tick)
 	h.mu.Unlock()
 
 	c.mu.Lock()

@@ -48,6 +48,12 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req AcquireRequ
 		}
 	}
 
+	if c.lines.empty(r.Key) {
+		// Nobody of ours waits: try before paying for a place in the line.
+		if g, sent, err := c.attempt(wctx, r, req); err == nil {
+			return g, sent, nil
+		}
+	}
 	turn := c.lines.join(r.Key)
 	defer c.lines.leave(r.Key, turn)
 	select {
@@ -111,6 +117,13 @@ type lines struct {
 type turn struct {
 	head chan struct{} // closed when the waiter reaches the head
 	wake chan struct{} // a local release of the key; buffered
+}
+
+// empty reports whether no waiter of this client is in key's line.
+func (l *lines) empty(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.byKey[key]) == 0
 }
 
 // join queues a waiter for key.
