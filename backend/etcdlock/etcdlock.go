@@ -1,7 +1,8 @@
 // Package etcdlock is a distlock backend on etcd: each acquisition is a key
 // on its own lease, waiters queue fairly in create-revision order and each
-// watches only the entry just before it, and the fence is the create revision
-// of the holder's key, which increases across the whole cluster and survives
+// watches only the entry just before it (and, as a hint that saves a read at
+// handoff, the one before that), and the fence is the create revision of the
+// holder's key, which increases across the whole cluster and survives
 // restarts and leader changes.
 //
 // A lock's lease has the lock's TTL (lease plus lock-delay), so expiry and
