@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/locktest"
 )
 
 // BenchmarkLockRelease compares Lock+Release through distlock.Client with
@@ -98,7 +99,7 @@ func BenchmarkContended(b *testing.B) {
 					cs[i] = distlock.New(dial(b, eps, prefix))
 					b.Cleanup(func() { _ = cs[i].Close() })
 				}
-				contend(b, lockers, func(ctx context.Context, i int) (func() error, error) {
+				locktest.Contend(b, lockers, func(ctx context.Context, i int) (func() error, error) {
 					l, err := cs[i%conns].Lock(ctx, "contended")
 					if err != nil {
 						return nil, err
@@ -121,7 +122,7 @@ func BenchmarkContended(b *testing.B) {
 					b.Cleanup(func() { _ = s.Close() })
 					mus[i] = concurrency.NewMutex(s, prefix+"/contended")
 				}
-				contend(b, lockers, func(ctx context.Context, i int) (func() error, error) {
+				locktest.Contend(b, lockers, func(ctx context.Context, i int) (func() error, error) {
 					if err := mus[i].Lock(ctx); err != nil {
 						return nil, err
 					}

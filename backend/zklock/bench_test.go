@@ -10,6 +10,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/locktest"
 )
 
 // BenchmarkLockRelease compares Lock+Release through distlock.Client with
@@ -100,7 +101,7 @@ func BenchmarkContended(b *testing.B) {
 		cs[i] = distlock.New(dial(b, srv.Addr(), root))
 		b.Cleanup(func() { _ = cs[i].Close() })
 	}
-	contend(b, lockers, func(ctx context.Context, i int) (func() error, error) {
+	locktest.Contend(b, lockers, func(ctx context.Context, i int) (func() error, error) {
 		l, err := cs[i%conns].Lock(ctx, "contended")
 		if err != nil {
 			return nil, err

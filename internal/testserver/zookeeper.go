@@ -22,7 +22,7 @@ func ZooKeeper(t testing.TB) *Server {
 	s := &Server{Name: "zookeeper", Port: FreePort(t), Dir: tempDir(t, "zk")}
 	cfg := filepath.Join(s.Dir, "zoo.cfg")
 	conf := fmt.Sprintf("tickTime=%d\ndataDir=%s\nclientPort=%d\nclientPortAddress=%s\nadmin.enableServer=false\n"+
-		"4lw.commands.whitelist=ruok,stat\nforceSync=no\nmaxClientCnxns=0\n", ZooKeeperTick, filepath.Join(s.Dir, "data"), s.Port, Host)
+		"4lw.commands.whitelist=srvr\nforceSync=no\nmaxClientCnxns=0\n", ZooKeeperTick, filepath.Join(s.Dir, "data"), s.Port, Host)
 	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
 		t.Fatalf("testserver: %v", err)
 	}
@@ -33,7 +33,9 @@ func ZooKeeper(t testing.TB) *Server {
 			"org.apache.zookeeper.server.ZooKeeperServerMain", cfg)
 	}
 	s.ready = func(ctx context.Context) error {
-		return exchange(ctx, s.Addr(), []byte("ruok"), []byte("imok"))
+		// "ruok" says imok before sessions are served; "srvr" reports a
+		// Mode only once they are.
+		return exchange(ctx, s.Addr(), []byte("srvr"), []byte("Mode: "))
 	}
 	return newServer(t, s)
 }

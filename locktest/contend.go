@@ -1,4 +1,4 @@
-package zklock_test
+package locktest
 
 import (
 	"context"
@@ -9,12 +9,13 @@ import (
 	"time"
 )
 
-// contend runs b.N acquisitions of one key by goroutines lockers, each
-// looping Lock, Release, then 1ms of work outside the lock, and reports
-// acquisitions per second, the wait of an acquisition at p50, p99 and max,
-// and the largest share of acquisitions one goroutine got (fairness: 1/n is
-// perfect). lock is called by goroutine i and returns the release.
-func contend(b *testing.B, lockers int, lock func(ctx context.Context, i int) (release func() error, err error)) {
+// Contend is the contended-handoff benchmark: b.N acquisitions of one key by
+// goroutines lockers, each looping Lock, Release, then 1ms of work outside
+// the lock. It reports acquisitions per second, the wait of an acquisition at
+// p50, p99 and max, and the largest share of acquisitions one goroutine got
+// (fairness: 1/n is perfect). lock is called by goroutine i and returns the
+// release; two holders inside at once fail the benchmark.
+func Contend(b *testing.B, lockers int, lock func(ctx context.Context, i int) (release func() error, err error)) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var (
