@@ -4,6 +4,9 @@
 //
 //	go run ./examples/checkout                      # in-process store
 //	go run ./examples/checkout -store redis://127.0.0.1:6379/0
+//	go run ./examples/checkout -store etcd://127.0.0.1:2379
+//
+// Any URL that distlock.Open accepts works (postgres://, mysql://, zk://).
 package main
 
 import (
@@ -12,12 +15,16 @@ import (
 	"flag"
 	"fmt"
 	"log"
-	"os"
 	"sync"
 	"time"
 
 	"github.com/distlock/distlock"
+	_ "github.com/distlock/distlock/backend/etcdlock"
 	_ "github.com/distlock/distlock/backend/memlock"
+	_ "github.com/distlock/distlock/backend/pglock"
+	_ "github.com/distlock/distlock/backend/redislock"
+	_ "github.com/distlock/distlock/backend/sqllock"
+	_ "github.com/distlock/distlock/backend/zklock"
 )
 
 // ledger is the downstream system that records charges. It refuses a charge
@@ -91,8 +98,7 @@ func run(store, order string) error {
 		fmt.Println(r)
 	}
 	if len(book.charged) != 1 {
-		fmt.Fprintf(os.Stderr, "order charged %d times\n", len(book.charged))
-		os.Exit(1)
+		return fmt.Errorf("%s charged %d times", order, len(book.charged))
 	}
 	fmt.Printf("%s charged exactly once, by %s\n", order, book.charged[order])
 	return nil
