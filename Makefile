@@ -1,6 +1,8 @@
 # make deps  installs the store servers the tests need (idempotent).
 # make test  ensures deps, then checks formatting, vets, and runs every test
-#            with the race detector against real servers.
+#            with the race detector against real servers, one package at a
+#            time so that timing-sensitive fault tests do not starve each other
+#            on small machines.
 
 GO ?= go
 
@@ -10,7 +12,7 @@ deps:
 	./scripts/deps.sh
 
 test: deps fmt-check vet
-	$(GO) test -race -count=1 -timeout 30m ./...
+	$(GO) test -race -count=1 -p 1 -timeout 30m ./...
 
 fmt-check:
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
