@@ -131,11 +131,7 @@ func (c *Client) reenter(r *Request) *Lock {
 	return &Lock{h: h}
 }
 
-func (c *Client) isClosed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.closed
-}
+func (c *Client) isClosed() bool { return c.closing.Load() }
 
 // event fills the request's labels into e.
 func (c *Client) event(r *Request, e Event) Event {

@@ -2,6 +2,8 @@ package distlock_test
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/distlock/distlock"
@@ -24,6 +26,27 @@ func BenchmarkCoreOverhead(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	})
+	b.Run("client-memlock-parallel", func(b *testing.B) {
+		c := distlock.New(memlock.New())
+		defer c.Close()
+		var n atomic.Int64
+		b.SetParallelism(32) // distinct keys, as many goroutines as a busy service has
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			key := fmt.Sprint("k", n.Add(1))
+			for pb.Next() {
+				l, err := c.Lock(ctx, key)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if err := l.Release(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
 	})
 	b.Run("client-memlock", func(b *testing.B) {
 		c := distlock.New(memlock.New())

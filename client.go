@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,7 +21,8 @@ type Client struct {
 	policy      Policy
 
 	mu        sync.Mutex
-	closed    bool
+	closed    bool        // under mu; authoritative
+	closing   atomic.Bool // set with closed, read without the lock
 	holds     map[*hold]struct{}
 	reentrant map[ownedKey]*hold
 	bg        sync.WaitGroup // background cleanups
@@ -147,6 +149,7 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
+	c.closing.Store(true)
 	holds := make([]*hold, 0, len(c.holds))
 	for h := range c.holds {
 		holds = append(holds, h)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -109,8 +110,9 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req AcquireRequ
 // Fairness across clients is the store's to give (etcd and ZooKeeper queue
 // natively).
 type lines struct {
-	mu    sync.Mutex
-	byKey map[string][]*turn
+	waiting atomic.Int64 // waiters in all lines, read without the lock
+	mu      sync.Mutex
+	byKey   map[string][]*turn
 }
 
 // turn is one waiter's place in a line.
@@ -121,6 +123,9 @@ type turn struct {
 
 // empty reports whether no waiter of this client is in key's line.
 func (l *lines) empty(key string) bool {
+	if l.waiting.Load() == 0 {
+		return true
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.byKey[key]) == 0
@@ -134,6 +139,7 @@ func (l *lines) join(key string) *turn {
 	if l.byKey == nil {
 		l.byKey = make(map[string][]*turn)
 	}
+	l.waiting.Add(1)
 	q := append(l.byKey[key], t)
 	l.byKey[key] = q
 	if len(q) == 1 {
@@ -152,6 +158,7 @@ func (l *lines) leave(key string, t *turn) {
 		if w != t {
 			continue
 		}
+		l.waiting.Add(-1)
 		q = append(q[:i], q[i+1:]...)
 		if i == 0 && len(q) > 0 {
 			close(q[0].head)
@@ -167,6 +174,9 @@ func (l *lines) leave(key string, t *turn) {
 
 // released wakes the waiter at the head of key's line, if any.
 func (l *lines) released(key string) {
+	if l.waiting.Load() == 0 {
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if q := l.byKey[key]; len(q) > 0 {
