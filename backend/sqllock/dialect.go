@@ -13,15 +13,16 @@ var sqlFiles embed.FS
 // databases lives in its files under sql/; the Go code is the same for all.
 // Each statement takes the same arguments in the same order in every dialect.
 type Dialect struct {
-	name    string
-	migrate []string
-	acquire string // key, token, ttl µs, owner, metadata -> token, fence
-	renew   string // ttl µs, key, token
-	holds   string // key, token -> count
-	release string // key, token
-	inspect string // key -> held, fence, owner, metadata, ttl µs
-	list    string // prefix, prefix -> key, fence, owner, metadata, ttl µs
-	cleanup string // retention µs, batch
+	name     string
+	notifies bool // the release statement sends a notice on releaseChannel
+	migrate  []string
+	acquire  string // key, token, ttl µs, owner, metadata -> token, fence
+	renew    string // ttl µs, key, token
+	holds    string // key, token -> count
+	release  string // key, token
+	inspect  string // key -> held, fence, owner, metadata, ttl µs
+	list     string // prefix, prefix -> key, fence, owner, metadata, ttl µs
+	cleanup  string // retention µs, batch
 }
 
 var (
@@ -46,15 +47,16 @@ func loadDialect(name string) *Dialect {
 		return string(b)
 	}
 	return &Dialect{
-		name:    name,
-		migrate: splitStatements(read("migrate.sql")),
-		acquire: read("acquire.sql"),
-		renew:   read("renew.sql"),
-		holds:   read("holds.sql"),
-		release: read("release.sql"),
-		inspect: read("inspect.sql"),
-		list:    read("list.sql"),
-		cleanup: read("cleanup.sql"),
+		name:     name,
+		notifies: name == "postgres",
+		migrate:  splitStatements(read("migrate.sql")),
+		acquire:  read("acquire.sql"),
+		renew:    read("renew.sql"),
+		holds:    read("holds.sql"),
+		release:  read("release.sql"),
+		inspect:  read("inspect.sql"),
+		list:     read("list.sql"),
+		cleanup:  read("cleanup.sql"),
 	}
 }
 

@@ -17,6 +17,9 @@
 // WithRetention, then go in bounded batches (WithCleanupInterval,
 // WithCleanupBatch, or Cleanup).
 //
-// Waiting polls with the client's jittered backoff: the table has no
-// notification.
+// On PostgreSQL (pgx driver) the release statement sends a NOTIFY on the
+// channel distlock_release with the key, and the backend LISTENs on one
+// dedicated connection, opened by its first waiter and shared by all
+// (distlock.Notifier); waiters still poll, slowly, for expiries. MariaDB has
+// no notification: there waiters poll with the client's jittered backoff.
 package sqllock

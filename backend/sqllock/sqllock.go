@@ -21,15 +21,18 @@ type Backend struct {
 	stmtsMu sync.Mutex
 	stmts   map[string]*sql.Stmt
 
+	notices *listener // release notices; PostgreSQL only
+
 	ctx    context.Context // cancelled by Close, ends background work
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
 
 var (
-	_ distlock.Backend = (*Backend)(nil)
-	_ distlock.Lister  = (*Backend)(nil)
-	_ distlock.Namer   = (*Backend)(nil)
+	_ distlock.Backend  = (*Backend)(nil)
+	_ distlock.Lister   = (*Backend)(nil)
+	_ distlock.Namer    = (*Backend)(nil)
+	_ distlock.Notifier = (*Backend)(nil)
 )
 
 // New returns a backend over db in dialect d. Call Migrate once to create the
@@ -40,6 +43,9 @@ func New(db *sql.DB, d *Dialect, opts ...Option) *Backend {
 		f(&o)
 	}
 	b := &Backend{db: db, d: d, opts: o, stmts: make(map[string]*sql.Stmt)}
+	if d.notifies {
+		b.notices = &listener{db: db}
+	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	if o.cleanupEvery > 0 {
 		b.wg.Add(1)
@@ -158,6 +164,20 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 	return nil
 }
 
+// Watch wakes a waiter when key is released. On PostgreSQL (with the pgx
+// driver) one dedicated connection LISTENs for the whole backend; MariaDB has
+// no notification, so there waiters poll and Watch returns an error matching
+// errors.ErrUnsupported.
+func (b *Backend) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	if b.notices == nil {
+		return nil, nil, fmt.Errorf("sqllock: %s sends no release notices: %w", b.d.name, errors.ErrUnsupported)
+	}
+	if b.ctx.Err() != nil {
+		return nil, nil, fmt.Errorf("sqllock: watch %q: backend closed", key)
+	}
+	return b.notices.watch(ctx, key)
+}
+
 // Close stops the periodic cleanup, closes the prepared statements, and
 // closes the database handle if Open created it.
 func (b *Backend) Close() error {
@@ -166,6 +186,9 @@ func (b *Backend) Close() error {
 	}
 	b.cancel()
 	b.wg.Wait()
+	if b.notices != nil {
+		b.notices.close()
+	}
 	b.stmtsMu.Lock()
 	var errs []error
 	for _, s := range b.stmts {
