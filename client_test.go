@@ -435,3 +435,21 @@ func TestLocalWaitersServedInArrivalOrder(t *testing.T) {
 		t.Fatalf("%d of %d waiters got the lock", want, waiters)
 	}
 }
+
+func TestDoReleasesOnPanic(t *testing.T) {
+	ctx := context.Background()
+	store := memlock.New()
+	c := distlock.New(store)
+	defer c.Close()
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the panic did not propagate")
+			}
+		}()
+		_ = c.Do(ctx, "do-panic", func(context.Context, *distlock.Lock) error { panic("boom") })
+	}()
+	if info, _ := store.Inspect(ctx, "do-panic"); info.Held {
+		t.Fatal("a panicking fn left the key held")
+	}
+}
