@@ -51,17 +51,19 @@ func (c *Client) acquire(ctx context.Context, key string, wait time.Duration, op
 	if c.observer != nil {
 		waited = time.Since(start)
 	}
+	var h *hold
+	if err == nil {
+		h, err = c.newHold(obsCtx, r, req.Token, g, sent)
+	}
 	if err != nil {
 		kind := EventNotAcquired
 		if !errors.Is(err, ErrNotAcquired) {
 			kind = EventAcquireFailed
-			err = fmt.Errorf("distlock: lock %q: %w", key, err)
+			if !errors.Is(err, ErrClosed) {
+				err = fmt.Errorf("distlock: lock %q: %w", key, err)
+			}
 		}
 		c.observe(obsCtx, &r, Event{Kind: kind, Wait: waited, Err: err})
-		return nil, err
-	}
-	h, err := c.newHold(obsCtx, r, req.Token, g, sent)
-	if err != nil {
 		return nil, err
 	}
 	c.observe(obsCtx, &r, Event{Kind: EventAcquired, Fence: g.Fence, Wait: waited, TokenID: h.tokenID})

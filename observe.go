@@ -12,7 +12,8 @@ type EventKind uint8
 const (
 	// EventAcquireStart comes before the first attempt of an acquisition.
 	// Exactly one of EventAcquired, EventNotAcquired or EventAcquireFailed
-	// follows it. Requests that fail validation produce no events.
+	// follows it. Requests that fail validation, and reentrant locks by an
+	// owner that already holds the key, produce no events.
 	EventAcquireStart EventKind = iota + 1
 	// EventAcquired: the lock was granted (Fence, Wait set).
 	EventAcquired
