@@ -46,7 +46,7 @@ func (c *Client) acquire(ctx context.Context, key string, wait time.Duration, op
 		obsCtx = c.observer.AcquireStarted(ctx, c.event(&r, Event{Kind: EventAcquireStart}))
 	}
 	req := AcquireRequest{Key: key, Token: newToken(), TTL: r.Lease + r.LockDelay, Meta: r.Meta}
-	g, sent, err := c.acquireWaiting(obsCtx, &r, req)
+	g, sent, err := c.acquireWaiting(obsCtx, &r, &req)
 	var waited time.Duration
 	if c.observer != nil {
 		waited = time.Since(start)
@@ -72,14 +72,16 @@ func (c *Client) acquire(ctx context.Context, key string, wait time.Duration, op
 
 // attempt makes one acquisition request. A request that failed without a
 // clear answer may have succeeded in the store, so its token is released in
-// the background.
-func (c *Client) attempt(ctx context.Context, r *Request, req AcquireRequest) (Grant, time.Time, error) {
+// the background and req gets a fresh token for any later attempt (the
+// background release must never meet a grant of the same token).
+func (c *Client) attempt(ctx context.Context, r *Request, req *AcquireRequest) (Grant, time.Time, error) {
 	sent := time.Now()
-	g, err := c.backend.Acquire(ctx, req)
+	g, err := c.backend.Acquire(ctx, *req)
 	c.observeCall(ctx, r, "acquire", sent, err)
 	if err != nil {
 		if !errors.Is(err, ErrNotAcquired) {
 			c.releaseAbandoned(r, req.Token)
+			req.Token = newToken()
 		}
 		return Grant{}, sent, err
 	}

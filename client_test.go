@@ -453,3 +453,43 @@ func TestDoReleasesOnPanic(t *testing.T) {
 		t.Fatal("a panicking fn left the key held")
 	}
 }
+
+func TestRetryAfterAmbiguousAcquireUsesAFreshToken(t *testing.T) {
+	ctx := context.Background()
+	store := memlock.New()
+	var calls atomic.Int32
+	firstToken := make(chan string, 1)
+	f := &faulty{Backend: store}
+	f.acquireAfter = func(g distlock.Grant, err error) (distlock.Grant, error) {
+		if calls.Add(1) == 1 { // granted in the store, but the reply is lost
+			return distlock.Grant{}, errTransient
+		}
+		return g, err
+	}
+	c := distlock.New(&tokenSpy{faulty: f, first: firstToken})
+	l, err := c.Lock(ctx, "amb-wait", distlock.WithWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Token() == <-firstToken {
+		t.Fatal("the retry reused the token of the ambiguous attempt")
+	}
+	time.Sleep(50 * time.Millisecond) // let the background release of the first token run
+	if err := store.Renew(ctx, "amb-wait", l.Token(), time.Minute); err != nil {
+		t.Fatalf("the background release removed the new grant: %v", err)
+	}
+	_ = l.Release(ctx)
+	_ = c.Close()
+}
+
+// tokenSpy records the token of the first acquisition attempt.
+type tokenSpy struct {
+	*faulty
+	first chan string
+	once  sync.Once
+}
+
+func (s *tokenSpy) Acquire(ctx context.Context, r distlock.AcquireRequest) (distlock.Grant, error) {
+	s.once.Do(func() { s.first <- r.Token })
+	return s.faulty.Acquire(ctx, r)
+}

@@ -13,7 +13,8 @@ import (
 // native queue if it has one; otherwise this client's waiters for the key
 // line up first come, first served, and the one at the head retries on the
 // backend's release notices or a capped jittered backoff poll.
-func (c *Client) acquireWaiting(ctx context.Context, r *Request, req AcquireRequest) (Grant, time.Time, error) {
+// On return req.Token is the token of the grant.
+func (c *Client) acquireWaiting(ctx context.Context, r *Request, req *AcquireRequest) (Grant, time.Time, error) {
 	if r.Wait == 0 {
 		g, sent, err := c.attempt(ctx, r, req)
 		if errors.Is(err, ErrNotAcquired) {
@@ -34,7 +35,7 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req AcquireRequ
 
 	if w, ok := c.backend.(Waiter); ok {
 		sent := time.Now()
-		g, err := w.AcquireWait(wctx, req)
+		g, err := w.AcquireWait(wctx, *req)
 		switch {
 		case err == nil:
 			if !g.Sent.IsZero() {
@@ -65,8 +66,11 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req AcquireRequ
 
 	bo := backoff{min: time.Millisecond, max: 50 * time.Millisecond}
 	notifier, _ := c.backend.(Notifier)
-	var notices <-chan struct{}
-	var lastErr error
+	var (
+		notices <-chan struct{}
+		watched bool // Watch is tried once: a backend that cannot notify is polled
+		lastErr error
+	)
 	for {
 		g, sent, err := c.attempt(wctx, r, req)
 		if err == nil {
@@ -78,9 +82,10 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req AcquireRequ
 		if wctx.Err() != nil {
 			return Grant{}, sent, notAcquired(lastErr)
 		}
-		if notifier != nil && notices == nil {
+		if notifier != nil && !watched {
 			// Subscribe only once the key turned out to be held, then try
 			// again at once: a release before the subscription has no notice.
+			watched = true
 			if ch, stop, err := notifier.Watch(wctx, r.Key); err == nil {
 				defer stop()
 				notices = ch
