@@ -3,7 +3,6 @@ package etcdlock_test
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -31,7 +30,7 @@ func BenchmarkLockRelease(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					run(b, mode, func(ctx context.Context, key string) error {
+					locktest.Loop(b, mode, func(ctx context.Context, key string) error {
 						k := prefix + "/floor/" + key
 						resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
 							Then(clientv3.OpPut(k, "", clientv3.WithLease(lease.ID))).Commit()
@@ -46,7 +45,7 @@ func BenchmarkLockRelease(b *testing.B) {
 					})
 				})
 				b.Run(mode+"/distlock", func(b *testing.B) {
-					run(b, mode, func(ctx context.Context, key string) error {
+					locktest.Loop(b, mode, func(ctx context.Context, key string) error {
 						l, err := c.Lock(ctx, key)
 						if err != nil {
 							return err
@@ -57,32 +56,6 @@ func BenchmarkLockRelease(b *testing.B) {
 			}
 		})
 	}
-}
-
-// run calls op b.N times, serially or from parallel goroutines, each on a
-// key of its own.
-func run(b *testing.B, mode string, op func(ctx context.Context, key string) error) {
-	ctx := context.Background()
-	var n atomic.Int64
-	if mode == "serial" {
-		key := fmt.Sprintf("bench-%d", n.Add(1))
-		for b.Loop() {
-			if err := op(ctx, key); err != nil {
-				b.Fatal(err)
-			}
-		}
-		return
-	}
-	b.SetParallelism(8)
-	b.RunParallel(func(pb *testing.PB) {
-		key := fmt.Sprintf("bench-%d", n.Add(1))
-		for pb.Next() {
-			if err := op(ctx, key); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
 }
 
 // BenchmarkContended runs 16 goroutines on 4 connections against one key,

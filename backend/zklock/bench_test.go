@@ -3,7 +3,6 @@ package zklock_test
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"testing"
 
 	"github.com/go-zookeeper/zk"
@@ -32,7 +31,7 @@ func BenchmarkLockRelease(b *testing.B) {
 	}
 	for _, mode := range []string{"serial", "parallel"} {
 		b.Run(mode+"/floor", func(b *testing.B) {
-			run(b, mode, func(_ context.Context, key string) error {
+			locktest.Loop(b, mode, func(_ context.Context, key string) error {
 				node, err := conn.Create(root+"/floor-"+key+"/lock-", nil, zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll))
 				if err != nil {
 					return err
@@ -41,7 +40,7 @@ func BenchmarkLockRelease(b *testing.B) {
 			})
 		})
 		b.Run(mode+"/floor+list", func(b *testing.B) {
-			run(b, mode, func(_ context.Context, key string) error {
+			locktest.Loop(b, mode, func(_ context.Context, key string) error {
 				parent := root + "/floor-" + key
 				node, err := conn.Create(parent+"/lock-", nil, zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll))
 				if err != nil {
@@ -54,7 +53,7 @@ func BenchmarkLockRelease(b *testing.B) {
 			})
 		})
 		b.Run(mode+"/distlock", func(b *testing.B) {
-			run(b, mode, func(ctx context.Context, key string) error {
+			locktest.Loop(b, mode, func(ctx context.Context, key string) error {
 				l, err := c.Lock(ctx, key)
 				if err != nil {
 					return err
@@ -63,32 +62,6 @@ func BenchmarkLockRelease(b *testing.B) {
 			})
 		})
 	}
-}
-
-// run calls op b.N times, serially or from parallel goroutines, each on a
-// key of its own.
-func run(b *testing.B, mode string, op func(ctx context.Context, key string) error) {
-	ctx := context.Background()
-	var n atomic.Int64
-	if mode == "serial" {
-		key := fmt.Sprintf("bench-%d", n.Add(1))
-		for b.Loop() {
-			if err := op(ctx, key); err != nil {
-				b.Fatal(err)
-			}
-		}
-		return
-	}
-	b.SetParallelism(8)
-	b.RunParallel(func(pb *testing.PB) {
-		key := fmt.Sprintf("bench-%d", n.Add(1))
-		for pb.Next() {
-			if err := op(ctx, key); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
 }
 
 // BenchmarkContended runs 16 goroutines on 4 sessions against one key.
