@@ -11,6 +11,9 @@
 // Each subtest uses its own keys, bounds every wait, and checks behaviour
 // across several clients of the same store, so each backend returned by
 // NewBackend should be its own connection, as separate processes would have.
+//
+// Contend and Loop are the shared benchmarks: a contended handoff on one key,
+// and Lock+Release (or a store's raw floor) serially or in parallel.
 package locktest
 
 import (
