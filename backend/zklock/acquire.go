@@ -1,6 +1,7 @@
 package zklock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,15 +22,17 @@ var acl = zk.WorldACL(zk.PermAll)
 func (b *Backend) Acquire(ctx context.Context, req distlock.AcquireRequest) (distlock.Grant, error) {
 	data := encodeValue(req.Token, req.TTL, req.Meta)
 	sent := time.Now()
-	node, err := b.enqueue(ctx, req.Key, req.Token, data)
+	pos, err := b.enqueue(ctx, req.Key, req.Token, data)
 	if err != nil {
 		return distlock.Grant{}, fmt.Errorf("zklock: acquire %q: %w", req.Key, err)
 	}
-	pos, err := b.look(ctx, node)
-	if err == nil && pos.first() {
-		return b.granted(req.Token, node, data, pos, sent), nil
+	if !pos.first() {
+		pos, err = b.look(ctx, pos.node)
 	}
-	b.leave(node)
+	if err == nil && pos.first() {
+		return b.granted(req.Token, pos.node, data, pos, sent), nil
+	}
+	b.leave(pos.node)
 	if err != nil {
 		return distlock.Grant{}, fmt.Errorf("zklock: acquire %q: %w", req.Key, err)
 	}
@@ -42,13 +45,16 @@ func (b *Backend) Acquire(ctx context.Context, req distlock.AcquireRequest) (dis
 func (b *Backend) AcquireWait(ctx context.Context, req distlock.AcquireRequest) (distlock.Grant, error) {
 	data := encodeValue(req.Token, req.TTL, req.Meta)
 	sent := time.Now()
-	node, err := b.enqueue(ctx, req.Key, req.Token, data)
+	pos, err := b.enqueue(ctx, req.Key, req.Token, data)
 	if err != nil {
 		return distlock.Grant{}, b.waitError(ctx, req.Key, err)
 	}
-	pos, err := b.look(ctx, node)
-	if err == nil && !pos.first() {
-		err = b.readFence(ctx, &pos) // while waiting, off the handoff's path
+	node := pos.node
+	if !pos.first() {
+		pos, err = b.look(ctx, node)
+		if err == nil && !pos.first() {
+			err = b.readFence(ctx, &pos) // while waiting, off the handoff's path
+		}
 	}
 	waited := false
 	for err == nil && !pos.first() {
@@ -89,44 +95,68 @@ type position struct {
 func (p *position) first() bool { return p.idx == 0 }
 
 // enqueue creates token's node at the tail of key's queue, creating the
-// parent (as a container) when it is missing.
-func (b *Backend) enqueue(ctx context.Context, key, token string, data []byte) (string, error) {
+// parent (as a container) when it is missing. The returned position is
+// complete (first, with its fence) when the node is alone in the queue;
+// otherwise only its node is known and first reports false.
+func (b *Backend) enqueue(ctx context.Context, key, token string, data []byte) (position, error) {
 	parent := b.parent(key)
 	for range 3 {
-		node, err := b.createNode(ctx, parent+"/"+nodeName(token), data)
+		pos, err := b.createNode(ctx, parent, nodeName(token), data)
 		if !errors.Is(err, zk.ErrNoNode) {
-			return node, err
+			return pos, err
 		}
 		_, err = call(ctx, func() (string, error) { return b.conn.CreateContainer(parent, nil, zk.FlagContainer, acl) })
 		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
-			return "", fmt.Errorf("create parent %s: %w", parent, err)
+			return position{}, fmt.Errorf("create parent %s: %w", parent, err)
 		}
 	}
-	return "", fmt.Errorf("parent %s keeps being deleted", parent)
+	return position{}, fmt.Errorf("parent %s keeps being deleted", parent)
 }
 
-// createNode creates an ephemeral sequential node. If ctx ends first, the
-// node, should it be created after all, is deleted in the background.
-func (b *Backend) createNode(ctx context.Context, prefix string, data []byte) (string, error) {
+// createNode creates an ephemeral sequential node under parent. It does so in
+// one transaction with an empty write to the parent, whose stat comes back
+// with the answer: its child count tells whether the node is alone, and its
+// mzxid is the transaction's zxid, which is the node's czxid (the fence). An
+// uncontended lock thus costs one request, like the create alone. If ctx ends
+// first, the node, should it be created after all, is deleted in the
+// background.
+func (b *Backend) createNode(ctx context.Context, parent, name string, data []byte) (position, error) {
 	type result struct {
-		node string
-		err  error
+		pos position
+		err error
 	}
 	ch := make(chan result, 1)
 	go func() {
-		node, err := b.conn.Create(prefix, data, zk.FlagEphemeralSequential, acl)
-		ch <- result{node, err}
+		rs, err := b.conn.Multi(
+			&zk.CreateRequest{Path: parent + "/" + name, Data: data, Acl: acl, Flags: zk.FlagEphemeralSequential},
+			&zk.SetDataRequest{Path: parent, Version: -1},
+		)
+		if err == nil && len(rs) != 2 {
+			err = fmt.Errorf("create %s: %d results for 2 operations", name, len(rs))
+		}
+		for _, r := range rs {
+			err = cmp.Or(err, r.Error)
+		}
+		if err != nil {
+			ch <- result{err: err}
+			return
+		}
+		pos := position{node: rs[0].String, parent: parent, idx: -1}
+		if st := rs[1].Stat; st != nil && st.NumChildren == 1 {
+			pos.queue, pos.idx, pos.parentStat, pos.fence = []string{path.Base(pos.node)}, 0, st, uint64(st.Mzxid)
+		}
+		ch <- result{pos: pos}
 	}()
 	select {
 	case r := <-ch:
-		return r.node, r.err
+		return r.pos, r.err
 	case <-ctx.Done():
 		b.background(func(ctx context.Context) {
 			if r := <-ch; r.err == nil {
-				_ = b.deleteNode(ctx, r.node, -1)
+				_ = b.deleteNode(ctx, r.pos.node, -1)
 			}
 		})
-		return "", ctx.Err()
+		return position{}, ctx.Err()
 	}
 }
 
