@@ -29,9 +29,11 @@ type position struct {
 	rev         int64
 }
 
-// enqueue puts the entry at the tail of the queue in one transaction: into
-// an empty queue it only puts (the common, uncontended case), else it also
-// reads the entry just before its own and the holder.
+// enqueue puts the entry at the tail of the queue in one transaction whose
+// compare tells whether the queue was empty, so that an uncontended Lock
+// costs one small request, like TryLock. Only a contended one reads the
+// queue ahead, afterwards, from the member's own state at the entry's
+// revision.
 func (w *waiter) enqueue(ctx context.Context, val string, ttl time.Duration) (*ticket, position, error) {
 	t, resp, err := w.b.leased(ctx, ttl, func(id clientv3.LeaseID) (*clientv3.TxnResponse, error) {
 		w.entry = w.b.entryKey(w.key, id)
@@ -39,26 +41,19 @@ func (w *waiter) enqueue(ctx context.Context, val string, ttl time.Duration) (*t
 		return w.b.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(w.dir), "=", 0).WithPrefix()).
 			Then(put).
-			Else(put,
-				clientv3.OpGet(w.dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(3),
-					clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)),
-				clientv3.OpGet(w.dir, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)).
+			Else(put).
 			Commit()
 	})
 	if err != nil {
 		return t, position{}, err
 	}
 	w.myRev = resp.Header.Revision
-	pos := position{rev: w.myRev}
 	if resp.Succeeded {
-		return t, pos, nil // the queue was empty: ours is first
+		return t, position{rev: w.myRev}, nil // the queue was empty: ours is first
 	}
-	last := resp.Responses[1].GetResponseRange().Kvs
-	if len(last) == 0 || string(last[0].Key) != w.entry || last[0].CreateRevision != w.myRev {
-		return t, position{}, errors.New("the lease's entry was already queued")
-	}
-	pos.place(last[1:], resp.Responses[2].GetResponseRange().Kvs)
-	return t, pos, nil
+	w.t = t // relocate keeps the lease in mind
+	pos, err := w.relocate(ctx, w.myRev)
+	return t, pos, err
 }
 
 // locate reads the queue ahead of the entry and checks that the entry is
@@ -75,7 +70,7 @@ func (w *waiter) locate(ctx context.Context, rev int64) (position, error) {
 		clientv3.OpGet(w.dir, append(read, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(2),
 			clientv3.WithMaxCreateRev(w.myRev-1), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend))...),
 		clientv3.OpGet(w.dir, append(read, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)...),
-		clientv3.OpGet(w.entry, append(read, clientv3.WithCountOnly())...),
+		clientv3.OpGet(w.entry, append(read, clientv3.WithKeysOnly())...),
 	).Commit()
 	if err != nil {
 		if read != nil {
@@ -83,8 +78,11 @@ func (w *waiter) locate(ctx context.Context, rev int64) (position, error) {
 		}
 		return position{}, err
 	}
-	if resp.Responses[2].GetResponseRange().Count == 0 {
+	switch own := resp.Responses[2].GetResponseRange().Kvs; {
+	case len(own) == 0:
 		return position{}, errQueueEntryGone
+	case own[0].CreateRevision != w.myRev:
+		return position{}, errEntryReused
 	}
 	pos := position{rev: resp.Header.Revision}
 	if read != nil {
@@ -107,13 +105,16 @@ func (p *position) place(before, first []*mvccpb.KeyValue) {
 	}
 }
 
-var errQueueEntryGone = errors.New("queue entry gone: its lease expired")
+var (
+	errQueueEntryGone = errors.New("queue entry gone: its lease expired")
+	errEntryReused    = errors.New("the lease's entry was already queued")
+)
 
 // relocate is locate, retried while a store failure (a leader election, say)
 // lasts, the lease is not in doubt, and ctx allows.
 func (w *waiter) relocate(ctx context.Context, rev int64) (position, error) {
 	pos, err := w.locate(ctx, rev)
-	for err != nil && !errors.Is(err, errQueueEntryGone) && ctx.Err() == nil && !w.expired() {
+	for err != nil && !errors.Is(err, errQueueEntryGone) && !errors.Is(err, errEntryReused) && ctx.Err() == nil && !w.expired() {
 		if err = sleep(ctx, 100*time.Millisecond); err == nil {
 			pos, err = w.locate(ctx, 0)
 		}
