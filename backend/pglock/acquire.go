@@ -97,10 +97,20 @@ func (b *Backend) statement(withRow, bare string, id int64, req distlock.Acquire
 	return withRow, []any{id, req.Key, req.Token, req.TTL.Milliseconds(), meta}
 }
 
-// prepare makes sure the schema exists and encodes the metadata.
+// emptyMeta is the encoding of a zero distlock.Meta.
+var emptyMeta = []byte("{}")
+
+// prepare makes sure the schema exists and encodes the metadata for the
+// holder row (none without holder rows).
 func (b *Backend) prepare(ctx context.Context, req distlock.AcquireRequest) ([]byte, error) {
 	if err := b.ensureSchema(ctx); err != nil {
 		return nil, fmt.Errorf("pglock: acquire %q: %w", req.Key, err)
+	}
+	switch m := req.Meta; {
+	case b.opts.noRows:
+		return nil, nil
+	case m.Owner == "" && m.BusinessID == "" && len(m.Labels) == 0:
+		return emptyMeta, nil
 	}
 	meta, err := json.Marshal(req.Meta)
 	if err != nil {
@@ -114,9 +124,9 @@ func (b *Backend) prepare(ctx context.Context, req distlock.AcquireRequest) ([]b
 func (b *Backend) conn(ctx context.Context, key string, bound time.Duration) (*pgxpool.Conn, error) {
 	actx := ctx
 	if bound > 0 {
-		var cancel context.CancelFunc
-		actx, cancel = context.WithTimeout(ctx, bound)
-		defer cancel()
+		var done func()
+		actx, done = b.boundedWait(ctx, bound)
+		defer done()
 	}
 	c, err := b.pool.Acquire(actx)
 	if err == nil {
@@ -131,3 +141,47 @@ func (b *Backend) conn(ctx context.Context, key string, bound time.Duration) (*p
 	}
 	return nil, fmt.Errorf("pglock: acquire %q: connection: %w", key, err)
 }
+
+// poolWaitEpoch is a deadline shared by the pool waits that start within the
+// first quarter of it.
+type poolWaitEpoch struct {
+	ctx     context.Context
+	cancel  context.CancelFunc // never called: the deadline ends ctx
+	renewAt time.Time
+}
+
+// boundedWait returns a context that ends with ctx or, at the latest, after
+// bound; it ends no sooner than 3/4 of bound from now. The deadline is shared
+// by the waits that start within a quarter of bound, so that most
+// acquisitions start no timer: a timer that wakes a sleeping runtime thread
+// costs more than the rest of the client's work for a lock. done releases the
+// context.
+func (b *Backend) boundedWait(ctx context.Context, bound time.Duration) (_ context.Context, done func()) {
+	now := time.Now()
+	e := b.waitEpoch.Load()
+	if e == nil || now.After(e.renewAt) {
+		e = &poolWaitEpoch{renewAt: now.Add(bound / 4)}
+		e.ctx, e.cancel = context.WithDeadline(context.Background(), now.Add(bound))
+		b.waitEpoch.Store(e)
+	}
+	if ctx.Done() == nil {
+		return deadlineOf{ctx, e.ctx}, func() {}
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(e.ctx, cancel)
+	return wctx, func() { stop(); cancel() }
+}
+
+// deadlineOf is a context with the values of its Context and the deadline
+// and cancellation of d.
+type deadlineOf struct {
+	context.Context
+	d context.Context
+}
+
+func (c deadlineOf) Deadline() (time.Time, bool) { return c.d.Deadline() }
+func (c deadlineOf) Done() <-chan struct{}       { return c.d.Done() }
+func (c deadlineOf) Err() error                  { return c.d.Err() }
+
+// AfterFunc lets contexts derived from c follow it without a goroutine.
+func (c deadlineOf) AfterFunc(f func()) func() bool { return context.AfterFunc(c.d, f) }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/url"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -43,12 +45,17 @@ type Backend struct {
 	opts    options
 
 	schemaMu sync.Mutex
-	schemaOK bool
+	schemaOK atomic.Bool
 
-	mu     sync.Mutex
-	held   map[string]*pinned // by token
-	closed bool
-	wg     sync.WaitGroup // keepalive rounds and the cleanup loop
+	mu        sync.Mutex
+	held      map[string]*pinned // by token
+	closed    bool
+	kaRunning bool           // the keepalive loop runs
+	kaNext    time.Time      // when the keepalive loop looks next
+	kaWake    chan struct{}  // wakes the keepalive loop early
+	wg        sync.WaitGroup // keepalive loop and rounds, the cleanup loop
+
+	waitEpoch atomic.Pointer[poolWaitEpoch] // see boundedWait
 
 	stopCleanup context.CancelFunc
 }
@@ -67,7 +74,7 @@ func New(pool *pgxpool.Pool, opts ...Option) *Backend {
 	for _, f := range opts {
 		f(&o)
 	}
-	b := &Backend{pool: pool, opts: o, held: make(map[string]*pinned)}
+	b := &Backend{pool: pool, opts: o, held: make(map[string]*pinned), kaWake: make(chan struct{}, 1)}
 	if o.cleanupEvery > 0 {
 		var ctx context.Context
 		ctx, b.stopCleanup = context.WithCancel(context.Background())
@@ -107,15 +114,18 @@ func (b *Backend) Migrate(ctx context.Context) error {
 
 // ensureSchema runs Migrate once per backend.
 func (b *Backend) ensureSchema(ctx context.Context) error {
+	if b.schemaOK.Load() {
+		return nil
+	}
 	b.schemaMu.Lock()
 	defer b.schemaMu.Unlock()
-	if b.schemaOK {
+	if b.schemaOK.Load() {
 		return nil
 	}
 	if err := b.Migrate(ctx); err != nil {
 		return err
 	}
-	b.schemaOK = true
+	b.schemaOK.Store(true)
 	return nil
 }
 
@@ -133,6 +143,7 @@ func (b *Backend) Close() error {
 		held = append(held, p)
 	}
 	clear(b.held)
+	b.wakeKeepaliveLocked()
 	b.mu.Unlock()
 
 	if b.stopCleanup != nil {

@@ -24,10 +24,11 @@ type pinned struct {
 	done     bool
 	deadline time.Time // the lease: unlocked here unless renewed
 	ttl      time.Duration
-	timer    *time.Timer // the next keepalive
+
+	due time.Time // under b.mu: the next keepalive round; zero while one runs
 }
 
-// pin registers a granted lock and starts its keepalive.
+// pin registers a granted lock and schedules its keepalive.
 func (b *Backend) pin(conn *pgxpool.Conn, req distlock.AcquireRequest, id, fence int64, sent time.Time) (distlock.Grant, error) {
 	p := &pinned{
 		b: b, conn: conn, key: req.Key, token: req.Token, id: id,
@@ -42,8 +43,8 @@ func (b *Backend) pin(conn *pgxpool.Conn, req distlock.AcquireRequest, id, fence
 		_ = p.release(ctx)
 		return distlock.Grant{}, fmt.Errorf("pglock: acquire %q: %w", req.Key, distlock.ErrClosed)
 	}
-	p.timer = time.AfterFunc(p.interval(), p.tick)
 	b.held[req.Token] = p
+	b.scheduleLocked(p, sent.Add(p.interval()))
 	b.mu.Unlock()
 	return distlock.Grant{Fence: uint64(fence), Lost: p.lost, Sent: sent}, nil
 }
@@ -57,8 +58,8 @@ func (p *pinned) interval() time.Duration {
 	return max(min(p.ttl/3, p.b.opts.keepalive), time.Millisecond)
 }
 
-// tick runs one keepalive round on a timer: it confirms the session, or
-// unlocks the key once the lease ran out without renewal.
+// tick runs one keepalive round, started by the keepalive loop: it confirms
+// the session, or unlocks the key once the lease ran out without renewal.
 func (p *pinned) tick() {
 	if !p.b.enter() {
 		return // Close unlocks every held key itself
@@ -87,7 +88,9 @@ func (p *pinned) tick() {
 		p.dieLocked()
 		return
 	}
-	p.timer.Reset(min(p.interval(), time.Until(p.deadline)))
+	p.b.mu.Lock()
+	p.b.scheduleLocked(p, time.Now().Add(p.interval()))
+	p.b.mu.Unlock()
 }
 
 // renew confirms the session and moves the lease.
@@ -112,6 +115,11 @@ func (p *pinned) renew(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("pglock: renew %q: %w", p.key, err)
 	}
 	p.deadline, p.ttl = sent.Add(ttl), ttl
+	p.b.mu.Lock()
+	if !p.due.IsZero() { // a shorter lease may end before the next round
+		p.b.scheduleLocked(p, p.due)
+	}
+	p.b.mu.Unlock()
 	return nil
 }
 
@@ -130,10 +138,7 @@ func (p *pinned) release(ctx context.Context) error {
 // destroys it if the unlock did not certainly succeed: a connection never goes
 // back to the pool holding a lock. A destroyed session frees its locks.
 func (p *pinned) endLocked(ctx context.Context) {
-	p.done = true
-	if p.timer != nil { // nil when the backend closed before the keepalive started
-		p.timer.Stop()
-	}
+	p.done = true // the keepalive loop no longer schedules p: it left b.held
 	var unlocked bool
 	if err := p.conn.QueryRow(ctx, releaseSQL, p.id).Scan(&unlocked); err != nil || !unlocked {
 		destroy(p.conn)
@@ -145,7 +150,6 @@ func (p *pinned) endLocked(ctx context.Context) {
 // dieLocked records that the session ended: the lock went with it.
 func (p *pinned) dieLocked() {
 	p.done = true
-	p.timer.Stop()
 	destroy(p.conn)
 	close(p.lost)
 	p.b.forget(p)
