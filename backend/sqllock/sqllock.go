@@ -110,7 +110,7 @@ func (b *Backend) queryRow(ctx context.Context, q string, args ...any) (*sql.Row
 // Acquire inserts key for req.Token, or takes over its row if the lease
 // expired or was released, in one statement.
 func (b *Backend) Acquire(ctx context.Context, req distlock.AcquireRequest) (distlock.Grant, error) {
-	meta, err := json.Marshal(req.Meta)
+	meta, err := encodeMeta(req.Meta)
 	if err != nil {
 		return distlock.Grant{}, fmt.Errorf("sqllock: acquire %q: metadata: %w", req.Key, err)
 	}
@@ -118,7 +118,7 @@ func (b *Backend) Acquire(ctx context.Context, req distlock.AcquireRequest) (dis
 		holder string
 		fence  int64
 	)
-	row, err := b.queryRow(ctx, b.d.acquire, req.Key, req.Token, req.TTL.Microseconds(), req.Meta.Owner, string(meta))
+	row, err := b.queryRow(ctx, b.d.acquire, req.Key, req.Token, req.TTL.Microseconds(), req.Meta.Owner, meta)
 	if err == nil {
 		err = row.Scan(&holder, &fence)
 	}
@@ -129,6 +129,16 @@ func (b *Backend) Acquire(ctx context.Context, req distlock.AcquireRequest) (dis
 		return distlock.Grant{}, fmt.Errorf("sqllock: acquire %q: %w", req.Key, err)
 	}
 	return distlock.Grant{Fence: uint64(fence)}, nil
+}
+
+// encodeMeta returns m as JSON for the metadata column; a zero m, the usual
+// case, is "{}" without encoding.
+func encodeMeta(m distlock.Meta) (string, error) {
+	if m.Owner == "" && m.BusinessID == "" && len(m.Labels) == 0 {
+		return "{}", nil
+	}
+	b, err := json.Marshal(m)
+	return string(b), err
 }
 
 // Renew moves the lease of key to ttl from now if token holds it.
