@@ -88,6 +88,19 @@ type Waiter interface {
 	AcquireWait(ctx context.Context, req AcquireRequest) (Grant, error)
 }
 
+// Handoff is implemented by backends that can pass a held key from one token
+// straight to another in one request, so that the key is never free in
+// between (Redis). A client releasing a key that one of its own waiters is
+// next in line for hands it over this way: one round trip instead of a
+// release, a wake-up and an acquire.
+type Handoff interface {
+	// Handoff gives key to next.Token, with a new fence and next's TTL and
+	// metadata, if token holds key, and returns next's grant. If token does
+	// not hold key it returns an error matching ErrNotHeld and changes
+	// nothing.
+	Handoff(ctx context.Context, key, token string, next AcquireRequest) (Grant, error)
+}
+
 // Notifier is implemented by backends that can announce that a key may have
 // become free (Redis pub/sub, PostgreSQL LISTEN). The client's wait loop
 // retries as soon as the channel fires and falls back to a capped, jittered

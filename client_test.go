@@ -493,3 +493,122 @@ func (s *tokenSpy) Acquire(ctx context.Context, r distlock.AcquireRequest) (dist
 	s.once.Do(func() { s.first <- r.Token })
 	return s.faulty.Acquire(ctx, r)
 }
+
+// handoffLog wraps memlock and records, in order, the calls that free a key:
+// "handoff" or "release".
+type handoffLog struct {
+	*memlock.Backend
+	mu    sync.Mutex
+	calls []string
+}
+
+func (h *handoffLog) note(op string) {
+	h.mu.Lock()
+	h.calls = append(h.calls, op)
+	h.mu.Unlock()
+}
+
+func (h *handoffLog) Release(ctx context.Context, key, token string) error {
+	h.note("release")
+	return h.Backend.Release(ctx, key, token)
+}
+
+func (h *handoffLog) Handoff(ctx context.Context, key, token string, next distlock.AcquireRequest) (distlock.Grant, error) {
+	h.note("handoff")
+	return h.Backend.Handoff(ctx, key, token, next)
+}
+
+func TestReleaseHandsKeyToLocalWaiter(t *testing.T) {
+	ctx := context.Background()
+	store := &handoffLog{Backend: memlock.New()}
+	c := distlock.New(store)
+	defer c.Close()
+	holder, err := c.TryLock(ctx, "k", distlock.WithOwner("first"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *distlock.Lock, 1)
+	go func() {
+		l, err := c.Lock(ctx, "k", distlock.WithWait(5*time.Second), distlock.WithOwner("second"))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	time.Sleep(50 * time.Millisecond) // the waiter is in the line
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next := <-got
+	if next == nil {
+		t.Fatal("the waiter did not get the key")
+	}
+	defer next.Release(ctx)
+	info, err := store.Inspect(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case next.Token() == holder.Token():
+		t.Fatal("the waiter got the holder's token")
+	case next.Fence() <= holder.Fence():
+		t.Fatalf("handed fence %d not above %d", next.Fence(), holder.Fence())
+	case !info.Held || info.Fence != next.Fence() || info.Meta.Owner != "second":
+		t.Fatalf("store holds %+v, want the waiter's grant", info)
+	}
+	if err := store.Backend.Release(ctx, "k", holder.Token()); !errors.Is(err, distlock.ErrNotHeld) {
+		t.Fatalf("the old token still frees the key: %v", err)
+	}
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if len(store.calls) != 1 || store.calls[0] != "handoff" {
+		t.Fatalf("calls that freed the key: %v, want one handoff", store.calls)
+	}
+}
+
+func TestHandoffsYieldToOtherClients(t *testing.T) {
+	ctx := context.Background()
+	store := &handoffLog{Backend: memlock.New()}
+	c := distlock.New(store)
+	defer c.Close()
+	// Four goroutines of one client keep coming back for the key, so its
+	// line is never empty; a real release must still come every so often.
+	const rounds = 40
+	var wg sync.WaitGroup
+	var next atomic.Int32
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= rounds {
+				l, err := c.Lock(ctx, "k", distlock.WithWait(10*time.Second))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				time.Sleep(time.Millisecond)
+				if err := l.Release(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	run, handoffs := 0, 0
+	for _, op := range store.calls {
+		if op == "release" {
+			run = 0
+			continue
+		}
+		handoffs++
+		if run++; run > 16 {
+			t.Fatalf("more than 16 handoffs in a row: %v", store.calls)
+		}
+	}
+	if handoffs == 0 {
+		t.Fatalf("no handoff among %v", store.calls)
+	}
+}

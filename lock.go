@@ -391,11 +391,8 @@ func (h *hold) release(ctx context.Context) error {
 		return lostErr
 	}
 
-	err := h.c.releaseByToken(ctx, &h.r, h.token)
+	err := h.c.releaseOrHand(ctx, &h.r, h.token)
 	h.unregister()
-	if err == nil {
-		h.c.lines.released(h.r.Key)
-	}
 	reason = ReleaseReleased
 	switch {
 	case errors.Is(err, ErrNotHeld):

@@ -79,7 +79,7 @@ type Event struct {
 	// Hold is how long the lock was held.
 	Hold time.Duration
 	// Op and Latency describe a store call: "acquire", "renew", "release",
-	// "inspect" or "list".
+	// "handoff", "inspect" or "list".
 	Op      string
 	Latency time.Duration
 	Reason  string

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,8 +57,22 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req *AcquireReq
 			return g, sent, nil
 		}
 	}
-	turn := c.lines.join(r.Key)
-	defer c.lines.leave(r.Key, turn)
+	turn := c.lines.join(*req)
+	granted := false
+	defer func() {
+		c.lines.leave(r.Key, turn, granted)
+		if h, ok := turn.takeHanded(); ok && h.token != req.Token {
+			c.releaseAbandoned(r, h.token) // handed over as the wait ended
+		}
+	}()
+	// handed returns the grant a local release handed over, if any.
+	handed := func() (Grant, time.Time, bool) {
+		h, ok := turn.takeHanded()
+		if ok {
+			req.Token, granted = h.token, true
+		}
+		return h.grant, h.sent, ok
+	}
 	select {
 	case <-turn.head:
 	case <-wctx.Done():
@@ -66,21 +81,31 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req *AcquireReq
 
 	bo := backoff{min: time.Millisecond, max: 50 * time.Millisecond}
 	notifier, _ := c.backend.(Notifier)
+	_, handsOff := c.backend.(Handoff)
 	var (
 		notices <-chan struct{}
 		watched bool // Watch is tried once: a backend that cannot notify is polled
 		lastErr error
+		// The waiter before us left with the key, which our client hands
+		// over on release: an attempt now would only load the store.
+		awaitHandoff = handsOff && turn.behindGrant
 	)
 	for {
-		g, sent, err := c.attempt(wctx, r, req)
-		if err == nil {
-			return g, sent, nil
-		}
-		if !errors.Is(err, ErrNotAcquired) {
-			lastErr = err // a store failure: keep trying while the wait lasts
-		}
-		if wctx.Err() != nil {
-			return Grant{}, sent, notAcquired(lastErr)
+		if !awaitHandoff {
+			g, sent, err := c.attempt(wctx, r, req)
+			if err == nil {
+				granted = true
+				return g, sent, nil
+			}
+			if !errors.Is(err, ErrNotAcquired) {
+				lastErr = err // a store failure: keep trying while the wait lasts
+			}
+			if g, sent, ok := handed(); ok {
+				return g, sent, nil
+			}
+			if wctx.Err() != nil {
+				return Grant{}, sent, notAcquired(lastErr)
+			}
 		}
 		if notifier != nil && !watched {
 			// Subscribe only once the key turned out to be held, then try
@@ -91,39 +116,129 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req *AcquireReq
 				notices = ch
 				// Notices do the work; the poll only catches lost notices and expiries.
 				bo = backoff{min: 5 * time.Millisecond, max: 100 * time.Millisecond}
-				continue
+				if !awaitHandoff {
+					continue
+				}
 			}
 		}
+		awaitHandoff = false
 		t := time.NewTimer(bo.next())
 		select {
 		case <-wctx.Done():
 			t.Stop()
-			return Grant{}, sent, notAcquired(lastErr)
+			if g, sent, ok := handed(); ok {
+				return g, sent, nil
+			}
+			return Grant{}, time.Now(), notAcquired(lastErr)
 		case <-notices:
 			t.Stop()
 		case <-turn.wake:
 			t.Stop()
+			if g, sent, ok := handed(); ok {
+				return g, sent, nil
+			}
 		case <-t.C:
 		}
+	}
+}
+
+// releaseOrHand frees key for token: it hands the key to this client's next
+// waiter if the backend can, else releases it by token and wakes that
+// waiter.
+func (c *Client) releaseOrHand(ctx context.Context, r *Request, token string) error {
+	if hb, ok := c.backend.(Handoff); ok {
+		if t := c.lines.next(r.Key); t != nil {
+			if done, err := c.handOff(ctx, hb, r, token, t); done {
+				if err != nil {
+					c.lines.released(r.Key) // the lease had run out: the key may be free
+				}
+				return err
+			}
+		}
+	}
+	err := c.releaseByToken(ctx, r, token)
+	if err == nil || errors.Is(err, ErrNotHeld) {
+		c.lines.released(r.Key)
+	}
+	return err
+}
+
+// maxHandoffs is how many times in a row a client hands a key to its own
+// next waiter before it releases it for real, so that other clients'
+// waiters, which only a free key lets in, get their turn.
+const maxHandoffs = 16
+
+// handOff passes r.Key from token straight to t's waiter, with a fresh
+// token, and reports whether the store no longer holds token: true with a
+// nil error when handed over, true with ErrNotHeld when the lease had run
+// out, false when the outcome is unknown and token must still be released.
+func (c *Client) handOff(ctx context.Context, hb Handoff, r *Request, token string, t *turn) (bool, error) {
+	next := t.req
+	next.Token = newToken()
+	sent := time.Now()
+	g, err := hb.Handoff(ctx, r.Key, token, next)
+	c.observeCall(ctx, r, "handoff", sent, err)
+	switch {
+	case err == nil:
+		if !g.Sent.IsZero() {
+			sent = g.Sent
+		}
+		if !c.lines.hand(r.Key, t, handed{grant: g, token: next.Token, sent: sent}) {
+			c.releaseAbandoned(r, next.Token) // the waiter left meanwhile
+		}
+		return true, nil
+	case errors.Is(err, ErrNotHeld):
+		return true, err
+	default:
+		c.releaseAbandoned(r, next.Token) // it may have been handed over
+		return false, err
 	}
 }
 
 // lines holds, per key, this client's waiters in arrival order, so that a
 // goroutine coming back for a key cannot barge ahead of those already
 // waiting, and only the one at the head loads the store. A release by this
-// client wakes the head at once, without waiting for the store's notice.
-// Fairness across clients is the store's to give (etcd and ZooKeeper queue
-// natively).
+// client wakes the head at once, without waiting for the store's notice, or
+// hands the key straight to it (Handoff). Fairness across clients is the
+// store's to give (etcd and ZooKeeper queue natively).
 type lines struct {
 	waiting atomic.Int64 // waiters in all lines, read without the lock
 	mu      sync.Mutex
-	byKey   map[string][]*turn
+	byKey   map[string]*line
+}
+
+// line is one key's waiters.
+type line struct {
+	turns    []*turn
+	handoffs int // handoffs since the key was last released for real
 }
 
 // turn is one waiter's place in a line.
 type turn struct {
-	head chan struct{} // closed when the waiter reaches the head
-	wake chan struct{} // a local release of the key; buffered
+	req    AcquireRequest // what the waiter asks for; the token is chosen when handing over
+	head   chan struct{}  // closed when the waiter reaches the head
+	wake   chan struct{}  // a local release of the key; buffered
+	handed chan handed    // a grant handed over by a local release; buffered
+	// behindGrant is set, before head closes, when the waiter ahead left
+	// holding the key.
+	behindGrant bool
+}
+
+// handed is a grant passed to a waiter by a local release.
+type handed struct {
+	grant Grant
+	token string
+	sent  time.Time
+}
+
+// takeHanded returns the grant handed to t, if any.
+func (t *turn) takeHanded() (handed, bool) {
+	select {
+	case h := <-t.handed:
+		return h, true
+	default:
+		return handed{}, false
+	}
 }
 
 // empty reports whether no waiter of this client is in key's line.
@@ -133,60 +248,106 @@ func (l *lines) empty(key string) bool {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.byKey[key]) == 0
+	return l.byKey[key] == nil
 }
 
-// join queues a waiter for key.
-func (l *lines) join(key string) *turn {
-	t := &turn{head: make(chan struct{}), wake: make(chan struct{}, 1)}
+// join queues a waiter for req.Key.
+func (l *lines) join(req AcquireRequest) *turn {
+	req.Token = ""
+	t := &turn{req: req, head: make(chan struct{}), wake: make(chan struct{}, 1), handed: make(chan handed, 1)}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.byKey == nil {
-		l.byKey = make(map[string][]*turn)
+		l.byKey = make(map[string]*line)
+	}
+	ln := l.byKey[req.Key]
+	if ln == nil {
+		ln = &line{}
+		l.byKey[req.Key] = ln
 	}
 	l.waiting.Add(1)
-	q := append(l.byKey[key], t)
-	l.byKey[key] = q
-	if len(q) == 1 {
+	ln.turns = append(ln.turns, t)
+	if len(ln.turns) == 1 {
 		close(t.head)
 	}
 	return t
 }
 
 // leave removes t from key's line and promotes the next waiter if t was at
-// the head.
-func (l *lines) leave(key string, t *turn) {
+// the head; granted tells whether t leaves holding the key.
+func (l *lines) leave(key string, t *turn, granted bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	q := l.byKey[key]
-	for i, w := range q {
+	ln := l.byKey[key]
+	if ln == nil {
+		return
+	}
+	for i, w := range ln.turns {
 		if w != t {
 			continue
 		}
 		l.waiting.Add(-1)
-		q = append(q[:i], q[i+1:]...)
-		if i == 0 && len(q) > 0 {
-			close(q[0].head)
+		ln.turns = append(ln.turns[:i], ln.turns[i+1:]...)
+		if i == 0 && len(ln.turns) > 0 {
+			ln.turns[0].behindGrant = granted
+			close(ln.turns[0].head)
 		}
 		break
 	}
-	if len(q) == 0 {
+	if len(ln.turns) == 0 {
 		delete(l.byKey, key)
-	} else {
-		l.byKey[key] = q
 	}
 }
 
-// released wakes the waiter at the head of key's line, if any.
+// next returns the waiter at the head of key's line if the key may be handed
+// to it, or nil: nobody waits, or the line had its run of handoffs and the
+// key must be released for real.
+func (l *lines) next(key string) *turn {
+	if l.waiting.Load() == 0 {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ln := l.byKey[key]
+	if ln == nil || len(ln.turns) == 0 || ln.handoffs >= maxHandoffs {
+		return nil
+	}
+	ln.handoffs++
+	return ln.turns[0]
+}
+
+// hand gives h to t and wakes it, if t is still in key's line.
+func (l *lines) hand(key string, t *turn, h handed) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ln := l.byKey[key]
+	if ln == nil || !slices.Contains(ln.turns, t) {
+		return false
+	}
+	select {
+	case t.handed <- h:
+	default:
+		return false
+	}
+	select {
+	case t.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// released wakes the waiter at the head of key's line, if any, after a
+// release by this client.
 func (l *lines) released(key string) {
 	if l.waiting.Load() == 0 {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if q := l.byKey[key]; len(q) > 0 {
+	if ln := l.byKey[key]; ln != nil && len(ln.turns) > 0 {
+		ln.handoffs = 0
 		select {
-		case q[0].wake <- struct{}{}:
+		case ln.turns[0].wake <- struct{}{}:
 		default:
 		}
 	}

@@ -64,6 +64,7 @@ func Run(t *testing.T, h Harness) {
 		{"IndependentKeys", s.independentKeys},
 		{"ReleaseWrongToken", s.releaseWrongToken},
 		{"StaleReleaseChangesNothing", s.staleRelease},
+		{"Handoff", s.handoff},
 		{"LeaseExpires", s.leaseExpires},
 		{"WatchdogKeepsLock", s.watchdogKeepsLock},
 		{"LostLockReported", s.lostLockReported},
@@ -287,6 +288,68 @@ func (s *suite) staleRelease(t *testing.T) {
 		t.Fatalf("current holder disturbed: %v", cur.Err())
 	}
 	_ = cur.Release(ctx)
+}
+
+// handoff checks the optional Handoff of a backend: the key passes to the
+// next token with a higher fence and the next holder's metadata, the old
+// token loses all rights, and a stale token can hand nothing over.
+func (s *suite) handoff(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	a, b := s.client(t), s.client(t)
+	hb, ok := a.Backend().(distlock.Handoff)
+	if !ok {
+		t.Skip("the backend does not implement distlock.Handoff")
+	}
+	key := s.key(t)
+	old := mustLock(t, ctx, a, key, distlock.WithOwner("first"))
+	defer func() { _ = old.Release(ctx) }()
+	next := distlock.AcquireRequest{Key: key, Token: "handoff-next-token", TTL: time.Minute, Meta: distlock.Meta{BusinessID: "second"}}
+	g, err := hb.Handoff(ctx, key, old.Token(), next)
+	if err != nil {
+		t.Fatalf("handoff by the holder: %v", err)
+	}
+	if g.Fence <= old.Fence() {
+		t.Fatalf("handed fence %d not above the holder's %d", g.Fence, old.Fence())
+	}
+	want := func(when string) {
+		t.Helper()
+		info, err := b.Inspect(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !info.Held || info.Fence != g.Fence || info.Meta.Owner != "" || info.Meta.BusinessID != "second" {
+			t.Fatalf("%s: %+v, want held with fence %d and only the next holder's metadata", when, info, g.Fence)
+		}
+	}
+	want("after the handoff")
+	for op, err := range map[string]error{
+		"release": a.Backend().Release(ctx, key, old.Token()),
+		"renew":   a.Backend().Renew(ctx, key, old.Token(), time.Minute),
+		"handoff": func() error {
+			_, err := hb.Handoff(ctx, key, old.Token(), distlock.AcquireRequest{Key: key, Token: "other", TTL: time.Minute})
+			return err
+		}(),
+	} {
+		if !errors.Is(err, distlock.ErrNotHeld) {
+			t.Fatalf("%s by the old token: got %v, want ErrNotHeld", op, err)
+		}
+	}
+	want("after the old token's attempts")
+	wantNotAcquired(t, ctx, b, key)
+	if err := a.Backend().Renew(ctx, key, next.Token, time.Minute); err != nil {
+		t.Fatalf("renew by the new token: %v", err)
+	}
+	if err := a.Backend().Release(ctx, key, next.Token); err != nil {
+		t.Fatalf("release by the new token: %v", err)
+	}
+	l, err := b.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("key not free after the new token's release: %v", err)
+	}
+	if l.Fence() <= g.Fence {
+		t.Fatalf("fence %d after the handoff's %d", l.Fence(), g.Fence)
+	}
+	_ = l.Release(ctx)
 }
 
 func (s *suite) leaseExpires(t *testing.T) {

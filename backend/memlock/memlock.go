@@ -65,6 +65,7 @@ var (
 	_ distlock.Notifier = (*Backend)(nil)
 	_ distlock.Lister   = (*Backend)(nil)
 	_ distlock.Namer    = (*Backend)(nil)
+	_ distlock.Handoff  = (*Backend)(nil)
 )
 
 // New returns an empty store.
@@ -143,6 +144,23 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 	delete(b.locks, key)
 	b.notifyLocked(key)
 	return nil
+}
+
+// Handoff gives key to next.Token, with a new fence, if token holds it.
+func (b *Backend) Handoff(ctx context.Context, key, token string, next distlock.AcquireRequest) (distlock.Grant, error) {
+	if err := ctx.Err(); err != nil {
+		return distlock.Grant{}, err
+	}
+	now := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e := b.live(key, now)
+	if e == nil || e.token != token {
+		return distlock.Grant{}, fmt.Errorf("memlock: handoff %q: %w", key, distlock.ErrNotHeld)
+	}
+	b.fence++
+	b.locks[key] = &entry{token: next.Token, fence: b.fence, expires: now.Add(next.TTL), meta: next.Meta}
+	return distlock.Grant{Fence: b.fence}, nil
 }
 
 // ForceDelete removes key whoever holds it, as an operator or a failover

@@ -1,10 +1,16 @@
--- Takes the lock for a token and returns its fence, or 0 if another token
--- holds it. A retry by the token that already holds returns the same fence.
+-- Takes the lock for a token and returns its fence, or 0 if it cannot. A
+-- retry by the token that already holds returns the same fence. With a
+-- handing token, the lock passes from that token, which must hold it, to the
+-- new one in this one step (a handoff), and the key is never free between.
 -- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] metadata
--- ARGV[1] token, ARGV[2] time to live in ms, ARGV[3] metadata JSON or ""
-redis.replicate_commands() -- effects replication for TIME (a no-op from Redis 5)
+-- ARGV[1] token, ARGV[2] time to live in ms, ARGV[3] metadata JSON or "",
+-- ARGV[4] handing token or ""
 local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
+if ARGV[4] ~= '' then
+	if holder ~= ARGV[4] then
+		return 0
+	end
+elseif holder == ARGV[1] then
 	local fence = redis.call('GET', KEYS[2])
 	if fence then
 		return tonumber(fence)
@@ -25,5 +31,7 @@ end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 if ARGV[3] ~= '' then
 	redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[2])
+elseif ARGV[4] ~= '' then
+	redis.call('DEL', KEYS[3])
 end
 return fence

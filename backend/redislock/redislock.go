@@ -26,6 +26,7 @@ var (
 	_ distlock.Notifier = (*Backend)(nil)
 	_ distlock.Lister   = (*Backend)(nil)
 	_ distlock.Namer    = (*Backend)(nil)
+	_ distlock.Handoff  = (*Backend)(nil)
 )
 
 func newBackend(st store, cfg config) *Backend {
@@ -38,15 +39,7 @@ func (b *Backend) Name() string { return "redis" }
 // Acquire takes req.Key for req.Token with one script: SET NX PX, and the
 // fence counter advanced to max(last+1, server time in µs) in the same step.
 func (b *Backend) Acquire(ctx context.Context, req distlock.AcquireRequest) (distlock.Grant, error) {
-	if err := validRequest(req.Key, req.Token, &req.TTL); err != nil {
-		return distlock.Grant{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, err)
-	}
-	meta, err := encodeMeta(req.Meta)
-	if err != nil {
-		return distlock.Grant{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, err)
-	}
-	k := b.keysFor(req.Key)
-	fence, err := b.st.evalInt(ctx, scriptAcquire, []string{k.lock, k.fence, k.meta}, req.Token, millis(req.TTL), meta)
+	fence, err := b.grant(ctx, req, "")
 	switch {
 	case err != nil:
 		return distlock.Grant{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, err)
@@ -54,6 +47,42 @@ func (b *Backend) Acquire(ctx context.Context, req distlock.AcquireRequest) (dis
 		return distlock.Grant{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, distlock.ErrNotAcquired)
 	}
 	return distlock.Grant{Fence: uint64(fence)}, nil
+}
+
+// Handoff gives key to next.Token, with a new fence and next's time to live
+// and metadata, if token holds it: the acquire script, run on the condition
+// that token holds the key instead of that nobody does. No release notice is
+// published, since the key is never free.
+func (b *Backend) Handoff(ctx context.Context, key, token string, next distlock.AcquireRequest) (distlock.Grant, error) {
+	var fence int64
+	err := validRequest(key, token, nil)
+	if err == nil && next.Key != key {
+		err = fmt.Errorf("%w: handing %q over as %q", distlock.ErrInvalidOption, key, next.Key)
+	}
+	if err == nil {
+		fence, err = b.grant(ctx, next, token)
+	}
+	switch {
+	case err != nil:
+		return distlock.Grant{}, fmt.Errorf("redislock: handoff %q: %w", key, err)
+	case fence <= 0:
+		return distlock.Grant{}, fmt.Errorf("redislock: handoff %q: %w", key, distlock.ErrNotHeld)
+	}
+	return distlock.Grant{Fence: uint64(fence)}, nil
+}
+
+// grant runs the acquire script for req, handed over from token from if it
+// is not empty, and returns the fence, or 0 if the key was not granted.
+func (b *Backend) grant(ctx context.Context, req distlock.AcquireRequest, from string) (int64, error) {
+	if err := validRequest(req.Key, req.Token, &req.TTL); err != nil {
+		return 0, err
+	}
+	meta, err := encodeMeta(req.Meta)
+	if err != nil {
+		return 0, err
+	}
+	k := b.keysFor(req.Key)
+	return b.st.evalInt(ctx, scriptAcquire, []string{k.lock, k.fence, k.meta}, req.Token, millis(req.TTL), meta, from)
 }
 
 // Renew resets key's time to live to ttl if token holds it.

@@ -1,0 +1,107 @@
+package distlock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// oneKey is a minimal store of one key with Handoff, enough to test the
+// client's side of a handoff.
+type oneKey struct {
+	Backend
+	holder  chan string // the token holding the key, "" if free; a 1-slot mutex
+	fence   uint64
+	release chan string // tokens released
+}
+
+func newOneKey() *oneKey {
+	s := &oneKey{holder: make(chan string, 1), release: make(chan string, 8)}
+	s.holder <- ""
+	return s
+}
+
+func (s *oneKey) Acquire(_ context.Context, r AcquireRequest) (Grant, error) {
+	h := <-s.holder
+	if h != "" {
+		s.holder <- h
+		return Grant{}, ErrNotAcquired
+	}
+	s.fence++
+	s.holder <- r.Token
+	return Grant{Fence: s.fence}, nil
+}
+
+func (s *oneKey) Handoff(_ context.Context, _, token string, next AcquireRequest) (Grant, error) {
+	h := <-s.holder
+	if h != token {
+		s.holder <- h
+		return Grant{}, ErrNotHeld
+	}
+	s.fence++
+	s.holder <- next.Token
+	return Grant{Fence: s.fence}, nil
+}
+
+func (s *oneKey) Release(_ context.Context, _, token string) error {
+	h := <-s.holder
+	if h != token {
+		s.holder <- h
+		return ErrNotHeld
+	}
+	s.holder <- ""
+	s.release <- token
+	return nil
+}
+
+func (s *oneKey) Close() error { return nil }
+
+func TestHandedGrantReleasedWhenWaiterLeft(t *testing.T) {
+	ctx := context.Background()
+	store := newOneKey()
+	c := New(store)
+	defer c.Close()
+	if _, err := store.Acquire(ctx, AcquireRequest{Key: "k", Token: "holder", TTL: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	// A turn that is no longer in the line: its waiter gave up.
+	gone := &turn{req: AcquireRequest{Key: "k", TTL: time.Second}, handed: make(chan handed, 1), wake: make(chan struct{}, 1)}
+	done, err := c.handOff(ctx, store, &Request{Key: "k"}, "holder", gone)
+	if !done || err != nil {
+		t.Fatalf("handOff = %v, %v; want done", done, err)
+	}
+	select {
+	case tok := <-store.release:
+		if tok == "holder" {
+			t.Fatal("released the old holder's token instead of the handed one")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the grant handed to a waiter that left was not released")
+	}
+	if len(gone.handed) != 0 {
+		t.Fatal("a grant was given to a turn outside the line")
+	}
+}
+
+func TestHandoffByStaleTokenChangesNothing(t *testing.T) {
+	ctx := context.Background()
+	store := newOneKey()
+	c := New(store)
+	defer c.Close()
+	if _, err := store.Acquire(ctx, AcquireRequest{Key: "k", Token: "holder", TTL: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	waiter := c.lines.join(AcquireRequest{Key: "k", TTL: time.Second})
+	defer c.lines.leave("k", waiter, false)
+	done, err := c.handOff(ctx, store, &Request{Key: "k"}, "stale", waiter)
+	if !done || !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("handOff = %v, %v; want done with ErrNotHeld", done, err)
+	}
+	if h := <-store.holder; h != "holder" {
+		t.Fatalf("key held by %q after a stale handoff", h)
+	}
+	if _, ok := waiter.takeHanded(); ok {
+		t.Fatal("the waiter was handed a grant that does not exist")
+	}
+}
