@@ -21,9 +21,10 @@ func defaultOptions() options {
 }
 
 // WithPoolWait bounds how long a single acquisition attempt waits for a free
-// connection of the pool before failing with ErrPoolExhausted. A waiting lock
-// (distlock.WithWait) waits for a connection within its own wait instead. The
-// default is 1s.
+// connection of the pool before failing with ErrPoolExhausted: at most d and
+// at least 3/4 of d, since attempts that start close together share one
+// deadline. A waiting lock (distlock.WithWait) waits for a connection within
+// its own wait instead. The default is 1s.
 func WithPoolWait(d time.Duration) Option { return func(o *options) { o.poolWait = d } }
 
 // WithKeepalive caps the interval of the keepalive query on each pinned
