@@ -12,8 +12,9 @@
 // across several clients of the same store, so each backend returned by
 // NewBackend should be its own connection, as separate processes would have.
 //
-// Contend and Loop are the shared benchmarks: a contended handoff on one key,
-// and Lock+Release (or a store's raw floor) serially or in parallel.
+// Contend and Compare are the shared benchmarks: a contended handoff on one
+// key, and Lock+Release against a store's raw floor, serially or in
+// parallel, in alternating rounds.
 package locktest
 
 import (
