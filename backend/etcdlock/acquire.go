@@ -85,10 +85,20 @@ type holding struct {
 	value string // the token is in it: comparing it is comparing the token
 	lease clientv3.LeaseID
 	ttl   int64
-	stop  context.CancelFunc
 	lost  chan struct{}
 
+	cancel context.CancelFunc // ends the loss watch once it runs
+	watch  *time.Timer        // starts the loss watch
+
 	confirmed time.Time // guarded by Backend.mu
+}
+
+// stop ends the hold's loss watch, whether it has started or not.
+func (h *holding) stop(b *Backend) {
+	h.cancel()
+	if h.watch.Stop() {
+		b.bg.Done() // it never started
+	}
 }
 
 // lossWatchDelay is how long a hold lasts before its loss watch starts. The
@@ -98,24 +108,24 @@ const lossWatchDelay = 100 * time.Millisecond
 
 // granted records a grant and, unless it is released first, watches its
 // entry: the entry's deletion (lease expiry or revocation, an operator)
-// closes Grant.Lost.
+// closes Grant.Lost. The watch starts on a timer, so a short hold costs no
+// goroutine.
 func (b *Backend) granted(token, entry, value string, t *ticket, rev int64, ttl time.Duration) distlock.Grant {
-	ctx, stop := context.WithCancel(holdWatchContext())
-	h := &holding{entry: entry, value: value, lease: t.id, ttl: t.ttl, stop: stop, lost: make(chan struct{}), confirmed: t.confirmed}
+	ctx, cancel := context.WithCancel(holdWatchContext)
+	h := &holding{entry: entry, value: value, lease: t.id, ttl: t.ttl, cancel: cancel, lost: make(chan struct{}), confirmed: t.confirmed}
 	g := distlock.Grant{Fence: uint64(rev), Lost: h.lost, Sent: t.sent(ttl)}
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.closed {
-		b.mu.Unlock()
-		stop()
+		cancel()
 		close(h.lost)
 		return g
 	}
 	b.held[token] = h
 	b.bg.Add(1)
-	b.mu.Unlock()
-	go func() {
+	h.watch = time.AfterFunc(lossWatchDelay, func() {
 		defer b.bg.Done()
-		if sleep(ctx, lossWatchDelay) == nil && b.watchDeleted(ctx, entry, rev) {
+		if ctx.Err() == nil && b.watchDeleted(ctx, entry, rev) {
 			b.mu.Lock()
 			if b.held[token] == h {
 				delete(b.held, token) // the client sends no release for a lock the store dropped
@@ -123,7 +133,7 @@ func (b *Backend) granted(token, entry, value string, t *ticket, rev int64, ttl 
 			b.mu.Unlock()
 			close(h.lost)
 		}
-	}()
+	})
 	return g
 }
 
@@ -135,7 +145,7 @@ func (b *Backend) forget(token string) *holding {
 	delete(b.held, token)
 	b.mu.Unlock()
 	if h != nil {
-		h.stop()
+		h.stop(b)
 	}
 	return h
 }

@@ -122,7 +122,7 @@ func (b *Backend) Close() error {
 	b.held = make(map[string]*holding)
 	b.mu.Unlock()
 	for _, h := range held {
-		h.stop()
+		h.stop(b)
 	}
 	b.bg.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -37,22 +37,44 @@ func (b *Backend) entryOf(ctx context.Context, key, token string) (entry string,
 	return "", 0, clientv3.Cmp{}, distlock.ErrNotHeld
 }
 
-// Release deletes token's entry, holder or waiter, in a transaction that
-// first checks the entry still carries the token. The freed lease is kept
-// for reuse if this backend made the acquisition, and revoked otherwise.
+// Release deletes token's entry, holder or waiter. An acquisition this
+// backend made is deleted by name: the entry is named by the hold's lease,
+// which nothing else uses until this release puts it back in the pool, and
+// which takes the entry with it if it expires. Any other entry is deleted in
+// a transaction that first checks it still carries the token. The freed
+// lease is kept for reuse if this backend made the acquisition, and revoked
+// otherwise.
 func (b *Backend) Release(ctx context.Context, key, token string) error {
-	entry, lease, cond, err := b.entryOf(ctx, key, token)
-	if err == nil {
-		var resp *clientv3.TxnResponse
-		resp, err = b.cli.Txn(ctx).If(cond).Then(clientv3.OpDelete(entry)).Commit()
-		if err == nil && !resp.Succeeded {
+	b.mu.Lock()
+	h := b.held[token]
+	b.mu.Unlock()
+	var (
+		entry string
+		lease clientv3.LeaseID
+		err   error
+	)
+	if h != nil {
+		entry, lease = h.entry, h.lease
+		var resp *clientv3.DeleteResponse
+		resp, err = b.cli.Delete(ctx, entry)
+		if err == nil && resp.Deleted == 0 {
 			err = distlock.ErrNotHeld
+		}
+	} else {
+		var cond clientv3.Cmp
+		entry, lease, cond, err = b.entryOf(ctx, key, token)
+		if err == nil {
+			var resp *clientv3.TxnResponse
+			resp, err = b.cli.Txn(ctx).If(cond).Then(clientv3.OpDelete(entry)).Commit()
+			if err == nil && !resp.Succeeded {
+				err = distlock.ErrNotHeld
+			}
 		}
 	}
 	if err != nil && !errors.Is(err, distlock.ErrNotHeld) {
 		return fmt.Errorf("etcdlock: release %q: %w", key, err) // retried by token
 	}
-	h := b.forget(token)
+	h = b.forget(token)
 	if err != nil {
 		return fmt.Errorf("etcdlock: release %q: %w", key, err)
 	}

@@ -13,9 +13,7 @@ import (
 // one stream and creates them there one at a time. Holders' loss watches and
 // waiters' predecessor watches get a stream each, so that the watches holders
 // open on every grant never delay a waiter's.
-func holdWatchContext() context.Context {
-	return metadata.AppendToOutgoingContext(context.Background(), "distlock-watch", "hold")
-}
+var holdWatchContext = metadata.AppendToOutgoingContext(context.Background(), "distlock-watch", "hold")
 
 func waitWatchContext(ctx context.Context) context.Context {
 	return clientv3.WithRequireLeader(metadata.AppendToOutgoingContext(ctx, "distlock-watch", "wait"))
