@@ -57,9 +57,9 @@ func (b *Backend) keepaliveLoop(next time.Time) {
 			b.mu.Unlock()
 			return
 		}
-		// Without a scheduled lock (every one is in a round, and will
-		// schedule its next one), look again after the longest interval.
-		next = now.Add(b.opts.keepalive)
+		// Without a scheduled lock (every one is in a round, and its next
+		// round wakes the loop when scheduled), look again after a while.
+		next = now.Add(max(b.opts.keepalive, time.Second))
 		due = due[:0]
 		for _, p := range b.held {
 			switch {

@@ -91,6 +91,7 @@ func TestPostgres(t *testing.T) {
 	t.Run("Namespace", func(t *testing.T) { namespace(t, s, admin) })
 	t.Run("CleanupKeepsFencesIncreasing", func(t *testing.T) { cleanup(t, s) })
 	t.Run("WithoutHolderRows", func(t *testing.T) { withoutRows(t, s) })
+	t.Run("KeepaliveLoop", func(t *testing.T) { keepaliveLoop(t, s) })
 	t.Run("OpenURL", func(t *testing.T) { openURL(t, s) })
 }
 
@@ -405,4 +406,86 @@ func TestKeyIDIsStable(t *testing.T) {
 	if got := pglock.NamespacedKeyID(3, "orders/42"); got>>32 != 3 {
 		t.Fatalf("NamespacedKeyID high bits = %d, want 3", got>>32)
 	}
+}
+
+// keepaliveLoop checks that the one keepalive loop of a backend ends each
+// lease on time whatever the others are, keeps a longer one, and starts
+// again after the backend held nothing.
+func keepaliveLoop(t *testing.T, s *testserver.Server) {
+	ctx := testContext(t, time.Minute)
+	a := pglock.New(newPool(t, s, 4), pglock.WithCleanupInterval(0)) // keepalive 5s: the 10s lease is due after 3.3s, the others sooner
+	b := pglock.New(newPool(t, s, 4), pglock.WithCleanupInterval(0))
+	defer a.Close()
+	defer b.Close()
+	token := func() string { return fmt.Sprintf("%032d", seq.Add(1)) }
+	acquire := func(be *pglock.Backend, key, token string, ttl time.Duration) (distlock.Grant, error) {
+		return be.Acquire(ctx, distlock.AcquireRequest{Key: key, Token: token, TTL: ttl})
+	}
+	// expires waits until b can take key, which a took with ttl, and
+	// releases it again.
+	expires := func(key string, ttl time.Duration, g distlock.Grant, taken time.Time) {
+		t.Helper()
+		for {
+			tok := token()
+			_, err := acquire(b, key, tok, time.Minute)
+			if err == nil {
+				if err := b.Release(ctx, key, tok); err != nil {
+					t.Fatal(err)
+				}
+				break
+			}
+			if !errors.Is(err, distlock.ErrNotAcquired) {
+				t.Fatal(err)
+			}
+			// The round is due a third of the lease apart: the lease ends
+			// with a delay that is far from the 3.3s of the longest one.
+			if time.Since(taken) > ttl+2*time.Second {
+				t.Fatalf("a lease of %v did not end within %v", ttl, time.Since(taken))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		select {
+		case <-g.Lost:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("the lease of %v ended without Lost", ttl)
+		}
+	}
+	long, short, shorter := uniqueKey(t), uniqueKey(t), uniqueKey(t)
+	longToken := token()
+	gl, err := acquire(a, long, longToken, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken := time.Now()
+	gs, err := acquire(a, short, token(), 400*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gss, err := acquire(a, shorter, token(), 200*time.Millisecond) // due before the others
+	if err != nil {
+		t.Fatal(err)
+	}
+	expires(shorter, 200*time.Millisecond, gss, taken)
+	expires(short, 400*time.Millisecond, gs, taken)
+	if _, err := acquire(b, long, token(), time.Minute); !errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatalf("the 10s lease ended early: %v", err)
+	}
+	select {
+	case <-gl.Lost:
+		t.Fatal("the 10s lease was reported lost")
+	default:
+	}
+	if err := a.Release(ctx, long, longToken); err != nil {
+		t.Fatal(err)
+	}
+	// a holds nothing: its loop stops within a second. A new hold starts it
+	// again.
+	time.Sleep(1500 * time.Millisecond)
+	again := uniqueKey(t)
+	taken = time.Now()
+	g, err := acquire(a, again, token(), 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expires(again, 200*time.Millisecond, g, taken)
 }
