@@ -56,10 +56,12 @@ type Meta struct {
 type Grant struct {
 	// Fence strictly increases with every grant of the same key.
 	Fence uint64
-	// Lost, if not nil, is closed by the backend when it learns that the hold
-	// ended (a session expired, a pinned connection died). Backends without
-	// such a signal leave it nil; the client's renewals detect loss instead.
-	Lost <-chan struct{}
+	// Lost, if not nil, is done once the backend learns that the hold ended
+	// (a session expired, a pinned connection died). The client follows it
+	// with context.AfterFunc, which costs no goroutine per held lock.
+	// Backends without such a signal leave it nil; the client's renewals
+	// detect loss instead.
+	Lost context.Context
 	// Sent, if not zero, is when the request that confirmed the hold was
 	// sent; the local validity deadline counts from it. Waiters set it to the
 	// last lease confirmation before the grant. Zero means the client uses the

@@ -198,7 +198,7 @@ func TestUnreachableStoreLosesLockBeforeExpiry(t *testing.T) {
 
 func TestGrantLostSignal(t *testing.T) {
 	ctx := context.Background()
-	lost := make(chan struct{})
+	lost, lose := context.WithCancel(context.Background())
 	f := &faulty{Backend: memlock.New(), acquireAfter: func(g distlock.Grant, err error) (distlock.Grant, error) {
 		g.Lost = lost
 		return g, err
@@ -209,7 +209,7 @@ func TestGrantLostSignal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	close(lost)
+	lose()
 	<-l.Done()
 	if !strings.Contains(l.Err().Error(), distlock.LossStoreDeleted) {
 		t.Fatalf("Err = %v, want %s", l.Err(), distlock.LossStoreDeleted)

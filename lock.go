@@ -100,7 +100,7 @@ type hold struct {
 	ttl      time.Duration
 	obsCtx   context.Context // observer context, without cancellation
 	timer    *time.Timer
-	ended    chan struct{} // closed when the hold stops being held; nil unless the backend signals loss
+	stopLost func() bool // stops following Grant.Lost; nil unless the backend signals loss
 	running  sync.WaitGroup
 
 	mu          sync.Mutex
@@ -140,16 +140,11 @@ func (c *Client) newHold(obsCtx context.Context, r Request, token string, g Gran
 
 	h.mu.Lock()
 	if g.Lost != nil {
-		h.ended = make(chan struct{})
 		h.running.Add(1)
-		go func() {
+		h.stopLost = context.AfterFunc(g.Lost, func() {
 			defer h.running.Done()
-			select {
-			case <-g.Lost:
-				h.markLost(LossStoreDeleted)
-			case <-h.ended:
-			}
-		}()
+			h.markLost(LossStoreDeleted)
+		})
 	}
 	h.timer = time.AfterFunc(h.nextDueLocked().Sub(now), h.tick)
 	h.mu.Unlock()
@@ -292,8 +287,8 @@ func (h *hold) endLocked(s holdState) bool {
 	if h.cancelRenew != nil {
 		h.cancelRenew()
 	}
-	if h.ended != nil {
-		close(h.ended)
+	if h.stopLost != nil && h.stopLost() {
+		h.running.Done() // the loss callback will not run
 	}
 	if h.cancel != nil {
 		h.cancel(h.errLocked())

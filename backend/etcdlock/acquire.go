@@ -85,7 +85,8 @@ type holding struct {
 	value string // the token is in it: comparing it is comparing the token
 	lease clientv3.LeaseID
 	ttl   int64
-	lost  chan struct{}
+	lost  context.Context    // done when the store dropped the hold
+	lose  context.CancelFunc // ends lost
 
 	cancel context.CancelFunc // ends the loss watch once it runs
 	watch  *time.Timer        // starts the loss watch
@@ -108,17 +109,18 @@ const lossWatchDelay = 100 * time.Millisecond
 
 // granted records a grant and, unless it is released first, watches its
 // entry: the entry's deletion (lease expiry or revocation, an operator)
-// closes Grant.Lost. The watch starts on a timer, so a short hold costs no
+// ends Grant.Lost. The watch starts on a timer, so a short hold costs no
 // goroutine.
 func (b *Backend) granted(token, entry, value string, t *ticket, rev int64, ttl time.Duration) distlock.Grant {
 	ctx, cancel := context.WithCancel(holdWatchContext)
-	h := &holding{entry: entry, value: value, lease: t.id, ttl: t.ttl, cancel: cancel, lost: make(chan struct{}), confirmed: t.confirmed}
+	h := &holding{entry: entry, value: value, lease: t.id, ttl: t.ttl, cancel: cancel, confirmed: t.confirmed}
+	h.lost, h.lose = context.WithCancel(context.Background())
 	g := distlock.Grant{Fence: uint64(rev), Lost: h.lost, Sent: t.sent(ttl)}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		cancel()
-		close(h.lost)
+		h.lose()
 		return g
 	}
 	b.held[token] = h
@@ -131,7 +133,7 @@ func (b *Backend) granted(token, entry, value string, t *ticket, rev int64, ttl 
 				delete(b.held, token) // the client sends no release for a lock the store dropped
 			}
 			b.mu.Unlock()
-			close(h.lost)
+			h.lose()
 		}
 	})
 	return g

@@ -445,7 +445,7 @@ func keepaliveLoop(t *testing.T, s *testserver.Server) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		select {
-		case <-g.Lost:
+		case <-g.Lost.Done():
 		case <-time.After(5 * time.Second):
 			t.Fatalf("the lease of %v ended without Lost", ttl)
 		}
@@ -471,7 +471,7 @@ func keepaliveLoop(t *testing.T, s *testserver.Server) {
 		t.Fatalf("the 10s lease ended early: %v", err)
 	}
 	select {
-	case <-gl.Lost:
+	case <-gl.Lost.Done():
 		t.Fatal("the 10s lease was reported lost")
 	default:
 	}

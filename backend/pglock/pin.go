@@ -18,7 +18,8 @@ type pinned struct {
 	conn       *pgxpool.Conn
 	key, token string
 	id         int64
-	lost       chan struct{} // closed when the hold ends without Release
+	lost       context.Context    // done when the hold ends without Release
+	lose       context.CancelFunc // ends lost
 
 	mu       sync.Mutex // serialises every use of conn
 	done     bool
@@ -32,9 +33,9 @@ type pinned struct {
 func (b *Backend) pin(conn *pgxpool.Conn, req distlock.AcquireRequest, id, fence int64, sent time.Time) (distlock.Grant, error) {
 	p := &pinned{
 		b: b, conn: conn, key: req.Key, token: req.Token, id: id,
-		lost:     make(chan struct{}),
 		deadline: sent.Add(req.TTL), ttl: req.TTL,
 	}
+	p.lost, p.lose = context.WithCancel(context.Background())
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -75,7 +76,7 @@ func (p *pinned) tick() {
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
 		p.endLocked(ctx)
-		close(p.lost)
+		p.lose()
 		p.b.forget(p)
 		return
 	}
@@ -151,7 +152,7 @@ func (p *pinned) endLocked(ctx context.Context) {
 func (p *pinned) dieLocked() {
 	p.done = true
 	destroy(p.conn)
-	close(p.lost)
+	p.lose()
 	p.b.forget(p)
 }
 

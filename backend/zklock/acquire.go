@@ -321,7 +321,7 @@ func (b *Backend) granted(token, node string, data []byte, pos position, sent ti
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		close(h.lost)
+		h.lose()
 		return g
 	}
 	b.holds[token] = h

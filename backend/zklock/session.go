@@ -12,8 +12,9 @@ type hold struct {
 	token string
 	path  string
 	data  []byte
-	lost  chan struct{}
-	ended chan struct{} // closed by release or Close: stop watching
+	lost  context.Context    // done when the hold is lost
+	lose  context.CancelFunc // ends lost
+	ended chan struct{}      // closed by release or Close: stop watching
 
 	// orphaned marks a hold reported lost while disconnected: its node may
 	// outlive the outage with the session, and must then be deleted.
@@ -21,7 +22,9 @@ type hold struct {
 }
 
 func newHold(token, path string, data []byte) *hold {
-	return &hold{token: token, path: path, data: data, lost: make(chan struct{}), ended: make(chan struct{})}
+	h := &hold{token: token, path: path, data: data, ended: make(chan struct{})}
+	h.lost, h.lose = context.WithCancel(context.Background())
+	return h
 }
 
 // end stops watching the hold; it does not report it lost.
@@ -33,15 +36,12 @@ func (h *hold) end() {
 	}
 }
 
-// markLost closes Lost once, unless the hold ended first. Called with b.mu.
+// markLost ends Lost, unless the hold ended first. Called with b.mu.
 func (h *hold) markLost() {
 	select {
 	case <-h.ended:
-		return
-	case <-h.lost:
-		return
 	default:
-		close(h.lost)
+		h.lose()
 	}
 }
 

@@ -5,7 +5,7 @@
 // increases across the whole ensemble and survives restarts and elections.
 //
 // Nodes belong to the backend's ZooKeeper session: when the session expires
-// every lock on it is lost (Grant.Lost is closed). While the connection is
+// every lock on it is lost (Grant.Lost is done). While the connection is
 // down the session may still live, but the server expires it a session
 // timeout after it last heard from the client, which can be as early as a
 // third of the timeout after the client notices the silence (the client
