@@ -27,6 +27,7 @@ type Client struct {
 	reentrant map[ownedKey]*hold
 	bg        sync.WaitGroup // background cleanups
 	lines     lines          // this client's waiters per key, in arrival order
+	sched     schedule       // runs the holds' renewals and deadlines
 }
 
 type ownedKey struct{ key, owner string }
@@ -165,6 +166,7 @@ func (c *Client) Close() error {
 		}
 	}
 	c.bg.Wait()
+	c.sched.stop()
 	if err := c.backend.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("distlock: close backend: %w", err))
 	}

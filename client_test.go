@@ -3,6 +3,7 @@ package distlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 	"sync"
@@ -611,4 +612,50 @@ func TestHandoffsYieldToOtherClients(t *testing.T) {
 	if handoffs == 0 {
 		t.Fatalf("no handoff among %v", store.calls)
 	}
+}
+
+// TestHoldsShareOneSchedule checks the client's one timer for all holds:
+// leases taken in any order expire in deadline order, each at its own
+// deadline; a released hold never fires; a watchdog renews through it.
+func TestHoldsShareOneSchedule(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := distlock.New(memlock.New())
+		defer c.Close()
+		start := time.Now()
+		leases := []time.Duration{300 * time.Millisecond, 100 * time.Millisecond, 500 * time.Millisecond, 200 * time.Millisecond}
+		locks := make([]*distlock.Lock, len(leases))
+		for i, d := range leases {
+			l, err := c.TryLock(ctx, fmt.Sprintf("k%d", i), distlock.WithLease(d))
+			if err != nil {
+				t.Fatal(err)
+			}
+			locks[i] = l
+		}
+		renewed, err := c.TryLock(ctx, "renewed", distlock.WithLease(150*time.Millisecond), distlock.WithWatchdog(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := locks[3].Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, i := range []int{1, 0, 2} {
+			<-locks[i].Done()
+			took := time.Since(start)
+			want := leases[i] - leases[i]/100 - 2*time.Millisecond
+			if took != want {
+				t.Fatalf("lock %d (lease %v) lost after %v, want %v", i, leases[i], took, want)
+			}
+			if !errors.Is(locks[i].Err(), distlock.ErrLockLost) {
+				t.Fatalf("lock %d: Err = %v, want ErrLockLost", i, locks[i].Err())
+			}
+		}
+		if !errors.Is(locks[3].Err(), distlock.ErrNotHeld) {
+			t.Fatalf("released lock: Err = %v, want ErrNotHeld", locks[3].Err())
+		}
+		if err := renewed.Err(); err != nil {
+			t.Fatalf("watchdog lock lost after %v: %v", time.Since(start), err)
+		}
+		_ = renewed.Release(ctx)
+	})
 }

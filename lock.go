@@ -87,9 +87,9 @@ const (
 
 // hold is one acquisition in the store, shared by its reentrant handles.
 //
-// It runs no goroutine of its own while nothing is due: a single timer fires
-// at the next renewal, the validity deadline or the MaxHold cap, whichever
-// comes first, and tick handles it.
+// It runs no goroutine of its own while nothing is due: the client's schedule
+// runs tick at the next renewal, the validity deadline or the MaxHold cap,
+// whichever comes first.
 type hold struct {
 	c        *Client
 	r        Request
@@ -99,7 +99,6 @@ type hold struct {
 	acquired time.Time
 	ttl      time.Duration
 	obsCtx   context.Context // observer context, without cancellation
-	timer    *time.Timer
 	stopLost func() bool // stops following Grant.Lost; nil unless the backend signals loss
 	running  sync.WaitGroup
 
@@ -113,17 +112,20 @@ type hold struct {
 	cancelRenew context.CancelFunc // of the renewal in flight
 	ctx         context.Context    // created on first use by Done or Context
 	cancel      context.CancelCauseFunc
+
+	due  time.Time // when tick next runs; guarded by the client's schedule
+	slot int       // in the schedule's heap, -1 if not scheduled; likewise
 }
 
 // drift is the clock-drift margin taken off every validity period.
 func drift(lease time.Duration) time.Duration { return lease/100 + 2*time.Millisecond }
 
-// newHold registers a grant with the client and arms its timer.
+// newHold registers a grant with the client and schedules its first tick.
 func (c *Client) newHold(obsCtx context.Context, r Request, token string, g Grant, sent time.Time) (*hold, error) {
 	now := time.Now()
 	h := &hold{
 		c: c, r: r, token: token, fence: g.Fence, acquired: now, ttl: r.Lease + r.LockDelay,
-		deadline: sent.Add(r.Lease - drift(r.Lease)), refs: 1,
+		deadline: sent.Add(r.Lease - drift(r.Lease)), refs: 1, slot: -1,
 	}
 	if !h.deadline.After(now) {
 		c.releaseAbandoned(&h.r, token)
@@ -146,7 +148,7 @@ func (c *Client) newHold(obsCtx context.Context, r Request, token string, g Gran
 			h.markLost(LossStoreDeleted)
 		})
 	}
-	h.timer = time.AfterFunc(h.nextDueLocked().Sub(now), h.tick)
+	c.sched.set(h, h.nextDueLocked())
 	h.mu.Unlock()
 
 	c.mu.Lock()
@@ -206,7 +208,7 @@ func (h *hold) tick() {
 		h.markLost(reason)
 		return
 	case h.nextRenew.IsZero() || now.Before(h.nextRenew):
-		h.timer.Reset(time.Until(h.nextDueLocked()))
+		h.c.sched.set(h, h.nextDueLocked())
 		h.mu.Unlock()
 		return
 	}
@@ -235,7 +237,7 @@ func (h *hold) tick() {
 	} else {
 		h.nextRenew = time.Now().Add(h.retry.next())
 	}
-	h.timer.Reset(time.Until(h.nextDueLocked()))
+	h.c.sched.set(h, h.nextDueLocked())
 	h.mu.Unlock()
 
 	if err == nil {
@@ -283,7 +285,7 @@ func (h *hold) endLocked(s holdState) bool {
 		return false
 	}
 	h.state = s
-	h.timer.Stop()
+	h.c.sched.drop(h)
 	if h.cancelRenew != nil {
 		h.cancelRenew()
 	}
