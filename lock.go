@@ -99,7 +99,7 @@ type hold struct {
 	acquired time.Time
 	ttl      time.Duration
 	obsCtx   context.Context // observer context, without cancellation
-	stopLost func() bool // stops following Grant.Lost; nil unless the backend signals loss
+	stopLost func() bool     // stops following Grant.Lost; nil unless the backend signals loss
 	running  sync.WaitGroup
 
 	mu          sync.Mutex
