@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -92,6 +94,63 @@ func TestOneSubscriptionPerBackend(t *testing.T) {
 				}
 				return nil
 			})
+		})
+	}
+}
+
+// TestHandoffsLeaveRoomForOtherClients keeps one client's goroutines handing
+// a key to each other without pause; a waiter of another client, which only
+// a free key lets in, must still get it within a few seconds, and the key
+// must go to one holder at a time throughout.
+func TestHandoffsLeaveRoomForOtherClients(t *testing.T) {
+	s := testserver.Redis(t)
+	for _, a := range adapters[:2] {
+		t.Run(a.name, func(t *testing.T) {
+			ctx := testContext(t)
+			busy, other := newClient(t, a.new(t, s.Addr())), newClient(t, a.new(t, s.Addr()))
+			key := "handoff/" + t.Name()
+			var holders atomic.Int32
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for n := 0; n < 100_000; n++ { // bounded; stop ends it long before
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						l, err := busy.Lock(ctx, key, distlock.WithWait(10*time.Second))
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if holders.Add(1) != 1 {
+							t.Error("two holders at once")
+						}
+						holders.Add(-1)
+						if err := l.Release(ctx); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			time.Sleep(100 * time.Millisecond) // the busy client's line is full
+			start := time.Now()
+			l, err := other.Lock(ctx, key, distlock.WithWait(5*time.Second))
+			took := time.Since(start)
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			close(stop)
+			wg.Wait()
+			if err != nil {
+				t.Fatalf("the other client's waiter starved: %v", err)
+			}
+			t.Logf("the other client got the key after %v", took)
 		})
 	}
 }
