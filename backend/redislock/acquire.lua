@@ -5,30 +5,35 @@
 -- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] metadata
 -- ARGV[1] token, ARGV[2] time to live in ms, ARGV[3] metadata JSON or "",
 -- ARGV[4] handing token or ""
-local holder = redis.call('GET', KEYS[1])
+--
+-- The common case, a free key, costs three calls: SET NX, TIME and SET GET.
 if ARGV[4] ~= '' then
-	if holder ~= ARGV[4] then
+	if redis.call('GET', KEYS[1]) ~= ARGV[4] then
 		return 0
 	end
-elseif holder == ARGV[1] then
+	redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+elseif not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+	if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+		return 0
+	end
 	local fence = redis.call('GET', KEYS[2])
 	if fence then
 		return tonumber(fence)
 	end
-	-- The counter is gone while the token holds: grant a fresh fence below.
-elseif holder then
-	return 0
+	-- The counter is gone while the token holds: renew the lock and grant a
+	-- fresh fence below.
+	redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 -- The fence is max(last + 1, server time in microseconds): a counter lost
 -- with a restart or a failover starts again above every earlier fence.
 local t = redis.call('TIME')
 local now = t[1] .. string.format('%06d', tonumber(t[2]))
-local fence = redis.call('INCR', KEYS[2])
-if fence < tonumber(now) then
-	redis.call('SET', KEYS[2], now)
-	fence = tonumber(now)
+local fence = tonumber(now)
+local last = redis.call('SET', KEYS[2], now, 'GET')
+if last and tonumber(last) >= fence then
+	redis.call('SET', KEYS[2], last)
+	fence = redis.call('INCR', KEYS[2])
 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 if ARGV[3] ~= '' then
 	redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[2])
 elseif ARGV[4] ~= '' then

@@ -18,10 +18,17 @@ import (
 	"github.com/distlock/distlock/internal/testserver"
 )
 
-// floorReleaseLua is the least a safe release needs: compare the token, delete.
-//
-//go:embed testdata/floor_release.lua
-var floorReleaseLua string
+var (
+	// floorReleaseLua is the least a safe release needs: compare the token, delete.
+	//
+	//go:embed testdata/floor_release.lua
+	floorReleaseLua string
+	// fencedAcquireLua is the least an acquire needs whose fence never goes
+	// back: SET NX PX and the counter advanced to max(last+1, server time).
+	//
+	//go:embed testdata/floor_fenced_acquire.lua
+	fencedAcquireLua string
+)
 
 // benchAdapter is one client library: a backend for the distlock client and
 // the raw floor with the same client underneath.
@@ -31,6 +38,9 @@ type benchAdapter struct {
 	// floor takes and releases key for token with SET NX PX and the
 	// compare-and-delete script.
 	floor func(b *testing.B) func(ctx context.Context, key, token string) error
+	// fencedFloor does the same with the fenced acquire script instead of
+	// SET NX PX.
+	fencedFloor func(b *testing.B) func(ctx context.Context, key, token string) error
 }
 
 func benchAdapters(addr string) []benchAdapter {
@@ -70,6 +80,16 @@ func benchAdapters(addr string) []benchAdapter {
 					return release.Exec(ctx, c, []string{key}, []string{token}).Error()
 				}
 			},
+			fencedFloor: func(b *testing.B) func(context.Context, string, string) error {
+				c := rueidisClient(b)
+				acquire, release := rueidis.NewLuaScript(fencedAcquireLua), rueidis.NewLuaScript(floorReleaseLua)
+				return func(ctx context.Context, key, token string) error {
+					if err := acquire.Exec(ctx, c, []string{key, key + ":fence"}, []string{token, "30000"}).Error(); err != nil {
+						return err
+					}
+					return release.Exec(ctx, c, []string{key}, []string{token}).Error()
+				}
+			},
 		},
 		{
 			name: "go-redis",
@@ -81,6 +101,16 @@ func benchAdapters(addr string) []benchAdapter {
 				c, release := goRedisClient(b), redis.NewScript(floorReleaseLua)
 				return func(ctx context.Context, key, token string) error {
 					if err := c.SetNX(ctx, key, token, 30*time.Second).Err(); err != nil {
+						return err
+					}
+					return release.Run(ctx, c, []string{key}, token).Err()
+				}
+			},
+			fencedFloor: func(b *testing.B) func(context.Context, string, string) error {
+				c := goRedisClient(b)
+				acquire, release := redis.NewScript(fencedAcquireLua), redis.NewScript(floorReleaseLua)
+				return func(ctx context.Context, key, token string) error {
+					if err := acquire.Run(ctx, c, []string{key, key + ":fence"}, token, 30000).Err(); err != nil {
 						return err
 					}
 					return release.Run(ctx, c, []string{key}, token).Err()
@@ -123,20 +153,23 @@ func BenchmarkRedis(b *testing.B) {
 					}
 					return be.Release(ctx, key, token)
 				}
-				floor := a.floor(b)
-				var lockTime, directTime, floorTime time.Duration
+				floor, fencedFloor := a.floor(b), a.fencedFloor(b)
+				var lockTime, directTime, floorTime, fencedTime time.Duration
 				b.ResetTimer()
 				for done := 0; done < b.N; {
 					n := min(b.N-done, 50*g)
 					lockTime += runParallel(b, g, n, "lock", lock)
 					directTime += runParallel(b, g, n, "direct", direct)
 					floorTime += runParallel(b, g, n, "floor", floor)
+					fencedTime += runParallel(b, g, n, "fenced", fencedFloor)
 					done += n
 				}
 				b.ReportMetric(float64(lockTime.Nanoseconds())/float64(b.N), "lock-ns/op")
 				b.ReportMetric(float64(directTime.Nanoseconds())/float64(b.N), "backend-ns/op")
 				b.ReportMetric(float64(floorTime.Nanoseconds())/float64(b.N), "floor-ns/op")
+				b.ReportMetric(float64(fencedTime.Nanoseconds())/float64(b.N), "fenced-floor-ns/op")
 				b.ReportMetric(floorTime.Seconds()/lockTime.Seconds(), "lock/floor-throughput")
+				b.ReportMetric(fencedTime.Seconds()/lockTime.Seconds(), "lock/fenced-floor-throughput")
 			})
 		}
 		b.Run("contended/"+a.name, func(b *testing.B) {

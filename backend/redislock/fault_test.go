@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -222,6 +223,64 @@ func TestAcquireIdempotent(t *testing.T) {
 			}
 			if err := b.Release(ctx, req.Key, req.Token); err != nil {
 				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestFenceAboveCounterAheadOfClock sets a key's counter above the server's
+// clock, as a clock stepped back would leave it: fences must go on from the
+// counter, not from the clock.
+func TestFenceAboveCounterAheadOfClock(t *testing.T) {
+	s := testserver.Redis(t)
+	for _, a := range adapters[:2] {
+		t.Run(a.name, func(t *testing.T) {
+			ctx := testContext(t)
+			b := a.new(t, s.Addr())
+			defer b.Close()
+			key := "ahead/" + t.Name()
+			const ahead = 8_000_000_000_000_000 // year 2223 in µs, below 2⁵³
+			rawCommand(t, []string{s.Addr()}, "SET", lockName(key)+":fence", strconv.Itoa(ahead))
+			for i := uint64(1); i <= 3; i++ {
+				g, err := b.Acquire(ctx, distlock.AcquireRequest{Key: key, Token: "tok", TTL: time.Minute})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if g.Fence != ahead+i {
+					t.Fatalf("grant %d: fence %d, want %d", i, g.Fence, ahead+i)
+				}
+				if err := b.Release(ctx, key, "tok"); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestRetryAfterCounterLostGrantsNewFence retries an acquisition by the
+// holding token after the counter vanished: the retry must not report a
+// fence the store no longer has, but grant a fresh one and renew the lease.
+func TestRetryAfterCounterLostGrantsNewFence(t *testing.T) {
+	s := testserver.Redis(t)
+	for _, a := range adapters[:2] {
+		t.Run(a.name, func(t *testing.T) {
+			ctx := testContext(t)
+			b := a.new(t, s.Addr())
+			defer b.Close()
+			req := distlock.AcquireRequest{Key: "lost-counter/" + t.Name(), Token: "tok", TTL: 2 * time.Second}
+			g1, err := b.Acquire(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rawCommand(t, []string{s.Addr()}, "DEL", lockName(req.Key)+":fence")
+			req.TTL = time.Minute
+			g2, err := b.Acquire(ctx, req)
+			if err != nil || g2.Fence <= g1.Fence {
+				t.Fatalf("retry after the counter was lost = %+v, %v; want a fence above %d", g2, err, g1.Fence)
+			}
+			info, err := b.Inspect(ctx, req.Key)
+			if err != nil || !info.Held || info.Fence != g2.Fence || info.TTL < 50*time.Second {
+				t.Fatalf("after the retry: %+v, %v; want held with fence %d and the new lease", info, err, g2.Fence)
 			}
 		})
 	}
