@@ -6,14 +6,27 @@
 -- ARGV[1] token, ARGV[2] time to live in ms, ARGV[3] metadata JSON or "",
 -- ARGV[4] handing token or ""
 --
+-- The lock's value is the holder's token, followed by "\n" once another
+-- token has been refused the key: its release then tells the waiters, and
+-- a release nobody waits for publishes nothing. Tokens never contain "\n".
+--
 -- The common case, a free key, costs three calls: SET NX, TIME and SET GET.
+local waited = ARGV[1] .. '\n'
 if ARGV[4] ~= '' then
-	if redis.call('GET', KEYS[1]) ~= ARGV[4] then
+	local holder = redis.call('GET', KEYS[1])
+	if holder == ARGV[4] then
+		waited = ARGV[1]
+	elseif holder ~= ARGV[4] .. '\n' then
 		return 0
 	end
-	redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+	-- The waiters of the handing token now wait for this one.
+	redis.call('SET', KEYS[1], waited, 'PX', ARGV[2])
 elseif not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-	if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+	local holder = redis.call('GET', KEYS[1])
+	if holder ~= ARGV[1] and holder ~= waited then
+		if holder and string.byte(holder, -1) ~= 10 then
+			redis.call('SET', KEYS[1], holder .. '\n', 'KEEPTTL')
+		end
 		return 0
 	end
 	local fence = redis.call('GET', KEYS[2])

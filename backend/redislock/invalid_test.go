@@ -117,6 +117,15 @@ func TestInvalidInputSendsNothing(t *testing.T) {
 		}},
 		{"renew with negative TTL", func() error { return b.Renew(ctx, "valid", "t", -time.Second) }},
 		{"release without token", func() error { return b.Release(ctx, "valid", "") }},
+		{"acquire with a newline in the token", func() error {
+			_, err := b.Acquire(ctx, distlock.AcquireRequest{Key: "valid", Token: "t\n", TTL: time.Second})
+			return err
+		}},
+		{"release with a newline in the token", func() error { return b.Release(ctx, "valid", "t\n") }},
+		{"handoff to a token with a newline", func() error {
+			_, err := b.Handoff(ctx, "valid", "t", distlock.AcquireRequest{Key: "valid", Token: "u\n", TTL: time.Second})
+			return err
+		}},
 	}
 	for _, tc := range bad {
 		if err := tc.call(); !errors.Is(err, distlock.ErrInvalidOption) {

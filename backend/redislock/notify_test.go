@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -151,6 +152,81 @@ func TestHandoffsLeaveRoomForOtherClients(t *testing.T) {
 				t.Fatalf("the other client's waiter starved: %v", err)
 			}
 			t.Logf("the other client got the key after %v", took)
+		})
+	}
+}
+
+var publishCalls = regexp.MustCompile(`cmdstat_publish:calls=(\d+)`)
+
+// publishes returns how many PUBLISH commands the server ran since its
+// statistics were last reset.
+func publishes(t *testing.T, addr string) int {
+	t.Helper()
+	m := publishCalls.FindStringSubmatch(rawCommand(t, []string{addr}, "INFO", "commandstats"))
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+// TestReleaseNoticeOnlyWhenRefused checks that a release publishes nothing
+// when no other token asked for the key while it was held, and publishes
+// exactly once when one did, waking that waiter.
+func TestReleaseNoticeOnlyWhenRefused(t *testing.T) {
+	s := testserver.Redis(t)
+	for _, a := range adapters[:2] {
+		t.Run(a.name, func(t *testing.T) {
+			ctx := testContext(t)
+			holder, waiter := newClient(t, a.new(t, s.Addr())), newClient(t, a.new(t, s.Addr()))
+			rawCommand(t, []string{s.Addr()}, "CONFIG", "RESETSTAT")
+			for i := range 3 {
+				l, err := holder.Lock(ctx, fmt.Sprintf("alone/%s/%d", t.Name(), i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := l.Renew(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n := publishes(t, s.Addr()); n != 0 {
+				t.Fatalf("releases nobody waited for published %d notices, want 0", n)
+			}
+
+			key := "waited/" + t.Name()
+			held, err := holder.Lock(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan error, 1)
+			go func() {
+				l, err := waiter.Lock(ctx, key, distlock.WithWait(20*time.Second))
+				if err == nil {
+					err = l.Release(ctx)
+				}
+				got <- err
+			}()
+			eventually(t, "the waiter's refused attempt marks the key", func() error {
+				if v := rawCommand(t, []string{s.Addr()}, "GET", lockName(key)); !strings.HasSuffix(v, "\n") {
+					return fmt.Errorf("lock value %q has no waiters' mark", v)
+				}
+				return nil
+			})
+			if err := held.Renew(ctx); err != nil { // keeps the mark
+				t.Fatal(err)
+			}
+			if err := held.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-got; err != nil {
+				t.Fatal(err)
+			}
+			if n := publishes(t, s.Addr()); n != 1 {
+				t.Fatalf("%d notices published for one waited-for release, want 1", n)
+			}
 		})
 	}
 }

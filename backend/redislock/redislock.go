@@ -198,6 +198,9 @@ func validRequest(key, token string, ttl *time.Duration) error {
 	switch {
 	case token == "":
 		return fmt.Errorf("%w: empty token", distlock.ErrInvalidOption)
+	case strings.Contains(token, "\n"):
+		// The store appends "\n" to a holder's token to mark that others wait.
+		return fmt.Errorf("%w: token %q contains a newline", distlock.ErrInvalidOption, token)
 	case ttl != nil && *ttl <= 0:
 		return fmt.Errorf("%w: time to live %v must be positive", distlock.ErrInvalidOption, *ttl)
 	}

@@ -1,6 +1,8 @@
--- Resets the time to live of the lock and its metadata if the token holds it.
+-- Resets the time to live of the lock and its metadata if the token holds it
+-- (with or without the waiters' mark, see acquire.lua).
 -- KEYS[1] lock, KEYS[2] metadata; ARGV[1] token, ARGV[2] time to live in ms
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+local holder = redis.call('GET', KEYS[1])
+if holder ~= ARGV[1] and holder ~= ARGV[1] .. '\n' then
 	return 0
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
