@@ -5,18 +5,21 @@
 -- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] metadata
 -- ARGV[1] token, ARGV[2] time to live in ms, ARGV[3] metadata JSON or "",
 -- ARGV[4] handing token or ""
+-- KEYS[3], ARGV[3] and ARGV[4] may be left out when there is neither
+-- metadata nor a handing token.
 --
 -- The lock's value is the holder's token, followed by "\n" once another
 -- token has been refused the key: its release then tells the waiters, and
 -- a release nobody waits for publishes nothing. Tokens never contain "\n".
 --
 -- The common case, a free key, costs three calls: SET NX, TIME and SET GET.
+local meta, handing = ARGV[3] or '', ARGV[4] or ''
 local waited = ARGV[1] .. '\n'
-if ARGV[4] ~= '' then
+if handing ~= '' then
 	local holder = redis.call('GET', KEYS[1])
-	if holder == ARGV[4] then
+	if holder == handing then
 		waited = ARGV[1]
-	elseif holder ~= ARGV[4] .. '\n' then
+	elseif holder ~= handing .. '\n' then
 		return 0
 	end
 	-- The waiters of the handing token now wait for this one.
@@ -47,9 +50,9 @@ if last and tonumber(last) >= fence then
 	redis.call('SET', KEYS[2], last)
 	fence = redis.call('INCR', KEYS[2])
 end
-if ARGV[3] ~= '' then
-	redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[2])
-elseif ARGV[4] ~= '' then
+if meta ~= '' then
+	redis.call('SET', KEYS[3], meta, 'PX', ARGV[2])
+elseif handing ~= '' then
 	redis.call('DEL', KEYS[3])
 end
 return fence

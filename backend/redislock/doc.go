@@ -18,7 +18,7 @@
 // A lock key K lives under three Redis names that share the hash tag {K}, so
 // that they sit in one Cluster slot and one script can touch them all:
 //
-//	<prefix>{K}        the holder's token, with the lease as time to live
+//	<prefix>{K}        the holder's token (with "\n" appended once another token was refused), with the lease as time to live
 //	<prefix>{K}:fence  the fence of the last grant, kept forever (one small key per lock name used)
 //	<prefix>{K}:meta   the holder's metadata as JSON, with the lease as time to live
 //
@@ -29,12 +29,14 @@
 // # Requests
 //
 // Each request is one Lua script, run by its SHA1 (EVALSHA) and loaded on
-// NOSCRIPT. Acquire does SET NX PX and, in the same script, advances the fence
-// counter; a retry by the token that already holds gets the same fence.
+// NOSCRIPT; Redis 6.2 or later is needed. Acquire does SET NX PX and, in the
+// same script, advances the fence counter; a retry by the token that already
+// holds gets the same fence, and a refused attempt marks the holder's value.
 // Renew compares the token, then PEXPIREs. Release compares the token, then
-// DELs and PUBLISHes a release notice on the channel <prefix>{K}. Every
-// request is bounded by its context, so an unreachable Redis cannot stall
-// the watchdog past the lock's validity.
+// DELs and, if the value was marked, PUBLISHes a release notice on the channel
+// <prefix>{K}: a release nobody waited for publishes nothing. Every request is
+// bounded by its context, so an unreachable Redis cannot stall the watchdog
+// past the lock's validity. Tokens may not contain "\n".
 //
 // # Fencing
 //
@@ -67,5 +69,6 @@
 //
 // On Cluster the notices use regular pub/sub, not sharded pub/sub: the one
 // subscription connection then serves every slot, at the cost of each notice
-// crossing the cluster bus to every node.
+// crossing the cluster bus to every node. Releases nobody waited for send no
+// notice at all.
 package redislock

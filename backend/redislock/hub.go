@@ -12,8 +12,8 @@ import (
 
 const (
 	// subscribeDelay is how long a key must have had a waiter before its
-	// channel is subscribed. The core watches before its first attempt, so
-	// most watches end within one round trip, uncontended; subscribing each
+	// channel is subscribed. The core watches once an attempt was refused,
+	// and many such waits end within a few milliseconds; subscribing each
 	// would double the traffic. The core's backoff poll covers the delay.
 	subscribeDelay = 5 * time.Millisecond
 	// unsubscribeLinger keeps a channel subscribed that long after its last

@@ -82,6 +82,9 @@ func (b *Backend) grant(ctx context.Context, req distlock.AcquireRequest, from s
 		return 0, err
 	}
 	k := b.keysFor(req.Key)
+	if meta == "" && from == "" { // the common case: a shorter request
+		return b.st.evalInt(ctx, scriptAcquire, []string{k.lock, k.fence}, req.Token, millis(req.TTL))
+	}
 	return b.st.evalInt(ctx, scriptAcquire, []string{k.lock, k.fence, k.meta}, req.Token, millis(req.TTL), meta, from)
 }
 
@@ -101,7 +104,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 		return fmt.Errorf("redislock: release %q: %w", key, err)
 	}
 	k := b.keysFor(key)
-	ok, err := b.st.evalInt(ctx, scriptRelease, []string{k.lock, k.meta}, token, k.lock)
+	ok, err := b.st.evalInt(ctx, scriptRelease, []string{k.lock, k.meta}, token)
 	return held("release", key, ok, err)
 }
 
