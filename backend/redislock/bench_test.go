@@ -5,6 +5,8 @@ import (
 	_ "embed"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -128,11 +130,17 @@ func benchAdapters(addr string) []benchAdapter {
 //	                            on distinct keys, against the raw floor (SET NX PX +
 //	                            compare-and-delete script on the same client); in
 //	                            between, Backend.Acquire+Release without the client
-//	                            (backend-ns/op) splits the gap into store and core
+//	                            (backend-ns/op) splits the gap into store and core,
+//	                            and the fenced floor (SET NX PX and a fence counter
+//	                            that never goes back, in one script) shows what
+//	                            fencing alone costs; <kind>-redis-cpu-ns/op is the
+//	                            server's CPU time per operation
 //	contended/<adapter>         16 goroutines on one key (Lock waiting, Release,
 //	                            1 ms of work), against 1 goroutine uncontended
 func BenchmarkRedis(b *testing.B) {
 	s := testserver.Redis(b)
+	stats := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer stats.Close()
 	for _, a := range benchAdapters(s.Addr()) {
 		for _, g := range []int{1, 16, 64} {
 			b.Run(fmt.Sprintf("uncontended/%s/g%d", a.name, g), func(b *testing.B) {
@@ -153,23 +161,30 @@ func BenchmarkRedis(b *testing.B) {
 					}
 					return be.Release(ctx, key, token)
 				}
-				floor, fencedFloor := a.floor(b), a.fencedFloor(b)
-				var lockTime, directTime, floorTime, fencedTime time.Duration
+				kinds := []struct {
+					name     string // metric prefix
+					op       func(ctx context.Context, key, token string) error
+					wall     time.Duration
+					redisCPU time.Duration
+				}{{name: "lock", op: lock}, {name: "backend", op: direct}, {name: "floor", op: a.floor(b)}, {name: "fenced-floor", op: a.fencedFloor(b)}}
 				b.ResetTimer()
 				for done := 0; done < b.N; {
 					n := min(b.N-done, 50*g)
-					lockTime += runParallel(b, g, n, "lock", lock)
-					directTime += runParallel(b, g, n, "direct", direct)
-					floorTime += runParallel(b, g, n, "floor", floor)
-					fencedTime += runParallel(b, g, n, "fenced", fencedFloor)
+					for i := range kinds {
+						k := &kinds[i]
+						cpu := redisCPU(b, stats)
+						k.wall += runParallel(b, g, n, k.name, k.op)
+						k.redisCPU += redisCPU(b, stats) - cpu
+					}
 					done += n
 				}
-				b.ReportMetric(float64(lockTime.Nanoseconds())/float64(b.N), "lock-ns/op")
-				b.ReportMetric(float64(directTime.Nanoseconds())/float64(b.N), "backend-ns/op")
-				b.ReportMetric(float64(floorTime.Nanoseconds())/float64(b.N), "floor-ns/op")
-				b.ReportMetric(float64(fencedTime.Nanoseconds())/float64(b.N), "fenced-floor-ns/op")
-				b.ReportMetric(floorTime.Seconds()/lockTime.Seconds(), "lock/floor-throughput")
-				b.ReportMetric(fencedTime.Seconds()/lockTime.Seconds(), "lock/fenced-floor-throughput")
+				for _, k := range kinds {
+					b.ReportMetric(float64(k.wall.Nanoseconds())/float64(b.N), k.name+"-ns/op")
+					b.ReportMetric(float64(k.redisCPU.Nanoseconds())/float64(b.N), k.name+"-redis-cpu-ns/op")
+				}
+				lockTime := kinds[0].wall.Seconds()
+				b.ReportMetric(kinds[2].wall.Seconds()/lockTime, "lock/floor-throughput")
+				b.ReportMetric(kinds[3].wall.Seconds()/lockTime, "lock/fenced-floor-throughput")
 			})
 		}
 		b.Run("contended/"+a.name, func(b *testing.B) {
@@ -178,6 +193,26 @@ func BenchmarkRedis(b *testing.B) {
 			contended(b, c, 16, time.Millisecond)
 		})
 	}
+}
+
+// redisCPU returns the CPU time the server has used (user + system).
+func redisCPU(b *testing.B, c *redis.Client) time.Duration {
+	info, err := c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for line := range strings.SplitSeq(info, "\r\n") {
+		name, value, _ := strings.Cut(line, ":")
+		if name == "used_cpu_sys" || name == "used_cpu_user" {
+			seconds, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				b.Fatalf("INFO cpu: %s: %v", line, err)
+			}
+			total += seconds
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }
 
 // runParallel runs n calls of op over g goroutines, each on its own key, and
