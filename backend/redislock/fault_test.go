@@ -29,6 +29,18 @@ var adapters = []struct {
 	}},
 }
 
+// onEachClient runs test against server s once per client library (rueidis,
+// and go-redis with ContextTimeoutEnabled), each on a backend of its own.
+func onEachClient(t *testing.T, s *testserver.Server, test func(t *testing.T, ctx context.Context, b distlock.Backend)) {
+	for _, a := range adapters[:2] {
+		t.Run(a.name, func(t *testing.T) {
+			b := a.new(t, s.Addr())
+			defer b.Close()
+			test(t, testContext(t), b)
+		})
+	}
+}
+
 func newClient(t *testing.T, b distlock.Backend) *distlock.Client {
 	c := distlock.New(b)
 	t.Cleanup(func() { _ = c.Close() })
@@ -165,67 +177,55 @@ func TestFenceSurvivesFailover(t *testing.T) {
 // TestStaleReleaseKeepsNewHolder releases, after its expiry, a token whose
 // key another token holds now: nothing may change.
 func TestStaleReleaseKeepsNewHolder(t *testing.T) {
-	s := testserver.Redis(t)
-	for _, a := range adapters[:2] {
-		t.Run(a.name, func(t *testing.T) {
-			ctx := testContext(t)
-			b := a.new(t, s.Addr())
-			defer b.Close()
-			key := "stale/" + t.Name()
-			slow := distlock.AcquireRequest{Key: key, Token: "slow-holder-token", TTL: 50 * time.Millisecond}
-			if _, err := b.Acquire(ctx, slow); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(100 * time.Millisecond)
-			g, err := b.Acquire(ctx, distlock.AcquireRequest{Key: key, Token: "new-holder-token", TTL: time.Minute})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := b.Release(ctx, key, slow.Token); !errors.Is(err, distlock.ErrNotHeld) {
-				t.Fatalf("stale release: got %v, want ErrNotHeld", err)
-			}
-			if err := b.Renew(ctx, key, slow.Token, time.Minute); !errors.Is(err, distlock.ErrNotHeld) {
-				t.Fatalf("stale renew: got %v, want ErrNotHeld", err)
-			}
-			info, err := b.Inspect(ctx, key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !info.Held || info.Fence != g.Fence || info.TTL < 50*time.Second {
-				t.Fatalf("after a stale release: %+v, want held with fence %d and its TTL", info, g.Fence)
-			}
-			if err := b.Release(ctx, key, "new-holder-token"); err != nil {
-				t.Fatal(err)
-			}
-		})
-	}
+	onEachClient(t, testserver.Redis(t), func(t *testing.T, ctx context.Context, b distlock.Backend) {
+		key := "stale/" + t.Name()
+		slow := distlock.AcquireRequest{Key: key, Token: "slow-holder-token", TTL: 50 * time.Millisecond}
+		if _, err := b.Acquire(ctx, slow); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		g, err := b.Acquire(ctx, distlock.AcquireRequest{Key: key, Token: "new-holder-token", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Release(ctx, key, slow.Token); !errors.Is(err, distlock.ErrNotHeld) {
+			t.Fatalf("stale release: got %v, want ErrNotHeld", err)
+		}
+		if err := b.Renew(ctx, key, slow.Token, time.Minute); !errors.Is(err, distlock.ErrNotHeld) {
+			t.Fatalf("stale renew: got %v, want ErrNotHeld", err)
+		}
+		info, err := b.Inspect(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !info.Held || info.Fence != g.Fence || info.TTL < 50*time.Second {
+			t.Fatalf("after a stale release: %+v, want held with fence %d and its TTL", info, g.Fence)
+		}
+		if err := b.Release(ctx, key, "new-holder-token"); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // TestAcquireIdempotent retries an acquisition by the token that holds.
 func TestAcquireIdempotent(t *testing.T) {
-	s := testserver.Redis(t)
-	for _, a := range adapters[:2] {
-		t.Run(a.name, func(t *testing.T) {
-			ctx := testContext(t)
-			b := a.new(t, s.Addr())
-			defer b.Close()
-			req := distlock.AcquireRequest{Key: "retry/" + t.Name(), Token: "tok", TTL: time.Minute}
-			g1, err := b.Acquire(ctx, req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			g2, err := b.Acquire(ctx, req)
-			if err != nil || g2.Fence != g1.Fence {
-				t.Fatalf("retried acquire = %+v, %v; want fence %d", g2, err, g1.Fence)
-			}
-			if _, err := b.Acquire(ctx, distlock.AcquireRequest{Key: req.Key, Token: "other", TTL: time.Minute}); !errors.Is(err, distlock.ErrNotAcquired) {
-				t.Fatalf("another token: got %v, want ErrNotAcquired", err)
-			}
-			if err := b.Release(ctx, req.Key, req.Token); err != nil {
-				t.Fatal(err)
-			}
-		})
-	}
+	onEachClient(t, testserver.Redis(t), func(t *testing.T, ctx context.Context, b distlock.Backend) {
+		req := distlock.AcquireRequest{Key: "retry/" + t.Name(), Token: "tok", TTL: time.Minute}
+		g1, err := b.Acquire(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g2, err := b.Acquire(ctx, req)
+		if err != nil || g2.Fence != g1.Fence {
+			t.Fatalf("retried acquire = %+v, %v; want fence %d", g2, err, g1.Fence)
+		}
+		if _, err := b.Acquire(ctx, distlock.AcquireRequest{Key: req.Key, Token: "other", TTL: time.Minute}); !errors.Is(err, distlock.ErrNotAcquired) {
+			t.Fatalf("another token: got %v, want ErrNotAcquired", err)
+		}
+		if err := b.Release(ctx, req.Key, req.Token); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // TestFenceAboveCounterAheadOfClock sets a key's counter above the server's
@@ -233,28 +233,23 @@ func TestAcquireIdempotent(t *testing.T) {
 // counter, not from the clock.
 func TestFenceAboveCounterAheadOfClock(t *testing.T) {
 	s := testserver.Redis(t)
-	for _, a := range adapters[:2] {
-		t.Run(a.name, func(t *testing.T) {
-			ctx := testContext(t)
-			b := a.new(t, s.Addr())
-			defer b.Close()
-			key := "ahead/" + t.Name()
-			const ahead = 8_000_000_000_000_000 // year 2223 in µs, below 2⁵³
-			rawCommand(t, []string{s.Addr()}, "SET", lockName(key)+":fence", strconv.Itoa(ahead))
-			for i := uint64(1); i <= 3; i++ {
-				g, err := b.Acquire(ctx, distlock.AcquireRequest{Key: key, Token: "tok", TTL: time.Minute})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if g.Fence != ahead+i {
-					t.Fatalf("grant %d: fence %d, want %d", i, g.Fence, ahead+i)
-				}
-				if err := b.Release(ctx, key, "tok"); err != nil {
-					t.Fatal(err)
-				}
+	onEachClient(t, s, func(t *testing.T, ctx context.Context, b distlock.Backend) {
+		key := "ahead/" + t.Name()
+		const ahead = 8_000_000_000_000_000 // year 2223 in µs, below 2⁵³
+		rawCommand(t, []string{s.Addr()}, "SET", lockName(key)+":fence", strconv.Itoa(ahead))
+		for i := uint64(1); i <= 3; i++ {
+			g, err := b.Acquire(ctx, distlock.AcquireRequest{Key: key, Token: "tok", TTL: time.Minute})
+			if err != nil {
+				t.Fatal(err)
 			}
-		})
-	}
+			if g.Fence != ahead+i {
+				t.Fatalf("grant %d: fence %d, want %d", i, g.Fence, ahead+i)
+			}
+			if err := b.Release(ctx, key, "tok"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
 }
 
 // TestRetryAfterCounterLostGrantsNewFence retries an acquisition by the
@@ -262,26 +257,21 @@ func TestFenceAboveCounterAheadOfClock(t *testing.T) {
 // fence the store no longer has, but grant a fresh one and renew the lease.
 func TestRetryAfterCounterLostGrantsNewFence(t *testing.T) {
 	s := testserver.Redis(t)
-	for _, a := range adapters[:2] {
-		t.Run(a.name, func(t *testing.T) {
-			ctx := testContext(t)
-			b := a.new(t, s.Addr())
-			defer b.Close()
-			req := distlock.AcquireRequest{Key: "lost-counter/" + t.Name(), Token: "tok", TTL: 2 * time.Second}
-			g1, err := b.Acquire(ctx, req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rawCommand(t, []string{s.Addr()}, "DEL", lockName(req.Key)+":fence")
-			req.TTL = time.Minute
-			g2, err := b.Acquire(ctx, req)
-			if err != nil || g2.Fence <= g1.Fence {
-				t.Fatalf("retry after the counter was lost = %+v, %v; want a fence above %d", g2, err, g1.Fence)
-			}
-			info, err := b.Inspect(ctx, req.Key)
-			if err != nil || !info.Held || info.Fence != g2.Fence || info.TTL < 50*time.Second {
-				t.Fatalf("after the retry: %+v, %v; want held with fence %d and the new lease", info, err, g2.Fence)
-			}
-		})
-	}
+	onEachClient(t, s, func(t *testing.T, ctx context.Context, b distlock.Backend) {
+		req := distlock.AcquireRequest{Key: "lost-counter/" + t.Name(), Token: "tok", TTL: 2 * time.Second}
+		g1, err := b.Acquire(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rawCommand(t, []string{s.Addr()}, "DEL", lockName(req.Key)+":fence")
+		req.TTL = time.Minute
+		g2, err := b.Acquire(ctx, req)
+		if err != nil || g2.Fence <= g1.Fence {
+			t.Fatalf("retry after the counter was lost = %+v, %v; want a fence above %d", g2, err, g1.Fence)
+		}
+		info, err := b.Inspect(ctx, req.Key)
+		if err != nil || !info.Held || info.Fence != g2.Fence || info.TTL < 50*time.Second {
+			t.Fatalf("after the retry: %+v, %v; want held with fence %d and the new lease", info, err, g2.Fence)
+		}
+	})
 }

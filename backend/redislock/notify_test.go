@@ -1,6 +1,7 @@
 package redislock_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"regexp"
@@ -237,40 +238,35 @@ func TestReleaseNoticeOnlyWhenRefused(t *testing.T) {
 // still tells the waiter; a key nobody was refused must be handed unmarked.
 func TestHandoffKeepsWaitersMark(t *testing.T) {
 	s := testserver.Redis(t)
-	for _, a := range adapters[:2] {
-		t.Run(a.name, func(t *testing.T) {
-			ctx := testContext(t)
-			b := a.new(t, s.Addr())
-			defer b.Close()
-			for _, refused := range []bool{false, true} {
-				key := fmt.Sprintf("handoff-mark/%s/%v", t.Name(), refused)
-				first := distlock.AcquireRequest{Key: key, Token: "first", TTL: time.Minute}
-				if _, err := b.Acquire(ctx, first); err != nil {
-					t.Fatal(err)
-				}
-				if refused {
-					if _, err := b.Acquire(ctx, distlock.AcquireRequest{Key: key, Token: "waiter", TTL: time.Minute}); !errors.Is(err, distlock.ErrNotAcquired) {
-						t.Fatalf("waiter's attempt: %v, want ErrNotAcquired", err)
-					}
-				}
-				if _, err := b.(distlock.Handoff).Handoff(ctx, key, "first", distlock.AcquireRequest{Key: key, Token: "second", TTL: time.Minute}); err != nil {
-					t.Fatal(err)
-				}
-				want := "second"
-				if refused {
-					want += "\n"
-				}
-				if v := rawCommand(t, []string{s.Addr()}, "GET", lockName(key)); v != want {
-					t.Fatalf("value after the handoff %q, want %q", v, want)
-				}
-				rawCommand(t, []string{s.Addr()}, "CONFIG", "RESETSTAT")
-				if err := b.Release(ctx, key, "second"); err != nil {
-					t.Fatal(err)
-				}
-				if n, want := publishes(t, s.Addr()), map[bool]int{false: 0, true: 1}[refused]; n != want {
-					t.Fatalf("release after the handoff published %d notices, want %d", n, want)
+	onEachClient(t, s, func(t *testing.T, ctx context.Context, b distlock.Backend) {
+		for _, refused := range []bool{false, true} {
+			key := fmt.Sprintf("handoff-mark/%s/%v", t.Name(), refused)
+			first := distlock.AcquireRequest{Key: key, Token: "first", TTL: time.Minute}
+			if _, err := b.Acquire(ctx, first); err != nil {
+				t.Fatal(err)
+			}
+			if refused {
+				if _, err := b.Acquire(ctx, distlock.AcquireRequest{Key: key, Token: "waiter", TTL: time.Minute}); !errors.Is(err, distlock.ErrNotAcquired) {
+					t.Fatalf("waiter's attempt: %v, want ErrNotAcquired", err)
 				}
 			}
-		})
-	}
+			if _, err := b.(distlock.Handoff).Handoff(ctx, key, "first", distlock.AcquireRequest{Key: key, Token: "second", TTL: time.Minute}); err != nil {
+				t.Fatal(err)
+			}
+			want := "second"
+			if refused {
+				want += "\n"
+			}
+			if v := rawCommand(t, []string{s.Addr()}, "GET", lockName(key)); v != want {
+				t.Fatalf("value after the handoff %q, want %q", v, want)
+			}
+			rawCommand(t, []string{s.Addr()}, "CONFIG", "RESETSTAT")
+			if err := b.Release(ctx, key, "second"); err != nil {
+				t.Fatal(err)
+			}
+			if n, want := publishes(t, s.Addr()), map[bool]int{false: 0, true: 1}[refused]; n != want {
+				t.Fatalf("release after the handoff published %d notices, want %d", n, want)
+			}
+		}
+	})
 }
