@@ -29,7 +29,7 @@
 // # Requests
 //
 // Each request is one Lua script, run by its SHA1 (EVALSHA) and loaded on
-// NOSCRIPT; Redis 6.2 or later is needed. Acquire does SET NX PX and, in the
+// NOSCRIPT; they need Redis 5.0 or later. Acquire does SET NX PX and, in the
 // same script, advances the fence counter; a retry by the token that already
 // holds gets the same fence, and a refused attempt marks the holder's value.
 // Renew compares the token, then PEXPIREs. Release compares the token, then
