@@ -219,18 +219,28 @@ func redisCPU(b *testing.B, c *redis.Client) time.Duration {
 // returns the wall time they took.
 func runParallel(b *testing.B, g, n int, kind string, op func(ctx context.Context, key, token string) error) time.Duration {
 	ctx := context.Background()
+	return spread(b, g, n, func(i int) func() error {
+		key := fmt.Sprintf("bench/%s/%s/%d", kind, b.Name(), i)
+		token := fmt.Sprintf("token-%d", i)
+		return func() error { return op(ctx, key, token) }
+	})
+}
+
+// spread runs n calls over g goroutines; goroutine i makes its calls with
+// the function that worker(i) returns. It fails b on the first error and
+// returns the wall time the calls took.
+func spread(b *testing.B, g, n int, worker func(i int) func() error) time.Duration {
 	var next atomic.Int64
 	errs := make(chan error, g)
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i := range g {
+		call := worker(i)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			key := fmt.Sprintf("bench/%s/%s/%d", kind, b.Name(), i)
-			token := fmt.Sprintf("token-%d", i)
 			for next.Add(1) <= int64(n) {
-				if err := op(ctx, key, token); err != nil {
+				if err := call(); err != nil {
 					errs <- err
 					return
 				}
@@ -281,32 +291,18 @@ func contended(b *testing.B, c *distlock.Client, g int, work time.Duration) {
 			alone = append(alone, w)
 			aloneTime += time.Since(start)
 		}
-		var next atomic.Int64
-		errs := make(chan error, g)
-		var wg sync.WaitGroup
-		start := time.Now()
-		for i := range g {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for next.Add(1) <= int64(n) {
-					w, err := lockRelease(key)
-					if err != nil {
-						errs <- err
-						return
-					}
-					waits[i] = append(waits[i], w)
-					time.Sleep(work)
+		contendedTime += spread(b, g, n, func(i int) func() error {
+			return func() error {
+				w, err := lockRelease(key)
+				if err != nil {
+					return err
 				}
-			}()
-		}
-		wg.Wait()
-		contendedTime += time.Since(start)
+				waits[i] = append(waits[i], w)
+				time.Sleep(work)
+				return nil
+			}
+		})
 		contendedAcquired += n
-		close(errs)
-		for err := range errs {
-			b.Fatal(err)
-		}
 		done += n
 	}
 	b.StopTimer()
