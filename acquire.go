@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/distlock/distlock/driver"
 )
 
 // acquire resolves options, applies the policy, validates, and takes the lock.
@@ -45,7 +47,7 @@ func (c *Client) acquire(ctx context.Context, key string, wait time.Duration, op
 		start = time.Now()
 		obsCtx = c.observer.AcquireStarted(ctx, c.event(&r, Event{Kind: EventAcquireStart}))
 	}
-	req := AcquireRequest{Key: key, Token: newToken(), TTL: r.Lease + r.LockDelay, Meta: r.Meta}
+	req := driver.AcquireRequest{Key: key, Token: newToken(), TTL: r.Lease + r.LockDelay, Meta: r.Meta}
 	g, sent, err := c.acquireWaiting(obsCtx, &r, &req)
 	var waited time.Duration
 	if c.observer != nil {
@@ -74,7 +76,7 @@ func (c *Client) acquire(ctx context.Context, key string, wait time.Duration, op
 // clear answer may have succeeded in the store, so its token is released in
 // the background and req gets a fresh token for any later attempt (the
 // background release must never meet a grant of the same token).
-func (c *Client) attempt(ctx context.Context, r *Request, req *AcquireRequest) (Grant, time.Time, error) {
+func (c *Client) attempt(ctx context.Context, r *Request, req *driver.AcquireRequest) (driver.Grant, time.Time, error) {
 	sent := time.Now()
 	g, err := c.backend.Acquire(ctx, *req)
 	c.observeCall(ctx, r, "acquire", sent, err)
@@ -83,7 +85,7 @@ func (c *Client) attempt(ctx context.Context, r *Request, req *AcquireRequest) (
 			c.releaseAbandoned(r, req.Token)
 			req.Token = newToken()
 		}
-		return Grant{}, sent, err
+		return driver.Grant{}, sent, err
 	}
 	if !g.Sent.IsZero() {
 		sent = g.Sent

@@ -8,6 +8,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/memlock"
+	"github.com/distlock/distlock/driver"
 )
 
 // BenchmarkCoreOverhead measures the client's own cost per TryLock+Release
@@ -18,7 +19,7 @@ func BenchmarkCoreOverhead(b *testing.B) {
 		store := memlock.New()
 		b.ReportAllocs()
 		for b.Loop() {
-			req := distlock.AcquireRequest{Key: "k", Token: "t", TTL: distlock.DefaultLease}
+			req := driver.AcquireRequest{Key: "k", Token: "t", TTL: distlock.DefaultLease}
 			if _, err := store.Acquire(ctx, req); err != nil {
 				b.Fatal(err)
 			}

@@ -8,13 +8,15 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/distlock/distlock/driver"
 )
 
 // Client takes locks through a Backend. It is safe for concurrent use. Close
 // it when done: Close releases the locks it still holds, waits for its
 // background work and closes the backend.
 type Client struct {
-	backend     Backend
+	backend     driver.Backend
 	backendName string
 	maxLease    time.Duration
 	observer    Observer
@@ -34,7 +36,7 @@ type ownedKey struct{ key, owner string }
 
 // New returns a client over backend. It panics if backend is nil, as that is
 // a programming error that no request could recover from.
-func New(backend Backend, opts ...ClientOption) *Client {
+func New(backend driver.Backend, opts ...ClientOption) *Client {
 	if backend == nil {
 		panic("distlock: New called with a nil backend")
 	}
@@ -43,7 +45,7 @@ func New(backend Backend, opts ...ClientOption) *Client {
 		holds:     make(map[*hold]struct{}),
 		reentrant: make(map[ownedKey]*hold),
 	}
-	if n, ok := backend.(Namer); ok {
+	if n, ok := backend.(driver.Namer); ok {
 		c.backendName = n.Name()
 	} else {
 		c.backendName = "custom"
@@ -55,7 +57,7 @@ func New(backend Backend, opts ...ClientOption) *Client {
 }
 
 // Backend returns the backend the client uses.
-func (c *Client) Backend() Backend { return c.backend }
+func (c *Client) Backend() driver.Backend { return c.backend }
 
 type ownerKey struct{}
 
@@ -126,7 +128,7 @@ func (c *Client) List(ctx context.Context, prefix string) ([]Info, error) {
 	if strings.ContainsFunc(prefix, func(r rune) bool { return r < 0x20 || r == 0x7f }) || len(prefix) > MaxKeyLen {
 		return nil, fmt.Errorf("distlock: list %q: %w", prefix, ErrInvalidKey)
 	}
-	l, ok := c.backend.(Lister)
+	l, ok := c.backend.(driver.Lister)
 	if !ok {
 		return nil, fmt.Errorf("distlock: list: backend %s: %w", c.backendName, errors.ErrUnsupported)
 	}

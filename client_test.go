@@ -16,20 +16,21 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/memlock"
+	"github.com/distlock/distlock/driver"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // faulty wraps a real backend and injects failures into chosen calls.
 type faulty struct {
-	distlock.Backend
-	acquireAfter func(distlock.Grant, error) (distlock.Grant, error)
+	driver.Backend
+	acquireAfter func(driver.Grant, error) (driver.Grant, error)
 	renewErr     atomic.Pointer[error]
 	releaseFails atomic.Int32
 	releases     atomic.Int32
 }
 
-func (f *faulty) Acquire(ctx context.Context, r distlock.AcquireRequest) (distlock.Grant, error) {
+func (f *faulty) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	g, err := f.Backend.Acquire(ctx, r)
 	if f.acquireAfter != nil {
 		return f.acquireAfter(g, err)
@@ -98,8 +99,8 @@ func TestAmbiguousAcquireIsReleasedInBackground(t *testing.T) {
 	ctx := context.Background()
 	store := memlock.New()
 	// The store grants the lock but the reply is lost.
-	f := &faulty{Backend: store, acquireAfter: func(distlock.Grant, error) (distlock.Grant, error) {
-		return distlock.Grant{}, errTransient
+	f := &faulty{Backend: store, acquireAfter: func(driver.Grant, error) (driver.Grant, error) {
+		return driver.Grant{}, errTransient
 	}}
 	c := distlock.New(f)
 	_, err := c.TryLock(ctx, "amb")
@@ -200,7 +201,7 @@ func TestUnreachableStoreLosesLockBeforeExpiry(t *testing.T) {
 func TestGrantLostSignal(t *testing.T) {
 	ctx := context.Background()
 	lost, lose := context.WithCancel(context.Background())
-	f := &faulty{Backend: memlock.New(), acquireAfter: func(g distlock.Grant, err error) (distlock.Grant, error) {
+	f := &faulty{Backend: memlock.New(), acquireAfter: func(g driver.Grant, err error) (driver.Grant, error) {
 		g.Lost = lost
 		return g, err
 	}}
@@ -221,7 +222,7 @@ func TestValidityCountsFromGrantSent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		sent := time.Now().Add(-400 * time.Millisecond)
-		f := &faulty{Backend: memlock.New(), acquireAfter: func(g distlock.Grant, err error) (distlock.Grant, error) {
+		f := &faulty{Backend: memlock.New(), acquireAfter: func(g driver.Grant, err error) (driver.Grant, error) {
 			g.Sent = sent
 			return g, err
 		}}
@@ -375,7 +376,7 @@ func TestOpenRegistry(t *testing.T) {
 			t.Fatal("duplicate Register did not panic")
 		}
 	}()
-	distlock.Register("mem", func(context.Context, *url.URL) (distlock.Backend, error) { return nil, nil })
+	distlock.Register("mem", func(context.Context, *url.URL) (driver.Backend, error) { return nil, nil })
 }
 
 func TestNewNilBackendPanics(t *testing.T) {
@@ -461,9 +462,9 @@ func TestRetryAfterAmbiguousAcquireUsesAFreshToken(t *testing.T) {
 	var calls atomic.Int32
 	firstToken := make(chan string, 1)
 	f := &faulty{Backend: store}
-	f.acquireAfter = func(g distlock.Grant, err error) (distlock.Grant, error) {
+	f.acquireAfter = func(g driver.Grant, err error) (driver.Grant, error) {
 		if calls.Add(1) == 1 { // granted in the store, but the reply is lost
-			return distlock.Grant{}, errTransient
+			return driver.Grant{}, errTransient
 		}
 		return g, err
 	}
@@ -490,7 +491,7 @@ type tokenSpy struct {
 	once  sync.Once
 }
 
-func (s *tokenSpy) Acquire(ctx context.Context, r distlock.AcquireRequest) (distlock.Grant, error) {
+func (s *tokenSpy) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	s.once.Do(func() { s.first <- r.Token })
 	return s.faulty.Acquire(ctx, r)
 }
@@ -514,7 +515,7 @@ func (h *handoffLog) Release(ctx context.Context, key, token string) error {
 	return h.Backend.Release(ctx, key, token)
 }
 
-func (h *handoffLog) Handoff(ctx context.Context, key, token string, next distlock.AcquireRequest) (distlock.Grant, error) {
+func (h *handoffLog) Handoff(ctx context.Context, key, token string, next driver.AcquireRequest) (driver.Grant, error) {
 	h.note("handoff")
 	return h.Backend.Handoff(ctx, key, token, next)
 }

@@ -2,7 +2,7 @@
 // stores teams already run: Redis, PostgreSQL, MySQL/MariaDB, etcd, ZooKeeper and
 // more, behind one API.
 //
-// A Client wraps a Backend (a store driver). Client.Lock waits for a key,
+// A Client wraps a driver.Backend (a store driver). Client.Lock waits for a key,
 // Client.TryLock makes one attempt, and Client.Do runs a function while the lock
 // is held:
 //

@@ -1,26 +1,27 @@
 package distlock
 
-import "errors"
+import "github.com/distlock/distlock/driver"
 
 // Sentinel errors. Every error returned by this package and its backends that
 // corresponds to one of these matches it with errors.Is, and names the key.
+// They are the same values as package driver's, which backends return.
 var (
 	// ErrNotAcquired means the lock is held by someone else and the wait ended.
-	ErrNotAcquired = errors.New("distlock: not acquired")
+	ErrNotAcquired = driver.ErrNotAcquired
 	// ErrLockLost means a held lock ended without Release: its renewal was
 	// refused, the store dropped it, its validity ran out, or MaxHold was reached.
-	ErrLockLost = errors.New("distlock: lock lost")
+	ErrLockLost = driver.ErrLockLost
 	// ErrNotHeld means the token does not hold the key (any more), or the lock
 	// was already released.
-	ErrNotHeld = errors.New("distlock: not held")
+	ErrNotHeld = driver.ErrNotHeld
 	// ErrInvalidKey means the key is empty, longer than MaxKeyLen bytes, not
 	// UTF-8, or contains control characters.
-	ErrInvalidKey = errors.New("distlock: invalid key")
+	ErrInvalidKey = driver.ErrInvalidKey
 	// ErrInvalidOption means an option value is out of range.
-	ErrInvalidOption = errors.New("distlock: invalid option")
+	ErrInvalidOption = driver.ErrInvalidOption
 	// ErrDegraded means a policy refused a non-critical lock because the store
 	// is too slow right now.
-	ErrDegraded = errors.New("distlock: degraded")
+	ErrDegraded = driver.ErrDegraded
 	// ErrClosed means the client was closed.
-	ErrClosed = errors.New("distlock: client closed")
+	ErrClosed = driver.ErrClosed
 )

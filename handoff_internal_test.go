@@ -5,12 +5,14 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/distlock/distlock/driver"
 )
 
 // oneKey is a minimal store of one key with Handoff, enough to test the
 // client's side of a handoff.
 type oneKey struct {
-	Backend
+	driver.Backend
 	holder  chan string // the token holding the key, "" if free; a 1-slot mutex
 	fence   uint64
 	release chan string // tokens released
@@ -22,26 +24,26 @@ func newOneKey() *oneKey {
 	return s
 }
 
-func (s *oneKey) Acquire(_ context.Context, r AcquireRequest) (Grant, error) {
+func (s *oneKey) Acquire(_ context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	h := <-s.holder
 	if h != "" {
 		s.holder <- h
-		return Grant{}, ErrNotAcquired
+		return driver.Grant{}, ErrNotAcquired
 	}
 	s.fence++
 	s.holder <- r.Token
-	return Grant{Fence: s.fence}, nil
+	return driver.Grant{Fence: s.fence}, nil
 }
 
-func (s *oneKey) Handoff(_ context.Context, _, token string, next AcquireRequest) (Grant, error) {
+func (s *oneKey) Handoff(_ context.Context, _, token string, next driver.AcquireRequest) (driver.Grant, error) {
 	h := <-s.holder
 	if h != token {
 		s.holder <- h
-		return Grant{}, ErrNotHeld
+		return driver.Grant{}, ErrNotHeld
 	}
 	s.fence++
 	s.holder <- next.Token
-	return Grant{Fence: s.fence}, nil
+	return driver.Grant{Fence: s.fence}, nil
 }
 
 func (s *oneKey) Release(_ context.Context, _, token string) error {
@@ -62,11 +64,11 @@ func TestHandedGrantReleasedWhenWaiterLeft(t *testing.T) {
 	store := newOneKey()
 	c := New(store)
 	defer c.Close()
-	if _, err := store.Acquire(ctx, AcquireRequest{Key: "k", Token: "holder", TTL: time.Second}); err != nil {
+	if _, err := store.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "holder", TTL: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	// A turn that is no longer in the line: its waiter gave up.
-	gone := &turn{req: AcquireRequest{Key: "k", TTL: time.Second}, handed: make(chan handed, 1), wake: make(chan struct{}, 1)}
+	gone := &turn{req: driver.AcquireRequest{Key: "k", TTL: time.Second}, handed: make(chan handed, 1), wake: make(chan struct{}, 1)}
 	done, err := c.handOff(ctx, store, &Request{Key: "k"}, "holder", gone)
 	if !done || err != nil {
 		t.Fatalf("handOff = %v, %v; want done", done, err)
@@ -89,10 +91,10 @@ func TestHandoffByStaleTokenChangesNothing(t *testing.T) {
 	store := newOneKey()
 	c := New(store)
 	defer c.Close()
-	if _, err := store.Acquire(ctx, AcquireRequest{Key: "k", Token: "holder", TTL: time.Second}); err != nil {
+	if _, err := store.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "holder", TTL: time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	waiter := c.lines.join(AcquireRequest{Key: "k", TTL: time.Second})
+	waiter := c.lines.join(driver.AcquireRequest{Key: "k", TTL: time.Second})
 	defer c.lines.leave("k", waiter, false)
 	done, err := c.handOff(ctx, store, &Request{Key: "k"}, "stale", waiter)
 	if !done || !errors.Is(err, ErrNotHeld) {

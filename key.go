@@ -1,30 +1,17 @@
 package distlock
 
-import (
-	"fmt"
-	"unicode"
-	"unicode/utf8"
-)
+import "github.com/distlock/distlock/driver"
 
 // MaxKeyLen is the longest key, in bytes, that any backend accepts.
-const MaxKeyLen = 512
+const MaxKeyLen = driver.MaxKeyLen
 
 // ValidateKey reports whether key is a valid lock key: non-empty UTF-8 of at
 // most MaxKeyLen bytes without control characters. The error matches
 // ErrInvalidKey.
-func ValidateKey(key string) error {
-	switch {
-	case key == "":
-		return fmt.Errorf("%w: empty", ErrInvalidKey)
-	case len(key) > MaxKeyLen:
-		return fmt.Errorf("%w: %d bytes, the maximum is %d", ErrInvalidKey, len(key), MaxKeyLen)
-	case !utf8.ValidString(key):
-		return fmt.Errorf("%w: %q is not valid UTF-8", ErrInvalidKey, key)
-	}
-	for i, r := range key {
-		if unicode.IsControl(r) {
-			return fmt.Errorf("%w: %q has a control character at byte %d", ErrInvalidKey, key, i)
-		}
-	}
-	return nil
-}
+func ValidateKey(key string) error { return driver.ValidateKey(key) }
+
+// Info describes a key's state in the store, as Inspect and List report it.
+type Info = driver.Info
+
+// Meta is what a lock records about its holder: owner, business id, labels.
+type Meta = driver.Meta

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/distlock/distlock/driver"
 )
 
 // Lock is a held lock. Its methods are safe for concurrent use.
@@ -99,7 +101,7 @@ type hold struct {
 	acquired time.Time
 	ttl      time.Duration
 	obsCtx   context.Context // observer context, without cancellation
-	stopLost func() bool     // stops following Grant.Lost; nil unless the backend signals loss
+	stopLost func() bool     // stops following driver.Grant.Lost; nil unless the backend signals loss
 	running  sync.WaitGroup
 
 	mu          sync.Mutex
@@ -121,7 +123,7 @@ type hold struct {
 func drift(lease time.Duration) time.Duration { return lease/100 + 2*time.Millisecond }
 
 // newHold registers a grant with the client and schedules its first tick.
-func (c *Client) newHold(obsCtx context.Context, r Request, token string, g Grant, sent time.Time) (*hold, error) {
+func (c *Client) newHold(obsCtx context.Context, r Request, token string, g driver.Grant, sent time.Time) (*hold, error) {
 	now := time.Now()
 	h := &hold{
 		c: c, r: r, token: token, fence: g.Fence, acquired: now, ttl: r.Lease + r.LockDelay,

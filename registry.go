@@ -6,10 +6,12 @@ import (
 	"net/url"
 	"sort"
 	"sync"
+
+	"github.com/distlock/distlock/driver"
 )
 
 // OpenFunc builds a backend from a URL whose scheme it was registered for.
-type OpenFunc func(ctx context.Context, u *url.URL) (Backend, error)
+type OpenFunc func(ctx context.Context, u *url.URL) (driver.Backend, error)
 
 var (
 	registryMu sync.RWMutex

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/distlock/distlock/driver"
 )
 
 // acquireWaiting takes the lock within r.Wait and ctx, using the backend's
@@ -15,7 +17,7 @@ import (
 // line up first come, first served, and the one at the head retries on the
 // backend's release notices or a capped jittered backoff poll.
 // On return req.Token is the token of the grant.
-func (c *Client) acquireWaiting(ctx context.Context, r *Request, req *AcquireRequest) (Grant, time.Time, error) {
+func (c *Client) acquireWaiting(ctx context.Context, r *Request, req *driver.AcquireRequest) (driver.Grant, time.Time, error) {
 	if r.Wait == 0 {
 		g, sent, err := c.attempt(ctx, r, req)
 		if errors.Is(err, ErrNotAcquired) {
@@ -34,7 +36,7 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req *AcquireReq
 		return errors.Join(err, ctx.Err(), last)
 	}
 
-	if w, ok := c.backend.(Waiter); ok {
+	if w, ok := c.backend.(driver.Waiter); ok {
 		sent := time.Now()
 		g, err := w.AcquireWait(wctx, *req)
 		switch {
@@ -44,10 +46,10 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req *AcquireReq
 			}
 			return g, sent, nil
 		case errors.Is(err, ErrNotAcquired):
-			return Grant{}, sent, notAcquired(nil)
+			return driver.Grant{}, sent, notAcquired(nil)
 		default:
 			c.releaseAbandoned(r, req.Token)
-			return Grant{}, sent, err
+			return driver.Grant{}, sent, err
 		}
 	}
 
@@ -66,7 +68,7 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req *AcquireReq
 		}
 	}()
 	// handed returns the grant a local release handed over, if any.
-	handed := func() (Grant, time.Time, bool) {
+	handed := func() (driver.Grant, time.Time, bool) {
 		h, ok := turn.takeHanded()
 		if ok {
 			req.Token, granted = h.token, true
@@ -76,12 +78,12 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req *AcquireReq
 	select {
 	case <-turn.head:
 	case <-wctx.Done():
-		return Grant{}, time.Now(), notAcquired(nil)
+		return driver.Grant{}, time.Now(), notAcquired(nil)
 	}
 
 	bo := backoff{min: time.Millisecond, max: 50 * time.Millisecond}
-	notifier, _ := c.backend.(Notifier)
-	_, handsOff := c.backend.(Handoff)
+	notifier, _ := c.backend.(driver.Notifier)
+	_, handsOff := c.backend.(driver.Handoff)
 	var (
 		notices <-chan struct{}
 		watched bool // Watch is tried once: a backend that cannot notify is polled
@@ -104,7 +106,7 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req *AcquireReq
 				return g, sent, nil
 			}
 			if wctx.Err() != nil {
-				return Grant{}, sent, notAcquired(lastErr)
+				return driver.Grant{}, sent, notAcquired(lastErr)
 			}
 		}
 		if notifier != nil && !watched {
@@ -129,7 +131,7 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req *AcquireReq
 			if g, sent, ok := handed(); ok {
 				return g, sent, nil
 			}
-			return Grant{}, time.Now(), notAcquired(lastErr)
+			return driver.Grant{}, time.Now(), notAcquired(lastErr)
 		case <-notices:
 			t.Stop()
 		case <-turn.wake:
@@ -146,7 +148,7 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req *AcquireReq
 // waiter if the backend can, else releases it by token and wakes that
 // waiter.
 func (c *Client) releaseOrHand(ctx context.Context, r *Request, token string) error {
-	if hb, ok := c.backend.(Handoff); ok {
+	if hb, ok := c.backend.(driver.Handoff); ok {
 		if t := c.lines.next(r.Key); t != nil {
 			if done, err := c.handOff(ctx, hb, r, token, t); done {
 				if err != nil {
@@ -172,7 +174,7 @@ const maxHandoffs = 16
 // token, and reports whether the store no longer holds token: true with a
 // nil error when handed over, true with ErrNotHeld when the lease had run
 // out, false when the outcome is unknown and token must still be released.
-func (c *Client) handOff(ctx context.Context, hb Handoff, r *Request, token string, t *turn) (bool, error) {
+func (c *Client) handOff(ctx context.Context, hb driver.Handoff, r *Request, token string, t *turn) (bool, error) {
 	next := t.req
 	next.Token = newToken()
 	sent := time.Now()
@@ -215,10 +217,10 @@ type line struct {
 
 // turn is one waiter's place in a line.
 type turn struct {
-	req    AcquireRequest // what the waiter asks for; the token is chosen when handing over
-	head   chan struct{}  // closed when the waiter reaches the head
-	wake   chan struct{}  // a local release of the key; buffered
-	handed chan handed    // a grant handed over by a local release; buffered
+	req    driver.AcquireRequest // what the waiter asks for; the token is chosen when handing over
+	head   chan struct{}         // closed when the waiter reaches the head
+	wake   chan struct{}         // a local release of the key; buffered
+	handed chan handed           // a grant handed over by a local release; buffered
 	// behindGrant is set, before head closes, when the waiter ahead left
 	// holding the key.
 	behindGrant bool
@@ -226,7 +228,7 @@ type turn struct {
 
 // handed is a grant passed to a waiter by a local release.
 type handed struct {
-	grant Grant
+	grant driver.Grant
 	token string
 	sent  time.Time
 }
@@ -252,7 +254,7 @@ func (l *lines) empty(key string) bool {
 }
 
 // join queues a waiter for req.Key.
-func (l *lines) join(req AcquireRequest) *turn {
+func (l *lines) join(req driver.AcquireRequest) *turn {
 	req.Token = ""
 	t := &turn{req: req, head: make(chan struct{}), wake: make(chan struct{}, 1), handed: make(chan handed, 1)}
 	l.mu.Lock()

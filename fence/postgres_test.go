@@ -13,6 +13,7 @@ import (
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/pglock"
 	"github.com/distlock/distlock/backend/sqllock"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/fence"
 	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/occ"
@@ -36,15 +37,15 @@ func TestPausedHolderRejected(t *testing.T) {
 		id bigint PRIMARY KEY, writer text NOT NULL, balance bigint NOT NULL, last_fence bigint NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	backends := map[string]func(t *testing.T) distlock.Backend{
-		"pglock": func(t *testing.T) distlock.Backend {
+	backends := map[string]func(t *testing.T) driver.Backend{
+		"pglock": func(t *testing.T) driver.Backend {
 			b, err := pglock.Open(ctx, dsn)
 			if err != nil {
 				t.Fatal(err)
 			}
 			return b
 		},
-		"sqllock": func(t *testing.T) distlock.Backend {
+		"sqllock": func(t *testing.T) driver.Backend {
 			b, err := sqllock.Open(ctx, "pgx", dsn, sqllock.Postgres)
 			if err != nil {
 				t.Fatal(err)
@@ -62,7 +63,7 @@ func TestPausedHolderRejected(t *testing.T) {
 	}
 }
 
-func pausedHolder(t *testing.T, ctx context.Context, db *sql.DB, id int64, newBackend func(*testing.T) distlock.Backend) {
+func pausedHolder(t *testing.T, ctx context.Context, db *sql.DB, id int64, newBackend func(*testing.T) driver.Backend) {
 	if _, err := db.ExecContext(ctx, "INSERT INTO accounts VALUES ($1, '', 0, 0)", id); err != nil {
 		t.Fatal(err)
 	}

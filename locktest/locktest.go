@@ -3,7 +3,7 @@
 //
 //	func TestConformance(t *testing.T) {
 //		locktest.Run(t, locktest.Harness{
-//			NewBackend: func(t testing.TB) distlock.Backend { return newBackend(t) },
+//			NewBackend: func(t testing.TB) driver.Backend { return newBackend(t) },
 //			DeleteKey:  func(t testing.TB, key string) { deleteBehindHoldersBack(t, key) },
 //		})
 //	}
@@ -31,13 +31,14 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
 // Harness connects the suite to a backend under test.
 type Harness struct {
 	// NewBackend returns a new backend on the store under test. Every backend
 	// it returns must reach the same store. The suite closes them.
-	NewBackend func(t testing.TB) distlock.Backend
+	NewBackend func(t testing.TB) driver.Backend
 	// DeleteKey removes key from the store behind its holder's back, as an
 	// operator, an eviction or a failover would. Nil skips the lost-lock test.
 	DeleteKey func(t testing.TB, key string)
@@ -297,14 +298,14 @@ func (s *suite) staleRelease(t *testing.T) {
 func (s *suite) handoff(t *testing.T) {
 	ctx := testContext(t, time.Minute)
 	a, b := s.client(t), s.client(t)
-	hb, ok := a.Backend().(distlock.Handoff)
+	hb, ok := a.Backend().(driver.Handoff)
 	if !ok {
-		t.Skip("the backend does not implement distlock.Handoff")
+		t.Skip("the backend does not implement driver.Handoff")
 	}
 	key := s.key(t)
 	old := mustLock(t, ctx, a, key, distlock.WithOwner("first"))
 	defer func() { _ = old.Release(ctx) }()
-	next := distlock.AcquireRequest{Key: key, Token: "handoff-next-token", TTL: time.Minute, Meta: distlock.Meta{BusinessID: "second"}}
+	next := driver.AcquireRequest{Key: key, Token: "handoff-next-token", TTL: time.Minute, Meta: distlock.Meta{BusinessID: "second"}}
 	g, err := hb.Handoff(ctx, key, old.Token(), next)
 	if err != nil {
 		t.Fatalf("handoff by the holder: %v", err)
@@ -327,7 +328,7 @@ func (s *suite) handoff(t *testing.T) {
 		"release": a.Backend().Release(ctx, key, old.Token()),
 		"renew":   a.Backend().Renew(ctx, key, old.Token(), time.Minute),
 		"handoff": func() error {
-			_, err := hb.Handoff(ctx, key, old.Token(), distlock.AcquireRequest{Key: key, Token: "other", TTL: time.Minute})
+			_, err := hb.Handoff(ctx, key, old.Token(), driver.AcquireRequest{Key: key, Token: "other", TTL: time.Minute})
 			return err
 		}(),
 	} {
@@ -639,7 +640,7 @@ func (s *suite) inspectAndList(t *testing.T) {
 	if info.TTL <= 0 || info.TTL > time.Minute {
 		t.Fatalf("Inspect TTL = %v, want in (0, 1m]", info.TTL)
 	}
-	if _, ok := a.Backend().(distlock.Lister); ok {
+	if _, ok := a.Backend().(driver.Lister); ok {
 		infos, err := a.List(ctx, prefix+"/")
 		if err != nil {
 			t.Fatal(err)
@@ -657,11 +658,11 @@ func (s *suite) inspectAndList(t *testing.T) {
 
 // countingBackend counts the calls that reach the backend.
 type countingBackend struct {
-	distlock.Backend
+	driver.Backend
 	calls atomic.Int64
 }
 
-func (c *countingBackend) Acquire(ctx context.Context, r distlock.AcquireRequest) (distlock.Grant, error) {
+func (c *countingBackend) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	c.calls.Add(1)
 	return c.Backend.Acquire(ctx, r)
 }

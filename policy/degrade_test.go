@@ -12,6 +12,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/memlock"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/policy"
 	"github.com/distlock/distlock/telemetry"
 )
@@ -19,7 +20,7 @@ import (
 // slowStore is a store whose requests can be made slower than the
 // degradation threshold and fast again.
 type slowStore struct {
-	newBackend func(t *testing.T) distlock.Backend
+	newBackend func(t *testing.T) driver.Backend
 	slow       func(p *policy.Policy)
 	restore    func()
 }
@@ -138,7 +139,7 @@ func TestDegradationMemlock(t *testing.T) {
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	runDegradation(t, slowStore{
-		newBackend: func(*testing.T) distlock.Backend { return mem },
+		newBackend: func(*testing.T) driver.Backend { return mem },
 		// memlock answers in microseconds: slow requests are reported to the policy as its observer would see them.
 		slow: func(p *policy.Policy) {
 			wg.Add(1)

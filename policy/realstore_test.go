@@ -4,9 +4,9 @@ import (
 	"context"
 	"testing"
 
-	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/pglock"
 	"github.com/distlock/distlock/backend/redislock"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/faultproxy"
 	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/policy"
@@ -18,7 +18,7 @@ func TestDegradationRedis(t *testing.T) {
 	s := testserver.Redis(t)
 	proxy := faultproxy.Start(t, s.Addr())
 	runDegradation(t, slowStore{
-		newBackend: func(t *testing.T) distlock.Backend {
+		newBackend: func(t *testing.T) driver.Backend {
 			b, err := redislock.Open(context.Background(), "redis://"+proxy.Addr())
 			if err != nil {
 				t.Fatal(err)
@@ -36,7 +36,7 @@ func TestDegradationPostgres(t *testing.T) {
 	s := testserver.Postgres(t)
 	proxy := faultproxy.Start(t, s.Addr())
 	runDegradation(t, slowStore{
-		newBackend: func(t *testing.T) distlock.Backend {
+		newBackend: func(t *testing.T) driver.Backend {
 			b, err := pglock.Open(context.Background(), "postgres://postgres@"+proxy.Addr()+"/postgres?sslmode=disable&pool_max_conns=4")
 			if err != nil {
 				t.Fatal(err)

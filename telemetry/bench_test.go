@@ -11,6 +11,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/memlock"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/telemetry"
 )
 
@@ -21,7 +22,7 @@ func BenchmarkTryLockRelease(b *testing.B) {
 	ctx := context.Background()
 	b.Run("floor", func(b *testing.B) {
 		mem := memlock.New()
-		req := distlock.AcquireRequest{Key: "bench", Token: "0123456789abcdef0123456789abcdef", TTL: distlock.DefaultLease}
+		req := driver.AcquireRequest{Key: "bench", Token: "0123456789abcdef0123456789abcdef", TTL: distlock.DefaultLease}
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := mem.Acquire(ctx, req); err != nil {

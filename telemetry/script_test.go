@@ -20,13 +20,14 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/telemetry"
 )
 
 // store connects the scripted sequence to a backend under test.
 type store struct {
 	// newBackend returns a new backend on the store; every one reaches the same store.
-	newBackend func(t *testing.T) distlock.Backend
+	newBackend func(t *testing.T) driver.Backend
 	// steal removes l, held through c, from the store behind its holder's
 	// back, so that its next renewal is refused.
 	steal func(t *testing.T, c *distlock.Client, l *distlock.Lock)
@@ -84,7 +85,7 @@ func runScript(t *testing.T, s store) {
 	defer alice.Close()
 	bob := distlock.New(s.newBackend(t), obs, distlock.WithPolicy(groupPolicy{}))
 	defer bob.Close()
-	backend := alice.Backend().(distlock.Namer).Name()
+	backend := alice.Backend().(driver.Namer).Name()
 
 	ctx, request := tp.Tracer("test").Start(context.Background(), "request")
 	key, lostKey, capKey := uniqueKey(t, "a/"), uniqueKey(t, "b/"), uniqueKey(t, "c/")

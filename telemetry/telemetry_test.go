@@ -10,6 +10,7 @@ import (
 	"github.com/distlock/distlock/backend/memlock"
 	"github.com/distlock/distlock/backend/pglock"
 	"github.com/distlock/distlock/backend/redislock"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/testserver"
 )
 
@@ -18,7 +19,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestScriptMemlock(t *testing.T) {
 	mem := memlock.New()
 	runScript(t, store{
-		newBackend: func(*testing.T) distlock.Backend { return mem },
+		newBackend: func(*testing.T) driver.Backend { return mem },
 		steal:      func(_ *testing.T, _ *distlock.Client, l *distlock.Lock) { mem.ForceDelete(l.Key()) },
 	})
 }
@@ -36,7 +37,7 @@ func stealByToken(t *testing.T, c *distlock.Client, l *distlock.Lock) {
 func TestScriptRedis(t *testing.T) {
 	s := testserver.Redis(t)
 	runScript(t, store{
-		newBackend: func(t *testing.T) distlock.Backend {
+		newBackend: func(t *testing.T) driver.Backend {
 			b, err := redislock.Open(context.Background(), "redis://"+s.Addr())
 			if err != nil {
 				t.Fatal(err)
@@ -52,7 +53,7 @@ func TestScriptRedis(t *testing.T) {
 func TestScriptPostgres(t *testing.T) {
 	s := testserver.Postgres(t)
 	runScript(t, store{
-		newBackend: func(t *testing.T) distlock.Backend {
+		newBackend: func(t *testing.T) driver.Backend {
 			b, err := pglock.Open(context.Background(), testserver.PostgresDSN(s)+"&pool_max_conns=4")
 			if err != nil {
 				t.Fatal(err)

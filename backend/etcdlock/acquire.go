@@ -9,12 +9,12 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
 // Acquire takes req.Key only if its queue is empty, in one transaction that
 // puts the entry on the condition that no other entry exists.
-func (b *Backend) Acquire(ctx context.Context, req distlock.AcquireRequest) (distlock.Grant, error) {
+func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	dir, val := b.dir(req.Key), encodeValue(req.Token, req.Meta)
 	var entry string
 	t, resp, err := b.leased(ctx, req.TTL, func(id clientv3.LeaseID) (*clientv3.TxnResponse, error) {
@@ -25,13 +25,13 @@ func (b *Backend) Acquire(ctx context.Context, req distlock.AcquireRequest) (dis
 			Commit()
 	})
 	if err != nil {
-		return distlock.Grant{}, fmt.Errorf("etcdlock: acquire %q: %w", req.Key, err)
+		return driver.Grant{}, fmt.Errorf("etcdlock: acquire %q: %w", req.Key, err)
 	}
 	if resp.Succeeded {
 		return b.granted(req.Token, entry, val, t, resp.Header.Revision, req.TTL), nil
 	}
 	b.leases.put(t.id, t.ttl, t.confirmed)
-	return distlock.Grant{}, fmt.Errorf("etcdlock: acquire %q: %w", req.Key, distlock.ErrNotAcquired)
+	return driver.Grant{}, fmt.Errorf("etcdlock: acquire %q: %w", req.Key, driver.ErrNotAcquired)
 }
 
 // leased runs txn with a lease for ttl. If a reused lease turned out to be
@@ -55,7 +55,7 @@ func (b *Backend) leased(ctx context.Context, ttl time.Duration, txn func(client
 // its own is gone. While it waits it watches only the entry just before its
 // own and keeps its lease alive; if ctx ends it revokes the lease, which
 // deletes its entry.
-func (b *Backend) AcquireWait(ctx context.Context, req distlock.AcquireRequest) (distlock.Grant, error) {
+func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	w := &waiter{b: b, key: req.Key, dir: b.dir(req.Key)}
 	val := encodeValue(req.Token, req.Meta)
 	var err error
@@ -68,9 +68,9 @@ func (b *Backend) AcquireWait(ctx context.Context, req distlock.AcquireRequest) 
 			w.abandon()
 		}
 		if ctx.Err() != nil {
-			return distlock.Grant{}, errors.Join(fmt.Errorf("etcdlock: lock %q: %w", req.Key, distlock.ErrNotAcquired), ctx.Err())
+			return driver.Grant{}, errors.Join(fmt.Errorf("etcdlock: lock %q: %w", req.Key, driver.ErrNotAcquired), ctx.Err())
 		}
-		return distlock.Grant{}, fmt.Errorf("etcdlock: lock %q: %w", req.Key, err)
+		return driver.Grant{}, fmt.Errorf("etcdlock: lock %q: %w", req.Key, err)
 	}
 	if time.Until(w.t.expiry()) < req.TTL-req.TTL/8 {
 		// Hand the holder (nearly) its full lease, not what is left of it.
@@ -111,11 +111,11 @@ const lossWatchDelay = 100 * time.Millisecond
 // entry: the entry's deletion (lease expiry or revocation, an operator)
 // ends Grant.Lost. The watch starts on a timer, so a short hold costs no
 // goroutine.
-func (b *Backend) granted(token, entry, value string, t *ticket, rev int64, ttl time.Duration) distlock.Grant {
+func (b *Backend) granted(token, entry, value string, t *ticket, rev int64, ttl time.Duration) driver.Grant {
 	ctx, cancel := context.WithCancel(holdWatchContext)
 	h := &holding{entry: entry, value: value, lease: t.id, ttl: t.ttl, cancel: cancel, confirmed: t.confirmed}
 	h.lost, h.lose = context.WithCancel(context.Background())
-	g := distlock.Grant{Fence: uint64(rev), Lost: h.lost, Sent: t.sent(ttl)}
+	g := driver.Grant{Fence: uint64(rev), Lost: h.lost, Sent: t.sent(ttl)}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {

@@ -29,6 +29,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
 func init() {
@@ -53,10 +54,10 @@ type Backend struct {
 }
 
 var (
-	_ distlock.Backend = (*Backend)(nil)
-	_ distlock.Waiter  = (*Backend)(nil)
-	_ distlock.Lister  = (*Backend)(nil)
-	_ distlock.Namer   = (*Backend)(nil)
+	_ driver.Backend = (*Backend)(nil)
+	_ driver.Waiter  = (*Backend)(nil)
+	_ driver.Lister  = (*Backend)(nil)
+	_ driver.Namer   = (*Backend)(nil)
 )
 
 // Option configures a Backend.
@@ -94,7 +95,7 @@ func Dial(cfg clientv3.Config, opts ...Option) (*Backend, error) {
 }
 
 // open builds a backend for etcd://HOST:PORT[,HOST:PORT...]/PREFIX.
-func open(_ context.Context, u *url.URL) (distlock.Backend, error) {
+func open(_ context.Context, u *url.URL) (driver.Backend, error) {
 	if u.Host == "" {
 		return nil, errors.New("etcdlock: the URL names no endpoint")
 	}

@@ -12,8 +12,8 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
-	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/etcdlock"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/locktest"
 )
@@ -81,7 +81,7 @@ func TestConformance(t *testing.T) {
 			cli := admin(t, eps)
 			prefix := uniquePrefix(t)
 			locktest.Run(t, locktest.Harness{
-				NewBackend: func(t testing.TB) distlock.Backend { return dial(t, eps, prefix) },
+				NewBackend: func(t testing.TB) driver.Backend { return dial(t, eps, prefix) },
 				DeleteKey: func(t testing.TB, key string) {
 					q := entries(t, cli, prefix, key)
 					if len(q) == 0 {

@@ -8,7 +8,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
 // Store layout. A lock key K owns the directory PREFIX/esc(K)/; each
@@ -94,11 +94,11 @@ func (b *Backend) splitEntry(storeKey string) (key, name string, err error) {
 
 // value is what a queue entry stores.
 type value struct {
-	Token string        `json:"token"`
-	Meta  distlock.Meta `json:"meta"`
+	Token string      `json:"token"`
+	Meta  driver.Meta `json:"meta"`
 }
 
-func encodeValue(token string, meta distlock.Meta) string {
+func encodeValue(token string, meta driver.Meta) string {
 	v, _ := json.Marshal(value{Token: token, Meta: meta}) // plain strings and maps never fail
 	return string(v)
 }

@@ -12,7 +12,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
 // entryOf finds token's entry for key: from this backend's record, or by
@@ -34,7 +34,7 @@ func (b *Backend) entryOf(ctx context.Context, key, token string) (entry string,
 			return k, clientv3.LeaseID(kv.Lease), clientv3.Compare(clientv3.ModRevision(k), "=", kv.ModRevision), nil
 		}
 	}
-	return "", 0, clientv3.Cmp{}, distlock.ErrNotHeld
+	return "", 0, clientv3.Cmp{}, driver.ErrNotHeld
 }
 
 // Release deletes token's entry, holder or waiter. An acquisition this
@@ -58,7 +58,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 		var resp *clientv3.DeleteResponse
 		resp, err = b.cli.Delete(ctx, entry)
 		if err == nil && resp.Deleted == 0 {
-			err = distlock.ErrNotHeld
+			err = driver.ErrNotHeld
 		}
 	} else {
 		var cond clientv3.Cmp
@@ -67,11 +67,11 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 			var resp *clientv3.TxnResponse
 			resp, err = b.cli.Txn(ctx).If(cond).Then(clientv3.OpDelete(entry)).Commit()
 			if err == nil && !resp.Succeeded {
-				err = distlock.ErrNotHeld
+				err = driver.ErrNotHeld
 			}
 		}
 	}
-	if err != nil && !errors.Is(err, distlock.ErrNotHeld) {
+	if err != nil && !errors.Is(err, driver.ErrNotHeld) {
 		return fmt.Errorf("etcdlock: release %q: %w", key, err) // retried by token
 	}
 	h = b.forget(token)
@@ -97,7 +97,7 @@ func (b *Backend) Renew(ctx context.Context, key, token string, _ time.Duration)
 		var resp *clientv3.TxnResponse
 		resp, err = b.cli.Txn(ctx).If(cond).Commit()
 		if err == nil && !resp.Succeeded {
-			err = distlock.ErrNotHeld
+			err = driver.ErrNotHeld
 		}
 	}
 	if err != nil {
@@ -106,7 +106,7 @@ func (b *Backend) Renew(ctx context.Context, key, token string, _ time.Duration)
 	sent := time.Now()
 	if _, err := b.cli.KeepAliveOnce(ctx, lease); err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			return fmt.Errorf("etcdlock: renew %q: %w: lease expired", key, distlock.ErrNotHeld)
+			return fmt.Errorf("etcdlock: renew %q: %w: lease expired", key, driver.ErrNotHeld)
 		}
 		return fmt.Errorf("etcdlock: renew %q: %w", key, err)
 	}
@@ -120,40 +120,40 @@ func (b *Backend) Renew(ctx context.Context, key, token string, _ time.Duration)
 
 // Inspect reports the holder of key: the entry with the lowest create
 // revision. A free key's last fence is not kept (Info.Fence is 0).
-func (b *Backend) Inspect(ctx context.Context, key string) (distlock.Info, error) {
+func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	resp, err := b.cli.Get(ctx, b.dir(key), clientv3.WithFirstCreate()...)
 	if err != nil {
-		return distlock.Info{}, fmt.Errorf("etcdlock: inspect %q: %w", key, err)
+		return driver.Info{}, fmt.Errorf("etcdlock: inspect %q: %w", key, err)
 	}
 	if len(resp.Kvs) == 0 {
-		return distlock.Info{Key: key}, nil
+		return driver.Info{Key: key}, nil
 	}
 	return b.info(ctx, key, resp.Kvs[0])
 }
 
-func (b *Backend) info(ctx context.Context, key string, kv *mvccpb.KeyValue) (distlock.Info, error) {
+func (b *Backend) info(ctx context.Context, key string, kv *mvccpb.KeyValue) (driver.Info, error) {
 	v, err := decodeValue(key, kv.Value)
 	if err != nil {
-		return distlock.Info{}, err
+		return driver.Info{}, err
 	}
-	info := distlock.Info{Key: key, Held: true, Fence: uint64(kv.CreateRevision), Meta: v.Meta}
+	info := driver.Info{Key: key, Held: true, Fence: uint64(kv.CreateRevision), Meta: v.Meta}
 	ttl, err := b.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
 	if err != nil {
-		return distlock.Info{}, fmt.Errorf("etcdlock: inspect %q: lease: %w", key, err)
+		return driver.Info{}, fmt.Errorf("etcdlock: inspect %q: lease: %w", key, err)
 	}
 	info.TTL = time.Duration(max(ttl.TTL, 0)) * time.Second
 	return info, nil
 }
 
 // List returns the holders of the keys that start with prefix, sorted by key.
-func (b *Backend) List(ctx context.Context, prefix string) ([]distlock.Info, error) {
+func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
 	resp, err := b.cli.Get(ctx, b.prefix+escape(prefix), clientv3.WithPrefix(),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: list %q: %w", prefix, err)
 	}
 	seen := make(map[string]bool)
-	var out []distlock.Info
+	var out []driver.Info
 	for _, kv := range resp.Kvs {
 		key, _, err := b.splitEntry(string(kv.Key))
 		if err != nil || seen[key] || !strings.HasPrefix(key, prefix) {
@@ -166,6 +166,6 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]distlock.Info, err
 		}
 		out = append(out, info)
 	}
-	slices.SortFunc(out, func(a, b distlock.Info) int { return strings.Compare(a.Key, b.Key) })
+	slices.SortFunc(out, func(a, b driver.Info) int { return strings.Compare(a.Key, b.Key) })
 	return out, nil
 }

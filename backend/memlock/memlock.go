@@ -20,10 +20,11 @@ import (
 	"time"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
 func init() {
-	distlock.Register("mem", func(_ context.Context, u *url.URL) (distlock.Backend, error) {
+	distlock.Register("mem", func(_ context.Context, u *url.URL) (driver.Backend, error) {
 		name := u.Host + u.Path
 		if name == "" {
 			return New(), nil
@@ -57,15 +58,15 @@ type entry struct {
 	token   string
 	fence   uint64
 	expires time.Time
-	meta    distlock.Meta
+	meta    driver.Meta
 }
 
 var (
-	_ distlock.Backend  = (*Backend)(nil)
-	_ distlock.Notifier = (*Backend)(nil)
-	_ distlock.Lister   = (*Backend)(nil)
-	_ distlock.Namer    = (*Backend)(nil)
-	_ distlock.Handoff  = (*Backend)(nil)
+	_ driver.Backend  = (*Backend)(nil)
+	_ driver.Notifier = (*Backend)(nil)
+	_ driver.Lister   = (*Backend)(nil)
+	_ driver.Namer    = (*Backend)(nil)
+	_ driver.Handoff  = (*Backend)(nil)
 )
 
 // New returns an empty store.
@@ -87,25 +88,25 @@ func (b *Backend) live(key string, now time.Time) *entry {
 }
 
 // Acquire takes key for req.Token if it is free or its lease has expired.
-func (b *Backend) Acquire(ctx context.Context, req distlock.AcquireRequest) (distlock.Grant, error) {
+func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := ctx.Err(); err != nil {
-		return distlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	now := time.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if e := b.live(req.Key, now); e != nil {
 		if e.token == req.Token {
-			return distlock.Grant{Fence: e.fence}, nil // a retried request that already won
+			return driver.Grant{Fence: e.fence}, nil // a retried request that already won
 		}
-		return distlock.Grant{}, fmt.Errorf("memlock: %q: %w", req.Key, distlock.ErrNotAcquired)
+		return driver.Grant{}, fmt.Errorf("memlock: %q: %w", req.Key, driver.ErrNotAcquired)
 	}
 	b.fence++
 	b.locks[req.Key] = &entry{token: req.Token, fence: b.fence, expires: now.Add(req.TTL), meta: req.Meta}
 	if len(b.locks) >= b.sweepAt {
 		b.sweepLocked(now)
 	}
-	return distlock.Grant{Fence: b.fence}, nil
+	return driver.Grant{Fence: b.fence}, nil
 }
 
 // sweepLocked drops expired entries so that abandoned keys do not pile up.
@@ -124,7 +125,7 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 	defer b.mu.Unlock()
 	e := b.live(key, now)
 	if e == nil || e.token != token {
-		return fmt.Errorf("memlock: renew %q: %w", key, distlock.ErrNotHeld)
+		return fmt.Errorf("memlock: renew %q: %w", key, driver.ErrNotHeld)
 	}
 	e.expires = now.Add(ttl)
 	return nil
@@ -139,7 +140,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 	defer b.mu.Unlock()
 	e := b.live(key, time.Now())
 	if e == nil || e.token != token {
-		return fmt.Errorf("memlock: release %q: %w", key, distlock.ErrNotHeld)
+		return fmt.Errorf("memlock: release %q: %w", key, driver.ErrNotHeld)
 	}
 	delete(b.locks, key)
 	b.notifyLocked(key)
@@ -147,20 +148,20 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 }
 
 // Handoff gives key to next.Token, with a new fence, if token holds it.
-func (b *Backend) Handoff(ctx context.Context, key, token string, next distlock.AcquireRequest) (distlock.Grant, error) {
+func (b *Backend) Handoff(ctx context.Context, key, token string, next driver.AcquireRequest) (driver.Grant, error) {
 	if err := ctx.Err(); err != nil {
-		return distlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	now := time.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	e := b.live(key, now)
 	if e == nil || e.token != token {
-		return distlock.Grant{}, fmt.Errorf("memlock: handoff %q: %w", key, distlock.ErrNotHeld)
+		return driver.Grant{}, fmt.Errorf("memlock: handoff %q: %w", key, driver.ErrNotHeld)
 	}
 	b.fence++
 	b.locks[key] = &entry{token: next.Token, fence: b.fence, expires: now.Add(next.TTL), meta: next.Meta}
-	return distlock.Grant{Fence: b.fence}, nil
+	return driver.Grant{Fence: b.fence}, nil
 }
 
 // ForceDelete removes key whoever holds it, as an operator or a failover
@@ -183,41 +184,41 @@ func (b *Backend) notifyLocked(key string) {
 }
 
 // Inspect reports key's state.
-func (b *Backend) Inspect(ctx context.Context, key string) (distlock.Info, error) {
+func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	if err := ctx.Err(); err != nil {
-		return distlock.Info{}, err
+		return driver.Info{}, err
 	}
 	now := time.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	e := b.live(key, now)
 	if e == nil {
-		return distlock.Info{Key: key}, nil
+		return driver.Info{Key: key}, nil
 	}
 	return e.info(key, now), nil
 }
 
-func (e *entry) info(key string, now time.Time) distlock.Info {
+func (e *entry) info(key string, now time.Time) driver.Info {
 	meta := e.meta
 	meta.Labels = maps.Clone(meta.Labels)
-	return distlock.Info{Key: key, Held: true, Fence: e.fence, TTL: e.expires.Sub(now), Meta: meta}
+	return driver.Info{Key: key, Held: true, Fence: e.fence, TTL: e.expires.Sub(now), Meta: meta}
 }
 
 // List returns the held locks whose keys start with prefix, sorted by key.
-func (b *Backend) List(ctx context.Context, prefix string) ([]distlock.Info, error) {
+func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	now := time.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var out []distlock.Info
+	var out []driver.Info
 	for key := range b.locks {
 		if e := b.live(key, now); e != nil && strings.HasPrefix(key, prefix) {
 			out = append(out, e.info(key, now))
 		}
 	}
-	slices.SortFunc(out, func(a, b distlock.Info) int { return strings.Compare(a.Key, b.Key) })
+	slices.SortFunc(out, func(a, b driver.Info) int { return strings.Compare(a.Key, b.Key) })
 	return out, nil
 }
 

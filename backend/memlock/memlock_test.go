@@ -5,8 +5,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/memlock"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/locktest"
 )
 
@@ -15,7 +15,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestConformance(t *testing.T) {
 	b := memlock.New()
 	locktest.Run(t, locktest.Harness{
-		NewBackend: func(testing.TB) distlock.Backend { return b },
+		NewBackend: func(testing.TB) driver.Backend { return b },
 		DeleteKey:  func(_ testing.TB, key string) { b.ForceDelete(key) },
 	})
 }

@@ -10,19 +10,19 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
 // Acquire makes one attempt with pg_try_advisory_lock on a connection it pins
 // if the lock is granted.
-func (b *Backend) Acquire(ctx context.Context, req distlock.AcquireRequest) (distlock.Grant, error) {
+func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	meta, err := b.prepare(ctx, req)
 	if err != nil {
-		return distlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	conn, err := b.conn(ctx, req.Key, b.opts.poolWait)
 	if err != nil {
-		return distlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	id := b.ID(req.Key)
 	q, args := b.statement(acquireSQL, acquireBareSQL, id, req, meta)
@@ -32,10 +32,10 @@ func (b *Backend) Acquire(ctx context.Context, req distlock.AcquireRequest) (dis
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		conn.Release() // the lock was not taken: the session holds nothing
-		return distlock.Grant{}, fmt.Errorf("pglock: acquire %q: %w", req.Key, distlock.ErrNotAcquired)
+		return driver.Grant{}, fmt.Errorf("pglock: acquire %q: %w", req.Key, driver.ErrNotAcquired)
 	case err != nil:
 		destroy(conn) // the lock may have been taken: end the session
-		return distlock.Grant{}, fmt.Errorf("pglock: acquire %q: %w", req.Key, err)
+		return driver.Grant{}, fmt.Errorf("pglock: acquire %q: %w", req.Key, err)
 	}
 	return b.pin(conn, req, id, fence, sent)
 }
@@ -44,17 +44,17 @@ func (b *Backend) Acquire(ctx context.Context, req distlock.AcquireRequest) (dis
 // queue, until ctx ends. Cancellation sends PostgreSQL a cancel request, so
 // the session leaves the queue at once; the connection is then destroyed, so
 // a grant that raced with the cancel dies with its session.
-func (b *Backend) AcquireWait(ctx context.Context, req distlock.AcquireRequest) (distlock.Grant, error) {
+func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	meta, err := b.prepare(ctx, req)
 	if err != nil {
-		return distlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	conn, err := b.conn(ctx, req.Key, 0)
 	if err != nil {
 		if ctx.Err() != nil {
-			return distlock.Grant{}, errors.Join(fmt.Errorf("pglock: acquire %q: %w", req.Key, distlock.ErrNotAcquired), ctx.Err(), err)
+			return driver.Grant{}, errors.Join(fmt.Errorf("pglock: acquire %q: %w", req.Key, driver.ErrNotAcquired), ctx.Err(), err)
 		}
-		return distlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	id := b.ID(req.Key)
 
@@ -79,30 +79,30 @@ func (b *Backend) AcquireWait(ctx context.Context, req distlock.AcquireRequest) 
 		qcancel()
 		<-cancelDone
 		destroy(conn)
-		return distlock.Grant{}, errors.Join(fmt.Errorf("pglock: acquire %q: %w", req.Key, distlock.ErrNotAcquired), ctx.Err())
+		return driver.Grant{}, errors.Join(fmt.Errorf("pglock: acquire %q: %w", req.Key, driver.ErrNotAcquired), ctx.Err())
 	}
 	if err != nil {
 		destroy(conn)
-		return distlock.Grant{}, fmt.Errorf("pglock: acquire %q: %w", req.Key, err)
+		return driver.Grant{}, fmt.Errorf("pglock: acquire %q: %w", req.Key, err)
 	}
 	// The lease starts when the grant reached us; the backend enforces it.
 	return b.pin(conn, req, id, fence, granted)
 }
 
 // statement picks the acquisition statement with or without holder rows.
-func (b *Backend) statement(withRow, bare string, id int64, req distlock.AcquireRequest, meta []byte) (string, []any) {
+func (b *Backend) statement(withRow, bare string, id int64, req driver.AcquireRequest, meta []byte) (string, []any) {
 	if b.opts.noRows {
 		return bare, []any{id}
 	}
 	return withRow, []any{id, req.Key, req.Token, req.TTL.Milliseconds(), meta}
 }
 
-// emptyMeta is the encoding of a zero distlock.Meta.
+// emptyMeta is the encoding of a zero driver.Meta.
 var emptyMeta = []byte("{}")
 
 // prepare makes sure the schema exists and encodes the metadata for the
 // holder row (none without holder rows).
-func (b *Backend) prepare(ctx context.Context, req distlock.AcquireRequest) ([]byte, error) {
+func (b *Backend) prepare(ctx context.Context, req driver.AcquireRequest) ([]byte, error) {
 	if err := b.ensureSchema(ctx); err != nil {
 		return nil, fmt.Errorf("pglock: acquire %q: %w", req.Key, err)
 	}

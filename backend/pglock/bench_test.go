@@ -9,6 +9,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/pglock"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/testserver"
 )
 
@@ -80,7 +81,7 @@ func BenchmarkPostgres(b *testing.B) {
 	b.Run("backend", func(b *testing.B) { // what pglock adds to the pinned floor
 		be := pglock.New(pool)
 		defer be.Close()
-		req := distlock.AcquireRequest{Key: key, Token: "0123456789abcdef0123456789abcdef", TTL: distlock.DefaultLease}
+		req := driver.AcquireRequest{Key: key, Token: "0123456789abcdef0123456789abcdef", TTL: distlock.DefaultLease}
 		loop(b, func() {
 			if _, err := be.Acquire(ctx, req); err != nil {
 				b.Fatal(err)

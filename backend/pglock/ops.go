@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
 // Renew confirms that the pinned session of token is alive and moves the
@@ -16,7 +16,7 @@ import (
 func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
 	p := b.lookup(key, token)
 	if p == nil {
-		return fmt.Errorf("pglock: renew %q: %w", key, distlock.ErrNotHeld)
+		return fmt.Errorf("pglock: renew %q: %w", key, driver.ErrNotHeld)
 	}
 	return p.renew(ctx, ttl)
 }
@@ -26,7 +26,7 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 func (b *Backend) Release(ctx context.Context, key, token string) error {
 	p := b.take(key, token)
 	if p == nil {
-		return fmt.Errorf("pglock: release %q: %w", key, distlock.ErrNotHeld)
+		return fmt.Errorf("pglock: release %q: %w", key, driver.ErrNotHeld)
 	}
 	return p.release(ctx)
 }
@@ -34,9 +34,9 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 // Inspect reports whether any session holds key's advisory lock (pg_locks)
 // and, if it was taken through pglock, its fence, time to live and metadata.
 // A free key reports the fence of its last grant while its row remains.
-func (b *Backend) Inspect(ctx context.Context, key string) (distlock.Info, error) {
+func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	if err := b.ensureSchema(ctx); err != nil {
-		return distlock.Info{}, fmt.Errorf("pglock: inspect %q: %w", key, err)
+		return driver.Info{}, fmt.Errorf("pglock: inspect %q: %w", key, err)
 	}
 	var (
 		held, current bool
@@ -45,14 +45,14 @@ func (b *Backend) Inspect(ctx context.Context, key string) (distlock.Info, error
 	)
 	err := b.pool.QueryRow(ctx, inspectSQL, b.ID(key), key).Scan(&held, &current, &fence, &meta, &ttlUS)
 	if err != nil {
-		return distlock.Info{}, fmt.Errorf("pglock: inspect %q: %w", key, err)
+		return driver.Info{}, fmt.Errorf("pglock: inspect %q: %w", key, err)
 	}
-	info := distlock.Info{Key: key, Held: held}
+	info := driver.Info{Key: key, Held: held}
 	switch {
 	case held && current:
 		info.Fence, info.TTL = uint64(fence), max(time.Duration(ttlUS)*time.Microsecond, 0)
 		if err := json.Unmarshal(meta, &info.Meta); err != nil {
-			return distlock.Info{}, fmt.Errorf("pglock: inspect %q: metadata: %w", key, err)
+			return driver.Info{}, fmt.Errorf("pglock: inspect %q: metadata: %w", key, err)
 		}
 	case !held:
 		info.Fence = uint64(fence)
@@ -62,7 +62,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (distlock.Info, error
 
 // List returns the locks taken through pglock whose keys start with prefix
 // and whose session still holds them, sorted by key.
-func (b *Backend) List(ctx context.Context, prefix string) ([]distlock.Info, error) {
+func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
 	if err := b.ensureSchema(ctx); err != nil {
 		return nil, fmt.Errorf("pglock: list %q: %w", prefix, err)
 	}
@@ -70,9 +70,9 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]distlock.Info, err
 	if err != nil {
 		return nil, fmt.Errorf("pglock: list %q: %w", prefix, err)
 	}
-	infos, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (distlock.Info, error) {
+	infos, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (driver.Info, error) {
 		var (
-			info  = distlock.Info{Held: true}
+			info  = driver.Info{Held: true}
 			fence int64
 			ttlUS int64
 			meta  []byte

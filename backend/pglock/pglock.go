@@ -13,10 +13,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
 func init() {
-	open := func(ctx context.Context, u *url.URL) (distlock.Backend, error) { return Open(ctx, u.String()) }
+	open := func(ctx context.Context, u *url.URL) (driver.Backend, error) { return Open(ctx, u.String()) }
 	distlock.Register("postgres", open)
 	distlock.Register("postgresql", open)
 }
@@ -61,10 +62,10 @@ type Backend struct {
 }
 
 var (
-	_ distlock.Backend = (*Backend)(nil)
-	_ distlock.Waiter  = (*Backend)(nil)
-	_ distlock.Lister  = (*Backend)(nil)
-	_ distlock.Namer   = (*Backend)(nil)
+	_ driver.Backend = (*Backend)(nil)
+	_ driver.Waiter  = (*Backend)(nil)
+	_ driver.Lister  = (*Backend)(nil)
+	_ driver.Namer   = (*Backend)(nil)
 )
 
 // New returns a backend over pool. Close does not close pool. Every held lock
@@ -153,7 +154,7 @@ func (b *Backend) Close() error {
 	defer cancel()
 	var errs []error
 	for _, p := range held {
-		if err := p.release(ctx); err != nil && !errors.Is(err, distlock.ErrNotHeld) {
+		if err := p.release(ctx); err != nil && !errors.Is(err, driver.ErrNotHeld) {
 			errs = append(errs, err)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/pglock"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/locktest"
 )
@@ -70,7 +71,7 @@ func TestPostgres(t *testing.T) {
 
 	t.Run("Conformance", func(t *testing.T) {
 		locktest.Run(t, locktest.Harness{
-			NewBackend: func(t testing.TB) distlock.Backend {
+			NewBackend: func(t testing.TB) driver.Backend {
 				b, err := pglock.Open(context.Background(), testserver.PostgresDSN(s)+"&pool_max_conns=8")
 				if err != nil {
 					t.Fatal(err)
@@ -418,12 +419,12 @@ func keepaliveLoop(t *testing.T, s *testserver.Server) {
 	defer a.Close()
 	defer b.Close()
 	token := func() string { return fmt.Sprintf("%032d", seq.Add(1)) }
-	acquire := func(be *pglock.Backend, key, token string, ttl time.Duration) (distlock.Grant, error) {
-		return be.Acquire(ctx, distlock.AcquireRequest{Key: key, Token: token, TTL: ttl})
+	acquire := func(be *pglock.Backend, key, token string, ttl time.Duration) (driver.Grant, error) {
+		return be.Acquire(ctx, driver.AcquireRequest{Key: key, Token: token, TTL: ttl})
 	}
 	// expires waits until b can take key, which a took with ttl, and
 	// releases it again.
-	expires := func(key string, ttl time.Duration, g distlock.Grant, taken time.Time) {
+	expires := func(key string, ttl time.Duration, g driver.Grant, taken time.Time) {
 		t.Helper()
 		for {
 			tok := token()

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
 // pinned is one held lock: the pool connection whose session holds it, kept
@@ -30,7 +30,7 @@ type pinned struct {
 }
 
 // pin registers a granted lock and schedules its keepalive.
-func (b *Backend) pin(conn *pgxpool.Conn, req distlock.AcquireRequest, id, fence int64, sent time.Time) (distlock.Grant, error) {
+func (b *Backend) pin(conn *pgxpool.Conn, req driver.AcquireRequest, id, fence int64, sent time.Time) (driver.Grant, error) {
 	p := &pinned{
 		b: b, conn: conn, key: req.Key, token: req.Token, id: id,
 		deadline: sent.Add(req.TTL), ttl: req.TTL,
@@ -42,12 +42,12 @@ func (b *Backend) pin(conn *pgxpool.Conn, req distlock.AcquireRequest, id, fence
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
 		_ = p.release(ctx)
-		return distlock.Grant{}, fmt.Errorf("pglock: acquire %q: %w", req.Key, distlock.ErrClosed)
+		return driver.Grant{}, fmt.Errorf("pglock: acquire %q: %w", req.Key, driver.ErrClosed)
 	}
 	b.held[req.Token] = p
 	b.scheduleLocked(p, sent.Add(p.interval()))
 	b.mu.Unlock()
-	return distlock.Grant{Fence: uint64(fence), Lost: p.lost, Sent: sent}, nil
+	return driver.Grant{Fence: uint64(fence), Lost: p.lost, Sent: sent}, nil
 }
 
 // cleanupTimeout bounds unlocks done on the backend's own behalf.
@@ -100,7 +100,7 @@ func (p *pinned) renew(ctx context.Context, ttl time.Duration) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.done || !sent.Before(p.deadline) {
-		return fmt.Errorf("pglock: renew %q: %w", p.key, distlock.ErrNotHeld)
+		return fmt.Errorf("pglock: renew %q: %w", p.key, driver.ErrNotHeld)
 	}
 	var err error
 	if p.b.opts.noRows {
@@ -111,7 +111,7 @@ func (p *pinned) renew(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		if p.conn.Conn().IsClosed() {
 			p.dieLocked()
-			return fmt.Errorf("pglock: renew %q: %w: the session ended: %w", p.key, distlock.ErrNotHeld, err)
+			return fmt.Errorf("pglock: renew %q: %w: the session ended: %w", p.key, driver.ErrNotHeld, err)
 		}
 		return fmt.Errorf("pglock: renew %q: %w", p.key, err)
 	}
@@ -129,7 +129,7 @@ func (p *pinned) release(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.done {
-		return fmt.Errorf("pglock: release %q: %w", p.key, distlock.ErrNotHeld)
+		return fmt.Errorf("pglock: release %q: %w", p.key, driver.ErrNotHeld)
 	}
 	p.endLocked(ctx)
 	return nil

@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
 // XactLock waits for key's transaction-level advisory lock in tx
@@ -14,7 +14,7 @@ import (
 // excludes session locks of the same key taken by a Backend without a
 // namespace. The wait ends with ctx.
 func XactLock(ctx context.Context, tx pgx.Tx, key string) error {
-	if err := distlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return fmt.Errorf("pglock: xact lock: %w", err)
 	}
 	if _, err := tx.Exec(ctx, xactLockSQL, KeyID(key)); err != nil {
@@ -24,9 +24,9 @@ func XactLock(ctx context.Context, tx pgx.Tx, key string) error {
 }
 
 // TryXactLock takes key's transaction-level advisory lock in tx if it is
-// free, and returns an error matching distlock.ErrNotAcquired if it is not.
+// free, and returns an error matching driver.ErrNotAcquired if it is not.
 func TryXactLock(ctx context.Context, tx pgx.Tx, key string) error {
-	if err := distlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return fmt.Errorf("pglock: xact lock: %w", err)
 	}
 	var ok bool
@@ -34,7 +34,7 @@ func TryXactLock(ctx context.Context, tx pgx.Tx, key string) error {
 		return fmt.Errorf("pglock: xact lock %q: %w", key, err)
 	}
 	if !ok {
-		return fmt.Errorf("pglock: xact lock %q: %w", key, distlock.ErrNotAcquired)
+		return fmt.Errorf("pglock: xact lock %q: %w", key, driver.ErrNotAcquired)
 	}
 	return nil
 }

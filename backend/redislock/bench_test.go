@@ -17,6 +17,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/redislock"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/testserver"
 )
 
@@ -155,7 +156,7 @@ func BenchmarkRedis(b *testing.B) {
 					return l.Release(ctx)
 				}
 				direct := func(ctx context.Context, key, token string) error {
-					req := distlock.AcquireRequest{Key: key, Token: token, TTL: distlock.DefaultLease}
+					req := driver.AcquireRequest{Key: key, Token: token, TTL: distlock.DefaultLease}
 					if _, err := be.Acquire(ctx, req); err != nil {
 						return err
 					}

@@ -57,7 +57,7 @@
 //
 // # Waiting
 //
-// Backend implements distlock.Notifier. All waiters of a backend share one
+// Backend implements driver.Notifier. All waiters of a backend share one
 // subscription connection; channels are refcounted by their waiters, and a
 // notice wakes the longest waiting waiter of the key in this process. A key
 // is subscribed only after it has had a waiter for 5ms (most waits end

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/faultproxy"
 	"github.com/distlock/distlock/internal/testserver"
 )
@@ -18,20 +19,20 @@ import (
 // without ContextTimeoutEnabled, where the backend bounds requests itself.
 var adapters = []struct {
 	name string
-	new  func(t testing.TB, addr string) distlock.Backend
+	new  func(t testing.TB, addr string) driver.Backend
 }{
-	{"rueidis", func(t testing.TB, addr string) distlock.Backend { return openURL(t, "redis://"+addr) }},
-	{"go-redis", func(t testing.TB, addr string) distlock.Backend {
+	{"rueidis", func(t testing.TB, addr string) driver.Backend { return openURL(t, "redis://"+addr) }},
+	{"go-redis", func(t testing.TB, addr string) driver.Backend {
 		return newGoRedis(t, redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true}))
 	}},
-	{"go-redis-default-options", func(t testing.TB, addr string) distlock.Backend {
+	{"go-redis-default-options", func(t testing.TB, addr string) driver.Backend {
 		return newGoRedis(t, redis.NewClient(&redis.Options{Addr: addr}))
 	}},
 }
 
 // onEachClient runs test against server s once per client library (rueidis,
 // and go-redis with ContextTimeoutEnabled), each on a backend of its own.
-func onEachClient(t *testing.T, s *testserver.Server, test func(t *testing.T, ctx context.Context, b distlock.Backend)) {
+func onEachClient(t *testing.T, s *testserver.Server, test func(t *testing.T, ctx context.Context, b driver.Backend)) {
 	for _, a := range adapters[:2] {
 		t.Run(a.name, func(t *testing.T) {
 			b := a.new(t, s.Addr())
@@ -41,7 +42,7 @@ func onEachClient(t *testing.T, s *testserver.Server, test func(t *testing.T, ct
 	}
 }
 
-func newClient(t *testing.T, b distlock.Backend) *distlock.Client {
+func newClient(t *testing.T, b driver.Backend) *distlock.Client {
 	c := distlock.New(b)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
@@ -144,11 +145,11 @@ func TestFenceSurvivesRestartWithoutPersistence(t *testing.T) {
 func TestFenceSurvivesFailover(t *testing.T) {
 	s := testserver.RedisSentinel(t)
 	sentinels := s.SentinelAddrs()
-	clients := map[string]func(t testing.TB) distlock.Backend{
-		"rueidis": func(t testing.TB) distlock.Backend {
+	clients := map[string]func(t testing.TB) driver.Backend{
+		"rueidis": func(t testing.TB) driver.Backend {
 			return openURL(t, "redis-sentinel://"+sentinels[0]+"/"+testserver.SentinelMaster+"?addr="+sentinels[1])
 		},
-		"go-redis": func(t testing.TB) distlock.Backend {
+		"go-redis": func(t testing.TB) driver.Backend {
 			return newGoRedis(t, redis.NewFailoverClient(&redis.FailoverOptions{
 				MasterName: testserver.SentinelMaster, SentinelAddrs: sentinels, ContextTimeoutEnabled: true}))
 		},
@@ -177,14 +178,14 @@ func TestFenceSurvivesFailover(t *testing.T) {
 // TestStaleReleaseKeepsNewHolder releases, after its expiry, a token whose
 // key another token holds now: nothing may change.
 func TestStaleReleaseKeepsNewHolder(t *testing.T) {
-	onEachClient(t, testserver.Redis(t), func(t *testing.T, ctx context.Context, b distlock.Backend) {
+	onEachClient(t, testserver.Redis(t), func(t *testing.T, ctx context.Context, b driver.Backend) {
 		key := "stale/" + t.Name()
-		slow := distlock.AcquireRequest{Key: key, Token: "slow-holder-token", TTL: 50 * time.Millisecond}
+		slow := driver.AcquireRequest{Key: key, Token: "slow-holder-token", TTL: 50 * time.Millisecond}
 		if _, err := b.Acquire(ctx, slow); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(100 * time.Millisecond)
-		g, err := b.Acquire(ctx, distlock.AcquireRequest{Key: key, Token: "new-holder-token", TTL: time.Minute})
+		g, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "new-holder-token", TTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,8 +210,8 @@ func TestStaleReleaseKeepsNewHolder(t *testing.T) {
 
 // TestAcquireIdempotent retries an acquisition by the token that holds.
 func TestAcquireIdempotent(t *testing.T) {
-	onEachClient(t, testserver.Redis(t), func(t *testing.T, ctx context.Context, b distlock.Backend) {
-		req := distlock.AcquireRequest{Key: "retry/" + t.Name(), Token: "tok", TTL: time.Minute}
+	onEachClient(t, testserver.Redis(t), func(t *testing.T, ctx context.Context, b driver.Backend) {
+		req := driver.AcquireRequest{Key: "retry/" + t.Name(), Token: "tok", TTL: time.Minute}
 		g1, err := b.Acquire(ctx, req)
 		if err != nil {
 			t.Fatal(err)
@@ -219,7 +220,7 @@ func TestAcquireIdempotent(t *testing.T) {
 		if err != nil || g2.Fence != g1.Fence {
 			t.Fatalf("retried acquire = %+v, %v; want fence %d", g2, err, g1.Fence)
 		}
-		if _, err := b.Acquire(ctx, distlock.AcquireRequest{Key: req.Key, Token: "other", TTL: time.Minute}); !errors.Is(err, distlock.ErrNotAcquired) {
+		if _, err := b.Acquire(ctx, driver.AcquireRequest{Key: req.Key, Token: "other", TTL: time.Minute}); !errors.Is(err, distlock.ErrNotAcquired) {
 			t.Fatalf("another token: got %v, want ErrNotAcquired", err)
 		}
 		if err := b.Release(ctx, req.Key, req.Token); err != nil {
@@ -233,12 +234,12 @@ func TestAcquireIdempotent(t *testing.T) {
 // counter, not from the clock.
 func TestFenceAboveCounterAheadOfClock(t *testing.T) {
 	s := testserver.Redis(t)
-	onEachClient(t, s, func(t *testing.T, ctx context.Context, b distlock.Backend) {
+	onEachClient(t, s, func(t *testing.T, ctx context.Context, b driver.Backend) {
 		key := "ahead/" + t.Name()
 		const ahead = 8_000_000_000_000_000 // year 2223 in µs, below 2⁵³
 		rawCommand(t, []string{s.Addr()}, "SET", lockName(key)+":fence", strconv.Itoa(ahead))
 		for i := uint64(1); i <= 3; i++ {
-			g, err := b.Acquire(ctx, distlock.AcquireRequest{Key: key, Token: "tok", TTL: time.Minute})
+			g, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "tok", TTL: time.Minute})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -257,8 +258,8 @@ func TestFenceAboveCounterAheadOfClock(t *testing.T) {
 // fence the store no longer has, but grant a fresh one and renew the lease.
 func TestRetryAfterCounterLostGrantsNewFence(t *testing.T) {
 	s := testserver.Redis(t)
-	onEachClient(t, s, func(t *testing.T, ctx context.Context, b distlock.Backend) {
-		req := distlock.AcquireRequest{Key: "lost-counter/" + t.Name(), Token: "tok", TTL: 2 * time.Second}
+	onEachClient(t, s, func(t *testing.T, ctx context.Context, b driver.Backend) {
+		req := driver.AcquireRequest{Key: "lost-counter/" + t.Name(), Token: "tok", TTL: 2 * time.Second}
 		g1, err := b.Acquire(ctx, req)
 		if err != nil {
 			t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
 const (
@@ -66,7 +66,7 @@ func (h *hub) watch(channel string) (<-chan struct{}, func(), error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
-		return nil, nil, fmt.Errorf("redislock: watch: %w", distlock.ErrClosed)
+		return nil, nil, fmt.Errorf("redislock: watch: %w", driver.ErrClosed)
 	}
 	t := h.topics[channel]
 	if t == nil {

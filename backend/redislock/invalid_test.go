@@ -13,6 +13,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/redislock"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/testserver"
 )
 
@@ -77,7 +78,7 @@ func TestInvalidInputSendsNothing(t *testing.T) {
 		if _, err := c.Inspect(ctx, k); !errors.Is(err, distlock.ErrInvalidKey) {
 			t.Errorf("Inspect %q: got %v, want ErrInvalidKey", k, err)
 		}
-		if _, err := b.Acquire(ctx, distlock.AcquireRequest{Key: k, Token: "t", TTL: time.Second}); !errors.Is(err, distlock.ErrInvalidKey) {
+		if _, err := b.Acquire(ctx, driver.AcquireRequest{Key: k, Token: "t", TTL: time.Second}); !errors.Is(err, distlock.ErrInvalidKey) {
 			t.Errorf("Backend.Acquire %q: got %v, want ErrInvalidKey", k, err)
 		}
 		if err := b.Renew(ctx, k, "t", time.Second); !errors.Is(err, distlock.ErrInvalidKey) {
@@ -108,22 +109,22 @@ func TestInvalidInputSendsNothing(t *testing.T) {
 		call func() error
 	}{
 		{"acquire without token", func() error {
-			_, err := b.Acquire(ctx, distlock.AcquireRequest{Key: "valid", TTL: time.Second})
+			_, err := b.Acquire(ctx, driver.AcquireRequest{Key: "valid", TTL: time.Second})
 			return err
 		}},
 		{"acquire with zero TTL", func() error {
-			_, err := b.Acquire(ctx, distlock.AcquireRequest{Key: "valid", Token: "t"})
+			_, err := b.Acquire(ctx, driver.AcquireRequest{Key: "valid", Token: "t"})
 			return err
 		}},
 		{"renew with negative TTL", func() error { return b.Renew(ctx, "valid", "t", -time.Second) }},
 		{"release without token", func() error { return b.Release(ctx, "valid", "") }},
 		{"acquire with a newline in the token", func() error {
-			_, err := b.Acquire(ctx, distlock.AcquireRequest{Key: "valid", Token: "t\n", TTL: time.Second})
+			_, err := b.Acquire(ctx, driver.AcquireRequest{Key: "valid", Token: "t\n", TTL: time.Second})
 			return err
 		}},
 		{"release with a newline in the token", func() error { return b.Release(ctx, "valid", "t\n") }},
 		{"handoff to a token with a newline", func() error {
-			_, err := b.Handoff(ctx, "valid", "t", distlock.AcquireRequest{Key: "valid", Token: "u\n", TTL: time.Second})
+			_, err := b.Handoff(ctx, "valid", "t", driver.AcquireRequest{Key: "valid", Token: "u\n", TTL: time.Second})
 			return err
 		}},
 	}

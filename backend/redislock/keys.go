@@ -6,7 +6,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
 // keys are the Redis names of one lock. They share the hash tag {escaped
@@ -74,11 +74,11 @@ func globEscape(s string) string {
 
 // validatePrefix checks a key prefix: UTF-8 without control characters or
 // braces (the backend places its own hash tag after the prefix), at most
-// distlock.MaxKeyLen bytes.
+// driver.MaxKeyLen bytes.
 func validatePrefix(p string) error {
-	if len(p) > distlock.MaxKeyLen || !utf8.ValidString(p) || strings.ContainsAny(p, "{}") || strings.ContainsFunc(p, unicode.IsControl) {
+	if len(p) > driver.MaxKeyLen || !utf8.ValidString(p) || strings.ContainsAny(p, "{}") || strings.ContainsFunc(p, unicode.IsControl) {
 		return fmt.Errorf("redislock: key prefix %q: %w: want at most %d bytes of UTF-8 without braces or control characters",
-			p, distlock.ErrInvalidOption, distlock.MaxKeyLen)
+			p, driver.ErrInvalidOption, driver.MaxKeyLen)
 	}
 	return nil
 }

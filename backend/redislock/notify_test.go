@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/testserver"
 )
 
@@ -238,19 +239,19 @@ func TestReleaseNoticeOnlyWhenRefused(t *testing.T) {
 // still tells the waiter; a key nobody was refused must be handed unmarked.
 func TestHandoffKeepsWaitersMark(t *testing.T) {
 	s := testserver.Redis(t)
-	onEachClient(t, s, func(t *testing.T, ctx context.Context, b distlock.Backend) {
+	onEachClient(t, s, func(t *testing.T, ctx context.Context, b driver.Backend) {
 		for _, refused := range []bool{false, true} {
 			key := fmt.Sprintf("handoff-mark/%s/%v", t.Name(), refused)
-			first := distlock.AcquireRequest{Key: key, Token: "first", TTL: time.Minute}
+			first := driver.AcquireRequest{Key: key, Token: "first", TTL: time.Minute}
 			if _, err := b.Acquire(ctx, first); err != nil {
 				t.Fatal(err)
 			}
 			if refused {
-				if _, err := b.Acquire(ctx, distlock.AcquireRequest{Key: key, Token: "waiter", TTL: time.Minute}); !errors.Is(err, distlock.ErrNotAcquired) {
+				if _, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "waiter", TTL: time.Minute}); !errors.Is(err, distlock.ErrNotAcquired) {
 					t.Fatalf("waiter's attempt: %v, want ErrNotAcquired", err)
 				}
 			}
-			if _, err := b.(distlock.Handoff).Handoff(ctx, key, "first", distlock.AcquireRequest{Key: key, Token: "second", TTL: time.Minute}); err != nil {
+			if _, err := b.(driver.Handoff).Handoff(ctx, key, "first", driver.AcquireRequest{Key: key, Token: "second", TTL: time.Minute}); err != nil {
 				t.Fatal(err)
 			}
 			want := "second"

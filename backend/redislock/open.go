@@ -10,11 +10,12 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
 func init() {
 	for _, scheme := range []string{"redis", "rediss", "redis-sentinel", "redis-cluster"} {
-		distlock.Register(scheme, func(ctx context.Context, u *url.URL) (distlock.Backend, error) {
+		distlock.Register(scheme, func(ctx context.Context, u *url.URL) (driver.Backend, error) {
 			return Open(ctx, u.String())
 		})
 	}

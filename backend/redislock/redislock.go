@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
 // Backend is a distlock backend on one Redis deployment (a single node,
@@ -22,11 +22,11 @@ type Backend struct {
 }
 
 var (
-	_ distlock.Backend  = (*Backend)(nil)
-	_ distlock.Notifier = (*Backend)(nil)
-	_ distlock.Lister   = (*Backend)(nil)
-	_ distlock.Namer    = (*Backend)(nil)
-	_ distlock.Handoff  = (*Backend)(nil)
+	_ driver.Backend  = (*Backend)(nil)
+	_ driver.Notifier = (*Backend)(nil)
+	_ driver.Lister   = (*Backend)(nil)
+	_ driver.Namer    = (*Backend)(nil)
+	_ driver.Handoff  = (*Backend)(nil)
 )
 
 func newBackend(st store, cfg config) *Backend {
@@ -38,42 +38,42 @@ func (b *Backend) Name() string { return "redis" }
 
 // Acquire takes req.Key for req.Token with one script: SET NX PX, and the
 // fence counter advanced to max(last+1, server time in µs) in the same step.
-func (b *Backend) Acquire(ctx context.Context, req distlock.AcquireRequest) (distlock.Grant, error) {
+func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	fence, err := b.grant(ctx, req, "")
 	switch {
 	case err != nil:
-		return distlock.Grant{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, err)
+		return driver.Grant{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, err)
 	case fence <= 0:
-		return distlock.Grant{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, distlock.ErrNotAcquired)
+		return driver.Grant{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, driver.ErrNotAcquired)
 	}
-	return distlock.Grant{Fence: uint64(fence)}, nil
+	return driver.Grant{Fence: uint64(fence)}, nil
 }
 
 // Handoff gives key to next.Token, with a new fence and next's time to live
 // and metadata, if token holds it: the acquire script, run on the condition
 // that token holds the key instead of that nobody does. No release notice is
 // published, since the key is never free.
-func (b *Backend) Handoff(ctx context.Context, key, token string, next distlock.AcquireRequest) (distlock.Grant, error) {
+func (b *Backend) Handoff(ctx context.Context, key, token string, next driver.AcquireRequest) (driver.Grant, error) {
 	var fence int64
 	err := validRequest(key, token, nil)
 	if err == nil && next.Key != key {
-		err = fmt.Errorf("%w: handing %q over as %q", distlock.ErrInvalidOption, key, next.Key)
+		err = fmt.Errorf("%w: handing %q over as %q", driver.ErrInvalidOption, key, next.Key)
 	}
 	if err == nil {
 		fence, err = b.grant(ctx, next, token)
 	}
 	switch {
 	case err != nil:
-		return distlock.Grant{}, fmt.Errorf("redislock: handoff %q: %w", key, err)
+		return driver.Grant{}, fmt.Errorf("redislock: handoff %q: %w", key, err)
 	case fence <= 0:
-		return distlock.Grant{}, fmt.Errorf("redislock: handoff %q: %w", key, distlock.ErrNotHeld)
+		return driver.Grant{}, fmt.Errorf("redislock: handoff %q: %w", key, driver.ErrNotHeld)
 	}
-	return distlock.Grant{Fence: uint64(fence)}, nil
+	return driver.Grant{Fence: uint64(fence)}, nil
 }
 
 // grant runs the acquire script for req, handed over from token from if it
 // is not empty, and returns the fence, or 0 if the key was not granted.
-func (b *Backend) grant(ctx context.Context, req distlock.AcquireRequest, from string) (int64, error) {
+func (b *Backend) grant(ctx context.Context, req driver.AcquireRequest, from string) (int64, error) {
 	if err := validRequest(req.Key, req.Token, &req.TTL); err != nil {
 		return 0, err
 	}
@@ -113,16 +113,16 @@ func held(op, key string, ok int64, err error) error {
 	case err != nil:
 		return fmt.Errorf("redislock: %s %q: %w", op, key, err)
 	case ok != 1:
-		return fmt.Errorf("redislock: %s %q: %w", op, key, distlock.ErrNotHeld)
+		return fmt.Errorf("redislock: %s %q: %w", op, key, driver.ErrNotHeld)
 	}
 	return nil
 }
 
 // Inspect reports whether key is held, its fence (of the holder, or of the
 // last grant), the time to live left (PTTL) and the holder's metadata.
-func (b *Backend) Inspect(ctx context.Context, key string) (distlock.Info, error) {
-	if err := distlock.ValidateKey(key); err != nil {
-		return distlock.Info{}, fmt.Errorf("redislock: inspect: %w", err)
+func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	if err := driver.ValidateKey(key); err != nil {
+		return driver.Info{}, fmt.Errorf("redislock: inspect: %w", err)
 	}
 	k := b.keysFor(key)
 	r, err := b.st.evalStrings(ctx, scriptInspect, []string{k.lock, k.fence, k.meta})
@@ -130,12 +130,12 @@ func (b *Backend) Inspect(ctx context.Context, key string) (distlock.Info, error
 		err = fmt.Errorf("inspect script returned %d values, want 4", len(r))
 	}
 	if err != nil {
-		return distlock.Info{}, fmt.Errorf("redislock: inspect %q: %w", key, err)
+		return driver.Info{}, fmt.Errorf("redislock: inspect %q: %w", key, err)
 	}
-	info := distlock.Info{Key: key, Held: r[0] == "1"}
+	info := driver.Info{Key: key, Held: r[0] == "1"}
 	if r[1] != "" {
 		if info.Fence, err = strconv.ParseUint(r[1], 10, 64); err != nil {
-			return distlock.Info{}, fmt.Errorf("redislock: inspect %q: fence: %w", key, err)
+			return driver.Info{}, fmt.Errorf("redislock: inspect %q: fence: %w", key, err)
 		}
 	}
 	if ms, _ := strconv.ParseInt(r[2], 10, 64); info.Held && ms > 0 {
@@ -143,7 +143,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (distlock.Info, error
 	}
 	if r[3] != "" {
 		if err := json.Unmarshal([]byte(r[3]), &info.Meta); err != nil {
-			return distlock.Info{}, fmt.Errorf("redislock: inspect %q: metadata: %w", key, err)
+			return driver.Info{}, fmt.Errorf("redislock: inspect %q: metadata: %w", key, err)
 		}
 	}
 	return info, nil
@@ -152,7 +152,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (distlock.Info, error
 // List returns the held locks whose keys start with prefix, sorted by key. It
 // SCANs every master for the lock names (glob characters in prefix are
 // escaped), then inspects each; it is meant for operators, not hot paths.
-func (b *Backend) List(ctx context.Context, prefix string) ([]distlock.Info, error) {
+func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
 	match := globEscape(b.prefix+"{"+escapeKey(prefix)) + "*}"
 	seen := make(map[string]bool)
 	err := b.st.scan(ctx, match, func(name string) {
@@ -163,7 +163,7 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]distlock.Info, err
 	if err != nil {
 		return nil, fmt.Errorf("redislock: list %q: %w", prefix, err)
 	}
-	infos := make([]distlock.Info, 0, len(seen))
+	infos := make([]driver.Info, 0, len(seen))
 	for key := range seen {
 		info, err := b.Inspect(ctx, key)
 		if err != nil {
@@ -173,14 +173,14 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]distlock.Info, err
 			infos = append(infos, info)
 		}
 	}
-	slices.SortFunc(infos, func(a, b distlock.Info) int { return strings.Compare(a.Key, b.Key) })
+	slices.SortFunc(infos, func(a, b driver.Info) int { return strings.Compare(a.Key, b.Key) })
 	return infos, nil
 }
 
 // Watch returns a channel that fires when key may have been released. All
 // watches of a backend share one subscription connection.
 func (b *Backend) Watch(_ context.Context, key string) (<-chan struct{}, func(), error) {
-	if err := distlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return nil, nil, fmt.Errorf("redislock: watch: %w", err)
 	}
 	return b.hub.watch(b.keysFor(key).lock)
@@ -195,17 +195,17 @@ func (b *Backend) Close() error {
 // validRequest checks what the client validates already, so that a direct
 // caller cannot send a bad request to Redis either. ttl is nil for a release.
 func validRequest(key, token string, ttl *time.Duration) error {
-	if err := distlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return err
 	}
 	switch {
 	case token == "":
-		return fmt.Errorf("%w: empty token", distlock.ErrInvalidOption)
+		return fmt.Errorf("%w: empty token", driver.ErrInvalidOption)
 	case strings.Contains(token, "\n"):
 		// The store appends "\n" to a holder's token to mark that others wait.
-		return fmt.Errorf("%w: token %q contains a newline", distlock.ErrInvalidOption, token)
+		return fmt.Errorf("%w: token %q contains a newline", driver.ErrInvalidOption, token)
 	case ttl != nil && *ttl <= 0:
-		return fmt.Errorf("%w: time to live %v must be positive", distlock.ErrInvalidOption, *ttl)
+		return fmt.Errorf("%w: time to live %v must be positive", driver.ErrInvalidOption, *ttl)
 	}
 	return nil
 }
@@ -216,7 +216,7 @@ func millis(d time.Duration) string {
 }
 
 // encodeMeta returns m as JSON, or "" if it is empty.
-func encodeMeta(m distlock.Meta) (string, error) {
+func encodeMeta(m driver.Meta) (string, error) {
 	if m.Owner == "" && m.BusinessID == "" && len(m.Labels) == 0 {
 		return "", nil
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/redislock"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/locktest"
 )
@@ -41,7 +42,7 @@ func (o ownedBackend) Close() error { return errors.Join(o.Backend.Close(), o.cl
 
 // newGoRedis returns a backend on a new go-redis client that the backend's
 // Close also closes.
-func newGoRedis(t testing.TB, client redis.UniversalClient) distlock.Backend {
+func newGoRedis(t testing.TB, client redis.UniversalClient) driver.Backend {
 	t.Helper()
 	b, err := redislock.New(client)
 	if err != nil {
@@ -93,7 +94,7 @@ func fixed(addrs ...string) func() []string { return func() []string { return ad
 func TestConformanceGoRedis(t *testing.T) {
 	s := testserver.Redis(t)
 	locktest.Run(t, locktest.Harness{
-		NewBackend: func(t testing.TB) distlock.Backend {
+		NewBackend: func(t testing.TB) driver.Backend {
 			return newGoRedis(t, redis.NewClient(&redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true}))
 		},
 		DeleteKey: deleteKey(fixed(s.Addr())),
@@ -103,7 +104,7 @@ func TestConformanceGoRedis(t *testing.T) {
 func TestConformanceRueidis(t *testing.T) {
 	s := testserver.Redis(t)
 	locktest.Run(t, locktest.Harness{
-		NewBackend: func(t testing.TB) distlock.Backend { return openURL(t, "redis://"+s.Addr()+"/0") },
+		NewBackend: func(t testing.TB) driver.Backend { return openURL(t, "redis://"+s.Addr()+"/0") },
 		DeleteKey:  deleteKey(fixed(s.Addr())),
 	})
 }
@@ -113,7 +114,7 @@ func TestConformanceCluster(t *testing.T) {
 	addrs := c.Addrs()
 	t.Run("go-redis", func(t *testing.T) {
 		locktest.Run(t, locktest.Harness{
-			NewBackend: func(t testing.TB) distlock.Backend {
+			NewBackend: func(t testing.TB) driver.Backend {
 				return newGoRedis(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true}))
 			},
 			DeleteKey: deleteKey(fixed(addrs...)),
@@ -130,7 +131,7 @@ func TestConformanceCluster(t *testing.T) {
 		}
 		t.Cleanup(client.Close)
 		locktest.Run(t, locktest.Harness{
-			NewBackend: func(t testing.TB) distlock.Backend {
+			NewBackend: func(t testing.TB) driver.Backend {
 				b, err := redislock.NewRueidis(client)
 				if err != nil {
 					t.Fatal(err)
@@ -186,7 +187,7 @@ func TestConformanceSentinel(t *testing.T) {
 	primary := func() []string { return []string{s.Primary().Addr()} }
 	t.Run("go-redis", func(t *testing.T) {
 		locktest.Run(t, locktest.Harness{
-			NewBackend: func(t testing.TB) distlock.Backend {
+			NewBackend: func(t testing.TB) driver.Backend {
 				return newGoRedis(t, redis.NewFailoverClient(&redis.FailoverOptions{
 					MasterName: testserver.SentinelMaster, SentinelAddrs: sentinels, ContextTimeoutEnabled: true}))
 			},
@@ -196,7 +197,7 @@ func TestConformanceSentinel(t *testing.T) {
 	t.Run("rueidis", func(t *testing.T) {
 		url := "redis-sentinel://" + sentinels[0] + "/" + testserver.SentinelMaster + "?addr=" + sentinels[1] + "&addr=" + sentinels[2]
 		locktest.Run(t, locktest.Harness{
-			NewBackend: func(t testing.TB) distlock.Backend { return openURL(t, url) },
+			NewBackend: func(t testing.TB) driver.Backend { return openURL(t, url) },
 			DeleteKey:  deleteKey(primary),
 		})
 	})

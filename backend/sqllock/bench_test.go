@@ -9,6 +9,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/sqllock"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/testserver"
 )
 
@@ -61,7 +62,7 @@ func benchStore(b *testing.B, st store, insert, nextFence, del string) {
 		}
 	}
 	backend := func() error {
-		req := distlock.AcquireRequest{Key: "bench/backend", Token: token, TTL: distlock.DefaultLease}
+		req := driver.AcquireRequest{Key: "bench/backend", Token: token, TTL: distlock.DefaultLease}
 		if _, err := be.Acquire(ctx, req); err != nil {
 			return err
 		}

@@ -20,6 +20,6 @@
 // On PostgreSQL (pgx driver) the release statement sends a NOTIFY on the
 // channel distlock_release with the key, and the backend LISTENs on one
 // dedicated connection, opened by its first waiter and shared by all
-// (distlock.Notifier); waiters still poll, slowly, for expiries. MariaDB has
+// (driver.Notifier); waiters still poll, slowly, for expiries. MariaDB has
 // no notification: there waiters poll with the client's jittered backoff.
 package sqllock

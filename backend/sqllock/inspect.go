@@ -8,31 +8,31 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
 // Inspect reports key's row. A key whose lease expired reports the fence of
 // its last grant until cleanup deletes the row; a released key has no row.
-func (b *Backend) Inspect(ctx context.Context, key string) (distlock.Info, error) {
-	info := distlock.Info{Key: key}
+func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	info := driver.Info{Key: key}
 	row, err := b.queryRow(ctx, b.d.inspect, key)
 	if err == nil {
 		err = scanInfo(row, &info, &info.Held)
 	}
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return distlock.Info{Key: key}, nil
+		return driver.Info{Key: key}, nil
 	case err != nil:
-		return distlock.Info{}, fmt.Errorf("sqllock: inspect %q: %w", key, err)
+		return driver.Info{}, fmt.Errorf("sqllock: inspect %q: %w", key, err)
 	}
 	if !info.Held {
-		info.TTL, info.Meta = 0, distlock.Meta{}
+		info.TTL, info.Meta = 0, driver.Meta{}
 	}
 	return info, nil
 }
 
 // List returns the held locks whose keys start with prefix, sorted by key.
-func (b *Backend) List(ctx context.Context, prefix string) ([]distlock.Info, error) {
+func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
 	s, err := b.stmt(ctx, b.d.list)
 	if err != nil {
 		return nil, fmt.Errorf("sqllock: list %q: %w", prefix, err)
@@ -42,9 +42,9 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]distlock.Info, err
 		return nil, fmt.Errorf("sqllock: list %q: %w", prefix, err)
 	}
 	defer rows.Close()
-	var infos []distlock.Info
+	var infos []driver.Info
 	for rows.Next() {
-		info := distlock.Info{Held: true}
+		info := driver.Info{Held: true}
 		if err := scanInfo(rows, &info, &info.Key); err != nil {
 			return nil, fmt.Errorf("sqllock: list %q: %w", prefix, err)
 		}
@@ -57,7 +57,7 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]distlock.Info, err
 }
 
 // scanInfo reads first (held or key), fence, owner, metadata and ttl µs.
-func scanInfo(row interface{ Scan(...any) error }, info *distlock.Info, first any) error {
+func scanInfo(row interface{ Scan(...any) error }, info *driver.Info, first any) error {
 	var (
 		fence, ttlUS int64
 		owner, meta  string

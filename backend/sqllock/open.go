@@ -10,10 +10,11 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
 func init() {
-	distlock.Register("mysql", func(ctx context.Context, u *url.URL) (distlock.Backend, error) {
+	distlock.Register("mysql", func(ctx context.Context, u *url.URL) (driver.Backend, error) {
 		dsn, err := mysqlDSN(u)
 		if err != nil {
 			return nil, err

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
 // Backend keeps leases in the table distlock_leases.
@@ -29,10 +29,10 @@ type Backend struct {
 }
 
 var (
-	_ distlock.Backend  = (*Backend)(nil)
-	_ distlock.Lister   = (*Backend)(nil)
-	_ distlock.Namer    = (*Backend)(nil)
-	_ distlock.Notifier = (*Backend)(nil)
+	_ driver.Backend  = (*Backend)(nil)
+	_ driver.Lister   = (*Backend)(nil)
+	_ driver.Namer    = (*Backend)(nil)
+	_ driver.Notifier = (*Backend)(nil)
 )
 
 // New returns a backend over db in dialect d. Call Migrate once to create the
@@ -109,10 +109,10 @@ func (b *Backend) queryRow(ctx context.Context, q string, args ...any) (*sql.Row
 
 // Acquire inserts key for req.Token, or takes over its row if the lease
 // expired or was released, in one statement.
-func (b *Backend) Acquire(ctx context.Context, req distlock.AcquireRequest) (distlock.Grant, error) {
+func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	meta, err := encodeMeta(req.Meta)
 	if err != nil {
-		return distlock.Grant{}, fmt.Errorf("sqllock: acquire %q: metadata: %w", req.Key, err)
+		return driver.Grant{}, fmt.Errorf("sqllock: acquire %q: metadata: %w", req.Key, err)
 	}
 	var (
 		holder string
@@ -124,16 +124,16 @@ func (b *Backend) Acquire(ctx context.Context, req distlock.AcquireRequest) (dis
 	}
 	switch {
 	case errors.Is(err, sql.ErrNoRows), err == nil && holder != req.Token:
-		return distlock.Grant{}, fmt.Errorf("sqllock: acquire %q: %w", req.Key, distlock.ErrNotAcquired)
+		return driver.Grant{}, fmt.Errorf("sqllock: acquire %q: %w", req.Key, driver.ErrNotAcquired)
 	case err != nil:
-		return distlock.Grant{}, fmt.Errorf("sqllock: acquire %q: %w", req.Key, err)
+		return driver.Grant{}, fmt.Errorf("sqllock: acquire %q: %w", req.Key, err)
 	}
-	return distlock.Grant{Fence: uint64(fence)}, nil
+	return driver.Grant{Fence: uint64(fence)}, nil
 }
 
 // encodeMeta returns m as JSON for the metadata column; a zero m, the usual
 // case, is "{}" without encoding.
-func encodeMeta(m distlock.Meta) (string, error) {
+func encodeMeta(m driver.Meta) (string, error) {
 	if m.Owner == "" && m.BusinessID == "" && len(m.Labels) == 0 {
 		return "{}", nil
 	}
@@ -153,7 +153,7 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 			err = row.Scan(&held)
 		}
 		if err == nil && held == 0 {
-			return fmt.Errorf("sqllock: renew %q: %w", key, distlock.ErrNotHeld)
+			return fmt.Errorf("sqllock: renew %q: %w", key, driver.ErrNotHeld)
 		}
 	}
 	if err != nil {
@@ -169,7 +169,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 		return fmt.Errorf("sqllock: release %q: %w", key, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("sqllock: release %q: %w", key, distlock.ErrNotHeld)
+		return fmt.Errorf("sqllock: release %q: %w", key, driver.ErrNotHeld)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/sqllock"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/locktest"
 )
@@ -110,7 +111,7 @@ func runStore(t *testing.T, st store) {
 	}
 	t.Run("Conformance", func(t *testing.T) {
 		locktest.Run(t, locktest.Harness{
-			NewBackend:    func(t testing.TB) distlock.Backend { return st.open(t) },
+			NewBackend:    func(t testing.TB) driver.Backend { return st.open(t) },
 			DeleteKey:     func(t testing.TB, key string) { deleteRow(t, st, key) },
 			NotifyLatency: st.notifyLatency(),
 		})

@@ -12,19 +12,19 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
 var acl = zk.WorldACL(zk.PermAll)
 
 // Acquire takes req.Key if its queue is empty: it queues, and leaves again
 // at once if anyone is ahead.
-func (b *Backend) Acquire(ctx context.Context, req distlock.AcquireRequest) (distlock.Grant, error) {
+func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	data := encodeValue(req.Token, req.TTL, req.Meta)
 	sent := time.Now()
 	pos, err := b.enqueue(ctx, req.Key, req.Token, data)
 	if err != nil {
-		return distlock.Grant{}, fmt.Errorf("zklock: acquire %q: %w", req.Key, err)
+		return driver.Grant{}, fmt.Errorf("zklock: acquire %q: %w", req.Key, err)
 	}
 	if !pos.first() {
 		pos, err = b.look(ctx, pos.node)
@@ -34,20 +34,20 @@ func (b *Backend) Acquire(ctx context.Context, req distlock.AcquireRequest) (dis
 	}
 	b.leave(pos.node)
 	if err != nil {
-		return distlock.Grant{}, fmt.Errorf("zklock: acquire %q: %w", req.Key, err)
+		return driver.Grant{}, fmt.Errorf("zklock: acquire %q: %w", req.Key, err)
 	}
-	return distlock.Grant{}, fmt.Errorf("zklock: acquire %q: %w", req.Key, distlock.ErrNotAcquired)
+	return driver.Grant{}, fmt.Errorf("zklock: acquire %q: %w", req.Key, driver.ErrNotAcquired)
 }
 
 // AcquireWait queues for req.Key and returns once its node is first. It
 // watches only the node just before its own, and when that node holds the
 // lock, enforces its lease. If ctx ends it deletes its node.
-func (b *Backend) AcquireWait(ctx context.Context, req distlock.AcquireRequest) (distlock.Grant, error) {
+func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	data := encodeValue(req.Token, req.TTL, req.Meta)
 	sent := time.Now()
 	pos, err := b.enqueue(ctx, req.Key, req.Token, data)
 	if err != nil {
-		return distlock.Grant{}, b.waitError(ctx, req.Key, err)
+		return driver.Grant{}, b.waitError(ctx, req.Key, err)
 	}
 	node := pos.node
 	if !pos.first() {
@@ -63,7 +63,7 @@ func (b *Backend) AcquireWait(ctx context.Context, req distlock.AcquireRequest) 
 	}
 	if err != nil {
 		b.leave(node)
-		return distlock.Grant{}, b.waitError(ctx, req.Key, err)
+		return driver.Grant{}, b.waitError(ctx, req.Key, err)
 	}
 	if waited {
 		// Whoever queued behind this node while it waited watches it without
@@ -78,7 +78,7 @@ func (b *Backend) AcquireWait(ctx context.Context, req distlock.AcquireRequest) 
 
 func (b *Backend) waitError(ctx context.Context, key string, err error) error {
 	if ctx.Err() != nil {
-		return errors.Join(fmt.Errorf("zklock: lock %q: %w", key, distlock.ErrNotAcquired), ctx.Err())
+		return errors.Join(fmt.Errorf("zklock: lock %q: %w", key, driver.ErrNotAcquired), ctx.Err())
 	}
 	return fmt.Errorf("zklock: lock %q: %w", key, err)
 }
@@ -315,9 +315,9 @@ func (b *Backend) leave(node string) {
 }
 
 // granted records a hold and watches its node.
-func (b *Backend) granted(token, node string, data []byte, pos position, sent time.Time) distlock.Grant {
+func (b *Backend) granted(token, node string, data []byte, pos position, sent time.Time) driver.Grant {
 	h := newHold(token, node, data)
-	g := distlock.Grant{Fence: pos.fence, Lost: h.lost, Sent: sent}
+	g := driver.Grant{Fence: pos.fence, Lost: h.lost, Sent: sent}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
 // Store layout: a lock key K owns the parent ROOT/b64(K), where b64 is
@@ -59,12 +59,12 @@ func findToken(children []string, token string) string {
 // value is what a node stores. TTL is the lease plus lock-delay, which the
 // waiter behind the holder enforces.
 type value struct {
-	Token string        `json:"token"`
-	TTLMs int64         `json:"ttl_ms"`
-	Meta  distlock.Meta `json:"meta"`
+	Token string      `json:"token"`
+	TTLMs int64       `json:"ttl_ms"`
+	Meta  driver.Meta `json:"meta"`
 }
 
-func encodeValue(token string, ttl time.Duration, meta distlock.Meta) []byte {
+func encodeValue(token string, ttl time.Duration, meta driver.Meta) []byte {
 	v, _ := json.Marshal(value{Token: token, TTLMs: ttl.Milliseconds(), Meta: meta}) // never fails
 	return v
 }

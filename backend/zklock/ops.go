@@ -11,7 +11,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
 // node returns token's node for key: from the holds of this backend, or by
@@ -29,14 +29,14 @@ func (b *Backend) node(ctx context.Context, key, token string) (string, error) {
 		return c, err
 	})
 	if errors.Is(err, zk.ErrNoNode) {
-		return "", distlock.ErrNotHeld
+		return "", driver.ErrNotHeld
 	}
 	if err != nil {
 		return "", err
 	}
 	name := findToken(children, token)
 	if name == "" {
-		return "", distlock.ErrNotHeld
+		return "", driver.ErrNotHeld
 	}
 	return parent + "/" + name, nil
 }
@@ -82,7 +82,7 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 // notHeld maps a missing node to ErrNotHeld.
 func notHeld(err error) error {
 	if errors.Is(err, zk.ErrNoNode) {
-		return errors.Join(distlock.ErrNotHeld, err)
+		return errors.Join(driver.ErrNotHeld, err)
 	}
 	return err
 }
@@ -107,7 +107,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 		h.end()
 	}
 	if err != nil {
-		return fmt.Errorf("zklock: release %q: %w", key, distlock.ErrNotHeld)
+		return fmt.Errorf("zklock: release %q: %w", key, driver.ErrNotHeld)
 	}
 	b.janitor.mark(path.Dir(node))
 	return nil
@@ -116,29 +116,29 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 // Inspect reports the holder of key: the node with the lowest sequence.
 // Info.TTL is the lease left since the holder's last write, on the server's
 // clock as this host reads it. A free key's last fence is not kept.
-func (b *Backend) Inspect(ctx context.Context, key string) (distlock.Info, error) {
+func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	info, err := b.inspect(ctx, key, b.parent(key))
 	if err != nil {
-		return distlock.Info{}, fmt.Errorf("zklock: inspect %q: %w", key, err)
+		return driver.Info{}, fmt.Errorf("zklock: inspect %q: %w", key, err)
 	}
 	return info, nil
 }
 
-func (b *Backend) inspect(ctx context.Context, key, parent string) (distlock.Info, error) {
+func (b *Backend) inspect(ctx context.Context, key, parent string) (driver.Info, error) {
 	for range 3 { // the holder may go between the listing and the read
 		children, err := call(ctx, func() ([]string, error) {
 			c, _, err := b.conn.Children(parent)
 			return c, err
 		})
 		if errors.Is(err, zk.ErrNoNode) {
-			return distlock.Info{Key: key}, nil
+			return driver.Info{Key: key}, nil
 		}
 		if err != nil {
-			return distlock.Info{}, err
+			return driver.Info{}, err
 		}
 		q := sortQueue(children)
 		if len(q) == 0 {
-			return distlock.Info{Key: key}, nil
+			return driver.Info{Key: key}, nil
 		}
 		holder := parent + "/" + q[0]
 		w, err := call(ctx, func() (watched, error) {
@@ -149,21 +149,21 @@ func (b *Backend) inspect(ctx context.Context, key, parent string) (distlock.Inf
 			continue
 		}
 		if err != nil {
-			return distlock.Info{}, err
+			return driver.Info{}, err
 		}
 		v, err := decodeValue(holder, w.raw)
 		if err != nil {
-			return distlock.Info{}, err
+			return driver.Info{}, err
 		}
 		written := time.UnixMilli(w.stat.Mtime)
 		left := min(max(v.ttl()-time.Since(written), 0), v.ttl())
-		return distlock.Info{Key: key, Held: true, Fence: uint64(w.stat.Czxid), TTL: left, Meta: v.Meta}, nil
+		return driver.Info{Key: key, Held: true, Fence: uint64(w.stat.Czxid), TTL: left, Meta: v.Meta}, nil
 	}
-	return distlock.Info{}, errors.New("the queue kept changing")
+	return driver.Info{}, errors.New("the queue kept changing")
 }
 
 // List returns the holders of the keys that start with prefix, sorted by key.
-func (b *Backend) List(ctx context.Context, prefix string) ([]distlock.Info, error) {
+func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
 	names, err := call(ctx, func() ([]string, error) {
 		c, _, err := b.conn.Children(b.root)
 		return c, err
@@ -171,7 +171,7 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]distlock.Info, err
 	if err != nil {
 		return nil, fmt.Errorf("zklock: list %q: %w", prefix, err)
 	}
-	var out []distlock.Info
+	var out []driver.Info
 	for _, name := range names {
 		key, ok := keyOf(name)
 		if !ok || !strings.HasPrefix(key, prefix) {
@@ -185,6 +185,6 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]distlock.Info, err
 			out = append(out, info)
 		}
 	}
-	slices.SortFunc(out, func(a, b distlock.Info) int { return strings.Compare(a.Key, b.Key) })
+	slices.SortFunc(out, func(a, b driver.Info) int { return strings.Compare(a.Key, b.Key) })
 	return out, nil
 }

@@ -38,6 +38,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
 func init() {
@@ -66,10 +67,10 @@ type Backend struct {
 }
 
 var (
-	_ distlock.Backend = (*Backend)(nil)
-	_ distlock.Waiter  = (*Backend)(nil)
-	_ distlock.Lister  = (*Backend)(nil)
-	_ distlock.Namer   = (*Backend)(nil)
+	_ driver.Backend = (*Backend)(nil)
+	_ driver.Waiter  = (*Backend)(nil)
+	_ driver.Lister  = (*Backend)(nil)
+	_ driver.Namer   = (*Backend)(nil)
 )
 
 // Option configures a Backend.
@@ -138,7 +139,7 @@ func (b *Backend) ensureRoot(ctx context.Context) error {
 }
 
 // open builds a backend for zk://HOST:PORT[,HOST:PORT...]/ROOT.
-func open(ctx context.Context, u *url.URL) (distlock.Backend, error) {
+func open(ctx context.Context, u *url.URL) (driver.Backend, error) {
 	if u.Host == "" {
 		return nil, errors.New("zklock: the URL names no server")
 	}

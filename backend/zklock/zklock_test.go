@@ -13,8 +13,8 @@ import (
 	"github.com/go-zookeeper/zk"
 	"go.uber.org/goleak"
 
-	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/zklock"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/locktest"
 )
@@ -83,7 +83,7 @@ func TestConformance(t *testing.T) {
 	conn := admin(t, srv.Addr())
 	root := uniqueRoot(t)
 	locktest.Run(t, locktest.Harness{
-		NewBackend: func(t testing.TB) distlock.Backend { return dial(t, srv.Addr(), root) },
+		NewBackend: func(t testing.TB) driver.Backend { return dial(t, srv.Addr(), root) },
 		DeleteKey: func(t testing.TB, key string) {
 			q := queue(t, conn, root, key)
 			if len(q) == 0 {

@@ -1,12 +1,20 @@
-package distlock
+// Package driver is what a distlock backend implements, as database/sql/driver
+// is for database/sql. Applications use package distlock; a backend author
+// implements Backend, adds the optional capabilities its store allows (Waiter,
+// Handoff, Notifier, Lister, ForceReleaser, Namer), returns errors that match
+// the sentinels below, and runs the locktest conformance suite.
+//
+// The sentinel errors are the same values as distlock's, so errors.Is matches
+// them on either side.
+package driver
 
 import (
 	"context"
 	"time"
 )
 
-// Backend is the driver interface a store implements. Each method makes a
-// single attempt against the store; the Client owns tokens, validation,
+// Backend is the interface a store implements. Each method makes a single
+// attempt against the store; distlock's Client owns tokens, validation,
 // waiting, the watchdog, reentrancy and the local validity deadline.
 //
 // Methods must be safe for concurrent use, honour ctx, and wrap store errors.
@@ -115,6 +123,17 @@ type Notifier interface {
 type Lister interface {
 	// List returns the held locks whose keys start with prefix.
 	List(ctx context.Context, prefix string) ([]Info, error)
+}
+
+// ForceReleaser is implemented by backends that can free a key whoever
+// holds it, for operators (the CLI's and the service's force release). The
+// holder is not told at once: it learns of the loss at its next renewal, or
+// when its validity deadline passes.
+type ForceReleaser interface {
+	// ForceRelease deletes key whatever token holds it and returns what the
+	// store knew of the hold it ended. If the key was not held it returns an
+	// error matching ErrNotHeld and changes nothing.
+	ForceRelease(ctx context.Context, key string) (Info, error)
 }
 
 // Namer is implemented by backends that report a short name for metrics and

@@ -1,0 +1,26 @@
+package driver
+
+import "errors"
+
+// Sentinel errors. Every error returned by this package and its backends that
+// corresponds to one of these matches it with errors.Is, and names the key.
+var (
+	// ErrNotAcquired means the lock is held by someone else and the wait ended.
+	ErrNotAcquired = errors.New("distlock: not acquired")
+	// ErrLockLost means a held lock ended without Release: its renewal was
+	// refused, the store dropped it, its validity ran out, or MaxHold was reached.
+	ErrLockLost = errors.New("distlock: lock lost")
+	// ErrNotHeld means the token does not hold the key (any more), or the lock
+	// was already released.
+	ErrNotHeld = errors.New("distlock: not held")
+	// ErrInvalidKey means the key is empty, longer than MaxKeyLen bytes, not
+	// UTF-8, or contains control characters.
+	ErrInvalidKey = errors.New("distlock: invalid key")
+	// ErrInvalidOption means an option value is out of range.
+	ErrInvalidOption = errors.New("distlock: invalid option")
+	// ErrDegraded means a policy refused a non-critical lock because the store
+	// is too slow right now.
+	ErrDegraded = errors.New("distlock: degraded")
+	// ErrClosed means the client was closed.
+	ErrClosed = errors.New("distlock: client closed")
+)
