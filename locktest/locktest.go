@@ -46,6 +46,18 @@ type Harness struct {
 	Iterations int
 	// NotifyLatency bounds how soon a waiter gets a released key; 50ms if zero.
 	NotifyLatency time.Duration
+	// StoreAddr is the store's host:port. With NewBackendAt it lets the suite
+	// put a fault proxy in front of the store, to test a dead or cut link.
+	// Empty skips those tests.
+	StoreAddr string
+	// NewBackendAt returns a backend like NewBackend that reaches the store at
+	// addr (host:port) instead of StoreAddr.
+	NewBackendAt func(t testing.TB, addr string) driver.Backend
+	// DeleteWaiters removes the queue entries of every waiter of key (not of
+	// its holder) behind their backs, as a revoked lease or an operator would.
+	// Only backends with a native queue (driver.Waiter) set it; nil skips the
+	// test of a waiter whose entry vanished.
+	DeleteWaiters func(t testing.TB, key string)
 }
 
 // Run runs the conformance suite.
