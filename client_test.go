@@ -99,7 +99,7 @@ func TestAmbiguousAcquireIsReleasedInBackground(t *testing.T) {
 	ctx := context.Background()
 	store := memlock.New()
 	// The store grants the lock but the reply is lost.
-	f := &faulty{Backend: store, acquireAfter: func(driver.Grant, error) (driver.Grant, error) {
+	f := &faulty{Backend: store.Connect(), acquireAfter: func(driver.Grant, error) (driver.Grant, error) {
 		return driver.Grant{}, errTransient
 	}}
 	c := distlock.New(f)
@@ -246,7 +246,7 @@ func TestDoReportsLossDuringWork(t *testing.T) {
 	c := distlock.New(store)
 	defer c.Close()
 	err := c.Do(ctx, "do-lost", func(ctx context.Context, l *distlock.Lock) error {
-		store.ForceDelete("do-lost")
+		_, _ = store.ForceRelease(ctx, "do-lost")
 		<-ctx.Done() // the watchdog notices at its next renewal
 		if !errors.Is(context.Cause(ctx), distlock.ErrLockLost) {
 			t.Errorf("fn context cause = %v, want ErrLockLost", context.Cause(ctx))

@@ -22,6 +22,6 @@ var (
 	// ErrDegraded means a policy refused a non-critical lock because the store
 	// is too slow right now.
 	ErrDegraded = driver.ErrDegraded
-	// ErrClosed means the client was closed.
+	// ErrClosed means the client (or its backend) was closed.
 	ErrClosed = driver.ErrClosed
 )

@@ -21,6 +21,6 @@ var (
 	// ErrDegraded means a policy refused a non-critical lock because the store
 	// is too slow right now.
 	ErrDegraded = errors.New("distlock: degraded")
-	// ErrClosed means the client was closed.
-	ErrClosed = errors.New("distlock: client closed")
+	// ErrClosed means the client or the backend was closed.
+	ErrClosed = errors.New("distlock: closed")
 )

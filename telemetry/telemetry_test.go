@@ -19,8 +19,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestScriptMemlock(t *testing.T) {
 	mem := memlock.New()
 	runScript(t, store{
-		newBackend: func(*testing.T) driver.Backend { return mem },
-		steal:      func(_ *testing.T, _ *distlock.Client, l *distlock.Lock) { mem.ForceDelete(l.Key()) },
+		newBackend: func(*testing.T) driver.Backend { return mem.Connect() },
+		steal:      func(_ *testing.T, _ *distlock.Client, l *distlock.Lock) { _, _ = mem.ForceRelease(context.Background(), l.Key()) },
 	})
 }
 

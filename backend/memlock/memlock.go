@@ -1,12 +1,17 @@
 // Package memlock is an in-process distlock backend: real leases that expire
 // by time, a fencing counter, and channel notification for waiters. It is the
 // reference for distlock's semantics, serves single-process applications, and
-// makes unit tests fast. Locks live in one Backend value: two processes never
-// exclude each other through it.
+// makes unit tests fast. Locks live in the memory of one process: two
+// processes never exclude each other through it.
+//
+// New makes a store and returns a handle on it; Connect returns another handle
+// on the same store, as a second connection to a server would be. Closing a
+// handle leaves the store and its other handles alone; every call on a closed
+// handle returns an error matching driver.ErrClosed.
 //
 // Open registers the scheme "mem": "mem://" builds a fresh store each time,
-// "mem://NAME" returns the process-wide store of that name, so that several
-// clients can share it.
+// "mem://NAME" connects to the process-wide store of that name, so that
+// several clients can share it.
 package memlock
 
 import (
@@ -17,6 +22,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/distlock/distlock"
@@ -32,11 +38,11 @@ func init() {
 		namedMu.Lock()
 		defer namedMu.Unlock()
 		if b, ok := named[name]; ok {
-			return b, nil
+			return b.Connect(), nil
 		}
 		b := New()
 		named[name] = b
-		return b, nil
+		return b.Connect(), nil
 	})
 }
 
@@ -45,8 +51,15 @@ var (
 	named   = make(map[string]*Backend)
 )
 
-// Backend is an in-memory lock store. The zero value is not usable; call New.
+// Backend is a handle on an in-memory lock store. The zero value is not
+// usable; call New.
 type Backend struct {
+	*store
+	closed atomic.Bool
+}
+
+// store is the state that the handles share.
+type store struct {
 	mu       sync.Mutex
 	locks    map[string]*entry
 	fence    uint64 // one counter for all keys: strictly increasing per key too
@@ -67,18 +80,31 @@ var (
 	_ driver.Lister   = (*Backend)(nil)
 	_ driver.Namer    = (*Backend)(nil)
 	_ driver.Handoff  = (*Backend)(nil)
+
+	_ driver.ForceReleaser = (*Backend)(nil)
 )
 
-// New returns an empty store.
+// New returns a handle on a new, empty store.
 func New() *Backend {
-	return &Backend{locks: make(map[string]*entry), watchers: make(map[string]map[chan struct{}]struct{}), sweepAt: 1024}
+	return &Backend{store: &store{locks: make(map[string]*entry), watchers: make(map[string]map[chan struct{}]struct{}), sweepAt: 1024}}
+}
+
+// Connect returns a new handle on b's store.
+func (b *Backend) Connect() *Backend { return &Backend{store: b.store} }
+
+// check returns the error for a call on a closed handle or with a done ctx.
+func (b *Backend) check(ctx context.Context) error {
+	if b.closed.Load() {
+		return fmt.Errorf("memlock: %w", driver.ErrClosed)
+	}
+	return ctx.Err()
 }
 
 // Name returns "mem".
 func (b *Backend) Name() string { return "mem" }
 
 // live returns key's entry if it has not expired, dropping it if it has.
-func (b *Backend) live(key string, now time.Time) *entry {
+func (b *store) live(key string, now time.Time) *entry {
 	e := b.locks[key]
 	if e != nil && !now.Before(e.expires) {
 		delete(b.locks, key)
@@ -89,7 +115,7 @@ func (b *Backend) live(key string, now time.Time) *entry {
 
 // Acquire takes key for req.Token if it is free or its lease has expired.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	if err := ctx.Err(); err != nil {
+	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
 	}
 	now := time.Now()
@@ -110,14 +136,14 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 }
 
 // sweepLocked drops expired entries so that abandoned keys do not pile up.
-func (b *Backend) sweepLocked(now time.Time) {
+func (b *store) sweepLocked(now time.Time) {
 	maps.DeleteFunc(b.locks, func(_ string, e *entry) bool { return !now.Before(e.expires) })
 	b.sweepAt = max(1024, 2*len(b.locks))
 }
 
 // Renew resets key's lease to ttl if token holds it.
 func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := ctx.Err(); err != nil {
+	if err := b.check(ctx); err != nil {
 		return err
 	}
 	now := time.Now()
@@ -133,7 +159,7 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 
 // Release deletes key if token holds it and wakes its waiters.
 func (b *Backend) Release(ctx context.Context, key, token string) error {
-	if err := ctx.Err(); err != nil {
+	if err := b.check(ctx); err != nil {
 		return err
 	}
 	b.mu.Lock()
@@ -149,7 +175,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 
 // Handoff gives key to next.Token, with a new fence, if token holds it.
 func (b *Backend) Handoff(ctx context.Context, key, token string, next driver.AcquireRequest) (driver.Grant, error) {
-	if err := ctx.Err(); err != nil {
+	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
 	}
 	now := time.Now()
@@ -164,17 +190,26 @@ func (b *Backend) Handoff(ctx context.Context, key, token string, next driver.Ac
 	return driver.Grant{Fence: b.fence}, nil
 }
 
-// ForceDelete removes key whoever holds it, as an operator or a failover
-// would. The holder finds out at its next renewal. Meant for tests and
-// administration.
-func (b *Backend) ForceDelete(key string) {
+// ForceRelease removes key whoever holds it, as an operator would, wakes its
+// waiters, and returns what the store knew of the hold. The holder finds out
+// at its next renewal.
+func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
+	if err := b.check(ctx); err != nil {
+		return driver.Info{}, err
+	}
+	now := time.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	e := b.live(key, now)
+	if e == nil {
+		return driver.Info{}, fmt.Errorf("memlock: force release %q: %w", key, driver.ErrNotHeld)
+	}
 	delete(b.locks, key)
 	b.notifyLocked(key)
+	return e.info(key, now), nil
 }
 
-func (b *Backend) notifyLocked(key string) {
+func (b *store) notifyLocked(key string) {
 	for ch := range b.watchers[key] {
 		select {
 		case ch <- struct{}{}:
@@ -185,7 +220,7 @@ func (b *Backend) notifyLocked(key string) {
 
 // Inspect reports key's state.
 func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
-	if err := ctx.Err(); err != nil {
+	if err := b.check(ctx); err != nil {
 		return driver.Info{}, err
 	}
 	now := time.Now()
@@ -206,7 +241,7 @@ func (e *entry) info(key string, now time.Time) driver.Info {
 
 // List returns the held locks whose keys start with prefix, sorted by key.
 func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
-	if err := ctx.Err(); err != nil {
+	if err := b.check(ctx); err != nil {
 		return nil, err
 	}
 	now := time.Now()
@@ -223,7 +258,10 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 }
 
 // Watch returns a channel that fires when key is released.
-func (b *Backend) Watch(_ context.Context, key string) (<-chan struct{}, func(), error) {
+func (b *Backend) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	if err := b.check(ctx); err != nil {
+		return nil, nil, err
+	}
 	ch := make(chan struct{}, 1)
 	b.mu.Lock()
 	if b.watchers[key] == nil {
@@ -242,5 +280,8 @@ func (b *Backend) Watch(_ context.Context, key string) (<-chan struct{}, func(),
 	return ch, stop, nil
 }
 
-// Close does nothing: the store lives as long as the Backend value.
-func (b *Backend) Close() error { return nil }
+// Close closes this handle; the store and its other handles are untouched.
+func (b *Backend) Close() error {
+	b.closed.Store(true)
+	return nil
+}

@@ -1,6 +1,7 @@
 package memlock_test
 
 import (
+	"context"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -15,7 +16,11 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestConformance(t *testing.T) {
 	b := memlock.New()
 	locktest.Run(t, locktest.Harness{
-		NewBackend: func(testing.TB) driver.Backend { return b },
-		DeleteKey:  func(_ testing.TB, key string) { b.ForceDelete(key) },
+		NewBackend: func(testing.TB) driver.Backend { return b.Connect() },
+		DeleteKey: func(t testing.TB, key string) {
+			if _, err := b.ForceRelease(context.Background(), key); err != nil {
+				t.Fatal(err)
+			}
+		},
 	})
 }
