@@ -20,7 +20,9 @@ func TestScriptMemlock(t *testing.T) {
 	mem := memlock.New()
 	runScript(t, store{
 		newBackend: func(*testing.T) driver.Backend { return mem.Connect() },
-		steal:      func(_ *testing.T, _ *distlock.Client, l *distlock.Lock) { _, _ = mem.ForceRelease(context.Background(), l.Key()) },
+		steal: func(_ *testing.T, _ *distlock.Client, l *distlock.Lock) {
+			_, _ = mem.ForceRelease(context.Background(), l.Key())
+		},
 	})
 }
 
