@@ -15,6 +15,11 @@ import (
 // Acquire takes req.Key only if its queue is empty, in one transaction that
 // puts the entry on the condition that no other entry exists.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if err := b.checkOpen("acquire", req.Key); err != nil {
+		return driver.Grant{}, err
+	}
+	ctx, cancel := b.request(ctx)
+	defer cancel()
 	dir, val := b.dir(req.Key), encodeValue(req.Token, req.Meta)
 	var entry string
 	t, resp, err := b.leased(ctx, req.TTL, func(id clientv3.LeaseID) (*clientv3.TxnResponse, error) {
@@ -25,7 +30,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			Commit()
 	})
 	if err != nil {
-		return driver.Grant{}, fmt.Errorf("etcdlock: acquire %q: %w", req.Key, err)
+		return driver.Grant{}, b.fail("acquire", req.Key, err)
 	}
 	if resp.Succeeded {
 		return b.granted(req.Token, entry, val, t, resp.Header.Revision, req.TTL), nil
@@ -52,31 +57,78 @@ func (b *Backend) leased(ctx context.Context, ttl time.Duration, txn func(client
 }
 
 // AcquireWait queues for req.Key and returns once every entry created before
-// its own is gone. While it waits it watches only the entry just before its
-// own and keeps its lease alive; if ctx ends it revokes the lease, which
-// deletes its entry.
+// its own is gone and its own is still there. While it waits it watches only
+// the entry just before its own and keeps its lease alive. If its entry
+// vanishes (the lease expired or was revoked, an operator deleted it), it
+// queues again at the tail with a new lease. If ctx ends it revokes its
+// lease, which deletes its entry, and returns an error matching
+// driver.ErrNotAcquired; if the backend is closed meanwhile, one matching
+// driver.ErrClosed.
 func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	w := &waiter{b: b, key: req.Key, dir: b.dir(req.Key)}
+	if err := b.enterWait(req.Key); err != nil {
+		return driver.Grant{}, err
+	}
+	defer b.waits.Done()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(b.closing, cancel)()
 	val := encodeValue(req.Token, req.Meta)
+	for pause := time.Duration(0); ; pause = min(max(2*pause, 10*time.Millisecond), time.Second) {
+		err := sleep(ctx, pause)
+		if err == nil {
+			w := &waiter{b: b, key: req.Key, dir: b.dir(req.Key)}
+			var g driver.Grant
+			if g, err = w.acquire(ctx, req, val); err == nil {
+				return g, nil
+			}
+			if w.t != nil {
+				w.abandon()
+			}
+		}
+		if !errors.Is(err, errQueueEntryGone) || ctx.Err() != nil {
+			return driver.Grant{}, b.waitFailed(ctx, req.Key, err)
+		}
+	}
+}
+
+// enterWait counts a wait in progress, unless the backend is closed.
+func (b *Backend) enterWait(key string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.checkOpen("lock", key); err != nil {
+		return err
+	}
+	b.waits.Add(1)
+	return nil
+}
+
+// waitFailed is the error of a wait that ended with err.
+func (b *Backend) waitFailed(ctx context.Context, key string, err error) error {
+	switch {
+	case b.closing.Err() != nil:
+		return fmt.Errorf("etcdlock: lock %q: %w", key, driver.ErrClosed)
+	case ctx.Err() != nil:
+		return errors.Join(fmt.Errorf("etcdlock: lock %q: %w", key, driver.ErrNotAcquired), ctx.Err())
+	}
+	return b.fail("lock", key, err)
+}
+
+// acquire queues once and waits until the entry is first. Before granting, it
+// hands the holder (nearly) its full lease, not what is left of it.
+func (w *waiter) acquire(ctx context.Context, req driver.AcquireRequest, val string) (driver.Grant, error) {
+	ttl := req.TTL
 	var err error
-	w.t, w.pos, err = w.enqueue(ctx, val, req.TTL)
+	w.t, w.pos, err = w.enqueue(ctx, val, ttl)
 	if err == nil {
 		err = w.wait(ctx)
 	}
+	if err == nil && time.Until(w.t.expiry()) < ttl-ttl/8 {
+		err = w.keepAlive(ctx) // a failure that leaves the lease valid grants on its last confirmation
+	}
 	if err != nil {
-		if w.t != nil {
-			w.abandon()
-		}
-		if ctx.Err() != nil {
-			return driver.Grant{}, errors.Join(fmt.Errorf("etcdlock: lock %q: %w", req.Key, driver.ErrNotAcquired), ctx.Err())
-		}
-		return driver.Grant{}, fmt.Errorf("etcdlock: lock %q: %w", req.Key, err)
+		return driver.Grant{}, err
 	}
-	if time.Until(w.t.expiry()) < req.TTL-req.TTL/8 {
-		// Hand the holder (nearly) its full lease, not what is left of it.
-		_ = b.leases.keepAlive(ctx, w.t)
-	}
-	return b.granted(req.Token, w.entry, val, w.t, w.myRev, req.TTL), nil
+	return w.b.granted(req.Token, w.entry, val, w.t, w.myRev, ttl), nil
 }
 
 // holding is an acquisition this backend made and has not released.
@@ -118,7 +170,7 @@ func (b *Backend) granted(token, entry, value string, t *ticket, rev int64, ttl 
 	g := driver.Grant{Fence: uint64(rev), Lost: h.lost, Sent: t.sent(ttl)}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed {
+	if b.closed.Load() {
 		cancel()
 		h.lose()
 		return g

@@ -1,9 +1,8 @@
 // Package etcdlock is a distlock backend on etcd: each acquisition is a key
 // on its own lease, waiters queue fairly in create-revision order and each
-// watches only the entry just before it (and, as a hint that saves a read at
-// handoff, the one before that), and the fence is the create revision of the
-// holder's key, which increases across the whole cluster and survives
-// restarts and leader changes.
+// watches only the entry just before it, and the fence is the create
+// revision of the holder's key, which increases across the whole cluster and
+// survives restarts and leader changes.
 //
 // A lock's lease has the lock's TTL (lease plus lock-delay), so expiry and
 // lock-delay behave as on every other backend; the client's watchdog renews
@@ -12,8 +11,29 @@
 // least that long, never shorter than asked, while the holder's local
 // validity stays the lease it asked for.
 //
-// Open registers the scheme "etcd": etcd://HOST:PORT[,HOST:PORT...]/PREFIX,
-// with PREFIX "distlock" by default.
+// A waiter whose queue entry vanishes while it waits (its lease expired
+// during a pause or was revoked, or an operator deleted the key) queues again
+// at the tail with a new lease and keeps waiting while its context allows; it
+// checks that its own entry still exists before it takes the lock.
+//
+// Open registers the scheme "etcd":
+//
+//	etcd://HOST:PORT[,HOST:PORT...]/PREFIX?dial_timeout=5s&request_timeout=5s
+//
+// PREFIX is "distlock" by default. dial_timeout bounds the first contact
+// (default DefaultDialTimeout): Open fails then, naming the connection's own
+// error, such as a refused connection. request_timeout bounds each call to
+// the store (default DefaultRequestTimeout; see WithRequestTimeout).
+//
+// What stays in etcd: a released lock leaves no key behind (its entry is
+// deleted, and an emptied queue has no other key). Leases freed by a release
+// are kept for reuse, at most 256 per backend, and expire by themselves after
+// their TTL; Close revokes them. Locking many distinct names therefore grows
+// nothing that outlives the locks, apart from etcd's own history of deleted
+// keys, which its compaction removes.
+//
+// Every call after Close, or after the etcd client passed to New was closed,
+// returns an error matching driver.ErrClosed.
 package etcdlock
 
 import (
@@ -23,10 +43,14 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
@@ -36,52 +60,69 @@ func init() {
 	distlock.Register("etcd", open)
 }
 
-// DefaultPrefix is the namespace of lock keys when none is given.
-const DefaultPrefix = "distlock"
-
-// Backend is a distlock backend on an etcd cluster. Create it with New or
-// distlock.Open("etcd://...").
+// Backend is a distlock backend on an etcd cluster. Create it with New, Dial
+// or distlock.Open("etcd://...").
 type Backend struct {
-	cli       *clientv3.Client
-	ownClient bool
-	prefix    string // namespace, ending in '/'
-	leases    *leasePool
+	cli            *clientv3.Client
+	ownClient      bool
+	prefix         string // namespace, ending in '/'
+	requestTimeout time.Duration
+	leases         *leasePool
 
-	mu     sync.Mutex
-	held   map[string]*holding // by token: acquisitions this backend made
-	closed bool
-	bg     sync.WaitGroup // loss watchers
+	closed  atomic.Bool
+	closing context.Context // done once Close starts: ends the waits
+	stop    context.CancelFunc
+	waits   sync.WaitGroup // AcquireWait calls in progress
+
+	mu   sync.Mutex
+	held map[string]*holding // by token: acquisitions this backend made
+	bg   sync.WaitGroup      // loss watchers
 }
 
 var (
-	_ driver.Backend = (*Backend)(nil)
-	_ driver.Waiter  = (*Backend)(nil)
-	_ driver.Lister  = (*Backend)(nil)
-	_ driver.Namer   = (*Backend)(nil)
+	_ driver.Backend       = (*Backend)(nil)
+	_ driver.Waiter        = (*Backend)(nil)
+	_ driver.Lister        = (*Backend)(nil)
+	_ driver.ForceReleaser = (*Backend)(nil)
+	_ driver.Namer         = (*Backend)(nil)
 )
 
-// Option configures a Backend.
-type Option func(*Backend)
-
-// WithPrefix sets the namespace under which lock keys live. The default is
-// DefaultPrefix.
-func WithPrefix(prefix string) Option {
-	return func(b *Backend) { b.prefix = strings.Trim(prefix, "/") + "/" }
+// New returns a backend over cli, which the caller keeps: Close does not
+// close it. New makes no request; a nil cli or an invalid option is an error
+// matching driver.ErrInvalidOption.
+func New(cli *clientv3.Client, opts ...Option) (*Backend, error) {
+	if cli == nil {
+		return nil, fmt.Errorf("etcdlock: nil client: %w", driver.ErrInvalidOption)
+	}
+	c, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	return newBackend(cli, c), nil
 }
 
-// New returns a backend over cli. Close does not close cli.
-func New(cli *clientv3.Client, opts ...Option) *Backend {
-	b := &Backend{cli: cli, prefix: DefaultPrefix + "/", held: make(map[string]*holding)}
-	for _, o := range opts {
-		o(b)
-	}
+func newBackend(cli *clientv3.Client, c config) *Backend {
+	b := &Backend{cli: cli, prefix: c.prefix, requestTimeout: c.requestTimeout, held: make(map[string]*holding)}
+	b.closing, b.stop = context.WithCancel(context.Background())
 	b.leases = newLeasePool(cli)
 	return b
 }
 
 // Dial connects to etcd with cfg and returns a backend that closes the
-// connection on Close. A nil cfg.Logger is replaced by a silent one.
-func Dial(cfg clientv3.Config, opts ...Option) (*Backend, error) {
+// connection on Close. A nil cfg.Logger is replaced by a silent one and a
+// zero cfg.DialTimeout by DefaultDialTimeout. Dial waits, within ctx and the
+// dial timeout, until a member answers, and otherwise fails naming the
+// connection's error (a refused connection, say).
+func Dial(ctx context.Context, cfg clientv3.Config, opts ...Option) (*Backend, error) {
+	c, err := newConfig(opts)
+	switch {
+	case err != nil:
+		return nil, err
+	case cfg.DialTimeout < 0:
+		return nil, fmt.Errorf("etcdlock: dial timeout %v: %w: must not be negative", cfg.DialTimeout, driver.ErrInvalidOption)
+	case cfg.DialTimeout == 0:
+		cfg.DialTimeout = DefaultDialTimeout
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
@@ -89,44 +130,71 @@ func Dial(cfg clientv3.Config, opts ...Option) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: connect %v: %w", cfg.Endpoints, err)
 	}
-	b := New(cli, opts...)
+	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	defer cancel()
+	if err := probe(pctx, cli); err != nil {
+		_ = cli.Close()
+		return nil, fmt.Errorf("etcdlock: connect %v: %w", cfg.Endpoints, err)
+	}
+	b := newBackend(cli, c)
 	b.ownClient = true
 	return b, nil
 }
 
-// open builds a backend for etcd://HOST:PORT[,HOST:PORT...]/PREFIX.
-func open(_ context.Context, u *url.URL) (driver.Backend, error) {
+// probe asks a member for its status with a request that fails as soon as
+// no member can be reached, with the connection's own error, rather than
+// waiting for one as the client's requests do.
+func probe(ctx context.Context, cli *clientv3.Client) error {
+	_, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Status(ctx, &pb.StatusRequest{}, grpc.WaitForReady(false))
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("%w (connection %s)", err, cli.ActiveConnection().GetState())
+	}
+	return err
+}
+
+// open builds a backend for etcd://HOST:PORT[,HOST:PORT...]/PREFIX?params.
+func open(ctx context.Context, u *url.URL) (driver.Backend, error) {
 	if u.Host == "" {
-		return nil, errors.New("etcdlock: the URL names no endpoint")
+		return nil, fmt.Errorf("etcdlock: the URL %q names no endpoint: %w", u.Redacted(), driver.ErrInvalidOption)
 	}
 	var eps []string
 	for _, h := range strings.Split(u.Host, ",") {
 		eps = append(eps, "http://"+h)
 	}
-	var opts []Option
+	dial, opts, err := urlOptions(u.Query())
+	if err != nil {
+		return nil, err
+	}
 	if p := strings.Trim(u.Path, "/"); p != "" {
 		opts = append(opts, WithPrefix(p))
 	}
-	return Dial(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second}, opts...)
+	return Dial(ctx, clientv3.Config{Endpoints: eps, DialTimeout: dial}, opts...)
 }
 
 // Name returns "etcd".
 func (b *Backend) Name() string { return "etcd" }
 
-// Close stops watching the locks this backend holds (they stay in the store
-// until released or expired), revokes its spare leases, and closes the etcd
-// client if Open created it.
+// Close ends the waits in progress (each returns an error matching
+// driver.ErrClosed once it has deleted its queue entry), stops watching the
+// locks this backend holds (they stay in the store until released or
+// expired), revokes its spare leases, and closes the etcd client if Dial or
+// Open created it. Closing twice is harmless.
 func (b *Backend) Close() error {
 	b.mu.Lock()
-	b.closed = true
+	if b.closed.Swap(true) {
+		b.mu.Unlock()
+		return nil
+	}
 	held := b.held
 	b.held = make(map[string]*holding)
 	b.mu.Unlock()
+	b.stop()
+	b.waits.Wait()
 	for _, h := range held {
 		h.stop(b)
 	}
 	b.bg.Wait()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), b.requestTimeout)
 	defer cancel()
 	b.leases.close(ctx)
 	if b.ownClient {
@@ -134,3 +202,39 @@ func (b *Backend) Close() error {
 	}
 	return nil
 }
+
+// request bounds one call to the store by the request timeout.
+func (b *Backend) request(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, b.requestTimeout)
+}
+
+// checkOpen returns an error matching driver.ErrClosed, naming op and key,
+// once the backend or its etcd client is closed.
+func (b *Backend) checkOpen(op, key string) error {
+	if b.closed.Load() || b.cli.Ctx().Err() != nil {
+		return fmt.Errorf("etcdlock: %s %q: %w", op, key, driver.ErrClosed)
+	}
+	return nil
+}
+
+// fail wraps err from a call about key, naming op and the key, and the cause
+// where the store's error hides it: driver.ErrClosed once the backend or its
+// client was closed, and the connection's own error when a request timed out
+// while no member could be reached.
+func (b *Backend) fail(op, key string, err error) error {
+	switch {
+	case errors.Is(err, driver.ErrNotHeld), errors.Is(err, driver.ErrNotAcquired), errors.Is(err, driver.ErrClosed):
+	case b.closed.Load() || b.cli.Ctx().Err() != nil:
+		err = fmt.Errorf("%w: %w", driver.ErrClosed, err)
+	case errors.Is(err, context.DeadlineExceeded) && b.cli.ActiveConnection().GetState() != connectivity.Ready:
+		ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+		defer cancel()
+		if perr := probe(ctx, b.cli); perr != nil {
+			err = fmt.Errorf("%w: etcd unreachable: %w", err, perr)
+		}
+	}
+	return fmt.Errorf("etcdlock: %s %q: %w", op, key, err)
+}
+
+// probeTimeout bounds the look at the connection after a timed-out request.
+const probeTimeout = 500 * time.Millisecond

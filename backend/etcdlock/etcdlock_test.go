@@ -3,6 +3,7 @@ package etcdlock_test
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -37,9 +38,11 @@ func uniquePrefix(t testing.TB) string {
 	return fmt.Sprintf("test-%s-%d-%d", strings.ReplaceAll(t.Name(), "/", "."), time.Now().UnixNano(), seq.Add(1))
 }
 
-func dial(t testing.TB, eps []string, prefix string) *etcdlock.Backend {
+func dial(t testing.TB, eps []string, prefix string, opts ...etcdlock.Option) *etcdlock.Backend {
 	t.Helper()
-	b, err := etcdlock.Dial(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second}, etcdlock.WithPrefix(prefix))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := etcdlock.Dial(ctx, clientv3.Config{Endpoints: eps}, append([]etcdlock.Option{etcdlock.WithPrefix(prefix)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,21 +77,45 @@ func entries(t testing.TB, cli *clientv3.Client, prefix, key string) []string {
 	return out
 }
 
+// deleteEntries deletes the given queue entries.
+func deleteEntries(t testing.TB, cli *clientv3.Client, q []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, e := range q {
+		if _, err := cli.Delete(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestConformance(t *testing.T) {
 	for _, srv := range servers {
 		t.Run(srv.name, func(t *testing.T) {
 			eps := srv.start(t)
 			cli := admin(t, eps)
 			prefix := uniquePrefix(t)
+			u, err := url.Parse(eps[0])
+			if err != nil {
+				t.Fatal(err)
+			}
 			locktest.Run(t, locktest.Harness{
 				NewBackend: func(t testing.TB) driver.Backend { return dial(t, eps, prefix) },
+				StoreAddr:  u.Host,
+				// Short request timeouts, so that a cut link fails calls soon.
+				NewBackendAt: func(t testing.TB, addr string) driver.Backend {
+					return dial(t, []string{"http://" + addr}, prefix, etcdlock.WithRequestTimeout(time.Second))
+				},
 				DeleteKey: func(t testing.TB, key string) {
 					q := entries(t, cli, prefix, key)
 					if len(q) == 0 {
 						t.Fatalf("no entry for %q to delete", key)
 					}
-					if _, err := cli.Delete(context.Background(), q[0]); err != nil {
-						t.Fatal(err)
+					deleteEntries(t, cli, q[:1])
+				},
+				DeleteWaiters: func(t testing.TB, key string) {
+					if q := entries(t, cli, prefix, key); len(q) > 1 {
+						deleteEntries(t, cli, q[1:]) // all but the holder, the lowest create revision
 					}
 				},
 				Iterations: 50,

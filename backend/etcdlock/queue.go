@@ -23,10 +23,8 @@ type waiter struct {
 
 // position is what the waiter knew of the queue ahead of it at revision rev.
 type position struct {
-	pred        string // the entry just before ours; "" when ours is first
-	predIsFirst bool   // pred was the holder: once it goes, ours is first
-	ahead       string // the entry before pred, if any: once it goes, pred may be first
-	rev         int64
+	pred string // the entry just before ours; "" when ours is first
+	rev  int64
 }
 
 // enqueue puts the entry at the tail of the queue in one transaction whose
@@ -35,10 +33,12 @@ type position struct {
 // queue ahead, afterwards, from the member's own state at the entry's
 // revision.
 func (w *waiter) enqueue(ctx context.Context, val string, ttl time.Duration) (*ticket, position, error) {
-	t, resp, err := w.b.leased(ctx, ttl, func(id clientv3.LeaseID) (*clientv3.TxnResponse, error) {
+	rctx, cancel := w.b.request(ctx)
+	defer cancel()
+	t, resp, err := w.b.leased(rctx, ttl, func(id clientv3.LeaseID) (*clientv3.TxnResponse, error) {
 		w.entry = w.b.entryKey(w.key, id)
 		put := clientv3.OpPut(w.entry, val, clientv3.WithLease(id))
-		return w.b.cli.Txn(ctx).
+		return w.b.cli.Txn(rctx).
 			If(clientv3.Compare(clientv3.CreateRevision(w.dir), "=", 0).WithPrefix()).
 			Then(put).
 			Else(put).
@@ -56,8 +56,8 @@ func (w *waiter) enqueue(ctx context.Context, val string, ttl time.Duration) (*t
 	return t, pos, err
 }
 
-// locate reads the queue ahead of the entry and checks that the entry is
-// still there. Given a revision at or after the entry's own, it first tries
+// locate reads the entry just ahead of the waiter's own and checks that its
+// own is still there. Given a revision at or after the entry's own, it first tries
 // a serializable read at that revision, which a member that has applied it
 // answers from its own state: the queue ahead can only shrink, so what was
 // ahead at rev is an upper bound. Otherwise it reads linearizably.
@@ -66,10 +66,11 @@ func (w *waiter) locate(ctx context.Context, rev int64) (position, error) {
 	if rev >= w.myRev { // before myRev, a member would not know our own entry yet
 		read = []clientv3.OpOption{clientv3.WithRev(rev), clientv3.WithSerializable()}
 	}
-	resp, err := w.b.cli.Txn(ctx).Then(
-		clientv3.OpGet(w.dir, append(read, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(2),
+	rctx, cancel := w.b.request(ctx)
+	defer cancel()
+	resp, err := w.b.cli.Txn(rctx).Then(
+		clientv3.OpGet(w.dir, append(read, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1),
 			clientv3.WithMaxCreateRev(w.myRev-1), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend))...),
-		clientv3.OpGet(w.dir, append(read, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)...),
 		clientv3.OpGet(w.entry, append(read, clientv3.WithKeysOnly())...),
 	).Commit()
 	if err != nil {
@@ -78,7 +79,7 @@ func (w *waiter) locate(ctx context.Context, rev int64) (position, error) {
 		}
 		return position{}, err
 	}
-	switch own := resp.Responses[2].GetResponseRange().Kvs; {
+	switch own := resp.Responses[1].GetResponseRange().Kvs; {
 	case len(own) == 0:
 		return position{}, errQueueEntryGone
 	case own[0].CreateRevision != w.myRev:
@@ -88,25 +89,14 @@ func (w *waiter) locate(ctx context.Context, rev int64) (position, error) {
 	if read != nil {
 		pos.rev = rev // the header tells the member's revision, not the one read at
 	}
-	pos.place(resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
+	if before := resp.Responses[0].GetResponseRange().Kvs; len(before) > 0 {
+		pos.pred = string(before[0].Key)
+	}
 	return pos, nil
 }
 
-// place fills the position from the (up to two) entries just before ours,
-// nearest first, and the holder.
-func (p *position) place(before, first []*mvccpb.KeyValue) {
-	if len(before) == 0 {
-		return
-	}
-	p.pred = string(before[0].Key)
-	p.predIsFirst = len(first) == 1 && string(first[0].Key) == p.pred
-	if len(before) > 1 && !p.predIsFirst {
-		p.ahead = string(before[1].Key)
-	}
-}
-
 var (
-	errQueueEntryGone = errors.New("queue entry gone: its lease expired")
+	errQueueEntryGone = errors.New("queue entry gone")
 	errEntryReused    = errors.New("the lease's entry was already queued")
 )
 
@@ -137,7 +127,10 @@ func (w *waiter) wait(ctx context.Context) error {
 }
 
 // next watches the predecessor until it is deleted and returns the new
-// position, keeping the lease alive meanwhile.
+// position, keeping the lease alive meanwhile. Even when the predecessor was
+// the holder, the new position comes from a read that also checks that the
+// waiter's own entry is still there: a waiter must not take a lock on an
+// entry that vanished, since the waiter behind it may already have.
 func (w *waiter) next(ctx context.Context, keep *time.Timer) (position, error) {
 	wctx, cancel := context.WithCancel(waitWatchContext(ctx))
 	defer cancel()
@@ -146,8 +139,6 @@ func (w *waiter) next(ctx context.Context, keep *time.Timer) (position, error) {
 	// every 100ms. So watch from now, and close the gap since pos.rev with
 	// one read at the watch's start revision if the store moved meanwhile.
 	wch := w.b.cli.Watch(wctx, w.pos.pred, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
-	ahead := w.watchAhead(ctx)
-	defer func() { ahead.stop() }()
 	for {
 		select {
 		case <-ctx.Done():
@@ -172,40 +163,17 @@ func (w *waiter) next(ctx context.Context, keep *time.Timer) (position, error) {
 				if err != nil || pos.pred != w.pos.pred {
 					return pos, err
 				}
-				w.pos = pos // still waiting on pred; it may have become the holder
-				ahead = ahead.follow(ctx, w)
+				w.pos = pos // still waiting on pred
 			}
-			for _, ev := range wr.Events {
-				if ev.Type != mvccpb.DELETE || ev.Kv.ModRevision <= w.pos.rev {
-					continue // a member behind pos.rev replays an older entry of the same name
-				}
-				if w.pos.predIsFirst {
-					return position{}, nil // nothing was ahead of pred, and nothing can be created ahead of us
-				}
-				return w.relocate(ctx, ev.Kv.ModRevision)
+			if rev := deleted(wr, w.pos.rev); rev != 0 {
+				return w.relocate(ctx, rev)
 			}
-		case wr, ok := <-ahead.ch:
-			rev := deleted(wr, w.pos.rev)
-			if !ok || wr.Err() != nil {
-				ahead.ch = nil // a hint only: pred's own watch decides
-			}
-			if rev == 0 {
-				continue
-			}
-			// The entry ahead of pred went, most likely as the holder: look now,
-			// while pred is being granted, so that pred's own release finds us
-			// knowing we are next, with no read left on the handoff's path.
-			pos, err := w.relocate(ctx, rev)
-			if err != nil || pos.pred != w.pos.pred {
-				return pos, err
-			}
-			w.pos = pos
-			ahead = ahead.follow(ctx, w)
 		}
 	}
 }
 
-// deleted returns the revision of the first delete in wr after rev, or 0.
+// deleted returns the revision of the first delete in wr after rev, or 0; a
+// member behind rev replays older entries of the same name.
 func deleted(wr clientv3.WatchResponse, rev int64) int64 {
 	for _, ev := range wr.Events {
 		if ev.Type == mvccpb.DELETE && ev.Kv.ModRevision > rev {
@@ -215,38 +183,11 @@ func deleted(wr clientv3.WatchResponse, rev int64) int64 {
 	return 0
 }
 
-// aheadWatch watches the entry before the predecessor. It is only a hint:
-// it starts from the current revision without closing the gap, so a delete
-// it misses only leaves the read for after the predecessor's own delete.
-type aheadWatch struct {
-	key    string
-	ch     clientv3.WatchChan // nil when there is nothing to watch
-	cancel context.CancelFunc
-}
-
-func (w *waiter) watchAhead(ctx context.Context) aheadWatch {
-	if w.pos.ahead == "" || w.pos.predIsFirst {
-		return aheadWatch{cancel: func() {}}
-	}
-	actx, cancel := context.WithCancel(waitWatchContext(ctx))
-	return aheadWatch{key: w.pos.ahead, ch: w.b.cli.Watch(actx, w.pos.ahead, clientv3.WithFilterPut()), cancel: cancel}
-}
-
-// follow moves the watch to the waiter's current entry ahead of pred.
-func (a aheadWatch) follow(ctx context.Context, w *waiter) aheadWatch {
-	if a.key == w.pos.ahead && !w.pos.predIsFirst {
-		return a
-	}
-	a.stop()
-	return w.watchAhead(ctx)
-}
-
-func (a aheadWatch) stop() { a.cancel() }
-
 // keepAlive renews the waiter's lease; failures are retried on the next
-// tick while the lease lasts.
+// tick while the lease lasts. A lease that is gone, or may be, is an error
+// matching errQueueEntryGone.
 func (w *waiter) keepAlive(ctx context.Context) error {
-	kctx, cancel := context.WithTimeout(ctx, time.Duration(w.t.ttl)*time.Second/3)
+	kctx, cancel := context.WithTimeout(ctx, min(w.b.requestTimeout, time.Duration(w.t.ttl)*time.Second/3))
 	defer cancel()
 	err := w.b.leases.keepAlive(kctx, w.t)
 	switch {
@@ -254,9 +195,11 @@ func (w *waiter) keepAlive(ctx context.Context) error {
 		w.keepAliveRetries = 0
 		return nil
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		return fmt.Errorf("queue entry gone: %w", err)
+		return fmt.Errorf("%w: %w", errQueueEntryGone, err)
 	case w.expired():
-		return fmt.Errorf("lease unconfirmed past its TTL: %w", err)
+		return fmt.Errorf("%w: lease unconfirmed past its TTL: %w", errQueueEntryGone, err)
+	case ctx.Err() != nil:
+		return ctx.Err()
 	}
 	w.keepAliveRetries++
 	return nil
@@ -277,7 +220,7 @@ func (w *waiter) expired() bool {
 // abandon revokes the waiter's lease, which deletes its entry, with a
 // context of its own since the caller's has usually ended.
 func (w *waiter) abandon() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := w.b.request(context.Background())
 	defer cancel()
 	_, _ = w.b.cli.Revoke(ctx, w.t.id)
 }
