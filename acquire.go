@@ -1,6 +1,7 @@
 package distlock
 
 import (
+	"cmp"
 	"context"
 	crand "crypto/rand"
 	"crypto/sha256"
@@ -13,15 +14,19 @@ import (
 	"github.com/distlock/distlock/driver"
 )
 
-// acquire resolves options, applies the policy, validates, and takes the lock.
-func (c *Client) acquire(ctx context.Context, key string, wait time.Duration, opts []Option) (*Lock, error) {
-	r := Request{Key: key, Wait: wait, Lease: DefaultLease, Watchdog: true, Meta: Meta{Owner: OwnerFromContext(ctx)}}
+// acquire resolves options, applies the policy, validates, and takes the
+// lock; once makes a single attempt whatever the options say.
+func (c *Client) acquire(ctx context.Context, key string, once bool, opts []Option) (*Lock, error) {
+	r := Request{Key: key, Wait: WaitUntilContextDone, Lease: DefaultLease, Watchdog: true, Meta: Meta{Owner: OwnerFromContext(ctx)}}
 	for _, o := range opts {
 		o(&r)
 	}
+	if once {
+		r.Wait = 0
+	}
 	if c.policy != nil {
 		if err := c.policy.Apply(ctx, &r); err != nil {
-			err = fmt.Errorf("distlock: lock %q: %w", key, err)
+			err = keyErr("lock", key, err)
 			if c.observer != nil { // a refused acquisition still starts and ends once
 				obsCtx := c.observer.AcquireStarted(ctx, c.event(&r, Event{Kind: EventAcquireStart}))
 				c.observe(obsCtx, &r, Event{Kind: EventNotAcquired, Err: err})
@@ -30,11 +35,12 @@ func (c *Client) acquire(ctx context.Context, key string, wait time.Duration, op
 		}
 	}
 	if err := r.validate(c.maxLease); err != nil {
-		return nil, err
+		return nil, keyErr("lock", key, err)
 	}
-	if c.isClosed() {
-		return nil, fmt.Errorf("distlock: lock %q: %w", key, ErrClosed)
+	if !c.enterAcquire() {
+		return nil, keyErr("lock", key, ErrClosed)
 	}
+	defer c.inflight.Done()
 	if r.Reentrant {
 		if l := c.reenter(&r); l != nil {
 			return l, nil
@@ -61,14 +67,13 @@ func (c *Client) acquire(ctx context.Context, key string, wait time.Duration, op
 		kind := EventNotAcquired
 		if !errors.Is(err, ErrNotAcquired) {
 			kind = EventAcquireFailed
-			if !errors.Is(err, ErrClosed) {
-				err = fmt.Errorf("distlock: lock %q: %w", key, err)
-			}
 		}
+		err = keyErr("lock", key, err)
 		c.observe(obsCtx, &r, Event{Kind: kind, Wait: waited, Err: err})
 		return nil, err
 	}
 	c.observe(obsCtx, &r, Event{Kind: EventAcquired, Fence: g.Fence, Wait: waited, TokenID: h.tokenID})
+	h.arm(g.Lost)
 	return &Lock{h: h}, nil
 }
 
@@ -93,22 +98,36 @@ func (c *Client) attempt(ctx context.Context, r *Request, req *driver.AcquireReq
 	return g, sent, nil
 }
 
-// releaseAbandoned releases a token whose acquisition result is unknown.
+// releaseAbandoned releases, in the background, a token whose acquisition
+// result is unknown. Close gives such cleanups what is left of its budget.
 func (c *Client) releaseAbandoned(r *Request, token string) {
 	c.goBackground(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		ctx, cancel := context.WithTimeout(c.bgCtx, ReleaseBudget)
 		defer cancel()
 		_ = c.releaseByToken(ctx, r, token)
 	})
 }
 
-// releaseByToken releases key for token, retrying failures whose reply never
-// came until ctx ends. It never releases by bare key.
+// A release by token (Release, and the cleanups the client does on its own)
+// retries a failure whose reply never came, but at most ReleaseAttempts times
+// within ReleaseBudget, and not at all after a permanent error (a closed
+// backend). Past that the key stays in the store until its lease runs out.
+const (
+	ReleaseAttempts = 4
+	ReleaseBudget   = 5 * time.Second
+)
+
+// releaseByToken releases key for token, retrying failures within the bounds
+// above and ctx. It never releases by bare key.
 func (c *Client) releaseByToken(ctx context.Context, r *Request, token string) error {
-	bo := backoff{min: 5 * time.Millisecond, max: 200 * time.Millisecond}
-	for {
-		var start time.Time
-		if c.observer != nil {
+	var (
+		bo     = backoff{min: 5 * time.Millisecond, max: 200 * time.Millisecond}
+		first  time.Time
+		cancel context.CancelFunc
+	)
+	for attempt := 1; ; attempt++ {
+		var start time.Time // read the clock only for an observer or a retry
+		if c.observer != nil || attempt > 1 {
 			start = time.Now()
 		}
 		err := c.backend.Release(ctx, r.Key, token)
@@ -116,14 +135,28 @@ func (c *Client) releaseByToken(ctx context.Context, r *Request, token string) e
 		if err == nil || errors.Is(err, ErrNotHeld) {
 			return err
 		}
+		if attempt == 1 { // the first failure starts the budget; success costs no timer
+			first = cmp.Or(start, time.Now())
+			ctx, cancel = context.WithDeadline(ctx, first.Add(ReleaseBudget))
+			defer cancel()
+		}
+		if permanent(err) || attempt == ReleaseAttempts || ctx.Err() != nil {
+			return fmt.Errorf("%w (gave up after %d attempts over %v; the store frees the key when its lease runs out)",
+				err, attempt, time.Since(first).Round(time.Millisecond))
+		}
 		t := time.NewTimer(bo.next())
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return errors.Join(err, ctx.Err())
 		case <-t.C:
 		}
 	}
+}
+
+// permanent reports whether a store error will not go away by retrying.
+func permanent(err error) bool {
+	return errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidKey) || errors.Is(err, ErrInvalidOption) ||
+		errors.Is(err, errors.ErrUnsupported) || errors.Is(err, context.Canceled)
 }
 
 // reenter returns a new handle on a lock the owner already holds, or nil.
@@ -136,8 +169,6 @@ func (c *Client) reenter(r *Request) *Lock {
 	}
 	return &Lock{h: h}
 }
-
-func (c *Client) isClosed() bool { return c.closing.Load() }
 
 // event fills the request's labels into e.
 func (c *Client) event(r *Request, e Event) Event {
@@ -171,11 +202,14 @@ type backoff struct {
 	n        int
 }
 
+// next returns the next delay, between min/2 and the current ceiling. It is
+// defined for every min and max, even a max under min.
 func (b *backoff) next() time.Duration {
 	ceil := b.min << min(b.n, 16)
 	if ceil > b.max || ceil <= 0 {
 		ceil = b.max
 	}
+	ceil = max(ceil, b.min, 0)
 	b.n++
 	return b.min/2 + rand.N(ceil-b.min/2+1)
 }

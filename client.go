@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/distlock/distlock/driver"
@@ -22,14 +21,20 @@ type Client struct {
 	observer    Observer
 	policy      Policy
 
+	closeCtx  context.Context    // done once Close begins: ends every wait
+	closeNow  context.CancelFunc // of closeCtx
+	bgCtx     context.Context    // of background cleanups; cancelled when Close gives up on them
+	bgCancel  context.CancelFunc // of bgCtx
+	inflight  sync.WaitGroup     // acquisitions under way, which Close waits for
+	bg        sync.WaitGroup     // background work: cleanups, ticks, loss callbacks
+	lines     lines              // this client's waiters per key, in arrival order
+	sched     schedule           // runs the holds' renewals and deadlines
+
 	mu        sync.Mutex
-	closed    bool        // under mu; authoritative
-	closing   atomic.Bool // set with closed, read without the lock
+	closed    bool // no new acquisitions
+	bgClosed  bool // no new background work: Close is waiting for it
 	holds     map[*hold]struct{}
 	reentrant map[ownedKey]*hold
-	bg        sync.WaitGroup // background cleanups
-	lines     lines          // this client's waiters per key, in arrival order
-	sched     schedule       // runs the holds' renewals and deadlines
 }
 
 type ownedKey struct{ key, owner string }
@@ -45,6 +50,8 @@ func New(backend driver.Backend, opts ...ClientOption) *Client {
 		holds:     make(map[*hold]struct{}),
 		reentrant: make(map[ownedKey]*hold),
 	}
+	c.closeCtx, c.closeNow = context.WithCancel(context.Background())
+	c.bgCtx, c.bgCancel = context.WithCancel(context.Background())
 	if n, ok := backend.(driver.Namer); ok {
 		c.backendName = n.Name()
 	} else {
@@ -76,14 +83,16 @@ func OwnerFromContext(ctx context.Context) string {
 // Lock acquires key, waiting while it is held: up to WithWait if given, else
 // until ctx ends. It returns an error matching ErrNotAcquired (joined with
 // ctx.Err() when the context ended the wait) if the key stayed held.
+//
+// Close ends a wait at once with an error matching ErrClosed.
 func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lock, error) {
-	return c.acquire(ctx, key, WaitUntilContextDone, opts)
+	return c.acquire(ctx, key, false, opts)
 }
 
 // TryLock makes one attempt to acquire key and returns an error matching
 // ErrNotAcquired at once if it is held. A WithWait option is ignored.
 func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Lock, error) {
-	return c.acquire(ctx, key, 0, append(opts, WithWait(0)))
+	return c.acquire(ctx, key, true, opts)
 }
 
 // Do acquires key like Lock, runs fn with a context that is cancelled if the
@@ -109,7 +118,7 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 // Inspect reports the state of key in the store.
 func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	if err := ValidateKey(key); err != nil {
-		return Info{}, fmt.Errorf("distlock: inspect: %w", err)
+		return Info{}, keyErr("inspect", key, err)
 	}
 	var info Info
 	err := c.call(ctx, nil, "inspect", func() (err error) {
@@ -117,7 +126,44 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 		return err
 	})
 	if err != nil {
-		return Info{}, fmt.Errorf("distlock: inspect %q: %w", key, err)
+		return Info{}, keyErr("inspect", key, err)
+	}
+	return info, nil
+}
+
+// ForceRelease frees key whoever holds it, for operators: a job that hung
+// while its lock keeps renewing, say. reason is required and goes to the
+// observers (EventForceReleased) for the audit trail. It returns what the
+// store knew of the hold it ended, an error matching ErrNotHeld if the key
+// was free, and one matching errors.ErrUnsupported if the backend cannot
+// (see driver.ForceReleaser).
+//
+// The holder is not told at once: it learns at its next renewal, or when its
+// validity deadline passes, so it may still write meanwhile. Use it when the
+// holder is known dead or stuck, and have the resource check fences.
+func (c *Client) ForceRelease(ctx context.Context, key, reason string) (Info, error) {
+	if err := ValidateKey(key); err != nil {
+		return Info{}, keyErr("force release", key, err)
+	}
+	if strings.TrimSpace(reason) == "" {
+		return Info{}, keyErr("force release", key, fmt.Errorf("%w: a reason is required", ErrInvalidOption))
+	}
+	fr, ok := c.backend.(driver.ForceReleaser)
+	if !ok {
+		return Info{}, keyErr("force release", key, fmt.Errorf("backend %s: %w", c.backendName, errors.ErrUnsupported))
+	}
+	var info Info
+	err := c.call(ctx, nil, "force_release", func() (err error) {
+		info, err = fr.ForceRelease(ctx, key)
+		return err
+	})
+	if err != nil {
+		return Info{}, keyErr("force release", key, err)
+	}
+	if c.observer != nil {
+		e := Event{Kind: EventForceReleased, Key: key, Backend: c.backendName, Reason: reason, Fence: info.Fence,
+			Owner: info.Meta.Owner, BusinessID: info.Meta.BusinessID}
+		c.observer.Observe(ctx, e)
 	}
 	return info, nil
 }
@@ -143,8 +189,10 @@ func (c *Client) List(ctx context.Context, prefix string) ([]Info, error) {
 	return infos, nil
 }
 
-// Close releases every lock the client still holds, waits for background
-// work such as watchdogs and cleanups, and closes the backend.
+// Close ends every wait of the client with ErrClosed, releases every lock it
+// still holds (and those it lost that the store may still hold), waits for
+// its background work within ReleaseBudget, and closes the backend. Callbacks
+// must not call Close.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -152,27 +200,59 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
-	c.closing.Store(true)
+	c.mu.Unlock()
+	c.closeNow()
+	c.inflight.Wait() // the waits end at once; single attempts within the backend's timeout
+
+	ctx, cancel := context.WithTimeout(context.Background(), ReleaseBudget)
+	defer cancel()
+	c.mu.Lock()
 	holds := make([]*hold, 0, len(c.holds))
 	for h := range c.holds {
 		holds = append(holds, h)
 	}
 	c.mu.Unlock()
-
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-	defer cancel()
 	var errs []error
 	for _, h := range holds {
 		if err := h.release(ctx); err != nil && !errors.Is(err, ErrNotHeld) && !errors.Is(err, ErrLockLost) {
 			errs = append(errs, err)
 		}
 	}
+	c.mu.Lock()
+	c.bgClosed = true
+	c.mu.Unlock()
+	stop := context.AfterFunc(ctx, c.bgCancel) // cleanups get what is left of the budget
 	c.bg.Wait()
+	stop()
+	c.bgCancel()
 	c.sched.stop()
 	if err := c.backend.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("distlock: close backend: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// enterAcquire counts an acquisition in, unless the client is closed.
+func (c *Client) enterAcquire() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.inflight.Add(1)
+	return true
+}
+
+// enterBackground counts background work in, unless Close has stopped
+// waiting for it; the caller calls c.bg.Done when it is done.
+func (c *Client) enterBackground() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.bgClosed {
+		return false
+	}
+	c.bg.Add(1)
+	return true
 }
 
 // cleanupTimeout bounds releases done on the caller's behalf after its own
@@ -204,17 +284,13 @@ func (c *Client) observeCall(ctx context.Context, r *Request, op string, start t
 	c.observer.Observe(ctx, e)
 }
 
-// goBackground runs f in a goroutine that Close waits for; once Close has
-// begun waiting it runs f in the caller's goroutine instead.
+// goBackground runs f in a goroutine that Close waits for. Once Close has
+// stopped waiting, f is dropped: it is a cleanup that the store's lease
+// makes good.
 func (c *Client) goBackground(f func()) {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		f()
+	if !c.enterBackground() {
 		return
 	}
-	c.bg.Add(1)
-	c.mu.Unlock()
 	go func() {
 		defer c.bg.Done()
 		f()

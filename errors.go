@@ -1,6 +1,12 @@
 package distlock
 
-import "github.com/distlock/distlock/driver"
+import (
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/distlock/distlock/driver"
+)
 
 // Sentinel errors. Every error returned by this package and its backends that
 // corresponds to one of these matches it with errors.Is, and names the key.
@@ -25,3 +31,29 @@ var (
 	// ErrClosed means the client (or its backend) was closed.
 	ErrClosed = driver.ErrClosed
 )
+
+// KeyError is an error about one key: Op is what was attempted ("lock",
+// "release", "renew", "extend", "inspect", "force release"), Key the key, and
+// Err the cause, which matches the sentinels above where one applies.
+type KeyError struct {
+	Op  string
+	Key string
+	Err error
+}
+
+// Error says "distlock:" once, then the operation, the key and the cause.
+func (e *KeyError) Error() string {
+	return "distlock: " + e.Op + " " + strconv.Quote(e.Key) + ": " + strings.TrimPrefix(e.Err.Error(), "distlock: ")
+}
+
+// Unwrap returns the cause.
+func (e *KeyError) Unwrap() error { return e.Err }
+
+// keyErr wraps err in a KeyError, unless it already is one for key.
+func keyErr(op, key string, err error) error {
+	var ke *KeyError
+	if errors.As(err, &ke) && ke.Key == key {
+		return err
+	}
+	return &KeyError{Op: op, Key: key, Err: err}
+}

@@ -38,10 +38,24 @@ func (l *Lock) Done() <-chan struct{} { return l.h.context().Done() }
 
 // Err returns nil while the lock is held, an error matching ErrLockLost once
 // it is lost (naming the reason), and one matching ErrNotHeld once released.
+//
+// Err reads the clock itself: past the validity deadline it reports the loss
+// even if the client's timer has not run yet (after a long pause, say), so a
+// check right before a write is as fresh as a check can be. It still cannot
+// see a pause that begins after it returns; only a fence checked by the
+// resource closes that gap.
 func (l *Lock) Err() error {
-	l.h.mu.Lock()
-	defer l.h.mu.Unlock()
-	return l.h.errLocked()
+	h := l.h
+	h.mu.Lock()
+	if h.state == stateHeld {
+		if reason := h.dueLossLocked(time.Now()); reason != "" {
+			h.mu.Unlock()
+			h.markLost(reason)
+			h.mu.Lock()
+		}
+	}
+	defer h.mu.Unlock()
+	return h.errLocked()
 }
 
 // Context returns a context that is cancelled when the lock is lost or
@@ -62,10 +76,27 @@ func (l *Lock) ExpiresAt() time.Time { return l.h.validUntil() }
 // held until its validity deadline.
 func (l *Lock) Renew(ctx context.Context) error {
 	if l.released.Load() {
-		return fmt.Errorf("distlock: renew %q: %w: already released", l.h.r.Key, ErrNotHeld)
+		return keyErr("renew", l.h.r.Key, errAlreadyReleased)
 	}
-	return l.h.renew(ctx)
+	return l.h.renew(ctx, "renew", 0)
 }
+
+// Extend renews the lock now with a new lease, which later renewals keep
+// (redsync's Extend). The lease is validated like any lease (at least
+// MinLease, at most the client's WithMaxLease, longer than an explicit renew
+// interval) and a refused one changes nothing. A shorter lease moves the
+// validity deadline closer. Errors are those of Renew.
+func (l *Lock) Extend(ctx context.Context, lease time.Duration) error {
+	if l.released.Load() {
+		return keyErr("extend", l.h.r.Key, errAlreadyReleased)
+	}
+	if err := l.h.r.validateLease(lease, l.h.c.maxLease); err != nil {
+		return keyErr("extend", l.h.r.Key, err)
+	}
+	return l.h.renew(ctx, "extend", lease)
+}
+
+var errAlreadyReleased = fmt.Errorf("%w: already released", ErrNotHeld)
 
 // Release releases the lock. Releasing a handle twice returns an error
 // matching ErrNotHeld and touches no store. Releasing a lock that was lost
@@ -74,7 +105,7 @@ func (l *Lock) Renew(ctx context.Context) error {
 // is left alone, with an error matching ErrNotHeld.
 func (l *Lock) Release(ctx context.Context) error {
 	if !l.released.CompareAndSwap(false, true) {
-		return fmt.Errorf("distlock: release %q: %w: already released", l.h.r.Key, ErrNotHeld)
+		return keyErr("release", l.h.r.Key, errAlreadyReleased)
 	}
 	return l.h.unref(ctx)
 }
@@ -92,25 +123,28 @@ const (
 // It runs no goroutine of its own while nothing is due: the client's schedule
 // runs tick at the next renewal, the validity deadline or the MaxHold cap,
 // whichever comes first.
+//
+// Callbacks (observers, OnRenewFailure) are called with no lock held and
+// outside any renewal, so they may call Release, Renew, Extend and Err.
 type hold struct {
 	c        *Client
-	r        Request
 	token    string
 	tokenID  string
 	fence    uint64
 	acquired time.Time
-	ttl      time.Duration
 	obsCtx   context.Context // observer context, without cancellation
-	stopLost func() bool     // stops following driver.Grant.Lost; nil unless the backend signals loss
-	running  sync.WaitGroup
+	renewing sync.WaitGroup  // the watchdog's renewal in flight
 
 	mu          sync.Mutex
+	r           Request       // Lease and ttl change with Extend; the rest is fixed
+	ttl         time.Duration // the store-side time to live: lease plus lock-delay
 	state       holdState
 	lossReason  string
 	deadline    time.Time
 	nextRenew   time.Time
 	retry       backoff
 	refs        int
+	stopLost    func() bool        // stops following Grant.Lost; nil unless the backend signals loss
 	cancelRenew context.CancelFunc // of the renewal in flight
 	ctx         context.Context    // created on first use by Done or Context
 	cancel      context.CancelCauseFunc
@@ -122,7 +156,9 @@ type hold struct {
 // drift is the clock-drift margin taken off every validity period.
 func drift(lease time.Duration) time.Duration { return lease/100 + 2*time.Millisecond }
 
-// newHold registers a grant with the client and schedules its first tick.
+// newHold registers a grant with the client. The caller reports the
+// acquisition, then calls arm, so that no loss can be reported (or
+// unregister the hold) before the hold is registered and acquired.
 func (c *Client) newHold(obsCtx context.Context, r Request, token string, g driver.Grant, sent time.Time) (*hold, error) {
 	now := time.Now()
 	h := &hold{
@@ -131,7 +167,7 @@ func (c *Client) newHold(obsCtx context.Context, r Request, token string, g driv
 	}
 	if !h.deadline.After(now) {
 		c.releaseAbandoned(&h.r, token)
-		return nil, fmt.Errorf("distlock: lock %q: %w: granted after its validity had passed", r.Key, ErrNotAcquired)
+		return nil, fmt.Errorf("%w: granted after its validity had passed", ErrNotAcquired)
 	}
 	if c.observer != nil {
 		h.tokenID, h.obsCtx = tokenID(token), context.WithoutCancel(obsCtx)
@@ -139,29 +175,14 @@ func (c *Client) newHold(obsCtx context.Context, r Request, token string, g driv
 	if r.Watchdog {
 		interval := r.renewInterval()
 		h.nextRenew = sent.Add(interval)
-		h.retry = backoff{min: max(interval/16, time.Millisecond), max: interval / 2}
+		h.retry = newRetry(interval)
 	}
-
-	h.mu.Lock()
-	if g.Lost != nil {
-		h.running.Add(1)
-		h.stopLost = context.AfterFunc(g.Lost, func() {
-			defer h.running.Done()
-			h.markLost(LossStoreDeleted)
-		})
-	}
-	c.sched.set(h, h.nextDueLocked())
-	h.mu.Unlock()
 
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		h.mu.Lock()
-		h.endLocked(stateReleased)
-		h.mu.Unlock()
-		h.running.Wait()
 		c.releaseAbandoned(&h.r, token)
-		return nil, fmt.Errorf("distlock: lock %q: %w", r.Key, ErrClosed)
+		return nil, ErrClosed
 	}
 	c.holds[h] = struct{}{}
 	if r.Reentrant {
@@ -169,6 +190,31 @@ func (c *Client) newHold(obsCtx context.Context, r Request, token string, g driv
 	}
 	c.mu.Unlock()
 	return h, nil
+}
+
+// newRetry is the backoff between failed renewals for a renew interval: it
+// starts at a sixteenth of the interval and grows to half of it.
+func newRetry(interval time.Duration) backoff {
+	return backoff{min: max(interval/16, time.Millisecond), max: interval / 2}
+}
+
+// arm starts following the backend's loss signal and schedules the first
+// tick, unless the hold already ended.
+func (h *hold) arm(lost context.Context) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.state != stateHeld {
+		return
+	}
+	if lost != nil {
+		h.stopLost = context.AfterFunc(lost, func() {
+			if h.c.enterBackground() {
+				defer h.c.bg.Done()
+				h.markLost(LossStoreDeleted)
+			}
+		})
+	}
+	h.c.sched.set(h, h.nextDueLocked())
 }
 
 // nextDueLocked is when tick must next run.
@@ -185,31 +231,38 @@ func (h *hold) nextDueLocked() time.Time {
 	return due
 }
 
+// dueLossLocked returns why the hold is lost at now, or "" while it is valid.
+func (h *hold) dueLossLocked(now time.Time) string {
+	switch {
+	case h.r.MaxHold > 0 && !now.Before(h.acquired.Add(h.r.MaxHold)):
+		return LossMaxHold
+	case !now.Before(h.deadline) && h.r.Watchdog:
+		return LossUnreachable
+	case !now.Before(h.deadline):
+		return LossExpired
+	}
+	return ""
+}
+
 // tick enforces MaxHold and the validity deadline and, with the watchdog on,
 // renews the lease, retrying failures until the deadline.
 func (h *hold) tick() {
+	if !h.c.enterBackground() {
+		return // the client is closing and releases its holds itself
+	}
+	defer h.c.bg.Done()
 	h.mu.Lock()
 	if h.state != stateHeld {
 		h.mu.Unlock()
 		return
 	}
-	h.running.Add(1)
-	defer h.running.Done()
 	now := time.Now()
-	switch {
-	case h.r.MaxHold > 0 && !now.Before(h.acquired.Add(h.r.MaxHold)):
-		h.mu.Unlock()
-		h.markLost(LossMaxHold)
-		return
-	case !now.Before(h.deadline):
-		reason := LossExpired
-		if h.r.Watchdog {
-			reason = LossUnreachable
-		}
+	if reason := h.dueLossLocked(now); reason != "" {
 		h.mu.Unlock()
 		h.markLost(reason)
 		return
-	case h.nextRenew.IsZero() || now.Before(h.nextRenew):
+	}
+	if h.nextRenew.IsZero() || now.Before(h.nextRenew) {
 		h.c.sched.set(h, h.nextDueLocked())
 		h.mu.Unlock()
 		return
@@ -217,19 +270,23 @@ func (h *hold) tick() {
 
 	rctx, cancel := context.WithDeadline(context.Background(), h.deadline)
 	h.cancelRenew = cancel
+	h.renewing.Add(1)
+	ttl := h.ttl
 	h.mu.Unlock()
 	sent := time.Now()
-	err := h.c.call(rctx, &h.r, "renew", func() error { return h.c.backend.Renew(rctx, h.r.Key, h.token, h.ttl) })
+	err := h.c.call(rctx, &h.r, "renew", func() error { return h.c.backend.Renew(rctx, h.r.Key, h.token, ttl) })
 	cancel()
 
-	if errors.Is(err, ErrNotHeld) {
-		h.markLost(LossRenewRefused)
-		return
-	}
 	h.mu.Lock()
 	h.cancelRenew = nil
+	h.renewing.Done()
 	if h.state != stateHeld {
 		h.mu.Unlock()
+		return
+	}
+	if errors.Is(err, ErrNotHeld) {
+		h.mu.Unlock()
+		h.markLost(LossRenewRefused)
 		return
 	}
 	if err == nil {
@@ -271,13 +328,13 @@ func (h *hold) errLocked() error {
 	case stateLost:
 		return h.lostErrorLocked()
 	case stateReleased:
-		return fmt.Errorf("distlock: lock %q: %w: released", h.r.Key, ErrNotHeld)
+		return keyErr("lock", h.r.Key, fmt.Errorf("%w: released", ErrNotHeld))
 	}
 	return nil
 }
 
 func (h *hold) lostErrorLocked() error {
-	return fmt.Errorf("distlock: lock %q: %w (%s)", h.r.Key, ErrLockLost, h.lossReason)
+	return keyErr("lock", h.r.Key, fmt.Errorf("%w (%s)", ErrLockLost, h.lossReason))
 }
 
 // endLocked moves a held lock to state s and signals everyone waiting on it.
@@ -291,8 +348,8 @@ func (h *hold) endLocked(s holdState) bool {
 	if h.cancelRenew != nil {
 		h.cancelRenew()
 	}
-	if h.stopLost != nil && h.stopLost() {
-		h.running.Done() // the loss callback will not run
+	if h.stopLost != nil {
+		h.stopLost()
 	}
 	if h.cancel != nil {
 		h.cancel(h.errLocked())
@@ -300,11 +357,21 @@ func (h *hold) endLocked(s holdState) bool {
 	return true
 }
 
-// unregister removes h from the client's tables.
-func (h *hold) unregister() {
+// storeMayHold reports whether the store may still hold the token of a lock
+// lost for reason, so that it must be released by token.
+func storeMayHold(reason string) bool {
+	return reason != LossRenewRefused && reason != LossStoreDeleted
+}
+
+// unregister removes h from the client's reentrancy table and, if all is
+// set, from its holds; a lost hold that the store may still hold stays there
+// until Release or Close frees it by token.
+func (h *hold) unregister(all bool) {
 	c := h.c
 	c.mu.Lock()
-	delete(c.holds, h)
+	if all {
+		delete(c.holds, h)
+	}
 	k := ownedKey{h.r.Key, h.r.Meta.Owner}
 	if c.reentrant[k] == h {
 		delete(c.reentrant, k)
@@ -350,16 +417,18 @@ func (h *hold) unref(ctx context.Context) error {
 	return h.release(ctx)
 }
 
-// markLost reports the lock lost once, unless it was released first.
+// markLost reports the lock lost once, for the first reason, unless it was
+// released first.
 func (h *hold) markLost(reason string) {
 	h.mu.Lock()
-	h.lossReason = reason
-	if !h.endLocked(stateLost) {
+	if h.state != stateHeld {
 		h.mu.Unlock()
 		return
 	}
+	h.lossReason = reason
+	h.endLocked(stateLost)
 	h.mu.Unlock()
-	h.unregister()
+	h.unregister(!storeMayHold(reason))
 	h.emit(Event{Kind: EventLost, Reason: reason, Hold: time.Since(h.acquired)})
 }
 
@@ -377,56 +446,74 @@ func (h *hold) release(ctx context.Context) error {
 	}
 	h.mu.Unlock()
 	if state == stateReleased {
-		return fmt.Errorf("distlock: release %q: %w: already released", h.r.Key, ErrNotHeld)
+		return keyErr("release", h.r.Key, errAlreadyReleased)
 	}
-	h.running.Wait() // a renewal in flight was cancelled; let it finish
+	h.renewing.Wait() // a renewal in flight was cancelled; let it finish
 
 	if state == stateLost {
-		if reason != LossRenewRefused && reason != LossStoreDeleted {
+		if storeMayHold(reason) {
 			// The store may still hold our token; free the key for others.
 			_ = h.c.releaseByToken(ctx, &h.r, h.token)
 		}
+		h.unregister(true)
 		h.emit(Event{Kind: EventReleased, Reason: ReleaseLost, Hold: time.Since(h.acquired)})
 		return lostErr
 	}
 
 	err := h.c.releaseOrHand(ctx, &h.r, h.token)
-	h.unregister()
+	h.unregister(true)
 	reason = ReleaseReleased
 	switch {
 	case errors.Is(err, ErrNotHeld):
 		reason = ReleaseExpired
-		err = fmt.Errorf("distlock: release %q: %w: the lease had expired", h.r.Key, err)
+		err = keyErr("release", h.r.Key, fmt.Errorf("%w: the lease had expired", err))
 	case err != nil:
-		err = fmt.Errorf("distlock: release %q: %w", h.r.Key, err)
+		err = keyErr("release", h.r.Key, err)
 	}
 	h.emit(Event{Kind: EventReleased, Reason: reason, Hold: time.Since(h.acquired), Err: err})
 	return err
 }
 
-// renew extends the lease once, on behalf of the holder.
-func (h *hold) renew(ctx context.Context) error {
+// renew renews the lease once, on behalf of the holder: with the lease the
+// lock has if lease is 0, else with lease, which the lock then keeps.
+func (h *hold) renew(ctx context.Context, op string, lease time.Duration) error {
 	h.mu.Lock()
-	err := h.errLocked()
-	h.mu.Unlock()
-	if err != nil {
+	if err := h.errLocked(); err != nil {
+		h.mu.Unlock()
 		return err
 	}
+	ttl := h.ttl
+	if lease > 0 {
+		ttl = lease + h.r.LockDelay
+	}
+	h.mu.Unlock()
 	sent := time.Now()
-	err = h.c.call(ctx, &h.r, "renew", func() error { return h.c.backend.Renew(ctx, h.r.Key, h.token, h.ttl) })
+	err := h.c.call(ctx, &h.r, "renew", func() error { return h.c.backend.Renew(ctx, h.r.Key, h.token, ttl) })
 	switch {
 	case err == nil:
 		h.mu.Lock()
-		h.extendLocked(sent)
+		if lease > 0 {
+			h.r.Lease, h.ttl = lease, ttl
+			h.deadline = sent.Add(lease - drift(lease)) // a shorter lease moves it closer
+		} else {
+			h.extendLocked(sent)
+		}
+		if h.state == stateHeld {
+			if h.r.Watchdog {
+				h.nextRenew = sent.Add(h.r.renewInterval())
+				h.retry = newRetry(h.r.renewInterval())
+			}
+			h.c.sched.set(h, h.nextDueLocked())
+		}
 		h.mu.Unlock()
 		h.emit(Event{Kind: EventRenewed})
 		return nil
 	case errors.Is(err, ErrNotHeld):
 		h.markLost(LossRenewRefused)
-		return fmt.Errorf("distlock: renew %q: %w: %w", h.r.Key, ErrLockLost, err)
+		return keyErr(op, h.r.Key, fmt.Errorf("%w: %w", ErrLockLost, err))
 	default:
 		h.emit(Event{Kind: EventRenewFailed, Err: err})
-		return fmt.Errorf("distlock: renew %q: %w", h.r.Key, err)
+		return keyErr(op, h.r.Key, err)
 	}
 }
 

@@ -35,9 +35,12 @@ const (
 	// Key, Group and Critical too when it belongs to a lock: acquire, renew,
 	// release). A native Waiter's wait is not a store call.
 	EventStoreCall
+	// EventForceReleased: an operator freed the key whoever held it (Reason
+	// is theirs; Fence, Owner and BusinessID are the ended hold's).
+	EventForceReleased
 )
 
-var eventKindNames = [...]string{"", "acquire_start", "acquired", "not_acquired", "acquire_failed", "renewed", "renew_failed", "released", "lost", "store_call"}
+var eventKindNames = [...]string{"", "acquire_start", "acquired", "not_acquired", "acquire_failed", "renewed", "renew_failed", "released", "lost", "store_call", "force_released"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventKindNames) {
@@ -79,7 +82,7 @@ type Event struct {
 	// Hold is how long the lock was held.
 	Hold time.Duration
 	// Op and Latency describe a store call: "acquire", "renew", "release",
-	// "handoff", "inspect" or "list".
+	// "handoff", "inspect", "list" or "force_release".
 	Op      string
 	Latency time.Duration
 	Reason  string

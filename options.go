@@ -14,6 +14,10 @@ const DefaultLease = 30 * time.Second
 // after the clock-drift margin.
 const MinLease = 10 * time.Millisecond
 
+// MinRenewInterval is the shortest watchdog period accepted, and the floor of
+// the default period (a third of the lease) for short leases.
+const MinRenewInterval = 5 * time.Millisecond
+
 // WaitUntilContextDone is the wait of Lock without WithWait: it waits for as
 // long as its context allows.
 const WaitUntilContextDone time.Duration = -1
@@ -70,7 +74,8 @@ func WithLease(d time.Duration) Option {
 func WithWatchdog(on bool) Option { return func(r *Request) { r.Watchdog = on } }
 
 // WithRenewInterval sets the watchdog period. The default is a third of the
-// lease; it must be shorter than the lease.
+// lease, but not under MinRenewInterval; it must be at least MinRenewInterval
+// and shorter than the lease.
 func WithRenewInterval(d time.Duration) Option { return func(r *Request) { r.RenewInterval = d } }
 
 // WithMaxHold caps how long the watchdog keeps a lock: at the cap renewal
@@ -102,7 +107,9 @@ func WithMetadata(labels map[string]string) Option {
 
 // OnRenewFailure calls fn, from the watchdog goroutine, for each renewal that
 // failed while the lock is still valid: the lock is at risk but not lost yet
-// (loss is reported through Done). fn must not block. The default is none.
+// (loss is reported through Done). fn should return quickly; it may call the
+// lock's Release, Renew, Extend and Err, but not the client's Close. The
+// default is none.
 func OnRenewFailure(fn func(err error)) Option { return func(r *Request) { r.OnRenewFailure = fn } }
 
 // validate checks r against the client's limits; it touches no store.
@@ -111,21 +118,18 @@ func (r *Request) validate(maxLease time.Duration) error {
 		return err
 	}
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("distlock: lock %q: %w: %s", r.Key, ErrInvalidOption, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: %s", ErrInvalidOption, fmt.Sprintf(format, args...))
+	}
+	if err := r.validateLease(r.Lease, maxLease); err != nil {
+		return err
 	}
 	switch {
 	case r.Wait < 0 && r.Wait != WaitUntilContextDone:
 		return bad("wait %v is negative", r.Wait)
-	case r.Lease <= 0:
-		return bad("lease %v must be positive", r.Lease)
-	case r.Lease < MinLease:
-		return bad("lease %v is under the minimum %v", r.Lease, MinLease)
-	case maxLease > 0 && r.Lease > maxLease:
-		return bad("lease %v exceeds the maximum %v", r.Lease, maxLease)
 	case r.RenewInterval < 0:
 		return bad("renew interval %v is negative", r.RenewInterval)
-	case r.RenewInterval >= r.Lease:
-		return bad("renew interval %v must be shorter than the lease %v", r.RenewInterval, r.Lease)
+	case r.RenewInterval > 0 && r.RenewInterval < MinRenewInterval:
+		return bad("renew interval %v is under the minimum %v", r.RenewInterval, MinRenewInterval)
 	case r.MaxHold < 0:
 		return bad("max hold %v is negative", r.MaxHold)
 	case r.LockDelay < 0:
@@ -136,11 +140,31 @@ func (r *Request) validate(maxLease time.Duration) error {
 	return nil
 }
 
+// validateLease checks a lease for r, at acquisition or for Extend: it reads
+// no field that Extend changes.
+func (r *Request) validateLease(lease, maxLease time.Duration) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidOption, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case lease <= 0:
+		return bad("lease %v must be positive", lease)
+	case lease < MinLease:
+		return bad("lease %v is under the minimum %v", lease, MinLease)
+	case maxLease > 0 && lease > maxLease:
+		return bad("lease %v exceeds the maximum %v", lease, maxLease)
+	case r.RenewInterval >= lease:
+		return bad("renew interval %v must be shorter than the lease %v", r.RenewInterval, lease)
+	}
+	return nil
+}
+
+// renewInterval is the watchdog period for the current lease.
 func (r *Request) renewInterval() time.Duration {
 	if r.RenewInterval > 0 {
 		return r.RenewInterval
 	}
-	return r.Lease / 3
+	return max(r.Lease/3, MinRenewInterval)
 }
 
 // ClientOption configures a Client.

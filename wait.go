@@ -21,19 +21,25 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req *driver.Acq
 	if r.Wait == 0 {
 		g, sent, err := c.attempt(ctx, r, req)
 		if errors.Is(err, ErrNotAcquired) {
-			err = fmt.Errorf("distlock: lock %q: %w", r.Key, ErrNotAcquired)
+			err = ErrNotAcquired
 		}
 		return g, sent, err
 	}
-	wctx := ctx
+	// The wait ends with the caller's context, the wait budget, or Close.
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stopOnClose := context.AfterFunc(c.closeCtx, func() { cancel(ErrClosed) })
+	defer stopOnClose()
 	if r.Wait > 0 {
-		var cancel context.CancelFunc
-		wctx, cancel = context.WithTimeout(ctx, r.Wait)
-		defer cancel()
+		var cancelWait context.CancelFunc
+		wctx, cancelWait = context.WithTimeout(wctx, r.Wait)
+		defer cancelWait()
 	}
 	notAcquired := func(last error) error {
-		err := fmt.Errorf("distlock: lock %q: %w", r.Key, ErrNotAcquired)
-		return errors.Join(err, ctx.Err(), last)
+		if errors.Is(context.Cause(wctx), ErrClosed) {
+			return fmt.Errorf("%w: the wait was ended by Close", ErrClosed)
+		}
+		return errors.Join(ErrNotAcquired, ctx.Err(), last)
 	}
 
 	if w, ok := c.backend.(driver.Waiter); ok {
@@ -49,6 +55,9 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req *driver.Acq
 			return driver.Grant{}, sent, notAcquired(nil)
 		default:
 			c.releaseAbandoned(r, req.Token)
+			if errors.Is(context.Cause(wctx), ErrClosed) {
+				return driver.Grant{}, sent, notAcquired(nil)
+			}
 			return driver.Grant{}, sent, err
 		}
 	}

@@ -46,7 +46,7 @@ groups:
 	defer l.Release(ctx)
 	fmt.Println("holding", l.Key(), "in group", p.Group(l.Key()))
 	// Output:
-	// distlock: lock "payment/42": distlock: invalid option: lease 1h0m0s exceeds max_lease 1m0s of group "payments"
+	// distlock: lock "payment/42": invalid option: lease 1h0m0s exceeds max_lease 1m0s of group "payments"
 	// holding payment/42 in group payments
 }
 
