@@ -21,14 +21,14 @@ type Client struct {
 	observer    Observer
 	policy      Policy
 
-	closeCtx  context.Context    // done once Close begins: ends every wait
-	closeNow  context.CancelFunc // of closeCtx
-	bgCtx     context.Context    // of background cleanups; cancelled when Close gives up on them
-	bgCancel  context.CancelFunc // of bgCtx
-	inflight  sync.WaitGroup     // acquisitions under way, which Close waits for
-	bg        sync.WaitGroup     // background work: cleanups, ticks, loss callbacks
-	lines     lines              // this client's waiters per key, in arrival order
-	sched     schedule           // runs the holds' renewals and deadlines
+	closeCtx context.Context    // done once Close begins: ends every wait
+	closeNow context.CancelFunc // of closeCtx
+	bgCtx    context.Context    // of background cleanups; cancelled when Close gives up on them
+	bgCancel context.CancelFunc // of bgCtx
+	inflight sync.WaitGroup     // acquisitions under way, which Close waits for
+	bg       sync.WaitGroup     // background work: cleanups, ticks, loss callbacks
+	lines    lines              // this client's waiters per key, in arrival order
+	sched    schedule           // runs the holds' renewals and deadlines
 
 	mu        sync.Mutex
 	closed    bool // no new acquisitions
