@@ -18,7 +18,9 @@ import (
 )
 
 // deadAddr returns a loopback address where nothing listens.
-func deadAddr(t *testing.T) string { return fmt.Sprintf("%s:%d", testserver.Host, testserver.FreePort(t)) }
+func deadAddr(t *testing.T) string {
+	return fmt.Sprintf("%s:%d", testserver.Host, testserver.FreePort(t))
+}
 
 // within runs f in a goroutine and returns its error, failing the test if f
 // takes longer than d.
