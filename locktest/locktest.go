@@ -93,6 +93,14 @@ func Run(t *testing.T, h Harness) {
 		{"InspectAndList", s.inspectAndList},
 		{"InvalidInputTouchesNoStore", s.invalidInput},
 		{"ReleaseAndRenewAfterRelease", s.afterRelease},
+		{"CloseEndsWait", s.closeEndsWait},
+		{"ReleaseThroughDeadLink", s.releaseThroughDeadLink},
+		{"ReleaseAfterBackendClosed", s.releaseAfterBackendClosed},
+		{"WaiterEntryDeleted", s.waiterEntryDeleted},
+		{"FencesInGrantOrder", s.fencesInGrantOrder},
+		{"CallbacksMayRelease", s.callbacksMayRelease},
+		{"ForceRelease", s.forceRelease},
+		{"Extend", s.extend},
 		{"NoGoroutineLeak", s.noLeak},
 	}
 	for _, tc := range tests {
@@ -521,7 +529,7 @@ func (s *suite) waitTimeout(t *testing.T) {
 
 func (s *suite) waitWokenOnRelease(t *testing.T) {
 	ctx := testContext(t, time.Minute)
-	a, b := s.client(t), s.client(t)
+	a := s.client(t)
 	key := s.key(t)
 	const rounds = 8
 	var worst time.Duration
@@ -532,12 +540,18 @@ func (s *suite) waitWokenOnRelease(t *testing.T) {
 			at  time.Time
 			err error
 		}
+		seen := newStartSeen()
+		bb := s.h.NewBackend(t)
+		b := distlock.New(bb, distlock.WithObserver(seen))
 		got := make(chan result, 1)
 		go func() {
 			l2, err := b.Lock(ctx, key, distlock.WithWait(10*time.Second))
 			got <- result{l2, time.Now(), err}
 		}()
-		time.Sleep(250 * time.Millisecond) // long enough for any poll to back off
+		seen.queued(t, isWaiter(bb))
+		// Not synchronisation: the waiter waits; give any poll time to back
+		// off, so that only a notice from the store can wake it in time.
+		time.Sleep(250 * time.Millisecond)
 		released := time.Now()
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -548,6 +562,9 @@ func (s *suite) waitWokenOnRelease(t *testing.T) {
 		}
 		worst = max(worst, r.at.Sub(released))
 		if err := r.l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Close(); err != nil {
 			t.Fatal(err)
 		}
 	}
