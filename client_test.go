@@ -415,7 +415,7 @@ func TestLocalWaitersServedInArrivalOrder(t *testing.T) {
 				errs <- err
 			}
 		}()
-		time.Sleep(20 * time.Millisecond) // join the line in index order
+		waitForLine(t, c, "line", i+1) // join the line in index order
 	}
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -435,6 +435,18 @@ func TestLocalWaitersServedInArrivalOrder(t *testing.T) {
 	}
 	if want != waiters {
 		t.Fatalf("%d of %d waiters got the lock", want, waiters)
+	}
+}
+
+// waitForLine waits, within 5s, until n of c's waiters are in key's line.
+func waitForLine(t *testing.T, c *distlock.Client, key string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for distlock.WaitersInLine(c, key) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d waiters in line for %q after 5s, want %d", distlock.WaitersInLine(c, key), key, n)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -461,14 +473,15 @@ func TestRetryAfterAmbiguousAcquireUsesAFreshToken(t *testing.T) {
 	store := memlock.New()
 	var calls atomic.Int32
 	firstToken := make(chan string, 1)
-	f := &faulty{Backend: store}
+	f := &faulty{Backend: store.Connect()}
 	f.acquireAfter = func(g driver.Grant, err error) (driver.Grant, error) {
 		if calls.Add(1) == 1 { // granted in the store, but the reply is lost
 			return driver.Grant{}, errTransient
 		}
 		return g, err
 	}
-	c := distlock.New(&tokenSpy{faulty: f, first: firstToken})
+	spy := &tokenSpy{faulty: f, first: firstToken, firstReleased: make(chan struct{})}
+	c := distlock.New(spy)
 	l, err := c.Lock(ctx, "amb-wait", distlock.WithWait(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -476,7 +489,11 @@ func TestRetryAfterAmbiguousAcquireUsesAFreshToken(t *testing.T) {
 	if l.Token() == <-firstToken {
 		t.Fatal("the retry reused the token of the ambiguous attempt")
 	}
-	time.Sleep(50 * time.Millisecond) // let the background release of the first token run
+	select {
+	case <-spy.firstReleased:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first token was never released in the background")
+	}
 	if err := store.Renew(ctx, "amb-wait", l.Token(), time.Minute); err != nil {
 		t.Fatalf("the background release removed the new grant: %v", err)
 	}
@@ -484,16 +501,30 @@ func TestRetryAfterAmbiguousAcquireUsesAFreshToken(t *testing.T) {
 	_ = c.Close()
 }
 
-// tokenSpy records the token of the first acquisition attempt.
+// tokenSpy records the token of the first acquisition attempt and closes
+// firstReleased once a release of that token returned.
 type tokenSpy struct {
 	*faulty
-	first chan string
-	once  sync.Once
+	first         chan string
+	firstReleased chan struct{}
+	once, relOnce sync.Once
+	token         atomic.Pointer[string]
 }
 
 func (s *tokenSpy) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
-	s.once.Do(func() { s.first <- r.Token })
+	s.once.Do(func() {
+		s.token.Store(&r.Token)
+		s.first <- r.Token
+	})
 	return s.faulty.Acquire(ctx, r)
+}
+
+func (s *tokenSpy) Release(ctx context.Context, key, token string) error {
+	err := s.faulty.Release(ctx, key, token)
+	if p := s.token.Load(); p != nil && *p == token {
+		s.relOnce.Do(func() { close(s.firstReleased) })
+	}
+	return err
 }
 
 // handoffLog wraps memlock and records, in order, the calls that free a key:
@@ -537,7 +568,7 @@ func TestReleaseHandsKeyToLocalWaiter(t *testing.T) {
 		}
 		got <- l
 	}()
-	time.Sleep(50 * time.Millisecond) // the waiter is in the line
+	waitForLine(t, c, "k", 1)
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
