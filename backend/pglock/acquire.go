@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,19 +17,24 @@ import (
 // Acquire makes one attempt with pg_try_advisory_lock on a connection it pins
 // if the lock is granted.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if err := b.closedError("acquire", req.Key); err != nil {
+		return driver.Grant{}, err
+	}
 	meta, err := b.prepare(ctx, req)
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	conn, err := b.conn(ctx, req.Key, b.opts.poolWait)
+	conn, err := b.conn(ctx, req.Key, &b.poolBound)
 	if err != nil {
 		return driver.Grant{}, err
 	}
 	id := b.ID(req.Key)
 	q, args := b.statement(acquireSQL, acquireBareSQL, id, req, meta)
+	qctx, done := b.reqBound.within(ctx)
 	sent := time.Now()
 	var fence int64
-	err = conn.QueryRow(ctx, q, args...).Scan(&fence)
+	err = conn.QueryRow(qctx, q, args...).Scan(&fence)
+	done()
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		conn.Release() // the lock was not taken: the session holds nothing
@@ -40,16 +46,34 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	return b.pin(conn, req, id, fence, sent)
 }
 
+// errSessionEnded marks a wait whose session the server ended.
+var errSessionEnded = errors.New("the waiting session ended")
+
 // AcquireWait waits for the lock with pg_advisory_lock, in the database's own
 // queue, until ctx ends. Cancellation sends PostgreSQL a cancel request, so
 // the session leaves the queue at once; the connection is then destroyed, so
-// a grant that raced with the cancel dies with its session.
+// a grant that raced with the cancel dies with its session. A waiting session
+// that the server ends (pg_terminate_backend, an operator) is replaced by a
+// new one that waits on, at the back of the queue.
 func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if err := b.closedError("acquire", req.Key); err != nil {
+		return driver.Grant{}, err
+	}
 	meta, err := b.prepare(ctx, req)
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	conn, err := b.conn(ctx, req.Key, 0)
+	for {
+		g, err := b.waitOnce(ctx, req, meta)
+		if !errors.Is(err, errSessionEnded) || ctx.Err() != nil {
+			return g, err
+		}
+	}
+}
+
+// waitOnce waits for the lock on one session.
+func (b *Backend) waitOnce(ctx context.Context, req driver.AcquireRequest, meta []byte) (driver.Grant, error) {
+	conn, err := b.conn(ctx, req.Key, nil)
 	if err != nil {
 		if ctx.Err() != nil {
 			return driver.Grant{}, errors.Join(fmt.Errorf("pglock: acquire %q: %w", req.Key, driver.ErrNotAcquired), ctx.Err(), err)
@@ -82,7 +106,11 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 		return driver.Grant{}, errors.Join(fmt.Errorf("pglock: acquire %q: %w", req.Key, driver.ErrNotAcquired), ctx.Err())
 	}
 	if err != nil {
+		ended := conn.Conn().IsClosed()
 		destroy(conn)
+		if ended {
+			return driver.Grant{}, fmt.Errorf("pglock: acquire %q: %w: %w", req.Key, errSessionEnded, err)
+		}
 		return driver.Grant{}, fmt.Errorf("pglock: acquire %q: %w", req.Key, err)
 	}
 	// The lease starts when the grant reached us; the backend enforces it.
@@ -119,13 +147,13 @@ func (b *Backend) prepare(ctx context.Context, req driver.AcquireRequest) ([]byt
 	return meta, nil
 }
 
-// conn takes a connection from the pool, waiting at most bound (if positive)
-// and ctx.
-func (b *Backend) conn(ctx context.Context, key string, bound time.Duration) (*pgxpool.Conn, error) {
+// conn takes a connection from the pool, waiting at most as long as bound
+// (if not nil) and ctx allow.
+func (b *Backend) conn(ctx context.Context, key string, bound *sharedBound) (*pgxpool.Conn, error) {
 	actx := ctx
-	if bound > 0 {
+	if bound != nil {
 		var done func()
-		actx, done = b.boundedWait(ctx, bound)
+		actx, done = bound.within(ctx)
 		defer done()
 	}
 	c, err := b.pool.Acquire(actx)
@@ -139,30 +167,39 @@ func (b *Backend) conn(ctx context.Context, key string, bound time.Duration) (*p
 		return nil, fmt.Errorf("pglock: acquire %q: %w: all %d connections in use, %d pinned by locks this backend holds: %w",
 			key, ErrPoolExhausted, st.MaxConns(), n, err)
 	}
+	if actx.Err() != nil && ctx.Err() == nil {
+		cfg := b.pool.Config().ConnConfig
+		return nil, fmt.Errorf("pglock: acquire %q: connection: none free or connected to %s:%d within WithPoolWait: %w", key, cfg.Host, cfg.Port, err)
+	}
 	return nil, fmt.Errorf("pglock: acquire %q: connection: %w", key, err)
 }
 
-// poolWaitEpoch is a deadline shared by the pool waits that start within the
-// first quarter of it.
-type poolWaitEpoch struct {
+// sharedBound bounds operations by a deadline shared by the operations that
+// start within the first quarter of it: each ends at most d and at least 3/4
+// of d after it started. Most operations therefore start no timer: a timer
+// that wakes a sleeping runtime thread costs more than the rest of the
+// client's work for a lock.
+type sharedBound struct {
+	d   time.Duration
+	cur atomic.Pointer[boundEpoch]
+}
+
+// boundEpoch is one shared deadline.
+type boundEpoch struct {
 	ctx     context.Context
 	cancel  context.CancelFunc // never called: the deadline ends ctx
 	renewAt time.Time
 }
 
-// boundedWait returns a context that ends with ctx or, at the latest, after
-// bound; it ends no sooner than 3/4 of bound from now. The deadline is shared
-// by the waits that start within a quarter of bound, so that most
-// acquisitions start no timer: a timer that wakes a sleeping runtime thread
-// costs more than the rest of the client's work for a lock. done releases the
-// context.
-func (b *Backend) boundedWait(ctx context.Context, bound time.Duration) (_ context.Context, done func()) {
+// within returns a context that ends with ctx or at the shared deadline,
+// whichever comes first. done releases it.
+func (s *sharedBound) within(ctx context.Context) (_ context.Context, done func()) {
 	now := time.Now()
-	e := b.waitEpoch.Load()
+	e := s.cur.Load()
 	if e == nil || now.After(e.renewAt) {
-		e = &poolWaitEpoch{renewAt: now.Add(bound / 4)}
-		e.ctx, e.cancel = context.WithDeadline(context.Background(), now.Add(bound))
-		b.waitEpoch.Store(e)
+		e = &boundEpoch{renewAt: now.Add(s.d / 4)}
+		e.ctx, e.cancel = context.WithDeadline(context.Background(), now.Add(s.d))
+		s.cur.Store(e)
 	}
 	if ctx.Done() == nil {
 		return deadlineOf{ctx, e.ctx}, func() {}

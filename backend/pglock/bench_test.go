@@ -60,7 +60,7 @@ func BenchmarkPostgres(b *testing.B) {
 	}
 	// distlock's try-lock and release.
 	client := func(b *testing.B, opts ...pglock.Option) (op func(), done func()) {
-		c := distlock.New(pglock.New(pool, opts...))
+		c := distlock.New(newBackend(b, pool, opts...))
 		return func() {
 			l, err := c.TryLock(ctx, key)
 			if err != nil {
@@ -79,7 +79,7 @@ func BenchmarkPostgres(b *testing.B) {
 	})
 	b.Run("raw-pinned", func(b *testing.B) { loop(b, pinned(b)) })
 	b.Run("backend", func(b *testing.B) { // what pglock adds to the pinned floor
-		be := pglock.New(pool)
+		be := newBackend(b, pool)
 		defer be.Close()
 		req := driver.AcquireRequest{Key: key, Token: "0123456789abcdef0123456789abcdef", TTL: distlock.DefaultLease}
 		loop(b, func() {

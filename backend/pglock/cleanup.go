@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/distlock/distlock/driver"
 )
 
 // Cleanup deletes at most WithCleanupBatch holder rows whose lease ended
@@ -11,10 +13,18 @@ import (
 // returns how many it deleted. Fences stay increasing: they come from the
 // sequence, not from the rows.
 func (b *Backend) Cleanup(ctx context.Context) (int64, error) {
+	if b.closed.Load() {
+		return 0, fmt.Errorf("pglock: cleanup: %w", driver.ErrClosed)
+	}
 	if err := b.ensureSchema(ctx); err != nil {
 		return 0, fmt.Errorf("pglock: cleanup: %w", err)
 	}
-	tag, err := b.pool.Exec(ctx, cleanupSQL, b.opts.retention.Milliseconds(), b.opts.cleanupBatch)
+	conn, qctx, done, err := b.pooled(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("pglock: cleanup: %w", err)
+	}
+	defer done()
+	tag, err := conn.Exec(qctx, cleanupSQL, b.opts.retention.Milliseconds(), b.opts.cleanupBatch)
 	if err != nil {
 		return 0, fmt.Errorf("pglock: cleanup: %w", err)
 	}

@@ -52,7 +52,7 @@ func (b *Backend) keepaliveLoop(next time.Time) {
 		}
 		now := time.Now()
 		b.mu.Lock()
-		if b.closed || len(b.held) == 0 {
+		if b.closed.Load() || len(b.held) == 0 {
 			b.kaRunning = false
 			b.mu.Unlock()
 			return

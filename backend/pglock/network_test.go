@@ -16,7 +16,7 @@ import (
 // TestNetworkFaults holds locks through a TCP proxy and breaks the link.
 func TestNetworkFaults(t *testing.T) {
 	s := testserver.Postgres(t)
-	direct := distlock.New(pglock.New(newPool(t, s, 2)))
+	direct := distlock.New(newBackend(t, newPool(t, s, 2)))
 	defer direct.Close()
 	viaProxy := func(t *testing.T) (*distlock.Client, *faultproxy.Proxy) {
 		p := faultproxy.Start(t, s.Addr())

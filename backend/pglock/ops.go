@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/distlock/distlock/driver"
 )
@@ -14,6 +15,9 @@ import (
 // Renew confirms that the pinned session of token is alive and moves the
 // lease to ttl from now. The advisory lock lives as long as the session.
 func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
+	if err := b.closedError("renew", key); err != nil {
+		return err
+	}
 	p := b.lookup(key, token)
 	if p == nil {
 		return fmt.Errorf("pglock: renew %q: %w", key, driver.ErrNotHeld)
@@ -22,9 +26,13 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 }
 
 // Release unlocks key if token holds it through this backend, and returns
-// its connection to the pool (or destroys it if the unlock failed).
+// its connection to the pool (or destroys it if the unlock failed). A renewal
+// or keepalive in flight on the connection finishes first.
 func (b *Backend) Release(ctx context.Context, key, token string) error {
-	p := b.take(key, token)
+	if err := b.closedError("release", key); err != nil {
+		return err
+	}
+	p := b.lookup(key, token)
 	if p == nil {
 		return fmt.Errorf("pglock: release %q: %w", key, driver.ErrNotHeld)
 	}
@@ -35,6 +43,9 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 // and, if it was taken through pglock, its fence, time to live and metadata.
 // A free key reports the fence of its last grant while its row remains.
 func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	if err := b.closedError("inspect", key); err != nil {
+		return driver.Info{}, err
+	}
 	if err := b.ensureSchema(ctx); err != nil {
 		return driver.Info{}, fmt.Errorf("pglock: inspect %q: %w", key, err)
 	}
@@ -43,7 +54,11 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 		fence, ttlUS  int64
 		meta          []byte
 	)
-	err := b.pool.QueryRow(ctx, inspectSQL, b.ID(key), key).Scan(&held, &current, &fence, &meta, &ttlUS)
+	conn, qctx, done, err := b.pooled(ctx)
+	if err == nil {
+		err = conn.QueryRow(qctx, inspectSQL, b.ID(key), key).Scan(&held, &current, &fence, &meta, &ttlUS)
+		done()
+	}
 	if err != nil {
 		return driver.Info{}, fmt.Errorf("pglock: inspect %q: %w", key, err)
 	}
@@ -63,10 +78,18 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 // List returns the locks taken through pglock whose keys start with prefix
 // and whose session still holds them, sorted by key.
 func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+	if err := b.closedError("list", prefix); err != nil {
+		return nil, err
+	}
 	if err := b.ensureSchema(ctx); err != nil {
 		return nil, fmt.Errorf("pglock: list %q: %w", prefix, err)
 	}
-	rows, err := b.pool.Query(ctx, listSQL, prefix)
+	conn, qctx, done, err := b.pooled(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pglock: list %q: %w", prefix, err)
+	}
+	defer done()
+	rows, err := conn.Query(qctx, listSQL, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("pglock: list %q: %w", prefix, err)
 	}
@@ -87,4 +110,17 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 		return nil, fmt.Errorf("pglock: list %q: %w", prefix, err)
 	}
 	return infos, nil
+}
+
+// pooled takes a connection of the pool within ctx (a new one is dialled
+// within the pool's connect timeout, so that its error names the server) and
+// returns it with a context for its statements, bounded by the request
+// timeout too. done releases both.
+func (b *Backend) pooled(ctx context.Context) (_ *pgxpool.Conn, qctx context.Context, done func(), _ error) {
+	conn, err := b.pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("connection: %w", err)
+	}
+	qctx, end := b.reqBound.within(ctx)
+	return conn, qctx, func() { end(); conn.Release() }, nil
 }

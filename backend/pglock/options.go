@@ -1,58 +1,179 @@
 package pglock
 
-import "time"
+import (
+	"fmt"
+	"time"
 
-// Option configures a Backend.
-type Option func(*options)
+	"github.com/distlock/distlock/driver"
+)
+
+// Option configures a Backend. New returns an error matching
+// driver.ErrInvalidOption, naming the option, for a value out of range.
+type Option func(*options) error
 
 type options struct {
-	poolWait     time.Duration
-	keepalive    time.Duration
-	ns           *int32
-	noRows       bool
-	cleanupEvery time.Duration
-	cleanupBatch int
-	retention    time.Duration
+	poolWait       time.Duration
+	keepalive      time.Duration
+	requestTimeout time.Duration
+	ns             *int32
+	noRows         bool
+	forceTerminate bool
+	cleanupEvery   time.Duration
+	cleanupBatch   int
+	retention      time.Duration
 }
 
+// Defaults of the options that have one.
+const (
+	// DefaultRequestTimeout bounds each request to the server (WithRequestTimeout).
+	DefaultRequestTimeout = 5 * time.Second
+	// DefaultConnectTimeout bounds a new connection of a pool that Open
+	// creates when the connection string sets no connect_timeout.
+	DefaultConnectTimeout = 5 * time.Second
+	// MinKeepalive is the shortest interval WithKeepalive accepts.
+	MinKeepalive = 10 * time.Millisecond
+)
+
 func defaultOptions() options {
-	return options{poolWait: time.Second, keepalive: 5 * time.Second,
+	return options{poolWait: time.Second, keepalive: 5 * time.Second, requestTimeout: DefaultRequestTimeout,
 		cleanupEvery: time.Minute, cleanupBatch: 1000, retention: 10 * time.Minute}
+}
+
+// newOptions applies opts to the defaults.
+func newOptions(opts []Option) (options, error) {
+	o := defaultOptions()
+	for _, f := range opts {
+		if err := f(&o); err != nil {
+			return options{}, err
+		}
+	}
+	return o, nil
+}
+
+// invalidOption is the error for option name set to v; want says what it
+// accepts.
+func invalidOption(name string, v any, want string) error {
+	return fmt.Errorf("pglock: %s(%v): %w: %s", name, v, driver.ErrInvalidOption, want)
 }
 
 // WithPoolWait bounds how long a single acquisition attempt waits for a free
 // connection of the pool before failing with ErrPoolExhausted: at most d and
 // at least 3/4 of d, since attempts that start close together share one
 // deadline. A waiting lock (distlock.WithWait) waits for a connection within
-// its own wait instead. The default is 1s.
-func WithPoolWait(d time.Duration) Option { return func(o *options) { o.poolWait = d } }
+// its own wait instead. d must be positive. The default is 1s.
+func WithPoolWait(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return invalidOption("WithPoolWait", d, "want a positive duration")
+		}
+		o.poolWait = d
+		return nil
+	}
+}
 
 // WithKeepalive caps the interval of the keepalive query on each pinned
-// connection; the interval is a third of the lease, at most d. A dead session
-// is reported lost within it. The default is 5s.
-func WithKeepalive(d time.Duration) Option { return func(o *options) { o.keepalive = d } }
+// connection; the interval is a third of the lease, at most d. A session the
+// server ended is noticed at once on an idle connection; the keepalive finds
+// a connection that stopped answering (a partition) within it. d must be at
+// least MinKeepalive (10ms). The default is 5s.
+func WithKeepalive(d time.Duration) Option {
+	return func(o *options) error {
+		if d < MinKeepalive {
+			return invalidOption("WithKeepalive", d, fmt.Sprintf("want at least %v", MinKeepalive))
+		}
+		o.keepalive = d
+		return nil
+	}
+}
+
+// WithRequestTimeout bounds each request the backend sends to the server
+// (an acquisition attempt, a renewal, an unlock, Inspect, List, Cleanup,
+// ForceRelease) when the caller's context allows longer; a waiting
+// acquisition (driver.Waiter) waits as long as its context instead. An
+// attempt whose request ran out may have taken the lock, so its connection
+// is closed, which frees the lock on the server. d must be positive; Open
+// also reads it from the URL parameter request_timeout (e.g. "2s"). The
+// default is 5s (DefaultRequestTimeout).
+func WithRequestTimeout(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return invalidOption("WithRequestTimeout", d, "want a positive duration")
+		}
+		o.requestTimeout = d
+		return nil
+	}
+}
 
 // WithNamespace maps keys with NamespacedKeyID(ns, key) instead of KeyID, so
 // that applications sharing a database can keep their locks apart. The
 // default is no namespace.
-func WithNamespace(ns int32) Option { return func(o *options) { o.ns = &ns } }
+func WithNamespace(ns int32) Option {
+	return func(o *options) error {
+		o.ns = &ns
+		return nil
+	}
+}
 
 // WithCleanupInterval sets how often the backend deletes stale holder rows;
-// 0 turns the periodic cleanup off (call Cleanup yourself). The default is
-// one minute.
-func WithCleanupInterval(d time.Duration) Option { return func(o *options) { o.cleanupEvery = d } }
+// 0 turns the periodic cleanup off (call Cleanup yourself). d must not be
+// negative. The default is one minute.
+func WithCleanupInterval(d time.Duration) Option {
+	return func(o *options) error {
+		if d < 0 {
+			return invalidOption("WithCleanupInterval", d, "want 0 (off) or a positive duration")
+		}
+		o.cleanupEvery = d
+		return nil
+	}
+}
 
-// WithCleanupBatch caps the rows one cleanup deletes. The default is 1000.
-func WithCleanupBatch(n int) Option { return func(o *options) { o.cleanupBatch = n } }
+// WithCleanupBatch caps the rows one cleanup deletes. n must be positive. The
+// default is 1000.
+func WithCleanupBatch(n int) Option {
+	return func(o *options) error {
+		if n <= 0 {
+			return invalidOption("WithCleanupBatch", n, "want a positive number of rows")
+		}
+		o.cleanupBatch = n
+		return nil
+	}
+}
 
 // WithRetention sets how long after its lease ended the row of a key nobody
-// holds stays (Inspect reports its last fence meanwhile). The default is 10
-// minutes.
-func WithRetention(d time.Duration) Option { return func(o *options) { o.retention = d } }
+// holds stays (Inspect reports its last fence meanwhile). d must not be
+// negative. The default is 10 minutes.
+func WithRetention(d time.Duration) Option {
+	return func(o *options) error {
+		if d < 0 {
+			return invalidOption("WithRetention", d, "want 0 or a positive duration")
+		}
+		o.retention = d
+		return nil
+	}
+}
 
 // WithoutHolderRows skips the holder table: an acquisition is then only the
 // advisory lock and a fence from the sequence, in one statement that writes
 // nothing, and a renewal only confirms the session. Inspect still reports
 // Held from pg_locks, but no fence, time to live or metadata, and List finds
 // nothing. The default is to keep holder rows.
-func WithoutHolderRows() Option { return func(o *options) { o.noRows = true } }
+func WithoutHolderRows() Option {
+	return func(o *options) error {
+		o.noRows = true
+		return nil
+	}
+}
+
+// WithTerminateOnForceRelease lets ForceRelease free a key by ending the
+// session that holds it with pg_terminate_backend: an advisory lock belongs
+// to its session, and nothing else can take it away. Every lock and every
+// transaction of that session ends with it, so enable it only where the
+// locking role's sessions do nothing else (and the role may signal them:
+// pg_signal_backend). The default is off: ForceRelease then returns an error
+// matching errors.ErrUnsupported.
+func WithTerminateOnForceRelease(on bool) Option {
+	return func(o *options) error {
+		o.forceTerminate = on
+		return nil
+	}
+}

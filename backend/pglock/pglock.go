@@ -24,15 +24,52 @@ func init() {
 
 // Open returns a backend over a pool of its own on connString (a pgx
 // connection string; pool_max_conns bounds the locks held at once). Close
-// closes the pool.
+// closes the pool. No connection is made before the first call, which names
+// the dial error if the server cannot be reached.
+//
+// A new connection may take connect_timeout (seconds, as in libpq) to be
+// established; without it in connString, or with 0, Open sets
+// DefaultConnectTimeout (5s), so an unreachable server fails a call within
+// it even under context.Background(). The parameter request_timeout (a Go
+// duration such as "2s") sets WithRequestTimeout; opts override it.
 func Open(ctx context.Context, connString string, opts ...Option) (*Backend, error) {
-	pool, err := pgxpool.New(ctx, connString)
+	cfg, err := pgxpool.ParseConfig(connString)
 	if err != nil {
 		return nil, fmt.Errorf("pglock: open: %w", err)
 	}
-	b := New(pool, opts...)
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
+	}
+	urlOpts, err := takeParams(cfg.ConnConfig.RuntimeParams)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pglock: open: %w", err)
+	}
+	b, err := New(pool, append(urlOpts, opts...)...)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
 	b.ownPool = true
 	return b, nil
+}
+
+// takeParams removes the connection string parameters that are pglock's, not
+// the server's, from params and returns them as options.
+func takeParams(params map[string]string) ([]Option, error) {
+	v, ok := params["request_timeout"]
+	if !ok {
+		return nil, nil
+	}
+	delete(params, "request_timeout")
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return nil, fmt.Errorf("pglock: open: request_timeout=%q: %w: %w", v, driver.ErrInvalidOption, err)
+	}
+	return []Option{WithRequestTimeout(d)}, nil
 }
 
 // ErrPoolExhausted means no connection of the pool became free in time: every
@@ -45,18 +82,19 @@ type Backend struct {
 	ownPool bool
 	opts    options
 
+	closed    atomic.Bool // set under mu by Close: every call returns driver.ErrClosed
+	poolBound sharedBound // see WithPoolWait
+	reqBound  sharedBound // see WithRequestTimeout
+
 	schemaMu sync.Mutex
 	schemaOK atomic.Bool
 
 	mu        sync.Mutex
 	held      map[string]*pinned // by token
-	closed    bool
-	kaRunning bool           // the keepalive loop runs
-	kaNext    time.Time      // when the keepalive loop looks next
-	kaWake    chan struct{}  // wakes the keepalive loop early
-	wg        sync.WaitGroup // keepalive loop and rounds, the cleanup loop
-
-	waitEpoch atomic.Pointer[poolWaitEpoch] // see boundedWait
+	kaRunning bool               // the keepalive loop runs
+	kaNext    time.Time          // when the keepalive loop looks next
+	kaWake    chan struct{}      // wakes the keepalive loop early
+	wg        sync.WaitGroup     // keepalive loop and rounds, the cleanup loop
 
 	stopCleanup context.CancelFunc
 }
@@ -66,23 +104,38 @@ var (
 	_ driver.Waiter  = (*Backend)(nil)
 	_ driver.Lister  = (*Backend)(nil)
 	_ driver.Namer   = (*Backend)(nil)
+
+	_ driver.ForceReleaser = (*Backend)(nil)
 )
 
 // New returns a backend over pool. Close does not close pool. Every held lock
-// keeps one connection of the pool.
-func New(pool *pgxpool.Pool, opts ...Option) *Backend {
-	o := defaultOptions()
-	for _, f := range opts {
-		f(&o)
+// keeps one connection of the pool. It returns an error matching
+// driver.ErrInvalidOption, naming the option, for an option out of range.
+func New(pool *pgxpool.Pool, opts ...Option) (*Backend, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("pglock: new: %w: nil pool", driver.ErrInvalidOption)
+	}
+	o, err := newOptions(opts)
+	if err != nil {
+		return nil, err
 	}
 	b := &Backend{pool: pool, opts: o, held: make(map[string]*pinned), kaWake: make(chan struct{}, 1)}
+	b.poolBound.d, b.reqBound.d = o.poolWait, o.requestTimeout
 	if o.cleanupEvery > 0 {
 		var ctx context.Context
 		ctx, b.stopCleanup = context.WithCancel(context.Background())
 		b.wg.Add(1)
 		go b.cleanupLoop(ctx)
 	}
-	return b
+	return b, nil
+}
+
+// closedError is the error of operation op on key once Close was called.
+func (b *Backend) closedError(op, key string) error {
+	if !b.closed.Load() {
+		return nil
+	}
+	return fmt.Errorf("pglock: %s %q: %w", op, key, driver.ErrClosed)
 }
 
 // Name returns "postgres".
@@ -100,11 +153,19 @@ func (b *Backend) ID(key string) int64 {
 // exist. Backends also do it on first use; call it at deployment when the
 // locking role may not create objects.
 func (b *Backend) Migrate(ctx context.Context) error {
-	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, xactLockSQL, migrateLockID); err != nil {
+	if b.closed.Load() {
+		return fmt.Errorf("pglock: migrate: %w", driver.ErrClosed)
+	}
+	conn, qctx, done, err := b.pooled(ctx)
+	if err != nil {
+		return fmt.Errorf("pglock: migrate: %w", err)
+	}
+	defer done()
+	err = pgx.BeginFunc(qctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(qctx, xactLockSQL, migrateLockID); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, migrateSQL)
+		_, err := tx.Exec(qctx, migrateSQL)
 		return err
 	})
 	if err != nil {
@@ -132,18 +193,18 @@ func (b *Backend) ensureSchema(ctx context.Context) error {
 
 // Close unlocks every lock the backend still holds, returns their
 // connections, stops the cleanup, and closes the pool if Open created it.
+// Every call after Close returns an error matching driver.ErrClosed.
 func (b *Backend) Close() error {
 	b.mu.Lock()
-	if b.closed {
+	if b.closed.Load() {
 		b.mu.Unlock()
 		return nil
 	}
-	b.closed = true
+	b.closed.Store(true)
 	held := make([]*pinned, 0, len(b.held))
 	for _, p := range b.held {
 		held = append(held, p)
 	}
-	clear(b.held)
 	b.wakeKeepaliveLocked()
 	b.mu.Unlock()
 
@@ -169,23 +230,11 @@ func (b *Backend) Close() error {
 func (b *Backend) enter() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed {
+	if b.closed.Load() {
 		return false
 	}
 	b.wg.Add(1)
 	return true
-}
-
-// take removes and returns the pinned connection of token if it holds key.
-func (b *Backend) take(key, token string) *pinned {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	p := b.held[token]
-	if p == nil || p.key != key {
-		return nil
-	}
-	delete(b.held, token)
-	return p
 }
 
 // lookup returns the pinned connection of token if it holds key.
@@ -198,7 +247,7 @@ func (b *Backend) lookup(key, token string) *pinned {
 	return nil
 }
 
-// forget drops p from the table once its lock ended without Release.
+// forget drops p from the table once its lock ends.
 func (b *Backend) forget(p *pinned) {
 	b.mu.Lock()
 	if b.held[p.token] == p {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -44,6 +45,16 @@ func newPool(t testing.TB, s *testserver.Server, maxConns int) *pgxpool.Pool {
 	return pool
 }
 
+// newBackend returns a backend over pool with opts.
+func newBackend(t testing.TB, pool *pgxpool.Pool, opts ...pglock.Option) *pglock.Backend {
+	t.Helper()
+	b, err := pglock.New(pool, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func testContext(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
@@ -70,19 +81,25 @@ func TestPostgres(t *testing.T) {
 	admin := newPool(t, s, 4)
 
 	t.Run("Conformance", func(t *testing.T) {
+		openAt := func(t testing.TB, addr string) driver.Backend {
+			dsn := strings.Replace(testserver.PostgresDSN(s), s.Addr(), addr, 1)
+			b, err := pglock.Open(context.Background(), dsn+"&pool_max_conns=8")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}
 		locktest.Run(t, locktest.Harness{
-			NewBackend: func(t testing.TB) driver.Backend {
-				b, err := pglock.Open(context.Background(), testserver.PostgresDSN(s)+"&pool_max_conns=8")
-				if err != nil {
-					t.Fatal(err)
-				}
-				return b
-			},
+			NewBackend:   func(t testing.TB) driver.Backend { return openAt(t, s.Addr()) },
+			StoreAddr:    s.Addr(),
+			NewBackendAt: openAt,
 			DeleteKey: func(t testing.TB, key string) {
 				if n := terminateHolder(t, admin, pglock.KeyID(key)); n != 1 {
 					t.Fatalf("terminated %d sessions holding %q, want 1", n, key)
 				}
 			},
+			// A waiter's entry in the lock's queue is its waiting session.
+			DeleteWaiters: func(t testing.TB, key string) { terminateWaiters(t, admin, pglock.KeyID(key)) },
 		})
 	})
 	t.Run("KilledSessionReportedLost", func(t *testing.T) { killedSession(t, s, admin) })
@@ -91,7 +108,7 @@ func TestPostgres(t *testing.T) {
 	t.Run("XactLock", func(t *testing.T) { xactLock(t, s) })
 	t.Run("Namespace", func(t *testing.T) { namespace(t, s, admin) })
 	t.Run("CleanupKeepsFencesIncreasing", func(t *testing.T) { cleanup(t, s) })
-	t.Run("WithoutHolderRows", func(t *testing.T) { withoutRows(t, s) })
+	t.Run("WithoutHolderRows", func(t *testing.T) { withoutRows(t, s, admin) })
 	t.Run("KeepaliveLoop", func(t *testing.T) { keepaliveLoop(t, s) })
 	t.Run("OpenURL", func(t *testing.T) { openURL(t, s) })
 }
@@ -112,10 +129,10 @@ func openURL(t *testing.T, s *testserver.Server) {
 	}
 }
 
-func withoutRows(t *testing.T, s *testserver.Server) {
+func withoutRows(t *testing.T, s *testserver.Server, admin *pgxpool.Pool) {
 	ctx := testContext(t, time.Minute)
-	a := distlock.New(pglock.New(newPool(t, s, 2), pglock.WithoutHolderRows()))
-	b := distlock.New(pglock.New(newPool(t, s, 2), pglock.WithoutHolderRows()))
+	a := distlock.New(newBackend(t, newPool(t, s, 2), pglock.WithoutHolderRows()))
+	b := distlock.New(newBackend(t, newPool(t, s, 2), pglock.WithoutHolderRows()))
 	defer a.Close()
 	defer b.Close()
 	key := uniqueKey(t)
@@ -139,11 +156,16 @@ func withoutRows(t *testing.T, s *testserver.Server) {
 		l2, err := b.Lock(ctx, key, distlock.WithWait(10*time.Second)) // the native wait
 		got <- result{l2, err}
 	}()
-	time.Sleep(100 * time.Millisecond)
+	waitFor(t, 10*time.Second, "the waiter in the lock's queue", func() bool { return waitersOf(t, admin, pglock.KeyID(key)) == 1 })
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r := <-got
+	var r result
+	select {
+	case r = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not get the released key within 10s")
+	}
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
@@ -157,7 +179,7 @@ func withoutRows(t *testing.T, s *testserver.Server) {
 // stay, and fences keep increasing once a row is gone.
 func cleanup(t *testing.T, s *testserver.Server) {
 	ctx := testContext(t, time.Minute)
-	be := pglock.New(newPool(t, s, 4), pglock.WithCleanupInterval(0), pglock.WithRetention(time.Millisecond), pglock.WithCleanupBatch(2))
+	be := newBackend(t, newPool(t, s, 4), pglock.WithCleanupInterval(0), pglock.WithRetention(time.Millisecond), pglock.WithCleanupBatch(2))
 	c := distlock.New(be)
 	defer c.Close()
 	keys := []string{uniqueKey(t), uniqueKey(t), uniqueKey(t)}
@@ -215,8 +237,8 @@ func cleanup(t *testing.T, s *testserver.Server) {
 
 func killedSession(t *testing.T, s *testserver.Server, admin *pgxpool.Pool) {
 	ctx := testContext(t, time.Minute)
-	a := distlock.New(pglock.New(newPool(t, s, 2), pglock.WithKeepalive(100*time.Millisecond)))
-	b := distlock.New(pglock.New(newPool(t, s, 2)))
+	a := distlock.New(newBackend(t, newPool(t, s, 2), pglock.WithKeepalive(100*time.Millisecond)))
+	b := distlock.New(newBackend(t, newPool(t, s, 2)))
 	defer a.Close()
 	defer b.Close()
 	key := uniqueKey(t)
@@ -252,7 +274,7 @@ func killedSession(t *testing.T, s *testserver.Server, admin *pgxpool.Pool) {
 
 func poolExhausted(t *testing.T, s *testserver.Server) {
 	ctx := testContext(t, time.Minute)
-	c := distlock.New(pglock.New(newPool(t, s, 1), pglock.WithPoolWait(100*time.Millisecond)))
+	c := distlock.New(newBackend(t, newPool(t, s, 1), pglock.WithPoolWait(100*time.Millisecond)))
 	defer c.Close()
 	held, err := c.TryLock(ctx, uniqueKey(t))
 	if err != nil {
@@ -290,7 +312,7 @@ func poolExhausted(t *testing.T, s *testserver.Server) {
 func noLockReturnsToPool(t *testing.T, s *testserver.Server) {
 	ctx := testContext(t, time.Minute)
 	pool := newPool(t, s, 1)
-	c := distlock.New(pglock.New(pool))
+	c := distlock.New(newBackend(t, pool))
 	defer c.Close()
 	countLocks := func(what string) {
 		t.Helper()
@@ -316,13 +338,18 @@ func noLockReturnsToPool(t *testing.T, s *testserver.Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-l.Done()
-	time.Sleep(100 * time.Millisecond) // the backend unlocks on its keepalive tick
+	select {
+	case <-l.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a lease of 100ms did not end within 10s")
+	}
+	// The pool has one connection: countLocks gets it only once the backend
+	// unlocked the key on its keepalive round and gave the connection back.
 	countLocks("an expiry")
 
 	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
-	other := distlock.New(pglock.New(newPool(t, s, 1)))
+	other := distlock.New(newBackend(t, newPool(t, s, 1)))
 	defer other.Close()
 	blocker, err := other.TryLock(ctx, key)
 	if err != nil {
@@ -338,7 +365,7 @@ func noLockReturnsToPool(t *testing.T, s *testserver.Server) {
 func xactLock(t *testing.T, s *testserver.Server) {
 	ctx := testContext(t, time.Minute)
 	pool := newPool(t, s, 4)
-	c := distlock.New(pglock.New(pool))
+	c := distlock.New(newBackend(t, pool))
 	defer c.Close()
 	key := uniqueKey(t)
 	tx1, err := pool.Begin(ctx)
@@ -373,8 +400,8 @@ func xactLock(t *testing.T, s *testserver.Server) {
 func namespace(t *testing.T, s *testserver.Server, admin *pgxpool.Pool) {
 	ctx := testContext(t, time.Minute)
 	const ns = 7
-	c := distlock.New(pglock.New(newPool(t, s, 2), pglock.WithNamespace(ns)))
-	plain := distlock.New(pglock.New(newPool(t, s, 2)))
+	c := distlock.New(newBackend(t, newPool(t, s, 2), pglock.WithNamespace(ns)))
+	plain := distlock.New(newBackend(t, newPool(t, s, 2)))
 	defer c.Close()
 	defer plain.Close()
 	key := uniqueKey(t)
@@ -414,8 +441,8 @@ func TestKeyIDIsStable(t *testing.T) {
 // again after the backend held nothing.
 func keepaliveLoop(t *testing.T, s *testserver.Server) {
 	ctx := testContext(t, time.Minute)
-	a := pglock.New(newPool(t, s, 4), pglock.WithCleanupInterval(0)) // keepalive 5s: the 10s lease is due after 3.3s, the others sooner
-	b := pglock.New(newPool(t, s, 4), pglock.WithCleanupInterval(0))
+	a := newBackend(t, newPool(t, s, 4), pglock.WithCleanupInterval(0)) // keepalive 5s: the 10s lease is due after 3.3s, the others sooner
+	b := newBackend(t, newPool(t, s, 4), pglock.WithCleanupInterval(0))
 	defer a.Close()
 	defer b.Close()
 	token := func() string { return fmt.Sprintf("%032d", seq.Add(1)) }

@@ -2,7 +2,9 @@ package pglock
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -13,6 +15,13 @@ import (
 
 // pinned is one held lock: the pool connection whose session holds it, kept
 // out of the pool until the lock is unlocked or the connection destroyed.
+//
+// One goroutine at a time uses conn: the one that holds use's slot. While no
+// call needs it, a watcher holds it and blocks reading the idle connection,
+// so that a session the server ends (pg_terminate_backend, a shutdown, a cut
+// connection) is noticed at once instead of at the next keepalive. A call
+// that needs conn wakes the watcher with a read deadline in the past, which
+// pgx reports as a timeout and survives.
 type pinned struct {
 	b          *Backend
 	conn       *pgxpool.Conn
@@ -21,7 +30,13 @@ type pinned struct {
 	lost       context.Context    // done when the hold ends without Release
 	lose       context.CancelFunc // ends lost
 
-	mu       sync.Mutex // serialises every use of conn
+	use chan struct{} // holding its one slot is the right to use conn
+
+	wmu      sync.Mutex
+	watching bool // a watcher holds use and reads conn
+	waiters  int  // calls waiting for use
+
+	// Under use:
 	done     bool
 	deadline time.Time // the lease: unlocked here unless renewed
 	ttl      time.Duration
@@ -29,24 +44,27 @@ type pinned struct {
 	due time.Time // under b.mu: the next keepalive round; zero while one runs
 }
 
-// pin registers a granted lock and schedules its keepalive.
+// pin registers a granted lock, schedules its keepalive and starts watching
+// its connection.
 func (b *Backend) pin(conn *pgxpool.Conn, req driver.AcquireRequest, id, fence int64, sent time.Time) (driver.Grant, error) {
 	p := &pinned{
 		b: b, conn: conn, key: req.Key, token: req.Token, id: id,
-		deadline: sent.Add(req.TTL), ttl: req.TTL,
+		use: make(chan struct{}, 1), deadline: sent.Add(req.TTL), ttl: req.TTL,
 	}
+	p.use <- struct{}{}
 	p.lost, p.lose = context.WithCancel(context.Background())
 	b.mu.Lock()
-	if b.closed {
+	if b.closed.Load() {
 		b.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
-		_ = p.release(ctx)
+		_ = p.endLocked(ctx)
 		return driver.Grant{}, fmt.Errorf("pglock: acquire %q: %w", req.Key, driver.ErrClosed)
 	}
 	b.held[req.Token] = p
 	b.scheduleLocked(p, sent.Add(p.interval()))
 	b.mu.Unlock()
+	p.unlock()
 	return driver.Grant{Fence: uint64(fence), Lost: p.lost, Sent: sent}, nil
 }
 
@@ -54,10 +72,75 @@ func (b *Backend) pin(conn *pgxpool.Conn, req driver.AcquireRequest, id, fence i
 const cleanupTimeout = 5 * time.Second
 
 // interval is the keepalive period: a third of the lease, capped. The caller
-// holds mu or owns p alone.
+// holds use or owns p alone.
 func (p *pinned) interval() time.Duration {
 	return max(min(p.ttl/3, p.b.opts.keepalive), time.Millisecond)
 }
+
+// lock takes the right to use conn, waking the watcher if it holds it, or
+// returns ctx's error once ctx ends first.
+func (p *pinned) lock(ctx context.Context) error {
+	select {
+	case p.use <- struct{}{}:
+		return nil
+	default:
+	}
+	p.wmu.Lock()
+	p.waiters++
+	if p.watching {
+		// A deadline in the past ends the watcher's read at once.
+		_ = p.netConn().SetReadDeadline(time.Unix(1, 0))
+	}
+	p.wmu.Unlock()
+	defer func() {
+		p.wmu.Lock()
+		p.waiters--
+		p.wmu.Unlock()
+	}()
+	select {
+	case p.use <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// unlock gives up the right to use conn: to a new watcher while the lock is
+// held and no call waits for conn.
+func (p *pinned) unlock() {
+	p.wmu.Lock()
+	p.watching = !p.done && p.waiters == 0
+	watch := p.watching
+	p.wmu.Unlock()
+	if !watch {
+		<-p.use
+		return
+	}
+	go p.watch()
+}
+
+// watch blocks reading the idle connection until a call wakes it or the
+// server ends the session; the lock is then lost, and the hold ends at once.
+func (p *pinned) watch() {
+	pc := p.conn.Conn().PgConn()
+	var err error
+	for err == nil { // a notification (LISTEN on a pooled session): read on
+		err = pc.WaitForNotification(context.Background())
+	}
+	p.wmu.Lock()
+	p.watching = false
+	p.wmu.Unlock()
+	var ne net.Error
+	if woken := errors.As(err, &ne) && ne.Timeout() && !pc.IsClosed(); woken {
+		_ = p.netConn().SetReadDeadline(time.Time{})
+	} else {
+		p.dieLocked()
+	}
+	<-p.use
+}
+
+// netConn is the connection's socket.
+func (p *pinned) netConn() net.Conn { return p.conn.Conn().PgConn().Conn() }
 
 // tick runs one keepalive round, started by the keepalive loop: it confirms
 // the session, or unlocks the key once the lease ran out without renewal.
@@ -66,18 +149,17 @@ func (p *pinned) tick() {
 		return // Close unlocks every held key itself
 	}
 	defer p.b.wg.Done()
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	_ = p.lock(context.Background()) // whoever holds conn is bounded by a request timeout
+	defer p.unlock()
 	if p.done {
 		return
 	}
-	left := time.Until(p.deadline)
-	if left <= 0 {
+	if time.Until(p.deadline) <= 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
-		p.endLocked(ctx)
-		p.lose()
 		p.b.forget(p)
+		_ = p.endLocked(ctx)
+		p.lose()
 		return
 	}
 	// A ping slower than this means a dead or unreachable session. At least a
@@ -94,14 +176,41 @@ func (p *pinned) tick() {
 	p.b.mu.Unlock()
 }
 
-// renew confirms the session and moves the lease.
+// renew confirms the session and moves the lease. The statement runs to its
+// end on conn even if ctx ends first, bounded by the request timeout: a
+// statement cancelled midway makes pgx close the connection, which would end
+// the session and with it the lock (a Release cancels a renewal in flight).
+// renew itself returns when ctx ends.
 func (p *pinned) renew(ctx context.Context, ttl time.Duration) error {
 	sent := time.Now()
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	if !p.b.enter() {
+		return fmt.Errorf("pglock: renew %q: %w", p.key, driver.ErrClosed)
+	}
+	if err := p.lock(ctx); err != nil {
+		p.b.wg.Done()
+		return fmt.Errorf("pglock: renew %q: %w", p.key, err)
+	}
+	res := make(chan error, 1)
+	go func() {
+		defer p.b.wg.Done()
+		defer p.unlock()
+		res <- p.renewLocked(context.WithoutCancel(ctx), sent, ttl)
+	}()
+	select {
+	case err := <-res:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("pglock: renew %q: %w", p.key, ctx.Err())
+	}
+}
+
+// renewLocked runs the renewal sent at sent on conn.
+func (p *pinned) renewLocked(ctx context.Context, sent time.Time, ttl time.Duration) error {
 	if p.done || !sent.Before(p.deadline) {
 		return fmt.Errorf("pglock: renew %q: %w", p.key, driver.ErrNotHeld)
 	}
+	ctx, done := p.b.reqBound.within(ctx)
+	defer done()
 	var err error
 	if p.b.opts.noRows {
 		err = p.conn.Ping(ctx)
@@ -124,28 +233,41 @@ func (p *pinned) renew(ctx context.Context, ttl time.Duration) error {
 	return nil
 }
 
-// release unlocks the key and gives the connection back.
+// release unlocks the key and gives the connection back. If ctx ends while
+// another call uses the connection, the lock stays held and registered.
 func (p *pinned) release(ctx context.Context) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	if err := p.lock(ctx); err != nil {
+		return fmt.Errorf("pglock: release %q: %w", p.key, err)
+	}
+	defer p.unlock()
 	if p.done {
 		return fmt.Errorf("pglock: release %q: %w", p.key, driver.ErrNotHeld)
 	}
-	p.endLocked(ctx)
-	return nil
+	p.b.forget(p)
+	return p.endLocked(ctx)
 }
 
 // endLocked unlocks the key and returns the connection to the pool, or
 // destroys it if the unlock did not certainly succeed: a connection never goes
 // back to the pool holding a lock. A destroyed session frees its locks.
-func (p *pinned) endLocked(ctx context.Context) {
+func (p *pinned) endLocked(ctx context.Context) error {
 	p.done = true // the keepalive loop no longer schedules p: it left b.held
+	ctx, done := p.b.reqBound.within(ctx)
+	defer done()
 	var unlocked bool
-	if err := p.conn.QueryRow(ctx, releaseSQL, p.id).Scan(&unlocked); err != nil || !unlocked {
-		destroy(p.conn)
-		return
+	err := p.conn.QueryRow(ctx, releaseSQL, p.id).Scan(&unlocked)
+	if err == nil && unlocked {
+		p.conn.Release()
+		return nil
 	}
-	p.conn.Release()
+	destroy(p.conn)
+	switch {
+	case err == nil:
+		return fmt.Errorf("pglock: release %q: %w: the session did not hold the lock", p.key, driver.ErrNotHeld)
+	case ctx.Err() != nil:
+		return fmt.Errorf("pglock: release %q: %w; the connection is closed, so the server frees the lock once it sees the session end", p.key, err)
+	}
+	return fmt.Errorf("pglock: release %q: %w: the session had ended: %w", p.key, driver.ErrNotHeld, err)
 }
 
 // dieLocked records that the session ended: the lock went with it.

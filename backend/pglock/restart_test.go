@@ -16,7 +16,7 @@ import (
 func TestRestartLosesLocksKeepsFences(t *testing.T) {
 	s := testserver.Postgres(t)
 	ctx := testContext(t, 2*time.Minute)
-	c := distlock.New(pglock.New(newPool(t, s, 4), pglock.WithKeepalive(100*time.Millisecond)))
+	c := distlock.New(newBackend(t, newPool(t, s, 4), pglock.WithKeepalive(100*time.Millisecond)))
 	defer c.Close()
 	k1, k2 := uniqueKey(t), uniqueKey(t)
 	l1, err := c.TryLock(ctx, k1)

@@ -23,6 +23,8 @@ var (
 	listSQL string
 	//go:embed sql/cleanup.sql
 	cleanupSQL string
+	//go:embed sql/force_release.sql
+	forceReleaseSQL string
 	//go:embed sql/xact_lock.sql
 	xactLockSQL string
 	//go:embed sql/try_xact_lock.sql
