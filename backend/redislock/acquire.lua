@@ -12,8 +12,9 @@
 -- token has been refused the key: its release then tells the waiters, and
 -- a release nobody waits for publishes nothing. Tokens never contain "\n".
 --
--- The common case, a free key, costs three calls: SET NX, TIME and GETSET.
--- Nothing here is newer than Redis 5.0, which replicates a script's writes
+-- The common case, a free key, costs three calls on Redis 7.0 or later: SET
+-- NX, TIME and SET GET of the counter (four before 7.0: GETSET and PEXPIRE).
+-- Nothing here needs more than Redis 5.0, which replicates a script's writes
 -- rather than the script by default: that is what lets it read TIME first.
 local meta, handing = ARGV[3] or '', ARGV[4] or ''
 local waited = ARGV[1] .. '\n'
@@ -43,14 +44,19 @@ elseif not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
 	redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 -- The fence is max(last + 1, server time in microseconds): a counter lost
--- with a restart or a failover starts again above every earlier fence.
+-- with a restart or a failover, or expired, starts again above every
+-- earlier fence (counter.lua says how long it lives).
 local t = redis.call('TIME')
 local now = t[1] .. string.format('%06d', tonumber(t[2]))
 local fence = tonumber(now)
-local last = redis.call('GETSET', KEYS[2], now)
+local keep = ARGV[2] + counterLinger
+local last = setCounter(KEYS[2], now, keep)
 if last and tonumber(last) >= fence then
-	redis.call('SET', KEYS[2], last)
-	fence = redis.call('INCR', KEYS[2])
+	-- Ahead of the clock: go on from the counter, and keep it until the
+	-- clock has passed it.
+	local ahead = tonumber(last) + 1 - fence
+	fence = fence + ahead
+	setCounter(KEYS[2], int(fence), keep + math.ceil(ahead / 1000))
 end
 if meta ~= '' then
 	redis.call('SET', KEYS[3], meta, 'PX', ARGV[2])

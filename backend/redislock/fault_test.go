@@ -231,7 +231,8 @@ func TestAcquireIdempotent(t *testing.T) {
 
 // TestFenceAboveCounterAheadOfClock sets a key's counter above the server's
 // clock, as a clock stepped back would leave it: fences must go on from the
-// counter, not from the clock.
+// counter, not from the clock, and the counter must not expire before the
+// clock has passed it.
 func TestFenceAboveCounterAheadOfClock(t *testing.T) {
 	s := testserver.Redis(t)
 	onEachClient(t, s, func(t *testing.T, ctx context.Context, b driver.Backend) {
@@ -245,6 +246,11 @@ func TestFenceAboveCounterAheadOfClock(t *testing.T) {
 			}
 			if g.Fence != ahead+i {
 				t.Fatalf("grant %d: fence %d, want %d", i, g.Fence, ahead+i)
+			}
+			// The counter must outlive the time until the clock passes it.
+			untilPassed := time.Until(time.UnixMicro(ahead)).Milliseconds()
+			if ms := pttl(t, s.Addr(), lockName(key)+":fence"); ms < untilPassed {
+				t.Fatalf("grant %d: counter PTTL %d ms, want at least %d (until the clock passes it)", i, ms, untilPassed)
 			}
 			if err := b.Release(ctx, key, "tok"); err != nil {
 				t.Fatal(err)

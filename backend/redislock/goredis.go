@@ -19,6 +19,10 @@ import (
 // is unreachable. Without it the backend still returns at the deadline, but
 // the abandoned request holds a goroutine and a connection until the
 // client's ReadTimeout.
+//
+// New asks the server for its version (INFO server, on every master of a
+// Cluster), within the request timeout, and fails if it cannot reach it or
+// if it runs a Redis older than MinVersion.
 func New(client redis.UniversalClient, opts ...Option) (*Backend, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
@@ -31,7 +35,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Backend, error) {
 	for i, src := range scriptSources {
 		st.scripts[i] = redis.NewScript(src)
 	}
-	return newBackend(st, cfg), nil
+	return newBackend(context.Background(), st, cfg)
 }
 
 // goRedis is the store adapter for go-redis.
@@ -88,8 +92,8 @@ func (g *goRedis) evalStrings(ctx context.Context, s script, keys []string, args
 }
 
 func (g *goRedis) scan(ctx context.Context, match string, fn func(string)) error {
-	var mu sync.Mutex // ForEachMaster and ForEachShard run node concurrently
-	node := func(ctx context.Context, c *redis.Client) error {
+	var mu sync.Mutex // forEachMaster runs nodes concurrently
+	return g.forEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
 		it := c.Scan(ctx, 0, match, 256).Iterator()
 		for it.Next(ctx) {
 			mu.Lock()
@@ -97,17 +101,44 @@ func (g *goRedis) scan(ctx context.Context, match string, fn func(string)) error
 			mu.Unlock()
 		}
 		return it.Err()
+	})
+}
+
+func (g *goRedis) serverInfo(ctx context.Context) ([]string, error) {
+	var (
+		mu    sync.Mutex
+		infos []string
+	)
+	err := g.forEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "server").Result()
+		mu.Lock()
+		infos = append(infos, info)
+		mu.Unlock()
+		return err
+	})
+	if errors.Is(err, errNoNodes) { // another UniversalClient: ask it once
+		info, err := g.c.Info(ctx, "server").Result()
+		return []string{info}, err
 	}
+	return infos, err
+}
+
+var errNoNodes = errors.New("listing needs a *redis.Client, *redis.ClusterClient or *redis.Ring")
+
+// forEachMaster calls fn with a client of each master, concurrently.
+func (g *goRedis) forEachMaster(ctx context.Context, fn func(context.Context, *redis.Client) error) error {
 	switch c := g.c.(type) {
 	case *redis.ClusterClient:
-		return c.ForEachMaster(ctx, node)
+		return c.ForEachMaster(ctx, fn)
 	case *redis.Ring:
-		return c.ForEachShard(ctx, node)
+		return c.ForEachShard(ctx, fn)
 	case *redis.Client:
-		return node(ctx, c)
+		return fn(ctx, c)
 	}
-	return errors.New("listing needs a *redis.Client, *redis.ClusterClient or *redis.Ring")
+	return errNoNodes
 }
+
+func (g *goRedis) closedErr(err error) bool { return errors.Is(err, redis.ErrClosed) }
 
 func (g *goRedis) close() error {
 	g.late.Wait()

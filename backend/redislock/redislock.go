@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/distlock/distlock/driver"
@@ -16,9 +17,11 @@ import (
 // Backend is a distlock backend on one Redis deployment (a single node,
 // Sentinel or Cluster). It is safe for concurrent use.
 type Backend struct {
-	st     store
-	prefix string
-	hub    *hub
+	st      store
+	prefix  string
+	timeout time.Duration // per request
+	hub     *hub
+	closed  atomic.Bool
 }
 
 var (
@@ -27,10 +30,61 @@ var (
 	_ driver.Lister   = (*Backend)(nil)
 	_ driver.Namer    = (*Backend)(nil)
 	_ driver.Handoff  = (*Backend)(nil)
+
+	_ driver.ForceReleaser = (*Backend)(nil)
 )
 
-func newBackend(st store, cfg config) *Backend {
-	return &Backend{st: st, prefix: cfg.prefix, hub: newHub(st)}
+// newBackend checks the server version within ctx and the request timeout,
+// then starts the backend on st.
+func newBackend(ctx context.Context, st store, cfg config) (*Backend, error) {
+	ctx, cancel := context.WithTimeout(ctx, cfg.requestTimeout)
+	defer cancel()
+	if err := checkVersion(ctx, st); err != nil {
+		return nil, err
+	}
+	return &Backend{st: st, prefix: cfg.prefix, timeout: cfg.requestTimeout, hub: newHub(st)}, nil
+}
+
+// evalInt runs s within the request timeout; see call.
+func (b *Backend) evalInt(ctx context.Context, s script, keys []string, args ...string) (n int64, err error) {
+	err = b.call(ctx, func(ctx context.Context) error {
+		n, err = b.st.evalInt(ctx, s, keys, args...)
+		return err
+	})
+	return n, err
+}
+
+// evalStrings runs s within the request timeout; see call.
+func (b *Backend) evalStrings(ctx context.Context, s script, keys []string, args ...string) (r []string, err error) {
+	err = b.call(ctx, func(ctx context.Context) error {
+		r, err = b.st.evalStrings(ctx, s, keys, args...)
+		return err
+	})
+	return r, err
+}
+
+// call runs one request, bounded by the request timeout unless ctx ends
+// sooner; see run.
+func (b *Backend) call(ctx context.Context, req func(context.Context) error) error {
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) > b.timeout {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, b.timeout)
+		defer cancel()
+	}
+	return b.run(ctx, req)
+}
+
+// run runs req unless the backend is closed. After Close, or once the client
+// was closed, it returns an error matching driver.ErrClosed.
+func (b *Backend) run(ctx context.Context, req func(context.Context) error) error {
+	if b.closed.Load() {
+		return driver.ErrClosed
+	}
+	err := req(ctx)
+	if err != nil && b.st.closedErr(err) {
+		return fmt.Errorf("%w: %w", driver.ErrClosed, err)
+	}
+	return err
 }
 
 // Name returns "redis".
@@ -83,18 +137,19 @@ func (b *Backend) grant(ctx context.Context, req driver.AcquireRequest, from str
 	}
 	k := b.keysFor(req.Key)
 	if meta == "" && from == "" { // the common case: a shorter request
-		return b.st.evalInt(ctx, scriptAcquire, []string{k.lock, k.fence}, req.Token, millis(req.TTL))
+		return b.evalInt(ctx, scriptAcquire, []string{k.lock, k.fence}, req.Token, millis(req.TTL))
 	}
-	return b.st.evalInt(ctx, scriptAcquire, []string{k.lock, k.fence, k.meta}, req.Token, millis(req.TTL), meta, from)
+	return b.evalInt(ctx, scriptAcquire, []string{k.lock, k.fence, k.meta}, req.Token, millis(req.TTL), meta, from)
 }
 
-// Renew resets key's time to live to ttl if token holds it.
+// Renew resets key's time to live to ttl if token holds it, and keeps its
+// fence counter at least a minute beyond it.
 func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
 	if err := validRequest(key, token, &ttl); err != nil {
 		return fmt.Errorf("redislock: renew %q: %w", key, err)
 	}
 	k := b.keysFor(key)
-	ok, err := b.st.evalInt(ctx, scriptRenew, []string{k.lock, k.meta}, token, millis(ttl))
+	ok, err := b.evalInt(ctx, scriptRenew, []string{k.lock, k.meta, k.fence}, token, millis(ttl))
 	return held("renew", key, ok, err)
 }
 
@@ -104,7 +159,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 		return fmt.Errorf("redislock: release %q: %w", key, err)
 	}
 	k := b.keysFor(key)
-	ok, err := b.st.evalInt(ctx, scriptRelease, []string{k.lock, k.meta}, token)
+	ok, err := b.evalInt(ctx, scriptRelease, []string{k.lock, k.meta}, token)
 	return held("release", key, ok, err)
 }
 
@@ -125,17 +180,49 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 		return driver.Info{}, fmt.Errorf("redislock: inspect: %w", err)
 	}
 	k := b.keysFor(key)
-	r, err := b.st.evalStrings(ctx, scriptInspect, []string{k.lock, k.fence, k.meta})
-	if err == nil && len(r) != 4 {
-		err = fmt.Errorf("inspect script returned %d values, want 4", len(r))
-	}
+	r, err := b.evalStrings(ctx, scriptInspect, []string{k.lock, k.fence, k.meta})
+	info, err := parseInfo(key, r, err)
 	if err != nil {
 		return driver.Info{}, fmt.Errorf("redislock: inspect %q: %w", key, err)
+	}
+	return info, nil
+}
+
+// ForceRelease deletes key whatever token holds it, in one script, and
+// returns what it held: fence, time to live left, metadata. Waiters that
+// were refused the key are woken by a release notice. The fence counter
+// stays, so the next grant gets a higher fence; the old holder's Renew and
+// Release get driver.ErrNotHeld. A free key is left as it is, with an error
+// matching driver.ErrNotHeld.
+func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
+	if err := driver.ValidateKey(key); err != nil {
+		return driver.Info{}, fmt.Errorf("redislock: force release: %w", err)
+	}
+	k := b.keysFor(key)
+	r, err := b.evalStrings(ctx, scriptForceRelease, []string{k.lock, k.fence, k.meta})
+	info, err := parseInfo(key, r, err)
+	switch {
+	case err != nil:
+		return driver.Info{}, fmt.Errorf("redislock: force release %q: %w", key, err)
+	case !info.Held:
+		return driver.Info{}, fmt.Errorf("redislock: force release %q: %w", key, driver.ErrNotHeld)
+	}
+	return info, nil
+}
+
+// parseInfo reads the reply of inspect.lua or forcerelease.lua, r, or
+// returns err.
+func parseInfo(key string, r []string, err error) (driver.Info, error) {
+	if err == nil && len(r) != 4 {
+		err = fmt.Errorf("script returned %d values, want 4", len(r))
+	}
+	if err != nil {
+		return driver.Info{}, err
 	}
 	info := driver.Info{Key: key, Held: r[0] == "1"}
 	if r[1] != "" {
 		if info.Fence, err = strconv.ParseUint(r[1], 10, 64); err != nil {
-			return driver.Info{}, fmt.Errorf("redislock: inspect %q: fence: %w", key, err)
+			return driver.Info{}, fmt.Errorf("fence: %w", err)
 		}
 	}
 	if ms, _ := strconv.ParseInt(r[2], 10, 64); info.Held && ms > 0 {
@@ -143,7 +230,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 	}
 	if r[3] != "" {
 		if err := json.Unmarshal([]byte(r[3]), &info.Meta); err != nil {
-			return driver.Info{}, fmt.Errorf("redislock: inspect %q: metadata: %w", key, err)
+			return driver.Info{}, fmt.Errorf("metadata: %w", err)
 		}
 	}
 	return info, nil
@@ -152,13 +239,19 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 // List returns the held locks whose keys start with prefix, sorted by key. It
 // SCANs every master for the lock names (glob characters in prefix are
 // escaped), then inspects each; it is meant for operators, not hot paths.
+// The SCAN loop is bounded by ctx and the client's own timeouts; each
+// Inspect by the request timeout as well.
 func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
 	match := globEscape(b.prefix+"{"+escapeKey(prefix)) + "*}"
 	seen := make(map[string]bool)
-	err := b.st.scan(ctx, match, func(name string) {
-		if key, ok := b.keyFromLockName(name); ok && strings.HasPrefix(key, prefix) {
-			seen[key] = true
-		}
+	// One SCAN loop over the whole keyspace: bounded by ctx and the client's
+	// own timeouts, not by the request timeout.
+	err := b.run(ctx, func(ctx context.Context) error {
+		return b.st.scan(ctx, match, func(name string) {
+			if key, ok := b.keyFromLockName(name); ok && strings.HasPrefix(key, prefix) {
+				seen[key] = true
+			}
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("redislock: list %q: %w", prefix, err)
@@ -188,7 +281,13 @@ func (b *Backend) Watch(_ context.Context, key string) (<-chan struct{}, func(),
 
 // Close closes the subscription connection and, if the backend built its
 // client (Open), the client. A client passed to New or NewRueidis stays open.
+// Every call after Close returns an error matching driver.ErrClosed, and so
+// does every call once the client itself was closed. Closing twice is
+// harmless.
 func (b *Backend) Close() error {
+	if b.closed.Swap(true) {
+		return nil
+	}
 	return errors.Join(b.hub.close(), b.st.close())
 }
 

@@ -91,22 +91,27 @@ func deleteKey(addrs func() []string) func(testing.TB, string) {
 
 func fixed(addrs ...string) func() []string { return func() []string { return addrs } }
 
+// singleNode is the suite's harness for one redis-server at s, with
+// backends from at (a backend reaching the server at addr).
+func singleNode(s *testserver.Server, at func(t testing.TB, addr string) driver.Backend) locktest.Harness {
+	return locktest.Harness{
+		NewBackend:   func(t testing.TB) driver.Backend { return at(t, s.Addr()) },
+		DeleteKey:    deleteKey(fixed(s.Addr())),
+		StoreAddr:    s.Addr(),
+		NewBackendAt: at,
+	}
+}
+
 func TestConformanceGoRedis(t *testing.T) {
-	s := testserver.Redis(t)
-	locktest.Run(t, locktest.Harness{
-		NewBackend: func(t testing.TB) driver.Backend {
-			return newGoRedis(t, redis.NewClient(&redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true}))
-		},
-		DeleteKey: deleteKey(fixed(s.Addr())),
-	})
+	locktest.Run(t, singleNode(testserver.Redis(t), func(t testing.TB, addr string) driver.Backend {
+		return newGoRedis(t, redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true}))
+	}))
 }
 
 func TestConformanceRueidis(t *testing.T) {
-	s := testserver.Redis(t)
-	locktest.Run(t, locktest.Harness{
-		NewBackend: func(t testing.TB) driver.Backend { return openURL(t, "redis://"+s.Addr()+"/0") },
-		DeleteKey:  deleteKey(fixed(s.Addr())),
-	})
+	locktest.Run(t, singleNode(testserver.Redis(t), func(t testing.TB, addr string) driver.Backend {
+		return openURL(t, "redis://"+addr+"/0")
+	}))
 }
 
 func TestConformanceCluster(t *testing.T) {
@@ -142,6 +147,9 @@ func TestConformanceCluster(t *testing.T) {
 		})
 	})
 	t.Run("special-keys", func(t *testing.T) { specialKeys(t, openURL(t, "redis-cluster://"+addrs[0])) })
+	t.Run("force-release", func(t *testing.T) {
+		forceRelease(t, func(t testing.TB) driver.Backend { return openURL(t, "redis-cluster://"+addrs[0]) }, fixed(addrs...))
+	})
 }
 
 // specialKeys locks keys with braces, backslashes and glob characters, which
@@ -199,6 +207,9 @@ func TestConformanceSentinel(t *testing.T) {
 		locktest.Run(t, locktest.Harness{
 			NewBackend: func(t testing.TB) driver.Backend { return openURL(t, url) },
 			DeleteKey:  deleteKey(primary),
+		})
+		t.Run("force-release", func(t *testing.T) {
+			forceRelease(t, func(t testing.TB) driver.Backend { return openURL(t, url) }, primary)
 		})
 	})
 }

@@ -12,23 +12,27 @@ import (
 // Cluster). rueidis pipelines concurrent requests on shared connections,
 // which makes it the faster client under concurrency; Open builds one.
 // rueidis bounds every request by its context. Close leaves client open.
+//
+// NewRueidis asks the server for its version (INFO server, on every node the
+// client knows), within the request timeout, and fails if it cannot reach it
+// or if it runs a Redis older than MinVersion.
 func NewRueidis(client rueidis.Client, opts ...Option) (*Backend, error) {
-	if client == nil {
-		return nil, errors.New("redislock: NewRueidis needs a client")
-	}
-	return newRueidis(client, false, opts)
-}
-
-func newRueidis(client rueidis.Client, owned bool, opts []Option) (*Backend, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return nil, err
 	}
+	if client == nil {
+		return nil, errors.New("redislock: NewRueidis needs a client")
+	}
+	return newRueidis(context.Background(), client, false, cfg)
+}
+
+func newRueidis(ctx context.Context, client rueidis.Client, owned bool, cfg config) (*Backend, error) {
 	st := &rueidisStore{c: client, owned: owned}
 	for i, src := range scriptSources {
 		st.scripts[i] = rueidis.NewLuaScript(src)
 	}
-	return newBackend(st, cfg), nil
+	return newBackend(ctx, st, cfg)
 }
 
 // rueidisStore is the store adapter for rueidis.
@@ -61,6 +65,20 @@ func (r *rueidisStore) scan(ctx context.Context, match string, fn func(string)) 
 	}
 	return nil
 }
+
+func (r *rueidisStore) serverInfo(ctx context.Context) ([]string, error) {
+	var infos []string
+	for _, n := range r.c.Nodes() {
+		info, err := n.Do(ctx, n.B().Info().Section("server").Build()).ToString()
+		if err != nil {
+			return nil, err
+		}
+		infos = append(infos, info)
+	}
+	return infos, nil
+}
+
+func (r *rueidisStore) closedErr(err error) bool { return errors.Is(err, rueidis.ErrClosing) }
 
 func (r *rueidisStore) close() error {
 	if r.owned {

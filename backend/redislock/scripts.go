@@ -10,10 +10,13 @@ const (
 	scriptRenew
 	scriptRelease
 	scriptInspect
+	scriptForceRelease
 	numScripts
 )
 
 var (
+	//go:embed counter.lua
+	counterLua string
 	//go:embed acquire.lua
 	acquireLua string
 	//go:embed renew.lua
@@ -22,7 +25,17 @@ var (
 	releaseLua string
 	//go:embed inspect.lua
 	inspectLua string
+	//go:embed forcerelease.lua
+	forceReleaseLua string
 )
 
-// scriptSources holds each script's source, indexed by script.
-var scriptSources = [numScripts]string{acquireLua, renewLua, releaseLua, inspectLua}
+// scriptSources holds each script's source, indexed by script. The scripts
+// that write the fence counter start with counter.lua, which says how long
+// the counter lives.
+var scriptSources = [numScripts]string{
+	counterLua + acquireLua,
+	counterLua + renewLua,
+	releaseLua,
+	inspectLua,
+	forceReleaseLua,
+}

@@ -16,6 +16,12 @@ type store interface {
 	// newPubSub returns the backend's one subscription connection, which
 	// reports to ev. It connects on the first subscribe.
 	newPubSub(ev pubsubEvents) pubsub
+	// serverInfo returns the reply of INFO server of every node the client
+	// reaches (every master of a Cluster).
+	serverInfo(ctx context.Context) ([]string, error)
+	// closedErr reports whether err says that the client was closed
+	// (go-redis's ErrClosed, rueidis's ErrClosing).
+	closedErr(err error) bool
 	// close closes the client if the backend built it.
 	close() error
 }

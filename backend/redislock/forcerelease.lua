@@ -1,0 +1,16 @@
+-- Deletes the lock and its metadata whatever token holds it, and reports what
+-- it held as inspect.lua does: {held "1"/"0", fence, ms to live, metadata
+-- JSON}. A free key is left as it is. If another token was refused the key
+-- (the waiters' mark, see acquire.lua), the release is announced to waiters.
+-- The fence counter stays, so the next grant gets a higher fence.
+-- KEYS[1] lock, also the release channel, KEYS[2] fence counter, KEYS[3] metadata
+local holder = redis.call('GET', KEYS[1])
+if not holder then
+	return {'0', '', '0', ''}
+end
+local held = {'1', redis.call('GET', KEYS[2]) or '', tostring(redis.call('PTTL', KEYS[1])), redis.call('GET', KEYS[3]) or ''}
+redis.call('DEL', KEYS[1], KEYS[3])
+if string.byte(holder, -1) == 10 then
+	redis.call('PUBLISH', KEYS[1], '')
+end
+return held
