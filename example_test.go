@@ -28,7 +28,7 @@ func ExampleClient_Lock() {
 func ExampleClient_TryLock() {
 	ctx := context.Background()
 	store := memlock.New()
-	replicaA, replicaB := distlock.New(store), distlock.New(store)
+	replicaA, replicaB := distlock.New(store), distlock.New(store.Connect())
 	defer replicaA.Close()
 	defer replicaB.Close()
 
@@ -55,4 +55,38 @@ func ExampleClient_Do() {
 	// Output:
 	// booking seat with fence 1
 	// err: <nil>
+}
+
+// Example_open is the README's usage example (the code between the README
+// markers below, which TestReadmeUsageIsTheExample finds in README.md), run
+// against the in-process store.
+func Example_open() {
+	ctx := context.Background()
+	if err := chargeOrder(ctx, "mem://"); err != nil {
+		fmt.Println(err)
+	}
+	// Output: charged order 42 with fence 1
+}
+
+// README usage begin
+func chargeOrder(ctx context.Context, storeURL string) error {
+	// storeURL is e.g. "redis://127.0.0.1:6379/0", "etcd://127.0.0.1:2379" or
+	// "postgres://app@db/app"; its backend package is imported blank.
+	client, err := distlock.Open(ctx, storeURL)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+
+	return client.Do(ctx, "order:42", func(ctx context.Context, l *distlock.Lock) error {
+		// ctx is cancelled if the lock is lost; give l.Fence() to the store you write to.
+		return charge(ctx, 42, l.Fence())
+	})
+}
+
+// README usage end
+
+func charge(_ context.Context, order int, fence uint64) error {
+	fmt.Println("charged order", order, "with fence", fence)
+	return nil
 }
