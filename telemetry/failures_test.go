@@ -60,6 +60,8 @@ func TestFailureEvents(t *testing.T) {
 	obs.Observe(actx, with(distlock.EventReleased, func(e *distlock.Event) {
 		e.Reason, e.Hold, e.Err = distlock.ReleaseExpired, time.Minute, fmt.Errorf("lease had expired: %w", distlock.ErrNotHeld)
 	}))
+	// An operator frees a stuck key.
+	obs.Observe(ctx, with(distlock.EventForceReleased, func(e *distlock.Event) { e.Reason = "job stuck since 02:00" }))
 
 	expected := `
 # HELP distlock_acquisitions_total Lock acquisitions by result.
@@ -72,6 +74,9 @@ distlock_renewals_total{backend="redis",group="jobs",result="failed"} 1
 # HELP distlock_releases_total Lock releases by reason (released, expired, lost).
 # TYPE distlock_releases_total counter
 distlock_releases_total{backend="redis",group="jobs",reason="expired"} 1
+# HELP distlock_force_releases_total Keys an operator freed whoever held them.
+# TYPE distlock_force_releases_total counter
+distlock_force_releases_total{backend="redis",group="jobs"} 1
 # HELP distlock_store_errors_total Backend requests that failed, by operation.
 # TYPE distlock_store_errors_total counter
 distlock_store_errors_total{backend="redis",op="acquire"} 2
@@ -83,7 +88,7 @@ distlock_locks_held{backend="redis",group="jobs"} 0
 distlock_waiters{backend="redis",group="jobs"} 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(expected), "distlock_acquisitions_total", "distlock_renewals_total",
-		"distlock_releases_total", "distlock_store_errors_total", "distlock_locks_held", "distlock_waiters"); err != nil {
+		"distlock_releases_total", "distlock_force_releases_total", "distlock_store_errors_total", "distlock_locks_held", "distlock_waiters"); err != nil {
 		t.Error(err)
 	}
 
@@ -95,6 +100,7 @@ distlock_waiters{backend="redis",group="jobs"} 0
 		{"lock refused", "ERROR"},
 		{"lock renewal failed", "WARN"},
 		{"lock released after its lease expired", "WARN"},
+		{"lock force-released", "WARN"},
 	} {
 		if got := logs.find(c.msg, map[string]string{"level": c.level, "key": "k", "token_id": "0a1b2c3d"}); len(got) != 1 {
 			t.Errorf("want one %s record %q, got %d:\n%s", c.level, c.msg, len(got), strings.Join(logs.all(), "\n"))

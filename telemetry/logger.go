@@ -78,6 +78,8 @@ func (g *Logger) Observe(ctx context.Context, e distlock.Event) {
 		attrs = append(attrs, slog.Duration("wait", e.Wait))
 	case distlock.EventReleased, distlock.EventLost:
 		attrs = append(attrs, slog.Duration("hold", e.Hold), slog.String("reason", e.Reason))
+	case distlock.EventForceReleased:
+		attrs = append(attrs, slog.String("reason", e.Reason))
 	}
 	if e.Err != nil {
 		attrs = append(attrs, slog.Any("err", e.Err))
@@ -101,6 +103,8 @@ func (g *Logger) classify(e distlock.Event) (slog.Level, string) {
 		return slog.LevelWarn, "lock renewal failed"
 	case distlock.EventLost:
 		return slog.LevelWarn, "lock lost"
+	case distlock.EventForceReleased:
+		return slog.LevelWarn, "lock force-released"
 	case distlock.EventReleased:
 		switch {
 		case e.Reason == distlock.ReleaseExpired:

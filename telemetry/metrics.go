@@ -22,6 +22,7 @@ import (
 //	renewals_total{group,backend,result}       counter: renewed, failed
 //	lost_total{group,backend,reason}           counter: renew_refused, unreachable, max_hold, store_deleted, expired
 //	releases_total{group,backend,reason}       counter: released, expired, lost
+//	force_releases_total{group,backend}        counter: keys an operator freed whoever held them
 //	store_request_seconds{backend,op}          histogram: backend request latency (acquire, renew, release, inspect, list)
 //	store_errors_total{backend,op}             counter: backend requests that failed (contention is not a failure)
 //	locks_held{group,backend}                  gauge: locks held by this process
@@ -34,6 +35,7 @@ type Metrics struct {
 	renewals     *prometheus.CounterVec
 	lost         *prometheus.CounterVec
 	releases     *prometheus.CounterVec
+	forced       *prometheus.CounterVec
 	storeLatency *prometheus.HistogramVec
 	storeErrors  *prometheus.CounterVec
 	held         *prometheus.GaugeVec
@@ -67,6 +69,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		renewals: counter("renewals_total", "Lease renewals by result (renewed, failed).", "group", "backend", "result"),
 		lost:     counter("lost_total", "Locks lost before release, by reason.", "group", "backend", "reason"),
 		releases: counter("releases_total", "Lock releases by reason (released, expired, lost).", "group", "backend", "reason"),
+		forced:   counter("force_releases_total", "Keys an operator freed whoever held them.", "group", "backend"),
 		storeLatency: histogram("store_request_seconds", "Latency of backend requests, by operation.",
 			prometheus.ExponentialBuckets(0.0005, 2, 13), "backend", "op"),
 		storeErrors: counter("store_errors_total", "Backend requests that failed, by operation.", "backend", "op"),
@@ -74,7 +77,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		waiters:     gauge("waiters", "Acquisitions in progress.", "group", "backend"),
 		degraded:    gauge("degraded", "1 while a policy fails the group's non-critical requests fast.", "group"),
 	}
-	for _, c := range []prometheus.Collector{m.acquisitions, m.wait, m.hold, m.renewals, m.lost, m.releases,
+	for _, c := range []prometheus.Collector{m.acquisitions, m.wait, m.hold, m.renewals, m.lost, m.releases, m.forced,
 		m.storeLatency, m.storeErrors, m.held, m.waiters, m.degraded} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("telemetry: register metrics: %w", err)
@@ -115,6 +118,8 @@ func (m *Metrics) Observe(_ context.Context, e distlock.Event) {
 		if e.Reason != distlock.ReleaseLost { // a lost lock ended at its loss
 			m.ended(group, e)
 		}
+	case distlock.EventForceReleased:
+		m.forced.WithLabelValues(group, e.Backend).Inc()
 	case distlock.EventStoreCall:
 		m.storeLatency.WithLabelValues(e.Backend, e.Op).Observe(e.Latency.Seconds())
 		if e.Err != nil && !errors.Is(e.Err, distlock.ErrNotAcquired) && !errors.Is(e.Err, distlock.ErrNotHeld) {
