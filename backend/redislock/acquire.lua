@@ -50,13 +50,20 @@ local t = redis.call('TIME')
 local now = t[1] .. string.format('%06d', tonumber(t[2]))
 local fence = tonumber(now)
 local keep = ARGV[2] + counterLinger
-local last = setCounter(KEYS[2], now, keep)
+local last
+if redis.REDIS_VERSION_NUM then
+	last = redis.call('SET', KEYS[2], now, 'PX', keep, 'GET')
+else
+	last = redis.call('GETSET', KEYS[2], now)
+	redis.call('PEXPIRE', KEYS[2], keep)
+end
 if last and tonumber(last) >= fence then
 	-- Ahead of the clock: go on from the counter, and keep it until the
-	-- clock has passed it.
+	-- clock has passed it. The fence is written out in full (a Lua number
+	-- would be sent as 1.8e+15).
 	local ahead = tonumber(last) + 1 - fence
 	fence = fence + ahead
-	setCounter(KEYS[2], int(fence), keep + math.ceil(ahead / 1000))
+	redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PX', keep + math.ceil(ahead / 1000))
 end
 if meta ~= '' then
 	redis.call('SET', KEYS[3], meta, 'PX', ARGV[2])

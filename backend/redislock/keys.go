@@ -13,7 +13,7 @@ import (
 // key}, so they live in one Cluster slot and one script can use them all.
 type keys struct {
 	lock  string // the token, with the lease as its time to live
-	fence string // the fencing counter, kept forever
+	fence string // the fencing counter, living a minute beyond the lease
 	meta  string // the holder's metadata as JSON, with the lease as its time to live
 }
 

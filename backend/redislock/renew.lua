@@ -11,11 +11,11 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 local keep = ARGV[2] + counterLinger
 if redis.REDIS_VERSION_NUM then -- Redis 7.0 or later: PEXPIRE GT
-	redis.call('PEXPIRE', KEYS[3], int(keep), 'GT')
+	redis.call('PEXPIRE', KEYS[3], keep, 'GT')
 else
 	local left = redis.call('PTTL', KEYS[3])
 	if left >= 0 and left < keep then
-		redis.call('PEXPIRE', KEYS[3], int(keep))
+		redis.call('PEXPIRE', KEYS[3], keep)
 	end
 end
 return 1
