@@ -25,15 +25,11 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req *driver.Acq
 		}
 		return g, sent, err
 	}
-	// The wait ends with the caller's context, the wait budget, or Close.
-	wctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stopOnClose := context.AfterFunc(c.closeCtx, func() { cancel(ErrClosed) })
-	defer stopOnClose()
+	wctx := ctx
 	if r.Wait > 0 {
-		var cancelWait context.CancelFunc
-		wctx, cancelWait = context.WithTimeout(wctx, r.Wait)
-		defer cancelWait()
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, r.Wait)
+		defer cancel()
 	}
 	notAcquired := func(last error) error {
 		if errors.Is(context.Cause(wctx), ErrClosed) {
@@ -42,7 +38,10 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req *driver.Acq
 		return errors.Join(ErrNotAcquired, ctx.Err(), last)
 	}
 
+	var stopOnClose func()
 	if w, ok := c.backend.(driver.Waiter); ok {
+		wctx, stopOnClose = c.untilClosed(wctx)
+		defer stopOnClose()
 		sent := time.Now()
 		g, err := w.AcquireWait(wctx, *req)
 		switch {
@@ -68,6 +67,8 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req *driver.Acq
 			return g, sent, nil
 		}
 	}
+	wctx, stopOnClose = c.untilClosed(wctx) // only now: a free key costs no registration
+	defer stopOnClose()
 	turn := c.lines.join(*req)
 	granted := false
 	defer func() {
@@ -150,6 +151,17 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req *driver.Acq
 			}
 		case <-t.C:
 		}
+	}
+}
+
+// untilClosed returns ctx, also cancelled, with the cause ErrClosed, when
+// the client closes; stop releases what it registered.
+func (c *Client) untilClosed(ctx context.Context) (_ context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	stopAfter := context.AfterFunc(c.closeCtx, func() { cancel(ErrClosed) })
+	return ctx, func() {
+		stopAfter()
+		cancel(nil)
 	}
 }
 
