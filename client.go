@@ -108,7 +108,7 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 	defer func() { // also on panic, so that a crashing fn does not keep the key
 		stop()
 		cancel(nil)
-		relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseBudget)
 		defer relCancel()
 		err = errors.Join(err, l.Release(relCtx))
 	}()
@@ -255,9 +255,6 @@ func (c *Client) enterBackground() bool {
 	return true
 }
 
-// cleanupTimeout bounds releases done on the caller's behalf after its own
-// context ended.
-const cleanupTimeout = 5 * time.Second
 
 // call runs one backend request and reports its latency to the observer,
 // labelled with the lock request r when the call belongs to one.
