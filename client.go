@@ -255,7 +255,6 @@ func (c *Client) enterBackground() bool {
 	return true
 }
 
-
 // call runs one backend request and reports its latency to the observer,
 // labelled with the lock request r when the call belongs to one.
 func (c *Client) call(ctx context.Context, r *Request, op string, f func() error) error {
