@@ -9,16 +9,36 @@
 // with no free connection gives a clear error (ErrPoolExhausted) within
 // WithPoolWait instead of hanging.
 //
+// New(pool, opts...) builds a backend over your own pool and validates every
+// option (driver.ErrInvalidOption names the one out of range); Open builds
+// one over a pool of its own from a connection string.
+//
 // An advisory lock lives as long as its session. The lease is enforced by the
 // holder's backend: a lock not renewed within its time to live is unlocked
-// (LeaseExpires), and a keepalive on the pinned connection (a trivial query
-// every third of the lease, at most WithKeepalive apart) reports the lock
-// lost through Grant.Lost as soon as the session is found dead: terminated by
-// pg_terminate_backend, the server restarted, the connection cut. The hard
-// truth: if the holder's process freezes, its session and so its lock stay
-// until the process resumes and expires it, or until the server sees the
-// connection die; a network partition keeps the lock until the server's TCP
-// keepalive (tcp_keepalives_idle) ends the session.
+// (LeaseExpires). While no call uses it, a pinned connection is watched: a
+// goroutine blocks reading it, so a session the server ends
+// (pg_terminate_backend, a shutdown, a cut connection) is noticed within
+// milliseconds and reported through Grant.Lost. A keepalive (a trivial query
+// every third of the lease, at most WithKeepalive apart) finds a connection
+// that stopped answering. The hard truth: PostgreSQL frees an advisory lock
+// the instant its session ends, so another client may take the key a
+// millisecond or two before the old holder is told; no lease covers that
+// window, only a fence does. If the holder's process freezes, its session
+// and so its lock stay until the process resumes and expires it, or until
+// the server sees the connection die; a network partition keeps the lock
+// until the server's TCP keepalive (tcp_keepalives_idle) ends the session.
+//
+// A renewal runs to its end on the pinned connection even when its context
+// ends first (renew returns at once): pgx closes a connection whose
+// statement is cancelled midway, which would end the session and the lock.
+// A Release therefore waits for a renewal or keepalive in flight.
+//
+// Timeouts: Open sets connect_timeout to 5s (DefaultConnectTimeout) unless
+// the connection string sets it, so an unreachable server fails a call
+// within it, naming the dial error, even under context.Background(). Every
+// request is bounded by WithRequestTimeout (5s by default; the
+// request_timeout URL parameter), except a waiting acquisition, which waits
+// as long as its context.
 //
 // Keys map to the 64-bit advisory lock id with KeyID, FNV-1a 64 over the key's
 // bytes, stable across versions and processes. Two keys that collide share
@@ -31,9 +51,22 @@
 // live and metadata are written to the unlogged table distlock_pg_locks in
 // the statement that takes the lock. Release is the bare pg_advisory_unlock:
 // the row stays, and Inspect and List trust a row only while pg_locks shows
-// its session holding the lock. The next grant of the key overwrites the row,
-// and a bounded periodic cleanup (WithCleanupInterval, WithRetention) deletes
-// rows nobody holds. Both objects are created by Migrate, or on first use.
+// its session holding the lock. Both objects are created by Migrate, or on
+// first use.
+//
+// What stays in the database: the sequence (one row) and, for each distinct
+// key, one row of distlock_pg_locks until the periodic cleanup deletes it,
+// WithRetention (10 minutes) after its lease ended, in batches of
+// WithCleanupBatch every WithCleanupInterval. The next grant of the key
+// overwrites it. So the table holds the keys locked within about the last
+// retention period plus the held ones; it does not grow with the number of
+// distinct keys ever locked, unless the cleanup is turned off
+// (WithCleanupInterval(0)) and Cleanup is never called. Advisory locks
+// themselves leave nothing once unlocked. WithoutHolderRows writes no rows.
+//
+// ForceRelease frees a key only by ending the session that holds it
+// (pg_terminate_backend), and only with WithTerminateOnForceRelease(true);
+// otherwise it returns an error matching errors.ErrUnsupported.
 //
 // XactLock and TryXactLock take transaction-level locks in the same id space
 // for code that already runs in a pgx transaction.

@@ -48,7 +48,7 @@ func TestOptionsValidated(t *testing.T) {
 		t.Fatalf("New with valid options: %v", err)
 	}
 	_ = b.Close()
-	for _, q := range []string{"request_timeout=soon", "request_timeout=0s", "request_timeout=-1s"} {
+	for _, q := range []string{"request_timeout=soon", "request_timeout=0s", "request_timeout=-1s", "terminate_on_force_release=maybe"} {
 		if _, err := pglock.Open(context.Background(), "postgres://postgres@127.0.0.1:1/postgres?"+q); !errors.Is(err, driver.ErrInvalidOption) {
 			t.Errorf("Open with %s: %v, want ErrInvalidOption", q, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,7 +32,9 @@ func init() {
 // established; without it in connString, or with 0, Open sets
 // DefaultConnectTimeout (5s), so an unreachable server fails a call within
 // it even under context.Background(). The parameter request_timeout (a Go
-// duration such as "2s") sets WithRequestTimeout; opts override it.
+// duration such as "2s") sets WithRequestTimeout, and
+// terminate_on_force_release=true sets WithTerminateOnForceRelease; opts
+// override them.
 func Open(ctx context.Context, connString string, opts ...Option) (*Backend, error) {
 	cfg, err := pgxpool.ParseConfig(connString)
 	if err != nil {
@@ -60,16 +63,24 @@ func Open(ctx context.Context, connString string, opts ...Option) (*Backend, err
 // takeParams removes the connection string parameters that are pglock's, not
 // the server's, from params and returns them as options.
 func takeParams(params map[string]string) ([]Option, error) {
-	v, ok := params["request_timeout"]
-	if !ok {
-		return nil, nil
+	var opts []Option
+	if v, ok := params["request_timeout"]; ok {
+		delete(params, "request_timeout")
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return nil, fmt.Errorf("pglock: open: request_timeout=%q: %w: %w", v, driver.ErrInvalidOption, err)
+		}
+		opts = append(opts, WithRequestTimeout(d))
 	}
-	delete(params, "request_timeout")
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		return nil, fmt.Errorf("pglock: open: request_timeout=%q: %w: %w", v, driver.ErrInvalidOption, err)
+	if v, ok := params["terminate_on_force_release"]; ok {
+		delete(params, "terminate_on_force_release")
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			return nil, fmt.Errorf("pglock: open: terminate_on_force_release=%q: %w: %w", v, driver.ErrInvalidOption, err)
+		}
+		opts = append(opts, WithTerminateOnForceRelease(on))
 	}
-	return []Option{WithRequestTimeout(d)}, nil
+	return opts, nil
 }
 
 // ErrPoolExhausted means no connection of the pool became free in time: every

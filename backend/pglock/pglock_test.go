@@ -83,7 +83,7 @@ func TestPostgres(t *testing.T) {
 	t.Run("Conformance", func(t *testing.T) {
 		openAt := func(t testing.TB, addr string) driver.Backend {
 			dsn := strings.Replace(testserver.PostgresDSN(s), s.Addr(), addr, 1)
-			b, err := pglock.Open(context.Background(), dsn+"&pool_max_conns=8")
+			b, err := pglock.Open(context.Background(), dsn+"&pool_max_conns=8&terminate_on_force_release=true")
 			if err != nil {
 				t.Fatal(err)
 			}
