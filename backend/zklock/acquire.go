@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"path"
 	"slices"
 	"strconv"
@@ -20,6 +21,11 @@ var acl = zk.WorldACL(zk.PermAll)
 // Acquire takes req.Key if its queue is empty: it queues, and leaves again
 // at once if anyone is ahead.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	ctx, stop, err := b.op(ctx)
+	if err != nil {
+		return driver.Grant{}, fmt.Errorf("zklock: acquire %q: %w", req.Key, err)
+	}
+	defer stop()
 	data := encodeValue(req.Token, req.TTL, req.Meta)
 	sent := time.Now()
 	pos, err := b.enqueue(ctx, req.Key, req.Token, data)
@@ -30,7 +36,11 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		pos, err = b.look(ctx, pos.node)
 	}
 	if err == nil && pos.first() {
-		return b.granted(req.Token, pos.node, data, pos, sent), nil
+		g, err := b.granted(req.Token, pos.node, data, pos, sent)
+		if err != nil {
+			return driver.Grant{}, fmt.Errorf("zklock: acquire %q: %w", req.Key, err)
+		}
+		return g, nil
 	}
 	b.leave(pos.node)
 	if err != nil {
@@ -41,46 +51,153 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 
 // AcquireWait queues for req.Key and returns once its node is first. It
 // watches only the node just before its own, and when that node holds the
-// lock, enforces its lease. If ctx ends it deletes its node.
+// lock, enforces its lease. A node of its own that vanishes while it waits
+// (an operator deleted it, its session expired and go-zookeeper made a new
+// one) is created again, at the tail of the queue, and the wait goes on; so
+// do waits through a dropped connection. When ctx ends it deletes its node
+// and returns an error matching driver.ErrNotAcquired; when the backend
+// closes, one matching driver.ErrClosed.
 func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	data := encodeValue(req.Token, req.TTL, req.Meta)
-	sent := time.Now()
-	pos, err := b.enqueue(ctx, req.Key, req.Token, data)
+	ctx, stop, err := b.op(ctx)
 	if err != nil {
-		return driver.Grant{}, b.waitError(ctx, req.Key, err)
+		return driver.Grant{}, fmt.Errorf("zklock: lock %q: %w", req.Key, err)
 	}
-	node := pos.node
-	if !pos.first() {
-		pos, err = b.look(ctx, node)
-		if err == nil && !pos.first() {
-			err = b.readFence(ctx, &pos) // while waiting, off the handoff's path
+	defer stop()
+	w := &waiter{b: b, req: req, data: encodeValue(req.Token, req.TTL, req.Meta)}
+	return w.run(ctx)
+}
+
+// waiter is one AcquireWait.
+type waiter struct {
+	b    *Backend
+	req  driver.AcquireRequest
+	data []byte
+	node string // its queue node, once known
+	// unsure is set when a create failed without a clear answer: the node
+	// may exist, and is looked for by token before another is created.
+	unsure bool
+}
+
+// Errors that send a waiter round again.
+var (
+	// errNodeGone: the waiter's node is not in its queue (any more).
+	errNodeGone = errors.New("queue node gone")
+	// errOwnChanged: the watch on the waiter's own node fired; look again.
+	errOwnChanged = errors.New("queue node changed")
+)
+
+// run waits until the waiter's node is first, queueing again as long as ctx
+// allows when the node vanishes or the store fails for a while.
+func (w *waiter) run(ctx context.Context) (driver.Grant, error) {
+	sent := time.Now()
+	pause := retryPause{next: 50 * time.Millisecond}
+	var last error
+	for {
+		pos, waited, err := w.attempt(ctx)
+		switch {
+		case err == nil:
+			return w.grant(pos, waited, sent)
+		case ctx.Err() != nil:
+			return driver.Grant{}, w.fail(ctx, last)
+		case errors.Is(err, errNodeGone):
+			w.node = ""
+			last = err
+		case errors.Is(err, errOwnChanged):
+		case transient(err):
+			last = err
+			if pause.wait(ctx) != nil {
+				return driver.Grant{}, w.fail(ctx, last)
+			}
+		default:
+			w.leave()
+			return driver.Grant{}, fmt.Errorf("zklock: lock %q: %w", w.req.Key, err)
 		}
+	}
+}
+
+// attempt finds or creates the waiter's node and waits until it is first.
+func (w *waiter) attempt(ctx context.Context) (position, bool, error) {
+	b := w.b
+	if w.node == "" && w.unsure {
+		node, err := b.findNode(ctx, w.req.Key, w.req.Token)
+		if err != nil {
+			return position{}, false, err
+		}
+		w.node, w.unsure = node, false
+	}
+	pos := position{idx: -1} // not known to be first
+	var err error
+	if w.node == "" {
+		pos, err = b.enqueue(ctx, w.req.Key, w.req.Token, w.data)
+		w.node, w.unsure = pos.node, err != nil && transient(err)
+	}
+	if err == nil && !pos.first() {
+		pos, err = b.look(ctx, w.node)
+	}
+	if err == nil && !pos.first() {
+		err = b.readFence(ctx, &pos) // while waiting, off the handoff's path
 	}
 	waited := false
 	for err == nil && !pos.first() {
 		waited = true
 		err = b.awaitPred(ctx, &pos)
 	}
-	if err != nil {
-		b.leave(node)
-		return driver.Grant{}, b.waitError(ctx, req.Key, err)
-	}
-	if waited {
-		// Whoever queued behind this node while it waited watches it without
-		// timing its lease; touching the node makes them look again and start.
-		sent = time.Now()
-		b.background(func(ctx context.Context) {
-			_, _ = call(ctx, func() (*zk.Stat, error) { return b.conn.Set(node, data, -1) })
-		})
-	}
-	return b.granted(req.Token, node, data, pos, sent), nil
+	return pos, waited, err
 }
 
-func (b *Backend) waitError(ctx context.Context, key string, err error) error {
-	if ctx.Err() != nil {
-		return errors.Join(fmt.Errorf("zklock: lock %q: %w", key, driver.ErrNotAcquired), ctx.Err())
+// grant records the hold. Whoever queued behind a node while it waited
+// watches it without timing its lease; touching the node makes them look
+// again and start.
+func (w *waiter) grant(pos position, waited bool, sent time.Time) (driver.Grant, error) {
+	b, node := w.b, w.node
+	if waited {
+		sent = time.Now()
+		b.background(func(ctx context.Context) {
+			_, _ = call(ctx, b, func() (*zk.Stat, error) { return b.conn.Set(node, w.data, -1) }, nil)
+		})
 	}
-	return fmt.Errorf("zklock: lock %q: %w", key, err)
+	g, err := b.granted(w.req.Token, node, w.data, pos, sent)
+	if err != nil {
+		w.leave()
+		return driver.Grant{}, fmt.Errorf("zklock: lock %q: %w", w.req.Key, err)
+	}
+	return g, nil
+}
+
+// fail ends a wait whose context ended: ErrClosed if the backend closed,
+// else ErrNotAcquired joined with the context's error and the last store
+// error, if any.
+func (w *waiter) fail(ctx context.Context, last error) error {
+	w.leave()
+	if errors.Is(context.Cause(ctx), driver.ErrClosed) {
+		return fmt.Errorf("zklock: lock %q: %w", w.req.Key, driver.ErrClosed)
+	}
+	return errors.Join(fmt.Errorf("zklock: lock %q: %w", w.req.Key, driver.ErrNotAcquired), ctx.Err(), last)
+}
+
+// leave deletes the waiter's node, if it has one.
+func (w *waiter) leave() {
+	if w.node != "" {
+		w.b.leave(w.node)
+	}
+}
+
+// retryPause is a capped, jittered exponential pause between attempts
+// through a store failure.
+type retryPause struct{ next time.Duration }
+
+// wait pauses, or returns ctx's error if it ends first.
+func (p *retryPause) wait(ctx context.Context) error {
+	d := p.next/2 + rand.N(p.next/2+1)
+	p.next = min(2*p.next, time.Second)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // position is a node's place in its queue.
@@ -95,9 +212,9 @@ type position struct {
 func (p *position) first() bool { return p.idx == 0 }
 
 // enqueue creates token's node at the tail of key's queue, creating the
-// parent (as a container) when it is missing. The returned position is
-// complete (first, with its fence) when the node is alone in the queue;
-// otherwise only its node is known and first reports false.
+// parent (as a container) and the root when they are missing. The returned
+// position is complete (first, with its fence) when the node is alone in
+// the queue; otherwise only its node is known and first reports false.
 func (b *Backend) enqueue(ctx context.Context, key, token string, data []byte) (position, error) {
 	parent := b.parent(key)
 	for range 3 {
@@ -105,12 +222,27 @@ func (b *Backend) enqueue(ctx context.Context, key, token string, data []byte) (
 		if !errors.Is(err, zk.ErrNoNode) {
 			return pos, err
 		}
-		_, err = call(ctx, func() (string, error) { return b.conn.CreateContainer(parent, nil, zk.FlagContainer, acl) })
-		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
-			return position{}, fmt.Errorf("create parent %s: %w", parent, err)
+		if err := b.createParent(ctx, parent); err != nil {
+			return position{}, err
 		}
 	}
 	return position{}, fmt.Errorf("parent %s keeps being deleted", parent)
+}
+
+// createParent creates a key's parent, and the root first if it is missing.
+func (b *Backend) createParent(ctx context.Context, parent string) error {
+	create := func() (string, error) { return b.conn.CreateContainer(parent, nil, zk.FlagContainer, acl) }
+	_, err := call(ctx, b, create, nil)
+	if errors.Is(err, zk.ErrNoNode) {
+		if err := b.ensure(ctx, b.root); err != nil {
+			return fmt.Errorf("create root %s: %w", b.root, err)
+		}
+		_, err = call(ctx, b, create, nil)
+	}
+	if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		return fmt.Errorf("create parent %s: %w", parent, err)
+	}
+	return nil
 }
 
 // createNode creates an ephemeral sequential node under parent. It does so in
@@ -118,15 +250,10 @@ func (b *Backend) enqueue(ctx context.Context, key, token string, data []byte) (
 // with the answer: its child count tells whether the node is alone, and its
 // mzxid is the transaction's zxid, which is the node's czxid (the fence). An
 // uncontended lock thus costs one request, like the create alone. If ctx ends
-// first, the node, should it be created after all, is deleted in the
-// background.
+// or the request times out first, the node, should it be created after all,
+// is deleted in the background.
 func (b *Backend) createNode(ctx context.Context, parent, name string, data []byte) (position, error) {
-	type result struct {
-		pos position
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
+	create := func() (position, error) {
 		rs, err := b.conn.Multi(
 			&zk.CreateRequest{Path: parent + "/" + name, Data: data, Acl: acl, Flags: zk.FlagEphemeralSequential},
 			&zk.SetDataRequest{Path: parent, Version: -1},
@@ -138,26 +265,34 @@ func (b *Backend) createNode(ctx context.Context, parent, name string, data []by
 			err = cmp.Or(err, r.Error)
 		}
 		if err != nil {
-			ch <- result{err: err}
-			return
+			return position{}, err
 		}
 		pos := position{node: rs[0].String, parent: parent, idx: -1}
 		if st := rs[1].Stat; st != nil && st.NumChildren == 1 {
 			pos.queue, pos.idx, pos.parentStat, pos.fence = []string{path.Base(pos.node)}, 0, st, uint64(st.Mzxid)
 		}
-		ch <- result{pos: pos}
-	}()
-	select {
-	case r := <-ch:
-		return r.pos, r.err
-	case <-ctx.Done():
-		b.background(func(ctx context.Context) {
-			if r := <-ch; r.err == nil {
-				_ = b.deleteNode(ctx, r.pos.node, -1)
-			}
-		})
-		return position{}, ctx.Err()
+		return pos, nil
 	}
+	return call(ctx, b, create, func(ctx context.Context, pos position) { _ = b.deleteNode(ctx, pos.node, -1) })
+}
+
+// findNode returns token's node in key's queue, or "" if it has none.
+func (b *Backend) findNode(ctx context.Context, key, token string) (string, error) {
+	parent := b.parent(key)
+	children, err := call(ctx, b, func() ([]string, error) {
+		c, _, err := b.conn.Children(parent)
+		return c, err
+	}, nil)
+	switch {
+	case errors.Is(err, zk.ErrNoNode):
+		return "", nil
+	case err != nil:
+		return "", err
+	}
+	if name := findToken(children, token); name != "" {
+		return parent + "/" + name, nil
+	}
+	return "", nil
 }
 
 // look lists node's queue and, if node is first, finds its czxid.
@@ -183,13 +318,13 @@ func (b *Backend) readFence(ctx context.Context, pos *position) error {
 		pos.fence = uint64(pos.parentStat.Pzxid)
 		return nil
 	}
-	st, err := call(ctx, func() (*zk.Stat, error) {
+	st, err := call(ctx, b, func() (*zk.Stat, error) {
 		exists, st, err := b.conn.Exists(pos.node)
 		if err == nil && !exists {
-			err = errors.New("queue node gone: the session expired")
+			err = errNodeGone
 		}
 		return st, err
-	})
+	}, nil)
 	if err != nil {
 		return err
 	}
@@ -203,17 +338,20 @@ func (b *Backend) list(ctx context.Context, pos *position) error {
 		children []string
 		stat     *zk.Stat
 	}
-	l, err := call(ctx, func() (listing, error) {
+	l, err := call(ctx, b, func() (listing, error) {
 		c, st, err := b.conn.Children(pos.parent)
 		return listing{c, st}, err
-	})
+	}, nil)
+	if errors.Is(err, zk.ErrNoNode) {
+		return errNodeGone // and the parent with it
+	}
 	if err != nil {
 		return err
 	}
 	pos.queue, pos.parentStat = sortQueue(l.children), l.stat
 	pos.idx = slices.Index(pos.queue, path.Base(pos.node))
 	if pos.idx < 0 {
-		return errors.New("queue node gone: the session expired")
+		return errNodeGone
 	}
 	return nil
 }
@@ -230,25 +368,28 @@ type watched struct {
 func (b *Backend) awaitPred(ctx context.Context, pos *position) error {
 	pred := pos.parent + "/" + pos.queue[pos.idx-1]
 	if pos.idx == 1 {
-		if err := b.awaitHolder(ctx, pred); err != nil {
+		own, err := b.watchOwn(ctx, pos.node)
+		if err != nil {
+			return err
+		}
+		if err := b.awaitHolder(ctx, pred, own); err != nil {
 			return err
 		}
 		pos.idx = 0 // nothing was ahead of the holder, and nothing can queue ahead of us
 		return nil
 	}
-	w, err := call(ctx, func() (watched, error) {
+	w, err := call(ctx, b, func() (watched, error) {
 		exists, _, ch, err := b.conn.ExistsW(pred)
 		return watched{exists: exists, ch: ch}, err
-	})
+	}, nil)
 	if err != nil {
 		return err
 	}
-	ch := w.ch
 	if w.exists {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
-		case ev := <-ch:
+			return context.Cause(ctx)
+		case ev := <-w.ch:
 			if ev.Err != nil {
 				return ev.Err
 			}
@@ -257,49 +398,100 @@ func (b *Backend) awaitPred(ctx context.Context, pos *position) error {
 	return b.list(ctx, pos)
 }
 
-// awaitHolder waits until the holder's node is gone. It times the holder's
-// lease from each change of its node it sees; a lease that runs out without
-// a renewal ends with the deletion of the node, by version, so that a
-// renewal in between wins.
-func (b *Backend) awaitHolder(ctx context.Context, holder string) error {
+// watchOwn watches the waiter's own node, so that a grant without a read
+// after the holder's deletion can tell that the node is still there:
+// ZooKeeper sends a client its watch events in the order of the changes, so
+// a deletion of the own node before the holder's arrives first.
+func (b *Backend) watchOwn(ctx context.Context, node string) (<-chan zk.Event, error) {
+	w, err := call(ctx, b, func() (watched, error) {
+		exists, _, ch, err := b.conn.ExistsW(node)
+		return watched{exists: exists, ch: ch}, err
+	}, nil)
+	switch {
+	case err != nil:
+		return nil, err
+	case !w.exists:
+		return nil, errNodeGone
+	}
+	return w.ch, nil
+}
+
+// ownIntact reports whether the watch on the own node is still quiet.
+func ownIntact(own <-chan zk.Event) error {
+	select {
+	case ev := <-own:
+		return ownEvent(ev)
+	default:
+		return nil
+	}
+}
+
+// ownEvent is the error for an event on the own node's watch.
+func ownEvent(ev zk.Event) error {
+	switch {
+	case ev.Err != nil:
+		return ev.Err
+	case ev.Type == zk.EventNodeDeleted:
+		return errNodeGone
+	}
+	return errOwnChanged
+}
+
+// awaitHolder waits until the holder's node is gone, as long as the own node
+// stays. It times the holder's lease from each change of its node it sees;
+// a lease that runs out without a renewal ends with the deletion of the
+// node, by version, so that a renewal in between wins.
+func (b *Backend) awaitHolder(ctx context.Context, holder string, own <-chan zk.Event) error {
 	for {
-		w, err := call(ctx, func() (watched, error) {
+		w, err := call(ctx, b, func() (watched, error) {
 			raw, st, ch, err := b.conn.GetW(holder)
 			return watched{exists: err == nil, raw: raw, stat: st, ch: ch}, err
-		})
+		}, nil)
 		if errors.Is(err, zk.ErrNoNode) {
-			return nil
+			return ownIntact(own)
 		}
 		if err != nil {
 			return err
 		}
-		st, ch := w.stat, w.ch
 		v, err := decodeValue(holder, w.raw)
 		if err != nil {
 			return err
 		}
-		expire := time.NewTimer(v.ttl())
-		select {
-		case <-ctx.Done():
-			expire.Stop()
-			return ctx.Err()
-		case ev := <-ch:
-			expire.Stop()
-			switch {
-			case ev.Err != nil:
-				return ev.Err
-			case ev.Type == zk.EventNodeDeleted:
-				return nil
-			}
-		case <-expire.C:
-			err := b.deleteNode(ctx, holder, st.Version)
-			if err == nil || errors.Is(err, zk.ErrNoNode) {
-				return nil
-			}
-			if !errors.Is(err, zk.ErrBadVersion) {
-				return err
-			}
+		gone, err := b.holderGone(ctx, holder, w, v.ttl(), own)
+		if gone || err != nil {
+			return err
 		}
+	}
+}
+
+// holderGone waits for one change of the holder's node, the own node's
+// vanishing, or the end of the holder's lease, and reports whether the
+// holder is gone with the own node intact.
+func (b *Backend) holderGone(ctx context.Context, holder string, w watched, ttl time.Duration, own <-chan zk.Event) (bool, error) {
+	expire := time.NewTimer(ttl)
+	defer expire.Stop()
+	select {
+	case <-ctx.Done():
+		return false, context.Cause(ctx)
+	case ev := <-own:
+		return false, ownEvent(ev)
+	case ev := <-w.ch:
+		switch {
+		case ev.Err != nil:
+			return false, ev.Err
+		case ev.Type == zk.EventNodeDeleted:
+			return true, ownIntact(own)
+		}
+		return false, nil
+	case <-expire.C:
+		err := b.deleteNode(ctx, holder, w.stat.Version)
+		switch {
+		case err == nil, errors.Is(err, zk.ErrNoNode):
+			return true, ownIntact(own)
+		case errors.Is(err, zk.ErrBadVersion):
+			return false, nil
+		}
+		return false, err
 	}
 }
 
@@ -307,22 +499,21 @@ func (b *Backend) awaitHolder(ctx context.Context, holder string) error {
 // context of its own since the caller's has often ended, and lets the
 // janitor look at its parent. Failing that, the node goes with the session.
 func (b *Backend) leave(node string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), b.requestTimeout)
 	defer cancel()
 	if err := b.deleteNode(ctx, node, -1); err == nil {
 		b.janitor.mark(path.Dir(node))
 	}
 }
 
-// granted records a hold and watches its node.
-func (b *Backend) granted(token, node string, data []byte, pos position, sent time.Time) driver.Grant {
+// granted records a hold and watches its node. A backend closed meanwhile
+// grants nothing.
+func (b *Backend) granted(token, node string, data []byte, pos position, sent time.Time) (driver.Grant, error) {
 	h := newHold(token, node, data)
-	g := driver.Grant{Fence: pos.fence, Lost: h.lost, Sent: sent}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		h.lose()
-		return g
+		return driver.Grant{}, driver.ErrClosed
 	}
 	b.holds[token] = h
 	b.bg.Add(1)
@@ -330,20 +521,26 @@ func (b *Backend) granted(token, node string, data []byte, pos position, sent ti
 		defer b.bg.Done()
 		b.watchHold(h)
 	}()
-	return g
+	return driver.Grant{Fence: pos.fence, Lost: h.lost, Sent: sent}, nil
 }
 
 // deleteNode deletes a node at version (-1: any).
 func (b *Backend) deleteNode(ctx context.Context, node string, version int32) error {
-	_, err := call(ctx, func() (struct{}, error) { return struct{}{}, b.conn.Delete(node, version) })
+	_, err := call(ctx, b, func() (struct{}, error) { return struct{}{}, b.conn.Delete(node, version) }, nil)
 	return err
 }
 
-// ensure creates a persistent node if it is missing.
+// ensure creates node and its missing ancestors as persistent nodes.
 func (b *Backend) ensure(ctx context.Context, node string) error {
-	_, err := call(ctx, func() (string, error) { return b.conn.Create(node, nil, zk.FlagPersistent, acl) })
-	if errors.Is(err, zk.ErrNodeExists) {
-		return nil
+	for i := 1; i <= len(node); i++ {
+		if i < len(node) && node[i] != '/' {
+			continue
+		}
+		p := node[:i]
+		_, err := call(ctx, b, func() (string, error) { return b.conn.Create(p, nil, zk.FlagPersistent, acl) }, nil)
+		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return err
+		}
 	}
-	return err
+	return nil
 }

@@ -3,6 +3,7 @@ package zklock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -43,6 +44,35 @@ func TestAbandonedWaitAndEmptyParent(t *testing.T) {
 		ok, _, err := conn.Exists(parentOf(root, key))
 		return err == nil && !ok
 	})
+}
+
+// TestManyKeysLeaveNothing locks and releases many distinct keys, as a
+// service locking per order or per job run would: once released, no node is
+// left under the root, so the store does not grow with the number of keys.
+func TestManyKeysLeaveNothing(t *testing.T) {
+	const keys = 500
+	srv := testserver.ZooKeeper(t)
+	conn := admin(t, srv.Addr())
+	root := uniqueRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := distlock.New(dial(t, srv.Addr(), root))
+	defer c.Close()
+	for i := range keys {
+		l, err := c.TryLock(ctx, fmt.Sprintf("order-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	eventually(t, "every parent under the root is deleted", func() bool {
+		children, _, err := conn.Children(root)
+		return err == nil && len(children) == 0
+	})
+	t.Logf("%d keys locked and released; the root was empty %v after the last release", keys, time.Since(start).Round(time.Millisecond))
 }
 
 // eventually polls cond for up to 10s.

@@ -23,22 +23,11 @@ func (b *Backend) node(ctx context.Context, key, token string) (string, error) {
 	if h != nil {
 		return h.path, nil
 	}
-	parent := b.parent(key)
-	children, err := call(ctx, func() ([]string, error) {
-		c, _, err := b.conn.Children(parent)
-		return c, err
-	})
-	if errors.Is(err, zk.ErrNoNode) {
-		return "", driver.ErrNotHeld
+	node, err := b.findNode(ctx, key, token)
+	if err == nil && node == "" {
+		err = driver.ErrNotHeld
 	}
-	if err != nil {
-		return "", err
-	}
-	name := findToken(children, token)
-	if name == "" {
-		return "", driver.ErrNotHeld
-	}
-	return parent + "/" + name, nil
+	return node, err
 }
 
 // Renew rewrites token's node, which tells the waiter timing its lease that
@@ -46,12 +35,24 @@ func (b *Backend) node(ctx context.Context, key, token string) (string, error) {
 // not connected; the holder then keeps the lock until its validity deadline
 // unless the session comes back.
 func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
+	ctx, stop, err := b.op(ctx)
+	if err != nil {
+		return fmt.Errorf("zklock: renew %q: %w", key, err)
+	}
+	defer stop()
+	if err := b.renew(ctx, key, token, ttl); err != nil {
+		return fmt.Errorf("zklock: renew %q: %w", key, err)
+	}
+	return nil
+}
+
+func (b *Backend) renew(ctx context.Context, key, token string, ttl time.Duration) error {
 	if s := b.conn.State(); s != zk.StateHasSession {
-		return fmt.Errorf("zklock: renew %q: session not connected (%v)", key, s)
+		return fmt.Errorf("session not connected (%v)", s)
 	}
 	node, err := b.node(ctx, key, token)
 	if err != nil {
-		return fmt.Errorf("zklock: renew %q: %w", key, err)
+		return err
 	}
 	b.mu.Lock()
 	var data []byte
@@ -60,12 +61,12 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 	}
 	b.mu.Unlock()
 	if data == nil {
-		raw, err := call(ctx, func() ([]byte, error) {
+		raw, err := call(ctx, b, func() ([]byte, error) {
 			raw, _, err := b.conn.Get(node)
 			return raw, err
-		})
+		}, nil)
 		if err != nil {
-			return fmt.Errorf("zklock: renew %q: %w", key, notHeld(err))
+			return notHeld(err)
 		}
 		v, err := decodeValue(node, raw)
 		if err != nil {
@@ -73,10 +74,8 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 		}
 		data = encodeValue(token, ttl, v.Meta)
 	}
-	if _, err := call(ctx, func() (*zk.Stat, error) { return b.conn.Set(node, data, -1) }); err != nil {
-		return fmt.Errorf("zklock: renew %q: %w", key, notHeld(err))
-	}
-	return nil
+	_, err = call(ctx, b, func() (*zk.Stat, error) { return b.conn.Set(node, data, -1) }, nil)
+	return notHeld(err)
 }
 
 // notHeld maps a missing node to ErrNotHeld.
@@ -88,9 +87,15 @@ func notHeld(err error) error {
 }
 
 // Release deletes token's node. Since the token is part of the node's name,
-// only that token's node can be deleted. If the queue may be empty now, the
-// janitor deletes the parent shortly.
+// only that token's node can be deleted. A node already gone means the hold
+// was lost: Release returns ErrNotHeld and reports the hold lost. If the
+// queue may be empty now, the janitor deletes the parent shortly.
 func (b *Backend) Release(ctx context.Context, key, token string) error {
+	ctx, stop, err := b.op(ctx)
+	if err != nil {
+		return fmt.Errorf("zklock: release %q: %w", key, err)
+	}
+	defer stop()
 	node, err := b.node(ctx, key, token)
 	if err != nil {
 		return fmt.Errorf("zklock: release %q: %w", key, err)
@@ -103,6 +108,9 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 	h := b.holds[token]
 	delete(b.holds, token)
 	b.mu.Unlock()
+	if h != nil && err != nil {
+		h.lose() // the node was gone: the hold had been lost, not released
+	}
 	if h != nil {
 		h.end()
 	}
@@ -117,59 +125,138 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 // Info.TTL is the lease left since the holder's last write, on the server's
 // clock as this host reads it. A free key's last fence is not kept.
 func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
-	info, err := b.inspect(ctx, key, b.parent(key))
+	ctx, stop, err := b.op(ctx)
 	if err != nil {
 		return driver.Info{}, fmt.Errorf("zklock: inspect %q: %w", key, err)
 	}
-	return info, nil
+	defer stop()
+	h, err := b.holder(ctx, b.parent(key))
+	if err != nil {
+		return driver.Info{}, fmt.Errorf("zklock: inspect %q: %w", key, err)
+	}
+	return h.info(key), nil
 }
 
-func (b *Backend) inspect(ctx context.Context, key, parent string) (driver.Info, error) {
+// holding is what the store says of a key's holder.
+type holding struct {
+	node string // "" if the key is free
+	val  value
+	stat *zk.Stat
+}
+
+// info describes the hold for Inspect.
+func (h holding) info(key string) driver.Info {
+	if h.node == "" {
+		return driver.Info{Key: key}
+	}
+	written := time.UnixMilli(h.stat.Mtime)
+	left := min(max(h.val.ttl()-time.Since(written), 0), h.val.ttl())
+	return driver.Info{Key: key, Held: true, Fence: uint64(h.stat.Czxid), TTL: left, Meta: h.val.Meta}
+}
+
+// holder reads the holder of the queue under parent.
+func (b *Backend) holder(ctx context.Context, parent string) (holding, error) {
 	for range 3 { // the holder may go between the listing and the read
-		children, err := call(ctx, func() ([]string, error) {
+		children, err := call(ctx, b, func() ([]string, error) {
 			c, _, err := b.conn.Children(parent)
 			return c, err
-		})
+		}, nil)
 		if errors.Is(err, zk.ErrNoNode) {
-			return driver.Info{Key: key}, nil
+			return holding{}, nil
 		}
 		if err != nil {
-			return driver.Info{}, err
+			return holding{}, err
 		}
 		q := sortQueue(children)
 		if len(q) == 0 {
-			return driver.Info{Key: key}, nil
+			return holding{}, nil
 		}
-		holder := parent + "/" + q[0]
-		w, err := call(ctx, func() (watched, error) {
-			raw, st, err := b.conn.Get(holder)
+		node := parent + "/" + q[0]
+		w, err := call(ctx, b, func() (watched, error) {
+			raw, st, err := b.conn.Get(node)
 			return watched{raw: raw, stat: st}, err
-		})
+		}, nil)
 		if errors.Is(err, zk.ErrNoNode) {
 			continue
 		}
 		if err != nil {
-			return driver.Info{}, err
+			return holding{}, err
 		}
-		v, err := decodeValue(holder, w.raw)
+		v, err := decodeValue(node, w.raw)
+		if err != nil {
+			return holding{}, err
+		}
+		return holding{node: node, val: v, stat: w.stat}, nil
+	}
+	return holding{}, errors.New("the queue kept changing")
+}
+
+// ForceRelease deletes the node of key's holder (the lowest sequence), by
+// the version it read, whatever token holds it, and returns what the node
+// said of the hold. The waiter next in line is granted through its watch;
+// the old holder's Renew and Release get ErrNotHeld, and it learns of the
+// loss from its node's watch or its next renewal. A free key returns
+// ErrNotHeld and changes nothing.
+func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
+	ctx, stop, err := b.op(ctx)
+	if err != nil {
+		return driver.Info{}, fmt.Errorf("zklock: force release %q: %w", key, err)
+	}
+	defer stop()
+	info, err := b.forceRelease(ctx, key)
+	if err != nil {
+		return driver.Info{}, fmt.Errorf("zklock: force release %q: %w", key, err)
+	}
+	return info, nil
+}
+
+func (b *Backend) forceRelease(ctx context.Context, key string) (driver.Info, error) {
+	parent := b.parent(key)
+	for range 3 { // the holder may renew, or go, between the read and the delete
+		h, err := b.holder(ctx, parent)
 		if err != nil {
 			return driver.Info{}, err
 		}
-		written := time.UnixMilli(w.stat.Mtime)
-		left := min(max(v.ttl()-time.Since(written), 0), v.ttl())
-		return driver.Info{Key: key, Held: true, Fence: uint64(w.stat.Czxid), TTL: left, Meta: v.Meta}, nil
+		if h.node == "" {
+			return driver.Info{}, driver.ErrNotHeld
+		}
+		info := h.info(key) // its TTL as of the read, before the delete
+		err = b.deleteNode(ctx, h.node, h.stat.Version)
+		switch {
+		case err == nil:
+			b.janitor.mark(parent)
+			return info, nil
+		case !errors.Is(err, zk.ErrBadVersion) && !errors.Is(err, zk.ErrNoNode):
+			return driver.Info{}, err
+		}
 	}
-	return driver.Info{}, errors.New("the queue kept changing")
+	return driver.Info{}, errors.New("the holder kept changing")
 }
 
 // List returns the holders of the keys that start with prefix, sorted by key.
 func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
-	names, err := call(ctx, func() ([]string, error) {
-		c, _, err := b.conn.Children(b.root)
-		return c, err
-	})
+	ctx, stop, err := b.op(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("zklock: list %q: %w", prefix, err)
+	}
+	defer stop()
+	out, err := b.listHolders(ctx, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("zklock: list %q: %w", prefix, err)
+	}
+	return out, nil
+}
+
+func (b *Backend) listHolders(ctx context.Context, prefix string) ([]driver.Info, error) {
+	names, err := call(ctx, b, func() ([]string, error) {
+		c, _, err := b.conn.Children(b.root)
+		return c, err
+	}, nil)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil // no lock was ever taken under this root
+	}
+	if err != nil {
+		return nil, err
 	}
 	var out []driver.Info
 	for _, name := range names {
@@ -177,12 +264,12 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 		if !ok || !strings.HasPrefix(key, prefix) {
 			continue
 		}
-		info, err := b.inspect(ctx, key, b.root+"/"+name)
+		h, err := b.holder(ctx, b.root+"/"+name)
 		if err != nil {
-			return nil, fmt.Errorf("zklock: list %q: %w", prefix, err)
+			return nil, err
 		}
-		if info.Held {
-			out = append(out, info)
+		if h.node != "" {
+			out = append(out, h.info(key))
 		}
 	}
 	slices.SortFunc(out, func(a, b driver.Info) int { return strings.Compare(a.Key, b.Key) })

@@ -45,7 +45,8 @@ func (h *hold) markLost() {
 	}
 }
 
-// watchSession follows the session's state until the connection closes.
+// watchSession follows the session's state until the connection closes or
+// the backend does. A connection closed for good ends every hold.
 func (b *Backend) watchSession(events <-chan zk.Event) {
 	var grace <-chan time.Time
 	var timer *time.Timer
@@ -58,8 +59,12 @@ func (b *Backend) watchSession(events <-chan zk.Event) {
 	defer stopGrace()
 	for {
 		select {
+		case <-b.life.Done():
+			return
 		case ev, ok := <-events:
 			if !ok {
+				close(b.connGone)
+				b.loseAll(false)
 				return
 			}
 			if ev.Type != zk.EventSession {
@@ -173,30 +178,8 @@ func (b *Backend) background(f func(ctx context.Context)) {
 	b.bg.Add(1)
 	go func() {
 		defer b.bg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), b.requestTimeout)
 		defer cancel()
 		f(ctx)
 	}()
-}
-
-// call runs one ZooKeeper request, which go-zookeeper cannot cancel, and
-// returns when it does or when ctx ends, whichever is first. A request left
-// behind finishes on its own or when the connection closes.
-func call[T any](ctx context.Context, f func() (T, error)) (T, error) {
-	type result struct {
-		v   T
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		v, err := f()
-		ch <- result{v, err}
-	}()
-	select {
-	case r := <-ch:
-		return r.v, r.err
-	case <-ctx.Done():
-		var zero T
-		return zero, ctx.Err()
-	}
 }

@@ -22,8 +22,31 @@
 // by version, once the lease and lock-delay are over without a renewal. A
 // key nobody waits for is therefore not freed by expiry until someone waits.
 //
-// Open registers the scheme "zk": zk://HOST:PORT[,HOST:PORT...]/ROOT, with
-// ROOT "/distlock" by default and ?session_timeout=10s.
+// # Connecting
+//
+// New builds a backend over a connection you made with zk.Connect, and the
+// event channel Connect returned, which the backend then reads to learn of
+// disconnections and session expiry. Dial connects for you. Open registers
+// the scheme "zk":
+//
+//	zk://HOST:PORT[,HOST:PORT...]/ROOT?session_timeout=10s&connect_timeout=5s&request_timeout=5s
+//
+// with ROOT "/distlock" by default. go-zookeeper connects in the background
+// and retries for ever; Dial and Open wait for a session for at most the
+// connect timeout (5 s by default, connect_timeout in the URL) and then fail
+// naming the last connection error, such as a refused dial. Every request is
+// bounded by the request timeout (5 s by default, request_timeout in the
+// URL), whatever the caller's context allows. Any other query parameter is
+// an error.
+//
+// # What stays in ZooKeeper
+//
+// A released lock leaves nothing: its node is deleted, and the key's parent
+// is deleted half a second after its queue is empty (a parent that has
+// children again stays). Parents are container nodes, so the server also
+// removes empty ones (about once a minute by default) if the backend's
+// process ended before it could. What remains is the root and the nodes on
+// its path, created once; locking many distinct keys grows nothing.
 package zklock
 
 import (
@@ -31,6 +54,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"path"
 	"strings"
 	"sync"
 	"time"
@@ -45,66 +69,59 @@ func init() {
 	distlock.Register("zk", open)
 }
 
-const (
-	// DefaultRoot is the node under which lock parents live.
-	DefaultRoot = "/distlock"
-	// DefaultSessionTimeout is the session timeout asked of the server.
-	DefaultSessionTimeout = 10 * time.Second
-)
-
 // Backend is a distlock backend on a ZooKeeper ensemble, over one session.
-// Create it with Dial or distlock.Open("zk://...").
+// Create it with New, Dial or distlock.Open("zk://...").
 type Backend struct {
-	conn           *zk.Conn
-	root           string
-	sessionTimeout time.Duration
-	janitor        *janitor
+	config
+	conn    *zk.Conn
+	owned   bool     // made by Dial: Close closes it
+	log     *connLog // Dial's record of connection problems; nil for New
+	janitor *janitor
+
+	life     context.Context         // cancelled with cause ErrClosed by Close
+	end      context.CancelCauseFunc // cancels life
+	connGone chan struct{}           // closed once the connection's events end
 
 	mu     sync.Mutex
 	holds  map[string]*hold // by token
 	closed bool
-	bg     sync.WaitGroup // session watcher, hold watchers, cleanups
+	bg     sync.WaitGroup // session watcher, janitor, hold watchers, cleanups
 }
 
 var (
-	_ driver.Backend = (*Backend)(nil)
-	_ driver.Waiter  = (*Backend)(nil)
-	_ driver.Lister  = (*Backend)(nil)
-	_ driver.Namer   = (*Backend)(nil)
+	_ driver.Backend       = (*Backend)(nil)
+	_ driver.Waiter        = (*Backend)(nil)
+	_ driver.Lister        = (*Backend)(nil)
+	_ driver.ForceReleaser = (*Backend)(nil)
+	_ driver.Namer         = (*Backend)(nil)
 )
 
-// Option configures a Backend.
-type Option func(*Backend)
-
-// WithRoot sets the node under which lock parents live. The default is
-// DefaultRoot.
-func WithRoot(root string) Option {
-	return func(b *Backend) { b.root = "/" + strings.Trim(root, "/") }
-}
-
-// WithSessionTimeout sets the session timeout asked of the server. The
-// default is DefaultSessionTimeout.
-func WithSessionTimeout(d time.Duration) Option {
-	return func(b *Backend) { b.sessionTimeout = d }
-}
-
-// quiet drops go-zookeeper's log lines; errors reach callers as values.
-type quiet struct{}
-
-func (quiet) Printf(string, ...any) {}
-
-// Dial connects to the ZooKeeper servers ("host:port") and returns a
-// backend over a new session, which Close ends.
-func Dial(ctx context.Context, servers []string, opts ...Option) (*Backend, error) {
-	b := &Backend{root: DefaultRoot, sessionTimeout: DefaultSessionTimeout, holds: make(map[string]*hold)}
-	for _, o := range opts {
-		o(b)
+// New returns a backend over conn, a connection you made with zk.Connect,
+// and events, the channel Connect returned with it. The backend reads events
+// from then on until it is closed or the channel closes: it learns of
+// disconnections and session expiry there, which end its locks (use
+// zk.WithEventCallback if you need the events too). WithSessionTimeout
+// should match the timeout conn was made with; WithConnectTimeout does not
+// apply. New makes no request: the root is created on first use. Close does
+// not close conn; it deletes the nodes of the locks still held, which
+// conn's session would otherwise keep. Once conn is closed, calls fail with
+// an error matching driver.ErrClosed.
+func New(conn *zk.Conn, events <-chan zk.Event, opts ...Option) (*Backend, error) {
+	if conn == nil || events == nil {
+		return nil, fmt.Errorf("zklock: New needs the connection and the event channel zk.Connect returned: %w", driver.ErrInvalidOption)
 	}
-	conn, events, err := zk.Connect(servers, b.sessionTimeout, zk.WithLogger(quiet{}))
+	cfg, err := apply(opts)
 	if err != nil {
-		return nil, fmt.Errorf("zklock: connect %v: %w", servers, err)
+		return nil, err
 	}
-	b.conn = conn
+	return newBackend(conn, events, cfg, nil), nil
+}
+
+// newBackend starts the backend's session watcher and janitor. A non-nil
+// log marks a connection of the backend's own.
+func newBackend(conn *zk.Conn, events <-chan zk.Event, cfg config, log *connLog) *Backend {
+	b := &Backend{config: cfg, conn: conn, owned: log != nil, log: log, connGone: make(chan struct{}), holds: make(map[string]*hold)}
+	b.life, b.end = context.WithCancelCause(context.Background())
 	b.janitor = newJanitor(b)
 	b.bg.Add(2)
 	go func() {
@@ -115,11 +132,47 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Backend, erro
 		defer b.bg.Done()
 		b.janitor.run()
 	}()
+	return b
+}
+
+// Dial connects to the ZooKeeper servers ("host:port") and returns a
+// backend over a new session, which Close ends. It waits for the session
+// for at most the connect timeout (see WithConnectTimeout) or until ctx
+// ends, then fails naming the last connection error.
+func Dial(ctx context.Context, servers []string, opts ...Option) (*Backend, error) {
+	cfg, err := apply(opts)
+	if err != nil {
+		return nil, err
+	}
+	if len(servers) == 0 {
+		return nil, fmt.Errorf("zklock: Dial: no server: %w", driver.ErrInvalidOption)
+	}
+	log := &connLog{}
+	conn, events, err := zk.Connect(servers, cfg.sessionTimeout, zk.WithLogger(log), zk.WithLogInfo(false), zk.WithDialer(log.dial))
+	if err != nil {
+		return nil, fmt.Errorf("zklock: connect %v: %w", servers, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.connectTimeout)
+	defer cancel()
+	if err := awaitSession(ctx, conn, events); err != nil {
+		last := log.lastError()
+		log.abort(conn, events)
+		return nil, connectError(servers, cfg.connectTimeout, err, last)
+	}
+	b := newBackend(conn, events, cfg, log)
 	if err := b.ensureRoot(ctx); err != nil {
 		_ = b.Close()
-		return nil, fmt.Errorf("zklock: create root %s: %w", b.root, err)
+		return nil, connectError(servers, cfg.connectTimeout, fmt.Errorf("create root %s: %w", b.root, err), log.lastError())
 	}
 	return b, nil
+}
+
+// connectError says that Dial got no usable session, and why.
+func connectError(servers []string, timeout time.Duration, err, last error) error {
+	if last == nil {
+		return fmt.Errorf("zklock: connect %v (connect timeout %v): %w", servers, timeout, err)
+	}
+	return fmt.Errorf("zklock: connect %v (connect timeout %v): %w; last connection error: %w", servers, timeout, err, last)
 }
 
 // ensureRoot creates the root, retrying while the server is not serving yet
@@ -130,38 +183,62 @@ func (b *Backend) ensureRoot(ctx context.Context) error {
 		if !errors.Is(err, zk.ErrNoServer) && !errors.Is(err, zk.ErrConnectionClosed) {
 			return err
 		}
+		t := time.NewTimer(50 * time.Millisecond)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return errors.Join(err, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
+		case <-t.C:
 		}
 	}
 }
 
-// open builds a backend for zk://HOST:PORT[,HOST:PORT...]/ROOT.
+// open builds a backend for a zk:// URL (see the package doc).
 func open(ctx context.Context, u *url.URL) (driver.Backend, error) {
 	if u.Host == "" {
-		return nil, errors.New("zklock: the URL names no server")
+		return nil, fmt.Errorf("zklock: the URL names no server: %w", driver.ErrInvalidOption)
 	}
+	opts, err := urlOptions(u)
+	if err != nil {
+		return nil, err
+	}
+	return Dial(ctx, strings.Split(u.Host, ","), opts...)
+}
+
+// urlOptions reads the root and the query parameters of a zk:// URL.
+func urlOptions(u *url.URL) ([]Option, error) {
 	var opts []Option
 	if r := strings.Trim(u.Path, "/"); r != "" {
 		opts = append(opts, WithRoot(r))
 	}
-	if s := u.Query().Get("session_timeout"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			return nil, fmt.Errorf("zklock: session_timeout: %w", err)
-		}
-		opts = append(opts, WithSessionTimeout(d))
+	timeouts := map[string]func(time.Duration) Option{
+		"session_timeout": WithSessionTimeout,
+		"connect_timeout": WithConnectTimeout,
+		"request_timeout": WithRequestTimeout,
 	}
-	return Dial(ctx, strings.Split(u.Host, ","), opts...)
+	for name, values := range u.Query() {
+		with, ok := timeouts[name]
+		if !ok {
+			return nil, fmt.Errorf("zklock: unknown URL parameter %q (known: session_timeout, connect_timeout, request_timeout): %w", name, driver.ErrInvalidOption)
+		}
+		d, err := time.ParseDuration(values[len(values)-1])
+		if err != nil {
+			return nil, fmt.Errorf("zklock: %s: %w: %w", name, driver.ErrInvalidOption, err)
+		}
+		opts = append(opts, with(d))
+	}
+	return opts, nil
 }
 
 // Name returns "zk".
 func (b *Backend) Name() string { return "zk" }
 
-// Close removes empty parents it knows of and ends the session, which
-// deletes every node of this backend, held locks included.
+// Close ends every operation and wait of the backend with an error matching
+// driver.ErrClosed, reports the locks still held lost, removes empty
+// parents it knows of, and ends the session if Dial made it, which deletes
+// every node of this backend; over a connection given to New, it deletes
+// the nodes of the locks still held instead. Calls after Close fail with
+// driver.ErrClosed.
 func (b *Backend) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -172,11 +249,30 @@ func (b *Backend) Close() error {
 	holds := b.holds
 	b.holds = make(map[string]*hold)
 	b.mu.Unlock()
+	b.end(driver.ErrClosed)
 	for _, h := range holds {
+		h.lose()
 		h.end()
 	}
+	if !b.owned {
+		b.deleteHolds(holds)
+	}
 	b.janitor.stop()
-	b.conn.Close()
+	if b.owned {
+		b.conn.Close()
+	}
 	b.bg.Wait()
 	return nil
+}
+
+// deleteHolds deletes the nodes of holds, for Close over a session that
+// outlives the backend.
+func (b *Backend) deleteHolds(holds map[string]*hold) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.requestTimeout)
+	defer cancel()
+	for _, h := range holds {
+		if err := b.deleteNode(ctx, h.path, -1); err == nil {
+			b.janitor.mark(path.Dir(h.path))
+		}
+	}
 }
