@@ -2,17 +2,21 @@ package sqllock
 
 import (
 	"context"
-	"fmt"
 	"time"
 )
 
-// Cleanup deletes at most WithCleanupBatch rows that expired longer than
-// WithRetention ago, and returns how many it deleted. Fences stay increasing:
-// they come from a sequence, not from the rows.
+// Cleanup deletes at most WithCleanupBatch rows that expired (or, on MariaDB
+// and MySQL, were released) longer than WithRetention ago, and returns how
+// many it deleted. Fences stay increasing: on PostgreSQL they come from a
+// sequence, not from the rows; on MariaDB and MySQL the fence floor is
+// raised to cover every row before it is deleted.
 func (b *Backend) Cleanup(ctx context.Context) (int64, error) {
-	n, err := b.exec(ctx, b.d.cleanup, b.opts.retention.Microseconds(), b.opts.cleanupBatch)
-	if err != nil {
-		return 0, fmt.Errorf("sqllock: cleanup: %w", err)
+	var n int64
+	for _, q := range b.d.cleanup {
+		var err error
+		if n, err = b.changed(ctx, q, b.opts.retention.Microseconds(), b.opts.cleanupBatch); err != nil {
+			return 0, b.fail("cleanup", "", err)
+		}
 	}
 	return n, nil
 }
@@ -30,9 +34,7 @@ func (b *Backend) cleanupLoop() {
 		case <-t.C:
 		}
 		for range 100 {
-			ctx, cancel := context.WithTimeout(b.ctx, b.opts.cleanupEvery)
-			n, err := b.Cleanup(ctx)
-			cancel()
+			n, err := b.Cleanup(b.ctx)
 			if err != nil || n < int64(b.opts.cleanupBatch) {
 				break
 			}

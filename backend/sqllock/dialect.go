@@ -1,6 +1,7 @@
 package sqllock
 
 import (
+	"context"
 	"embed"
 	"path"
 	"strings"
@@ -10,35 +11,44 @@ import (
 var sqlFiles embed.FS
 
 // Dialect holds the SQL of one database. Every difference between the
-// databases lives in its files under sql/; the Go code is the same for all.
-// Each statement takes the same arguments in the same order in every dialect.
+// databases lives in its files under sql/, and in how the acquire statement
+// reports the fence (a returned row, or the statement's insert id); the rest
+// of the Go code is the same for all. Each statement takes the same
+// arguments in the same order in every dialect.
 type Dialect struct {
 	name     string
 	notifies bool // the release statement sends a notice on releaseChannel
 	migrate  []string
-	acquire  string // key, token, ttl µs, owner, metadata -> token, fence
-	renew    string // ttl µs, key, token
-	holds    string // key, token -> count
-	release  string // key, token
-	inspect  string // key -> held, fence, owner, metadata, ttl µs
-	list     string // prefix, prefix -> key, fence, owner, metadata, ttl µs
-	cleanup  string // retention µs, batch
+	acquire  string // key, token, ttl µs, owner, metadata -> fence, 0 if held
+	grant    func(ctx context.Context, b *Backend, args ...any) (uint64, error)
+	renew    string   // ttl µs, key, token
+	holds    string   // key, token -> count
+	release  string   // key, token
+	inspect  string   // key -> held, fence, owner, metadata, ttl µs
+	list     string   // prefix, prefix -> key, fence, owner, metadata, ttl µs
+	cleanup  []string // each: retention µs, batch; the last one deletes
+
+	inspectForUpdate string // key -> as inspect, locking the row
+	forceRelease     string // key
 }
 
 var (
 	// Postgres is the dialect of PostgreSQL 11 and later (driver "pgx" from
 	// github.com/jackc/pgx/v5/stdlib).
-	Postgres = loadDialect("postgres")
-	// MariaDB is the dialect of MariaDB 10.5 and later (driver "mysql" from
-	// github.com/go-sql-driver/mysql). It needs sequences and INSERT ...
-	// RETURNING, which MySQL lacks.
-	MariaDB = loadDialect("mariadb")
+	Postgres = loadDialect("postgres", grantReturning)
+	// MariaDB is the dialect of MariaDB 10.5 and later and MySQL 8 (driver
+	// "mysql" from github.com/go-sql-driver/mysql). Its SQL uses neither
+	// sequences nor RETURNING, which MySQL lacks.
+	MariaDB = loadDialect("mariadb", grantInsertID)
+	// MySQL is MariaDB's dialect under the other name: the same SQL runs on
+	// both.
+	MySQL = MariaDB
 )
 
 // Name returns the dialect's name, "postgres" or "mariadb".
 func (d *Dialect) Name() string { return d.name }
 
-func loadDialect(name string) *Dialect {
+func loadDialect(name string, grant func(context.Context, *Backend, ...any) (uint64, error)) *Dialect {
 	read := func(file string) string {
 		b, err := sqlFiles.ReadFile(path.Join("sql", name, file))
 		if err != nil {
@@ -47,16 +57,19 @@ func loadDialect(name string) *Dialect {
 		return string(b)
 	}
 	return &Dialect{
-		name:     name,
-		notifies: name == "postgres",
-		migrate:  splitStatements(read("migrate.sql")),
-		acquire:  read("acquire.sql"),
-		renew:    read("renew.sql"),
-		holds:    read("holds.sql"),
-		release:  read("release.sql"),
-		inspect:  read("inspect.sql"),
-		list:     read("list.sql"),
-		cleanup:  read("cleanup.sql"),
+		name:             name,
+		notifies:         name == "postgres",
+		migrate:          splitStatements(read("migrate.sql")),
+		acquire:          read("acquire.sql"),
+		grant:            grant,
+		renew:            read("renew.sql"),
+		holds:            read("holds.sql"),
+		release:          read("release.sql"),
+		inspect:          read("inspect.sql"),
+		list:             read("list.sql"),
+		cleanup:          splitStatements(read("cleanup.sql")),
+		inspectForUpdate: read("inspect_for_update.sql"),
+		forceRelease:     read("force_release.sql"),
 	}
 }
 

@@ -19,7 +19,11 @@ func ExampleNew() {
 		return
 	}
 	defer db.Close()
-	b := sqllock.New(db, sqllock.MariaDB)
+	b, err := sqllock.New(db, sqllock.MariaDB) // an invalid option is an error here
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	if err := b.Migrate(ctx); err != nil {
 		fmt.Println(err)
 		return

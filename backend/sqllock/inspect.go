@@ -11,19 +11,17 @@ import (
 	"github.com/distlock/distlock/driver"
 )
 
-// Inspect reports key's row. A key whose lease expired reports the fence of
-// its last grant until cleanup deletes the row; a released key has no row.
+// Inspect reports key's row. A key whose lease expired (or, on MariaDB and
+// MySQL, was released) reports the fence of its last grant until cleanup
+// deletes the row; on PostgreSQL a released key has no row.
 func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	info := driver.Info{Key: key}
-	row, err := b.queryRow(ctx, b.d.inspect, key)
-	if err == nil {
-		err = scanInfo(row, &info, &info.Held)
-	}
+	err := b.scanRow(ctx, func(r *sql.Row) error { return scanInfo(r, &info, &info.Held) }, b.d.inspect, key)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return driver.Info{Key: key}, nil
 	case err != nil:
-		return driver.Info{}, fmt.Errorf("sqllock: inspect %q: %w", key, err)
+		return driver.Info{}, b.fail("inspect", key, err)
 	}
 	if !info.Held {
 		info.TTL, info.Meta = 0, driver.Meta{}
@@ -33,27 +31,37 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 
 // List returns the held locks whose keys start with prefix, sorted by key.
 func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+	var infos []driver.Info
+	err := b.run(ctx, func(ctx context.Context) error {
+		var err error
+		infos, err = b.list(ctx, prefix)
+		return err
+	})
+	if err != nil {
+		return nil, b.fail("list", prefix, err)
+	}
+	return infos, nil
+}
+
+func (b *Backend) list(ctx context.Context, prefix string) ([]driver.Info, error) {
 	s, err := b.stmt(ctx, b.d.list)
 	if err != nil {
-		return nil, fmt.Errorf("sqllock: list %q: %w", prefix, err)
+		return nil, err
 	}
 	rows, err := s.QueryContext(ctx, prefix, prefix)
 	if err != nil {
-		return nil, fmt.Errorf("sqllock: list %q: %w", prefix, err)
+		return nil, err
 	}
 	defer rows.Close()
 	var infos []driver.Info
 	for rows.Next() {
 		info := driver.Info{Held: true}
 		if err := scanInfo(rows, &info, &info.Key); err != nil {
-			return nil, fmt.Errorf("sqllock: list %q: %w", prefix, err)
+			return nil, err
 		}
 		infos = append(infos, info)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqllock: list %q: %w", prefix, err)
-	}
-	return infos, nil
+	return infos, rows.Err()
 }
 
 // scanInfo reads first (held or key), fence, owner, metadata and ttl µs.

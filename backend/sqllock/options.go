@@ -1,29 +1,100 @@
 package sqllock
 
-import "time"
+import (
+	"fmt"
+	"time"
 
-// Option configures a Backend.
-type Option func(*options)
+	"github.com/distlock/distlock/driver"
+)
+
+// Option configures a Backend. New rejects an invalid value with an error
+// matching driver.ErrInvalidOption that names the option.
+type Option func(*options) error
 
 type options struct {
-	cleanupEvery time.Duration
-	cleanupBatch int
-	retention    time.Duration
+	cleanupEvery   time.Duration // 0: no periodic cleanup
+	cleanupBatch   int
+	retention      time.Duration
+	requestTimeout time.Duration
 }
 
+// DefaultRequestTimeout bounds each statement the backend runs unless
+// WithRequestTimeout says otherwise.
+const DefaultRequestTimeout = 5 * time.Second
+
+// maxCleanupBatch keeps one cleanup statement from locking a large part of
+// the table.
+const maxCleanupBatch = 100_000
+
 func defaultOptions() options {
-	return options{cleanupEvery: time.Minute, cleanupBatch: 1000, retention: 10 * time.Minute}
+	return options{
+		cleanupEvery:   time.Minute,
+		cleanupBatch:   1000,
+		retention:      10 * time.Minute,
+		requestTimeout: DefaultRequestTimeout,
+	}
+}
+
+func invalid(name string, v any, want string) error {
+	return fmt.Errorf("sqllock: %s(%v): %s: %w", name, v, want, driver.ErrInvalidOption)
 }
 
 // WithCleanupInterval sets how often the backend deletes long-expired rows;
-// 0 turns the periodic cleanup off (call Cleanup yourself). The default is
-// one minute.
-func WithCleanupInterval(d time.Duration) Option { return func(o *options) { o.cleanupEvery = d } }
+// it must be positive. The default is one minute.
+func WithCleanupInterval(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return invalid("WithCleanupInterval", d, "must be positive (WithManualCleanup turns the loop off)")
+		}
+		o.cleanupEvery = d
+		return nil
+	}
+}
 
-// WithCleanupBatch caps the rows one cleanup deletes. The default is 1000.
-func WithCleanupBatch(n int) Option { return func(o *options) { o.cleanupBatch = n } }
+// WithManualCleanup turns the periodic cleanup off: call Cleanup yourself,
+// or expired rows stay. The default is a cleanup every minute.
+func WithManualCleanup() Option {
+	return func(o *options) error {
+		o.cleanupEvery = 0
+		return nil
+	}
+}
 
-// WithRetention sets how long the row of an expired lease stays before
-// cleanup may delete it; Inspect reports its last fence meanwhile. The
-// default is 10 minutes.
-func WithRetention(d time.Duration) Option { return func(o *options) { o.retention = d } }
+// WithCleanupBatch caps the rows one cleanup deletes, from 1 to 100000. The
+// default is 1000.
+func WithCleanupBatch(n int) Option {
+	return func(o *options) error {
+		if n <= 0 || n > maxCleanupBatch {
+			return invalid("WithCleanupBatch", n, fmt.Sprintf("must be from 1 to %d", maxCleanupBatch))
+		}
+		o.cleanupBatch = n
+		return nil
+	}
+}
+
+// WithRetention sets how long the row of an expired or (MariaDB and MySQL)
+// released lease stays before cleanup may delete it; Inspect reports its
+// last fence meanwhile. It must be positive. The default is 10 minutes.
+func WithRetention(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return invalid("WithRetention", d, "must be positive")
+		}
+		o.retention = d
+		return nil
+	}
+}
+
+// WithRequestTimeout bounds each statement the backend runs, and the
+// connection it may have to open for it, also when the caller's context has
+// no deadline. It must be positive. The default is DefaultRequestTimeout
+// (5s).
+func WithRequestTimeout(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return invalid("WithRequestTimeout", d, "must be positive")
+		}
+		o.requestTimeout = d
+		return nil
+	}
+}

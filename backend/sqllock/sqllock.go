@@ -20,6 +20,7 @@ type Backend struct {
 	ownDB   bool
 	stmtsMu sync.Mutex
 	stmts   map[string]*sql.Stmt
+	closed  bool // under stmtsMu
 
 	notices *listener // release notices; PostgreSQL only
 
@@ -29,18 +30,28 @@ type Backend struct {
 }
 
 var (
-	_ driver.Backend  = (*Backend)(nil)
-	_ driver.Lister   = (*Backend)(nil)
-	_ driver.Namer    = (*Backend)(nil)
-	_ driver.Notifier = (*Backend)(nil)
+	_ driver.Backend       = (*Backend)(nil)
+	_ driver.Lister        = (*Backend)(nil)
+	_ driver.Namer         = (*Backend)(nil)
+	_ driver.Notifier      = (*Backend)(nil)
+	_ driver.ForceReleaser = (*Backend)(nil)
 )
 
 // New returns a backend over db in dialect d. Call Migrate once to create the
-// table. Close does not close db.
-func New(db *sql.DB, d *Dialect, opts ...Option) *Backend {
+// tables. Close does not close db. An invalid option, or a nil db or d,
+// returns an error matching driver.ErrInvalidOption.
+func New(db *sql.DB, d *Dialect, opts ...Option) (*Backend, error) {
+	switch {
+	case db == nil:
+		return nil, fmt.Errorf("sqllock: New: nil *sql.DB: %w", driver.ErrInvalidOption)
+	case d == nil:
+		return nil, fmt.Errorf("sqllock: New: nil dialect: %w", driver.ErrInvalidOption)
+	}
 	o := defaultOptions()
 	for _, f := range opts {
-		f(&o)
+		if err := f(&o); err != nil {
+			return nil, err
+		}
 	}
 	b := &Backend{db: db, d: d, opts: o, stmts: make(map[string]*sql.Stmt)}
 	if d.notifies {
@@ -51,7 +62,7 @@ func New(db *sql.DB, d *Dialect, opts ...Option) *Backend {
 		b.wg.Add(1)
 		go b.cleanupLoop()
 	}
-	return b
+	return b, nil
 }
 
 // DB returns the database handle the backend uses.
@@ -60,21 +71,44 @@ func (b *Backend) DB() *sql.DB { return b.db }
 // Name returns "sql-" and the dialect's name.
 func (b *Backend) Name() string { return "sql-" + b.d.name }
 
-// Migrate creates the fence sequence and the lease table if they do not
-// exist.
+// Migrate creates the tables (and on PostgreSQL the fence sequence) if they
+// do not exist.
 func (b *Backend) Migrate(ctx context.Context) error {
 	for _, q := range b.d.migrate {
-		if _, err := b.db.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("sqllock: migrate: %w", err)
+		if err := b.run(ctx, func(ctx context.Context) error {
+			_, err := b.db.ExecContext(ctx, q)
+			return err
+		}); err != nil {
+			return b.fail("migrate", "", err)
 		}
 	}
 	return nil
+}
+
+// run calls f with ctx bounded by the request timeout, unless the backend
+// is closed.
+func (b *Backend) run(ctx context.Context, f func(context.Context) error) error {
+	if b.isClosed() {
+		return errClosed
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.opts.requestTimeout)
+	defer cancel()
+	return f(ctx)
+}
+
+func (b *Backend) isClosed() bool {
+	b.stmtsMu.Lock()
+	defer b.stmtsMu.Unlock()
+	return b.closed
 }
 
 // stmt returns q prepared once for this backend.
 func (b *Backend) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
 	b.stmtsMu.Lock()
 	defer b.stmtsMu.Unlock()
+	if b.closed {
+		return nil, errClosed
+	}
 	if s := b.stmts[q]; s != nil {
 		return s, nil
 	}
@@ -86,49 +120,78 @@ func (b *Backend) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
 	return s, nil
 }
 
-// exec runs q and returns the rows it changed.
-func (b *Backend) exec(ctx context.Context, q string, args ...any) (int64, error) {
-	s, err := b.stmt(ctx, q)
-	if err != nil {
-		return 0, err
-	}
-	res, err := s.ExecContext(ctx, args...)
+// exec runs q within the request timeout and returns its result.
+func (b *Backend) exec(ctx context.Context, q string, args ...any) (res sql.Result, err error) {
+	err = b.run(ctx, func(ctx context.Context) error {
+		s, err := b.stmt(ctx, q)
+		if err == nil {
+			res, err = s.ExecContext(ctx, args...)
+		}
+		return err
+	})
+	return res, err
+}
+
+// changed runs q within the request timeout and returns the rows it changed.
+func (b *Backend) changed(ctx context.Context, q string, args ...any) (int64, error) {
+	res, err := b.exec(ctx, q, args...)
 	if err != nil {
 		return 0, err
 	}
 	return res.RowsAffected()
 }
 
-func (b *Backend) queryRow(ctx context.Context, q string, args ...any) (*sql.Row, error) {
-	s, err := b.stmt(ctx, q)
-	if err != nil {
-		return nil, err
-	}
-	return s.QueryRowContext(ctx, args...), nil
+// scanRow runs the one-row query q within the request timeout and scans its
+// row with scan.
+func (b *Backend) scanRow(ctx context.Context, scan func(*sql.Row) error, q string, args ...any) error {
+	return b.run(ctx, func(ctx context.Context) error {
+		s, err := b.stmt(ctx, q)
+		if err != nil {
+			return err
+		}
+		return scan(s.QueryRowContext(ctx, args...))
+	})
 }
 
 // Acquire inserts key for req.Token, or takes over its row if the lease
-// expired or was released, in one statement.
+// expired or was released, in one statement that draws the fence only once
+// the key is won.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	meta, err := encodeMeta(req.Meta)
 	if err != nil {
 		return driver.Grant{}, fmt.Errorf("sqllock: acquire %q: metadata: %w", req.Key, err)
 	}
-	var (
-		holder string
-		fence  int64
-	)
-	row, err := b.queryRow(ctx, b.d.acquire, req.Key, req.Token, req.TTL.Microseconds(), req.Meta.Owner, meta)
-	if err == nil {
-		err = row.Scan(&holder, &fence)
-	}
+	fence, err := b.d.grant(ctx, b, req.Key, req.Token, req.TTL.Microseconds(), req.Meta.Owner, meta)
 	switch {
-	case errors.Is(err, sql.ErrNoRows), err == nil && holder != req.Token:
-		return driver.Grant{}, fmt.Errorf("sqllock: acquire %q: %w", req.Key, driver.ErrNotAcquired)
 	case err != nil:
-		return driver.Grant{}, fmt.Errorf("sqllock: acquire %q: %w", req.Key, err)
+		return driver.Grant{}, b.fail("acquire", req.Key, err)
+	case fence == 0:
+		return driver.Grant{}, fmt.Errorf("sqllock: acquire %q: %w", req.Key, driver.ErrNotAcquired)
 	}
-	return driver.Grant{Fence: uint64(fence)}, nil
+	return driver.Grant{Fence: fence}, nil
+}
+
+// grantReturning runs the acquire statement of a dialect that returns the
+// new fence as a row, and no row if the key is held.
+func grantReturning(ctx context.Context, b *Backend, args ...any) (uint64, error) {
+	var fence int64
+	err := b.scanRow(ctx, func(r *sql.Row) error { return r.Scan(&fence) }, b.d.acquire, args...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	return uint64(fence), err
+}
+
+// grantInsertID runs the acquire statement of a dialect without RETURNING:
+// it sets LAST_INSERT_ID to the new fence, or to 0 if the key is held, and
+// the server reports it with the statement's result.
+func grantInsertID(ctx context.Context, b *Backend, args ...any) (uint64, error) {
+	res, err := b.exec(ctx, b.d.acquire, args...)
+	if err != nil {
+		return 0, err
+	}
+	fence, err := res.LastInsertId()
+	return uint64(fence), err
 }
 
 // encodeMeta returns m as JSON for the metadata column; a zero m, the usual
@@ -143,30 +206,27 @@ func encodeMeta(m driver.Meta) (string, error) {
 
 // Renew moves the lease of key to ttl from now if token holds it.
 func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
-	n, err := b.exec(ctx, b.d.renew, ttl.Microseconds(), key, token)
+	n, err := b.changed(ctx, b.d.renew, ttl.Microseconds(), key, token)
 	if err == nil && n == 0 {
 		// MariaDB counts rows changed, not matched: a renewal within the same
 		// microsecond changes nothing yet still holds.
 		var held int64
-		var row *sql.Row
-		if row, err = b.queryRow(ctx, b.d.holds, key, token); err == nil {
-			err = row.Scan(&held)
-		}
+		err = b.scanRow(ctx, func(r *sql.Row) error { return r.Scan(&held) }, b.d.holds, key, token)
 		if err == nil && held == 0 {
 			return fmt.Errorf("sqllock: renew %q: %w", key, driver.ErrNotHeld)
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("sqllock: renew %q: %w", key, err)
+		return b.fail("renew", key, err)
 	}
 	return nil
 }
 
-// Release frees key if token holds it by deleting its row.
+// Release frees key if token holds it.
 func (b *Backend) Release(ctx context.Context, key, token string) error {
-	n, err := b.exec(ctx, b.d.release, key, token)
+	n, err := b.changed(ctx, b.d.release, key, token)
 	if err != nil {
-		return fmt.Errorf("sqllock: release %q: %w", key, err)
+		return b.fail("release", key, err)
 	}
 	if n == 0 {
 		return fmt.Errorf("sqllock: release %q: %w", key, driver.ErrNotHeld)
@@ -182,18 +242,31 @@ func (b *Backend) Watch(ctx context.Context, key string) (<-chan struct{}, func(
 	if b.notices == nil {
 		return nil, nil, fmt.Errorf("sqllock: %s sends no release notices: %w", b.d.name, errors.ErrUnsupported)
 	}
-	if b.ctx.Err() != nil {
-		return nil, nil, fmt.Errorf("sqllock: watch %q: backend closed", key)
+	var (
+		wake <-chan struct{}
+		stop func()
+	)
+	err := b.run(ctx, func(ctx context.Context) (err error) {
+		wake, stop, err = b.notices.watch(ctx, key)
+		return err
+	})
+	if err != nil {
+		return nil, nil, b.fail("watch", key, err)
 	}
-	return b.notices.watch(ctx, key)
+	return wake, stop, nil
 }
 
 // Close stops the periodic cleanup, closes the prepared statements, and
-// closes the database handle if Open created it.
+// closes the database handle if Open created it. Every call after Close
+// returns an error matching driver.ErrClosed.
 func (b *Backend) Close() error {
-	if b.ctx.Err() != nil {
+	b.stmtsMu.Lock()
+	if b.closed {
+		b.stmtsMu.Unlock()
 		return nil
 	}
+	b.closed = true
+	b.stmtsMu.Unlock()
 	b.cancel()
 	b.wg.Wait()
 	if b.notices != nil {

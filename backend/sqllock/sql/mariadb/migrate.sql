@@ -1,6 +1,3 @@
--- Fences come from one sequence (MariaDB 10.3 and later), so they keep
--- growing for a key even after cleanup deleted its row.
-CREATE SEQUENCE IF NOT EXISTS distlock_fence;
 -- Keys are compared byte for byte: no collation folds two keys into one.
 CREATE TABLE IF NOT EXISTS distlock_leases (
 	lock_key   VARBINARY(512) NOT NULL PRIMARY KEY,
@@ -11,3 +8,11 @@ CREATE TABLE IF NOT EXISTS distlock_leases (
 	metadata   TEXT NOT NULL,
 	KEY distlock_leases_expires_at (expires_at)
 ) ENGINE = InnoDB;
+-- One row: at least the fence of every row cleanup deleted. A new row's fence
+-- starts above it. It starts at the highest fence in the table.
+CREATE TABLE IF NOT EXISTS distlock_fence_floor (
+	id TINYINT NOT NULL PRIMARY KEY,
+	n  BIGINT NOT NULL
+) ENGINE = InnoDB;
+INSERT IGNORE INTO distlock_fence_floor (id, n)
+SELECT 1, COALESCE(MAX(fence), 0) FROM distlock_leases
