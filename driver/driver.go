@@ -28,6 +28,8 @@ type Backend interface {
 	Acquire(ctx context.Context, req AcquireRequest) (Grant, error)
 	// Renew resets the time to live of key to ttl if token holds it, and
 	// returns an error matching ErrNotHeld otherwise. It must be idempotent.
+	// ttl may differ from the one the key was granted with (Lock.Extend): the
+	// store must then keep the key for the new ttl, longer or shorter.
 	Renew(ctx context.Context, key, token string, ttl time.Duration) error
 	// Release deletes key if token holds it, and returns an error matching
 	// ErrNotHeld otherwise, changing nothing. It must be idempotent.

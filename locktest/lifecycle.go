@@ -375,12 +375,14 @@ func (s *suite) forceRelease(t *testing.T) {
 	_ = cur.Release(ctx)
 }
 
-// extend checks Extend: the store keeps the key for the new lease.
+// extend checks Extend: the store keeps the key for the new lease, past
+// the first lease even where the store rounds leases up to whole seconds.
 func (s *suite) extend(t *testing.T) {
 	ctx := testContext(t, time.Minute)
 	a, b := s.client(t), s.client(t)
 	key := s.key(t)
-	const short, long = 300 * time.Millisecond, 5 * time.Second
+	const short, long = 300 * time.Millisecond, 6 * time.Second
+	start := time.Now()
 	l := mustLock(t, ctx, a, key, distlock.WithLease(short))
 	if err := l.Extend(ctx, long); err != nil {
 		t.Fatalf("extend: %v", err)
@@ -395,7 +397,7 @@ func (s *suite) extend(t *testing.T) {
 	if info.TTL != 0 && info.TTL < long/2 {
 		t.Fatalf("store TTL after extending to %v: %v", long, info.TTL)
 	}
-	time.Sleep(2 * short) // past the first lease
+	time.Sleep(time.Until(start.Add(2500 * time.Millisecond))) // past the first lease, rounded up to a second, and a keepalive
 	if err := l.Err(); err != nil {
 		t.Fatalf("lost within the extended lease: %v", err)
 	}
