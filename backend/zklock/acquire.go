@@ -36,7 +36,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		pos, err = b.look(ctx, pos.node)
 	}
 	if err == nil && pos.first() {
-		g, err := b.granted(req.Token, pos.node, data, pos, sent)
+		g, err := b.granted(req, pos.node, data, pos, sent)
 		if err != nil {
 			return driver.Grant{}, fmt.Errorf("zklock: acquire %q: %w", req.Key, err)
 		}
@@ -156,7 +156,7 @@ func (w *waiter) grant(pos position, waited bool, sent time.Time) (driver.Grant,
 			_, _ = call(ctx, b, func() (*zk.Stat, error) { return b.conn.Set(node, w.data, -1) }, nil)
 		})
 	}
-	g, err := b.granted(w.req.Token, node, w.data, pos, sent)
+	g, err := b.granted(w.req, node, w.data, pos, sent)
 	if err != nil {
 		w.leave()
 		return driver.Grant{}, fmt.Errorf("zklock: lock %q: %w", w.req.Key, err)
@@ -508,14 +508,14 @@ func (b *Backend) leave(node string) {
 
 // granted records a hold and watches its node. A backend closed meanwhile
 // grants nothing.
-func (b *Backend) granted(token, node string, data []byte, pos position, sent time.Time) (driver.Grant, error) {
-	h := newHold(token, node, data)
+func (b *Backend) granted(req driver.AcquireRequest, node string, data []byte, pos position, sent time.Time) (driver.Grant, error) {
+	h := newHold(req, node, data)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return driver.Grant{}, driver.ErrClosed
 	}
-	b.holds[token] = h
+	b.holds[req.Token] = h
 	b.bg.Add(1)
 	go func() {
 		defer b.bg.Done()

@@ -54,12 +54,7 @@ func (b *Backend) renew(ctx context.Context, key, token string, ttl time.Duratio
 	if err != nil {
 		return err
 	}
-	b.mu.Lock()
-	var data []byte
-	if h := b.holds[token]; h != nil {
-		data = h.data
-	}
-	b.mu.Unlock()
+	data := b.holdData(token, ttl)
 	if data == nil {
 		raw, err := call(ctx, b, func() ([]byte, error) {
 			raw, _, err := b.conn.Get(node)
@@ -76,6 +71,22 @@ func (b *Backend) renew(ctx context.Context, key, token string, ttl time.Duratio
 	}
 	_, err = call(ctx, b, func() (*zk.Stat, error) { return b.conn.Set(node, data, -1) }, nil)
 	return notHeld(err)
+}
+
+// holdData returns the node value of token's hold for ttl, or nil if this
+// backend has no such hold. A new ttl (an extension) is kept for the next
+// renewals.
+func (b *Backend) holdData(token string, ttl time.Duration) []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	h := b.holds[token]
+	if h == nil {
+		return nil
+	}
+	if h.ttl != ttl {
+		h.ttl, h.data = ttl, encodeValue(token, ttl, h.meta)
+	}
+	return h.data
 }
 
 // notHeld maps a missing node to ErrNotHeld.

@@ -5,13 +5,17 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/distlock/distlock/driver"
 )
 
 // hold is a lock this backend holds.
 type hold struct {
 	token string
 	path  string
-	data  []byte
+	meta  driver.Meta
+	ttl   time.Duration      // as last written; guarded by Backend.mu
+	data  []byte             // the node's value for ttl; guarded by Backend.mu
 	lost  context.Context    // done when the hold is lost
 	lose  context.CancelFunc // ends lost
 	ended chan struct{}      // closed by release or Close: stop watching
@@ -21,8 +25,8 @@ type hold struct {
 	orphaned bool // guarded by Backend.mu
 }
 
-func newHold(token, path string, data []byte) *hold {
-	h := &hold{token: token, path: path, data: data, ended: make(chan struct{})}
+func newHold(req driver.AcquireRequest, path string, data []byte) *hold {
+	h := &hold{token: req.Token, path: path, meta: req.Meta, ttl: req.TTL, data: data, ended: make(chan struct{})}
 	h.lost, h.lose = context.WithCancel(context.Background())
 	return h
 }

@@ -234,8 +234,7 @@ func urlOptions(u *url.URL) ([]Option, error) {
 func (b *Backend) Name() string { return "zk" }
 
 // Close ends every operation and wait of the backend with an error matching
-// driver.ErrClosed, reports the locks still held lost, removes empty
-// parents it knows of, and ends the session if Dial made it, which deletes
+// driver.ErrClosed, removes empty parents it knows of, and ends the session if Dial made it, which deletes
 // every node of this backend; over a connection given to New, it deletes
 // the nodes of the locks still held instead. Calls after Close fail with
 // driver.ErrClosed.
@@ -251,7 +250,6 @@ func (b *Backend) Close() error {
 	b.mu.Unlock()
 	b.end(driver.ErrClosed)
 	for _, h := range holds {
-		h.lose()
 		h.end()
 	}
 	if !b.owned {
