@@ -19,8 +19,6 @@ const (
 	// unsubscribeLinger keeps a channel subscribed that long after its last
 	// waiter left, so a contended key does not churn subscriptions.
 	unsubscribeLinger = time.Second
-	// pubsubTimeout bounds one SUBSCRIBE or UNSUBSCRIBE.
-	pubsubTimeout = 5 * time.Second
 	// resubscribeBackoff spaces retries of a failed SUBSCRIBE.
 	resubscribeBackoff = 100 * time.Millisecond
 )
@@ -31,11 +29,12 @@ const (
 // waiter of its key only (the others would lose the race for the key anyway);
 // one that leaves with a notice it did not use passes it on.
 type hub struct {
-	ps     pubsub
-	kick   chan struct{}
-	ctx    context.Context // cancelled by close
-	cancel context.CancelFunc
-	done   chan struct{}
+	ps      pubsub
+	timeout time.Duration // bounds one SUBSCRIBE or UNSUBSCRIBE
+	kick    chan struct{}
+	ctx     context.Context // cancelled by close
+	cancel  context.CancelFunc
+	done    chan struct{}
 
 	mu       sync.Mutex
 	topics   map[string]*topic
@@ -52,8 +51,8 @@ type topic struct {
 	due time.Time
 }
 
-func newHub(st store) *hub {
-	h := &hub{kick: make(chan struct{}, 1), done: make(chan struct{}), topics: make(map[string]*topic)}
+func newHub(st store, timeout time.Duration) *hub {
+	h := &hub{timeout: timeout, kick: make(chan struct{}, 1), done: make(chan struct{}), topics: make(map[string]*topic)}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	h.ps = st.newPubSub(pubsubEvents{message: h.notify, subscribed: h.notify, lost: h.lost})
 	go h.run()
@@ -233,7 +232,7 @@ func (h *hub) due(now time.Time) (sub, unsub []string, next time.Duration) {
 // apply sends the subscription changes. A failed SUBSCRIBE is retried after
 // resubscribeBackoff; a failed UNSUBSCRIBE is left to the connection's end.
 func (h *hub) apply(sub, unsub []string) {
-	ctx, cancel := context.WithTimeout(h.ctx, pubsubTimeout)
+	ctx, cancel := context.WithTimeout(h.ctx, h.timeout)
 	defer cancel()
 	if len(unsub) > 0 {
 		_ = h.ps.unsubscribe(ctx, unsub)

@@ -42,7 +42,7 @@ func newBackend(ctx context.Context, st store, cfg config) (*Backend, error) {
 	if err := checkVersion(ctx, st); err != nil {
 		return nil, err
 	}
-	return &Backend{st: st, prefix: cfg.prefix, timeout: cfg.requestTimeout, hub: newHub(st)}, nil
+	return &Backend{st: st, prefix: cfg.prefix, timeout: cfg.requestTimeout, hub: newHub(st, cfg.requestTimeout)}, nil
 }
 
 // evalInt runs s within the request timeout; see call.
