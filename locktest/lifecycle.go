@@ -354,6 +354,10 @@ func (s *suite) forceRelease(t *testing.T) {
 	key := s.key(t)
 	old := mustLock(t, ctx, a, key, distlock.WithOwner("stuck-job"), distlock.WithBusinessID("run-9"))
 	info, err := admin.ForceRelease(ctx, key, "stuck for an hour")
+	if errors.Is(err, errors.ErrUnsupported) {
+		_ = old.Release(ctx)
+		t.Skipf("force release is switched off in this backend's configuration: %v", err)
+	}
 	if err != nil {
 		t.Fatalf("force release: %v", err)
 	}
