@@ -22,6 +22,13 @@
 // by version, once the lease and lock-delay are over without a renewal. A
 // key nobody waits for is therefore not freed by expiry until someone waits.
 //
+// A waiter whose own node vanishes while it waits (an operator deleted it,
+// or the server expired its session and go-zookeeper opened a new one)
+// never takes the lock without it: it creates its node again, at the tail
+// of the queue, and waits on while its context allows; a dropped connection
+// is waited through too. A wait that ends deletes its node and returns an
+// error matching driver.ErrNotAcquired; Close ends it with driver.ErrClosed.
+//
 // # Connecting
 //
 // New builds a backend over a connection you made with zk.Connect, and the
