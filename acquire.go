@@ -1,7 +1,6 @@
 package distlock
 
 import (
-	"cmp"
 	"context"
 	crand "crypto/rand"
 	"crypto/sha256"
@@ -122,12 +121,12 @@ const (
 func (c *Client) releaseByToken(ctx context.Context, r *Request, token string) error {
 	var (
 		bo     = backoff{min: 5 * time.Millisecond, max: 200 * time.Millisecond}
-		first  time.Time
+		first  = time.Now() // the budget counts from the first attempt
 		cancel context.CancelFunc
 	)
 	for attempt := 1; ; attempt++ {
-		var start time.Time // read the clock only for an observer or a retry
-		if c.observer != nil || attempt > 1 {
+		start := first
+		if attempt > 1 {
 			start = time.Now()
 		}
 		err := c.backend.Release(ctx, r.Key, token)
@@ -135,8 +134,7 @@ func (c *Client) releaseByToken(ctx context.Context, r *Request, token string) e
 		if err == nil || errors.Is(err, ErrNotHeld) {
 			return err
 		}
-		if attempt == 1 { // the first failure starts the budget; success costs no timer
-			first = cmp.Or(start, time.Now())
+		if attempt == 1 { // a timer only once a retry may be needed
 			ctx, cancel = context.WithDeadline(ctx, first.Add(ReleaseBudget))
 			defer cancel()
 		}
