@@ -139,8 +139,12 @@ func (c *Client) releaseByToken(ctx context.Context, r *Request, token string) e
 			defer cancel()
 		}
 		if permanent(err) || attempt == ReleaseAttempts || ctx.Err() != nil {
-			return fmt.Errorf("%w (gave up after %d attempts over %v; the store frees the key when its lease runs out)",
-				err, attempt, time.Since(first).Round(time.Millisecond))
+			tries := "1 attempt"
+			if attempt > 1 {
+				tries = fmt.Sprintf("%d attempts", attempt)
+			}
+			return fmt.Errorf("%w (gave up after %s over %v; the store frees the key when its lease runs out)",
+				err, tries, time.Since(first).Round(time.Millisecond))
 		}
 		t := time.NewTimer(bo.next())
 		select {
