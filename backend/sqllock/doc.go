@@ -1,25 +1,75 @@
 // Package sqllock is a distlock backend on a lease table over database/sql.
-// The same code runs on PostgreSQL (driver "pgx") and MariaDB (driver
-// "mysql"); what differs is the SQL of a Dialect, kept in embedded files.
+// The same code runs on PostgreSQL (driver "pgx") and on MariaDB and MySQL 8
+// (driver "mysql"); what differs is the SQL of a Dialect, kept in embedded
+// files.
+//
+//	b, err := sqllock.New(db, sqllock.Postgres) // or sqllock.MariaDB (alias MySQL)
 //
 // One row per key (schema in Migrate and in docs/sql.md): the holder's token,
 // a fence, expires_at, owner and metadata. An acquisition is one statement
 // that inserts the row, or takes over a row whose lease expired or was
-// released, and returns the holder's token and fence. Renew and Release
-// compare the token. Every time is the database's clock (clock_timestamp()
-// or UTC_TIMESTAMP(6)), never the client's, so clients with skewed clocks
-// still agree on who holds a key.
+// released. Renew and Release compare the token. Every time is the
+// database's clock (clock_timestamp() or UTC_TIMESTAMP(6)), never the
+// client's, so clients with skewed clocks still agree on who holds a key.
 //
-// Fences come from one database sequence, so they strictly increase for a key
-// across releases, expiries, restarts and the deletion of its row. Release
-// deletes the row; rows of leases that expired (their holder vanished) stay,
-// so Inspect reports their last fence, until they are older than
-// WithRetention, then go in bounded batches (WithCleanupInterval,
-// WithCleanupBatch, or Cleanup).
+// # Fences
+//
+// The fence strictly increases for a key in grant order, across releases,
+// expiries, restarts and cleanup, and is drawn only once the key is won:
+//
+//   - PostgreSQL: from the sequence distlock_fence, drawn under a
+//     transaction-scoped advisory lock on the key (the two-key form,
+//     classid 0x73716c6b, objid hashtext(key)) that the statement holds until
+//     it commits, so a grant draws its fence after the previous grant of the
+//     key committed. Keys whose hashes collide only take turns.
+//   - MariaDB and MySQL (no sequences, no RETURNING): a takeover is the row's
+//     fence + 1, with the row locked; a new row gets the fence floor + 1
+//     (table distlock_fence_floor, one row, read under a shared lock), and
+//     cleanup raises the floor over every row before deleting it. The fence
+//     comes back as the statement's LAST_INSERT_ID, which a trigger on
+//     distlock_leases would hide: do not add one.
+//
+// # Rows left behind
+//
+// On PostgreSQL Release deletes the row; on MariaDB and MySQL it ends the
+// lease but keeps the row (its fence is what the next grant goes beyond)
+// until the next cleanup. The row of a lease that expired (its holder
+// vanished) stays, so Inspect reports its last fence, until it is older than
+// WithRetention (default 10 minutes). The cleanup runs every
+// WithCleanupInterval (default 1 minute) and deletes at most WithCleanupBatch
+// (default 1000) rows per statement, repeating while batches are full; or
+// call Cleanup with WithManualCleanup. So the table holds the held keys plus
+// the keys released or expired within about one interval plus the retention:
+// nothing grows with the number of distinct keys ever locked. The sequence
+// (PostgreSQL) or the floor row (MariaDB, MySQL) is one object whatever the
+// number of keys. Delete rows by hand only with the key's floor raised first
+// on MariaDB and MySQL (see docs/sql.md); ForceRelease is the safe way.
+//
+// # Timeouts and errors
+//
+// Every statement runs within WithRequestTimeout (default 5s), also when the
+// caller's context has no deadline; this also bounds opening a connection
+// for it. Connect timeouts belong to the driver's DSN: "connect_timeout"
+// (seconds) for pgx, "timeout" for go-sql-driver/mysql. A mysql:// URL
+// opened through distlock.Open gets timeout=5s unless it sets "timeout". An
+// unreachable database fails at once with the driver's dial error ("connect:
+// connection refused").
+//
+// After Close, every call returns an error matching driver.ErrClosed. So does
+// every call on a *sql.DB that was closed: database/sql does not export its
+// "sql: database is closed" error, but returns one value each time, which the
+// package captures once from a handle it closes on purpose and matches by
+// identity.
+//
+// # Waiting
 //
 // On PostgreSQL (pgx driver) the release statement sends a NOTIFY on the
 // channel distlock_release with the key, and the backend LISTENs on one
 // dedicated connection, opened by its first waiter and shared by all
-// (driver.Notifier); waiters still poll, slowly, for expiries. MariaDB has
-// no notification: there waiters poll with the client's jittered backoff.
+// (driver.Notifier); waiters still poll, slowly, for expiries. MariaDB and
+// MySQL have no notification: there waiters poll with the client's jittered
+// backoff.
+//
+// ForceRelease (driver.ForceReleaser) frees a key whatever token holds it
+// and reports the hold it ended.
 package sqllock

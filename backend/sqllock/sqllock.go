@@ -86,13 +86,16 @@ func (b *Backend) Migrate(ctx context.Context) error {
 }
 
 // run calls f with ctx bounded by the request timeout, unless the backend
-// is closed.
+// is closed. A ctx due sooner is used as it is, without a timer.
 func (b *Backend) run(ctx context.Context, f func(context.Context) error) error {
 	if b.isClosed() {
 		return errClosed
 	}
-	ctx, cancel := context.WithTimeout(ctx, b.opts.requestTimeout)
-	defer cancel()
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) > b.opts.requestTimeout {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, b.opts.requestTimeout)
+		defer cancel()
+	}
 	return f(ctx)
 }
 
