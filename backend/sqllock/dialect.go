@@ -30,6 +30,12 @@ type Dialect struct {
 
 	inspectForUpdate string // key -> as inspect, locking the row
 	forceRelease     string // key
+
+	// hasFenceSequence (-> count) finds the fence sequence of an earlier
+	// version of the schema, and migrateFromSequence raises the fence floor
+	// above it; both empty where the schema never had one.
+	hasFenceSequence    string
+	migrateFromSequence string
 }
 
 var (
@@ -56,7 +62,7 @@ func loadDialect(name string, grant func(context.Context, *Backend, ...any) (uin
 		}
 		return string(b)
 	}
-	return &Dialect{
+	d := &Dialect{
 		name:             name,
 		notifies:         name == "postgres",
 		migrate:          splitStatements(read("migrate.sql")),
@@ -71,6 +77,11 @@ func loadDialect(name string, grant func(context.Context, *Backend, ...any) (uin
 		inspectForUpdate: read("inspect_for_update.sql"),
 		forceRelease:     read("force_release.sql"),
 	}
+	if name == "mariadb" {
+		d.hasFenceSequence = read("has_fence_sequence.sql")
+		d.migrateFromSequence = read("migrate_from_sequence.sql")
+	}
+	return d
 }
 
 // splitStatements splits a script at semicolons that end a line, since not

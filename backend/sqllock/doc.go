@@ -27,7 +27,9 @@
 //     (table distlock_fence_floor, one row, read under a shared lock), and
 //     cleanup raises the floor over every row before deleting it. The fence
 //     comes back as the statement's LAST_INSERT_ID, which a trigger on
-//     distlock_leases would hide: do not add one.
+//     distlock_leases would hide: do not add one. Migrate upgrades a MariaDB
+//     schema of an earlier version, whose fences came from the sequence
+//     distlock_fence, with the floor above that sequence.
 //
 // # Rows left behind
 //

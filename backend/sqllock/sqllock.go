@@ -72,17 +72,38 @@ func (b *Backend) DB() *sql.DB { return b.db }
 func (b *Backend) Name() string { return "sql-" + b.d.name }
 
 // Migrate creates the tables (and on PostgreSQL the fence sequence) if they
-// do not exist.
+// do not exist. On MariaDB, a schema of an earlier version, whose fences came
+// from a sequence, is upgraded with its fence floor above that sequence, so
+// fences keep increasing across the upgrade.
 func (b *Backend) Migrate(ctx context.Context) error {
 	for _, q := range b.d.migrate {
-		if err := b.run(ctx, func(ctx context.Context) error {
-			_, err := b.db.ExecContext(ctx, q)
-			return err
-		}); err != nil {
+		if err := b.execUnprepared(ctx, q); err != nil {
 			return b.fail("migrate", "", err)
 		}
 	}
+	if b.d.hasFenceSequence == "" {
+		return nil
+	}
+	var n int
+	err := b.run(ctx, func(ctx context.Context) error {
+		return b.db.QueryRowContext(ctx, b.d.hasFenceSequence).Scan(&n)
+	})
+	if err == nil && n > 0 {
+		err = b.execUnprepared(ctx, b.d.migrateFromSequence)
+	}
+	if err != nil {
+		return b.fail("migrate", "", err)
+	}
 	return nil
+}
+
+// execUnprepared runs one statement that is run once (a migration), without
+// preparing it, within the request timeout.
+func (b *Backend) execUnprepared(ctx context.Context, q string) error {
+	return b.run(ctx, func(ctx context.Context) error {
+		_, err := b.db.ExecContext(ctx, q)
+		return err
+	})
 }
 
 // run calls f with ctx bounded by the request timeout, unless the backend
