@@ -179,7 +179,7 @@ func cleanup(t *testing.T, st store, admin *sqllock.Backend) {
 	keys := []string{uniqueKey(t), uniqueKey(t), uniqueKey(t)}
 	var top uint64
 	for _, k := range keys { // holders that vanish: their rows stay, expired
-		l, err := c.TryLock(ctx, k, distlock.WithLease(50*time.Millisecond))
+		l, err := c.TryLock(ctx, k, distlock.WithLease(250*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
