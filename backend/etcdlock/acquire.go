@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -134,16 +135,26 @@ func (w *waiter) acquire(ctx context.Context, req driver.AcquireRequest, val str
 // holding is an acquisition this backend made and has not released.
 type holding struct {
 	entry string
-	value string // the token is in it: comparing it is comparing the token
-	lease clientv3.LeaseID
-	ttl   int64
+	value string             // the token is in it: comparing it is comparing the token
+	rev   int64              // the entry's create revision: the fence
 	lost  context.Context    // done when the store dropped the hold
 	lose  context.CancelFunc // ends lost
 
 	cancel context.CancelFunc // ends the loss watch once it runs
 	watch  *time.Timer        // starts the loss watch
 
-	confirmed time.Time // guarded by Backend.mu
+	renewing sync.Mutex // one Renew at a time, so that none races a move (see Backend.move)
+
+	// The lease the entry is on. A Renew with another TTL moves the entry to
+	// another lease; the entry keeps its name, after the first lease.
+	// Guarded by Backend.mu.
+	lease     clientv3.LeaseID
+	ttl       int64 // seconds
+	confirmed time.Time
+	// stray are leases that a move whose outcome is unknown may have put the
+	// entry on; the next Renew settles them (Backend.move). Guarded by
+	// Backend.mu.
+	stray []clientv3.LeaseID
 }
 
 // stop ends the hold's loss watch, whether it has started or not.
@@ -165,7 +176,7 @@ const lossWatchDelay = 100 * time.Millisecond
 // goroutine.
 func (b *Backend) granted(token, entry, value string, t *ticket, rev int64, ttl time.Duration) driver.Grant {
 	ctx, cancel := context.WithCancel(holdWatchContext)
-	h := &holding{entry: entry, value: value, lease: t.id, ttl: t.ttl, cancel: cancel, confirmed: t.confirmed}
+	h := &holding{entry: entry, value: value, rev: rev, lease: t.id, ttl: t.ttl, cancel: cancel, confirmed: t.confirmed}
 	h.lost, h.lose = context.WithCancel(context.Background())
 	g := driver.Grant{Fence: uint64(rev), Lost: h.lost, Sent: t.sent(ttl)}
 	b.mu.Lock()

@@ -6,7 +6,10 @@
 //
 // A lock's lease has the lock's TTL (lease plus lock-delay), so expiry and
 // lock-delay behave as on every other backend; the client's watchdog renews
-// it. etcd leases count in whole seconds and have a floor (1.5 election
+// it. A lease's TTL is fixed when it is granted, so a renewal with another TTL
+// (Lock.Extend) moves the key onto a lease of that TTL in one transaction; the
+// key keeps its create revision, and so its fence and place in the queue.
+// etcd leases count in whole seconds and have a floor (1.5 election
 // timeouts, 2s with etcd's defaults): the store keeps a short lease for at
 // least that long, never shorter than asked, while the holder's local
 // validity stays the lease it asked for.

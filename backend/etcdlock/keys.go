@@ -13,7 +13,9 @@ import (
 
 // Store layout. A lock key K owns the directory PREFIX/esc(K)/; each
 // acquisition, holder or waiter, is one key PREFIX/esc(K)/LEASE (the lease
-// ID in hex) attached to that lease, with the token in its value. The key
+// ID in hex) attached to that lease, with the token in its value; a holder
+// renewed with another TTL moves to a lease of that TTL and keeps its name
+// (see Backend.move). The key
 // with the lowest create revision in the directory is the holder; the
 // others queue behind it in create-revision order.
 //

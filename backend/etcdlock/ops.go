@@ -15,14 +15,15 @@ import (
 	"github.com/distlock/distlock/driver"
 )
 
-// entryOf finds token's entry for key: from this backend's record, or by
-// reading key's queue. cond holds as long as the entry is still token's.
-func (b *Backend) entryOf(ctx context.Context, key, token string) (entry string, lease clientv3.LeaseID, cond clientv3.Cmp, err error) {
-	b.mu.Lock()
-	h := b.held[token]
-	b.mu.Unlock()
+// entryOf finds token's entry for key: from h, this backend's record of
+// the acquisition, or, if h is nil, by reading key's queue. cond holds as
+// long as the entry is still token's.
+func (b *Backend) entryOf(ctx context.Context, h *holding, key, token string) (entry string, lease clientv3.LeaseID, cond clientv3.Cmp, err error) {
 	if h != nil {
-		return h.entry, h.lease, clientv3.Compare(clientv3.Value(h.entry), "=", h.value), nil
+		b.mu.Lock()
+		lease = h.lease
+		b.mu.Unlock()
+		return h.entry, lease, clientv3.Compare(clientv3.Value(h.entry), "=", h.value), nil
 	}
 	resp, err := b.cli.Get(ctx, b.dir(key), clientv3.WithPrefix())
 	if err != nil {
@@ -38,12 +39,12 @@ func (b *Backend) entryOf(ctx context.Context, key, token string) (entry string,
 }
 
 // Release deletes token's entry, holder or waiter. An acquisition this
-// backend made is deleted by name: the entry is named by the hold's lease,
-// which nothing else uses until this release puts it back in the pool, and
-// which takes the entry with it if it expires. Any other entry is deleted in
-// a transaction that first checks it still carries the token. The freed
-// lease is kept for reuse if this backend made the acquisition, and revoked
-// otherwise.
+// backend made is deleted by name: the entry is named by the hold's first
+// lease, which nothing else uses while the entry lives (a lease the entry
+// moved away from is revoked, never pooled; see move). Any other entry is
+// deleted in a transaction that first checks it still carries the token. The
+// lease the entry was on is kept for reuse if this backend made the
+// acquisition, and revoked otherwise.
 func (b *Backend) Release(ctx context.Context, key, token string) error {
 	if err := b.checkOpen("release", key); err != nil {
 		return err
@@ -59,7 +60,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 		err   error
 	)
 	if h != nil {
-		entry, lease = h.entry, h.lease
+		entry = h.entry
 		var resp *clientv3.DeleteResponse
 		resp, err = b.cli.Delete(ctx, entry)
 		if err == nil && resp.Deleted == 0 {
@@ -67,7 +68,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 		}
 	} else {
 		var cond clientv3.Cmp
-		entry, lease, cond, err = b.entryOf(ctx, key, token)
+		entry, lease, cond, err = b.entryOf(ctx, nil, key, token)
 		if err == nil {
 			var resp *clientv3.TxnResponse
 			resp, err = b.cli.Txn(ctx).If(cond).Then(clientv3.OpDelete(entry)).Commit()
@@ -79,30 +80,53 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 	if err != nil && !errors.Is(err, driver.ErrNotHeld) {
 		return b.fail("release", key, err) // retried by token
 	}
-	h = b.forget(token)
+	kept := b.forget(token) != nil
 	if err != nil {
 		return fmt.Errorf("etcdlock: release %q: %w", key, err)
 	}
 	if h != nil {
+		// Read only now: a move that finished meanwhile has recorded the
+		// lease the deleted entry was on, and revokes the one before.
 		b.mu.Lock()
-		confirmed := h.confirmed
+		var sec int64
+		var confirmed time.Time
+		lease, sec, confirmed = h.lease, h.ttl, h.confirmed
 		b.mu.Unlock()
-		b.leases.put(lease, h.ttl, confirmed)
-		return nil
+		if kept {
+			b.leases.put(lease, sec, confirmed)
+			return nil
+		}
 	}
 	_, _ = b.cli.Revoke(ctx, lease) // nothing else is on it; failing that, it expires
 	return nil
 }
 
-// Renew confirms that token's entry exists and renews its lease for the TTL
-// the lease was granted with (ttl is fixed at acquisition on etcd).
-func (b *Backend) Renew(ctx context.Context, key, token string, _ time.Duration) error {
+// Renew confirms that token's entry exists and renews its lease. If ttl,
+// rounded up to whole seconds, is not the TTL of the lease the entry is on
+// (Lock.Extend), the entry moves to a lease of that TTL instead (see move).
+// The move is made for an acquisition this backend made; an entry it did not
+// make is moved only when its lease is shorter than ttl.
+func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
 	if err := b.checkOpen("renew", key); err != nil {
 		return err
 	}
 	ctx, cancel := b.request(ctx)
 	defer cancel()
-	_, lease, cond, err := b.entryOf(ctx, key, token)
+	sec := ttlSeconds(ttl)
+	b.mu.Lock()
+	h := b.held[token]
+	b.mu.Unlock()
+	if h != nil {
+		h.renewing.Lock()
+		defer h.renewing.Unlock()
+		b.mu.Lock()
+		moving := h.ttl != sec || len(h.stray) > 0
+		b.mu.Unlock()
+		if moving {
+			return b.move(ctx, key, token, h, ttl)
+		}
+	}
+	entry, lease, cond, err := b.entryOf(ctx, h, key, token)
 	if err == nil {
 		var resp *clientv3.TxnResponse
 		resp, err = b.cli.Txn(ctx).If(cond).Commit()
@@ -114,18 +138,147 @@ func (b *Backend) Renew(ctx context.Context, key, token string, _ time.Duration)
 		return b.fail("renew", key, err)
 	}
 	sent := time.Now()
-	if _, err := b.cli.KeepAliveOnce(ctx, lease); err != nil {
+	ka, err := b.cli.KeepAliveOnce(ctx, lease)
+	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			return fmt.Errorf("etcdlock: renew %q: %w: lease expired", key, driver.ErrNotHeld)
 		}
 		return b.fail("renew", key, err)
 	}
-	b.mu.Lock()
-	if h := b.held[token]; h != nil {
-		h.confirmed = sent
+	if h == nil {
+		if ka.TTL < sec {
+			return b.moveOther(ctx, key, entry, lease, cond, ttl)
+		}
+		return nil
 	}
+	b.mu.Lock()
+	h.confirmed = sent
 	b.mu.Unlock()
 	return nil
+}
+
+// move puts h's entry on a lease of ttl, for a Renew whose ttl is not that of
+// the entry's lease, or after a move whose outcome is unknown. h.renewing is
+// held.
+//
+// The target lease is confirmed first (a spare one renewed, or a new one),
+// so that the store keeps the entry for ttl from this Renew on whether or
+// not the move turns out to have happened. The move is one transaction that
+// puts a new lease on the entry if it still carries the hold's value and
+// create revision; a Put keeps a key's create revision, so the fence and the
+// place in the queue stay, and the loss watch, which ignores puts, goes on.
+// Only then is the old lease, which nothing is on any more, revoked: the
+// entry keeps the name of its first lease, so that lease must never return
+// to the pool while the entry lives.
+//
+// A move that fails with an unknown outcome leaves its lease recorded as a
+// stray; the next Renew moves the entry again (back to the hold's lease if
+// ttl is that lease's) and revokes the strays once that succeeds.
+func (b *Backend) move(ctx context.Context, key, token string, h *holding, ttl time.Duration) error {
+	sec := ttlSeconds(ttl)
+	b.mu.Lock()
+	old, oldTTL, oldConfirmed := h.lease, h.ttl, h.confirmed
+	b.mu.Unlock()
+	var (
+		t   *ticket
+		err error
+	)
+	if sec == oldTTL {
+		t = &ticket{id: old, ttl: oldTTL, confirmed: oldConfirmed}
+		if err = b.leases.keepAlive(ctx, t); errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return fmt.Errorf("etcdlock: renew %q: %w: lease expired", key, driver.ErrNotHeld)
+		}
+	} else {
+		t, err = b.confirmedLease(ctx, ttl)
+	}
+	if err != nil {
+		return b.fail("renew", key, fmt.Errorf("lease: %w", err))
+	}
+	resp, err := b.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.Value(h.entry), "=", h.value),
+			clientv3.Compare(clientv3.CreateRevision(h.entry), "=", h.rev)).
+		Then(clientv3.OpPut(h.entry, "", clientv3.WithIgnoreValue(), clientv3.WithLease(t.id))).
+		Commit()
+	switch {
+	case err != nil:
+		if t.id != old {
+			b.mu.Lock()
+			if b.held[token] == h {
+				h.stray = append(h.stray, t.id)
+			}
+			b.mu.Unlock()
+		}
+		return b.fail("renew", key, err)
+	case !resp.Succeeded:
+		if t.id != old {
+			b.leases.put(t.id, t.ttl, t.confirmed) // the entry never got on it
+		}
+		return fmt.Errorf("etcdlock: renew %q: %w", key, driver.ErrNotHeld)
+	}
+	var drop []clientv3.LeaseID
+	b.mu.Lock()
+	if b.held[token] == h {
+		drop = append(h.stray, old)
+		h.lease, h.ttl, h.confirmed, h.stray = t.id, t.ttl, t.confirmed, nil
+	}
+	// Otherwise the hold was released, lost or closed meanwhile: Release
+	// pooled the lease it read, and the other one expires by itself.
+	b.mu.Unlock()
+	for _, id := range drop {
+		if id != t.id {
+			_, _ = b.cli.Revoke(ctx, id) // nothing is on it; failing that, it expires
+		}
+	}
+	return nil
+}
+
+// moveOther puts an entry this backend did not make, on lease and found by
+// cond, on a lease of ttl, and revokes its old lease: the backend that made
+// it then sees it lost at its next renewal rather than keeping a lease alive
+// that the entry is no longer on.
+func (b *Backend) moveOther(ctx context.Context, key, entry string, lease clientv3.LeaseID, cond clientv3.Cmp, ttl time.Duration) error {
+	t, err := b.confirmedLease(ctx, ttl)
+	if err != nil {
+		return b.fail("renew", key, fmt.Errorf("lease: %w", err))
+	}
+	resp, err := b.cli.Txn(ctx).If(cond).
+		Then(clientv3.OpPut(entry, "", clientv3.WithIgnoreValue(), clientv3.WithLease(t.id))).
+		Commit()
+	switch {
+	case err != nil:
+		return b.fail("renew", key, err) // the entry may be on either lease: both expire by themselves
+	case !resp.Succeeded:
+		b.leases.put(t.id, t.ttl, t.confirmed)
+		return fmt.Errorf("etcdlock: renew %q: %w", key, driver.ErrNotHeld)
+	}
+	_, _ = b.cli.Revoke(ctx, lease)
+	return nil
+}
+
+// confirmedLease returns a lease of ttl confirmed after the call began: a
+// spare one with a keepalive, or a new one.
+func (b *Backend) confirmedLease(ctx context.Context, ttl time.Duration) (*ticket, error) {
+	start := time.Now()
+	for fresh := false; ; fresh = true {
+		t, err := b.leases.take(ctx, ttl, fresh)
+		if err != nil {
+			return nil, err
+		}
+		if err = t.settle(); err == nil && t.confirmed.Before(start) {
+			err = b.leases.keepAlive(ctx, t)
+		}
+		switch {
+		case err == nil:
+			return t, nil
+		case t.reused && errors.Is(err, rpctypes.ErrLeaseNotFound):
+			if !fresh {
+				continue // revoked behind the backend's back
+			}
+		case t.reused:
+			b.leases.put(t.id, t.ttl, t.confirmed) // still spare
+		}
+		return nil, err
+	}
 }
 
 // Inspect reports the holder of key: the entry with the lowest create
