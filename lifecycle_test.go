@@ -514,3 +514,100 @@ func TestForceRelease(t *testing.T) {
 
 // noForce hides every optional capability of a backend.
 type noForce struct{ driver.Backend }
+
+func TestFailedShorterExtendCountsWithTheShorterLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		f := &faulty{Backend: memlock.New()}
+		c := distlock.New(f)
+		defer c.Close()
+		l, err := c.TryLock(ctx, "k", distlock.WithLease(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.renewErr.Store(&errTransient) // the reply is lost: the store may have the new TTL
+		if err := l.Extend(ctx, time.Second); !errors.Is(err, errTransient) {
+			t.Fatalf("Extend = %v, want the store error", err)
+		}
+		if left := time.Until(l.ExpiresAt()); left > time.Second {
+			t.Fatalf("validity after a failed shorter Extend: %v, want at most the shorter lease", left)
+		}
+	})
+}
+
+// gatedRenew records the TTL of each renewal as it completes, and holds the
+// first one until gate is closed; firstDone closes once that one completed.
+type gatedRenew struct {
+	driver.Backend
+	entered, gate, firstDone chan struct{}
+	first                    sync.Once
+	mu                       sync.Mutex
+	done                     []time.Duration
+}
+
+func (g *gatedRenew) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
+	held := false
+	g.first.Do(func() { held = true })
+	if held {
+		close(g.entered)
+		<-g.gate
+	}
+	err := g.Backend.Renew(ctx, key, token, ttl)
+	g.mu.Lock()
+	g.done = append(g.done, ttl)
+	g.mu.Unlock()
+	if held {
+		close(g.firstDone)
+	}
+	return err
+}
+
+// TestExtendWaitsForTheRenewalInFlight: a watchdog renewal sent with the old
+// lease must not land after an Extend, or the store would keep the old TTL
+// while the client counts with the new lease.
+func TestExtendWaitsForTheRenewalInFlight(t *testing.T) {
+	ctx := context.Background()
+	g := &gatedRenew{Backend: memlock.New(), entered: make(chan struct{}), gate: make(chan struct{}), firstDone: make(chan struct{})}
+	c := distlock.New(g)
+	defer c.Close()
+	l, err := c.TryLock(ctx, "k", distlock.WithLease(time.Second), distlock.WithWatchdog(true),
+		distlock.WithRenewInterval(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-g.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the watchdog never renewed")
+	}
+	extended := make(chan error, 1)
+	go func() { extended <- l.Extend(ctx, 5*time.Second) }()
+	time.Sleep(50 * time.Millisecond) // not synchronisation: room for an Extend that does not wait
+	close(g.gate)
+	select {
+	case err := <-extended:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Extend never returned")
+	}
+	select {
+	case <-g.firstDone:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the held renewal never completed")
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, ttl := range g.done {
+		if ttl == 5*time.Second {
+			for _, later := range g.done[i:] {
+				if later != 5*time.Second {
+					t.Fatalf("renewals completed with TTLs %v: an old lease landed after Extend", g.done)
+				}
+			}
+			return
+		}
+	}
+	t.Fatalf("renewals completed with TTLs %v: Extend's is missing", g.done)
+}

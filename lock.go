@@ -134,6 +134,9 @@ type hold struct {
 	acquired time.Time
 	obsCtx   context.Context // observer context, without cancellation
 	renewing sync.WaitGroup  // the watchdog's renewal in flight
+	// renewMu serialises renewals (the watchdog's, Renew, Extend), so that
+	// one sent with an older lease cannot land after one with a newer lease.
+	renewMu sync.Mutex
 
 	mu          sync.Mutex
 	r           Request       // Lease and ttl change with Extend; the rest is fixed
@@ -271,10 +274,14 @@ func (h *hold) tick() {
 	rctx, cancel := context.WithDeadline(context.Background(), h.deadline)
 	h.cancelRenew = cancel
 	h.renewing.Add(1)
-	ttl := h.ttl
+	h.mu.Unlock()
+	h.renewMu.Lock()
+	h.mu.Lock()
+	lease, ttl := h.r.Lease, h.ttl // as an Extend that ran meanwhile left them
 	h.mu.Unlock()
 	sent := time.Now()
 	err := h.c.call(rctx, &h.r, "renew", func() error { return h.c.backend.Renew(rctx, h.r.Key, h.token, ttl) })
+	h.renewMu.Unlock()
 	cancel()
 
 	h.mu.Lock()
@@ -290,7 +297,7 @@ func (h *hold) tick() {
 		return
 	}
 	if err == nil {
-		h.extendLocked(sent)
+		h.extendLocked(sent, lease)
 		h.nextRenew = sent.Add(h.r.renewInterval())
 		h.retry.n = 0
 	} else {
@@ -385,9 +392,10 @@ func (h *hold) validUntil() time.Time {
 	return h.deadline
 }
 
-// extendLocked moves the validity deadline after a renewal sent at sent.
-func (h *hold) extendLocked(sent time.Time) {
-	if d := sent.Add(h.r.Lease - drift(h.r.Lease)); d.After(h.deadline) {
+// extendLocked moves the validity deadline after a renewal with lease sent
+// at sent.
+func (h *hold) extendLocked(sent time.Time, lease time.Duration) {
+	if d := sent.Add(lease - drift(lease)); d.After(h.deadline) {
 		h.deadline = d
 	}
 }
@@ -477,35 +485,11 @@ func (h *hold) release(ctx context.Context) error {
 // renew renews the lease once, on behalf of the holder: with the lease the
 // lock has if lease is 0, else with lease, which the lock then keeps.
 func (h *hold) renew(ctx context.Context, op string, lease time.Duration) error {
-	h.mu.Lock()
-	if err := h.errLocked(); err != nil {
-		h.mu.Unlock()
-		return err
-	}
-	ttl := h.ttl
-	if lease > 0 {
-		ttl = lease + h.r.LockDelay
-	}
-	h.mu.Unlock()
-	sent := time.Now()
-	err := h.c.call(ctx, &h.r, "renew", func() error { return h.c.backend.Renew(ctx, h.r.Key, h.token, ttl) })
+	sent, err := h.renewOnce(ctx, lease)
 	switch {
+	case !sent:
+		return err // the hold had ended
 	case err == nil:
-		h.mu.Lock()
-		if lease > 0 {
-			h.r.Lease, h.ttl = lease, ttl
-			h.deadline = sent.Add(lease - drift(lease)) // a shorter lease moves it closer
-		} else {
-			h.extendLocked(sent)
-		}
-		if h.state == stateHeld {
-			if h.r.Watchdog {
-				h.nextRenew = sent.Add(h.r.renewInterval())
-				h.retry = newRetry(h.r.renewInterval())
-			}
-			h.c.sched.set(h, h.nextDueLocked())
-		}
-		h.mu.Unlock()
 		h.emit(Event{Kind: EventRenewed})
 		return nil
 	case errors.Is(err, ErrNotHeld):
@@ -515,6 +499,50 @@ func (h *hold) renew(ctx context.Context, op string, lease time.Duration) error 
 		h.emit(Event{Kind: EventRenewFailed, Err: err})
 		return keyErr(op, h.r.Key, err)
 	}
+}
+
+// renewOnce sends one renewal, serialised with the others, unless the hold
+// ended (sent is false then), and moves the validity deadline by its
+// outcome; callbacks are left to the caller.
+func (h *hold) renewOnce(ctx context.Context, lease time.Duration) (sent bool, _ error) {
+	h.renewMu.Lock()
+	defer h.renewMu.Unlock()
+	h.mu.Lock()
+	if err := h.errLocked(); err != nil {
+		h.mu.Unlock()
+		return false, err
+	}
+	current := h.r.Lease
+	if lease == 0 {
+		lease = current
+	}
+	ttl := lease + h.r.LockDelay
+	h.mu.Unlock()
+	at := time.Now()
+	err := h.c.call(ctx, &h.r, "renew", func() error { return h.c.backend.Renew(ctx, h.r.Key, h.token, ttl) })
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case err == nil && lease != current:
+		h.r.Lease, h.ttl = lease, ttl
+		h.deadline = at.Add(lease - drift(lease)) // a shorter lease moves it closer
+	case err == nil:
+		h.extendLocked(at, lease)
+	case lease < current && !errors.Is(err, ErrNotHeld):
+		// The store may have taken the shorter lease: count with it.
+		if d := at.Add(lease - drift(lease)); d.Before(h.deadline) {
+			h.deadline = d
+		}
+	}
+	if h.state == stateHeld {
+		if err == nil && h.r.Watchdog {
+			h.nextRenew = at.Add(h.r.renewInterval())
+			h.retry = newRetry(h.r.renewInterval())
+		}
+		h.c.sched.set(h, h.nextDueLocked())
+	}
+	return true, err
 }
 
 func (h *hold) emit(e Event) {
