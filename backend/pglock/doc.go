@@ -15,18 +15,23 @@
 //
 // An advisory lock lives as long as its session. The lease is enforced by the
 // holder's backend: a lock not renewed within its time to live is unlocked
-// (LeaseExpires). While no call uses it, a pinned connection is watched: a
-// goroutine blocks reading it, so a session the server ends
+// (LeaseExpires). Once a lock has been held for the watch delay
+// (WithWatchDelay, 5ms by default), its pinned connection is watched while no
+// call uses it: a goroutine blocks reading it, so a session the server ends
 // (pg_terminate_backend, a shutdown, a cut connection) is noticed within
-// milliseconds and reported through Grant.Lost. A keepalive (a trivial query
-// every third of the lease, at most WithKeepalive apart) finds a connection
-// that stopped answering. The hard truth: PostgreSQL frees an advisory lock
-// the instant its session ends, so another client may take the key a
-// millisecond or two before the old holder is told; no lease covers that
-// window, only a fence does. If the holder's process freezes, its session
-// and so its lock stay until the process resumes and expires it, or until
-// the server sees the connection die; a network partition keeps the lock
-// until the server's TCP keepalive (tcp_keepalives_idle) ends the session.
+// milliseconds and reported through Grant.Lost. A session that ended during
+// the delay is noticed when the watch starts, at most 1.25 delays after the
+// grant; a lock released within the delay never pays for the goroutine. A
+// keepalive (a trivial query every third of the lease, at most WithKeepalive
+// apart) finds a connection that stopped answering. The hard truth:
+// PostgreSQL frees an advisory lock the instant its session ends, so another
+// client may take the key a few milliseconds before the old holder is told
+// (up to the watch delay more if the session ended within it); no lease
+// covers that window, only a fence does. If the holder's process freezes, its
+// session and so its lock stay until the process resumes and expires it, or
+// until the server sees the connection die; a network partition keeps the
+// lock until the server's TCP keepalive (tcp_keepalives_idle) ends the
+// session.
 //
 // A renewal runs to its end on the pinned connection even when its context
 // ends first (renew returns at once): pgx closes a connection whose

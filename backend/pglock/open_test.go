@@ -30,6 +30,7 @@ func TestOptionsValidated(t *testing.T) {
 		"WithCleanupInterval": pglock.WithCleanupInterval(-time.Minute),
 		"WithCleanupBatch":    pglock.WithCleanupBatch(0),
 		"WithRetention":       pglock.WithRetention(-time.Second),
+		"WithWatchDelay":      pglock.WithWatchDelay(-time.Millisecond),
 	}
 	for name, opt := range bad {
 		b, err := pglock.New(pool, opt)
@@ -40,12 +41,21 @@ func TestOptionsValidated(t *testing.T) {
 	if _, err := pglock.New(pool, pglock.WithKeepalive(pglock.MinKeepalive-1)); !errors.Is(err, driver.ErrInvalidOption) {
 		t.Errorf("WithKeepalive under the minimum: %v, want ErrInvalidOption", err)
 	}
+	if _, err := pglock.New(pool, pglock.WithWatchDelay(pglock.MaxWatchDelay+1)); !errors.Is(err, driver.ErrInvalidOption) {
+		t.Errorf("WithWatchDelay over the maximum: %v, want ErrInvalidOption", err)
+	}
 	if _, err := pglock.New(nil); !errors.Is(err, driver.ErrInvalidOption) {
 		t.Errorf("New(nil): %v, want ErrInvalidOption", err)
 	}
-	b, err := pglock.New(pool, pglock.WithKeepalive(pglock.MinKeepalive), pglock.WithCleanupInterval(0), pglock.WithRetention(0))
+	b, err := pglock.New(pool, pglock.WithKeepalive(pglock.MinKeepalive), pglock.WithCleanupInterval(0), pglock.WithRetention(0),
+		pglock.WithWatchDelay(0))
 	if err != nil {
 		t.Fatalf("New with valid options: %v", err)
+	}
+	_ = b.Close()
+	b, err = pglock.New(pool, pglock.WithWatchDelay(pglock.MaxWatchDelay))
+	if err != nil {
+		t.Fatalf("New with the longest watch delay: %v", err)
 	}
 	_ = b.Close()
 	for _, q := range []string{"request_timeout=soon", "request_timeout=0s", "request_timeout=-1s", "terminate_on_force_release=maybe"} {

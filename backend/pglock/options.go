@@ -14,6 +14,7 @@ type Option func(*options) error
 type options struct {
 	poolWait       time.Duration
 	keepalive      time.Duration
+	watchDelay     time.Duration
 	requestTimeout time.Duration
 	ns             *int32
 	noRows         bool
@@ -32,10 +33,15 @@ const (
 	DefaultConnectTimeout = 5 * time.Second
 	// MinKeepalive is the shortest interval WithKeepalive accepts.
 	MinKeepalive = 10 * time.Millisecond
+	// DefaultWatchDelay is how long a held lock goes unwatched after its
+	// grant (WithWatchDelay).
+	DefaultWatchDelay = 5 * time.Millisecond
+	// MaxWatchDelay is the longest delay WithWatchDelay accepts.
+	MaxWatchDelay = time.Second
 )
 
 func defaultOptions() options {
-	return options{poolWait: time.Second, keepalive: 5 * time.Second, requestTimeout: DefaultRequestTimeout,
+	return options{poolWait: time.Second, keepalive: 5 * time.Second, watchDelay: DefaultWatchDelay, requestTimeout: DefaultRequestTimeout,
 		cleanupEvery: time.Minute, cleanupBatch: 1000, retention: 10 * time.Minute}
 }
 
@@ -73,15 +79,35 @@ func WithPoolWait(d time.Duration) Option {
 
 // WithKeepalive caps the interval of the keepalive query on each pinned
 // connection; the interval is a third of the lease, at most d. A session the
-// server ended is noticed at once on an idle connection; the keepalive finds
-// a connection that stopped answering (a partition) within it. d must be at
-// least MinKeepalive (10ms). The default is 5s.
+// server ended is noticed on an idle connection as soon as it is watched
+// (WithWatchDelay); the keepalive finds a connection that stopped answering
+// (a partition) within it. d must be at least MinKeepalive (10ms). The
+// default is 5s.
 func WithKeepalive(d time.Duration) Option {
 	return func(o *options) error {
 		if d < MinKeepalive {
 			return invalidOption("WithKeepalive", d, fmt.Sprintf("want at least %v", MinKeepalive))
 		}
 		o.keepalive = d
+		return nil
+	}
+}
+
+// WithWatchDelay sets how long a held lock's connection goes unwatched after
+// the grant. Watching a connection (see the package doc) costs a goroutine,
+// started when the hold has lasted d (at most d/4 later, so that one timer
+// serves every lock of the backend) and woken by each call on the connection;
+// a lock released sooner never pays for it. The price is the window: a
+// session the server ends during the delay is noticed when the watch starts,
+// so at most 1.25·d after the grant, plus the milliseconds the socket takes
+// to say so. 0 watches from the grant. d must be between 0 and MaxWatchDelay
+// (1s). The default is 5ms (DefaultWatchDelay).
+func WithWatchDelay(d time.Duration) Option {
+	return func(o *options) error {
+		if d < 0 || d > MaxWatchDelay {
+			return invalidOption("WithWatchDelay", d, fmt.Sprintf("want 0 (watch from the grant) up to %v", MaxWatchDelay))
+		}
+		o.watchDelay = d
 		return nil
 	}
 }

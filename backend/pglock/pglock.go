@@ -104,7 +104,10 @@ type Backend struct {
 	held      map[string]*pinned // by token
 	kaRunning bool               // the keepalive loop runs
 	kaNext    time.Time          // when the keepalive loop looks next
+	kaDue     time.Time          // no keepalive round is due before; zero: look
 	kaWake    chan struct{}      // wakes the keepalive loop early
+	fresh     []*pinned          // held locks not yet armed, in the order taken
+	tookLock  bool               // a lock was taken since the loop last looked
 	wg        sync.WaitGroup     // keepalive loop and rounds, the cleanup loop
 
 	stopCleanup context.CancelFunc

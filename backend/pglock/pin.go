@@ -16,12 +16,16 @@ import (
 // pinned is one held lock: the pool connection whose session holds it, kept
 // out of the pool until the lock is unlocked or the connection destroyed.
 //
-// One goroutine at a time uses conn: the one that holds use's slot. While no
-// call needs it, a watcher holds it and blocks reading the idle connection,
-// so that a session the server ends (pg_terminate_backend, a shutdown, a cut
-// connection) is noticed at once instead of at the next keepalive. A call
-// that needs conn wakes the watcher with a read deadline in the past, which
-// pgx reports as a timeout and survives.
+// One goroutine at a time uses conn: the one that holds use's slot. Once the
+// hold is armed, a watcher holds it while no call needs it and blocks reading
+// the idle connection, so that a session the server ends
+// (pg_terminate_backend, a shutdown, a cut connection) is noticed at once
+// instead of at the next keepalive. A call that needs conn wakes the watcher
+// with a read deadline in the past, which pgx reports as a timeout and
+// survives. The keepalive loop arms a hold once it has lasted the watch delay
+// (WithWatchDelay), so that a short hold starts no goroutine; a session that
+// ended meanwhile is noticed when the watcher starts, whose first read fails
+// at once.
 type pinned struct {
 	b          *Backend
 	conn       *pgxpool.Conn
@@ -33,6 +37,7 @@ type pinned struct {
 	use chan struct{} // holding its one slot is the right to use conn
 
 	wmu      sync.Mutex
+	armed    bool // watch conn whenever no call needs it
 	watching bool // a watcher holds use and reads conn
 	waiters  int  // calls waiting for use
 
@@ -41,11 +46,12 @@ type pinned struct {
 	deadline time.Time // the lease: unlocked here unless renewed
 	ttl      time.Duration
 
-	due time.Time // under b.mu: the next keepalive round; zero while one runs
+	due     time.Time // under b.mu: the next keepalive round; zero while one runs
+	watchAt time.Time // under b.mu: when the keepalive loop arms p
 }
 
-// pin registers a granted lock, schedules its keepalive and starts watching
-// its connection.
+// pin registers a granted lock, schedules its keepalive and the start of
+// watching its connection (at once without a watch delay).
 func (b *Backend) pin(conn *pgxpool.Conn, req driver.AcquireRequest, id, fence int64, sent time.Time) (driver.Grant, error) {
 	p := &pinned{
 		b: b, conn: conn, key: req.Key, token: req.Token, id: id,
@@ -62,6 +68,11 @@ func (b *Backend) pin(conn *pgxpool.Conn, req driver.AcquireRequest, id, fence i
 		return driver.Grant{}, fmt.Errorf("pglock: acquire %q: %w", req.Key, driver.ErrClosed)
 	}
 	b.held[req.Token] = p
+	if d := b.opts.watchDelay; d > 0 {
+		b.watchLaterLocked(p, d)
+	} else {
+		p.armed = true
+	}
 	b.scheduleLocked(p, sent.Add(p.interval()))
 	b.mu.Unlock()
 	p.unlock()
@@ -106,17 +117,35 @@ func (p *pinned) lock(ctx context.Context) error {
 }
 
 // unlock gives up the right to use conn: to a new watcher while the lock is
-// held and no call waits for conn.
+// held and armed and no call waits for conn.
 func (p *pinned) unlock() {
 	p.wmu.Lock()
-	p.watching = !p.done && p.waiters == 0
-	watch := p.watching
-	p.wmu.Unlock()
-	if !watch {
-		<-p.use
+	defer p.wmu.Unlock()
+	p.handOffLocked()
+}
+
+// handOffLocked gives up use's slot, which the caller holds, as unlock does.
+// The caller holds wmu, so that arm cannot miss it.
+func (p *pinned) handOffLocked() {
+	p.watching = p.armed && !p.done && p.waiters == 0
+	if p.watching {
+		go p.watch()
 		return
 	}
-	go p.watch()
+	<-p.use
+}
+
+// arm has conn watched whenever no call needs it, from now on: at once if no
+// call uses it, else when the call that does gives it up.
+func (p *pinned) arm() {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	p.armed = true
+	select {
+	case p.use <- struct{}{}:
+		p.handOffLocked()
+	default: // its unlock starts the watcher, under wmu after this
+	}
 }
 
 // watch blocks reading the idle connection until a call wakes it or the

@@ -24,6 +24,8 @@ func TestSessionFaults(t *testing.T) {
 	admin := newPool(t, s, 4)
 	t.Run("ReleaseDuringRenewal", func(t *testing.T) { releaseDuringRenewal(t, s, admin) })
 	t.Run("TerminatedSessionNoticedAtOnce", func(t *testing.T) { terminatedNoticedAtOnce(t, s, admin) })
+	t.Run("TerminatedDuringWatchDelay", func(t *testing.T) { terminatedDuringWatchDelay(t, s, admin) })
+	t.Run("WatchDelayBound", func(t *testing.T) { watchDelayBound(t, s, admin) })
 	t.Run("TerminatedWaiterWaitsOn", func(t *testing.T) { terminatedWaiterWaitsOn(t, s, admin) })
 	t.Run("ForceRelease", func(t *testing.T) { forceRelease(t, s) })
 	t.Run("ForceReleaseNeedsOption", func(t *testing.T) { forceReleaseNeedsOption(t, s) })
@@ -190,6 +192,115 @@ func terminatedNoticedAtOnce(t *testing.T, s *testserver.Server, admin *pgxpool.
 	slices.Sort(taken)
 	t.Logf("over %d runs, from pg_terminate_backend: holder's Done after %v–%v (median %v); another client's grant after %v–%v (median %v)",
 		runs, lost[0], lost[runs-1], lost[runs/2], taken[0], taken[runs-1], taken[runs/2])
+}
+
+// terminatedDuringWatchDelay ends the holder's session right after the
+// grant, before its connection is watched (default delay, 5ms), while
+// another client waits in the lock's queue, and measures how soon the holder
+// is told and how soon the waiter gets the key, over several runs.
+func terminatedDuringWatchDelay(t *testing.T, s *testserver.Server, admin *pgxpool.Pool) {
+	ctx := testContext(t, time.Minute)
+	first := distlock.New(newBackend(t, newPool(t, s, 2))) // holds the key while the others queue
+	a := distlock.New(newBackend(t, newPool(t, s, 2)))
+	b := distlock.New(newBackend(t, newPool(t, s, 2)))
+	defer first.Close()
+	defer a.Close()
+	defer b.Close()
+	type grant struct {
+		l   *distlock.Lock
+		at  time.Time
+		err error
+	}
+	lock := func(c *distlock.Client, key string, got chan<- grant) {
+		l, err := c.Lock(ctx, key, distlock.WithWait(10*time.Second))
+		got <- grant{l, time.Now(), err}
+	}
+	const runs = 10
+	var ages, lost, taken []time.Duration
+	for range runs {
+		key := uniqueKey(t)
+		id := pglock.KeyID(key)
+		l0, err := first.TryLock(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gotA, gotB := make(chan grant, 1), make(chan grant, 1)
+		go lock(a, key, gotA)
+		waitFor(t, 10*time.Second, "the first waiter in the lock's queue", func() bool { return waitersOf(t, admin, id) == 1 })
+		go lock(b, key, gotB)
+		waitFor(t, 10*time.Second, "the second waiter in the lock's queue", func() bool { return waitersOf(t, admin, id) == 2 })
+		if err := l0.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var ga grant
+		select {
+		case ga = <-gotA:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the first waiter did not get the released key within 10s")
+		}
+		if ga.err != nil {
+			t.Fatal(ga.err)
+		}
+		start := time.Now()
+		if n := terminateHolder(t, admin, id); n != 1 {
+			t.Fatalf("terminated %d sessions, want 1", n)
+		}
+		ages = append(ages, start.Sub(ga.at))
+		select {
+		case <-ga.l.Done():
+			lost = append(lost, time.Since(start))
+		case <-time.After(time.Second):
+			t.Fatal("a session terminated within the watch delay was not reported lost within 1s (the keepalive runs every 5s)")
+		}
+		select {
+		case gb := <-gotB:
+			if gb.err != nil {
+				t.Fatal(gb.err)
+			}
+			taken = append(taken, gb.at.Sub(start))
+			_ = gb.l.Release(ctx)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the second waiter did not get the key")
+		}
+		if !errors.Is(ga.l.Err(), distlock.ErrLockLost) {
+			t.Fatalf("Err = %v, want ErrLockLost", ga.l.Err())
+		}
+	}
+	slices.Sort(ages)
+	slices.Sort(lost)
+	slices.Sort(taken)
+	t.Logf("over %d runs, terminated %v–%v after the grant (median %v); from pg_terminate_backend: holder's Done after %v–%v (median %v); another client's grant after %v–%v (median %v)",
+		runs, ages[0], ages[runs-1], ages[runs/2], lost[0], lost[runs-1], lost[runs/2], taken[0], taken[runs-1], taken[runs/2])
+}
+
+// watchDelayBound ends the holder's session right after the grant with a
+// watch delay long enough that the end certainly falls within it: the holder
+// is told once the watch starts, within 1.25 delays of the grant, not at the
+// keepalive (5s).
+func watchDelayBound(t *testing.T, s *testserver.Server, admin *pgxpool.Pool) {
+	ctx := testContext(t, time.Minute)
+	const delay = 200 * time.Millisecond
+	c := distlock.New(newBackend(t, newPool(t, s, 2), pglock.WithWatchDelay(delay)))
+	defer c.Close()
+	key := uniqueKey(t)
+	l, err := c.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := time.Now()
+	if n := terminateHolder(t, admin, pglock.KeyID(key)); n != 1 {
+		t.Fatalf("terminated %d sessions, want 1", n)
+	}
+	terminated := time.Since(granted)
+	select {
+	case <-l.Done():
+		t.Logf("terminated %v after the grant, told %v after it", terminated, time.Since(granted))
+	case <-time.After(2 * time.Second): // a loaded machine may start the watch late, but not 5s late
+		t.Fatalf("a session terminated %v after the grant was not reported lost within 2s (watch delay %v, keepalive 5s)", terminated, delay)
+	}
+	if !errors.Is(l.Err(), distlock.ErrLockLost) {
+		t.Fatalf("Err = %v, want ErrLockLost", l.Err())
+	}
 }
 
 // terminatedWaiterWaitsOn ends the session of a waiter in the lock's queue:
