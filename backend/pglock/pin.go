@@ -56,6 +56,7 @@ func (b *Backend) pin(conn *pgxpool.Conn, req driver.AcquireRequest, id, fence i
 	p := &pinned{
 		b: b, conn: conn, key: req.Key, token: req.Token, id: id,
 		use: make(chan struct{}, 1), deadline: sent.Add(req.TTL), ttl: req.TTL,
+		armed: b.opts.watchDelay == 0,
 	}
 	p.use <- struct{}{}
 	p.lost, p.lose = context.WithCancel(context.Background())
@@ -68,10 +69,8 @@ func (b *Backend) pin(conn *pgxpool.Conn, req driver.AcquireRequest, id, fence i
 		return driver.Grant{}, fmt.Errorf("pglock: acquire %q: %w", req.Key, driver.ErrClosed)
 	}
 	b.held[req.Token] = p
-	if d := b.opts.watchDelay; d > 0 {
-		b.watchLaterLocked(p, d)
-	} else {
-		p.armed = true
+	if !p.armed {
+		b.watchLaterLocked(p, b.opts.watchDelay)
 	}
 	b.scheduleLocked(p, sent.Add(p.interval()))
 	b.mu.Unlock()

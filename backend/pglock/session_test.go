@@ -141,8 +141,8 @@ func releaseDuringRenewal(t *testing.T, s *testserver.Server, admin *pgxpool.Poo
 	_ = l2.Release(ctx)
 }
 
-// terminatedNoticedAtOnce ends the holder's session with the default
-// keepalive (5s) and measures how soon the holder is told and how soon a
+// terminatedNoticedAtOnce ends the session of a hold older than the watch
+// delay, with the default keepalive (5s), and measures how soon the holder is told and how soon a
 // waiting client gets the key, over several runs.
 func terminatedNoticedAtOnce(t *testing.T, s *testserver.Server, admin *pgxpool.Pool) {
 	ctx := testContext(t, time.Minute)
@@ -158,6 +158,7 @@ func terminatedNoticedAtOnce(t *testing.T, s *testserver.Server, admin *pgxpool.
 		if err != nil {
 			t.Fatal(err)
 		}
+		watched := time.Now().Add(2 * pglock.DefaultWatchDelay)
 		got := make(chan time.Time, 1)
 		go func() {
 			l2, err := b.Lock(ctx, key, distlock.WithWait(10*time.Second))
@@ -168,6 +169,9 @@ func terminatedNoticedAtOnce(t *testing.T, s *testserver.Server, admin *pgxpool.
 			got <- at
 		}()
 		waitFor(t, 10*time.Second, "the waiter in the lock's queue", func() bool { return waitersOf(t, admin, pglock.KeyID(key)) == 1 })
+		// A hold that outlived the watch delay: its connection is watched
+		// (TerminatedDuringWatchDelay ends one that is not yet).
+		time.Sleep(time.Until(watched))
 		start := time.Now()
 		if n := terminateHolder(t, admin, pglock.KeyID(key)); n != 1 {
 			t.Fatalf("terminated %d sessions, want 1", n)
@@ -273,33 +277,34 @@ func terminatedDuringWatchDelay(t *testing.T, s *testserver.Server, admin *pgxpo
 		runs, ages[0], ages[runs-1], ages[runs/2], lost[0], lost[runs-1], lost[runs/2], taken[0], taken[runs-1], taken[runs/2])
 }
 
-// watchDelayBound ends the holder's session right after the grant with a
-// watch delay long enough that the end certainly falls within it: the holder
-// is told once the watch starts, within 1.25 delays of the grant, not at the
-// keepalive (5s).
+// watchDelayBound ends the holder's session right after the grant, with a
+// watch delay long enough that the end certainly falls within it and with
+// none: the holder is told once the watch starts, within 1.25 delays of the
+// grant, not at the keepalive (5s).
 func watchDelayBound(t *testing.T, s *testserver.Server, admin *pgxpool.Pool) {
 	ctx := testContext(t, time.Minute)
-	const delay = 200 * time.Millisecond
-	c := distlock.New(newBackend(t, newPool(t, s, 2), pglock.WithWatchDelay(delay)))
-	defer c.Close()
-	key := uniqueKey(t)
-	l, err := c.TryLock(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	granted := time.Now()
-	if n := terminateHolder(t, admin, pglock.KeyID(key)); n != 1 {
-		t.Fatalf("terminated %d sessions, want 1", n)
-	}
-	terminated := time.Since(granted)
-	select {
-	case <-l.Done():
-		t.Logf("terminated %v after the grant, told %v after it", terminated, time.Since(granted))
-	case <-time.After(2 * time.Second): // a loaded machine may start the watch late, but not 5s late
-		t.Fatalf("a session terminated %v after the grant was not reported lost within 2s (watch delay %v, keepalive 5s)", terminated, delay)
-	}
-	if !errors.Is(l.Err(), distlock.ErrLockLost) {
-		t.Fatalf("Err = %v, want ErrLockLost", l.Err())
+	for _, delay := range []time.Duration{200 * time.Millisecond, 0} {
+		c := distlock.New(newBackend(t, newPool(t, s, 2), pglock.WithWatchDelay(delay)))
+		defer c.Close()
+		key := uniqueKey(t)
+		l, err := c.TryLock(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		granted := time.Now()
+		if n := terminateHolder(t, admin, pglock.KeyID(key)); n != 1 {
+			t.Fatalf("terminated %d sessions, want 1", n)
+		}
+		terminated := time.Since(granted)
+		select {
+		case <-l.Done():
+			t.Logf("watch delay %v: terminated %v after the grant, told %v after it", delay, terminated, time.Since(granted))
+		case <-time.After(2 * time.Second): // a loaded machine may start the watch late, but not 5s late
+			t.Fatalf("watch delay %v: a session terminated %v after the grant was not reported lost within 2s (keepalive 5s)", delay, terminated)
+		}
+		if !errors.Is(l.Err(), distlock.ErrLockLost) {
+			t.Fatalf("Err = %v, want ErrLockLost", l.Err())
+		}
 	}
 }
 
