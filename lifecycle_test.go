@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -610,4 +611,57 @@ func TestExtendWaitsForTheRenewalInFlight(t *testing.T) {
 		}
 	}
 	t.Fatalf("renewals completed with TTLs %v: Extend's is missing", g.done)
+}
+
+// doneWatcher fails the test if the lock's Done is closed while EventLost is
+// being reported.
+type doneWatcher struct {
+	recorder
+	lock       atomicLock
+	doneEarly  atomic.Bool
+	sawLossErr atomic.Bool
+}
+
+func (w *doneWatcher) Observe(ctx context.Context, e distlock.Event) {
+	if l := w.lock.Load(); l != nil && e.Kind == distlock.EventLost {
+		select {
+		case <-l.Done():
+			w.doneEarly.Store(true)
+		default:
+		}
+		w.sawLossErr.Store(errors.Is(l.Err(), distlock.ErrLockLost))
+	}
+	w.recorder.Observe(ctx, e)
+}
+
+// TestLossReportedBeforeDone: a holder that waits on Done and then releases
+// is reported lost, then released, in that order, and the loss is counted
+// before Release returns.
+func TestLossReportedBeforeDone(t *testing.T) {
+	for range 20 {
+		ctx := context.Background()
+		w := &doneWatcher{}
+		c := distlock.New(memlock.New(), distlock.WithObserver(w))
+		l, err := c.TryLock(ctx, "k", distlock.WithMaxHold(10*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.lock.Store(l)
+		select {
+		case <-l.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("MaxHold never ended the lock")
+		}
+		if err := l.Release(ctx); !errors.Is(err, distlock.ErrLockLost) {
+			t.Fatalf("Release = %v, want ErrLockLost", err)
+		}
+		kinds := w.kinds()
+		if n := len(kinds); n < 2 || kinds[n-2] != distlock.EventLost || kinds[n-1] != distlock.EventReleased {
+			t.Fatalf("events %v, want lost, then released, by the time Release returns", kinds)
+		}
+		if w.doneEarly.Load() || !w.sawLossErr.Load() {
+			t.Fatalf("during EventLost: Done closed %v, Err reported the loss %v; want false, true", w.doneEarly.Load(), w.sawLossErr.Load())
+		}
+		_ = c.Close()
+	}
 }

@@ -143,6 +143,10 @@ type hold struct {
 	ttl         time.Duration // the store-side time to live: lease plus lock-delay
 	state       holdState
 	lossReason  string
+	// reportingLoss is set while EventLost is being reported; a release in
+	// that time leaves its EventReleased in releasedAfterLoss, reported next.
+	reportingLoss     bool
+	releasedAfterLoss *Event
 	deadline    time.Time
 	nextRenew   time.Time
 	retry       backoff
@@ -344,9 +348,11 @@ func (h *hold) lostErrorLocked() error {
 	return keyErr("lock", h.r.Key, fmt.Errorf("%w (%s)", ErrLockLost, h.lossReason))
 }
 
-// endLocked moves a held lock to state s and signals everyone waiting on it.
-// It reports false if the lock was no longer held.
-func (h *hold) endLocked(s holdState) bool {
+// endLocked moves a held lock to state s and stops its renewals. Unless
+// quiet, it also signals everyone waiting on Done; markLost does that itself
+// once it has reported the loss. It reports false if the lock was no longer
+// held.
+func (h *hold) endLocked(s holdState, quiet bool) bool {
 	if h.state != stateHeld {
 		return false
 	}
@@ -358,7 +364,7 @@ func (h *hold) endLocked(s holdState) bool {
 	if h.stopLost != nil {
 		h.stopLost()
 	}
-	if h.cancel != nil {
+	if h.cancel != nil && !quiet {
 		h.cancel(h.errLocked())
 	}
 	return true
@@ -427,6 +433,11 @@ func (h *hold) unref(ctx context.Context) error {
 
 // markLost reports the lock lost once, for the first reason, unless it was
 // released first.
+//
+// Observers get EventLost before Done closes, so a holder that waits on Done
+// and then releases is reported in that order; a Release made while the loss
+// is being reported (by an observer, or after Err saw it) has its
+// EventReleased reported right after EventLost.
 func (h *hold) markLost(reason string) {
 	h.mu.Lock()
 	if h.state != stateHeld {
@@ -434,10 +445,24 @@ func (h *hold) markLost(reason string) {
 		return
 	}
 	h.lossReason = reason
-	h.endLocked(stateLost)
+	h.endLocked(stateLost, true)
+	h.reportingLoss = true
+	lostErr := h.lostErrorLocked()
 	h.mu.Unlock()
 	h.unregister(!storeMayHold(reason))
 	h.emit(Event{Kind: EventLost, Reason: reason, Hold: time.Since(h.acquired)})
+
+	h.mu.Lock()
+	h.reportingLoss = false
+	released := h.releasedAfterLoss
+	h.releasedAfterLoss = nil
+	if h.cancel != nil {
+		h.cancel(lostErr)
+	}
+	h.mu.Unlock()
+	if released != nil {
+		h.emit(*released)
+	}
 }
 
 // release frees the lock in the store by token.
@@ -447,7 +472,7 @@ func (h *hold) release(ctx context.Context) error {
 	var lostErr error
 	switch state {
 	case stateHeld:
-		h.endLocked(stateReleased)
+		h.endLocked(stateReleased, false)
 	case stateLost:
 		lostErr = h.lostErrorLocked()
 		h.state = stateReleased
@@ -464,7 +489,15 @@ func (h *hold) release(ctx context.Context) error {
 			_ = h.c.releaseByToken(ctx, &h.r, h.token)
 		}
 		h.unregister(true)
-		h.emit(Event{Kind: EventReleased, Reason: ReleaseLost, Hold: time.Since(h.acquired)})
+		e := Event{Kind: EventReleased, Reason: ReleaseLost, Hold: time.Since(h.acquired)}
+		h.mu.Lock()
+		if h.reportingLoss {
+			h.releasedAfterLoss = &e
+			h.mu.Unlock()
+			return lostErr
+		}
+		h.mu.Unlock()
+		h.emit(e)
 		return lostErr
 	}
 
