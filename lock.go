@@ -138,23 +138,23 @@ type hold struct {
 	// one sent with an older lease cannot land after one with a newer lease.
 	renewMu sync.Mutex
 
-	mu          sync.Mutex
-	r           Request       // Lease and ttl change with Extend; the rest is fixed
-	ttl         time.Duration // the store-side time to live: lease plus lock-delay
-	state       holdState
-	lossReason  string
+	mu         sync.Mutex
+	r          Request       // Lease and ttl change with Extend; the rest is fixed
+	ttl        time.Duration // the store-side time to live: lease plus lock-delay
+	state      holdState
+	lossReason string
 	// reportingLoss is set while EventLost is being reported; a release in
 	// that time leaves its EventReleased in releasedAfterLoss, reported next.
 	reportingLoss     bool
 	releasedAfterLoss *Event
-	deadline    time.Time
-	nextRenew   time.Time
-	retry       backoff
-	refs        int
-	stopLost    func() bool        // stops following Grant.Lost; nil unless the backend signals loss
-	cancelRenew context.CancelFunc // of the renewal in flight
-	ctx         context.Context    // created on first use by Done or Context
-	cancel      context.CancelCauseFunc
+	deadline          time.Time
+	nextRenew         time.Time
+	retry             backoff
+	refs              int
+	stopLost          func() bool        // stops following Grant.Lost; nil unless the backend signals loss
+	cancelRenew       context.CancelFunc // of the renewal in flight
+	ctx               context.Context    // created on first use by Done or Context
+	cancel            context.CancelCauseFunc
 
 	due  time.Time // when tick next runs; guarded by the client's schedule
 	slot int       // in the schedule's heap, -1 if not scheduled; likewise
