@@ -14,9 +14,4 @@ func pending(use string) *cobra.Command {
 	}}
 }
 
-func newRunCommand(*globals) *cobra.Command     { return pending("run") }
-func newStatusCommand(*globals) *cobra.Command  { return pending("status") }
-func newListCommand(*globals) *cobra.Command    { return pending("list") }
-func newReleaseCommand(*globals) *cobra.Command { return pending("release") }
-func newDoctorCommand(*globals) *cobra.Command  { return pending("doctor") }
-func newBenchCommand(*globals) *cobra.Command   { return pending("bench") }
+func newBenchCommand(*globals) *cobra.Command  { return pending("bench") }
