@@ -14,4 +14,4 @@ func pending(use string) *cobra.Command {
 	}}
 }
 
-func newBenchCommand(*globals) *cobra.Command  { return pending("bench") }
+func newBenchCommand(*globals) *cobra.Command { return pending("bench") }
