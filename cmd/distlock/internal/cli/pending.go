@@ -14,4 +14,3 @@ func pending(use string) *cobra.Command {
 	}}
 }
 
-func newBenchCommand(*globals) *cobra.Command { return pending("bench") }

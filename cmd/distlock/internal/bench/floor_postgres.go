@@ -1,0 +1,81 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/backend/pglock"
+)
+
+// postgresFloor is pg_try_advisory_lock and pg_advisory_unlock on one
+// connection, taken from the pool for the hold and given back after the
+// unlock, as a lock that pins a connection does. Each client has a pool of
+// its own, sized by the URL as the backend's is.
+type postgresFloor struct{ pools []*pgxpool.Pool }
+
+// openPostgresFloor opens cfg.Clients pools on the URL; the backend's own
+// parameters are left out.
+func openPostgresFloor(ctx context.Context, u *url.URL, cfg Config, _ *distlock.Client) (target, error) {
+	pc, err := pgxpool.ParseConfig(u.String())
+	if err != nil {
+		return nil, err
+	}
+	if pc.ConnConfig.ConnectTimeout == 0 {
+		pc.ConnConfig.ConnectTimeout = pglock.DefaultConnectTimeout
+	}
+	delete(pc.ConnConfig.RuntimeParams, "request_timeout")
+	delete(pc.ConnConfig.RuntimeParams, "terminate_on_force_release")
+	f := &postgresFloor{}
+	for range cfg.Clients {
+		p, err := pgxpool.NewWithConfig(ctx, pc.Copy())
+		if err != nil {
+			return nil, errors.Join(err, f.close())
+		}
+		f.pools = append(f.pools, p)
+	}
+	return f, nil
+}
+
+func (f *postgresFloor) lock(ctx context.Context, w int, key string) (func(context.Context) error, time.Duration, error) {
+	conn, err := f.pools[w%len(f.pools)].Acquire(ctx)
+	if err != nil {
+		return nil, 0, fmt.Errorf("connection from the pool: %w", err)
+	}
+	id := pglock.KeyID(floorNS + key)
+	var ok bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", id).Scan(&ok); err != nil || !ok {
+		conn.Release()
+		if err != nil {
+			return nil, 0, fmt.Errorf("pg_try_advisory_lock: %w", err)
+		}
+		return nil, 0, distlock.ErrNotAcquired
+	}
+	return func(ctx context.Context) error {
+		var ok bool
+		err := conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", id).Scan(&ok)
+		if err != nil { // the session may still hold the lock: never reuse it
+			_ = conn.Conn().Close(ctx)
+		}
+		conn.Release()
+		switch {
+		case err != nil:
+			return fmt.Errorf("pg_advisory_unlock: %w", err)
+		case !ok:
+			return fmt.Errorf("pg_advisory_unlock: %w", distlock.ErrNotHeld)
+		}
+		return nil
+	}, 0, nil
+}
+
+func (f *postgresFloor) close() error {
+	for _, p := range f.pools {
+		p.Close()
+	}
+	return nil
+}
