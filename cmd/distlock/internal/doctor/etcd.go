@@ -11,6 +11,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 // checkEtcd inspects the cluster behind etcd://HOST:PORT[,HOST:PORT...]/PREFIX:
@@ -28,8 +29,10 @@ func checkEtcd(ctx context.Context, u *url.URL, o Options, r *Report) error {
 		return unreachable("etcd "+u.Host, err)
 	}
 	defer cli.Close()
+	// Fail fast (not waiting for a connection) so that a refused dial is
+	// named; serializable so that a member without quorum still answers.
 	mctx, cancel := context.WithTimeout(ctx, o.Timeout)
-	members, err := cli.MemberList(mctx, clientv3.WithSerializable())
+	members, err := pb.NewClusterClient(cli.ActiveConnection()).MemberList(mctx, &pb.MemberListRequest{}, grpc.WaitForReady(false))
 	cancel()
 	if err != nil {
 		return unreachable("etcd "+u.Host+": member list", err)

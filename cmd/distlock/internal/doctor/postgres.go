@@ -119,9 +119,9 @@ func pgSettingFindings(node string, s map[string]pgSetting, lease time.Duration,
 		}
 	}
 	if s["fsync"].value == "off" {
-		r.add(Finding{Severity: Danger, Check: "fsync", Node: node,
+		r.add(Finding{Severity: Warning, Check: "fsync", Node: node,
 			Seen:        "fsync off",
-			Consequence: "a crash of the host can lose committed data or corrupt the database, the sequence distlock_pg_fence included: fences can be issued again",
+			Consequence: "a crash of PostgreSQL alone loses nothing, but a crash of the host (power loss, kernel panic) can lose committed data or corrupt the database, the sequence distlock_pg_fence included: fences can be issued again",
 			Fix:         "ALTER SYSTEM SET fsync = on; SELECT pg_reload_conf()"})
 	}
 	if s["synchronous_commit"].value == "off" {

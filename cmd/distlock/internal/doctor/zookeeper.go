@@ -11,8 +11,6 @@ import (
 	"net/url"
 	"strings"
 	"time"
-
-	"github.com/go-zookeeper/zk"
 )
 
 // zkDefaultSessionTimeout is the session timeout zklock asks for when the
@@ -56,7 +54,7 @@ func checkZooKeeper(ctx context.Context, u *url.URL, o Options, r *Report) error
 			continue
 		}
 		r.add(b.finding(s, o.Lease))
-		zkModes(servers, o.Timeout, r)
+		zkModes(ctx, servers, o.Timeout, r)
 		return nil
 	}
 	return unreachable("zookeeper", errors.Join(errs...))
@@ -109,22 +107,54 @@ func (b zkSessionBounds) finding(server string, lease time.Duration) Finding {
 	return f
 }
 
-// zkModes reports each server's mode from the four-letter word srvr, which
-// the server may not allow (4lw.commands.whitelist).
-func zkModes(servers []string, timeout time.Duration, r *Report) {
-	stats, _ := zk.FLWSrvr(servers, timeout)
-	for _, s := range stats {
-		f := Finding{Severity: Info, Check: "mode", Node: s.Server}
-		switch {
-		case s.Error != nil:
-			f.Seen = fmt.Sprintf("srvr not answered (%v); allow it with 4lw.commands.whitelist=srvr to see the mode", s.Error)
-		case s.Mode == zk.ModeStandalone:
-			f.Seen = fmt.Sprintf("ZooKeeper %s, standalone: while this server is down no lock can be taken or renewed, and sessions expire", s.Version)
+// zkModes reports each server's version and mode from the four-letter
+// word srvr, which the server may not allow (4lw.commands.whitelist).
+func zkModes(ctx context.Context, servers []string, timeout time.Duration, r *Report) {
+	for _, s := range servers {
+		f := Finding{Severity: Info, Check: "mode", Node: s}
+		fields, err := zkSrvr(ctx, s, timeout)
+		switch mode := fields["Mode"]; {
+		case err != nil || mode == "":
+			f.Seen = fmt.Sprintf("srvr not answered (%v); allow it with 4lw.commands.whitelist=srvr to see the mode", errors.Join(err, errors.New("no Mode in the answer")))
+		case mode == "standalone":
+			f.Seen = fmt.Sprintf("ZooKeeper %s, standalone: while this server is down no lock can be taken or renewed", fields["Zookeeper version"])
 		default:
-			f.Seen = fmt.Sprintf("ZooKeeper %s, %s of an ensemble", s.Version, s.Mode)
+			f.Seen = fmt.Sprintf("ZooKeeper %s, %s of an ensemble", fields["Zookeeper version"], mode)
 		}
 		r.add(f)
 	}
+}
+
+// zkSrvr sends srvr to server and returns the fields of its answer.
+func zkSrvr(ctx context.Context, server string, timeout time.Duration) (map[string]string, error) {
+	d := net.Dialer{Timeout: timeout}
+	c, err := d.DialContext(ctx, "tcp", server)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { _ = c.Close() })
+	defer stop()
+	if err := c.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return nil, err
+	}
+	if _, err := c.Write([]byte("srvr")); err != nil {
+		return nil, err
+	}
+	answer, err := io.ReadAll(io.LimitReader(c, 64<<10))
+	if err != nil {
+		return nil, err
+	}
+	fields := map[string]string{}
+	for _, line := range strings.Split(string(answer), "\n") {
+		if k, v, ok := strings.Cut(line, ": "); ok {
+			fields[k] = strings.TrimSpace(v)
+		}
+	}
+	if len(fields) == 0 {
+		return nil, fmt.Errorf("answered %q", answer)
+	}
+	return fields, nil
 }
 
 // zkNegotiate opens a session on server asking for timeout ask, returns
