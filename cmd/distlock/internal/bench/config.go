@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/distlock/distlock"
 )
 
 // Limits on a run, so that a typo cannot start one that never ends or
@@ -65,7 +67,7 @@ func (c Config) Validate() error {
 		{(c.Duration == 0) == (c.Count == 0), "give exactly one of duration and count"},
 		{c.Duration < 0 || c.Duration > MaxDuration, fmt.Sprintf("duration %v: want more than 0, at most %v", c.Duration, MaxDuration)},
 		{c.Count < 0 || c.Count > MaxCount, fmt.Sprintf("count %d: want 1..%d", c.Count, MaxCount)},
-		{c.Lease <= 0, fmt.Sprintf("lease %v: want more than 0", c.Lease)},
+		{c.Lease < distlock.MinLease, fmt.Sprintf("lease %v: want at least %v", c.Lease, distlock.MinLease)},
 		{c.Wait < 0, fmt.Sprintf("wait %v: want 0 (try once) or more", c.Wait)},
 		{c.Hold < 0, fmt.Sprintf("hold %v: want 0 or more", c.Hold)},
 		{c.Think < 0, fmt.Sprintf("think %v: want 0 or more", c.Think)},

@@ -251,6 +251,8 @@ func failureKind(ctx context.Context, err error) string {
 		return KindCanceled
 	case errors.Is(err, distlock.ErrDegraded):
 		return KindDegraded
+	case errors.Is(err, distlock.ErrInvalidOption):
+		return KindInvalid
 	case errors.Is(err, distlock.ErrNotAcquired):
 		return ""
 	}

@@ -22,6 +22,7 @@ const (
 	KindStore    = "store"    // the store failed or could not be reached
 	KindCanceled = "canceled" // the run was interrupted during the attempt
 	KindDegraded = "degraded" // a policy refused the attempt
+	KindInvalid  = "invalid"  // the client or a policy refused the request's options
 	KindLost     = "lost"     // a lock got was lost before its release (lease ran out, store dropped it)
 	KindRelease  = "release"  // a release failed
 )
