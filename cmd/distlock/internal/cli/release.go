@@ -1,0 +1,166 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/distlock/distlock"
+)
+
+// releaseFlags are the flags of distlock release.
+type releaseFlags struct {
+	force  bool
+	yes    bool
+	reason string
+}
+
+// releaseResult is what release --force prints with -o json.
+type releaseResult struct {
+	Released lockView `json:"released"`
+	By       string   `json:"by"`
+	Reason   string   `json:"reason"`
+}
+
+func newReleaseCommand(g *globals) *cobra.Command {
+	f := &releaseFlags{}
+	c := &cobra.Command{
+		Use:   "release --force KEY --reason TEXT",
+		Short: "Free a lock whoever holds it (force release)",
+		Long: `release --force frees KEY whoever holds it, for a job known dead or stuck
+while its lock keeps being renewed. A holder releases its own lock with its
+token; freeing a lock by key is only ever a force release, so --force is
+required.
+
+On a terminal it shows the holder and asks for confirmation; elsewhere it
+needs --yes. The reason is recorded as USER@HOST: TEXT and printed with
+what was ended (owner, business id, fence, lease left).
+
+The holder is not told at once: it learns at its next renewal, or when its
+validity runs out, and may write meanwhile. Protect the resource with
+fences. Stores that cannot free a lock they did not grant say why (a
+PostgreSQL advisory lock can only be freed by ending the session holding
+it: open the store with terminate_on_force_release=true to allow that).
+
+Exit codes: 0 released; 1 the key was not held, confirmation was declined,
+or the store cannot force-release; 2 bad arguments or no confirmation
+possible (nothing was sent to the store); 69 store unreachable.`,
+		Example: `  distlock release --force nightly-report --reason "report job hung, pid 4242 killed"
+  distlock release --force order:42 --reason "INC-1234" --yes -o json`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := f.validate(cmd, args); err != nil {
+				return err
+			}
+			return withClient(cmd, g, "release --force", args[0], func(ctx context.Context, c *distlock.Client, asJSON bool) error {
+				return f.release(ctx, cmd, c, args[0], asJSON)
+			})
+		},
+	}
+	c.Flags().BoolVar(&f.force, "force", false, "free the lock whoever holds it (required)")
+	c.Flags().BoolVarP(&f.yes, "yes", "y", false, "do not ask for confirmation")
+	c.Flags().StringVar(&f.reason, "reason", "", "why the lock is freed, recorded with who did it (required)")
+	return c
+}
+
+// validate checks the flags and arguments before any store is opened.
+func (f *releaseFlags) validate(cmd *cobra.Command, args []string) error {
+	switch {
+	case !f.force:
+		return usage("release: a lock is released by its holder, with its token; freeing a lock by key is a force release: distlock release --force KEY --reason TEXT")
+	case len(args) != 1:
+		return usage("release --force takes one KEY, got %d arguments", len(args))
+	case strings.TrimSpace(f.reason) == "":
+		return usage("release --force: --reason is required: say why the lock is freed; it is recorded with who freed it")
+	case !f.yes && !isTerminal(cmd.InOrStdin()):
+		return usage("release --force: stdin is not a terminal to confirm on; add --yes to free %q without confirmation", args[0])
+	}
+	return nil
+}
+
+// release asks for confirmation unless --yes, frees key and prints what
+// it ended.
+func (f *releaseFlags) release(ctx context.Context, cmd *cobra.Command, c *distlock.Client, key string, asJSON bool) error {
+	if !f.yes {
+		if err := confirm(ctx, cmd, c, key); err != nil {
+			return err
+		}
+	}
+	by := operator()
+	info, err := c.ForceRelease(ctx, key, by+": "+f.reason)
+	switch {
+	case errors.Is(err, distlock.ErrNotHeld):
+		return exit(ExitError, fmt.Errorf("release --force: %q is not held; nothing was released", key))
+	case errors.Is(err, errors.ErrUnsupported):
+		return exit(ExitError, &opError{op: "release --force: this store cannot free a lock it did not grant", err: err})
+	case err != nil:
+		return storeFailure("release --force", err)
+	}
+	info.Key = key
+	v := viewOf(info)
+	if asJSON {
+		return writeJSON(cmd.OutOrStdout(), releaseResult{Released: v, By: by, Reason: f.reason})
+	}
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "released %q held by %s (business id %s, fence %d, lease left %s); by %s: %s\n",
+		key, v.owner(), dash(v.BusinessID), v.Fence, v.leaseLeft(), by, f.reason)
+	return err
+}
+
+// confirm shows key's holder on stderr and asks whether to free it.
+// A free key, a declined answer or no answer is an error.
+func confirm(ctx context.Context, cmd *cobra.Command, c *distlock.Client, key string) error {
+	info, err := c.Inspect(ctx, key)
+	if err != nil {
+		return storeFailure("release --force", err)
+	}
+	if !info.Held {
+		return exit(ExitError, fmt.Errorf("release --force: %q is not held; nothing was released", key))
+	}
+	v := viewOf(info)
+	fmt.Fprintf(cmd.ErrOrStderr(), "%q is held by %s (business id %s, fence %d, lease left %s).\n"+
+		"Its holder is not told until its next renewal and may still write meanwhile.\nFree it? [y/N] ",
+		key, v.owner(), dash(v.BusinessID), v.Fence, v.leaseLeft())
+	if !answeredYes(cmd.InOrStdin()) {
+		return exit(ExitError, fmt.Errorf("release --force: not confirmed; %q is still held", key))
+	}
+	return nil
+}
+
+// answeredYes reads one line from in and reports whether it says yes.
+func answeredYes(in io.Reader) bool {
+	line, _ := bufio.NewReader(in).ReadString('\n')
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return true
+	}
+	return false
+}
+
+// isTerminal reports whether r is a terminal.
+func isTerminal(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// operator names who runs this command, as USER@HOST, for owners and the
+// force-release record.
+func operator() string {
+	name := os.Getenv("USER")
+	if name == "" {
+		if u, err := user.Current(); err == nil {
+			name = u.Username
+		}
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown-host"
+	}
+	return dash(name) + "@" + host
+}

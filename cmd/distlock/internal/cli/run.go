@@ -1,0 +1,407 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/distlock/distlock"
+)
+
+// Exit codes of run when the command itself could not be run, as
+// env(1), timeout(1) and the shells use them.
+const (
+	exitCannotRun = 126 // the command was found but could not be started
+	exitNotFound  = 127 // no such command
+)
+
+// forwardedSignals are passed on to the command's process group: the
+// command runs in a group of its own, so the terminal and a service manager
+// only reach distlock.
+var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
+// runFlags are the flags of distlock run.
+type runFlags struct {
+	key        string
+	owner      string
+	businessID string
+	lease      time.Duration
+	wait       time.Duration
+	atLeast    time.Duration
+	maxHold    time.Duration
+	grace      time.Duration
+	skipOK     bool
+}
+
+func newRunCommand(g *globals) *cobra.Command {
+	f := &runFlags{}
+	c := &cobra.Command{
+		Use:   "run --key KEY [flags] -- COMMAND [ARGS...]",
+		Short: "Run a command only where a lock is held",
+		Long: `run takes the lock KEY and runs COMMAND while it holds it, renewing the
+lease every third of it, then releases the lock. Started on every replica
+at the same time (the cron-on-every-replica problem), the command runs on
+one of them; the others exit with code 75 (or 0 with --skip-ok) and one
+line on stderr saying who holds the key.
+
+distlock exits with the command's exit code, or 128+N if it died of
+signal N. If the lock is lost while the command runs (the store refused a
+renewal, could not be reached before the lease ran out, or --max-hold was
+reached), the command's process group gets SIGTERM, then SIGKILL after
+--grace, and distlock exits with code 76 naming the reason.
+
+The command runs in a process group of its own; SIGINT, SIGTERM, SIGHUP and
+SIGQUIT sent to distlock are forwarded to that group, and the lock is
+released once the command has exited. On a terminal the command's stdin is
+/dev/null, as a process group in the background cannot read the terminal.
+If distlock itself is killed with SIGKILL, the command gets SIGKILL too (on
+Linux; commands it started in the background do not) and the lock expires
+within its lease.
+
+--at-least D keeps the lock for at least D after it was taken, even if the
+command ends sooner, so that replicas whose clocks are a little apart do not
+run the job again (ShedLock's lockAtLeastFor): distlock keeps holding and
+renewing the lock until D has passed, then releases it and exits. A signal
+to distlock ends that wait early.
+
+The command gets DISTLOCK_KEY and DISTLOCK_FENCE in its environment (never
+the lock's token): pass the fence to what it writes, so that a store
+guarded by fences rejects a holder that lost the lock.
+
+Exit codes: the command's own; 2 bad flags (nothing was sent to the store);
+69 store unreachable; 75 held elsewhere (0 with --skip-ok); 76 lock lost
+while the command ran; 126 the command could not be started; 127 no such
+command; 128+N distlock was interrupted by signal N before the command ran.`,
+		Example: `  distlock run --backend redis://127.0.0.1:6379 --key nightly-report -- ./report.sh --day today
+  distlock run --key backup --wait 5m --max-hold 2h -- pg_dump -f /backup/db.sql app
+  distlock run --key cleanup --at-least 1m --skip-ok -- sh -c 'echo fence $DISTLOCK_FENCE'`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			argv, err := f.validate(g, args, cmd.ArgsLenAtDash())
+			if err != nil {
+				return err
+			}
+			return f.run(cmd, g, argv)
+		},
+	}
+	fl := c.Flags()
+	fl.StringVar(&f.key, "key", "", "lock key (required)")
+	fl.StringVar(&f.owner, "owner", "", "owner recorded with the lock (default USER@HOST pid N)")
+	fl.StringVar(&f.businessID, "business-id", "", "business id recorded with the lock, shown by status and list")
+	fl.DurationVar(&f.lease, "lease", distlock.DefaultLease, "lease; the lock is renewed every third of it while the command runs")
+	fl.DurationVar(&f.wait, "wait", 0, "how long to wait for a held key; 0 tries once")
+	fl.DurationVar(&f.atLeast, "at-least", 0, "keep the lock at least this long after it was taken, even if the command ends sooner")
+	fl.DurationVar(&f.maxHold, "max-hold", 0, "stop renewing after this long and stop the command as on a lost lock; 0 is no cap")
+	fl.DurationVar(&f.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the lock is lost")
+	fl.BoolVar(&f.skipOK, "skip-ok", false, "exit 0, silently, when the key is held elsewhere")
+	return c
+}
+
+// validate checks the flags and the command line after --, and returns the
+// command to run. It touches no store.
+func (f *runFlags) validate(g *globals, args []string, dash int) ([]string, error) {
+	if _, err := g.json(); err != nil {
+		return nil, err
+	}
+	if f.key == "" {
+		return nil, usage("run: --key is required")
+	}
+	if err := distlock.ValidateKey(f.key); err != nil {
+		return nil, exit(ExitUsage, &opError{op: "run: --key", err: err})
+	}
+	if err := f.validateDurations(); err != nil {
+		return nil, err
+	}
+	switch {
+	case dash < 0 && len(args) > 0:
+		return nil, usage("run: put -- before the command: distlock run --key KEY [flags] -- %s", args[0])
+	case dash < 0 || len(args) == dash:
+		return nil, usage("run: no command: want distlock run --key KEY [flags] -- COMMAND [ARGS...]")
+	case dash > 0:
+		return nil, usage("run: unexpected %q before --: flags go before --, the command after it", args[0])
+	}
+	argv := args[dash:]
+	if _, err := exec.LookPath(argv[0]); err != nil {
+		return nil, exit(exitNotFound, fmt.Errorf("run: %w", err))
+	}
+	return argv, nil
+}
+
+// validateDurations checks the duration flags against each other and the
+// library's bounds.
+func (f *runFlags) validateDurations() error {
+	switch {
+	case f.lease < distlock.MinLease:
+		return usage("run: --lease %v: want at least %v", f.lease, distlock.MinLease)
+	case f.wait < 0, f.atLeast < 0, f.maxHold < 0, f.grace < 0:
+		return usage("run: --wait, --at-least, --max-hold and --grace cannot be negative")
+	case f.maxHold > 0 && f.atLeast > f.maxHold:
+		return usage("run: --at-least %v is longer than --max-hold %v", f.atLeast, f.maxHold)
+	}
+	return nil
+}
+
+// lockOptions returns the library options the flags ask for: an explicit
+// lease with the watchdog on, so the lock is renewed while the command runs.
+func (f *runFlags) lockOptions() []distlock.Option {
+	owner := f.owner
+	if owner == "" {
+		owner = fmt.Sprintf("%s pid %d", operator(), os.Getpid())
+	}
+	opts := []distlock.Option{
+		distlock.WithLease(f.lease), distlock.WithWatchdog(true),
+		distlock.WithWait(f.wait), distlock.WithOwner(owner),
+	}
+	if f.businessID != "" {
+		opts = append(opts, distlock.WithBusinessID(f.businessID))
+	}
+	if f.maxHold > 0 {
+		opts = append(opts, distlock.WithMaxHold(f.maxHold))
+	}
+	return opts
+}
+
+// run takes the lock, runs argv under it and returns the exit status.
+func (f *runFlags) run(cmd *cobra.Command, g *globals, argv []string) error {
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwardedSignals...)
+	defer signal.Stop(sigs)
+	ctx := cmd.Context()
+	losses := &lossRecorder{}
+	client, err := g.open(ctx, distlock.WithObserver(losses))
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	l, err := client.Lock(ctx, f.key, f.lockOptions()...)
+	if err != nil {
+		return f.notAcquired(ctx, client, err, sigs)
+	}
+	if ctx.Err() != nil { // a signal came as the lock was granted
+		releaseLock(cmd, l)
+		return interrupted(sigs, "before the command started")
+	}
+	j := &job{flags: f, lock: l, sigs: sigs, losses: losses}
+	return j.run(cmd, argv)
+}
+
+// notAcquired turns a failed Lock into the exit status: held elsewhere,
+// interrupted, bad options, or a store failure.
+func (f *runFlags) notAcquired(ctx context.Context, client *distlock.Client, err error, sigs <-chan os.Signal) error {
+	switch {
+	case ctx.Err() != nil:
+		return interrupted(sigs, "while waiting for the lock")
+	case errors.Is(err, distlock.ErrNotAcquired) && f.skipOK:
+		return nil
+	case errors.Is(err, distlock.ErrNotAcquired):
+		return exit(ExitNotAcquired, fmt.Errorf("run: %q is held by %s; the command was not run", f.key, holder(ctx, client, f.key)))
+	case errors.Is(err, distlock.ErrInvalidOption), errors.Is(err, distlock.ErrInvalidKey):
+		return exit(ExitUsage, &opError{op: "run", err: err})
+	}
+	return exit(ExitUnavailable, &opError{op: "run", err: err})
+}
+
+// holder describes who holds key, as far as the store says within a second.
+func holder(ctx context.Context, client *distlock.Client, key string) string {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	info, err := client.Inspect(ctx, key)
+	if err != nil || !info.Held {
+		return "another owner"
+	}
+	v := viewOf(info)
+	return fmt.Sprintf("%s (fence %d, lease left %s)", v.owner(), v.Fence, v.leaseLeft())
+}
+
+// interrupted is the exit status of a run that a signal ended before the
+// command started: 128 + the signal's number, like a shell's.
+func interrupted(sigs <-chan os.Signal, when string) error {
+	sig := syscall.SIGINT
+	select {
+	case s := <-sigs:
+		sig = s.(syscall.Signal)
+	case <-time.After(time.Second): // the context ended without a signal
+	}
+	return exit(128+int(sig), fmt.Errorf("run: interrupted by %v %s", sig, when))
+}
+
+// releaseLock releases l with a context of its own, as the command's may be
+// cancelled, and warns on stderr if the store did not confirm.
+func releaseLock(cmd *cobra.Command, l *distlock.Lock) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), distlock.ReleaseBudget)
+	defer cancel()
+	err := l.Release(ctx)
+	if err != nil && !errors.Is(err, distlock.ErrLockLost) && !errors.Is(err, distlock.ErrNotHeld) {
+		fmt.Fprintf(cmd.ErrOrStderr(), "distlock: warning: %v (the store frees the key when its lease runs out)\n", err)
+	}
+}
+
+// lossRecorder is an observer that keeps the reason a lock was lost, which
+// the lock's error carries only as text.
+type lossRecorder struct {
+	mu     sync.Mutex
+	reason string
+}
+
+// AcquireStarted implements distlock.Observer.
+func (r *lossRecorder) AcquireStarted(ctx context.Context, _ distlock.Event) context.Context {
+	return ctx
+}
+
+// Observe implements distlock.Observer: it keeps the first loss reason.
+func (r *lossRecorder) Observe(_ context.Context, e distlock.Event) {
+	if e.Kind != distlock.EventLost {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.reason == "" {
+		r.reason = e.Reason
+	}
+}
+
+// explain says in words why the lock was lost, with the reason's name.
+func (r *lossRecorder) explain() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch r.reason {
+	case distlock.LossRenewRefused:
+		return "renewal refused (renew_refused): the store no longer holds the lock for this run; it was deleted, expired or force-released"
+	case distlock.LossUnreachable:
+		return "store unreachable (unreachable): no renewal was confirmed before the lease ran out"
+	case distlock.LossMaxHold:
+		return "--max-hold reached (max_hold)"
+	case distlock.LossStoreDeleted:
+		return "the store ended the session that held the lock (store_deleted)"
+	}
+	return r.reason
+}
+
+// job is a command running under a held lock.
+type job struct {
+	flags  *runFlags
+	lock   *distlock.Lock
+	sigs   <-chan os.Signal
+	losses *lossRecorder
+	child  *exec.Cmd
+	killed bool // SIGKILL was sent after --grace
+}
+
+// run starts argv, supervises it, keeps the lock for --at-least, releases
+// it and returns the exit status.
+func (j *job) run(cmd *cobra.Command, argv []string) error {
+	if err := j.start(cmd, argv); err != nil {
+		releaseLock(cmd, j.lock)
+		return exit(exitCannotRun, fmt.Errorf("run: %w", err))
+	}
+	waitErr, lost := j.supervise()
+	if lost {
+		releaseLock(cmd, j.lock)
+		return exit(ExitLockLost, j.lostError())
+	}
+	j.holdAtLeast(cmd)
+	releaseLock(cmd, j.lock)
+	return commandStatus(argv[0], waitErr)
+}
+
+// start starts argv in a process group of its own, with DISTLOCK_KEY and
+// DISTLOCK_FENCE added to the environment.
+func (j *job) start(cmd *cobra.Command, argv []string) error {
+	c := exec.Command(argv[0], argv[1:]...)
+	if in := cmd.InOrStdin(); !isTerminal(in) {
+		c.Stdin = in
+	}
+	c.Stdout, c.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
+	c.Env = append(os.Environ(),
+		"DISTLOCK_KEY="+j.lock.Key(),
+		"DISTLOCK_FENCE="+strconv.FormatUint(j.lock.Fence(), 10))
+	c.SysProcAttr = jobProcAttr()
+	j.child = c
+	return c.Start()
+}
+
+// supervise waits for the command to exit, forwarding signals to its group
+// and stopping it if the lock is lost. It returns Wait's error and whether
+// the lock was lost.
+func (j *job) supervise() (waitErr error, lost bool) {
+	exited := make(chan error, 1)
+	go func() { exited <- j.child.Wait() }()
+	done := j.lock.Done()
+	grace := time.NewTimer(time.Hour)
+	grace.Stop()
+	defer grace.Stop()
+	for {
+		select {
+		case s := <-j.sigs:
+			j.signal(s.(syscall.Signal))
+		case <-done:
+			done = nil
+			lost = true
+			j.signal(syscall.SIGTERM)
+			grace.Reset(j.flags.grace)
+		case <-grace.C:
+			j.killed = true
+			j.signal(syscall.SIGKILL)
+		case err := <-exited:
+			return err, lost
+		}
+	}
+}
+
+// signal sends sig to the command's process group. A group that is gone
+// already needs nothing.
+func (j *job) signal(sig syscall.Signal) {
+	_ = syscall.Kill(-j.child.Process.Pid, sig)
+}
+
+// lostError is the error of a run whose lock was lost: it names the
+// reason and how the command was stopped.
+func (j *job) lostError() error {
+	how := "the command was stopped with SIGTERM"
+	if j.killed {
+		how = fmt.Sprintf("the command did not stop within --grace %v and was killed with SIGKILL", j.flags.grace)
+	}
+	return fmt.Errorf("run: lock %q lost while the command ran: %s; %s", j.lock.Key(), j.losses.explain(), how)
+}
+
+// holdAtLeast keeps the lock, renewed by the watchdog, until --at-least has
+// passed since it was taken, the lock is lost, or a signal arrives.
+func (j *job) holdAtLeast(cmd *cobra.Command) {
+	left := j.flags.atLeast - j.lock.HeldFor()
+	if left <= 0 {
+		return
+	}
+	t := time.NewTimer(left)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-cmd.Context().Done():
+	case <-j.lock.Done():
+		fmt.Fprintf(cmd.ErrOrStderr(), "distlock: warning: the command ended, but the lock was lost before --at-least %v (%s)\n",
+			j.flags.atLeast, j.losses.explain())
+	}
+}
+
+// commandStatus turns the command's Wait error into distlock's exit status:
+// the command's code, or 128+N if it died of signal N.
+func commandStatus(name string, waitErr error) error {
+	var ee *exec.ExitError
+	if waitErr == nil {
+		return nil
+	}
+	if !errors.As(waitErr, &ee) {
+		return fmt.Errorf("run: wait for %s: %w", name, waitErr)
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return exit(128+int(ws.Signal()), fmt.Errorf("run: %s was killed by signal %d (%v)", name, ws.Signal(), ws.Signal()))
+	}
+	return exit(ee.ExitCode(), fmt.Errorf("run: %s exited with status %d", name, ee.ExitCode()))
+}

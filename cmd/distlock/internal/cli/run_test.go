@@ -1,0 +1,483 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/distlock/distlock/internal/testserver"
+)
+
+// store is a real redis-server that distlock processes use.
+type store struct {
+	addr string
+	env  []string // DISTLOCK_BACKEND for it
+}
+
+// newStore starts a redis-server for t.
+func newStore(t *testing.T) store {
+	t.Helper()
+	s := testserver.Redis(t)
+	return store{addr: s.Addr(), env: []string{"DISTLOCK_BACKEND=redis://" + s.Addr()}}
+}
+
+// redis sends one command to the store.
+func (s store) redis(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, err := testserver.RedisCommand(ctx, s.addr, args...)
+	if err != nil {
+		t.Fatalf("redis %q: %v", args, err)
+	}
+	return out
+}
+
+// held reports whether key is held, from the lock's own Redis key
+// (backend/redislock's layout with its default prefix).
+func (s store) held(t *testing.T, key string) bool {
+	return s.redis(t, "EXISTS", lockName(key)) == "1"
+}
+
+// lockName is the Redis name of the lock key (no braces or backslashes in
+// the test keys, so no escaping).
+func lockName(key string) string { return "distlock:{" + key + "}" }
+
+// waitingJob is a shell command for distlock run that notes that it started
+// (the file started in dir, with its pid), runs setup, then waits, at most
+// 30s, for the file go in dir. Its own stderr is discarded, so that what the
+// tests read there is distlock's (sh reports a child killed by a signal).
+func waitingJob(dir, setup string) string {
+	return fmt.Sprintf(`exec 2>/dev/null; echo $$ > %q; %s
+i=0; while [ ! -e %q ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done`,
+		filepath.Join(dir, "started"), setup, filepath.Join(dir, "go"))
+}
+
+// awaitStart waits until the job in dir has started.
+func awaitStart(t *testing.T, dir string) {
+	t.Helper()
+	if !waitFor(20*time.Second, func() bool { return fileExists(filepath.Join(dir, "started")) }) {
+		t.Fatal("the command did not start within 20s")
+	}
+}
+
+// letGo lets the job in dir finish.
+func letGo(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readFile returns the content of path, or "" if it does not exist.
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// wantOneLine fails unless r's stderr is one line containing each of want.
+func wantOneLine(t *testing.T, r result, want ...string) {
+	t.Helper()
+	if lines := r.stderrLines(); len(lines) != 1 {
+		t.Fatalf("stderr has %d lines, want 1:\n%s", len(lines), r.stderr)
+	}
+	for _, w := range want {
+		if !strings.Contains(r.stderr, w) {
+			t.Errorf("stderr %q does not say %q", r.stderr, w)
+		}
+	}
+}
+
+func TestRun(t *testing.T) {
+	bin := buildDistlock(t)
+	s := newStore(t)
+
+	t.Run("ExactlyOnce", func(t *testing.T) { testRunExactlyOnce(t, bin, s) })
+	t.Run("ExitCode", func(t *testing.T) { testRunExitCode(t, bin, s) })
+	t.Run("Environment", func(t *testing.T) { testRunEnvironment(t, bin, s) })
+	t.Run("LockDeleted", func(t *testing.T) { testRunLockDeleted(t, bin, s) })
+	t.Run("GraceThenKill", func(t *testing.T) { testRunGraceThenKill(t, bin, s) })
+	t.Run("MaxHold", func(t *testing.T) { testRunMaxHold(t, bin, s) })
+	t.Run("SignalForwarding", func(t *testing.T) { testRunSignalForwarding(t, bin, s) })
+	t.Run("AtLeast", func(t *testing.T) { testRunAtLeast(t, bin, s) })
+	t.Run("HeldElsewhere", func(t *testing.T) { testRunHeldElsewhere(t, bin, s) })
+	t.Run("DistlockKilled", func(t *testing.T) { testRunDistlockKilled(t, bin, s) })
+	t.Run("Unreachable", func(t *testing.T) { testRunUnreachable(t, bin) })
+}
+
+// Three distlock run started together on one key run the command once; the
+// others exit ExitNotAcquired with one line naming the holder.
+func testRunExactlyOnce(t *testing.T, bin string, s store) {
+	dir := t.TempDir()
+	runs := filepath.Join(dir, "runs")
+	script := waitingJob(dir, fmt.Sprintf("echo ran >> %q", runs))
+	const n = 3
+	procs := make([]*process, n)
+	for i := range procs {
+		procs[i] = startDistlock(t, bin, s.env, "", "run", "--key", "once", "--", "sh", "-c", script)
+	}
+	// The losers exit while the winner waits for go.
+	running := map[*process]bool{}
+	for _, p := range procs {
+		running[p] = true
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for len(running) > 1 && time.Now().Before(deadline) {
+		for p := range running {
+			r, ok := p.wait(10 * time.Millisecond)
+			if !ok {
+				continue
+			}
+			delete(running, p)
+			if r.code != ExitNotAcquired {
+				t.Fatalf("a loser exited %d, want %d; stderr: %s", r.code, ExitNotAcquired, r.stderr)
+			}
+			wantOneLine(t, r, `"once" is held by`, "the command was not run")
+		}
+	}
+	if len(running) != 1 {
+		t.Fatalf("%d distlock run still run after 20s, want 1", len(running))
+	}
+	var winner *process
+	for p := range running {
+		winner = p
+	}
+	letGo(t, dir)
+	if r := winner.mustWait(t, processTimeout); r.code != 0 || r.stderr != "" {
+		t.Fatalf("the winner exited %d, stderr %q; want 0 and nothing", r.code, r.stderr)
+	}
+	if got := readFile(t, runs); got != "ran\n" {
+		t.Fatalf("the command ran %d times, want once", strings.Count(got, "ran"))
+	}
+	if s.held(t, "once") {
+		t.Fatal("the lock is still held after the run")
+	}
+}
+
+// distlock exits with the command's exit code, 128+N for signal N, and the
+// lock is released either way.
+func testRunExitCode(t *testing.T, bin string, s store) {
+	for _, tc := range []struct {
+		script string
+		code   int
+		says   string
+	}{
+		{"exit 0", 0, ""},
+		{"exit 7", 7, "sh exited with status 7"},
+		{"kill -KILL $$", 128 + 9, "sh was killed by signal 9 (killed)"},
+		{"kill -TERM $$", 128 + 15, "sh was killed by signal 15 (terminated)"},
+	} {
+		r := runDistlock(t, bin, s.env, "run", "--key", "exit-code", "--", "sh", "-c", tc.script)
+		if r.code != tc.code {
+			t.Errorf("%s: exit %d, want %d; stderr: %s", tc.script, r.code, tc.code, r.stderr)
+		}
+		if tc.says == "" && r.stderr != "" {
+			t.Errorf("%s: stderr %q, want nothing", tc.script, r.stderr)
+		}
+		if tc.says != "" {
+			wantOneLine(t, r, tc.says)
+		}
+		if s.held(t, "exit-code") {
+			t.Fatalf("%s: the lock is still held after the run", tc.script)
+		}
+	}
+}
+
+// The command gets DISTLOCK_KEY and DISTLOCK_FENCE (the fence status
+// reports), and the token appears nowhere in its environment.
+func testRunEnvironment(t *testing.T, bin string, s store) {
+	dir := t.TempDir()
+	envFile := filepath.Join(dir, "env")
+	p := startDistlock(t, bin, s.env, "", "run", "--key", "env", "--", "sh", "-c", waitingJob(dir, "env > "+envFile))
+	awaitStart(t, dir)
+	token := s.redis(t, "GET", lockName("env"))
+	st := runDistlock(t, bin, s.env, "status", "env", "-o", "json")
+	letGo(t, dir)
+	if r := p.mustWait(t, processTimeout); r.code != 0 {
+		t.Fatalf("run exited %d: %s", r.code, r.stderr)
+	}
+	var v lockView
+	if err := json.Unmarshal([]byte(st.stdout), &v); err != nil {
+		t.Fatalf("status -o json: %v: %s", err, st.stdout)
+	}
+	env := readFile(t, envFile)
+	for _, want := range []string{"DISTLOCK_KEY=env\n", "DISTLOCK_FENCE=" + strconv.FormatUint(v.Fence, 10) + "\n"} {
+		if !strings.Contains(env, want) {
+			t.Errorf("the command's environment lacks %q", want)
+		}
+	}
+	if token == "" || strings.Contains(env, token) {
+		t.Errorf("the command's environment holds the token %q (or the token was not read)", token)
+	}
+}
+
+// A lock deleted behind a running command: the command's group gets SIGTERM
+// within the lease, distlock exits ExitLockLost naming the reason.
+func testRunLockDeleted(t *testing.T, bin string, s store) {
+	const lease = time.Second
+	dir := t.TempDir()
+	trapped := filepath.Join(dir, "trapped")
+	setup := fmt.Sprintf(`trap 'echo TERM > %q; exit 0' TERM`, trapped)
+	p := startDistlock(t, bin, s.env, "", "run", "--key", "deleted", "--lease", lease.String(), "--", "sh", "-c", waitingJob(dir, setup))
+	awaitStart(t, dir)
+	deleted := time.Now()
+	if n := s.redis(t, "DEL", lockName("deleted")); n != "1" {
+		t.Fatalf("DEL the lock: %s keys deleted, want 1", n)
+	}
+	r := p.mustWait(t, processTimeout)
+	took := time.Since(deleted)
+	if r.code != ExitLockLost {
+		t.Fatalf("exit %d, want %d; stderr: %s", r.code, ExitLockLost, r.stderr)
+	}
+	wantOneLine(t, r, `lock "deleted" lost while the command ran: renewal refused (renew_refused)`, "stopped with SIGTERM")
+	if readFile(t, trapped) != "TERM\n" {
+		t.Error("the command did not get SIGTERM")
+	}
+	if took > lease {
+		t.Errorf("the command ended %v after the lock was deleted, want within the lease %v", took, lease)
+	}
+	t.Logf("lock deleted → command stopped and distlock exited in %v (lease %v)", took, lease)
+}
+
+// A command that ignores SIGTERM is killed after --grace.
+func testRunGraceThenKill(t *testing.T, bin string, s store) {
+	const grace = 300 * time.Millisecond
+	dir := t.TempDir()
+	p := startDistlock(t, bin, s.env, "", "run", "--key", "grace", "--lease", "1s", "--grace", grace.String(),
+		"--", "sh", "-c", waitingJob(dir, "trap '' TERM"))
+	awaitStart(t, dir)
+	deleted := time.Now()
+	s.redis(t, "DEL", lockName("grace"))
+	r := p.mustWait(t, processTimeout)
+	if r.code != ExitLockLost {
+		t.Fatalf("exit %d, want %d; stderr: %s", r.code, ExitLockLost, r.stderr)
+	}
+	wantOneLine(t, r, "did not stop within --grace 300ms and was killed with SIGKILL")
+	if took := time.Since(deleted); took < grace {
+		t.Errorf("distlock exited %v after the loss, before --grace %v", took, grace)
+	}
+}
+
+// --max-hold stops renewal and the command, naming the reason.
+func testRunMaxHold(t *testing.T, bin string, s store) {
+	dir := t.TempDir()
+	p := startDistlock(t, bin, s.env, "", "run", "--key", "max-hold", "--max-hold", "300ms", "--lease", "1s",
+		"--", "sh", "-c", waitingJob(dir, "trap 'exit 0' TERM"))
+	r := p.mustWait(t, processTimeout)
+	if r.code != ExitLockLost {
+		t.Fatalf("exit %d, want %d; stderr: %s", r.code, ExitLockLost, r.stderr)
+	}
+	wantOneLine(t, r, `lock "max-hold" lost while the command ran: --max-hold reached (max_hold)`)
+	if s.held(t, "max-hold") {
+		t.Error("the lock is still held after distlock exited")
+	}
+}
+
+// SIGTERM and SIGINT to distlock reach the command, and the lock is
+// released once the command has exited.
+func testRunSignalForwarding(t *testing.T, bin string, s store) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		dir := t.TempDir()
+		got := filepath.Join(dir, "got")
+		name := strings.TrimPrefix(fmt.Sprint(sig), "SIG")
+		setup := fmt.Sprintf(`trap 'echo %[1]s > %[2]q; sleep 0.2; exit 3' %[1]s`, unixName(sig), got)
+		p := startDistlock(t, bin, s.env, "", "run", "--key", "signals", "--", "sh", "-c", waitingJob(dir, setup))
+		awaitStart(t, dir)
+		if err := p.cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		r := p.mustWait(t, processTimeout)
+		if r.code != 3 {
+			t.Fatalf("%s: exit %d, want the command's 3; stderr: %s", name, r.code, r.stderr)
+		}
+		if want := unixName(sig) + "\n"; readFile(t, got) != want {
+			t.Errorf("%s: the command did not see the signal", name)
+		}
+		if s.held(t, "signals") {
+			t.Errorf("%s: the lock is still held after distlock exited", name)
+		}
+	}
+}
+
+// unixName is the name of sig for a shell's trap.
+func unixName(sig syscall.Signal) string {
+	if sig == syscall.SIGINT {
+		return "INT"
+	}
+	return "TERM"
+}
+
+// --at-least keeps the lock after a command that ends at once, then
+// releases it.
+func testRunAtLeast(t *testing.T, bin string, s store) {
+	const atLeast = 1500 * time.Millisecond
+	dir := t.TempDir()
+	ran := filepath.Join(dir, "ran")
+	p := startDistlock(t, bin, s.env, "", "run", "--key", "at-least", "--at-least", atLeast.String(), "--", "touch", ran)
+	if !waitFor(20*time.Second, func() bool { return fileExists(ran) }) {
+		t.Fatal("the command did not run within 20s")
+	}
+	if !s.held(t, "at-least") {
+		t.Fatal("the lock is free right after the command ended")
+	}
+	if r := runDistlock(t, bin, s.env, "run", "--key", "at-least", "--", "true"); r.code != ExitNotAcquired {
+		t.Fatalf("a second run during --at-least exited %d, want %d", r.code, ExitNotAcquired)
+	}
+	r := p.mustWait(t, processTimeout)
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("exit %d, stderr %q; want 0 and nothing", r.code, r.stderr)
+	}
+	if r.elapsed < atLeast || r.elapsed > atLeast+5*time.Second {
+		t.Errorf("distlock ran %v, want a little over --at-least %v", r.elapsed, atLeast)
+	}
+	if s.held(t, "at-least") {
+		t.Error("the lock is still held after --at-least")
+	}
+}
+
+// A key held elsewhere: ExitNotAcquired after --wait, or 0 and silence with
+// --skip-ok.
+func testRunHeldElsewhere(t *testing.T, bin string, s store) {
+	dir := t.TempDir()
+	holder := startDistlock(t, bin, s.env, "", "run", "--key", "busy", "--owner", "nightly@web-1", "--", "sh", "-c", waitingJob(dir, ""))
+	awaitStart(t, dir)
+	defer func() {
+		letGo(t, dir)
+		holder.mustWait(t, processTimeout)
+	}()
+	if r := runDistlock(t, bin, s.env, "run", "--key", "busy", "--skip-ok", "--", "false"); r.code != 0 || r.stderr != "" {
+		t.Errorf("--skip-ok: exit %d, stderr %q; want 0 and nothing", r.code, r.stderr)
+	}
+	const wait = 300 * time.Millisecond
+	r := runDistlock(t, bin, s.env, "run", "--key", "busy", "--wait", wait.String(), "--", "false")
+	if r.code != ExitNotAcquired {
+		t.Fatalf("--wait: exit %d, want %d", r.code, ExitNotAcquired)
+	}
+	wantOneLine(t, r, `"busy" is held by nightly@web-1 (fence `)
+	if r.elapsed < wait {
+		t.Errorf("--wait %v: gave up after %v", wait, r.elapsed)
+	}
+}
+
+// A distlock killed with SIGKILL takes its command with it (Linux), since
+// nothing renews the lock any more.
+func testRunDistlockKilled(t *testing.T, bin string, s store) {
+	dir := t.TempDir()
+	p := startDistlock(t, bin, s.env, "", "run", "--key", "killed", "--", "sh", "-c", waitingJob(dir, ""))
+	awaitStart(t, dir)
+	pid, err := strconv.Atoi(strings.TrimSpace(readFile(t, filepath.Join(dir, "started"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	p.mustWait(t, processTimeout)
+	if !waitFor(10*time.Second, func() bool { return !alive(pid) }) {
+		t.Fatalf("the command (pid %d) still runs 10s after distlock was killed", pid)
+	}
+}
+
+// alive reports whether pid runs (a zombie does not).
+func alive(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	_, rest, _ := strings.Cut(string(stat), ") ")
+	return !strings.HasPrefix(rest, "Z")
+}
+
+// A store that cannot be reached is ExitUnavailable, and the command does
+// not run.
+func testRunUnreachable(t *testing.T, bin string) {
+	dir := t.TempDir()
+	ran := filepath.Join(dir, "ran")
+	url := fmt.Sprintf("redis://127.0.0.1:%d?dial_timeout=300ms", testserver.FreePort(t))
+	r := runDistlock(t, bin, nil, "run", "--backend", url, "--key", "k", "--", "touch", ran)
+	if r.code != ExitUnavailable {
+		t.Fatalf("exit %d, want %d; stderr: %s", r.code, ExitUnavailable, r.stderr)
+	}
+	wantOneLine(t, r, "connection refused")
+	if fileExists(ran) {
+		t.Error("the command ran without the lock")
+	}
+}
+
+// Bad input gives one clear line and a non-zero exit, and touches no store:
+// the store sees no connection but the test's own probes.
+func TestRunBadInput(t *testing.T) {
+	bin := buildDistlock(t)
+	s := newStore(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		says string
+	}{
+		{"unknown scheme", []string{"run", "--backend", "nope://x", "--key", "k", "--", "true"}, ExitUsage, "forgotten import"},
+		{"malformed duration", []string{"run", "--key", "k", "--lease", "3x", "--", "true"}, ExitUsage, `invalid argument "3x" for "--lease"`},
+		{"lease too short", []string{"run", "--key", "k", "--lease", "1ms", "--", "true"}, ExitUsage, "--lease 1ms: want at least 10ms"},
+		{"negative wait", []string{"run", "--key", "k", "--wait", "-1s", "--", "true"}, ExitUsage, "cannot be negative"},
+		{"at-least over max-hold", []string{"run", "--key", "k", "--at-least", "1m", "--max-hold", "30s", "--", "true"}, ExitUsage, "longer than --max-hold"},
+		{"missing --", []string{"run", "--key", "k", "echo", "hi"}, ExitUsage, "put -- before the command"},
+		{"no command", []string{"run", "--key", "k", "--"}, ExitUsage, "no command"},
+		{"no key", []string{"run", "--", "true"}, ExitUsage, "--key is required"},
+		{"bad key", []string{"run", "--key", "a\x01b", "--", "true"}, ExitUsage, "invalid key"},
+		{"bad output", []string{"run", "-o", "yaml", "--key", "k", "--", "true"}, ExitUsage, `-o "yaml": want text or json`},
+		{"no such command", []string{"run", "--key", "k", "--", "/nonexistent/job"}, exitNotFound, "/nonexistent/job"},
+		{"unknown command", []string{"frobnicate"}, ExitUsage, `unknown command "frobnicate"`},
+		{"unknown flag", []string{"run", "--lease-time", "1s", "--key", "k", "--", "true"}, ExitUsage, "unknown flag: --lease-time"},
+		{"status without key", []string{"status"}, ExitUsage, "status takes one KEY, got 0"},
+		{"list two prefixes", []string{"list", "a", "b"}, ExitUsage, "at most one PREFIX"},
+		{"release without --force", []string{"release", "k"}, ExitUsage, "freeing a lock by key is a force release"},
+		{"release without reason", []string{"release", "--force", "--yes", "k"}, ExitUsage, "--reason is required"},
+		{"release with no terminal", []string{"release", "--force", "k", "--reason", "stuck"}, ExitUsage, "stdin is not a terminal"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := connections(t, s)
+			r := runDistlock(t, bin, s.env, tc.args...)
+			if r.code != tc.code {
+				t.Errorf("exit %d, want %d", r.code, tc.code)
+			}
+			wantOneLine(t, r, tc.says)
+			if r.stdout != "" {
+				t.Errorf("stdout %q, want nothing", r.stdout)
+			}
+			if after := connections(t, s); after != before+1 { // +1: the probe itself
+				t.Errorf("the store saw %d connections besides the test's", after-before-1)
+			}
+		})
+	}
+	if n := s.redis(t, "DBSIZE"); n != "0" {
+		t.Errorf("DBSIZE %s after bad input, want 0", n)
+	}
+}
+
+// connections returns how many connections the store has accepted, the
+// probe's own included.
+func connections(t *testing.T, s store) int {
+	t.Helper()
+	for _, line := range strings.Split(s.redis(t, "INFO", "stats"), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_connections_received:"); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("INFO stats has no total_connections_received")
+	return 0
+}
