@@ -54,23 +54,24 @@ type Progress struct {
 	Errors   int64   // failed attempts so far (not acquired is not an error)
 }
 
-// Validate checks c without touching any store.
+// Validate checks c without touching any store. Its messages name the
+// flags of distlock bench.
 func (c Config) Validate() error {
 	checks := []struct {
 		bad bool
 		msg string
 	}{
-		{c.Workers < 1 || c.Workers > MaxWorkers, fmt.Sprintf("concurrency %d: want 1..%d", c.Workers, MaxWorkers)},
-		{c.Clients < 1 || c.Clients > c.Workers, fmt.Sprintf("clients %d: want 1..concurrency (%d)", c.Clients, c.Workers)},
-		{c.Keys < 1 || c.Keys > MaxKeys, fmt.Sprintf("keys %d: want 1..%d", c.Keys, MaxKeys)},
-		{!(c.Contention >= 0 && c.Contention <= 1), fmt.Sprintf("contention %g: want a share from 0 to 1", c.Contention)},
-		{(c.Duration == 0) == (c.Count == 0), "give exactly one of duration and count"},
-		{c.Duration < 0 || c.Duration > MaxDuration, fmt.Sprintf("duration %v: want more than 0, at most %v", c.Duration, MaxDuration)},
-		{c.Count < 0 || c.Count > MaxCount, fmt.Sprintf("count %d: want 1..%d", c.Count, MaxCount)},
-		{c.Lease < distlock.MinLease, fmt.Sprintf("lease %v: want at least %v", c.Lease, distlock.MinLease)},
-		{c.Wait < 0, fmt.Sprintf("wait %v: want 0 (try once) or more", c.Wait)},
-		{c.Hold < 0, fmt.Sprintf("hold %v: want 0 or more", c.Hold)},
-		{c.Think < 0, fmt.Sprintf("think %v: want 0 or more", c.Think)},
+		{c.Workers < 1 || c.Workers > MaxWorkers, fmt.Sprintf("--concurrency %d: want 1..%d", c.Workers, MaxWorkers)},
+		{c.Clients < 1 || c.Clients > c.Workers, fmt.Sprintf("--clients %d: want 1..--concurrency (%d)", c.Clients, c.Workers)},
+		{c.Keys < 1 || c.Keys > MaxKeys, fmt.Sprintf("--keys %d: want 1..%d", c.Keys, MaxKeys)},
+		{!(c.Contention >= 0 && c.Contention <= 1), fmt.Sprintf("--contention %g: want a share from 0 to 1", c.Contention)},
+		{(c.Duration == 0) == (c.Count == 0), "give exactly one of --duration and --count"},
+		{c.Duration < 0 || c.Duration > MaxDuration, fmt.Sprintf("--duration %v: want more than 0, at most %v", c.Duration, MaxDuration)},
+		{c.Count < 0 || c.Count > MaxCount, fmt.Sprintf("--count %d: want 1..%d", c.Count, MaxCount)},
+		{c.Lease < distlock.MinLease, fmt.Sprintf("--lease %v: want at least %v", c.Lease, distlock.MinLease)},
+		{c.Wait < 0, fmt.Sprintf("--wait %v: want 0 (try once) or more", c.Wait)},
+		{c.Hold < 0, fmt.Sprintf("--hold %v: want 0 or more", c.Hold)},
+		{c.Think < 0, fmt.Sprintf("--think %v: want 0 or more", c.Think)},
 		{c.ProgressInterval < 0, fmt.Sprintf("progress interval %v: want 0 (1s) or more", c.ProgressInterval)},
 	}
 	for _, ch := range checks {
