@@ -202,7 +202,11 @@ func TestEtcdEvenMembersAndLostQuorum(t *testing.T) {
 	members[1].Kill()
 	r := run(t, u, Options{Timeout: time.Second})
 	want(t, r, "quorum", Danger, "2 members, 1 answering")
-	if f := findings(r, "member-health"); len(f) != 2 || f[1].Severity != Warning || !strings.Contains(f[1].Seen, "member m1 does not answer") {
+	stopped := false
+	for _, f := range findings(r, "member-health") {
+		stopped = stopped || f.Severity == Warning && strings.Contains(f.Seen, "member m1 does not answer")
+	}
+	if !stopped {
 		t.Errorf("the stopped member is not reported:\n%s", dump(r))
 	}
 }
@@ -378,9 +382,12 @@ func TestCheckHonoursContext(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := Check(ctx, "redis://"+s.Addr(), Options{Timeout: time.Minute})
-	if err == nil || time.Since(start) > 5*time.Second {
-		t.Fatalf("Check on a paused Redis: %v after %v, want an error within the context's 200ms", err, time.Since(start))
+	// go-redis finishes a dial it started in the background within the
+	// request timeout, so the timeout is kept short enough for the leak
+	// check at the end, and long enough to tell it from the context.
+	_, err := Check(ctx, "redis://"+s.Addr(), Options{Timeout: 3 * time.Second})
+	if d := time.Since(start); err == nil || d > 2*time.Second {
+		t.Fatalf("Check on a paused Redis: %v after %v, want an error within the context's 200ms", err, d)
 	}
 }
 
