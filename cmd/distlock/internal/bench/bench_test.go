@@ -11,8 +11,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/distlock/distlock"
+	_ "github.com/distlock/distlock/backend/etcdlock"
 	_ "github.com/distlock/distlock/backend/memlock"
+	_ "github.com/distlock/distlock/backend/pglock"
 	_ "github.com/distlock/distlock/backend/redislock"
+	_ "github.com/distlock/distlock/backend/zklock"
 	"github.com/distlock/distlock/cmd/distlock/internal/bench"
 	"github.com/distlock/distlock/internal/testserver"
 )
@@ -158,6 +161,31 @@ func TestRedis(t *testing.T) {
 	left, err := testserver.RedisCommand(context.Background(), srv.Addr(), "KEYS", "distlock-bench-floor*")
 	if err != nil || left != "" {
 		t.Errorf("keys left behind: %q, %v", left, err)
+	}
+}
+
+// The floors of PostgreSQL, etcd and ZooKeeper run beside the lock against
+// real servers, and their counts add up.
+func TestFloors(t *testing.T) {
+	for name, start := range map[string]func(t *testing.T) string{
+		"postgres": func(t *testing.T) string { return testserver.PostgresDSN(testserver.Postgres(t)) },
+		"etcd":     func(t *testing.T) string { return "etcd://" + testserver.Etcd(t).Addr() },
+		"zk":       func(t *testing.T) string { return "zk://" + testserver.ZooKeeper(t).Addr() },
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := memConfig()
+			cfg.URL, cfg.Floor, cfg.Count = start(t), true, 200
+			rep := run(t, context.Background(), cfg)
+			if len(rep.Sides) != 2 || rep.Ratio == nil || rep.Ratio.Throughput <= 0 {
+				t.Fatalf("sides %d, ratio %+v", len(rep.Sides), rep.Ratio)
+			}
+			for _, s := range rep.Sides {
+				checkSide(t, s, 200)
+				if s.Errors != 0 || s.Lost != 0 || s.ReleaseErrors != 0 {
+					t.Errorf("%s: errors %v %v, lost %d, release errors %d", s.Name, s.ErrorsByKind, s.FirstErrors, s.Lost, s.ReleaseErrors)
+				}
+			}
+		})
 	}
 }
 
