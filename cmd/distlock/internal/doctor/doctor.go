@@ -51,6 +51,17 @@ func (s Severity) String() string {
 // MarshalText encodes the severity as its name.
 func (s Severity) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
+// UnmarshalText decodes a severity's name.
+func (s *Severity) UnmarshalText(text []byte) error {
+	for _, v := range Severities {
+		if v.String() == string(text) {
+			*s = v
+			return nil
+		}
+	}
+	return fmt.Errorf("doctor: unknown severity %q", text)
+}
+
 // Finding is one thing doctor saw.
 type Finding struct {
 	Severity    Severity `json:"severity"`
