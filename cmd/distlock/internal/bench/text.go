@@ -79,10 +79,18 @@ func (rep *Report) writeTail(w io.Writer) error {
 		}
 	}
 	if r := rep.Ratio; r != nil {
-		fmt.Fprintf(w, "\ndistlock/floor: throughput %.2fx, p50 acquire latency %.2fx\n", r.Throughput, r.AcquireP50)
+		fmt.Fprintf(w, "\ndistlock/floor: throughput %s, p50 acquire latency %s\n", times(r.Throughput), times(r.AcquireP50))
 	}
 	_, err := fmt.Fprintln(w)
 	return err
+}
+
+// times formats a ratio; 0 means a side measured nothing to compare.
+func times(r float64) string {
+	if r == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2fx", r)
 }
 
 // countsOf returns the keys of m as a count map, for sortedKinds.

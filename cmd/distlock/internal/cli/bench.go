@@ -91,18 +91,33 @@ func runBench(cmd *cobra.Command, g *globals, cfg bench.Config) error {
 	if cfg.Progress != nil {
 		fmt.Fprint(stderr, "\r\033[K")
 	}
-	if err != nil {
-		return err
+	if rep != nil {
+		if werr := writeReport(cmd.OutOrStdout(), rep, asJSON); werr != nil {
+			return errors.Join(werr, err)
+		}
 	}
+	var ee *exitError
+	switch {
+	case err != nil && errors.As(err, &ee):
+		return err
+	case err != nil: // the flags were good: the store (or the floor's connection to it) failed
+		return exit(ExitUnavailable, err)
+	}
+	return unanswered(rep)
+}
+
+// writeReport writes rep as JSON or as text.
+func writeReport(w io.Writer, rep *bench.Report, asJSON bool) error {
+	var err error
 	if asJSON {
-		err = writeJSON(cmd.OutOrStdout(), rep)
+		err = writeJSON(w, rep)
 	} else {
-		err = rep.WriteText(cmd.OutOrStdout())
+		err = rep.WriteText(w)
 	}
 	if err != nil {
 		return fmt.Errorf("bench: write the report: %w", err)
 	}
-	return unanswered(rep)
+	return nil
 }
 
 // unanswered returns ExitUnavailable if every attempt of the run failed
