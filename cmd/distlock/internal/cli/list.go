@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -36,6 +37,9 @@ arguments, 69 if the store cannot be reached.`,
 			prefix := strings.Join(args, "")
 			return withClient(cmd, g, "list", "", func(ctx context.Context, c *distlock.Client, asJSON bool) error {
 				infos, err := c.List(ctx, prefix)
+				if errors.Is(err, errors.ErrUnsupported) {
+					return exit(ExitError, &opError{op: "list: this store cannot enumerate its locks", err: err})
+				}
 				if err != nil {
 					return storeFailure("list", err)
 				}

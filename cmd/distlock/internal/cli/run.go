@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/distlock/distlock"
 )
@@ -230,7 +231,7 @@ func interrupted(sigs <-chan os.Signal, when string) error {
 		sig = s.(syscall.Signal)
 	case <-time.After(time.Second): // the context ended without a signal
 	}
-	return exit(128+int(sig), fmt.Errorf("run: interrupted by %v %s", sig, when))
+	return exit(128+int(sig), fmt.Errorf("run: interrupted by %s %s", unix.SignalName(sig), when))
 }
 
 // releaseLock releases l with a context of its own, as the command's may be
@@ -401,7 +402,7 @@ func commandStatus(name string, waitErr error) error {
 		return fmt.Errorf("run: wait for %s: %w", name, waitErr)
 	}
 	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return exit(128+int(ws.Signal()), fmt.Errorf("run: %s was killed by signal %d (%v)", name, ws.Signal(), ws.Signal()))
+		return exit(128+int(ws.Signal()), fmt.Errorf("run: %s was killed by %s (signal %d)", name, unix.SignalName(ws.Signal()), ws.Signal()))
 	}
 	return exit(ee.ExitCode(), fmt.Errorf("run: %s exited with status %d", name, ee.ExitCode()))
 }

@@ -175,8 +175,8 @@ func testRunExitCode(t *testing.T, bin string, s store) {
 	}{
 		{"exit 0", 0, ""},
 		{"exit 7", 7, "sh exited with status 7"},
-		{"kill -KILL $$", 128 + 9, "sh was killed by signal 9 (killed)"},
-		{"kill -TERM $$", 128 + 15, "sh was killed by signal 15 (terminated)"},
+		{"kill -KILL $$", 128 + 9, "sh was killed by SIGKILL (signal 9)"},
+		{"kill -TERM $$", 128 + 15, "sh was killed by SIGTERM (signal 15)"},
 	} {
 		r := runDistlock(t, bin, s.env, "run", "--key", "exit-code", "--", "sh", "-c", tc.script)
 		if r.code != tc.code {

@@ -57,7 +57,9 @@ type process struct {
 func startDistlock(t testing.TB, bin string, env []string, stdin string, args ...string) *process {
 	t.Helper()
 	p := &process{cmd: exec.Command(bin, args...), done: make(chan error, 1)}
-	p.cmd.Env = append(os.Environ(), env...)
+	// A race report makes the binary exit 66, which no test expects; without
+	// atexit_sleep_ms=0 every exit would wait a second for late reports.
+	p.cmd.Env = append(append(os.Environ(), "GORACE=atexit_sleep_ms=0"), env...)
 	p.cmd.Stdin = strings.NewReader(stdin)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	p.start = time.Now()
