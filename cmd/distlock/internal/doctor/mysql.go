@@ -89,7 +89,7 @@ func mysqlFlushFinding(node string, flush int64) Finding {
 		crash = "a crash of the host (power loss, kernel panic)"
 	}
 	f.Severity = Warning
-	f.Consequence = crash + " loses up to about a second of acknowledged commits: grants in it are forgotten, so a second client can take a key its holder still holds, with the same fence (sqllock's fence is a column of the lost row)"
+	f.Consequence = crash + " loses up to about a second of acknowledged commits: grants in it are forgotten, so a second client can take a key its holder still holds, and the fence of a lost grant can be issued again"
 	f.Fix = "SET PERSIST innodb_flush_log_at_trx_commit = 1 (MariaDB: SET GLOBAL, and the same in my.cnf)"
 	return f
 }

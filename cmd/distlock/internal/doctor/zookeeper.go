@@ -97,11 +97,11 @@ func (b zkSessionBounds) finding(server string, lease time.Duration) Finding {
 	switch {
 	case b.granted <= b.asked/2:
 		f.Severity = Danger
-		f.Consequence = fmt.Sprintf("zklock reports its locks lost after %v without a connection (a sixth of what it asked for), but the server can expire the session, and grant its locks to others, %v after the client notices the silence (a third of what it granted): a second client can hold a lock before its holder is told", b.asked/6, b.granted/3)
+		f.Consequence = fmt.Sprintf("zklock reports its locks lost %v after the client notices a disconnection (a sixth of what it asked for), but the server can expire the session, and grant its locks to others, %v after that (a third of what it granted): a second client can hold a lock before its holder is told", b.asked/6, (b.granted / 3).Round(time.Millisecond))
 		f.Fix = fix
 	case b.granted < b.asked:
 		f.Severity = Warning
-		f.Consequence = fmt.Sprintf("zklock reports its locks lost %v after the client notices a disconnection, and the server can expire the session %v after it: the margin that tells a holder before anyone else is granted is %v instead of %v", b.asked/6, b.granted/3, b.granted/3-b.asked/6, b.asked/6)
+		f.Consequence = fmt.Sprintf("zklock reports its locks lost %v after the client notices a disconnection, and the server can expire the session %v after it: the margin that tells a holder before anyone else is granted is %v instead of %v", (b.asked / 6).Round(time.Millisecond), (b.granted / 3).Round(time.Millisecond), (b.granted/3 - b.asked/6).Round(time.Millisecond), (b.asked / 6).Round(time.Millisecond))
 		f.Fix = fix
 	}
 	return f
