@@ -5,11 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"net/url"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -123,6 +123,20 @@ func TestOps(t *testing.T) {
 		}
 		p.mustWait(t, processTimeout)
 	})
+	t.Run("ForceReleaseUnnoticed", func(t *testing.T) {
+		// Freed between two renewals, a run whose command ends first learns
+		// it at release: the command's exit code, and a warning.
+		dir := t.TempDir()
+		p := startDistlock(t, bin, s.env, "", "run", "--key", "ops/c", "--", "sh", "-c", waitingJob(dir, ""))
+		awaitStart(t, dir)
+		ops(t, "release", "--force", "--yes", "ops/c", "--reason", "test")
+		letGo(t, dir)
+		r := p.mustWait(t, processTimeout)
+		if r.code != 0 {
+			t.Errorf("exit %d, want the command's 0", r.code)
+		}
+		wantOneLine(t, r, `warning: lock "ops/c" was no longer held when released`)
+	})
 	t.Run("ForceReleaseFree", func(t *testing.T) {
 		r := runDistlock(t, bin, s.env, "release", "--force", "--yes", "ops/free", "--reason", "x")
 		if r.code != ExitError {
@@ -182,31 +196,43 @@ func TestUnsupportedOperations(t *testing.T) {
 // Confirmation takes y or yes, any case; anything else, or nothing, is no.
 func TestAnsweredYes(t *testing.T) {
 	for in, want := range map[string]bool{"y\n": true, "YES\n": true, " yes \n": true, "y": true, "n\n": false, "\n": false, "": false, "yep\n": false} {
-		if got := answeredYes(strings.NewReader(in)); got != want {
+		if got := answeredYes(context.Background(), strings.NewReader(in)); got != want {
 			t.Errorf("answeredYes(%q) = %v, want %v", in, got, want)
 		}
 	}
 }
 
-// run stops waiting for the lock when its context ends, with 128+SIGINT.
+// A signal to a run waiting for the lock ends the wait with 128+N.
 func TestRunInterruptedWhileWaiting(t *testing.T) {
 	bin := buildDistlock(t)
 	s := newStore(t)
 	dir := t.TempDir()
 	holder := startDistlock(t, bin, s.env, "", "run", "--key", "wait", "--", "sh", "-c", waitingJob(dir, ""))
 	awaitStart(t, dir)
-	waiter := startDistlock(t, bin, s.env, "", "run", "--key", "wait", "--wait", "1m", "--", "true")
-	if !waitFor(20*time.Second, func() bool { return s.redis(t, "PUBSUB", "NUMSUB", lockName("wait")) != lockName("wait")+"\n0" }) {
-		t.Fatal("the waiter did not start waiting within 20s")
+	defer func() {
+		letGo(t, dir)
+		holder.mustWait(t, processTimeout)
+	}()
+	noWaiter := lockName("wait") + "\n0"
+	for _, tc := range []struct {
+		sig  syscall.Signal
+		name string
+	}{{syscall.SIGINT, "SIGINT"}, {syscall.SIGHUP, "SIGHUP"}} {
+		waiter := startDistlock(t, bin, s.env, "", "run", "--key", "wait", "--wait", "1m", "--", "true")
+		// A waiter subscribes to the key's release notices.
+		if !waitFor(20*time.Second, func() bool { return s.redis(t, "PUBSUB", "NUMSUB", lockName("wait")) != noWaiter }) {
+			t.Fatal("the waiter did not start waiting within 20s")
+		}
+		if err := waiter.cmd.Process.Signal(tc.sig); err != nil {
+			t.Fatal(err)
+		}
+		r := waiter.mustWait(t, processTimeout)
+		if r.code != 128+int(tc.sig) {
+			t.Errorf("%s: exit %d, want %d", tc.name, r.code, 128+int(tc.sig))
+		}
+		wantOneLine(t, r, "interrupted by "+tc.name+" while waiting for the lock")
+		if !waitFor(20*time.Second, func() bool { return s.redis(t, "PUBSUB", "NUMSUB", lockName("wait")) == noWaiter }) {
+			t.Fatal("the waiter's subscription outlived it by 20s")
+		}
 	}
-	if err := waiter.cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
-	r := waiter.mustWait(t, processTimeout)
-	if r.code != 128+2 {
-		t.Errorf("exit %d, want 130", r.code)
-	}
-	wantOneLine(t, r, "interrupted by SIGINT while waiting for the lock")
-	letGo(t, dir)
-	holder.mustWait(t, processTimeout)
 }

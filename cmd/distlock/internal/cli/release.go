@@ -127,18 +127,28 @@ func confirm(ctx context.Context, cmd *cobra.Command, c *distlock.Client, key st
 	fmt.Fprintf(cmd.ErrOrStderr(), "%q is held by %s (business id %s, fence %d, lease left %s).\n"+
 		"Its holder is not told until its next renewal and may still write meanwhile.\nFree it? [y/N] ",
 		key, v.owner(), dash(v.BusinessID), v.Fence, v.leaseLeft())
-	if !answeredYes(cmd.InOrStdin()) {
+	if !answeredYes(ctx, cmd.InOrStdin()) {
 		return exit(ExitError, fmt.Errorf("release --force: not confirmed; %q is still held", key))
 	}
 	return nil
 }
 
 // answeredYes reads one line from in and reports whether it says yes.
-func answeredYes(in io.Reader) bool {
-	line, _ := bufio.NewReader(in).ReadString('\n')
-	switch strings.ToLower(strings.TrimSpace(line)) {
-	case "y", "yes":
-		return true
+// An interrupt (ctx ending) is no; the read is then left to the process's
+// exit, as a read of a terminal cannot be cancelled.
+func answeredYes(ctx context.Context, in io.Reader) bool {
+	answer := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(in).ReadString('\n')
+		answer <- line
+	}()
+	select {
+	case line := <-answer:
+		switch strings.ToLower(strings.TrimSpace(line)) {
+		case "y", "yes":
+			return true
+		}
+	case <-ctx.Done():
 	}
 	return false
 }

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -175,7 +176,9 @@ func (f *runFlags) run(cmd *cobra.Command, g *globals, argv []string) error {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, forwardedSignals...)
 	defer signal.Stop(sigs)
-	ctx := cmd.Context()
+	// Until the command runs, any of the signals it would get ends distlock.
+	ctx, stop := signal.NotifyContext(cmd.Context(), forwardedSignals...)
+	defer stop()
 	losses := &lossRecorder{}
 	client, err := g.open(ctx, distlock.WithObserver(losses))
 	if err != nil {
@@ -190,6 +193,7 @@ func (f *runFlags) run(cmd *cobra.Command, g *globals, argv []string) error {
 		releaseLock(cmd, l)
 		return interrupted(sigs, "before the command started")
 	}
+	stop()
 	j := &job{flags: f, lock: l, sigs: sigs, losses: losses}
 	return j.run(cmd, argv)
 }
@@ -235,13 +239,20 @@ func interrupted(sigs <-chan os.Signal, when string) error {
 }
 
 // releaseLock releases l with a context of its own, as the command's may be
-// cancelled, and warns on stderr if the store did not confirm.
+// cancelled. It warns on stderr if the store no longer held the lock (lost
+// between two renewals, unnoticed) or did not confirm the release; a loss
+// already reported needs no warning.
 func releaseLock(cmd *cobra.Command, l *distlock.Lock) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), distlock.ReleaseBudget)
 	defer cancel()
 	err := l.Release(ctx)
-	if err != nil && !errors.Is(err, distlock.ErrLockLost) && !errors.Is(err, distlock.ErrNotHeld) {
-		fmt.Fprintf(cmd.ErrOrStderr(), "distlock: warning: %v (the store frees the key when its lease runs out)\n", err)
+	switch {
+	case err == nil, errors.Is(err, distlock.ErrLockLost):
+	case errors.Is(err, distlock.ErrNotHeld):
+		fmt.Fprintf(cmd.ErrOrStderr(), "distlock: warning: lock %q was no longer held when released: it was deleted, expired or force-released after its last renewal\n", l.Key())
+	default:
+		fmt.Fprintf(cmd.ErrOrStderr(), "distlock: warning: %s (the store frees the key when its lease runs out)\n",
+			strings.TrimPrefix(err.Error(), "distlock: "))
 	}
 }
 
