@@ -180,7 +180,7 @@ func (f *runFlags) run(cmd *cobra.Command, g *globals, argv []string) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), forwardedSignals...)
 	defer stop()
 	losses := &lossRecorder{}
-	client, err := g.open(ctx, distlock.WithObserver(losses))
+	client, err := openClient(ctx, g, "run", distlock.WithObserver(losses))
 	if err != nil {
 		return err
 	}

@@ -74,12 +74,23 @@ func withClient(cmd *cobra.Command, g *globals, op, key string, fn func(context.
 		}
 	}
 	ctx := cmd.Context()
-	c, err := g.open(ctx)
+	c, err := openClient(ctx, g, op)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	return fn(ctx, c, asJSON)
+}
+
+// openClient is g.open for the command op: its errors name op and say
+// "distlock:" once.
+func openClient(ctx context.Context, g *globals, op string, opts ...distlock.ClientOption) (*distlock.Client, error) {
+	c, err := g.open(ctx, opts...)
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return nil, exit(ee.code, &opError{op: op, err: ee.err})
+	}
+	return c, err
 }
 
 // opError is an error of the command op. Its cause may come from the
