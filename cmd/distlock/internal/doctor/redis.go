@@ -42,8 +42,12 @@ type redisTarget struct {
 // what is checked.
 func parseRedisURL(u *url.URL, o Options) (*redisTarget, error) {
 	t := &redisTarget{kind: "node"}
+	// PoolSize is far above the few connections a check uses (they are
+	// dialled on demand): go-redis starts a background re-dial loop, which
+	// outlives Close by up to a second, once as many dials failed as the
+	// pool has slots.
 	t.base = redis.Options{DialTimeout: o.Timeout, ReadTimeout: o.Timeout, WriteTimeout: o.Timeout,
-		ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 1, DisableIdentity: true}
+		ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 64, DisableIdentity: true}
 	if u.User != nil {
 		t.base.Username = u.User.Username()
 		t.base.Password, _ = u.User.Password()
