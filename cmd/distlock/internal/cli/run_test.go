@@ -50,14 +50,16 @@ func (s store) held(t *testing.T, key string) bool {
 // the test keys, so no escaping).
 func lockName(key string) string { return "distlock:{" + key + "}" }
 
-// waitingJob is a shell command for distlock run that notes that it started
-// (the file started in dir, with its pid), runs setup, then waits, at most
-// 30s, for the file go in dir. Its own stderr is discarded, so that what the
+// waitingJob is a shell command for distlock run that runs setup, notes
+// that it started (the file started in dir, with its pid), then waits, at
+// most 30s, for the file go in dir. Its own stderr is discarded, so that what the
 // tests read there is distlock's (sh reports a child killed by a signal).
 func waitingJob(dir, setup string) string {
-	return fmt.Sprintf(`exec 2>/dev/null; echo $$ > %q; %s
+	return fmt.Sprintf(`exec 2>/dev/null
+%s
+echo $$ > %q
 i=0; while [ ! -e %q ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done`,
-		filepath.Join(dir, "started"), setup, filepath.Join(dir, "go"))
+		setup, filepath.Join(dir, "started"), filepath.Join(dir, "go"))
 }
 
 // awaitStart waits until the job in dir has started.
