@@ -51,14 +51,14 @@ func (s store) held(t *testing.T, key string) bool {
 func lockName(key string) string { return "distlock:{" + key + "}" }
 
 // waitingJob is a shell command for distlock run that runs setup, notes
-// that it started (the file started in dir, with its pid), then waits, at
-// most 30s, for the file go in dir. Its own stderr is discarded, so that what the
+// that it started (the file started in dir, with its pid, written whole by
+// a rename), then waits, at most 30s, for the file go in dir. Its own stderr is discarded, so that what the
 // tests read there is distlock's (sh reports a child killed by a signal).
 func waitingJob(dir, setup string) string {
 	return fmt.Sprintf(`exec 2>/dev/null
 %s
-echo $$ > %q
-i=0; while [ ! -e %q ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done`,
+echo $$ > %[2]q.tmp && mv %[2]q.tmp %[2]q
+i=0; while [ ! -e %[3]q ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done`,
 		setup, filepath.Join(dir, "started"), filepath.Join(dir, "go"))
 }
 
