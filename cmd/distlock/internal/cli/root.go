@@ -156,7 +156,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err == nil {
 		return ExitOK
 	}
-	fmt.Fprintln(stderr, "distlock:", err)
+	fmt.Fprintln(stderr, "distlock:", strings.TrimPrefix(err.Error(), "distlock: "))
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return ee.code
