@@ -12,11 +12,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -209,15 +211,52 @@ func lookBinary(t testing.TB, pkg string, names ...string) string {
 	return ""
 }
 
-// FreePort returns a TCP port on Host that was free a moment ago.
+// FreePort returns a TCP port on Host that was free a moment ago and that
+// no earlier call of this process returned.
+//
+// It picks below the kernel's ephemeral range (ip_local_port_range), from
+// which the kernel takes the source port of every outgoing connection and
+// every bind to port 0: a port from that range, freed and then handed to a
+// server, can be taken meanwhile by any client connection of the tests.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", net.JoinHostPort(Host, "0"))
-	if err != nil {
-		t.Fatalf("testserver: free port: %v", err)
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	lo, hi := portRange()
+	for range 200 {
+		p := lo + rand.IntN(hi-lo)
+		if portsGiven[p] {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort(Host, strconv.Itoa(p)))
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		portsGiven[p] = true
+		return p
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatalf("testserver: no free port in %d-%d after 200 tries", lo, hi)
+	return 0
+}
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = make(map[int]bool)
+)
+
+// portRange is where FreePort picks: the 12 000 ports below the kernel's
+// ephemeral range (20 000-32 767 with Linux's default range).
+func portRange() (lo, hi int) {
+	ephemeralLow := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 12000+1024 {
+				ephemeralLow = n
+			}
+		}
+	}
+	return ephemeralLow - 12000, ephemeralLow
 }
 
 // tempDir returns a fresh directory that is removed when the test ends. It
