@@ -665,3 +665,53 @@ func TestLossReportedBeforeDone(t *testing.T) {
 		_ = c.Close()
 	}
 }
+
+// renewingObserver calls Extend, once, from the store call of a renewal.
+type renewingObserver struct {
+	lock     atomicLock
+	done     atomic.Bool // not a sync.Once: Extend's own store call comes back here
+	extended chan error
+}
+
+func (o *renewingObserver) AcquireStarted(ctx context.Context, _ distlock.Event) context.Context {
+	return ctx
+}
+
+func (o *renewingObserver) Observe(ctx context.Context, e distlock.Event) {
+	l := o.lock.Load()
+	if e.Kind != distlock.EventStoreCall || e.Op != "renew" || l == nil {
+		return
+	}
+	if o.done.CompareAndSwap(false, true) {
+		o.extended <- l.Extend(ctx, 2*time.Second)
+	}
+}
+
+// TestStoreCallObserverMayRenew: the store-call event of a renewal comes
+// after the renewal let go of the lock's renewals, so an observer may renew.
+func TestStoreCallObserverMayRenew(t *testing.T) {
+	for _, manual := range []bool{false, true} {
+		ctx := context.Background()
+		obs := &renewingObserver{extended: make(chan error, 1)}
+		c := distlock.New(memlock.New(), distlock.WithObserver(obs))
+		l, err := c.TryLock(ctx, "k", distlock.WithLease(time.Second), distlock.WithWatchdog(true),
+			distlock.WithRenewInterval(20*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		obs.lock.Store(l)
+		if manual {
+			go func() { _ = l.Renew(ctx) }()
+		}
+		select {
+		case err := <-obs.extended:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("Extend from the store-call event of a renewal never returned (manual renew %v)", manual)
+		}
+		_ = l.Release(ctx)
+		_ = c.Close()
+	}
+}

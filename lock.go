@@ -284,8 +284,9 @@ func (h *hold) tick() {
 	lease, ttl := h.r.Lease, h.ttl // as an Extend that ran meanwhile left them
 	h.mu.Unlock()
 	sent := time.Now()
-	err := h.c.call(rctx, &h.r, "renew", func() error { return h.c.backend.Renew(rctx, h.r.Key, h.token, ttl) })
+	err := h.c.backend.Renew(rctx, h.r.Key, h.token, ttl)
 	h.renewMu.Unlock()
+	h.c.observeCall(rctx, &h.r, "renew", sent, err) // with the renewals let go: an observer may renew
 	cancel()
 
 	h.mu.Lock()
@@ -518,10 +519,12 @@ func (h *hold) release(ctx context.Context) error {
 // renew renews the lease once, on behalf of the holder: with the lease the
 // lock has if lease is 0, else with lease, which the lock then keeps.
 func (h *hold) renew(ctx context.Context, op string, lease time.Duration) error {
-	sent, err := h.renewOnce(ctx, lease)
-	switch {
-	case !sent:
+	sent, at, err := h.renewOnce(ctx, lease)
+	if !sent {
 		return err // the hold had ended
+	}
+	h.c.observeCall(ctx, &h.r, "renew", at, err) // the renewals are let go: an observer may renew
+	switch {
 	case err == nil:
 		h.emit(Event{Kind: EventRenewed})
 		return nil
@@ -536,14 +539,15 @@ func (h *hold) renew(ctx context.Context, op string, lease time.Duration) error 
 
 // renewOnce sends one renewal, serialised with the others, unless the hold
 // ended (sent is false then), and moves the validity deadline by its
-// outcome; callbacks are left to the caller.
-func (h *hold) renewOnce(ctx context.Context, lease time.Duration) (sent bool, _ error) {
+// outcome; at is when it was sent. Callbacks, the store-call event among
+// them, are left to the caller.
+func (h *hold) renewOnce(ctx context.Context, lease time.Duration) (sent bool, at time.Time, _ error) {
 	h.renewMu.Lock()
 	defer h.renewMu.Unlock()
 	h.mu.Lock()
 	if err := h.errLocked(); err != nil {
 		h.mu.Unlock()
-		return false, err
+		return false, time.Time{}, err
 	}
 	current := h.r.Lease
 	if lease == 0 {
@@ -551,8 +555,8 @@ func (h *hold) renewOnce(ctx context.Context, lease time.Duration) (sent bool, _
 	}
 	ttl := lease + h.r.LockDelay
 	h.mu.Unlock()
-	at := time.Now()
-	err := h.c.call(ctx, &h.r, "renew", func() error { return h.c.backend.Renew(ctx, h.r.Key, h.token, ttl) })
+	at = time.Now()
+	err := h.c.backend.Renew(ctx, h.r.Key, h.token, ttl)
 
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -575,7 +579,7 @@ func (h *hold) renewOnce(ctx context.Context, lease time.Duration) (sent bool, _
 		}
 		h.c.sched.set(h, h.nextDueLocked())
 	}
-	return true, err
+	return true, at, err
 }
 
 func (h *hold) emit(e Event) {
