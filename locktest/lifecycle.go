@@ -3,6 +3,7 @@ package locktest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -408,5 +409,78 @@ func (s *suite) extend(t *testing.T) {
 	wantNotAcquired(t, ctx, b, key)
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// closeDuringCalls closes a backend while other goroutines are in the middle
+// of its calls, waits included, as a shutting-down process does: every call
+// returns (with a result or an error), those begun after Close returned fail
+// with ErrClosed, and the race detector sees nothing.
+func (s *suite) closeDuringCalls(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	b := s.h.NewBackend(t)
+	key := s.key(t)
+	holder := s.client(t)
+	l := mustLock(t, ctx, holder, key+"/held")
+	defer func() { _ = l.Release(ctx) }()
+	closed := make(chan struct{})
+	var wg sync.WaitGroup
+	var afterClose atomic.Int64
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 100_000 { // until Close, which comes long before
+				select {
+				case <-closed:
+					if err := closeDuringCallsStep(ctx, b, key, g, i); !errors.Is(err, distlock.ErrClosed) {
+						t.Errorf("a call after Close: got %v, want ErrClosed", err)
+					}
+					afterClose.Add(1)
+					return
+				default:
+				}
+				_ = closeDuringCallsStep(ctx, b, key, g, i)
+			}
+		})
+	}
+	time.Sleep(50 * time.Millisecond)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	close(closed)
+	wg.Wait()
+	t.Logf("%d goroutines made a call after Close", afterClose.Load())
+}
+
+// closeDuringCallsStep makes one call of the backend's, by turn: an acquire
+// and its release, a renewal, an inspection, or a short wait for a held key.
+func closeDuringCallsStep(ctx context.Context, b driver.Backend, key string, g, i int) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req := driver.AcquireRequest{Key: fmt.Sprintf("%s/%d-%d", key, g, i), Token: fmt.Sprintf("%032x", g*1000+i+1), TTL: 10 * time.Second}
+	switch i % 4 {
+	case 0:
+		if _, err := b.Acquire(ctx, req); err != nil {
+			return err
+		}
+		return b.Release(ctx, req.Key, req.Token)
+	case 1:
+		return b.Renew(ctx, req.Key, req.Token, time.Second)
+	case 2:
+		_, err := b.Inspect(ctx, req.Key)
+		return err
+	default:
+		w, ok := b.(driver.Waiter)
+		if !ok {
+			_, err := b.Inspect(ctx, key+"/held")
+			return err
+		}
+		req.Key = key + "/held"
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		defer cancel()
+		_, err := w.AcquireWait(wctx, req)
+		if errors.Is(err, driver.ErrNotAcquired) && ctx.Err() == nil {
+			return nil
+		}
+		return err
 	}
 }

@@ -96,6 +96,7 @@ func Run(t *testing.T, h Harness) {
 		{"CloseEndsWait", s.closeEndsWait},
 		{"ReleaseThroughDeadLink", s.releaseThroughDeadLink},
 		{"ReleaseAfterBackendClosed", s.releaseAfterBackendClosed},
+		{"CloseDuringCalls", s.closeDuringCalls},
 		{"WaiterEntryDeleted", s.waiterEntryDeleted},
 		{"FencesInGrantOrder", s.fencesInGrantOrder},
 		{"CallbacksMayRelease", s.callbacksMayRelease},

@@ -177,13 +177,25 @@ func (b *Backend) watchHold(h *hold) {
 }
 
 // background runs f with a fresh bounded context in a goroutine Close waits
-// for.
+// for. Once Close has begun it runs f at once instead, in the caller's
+// goroutine: Close may already be waiting, and a goroutine started then
+// would be neither waited for nor safe to count.
 func (b *Backend) background(f func(ctx context.Context)) {
-	b.bg.Add(1)
-	go func() {
-		defer b.bg.Done()
+	run := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), b.requestTimeout)
 		defer cancel()
 		f(ctx)
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		run()
+		return
+	}
+	b.bg.Add(1)
+	b.mu.Unlock()
+	go func() {
+		defer b.bg.Done()
+		run()
 	}()
 }
