@@ -44,6 +44,8 @@ type goRedis struct {
 	scripts [numScripts]*redis.Script
 	bounded bool           // the client honours context deadlines itself
 	late    sync.WaitGroup // requests abandoned at their deadline, when !bounded
+	mu      sync.Mutex     // orders late.Add before close's late.Wait
+	closing bool           // close has begun: requests run in the caller
 }
 
 func contextTimeoutEnabled(c redis.UniversalClient) bool {
@@ -67,8 +69,14 @@ func (g *goRedis) run(ctx context.Context, s script, keys []string, args []strin
 	if g.bounded || ctx.Done() == nil {
 		return g.scripts[s].Run(ctx, g.c, keys, vals...)
 	}
-	done := make(chan *redis.Cmd, 1)
+	g.mu.Lock()
+	if g.closing {
+		g.mu.Unlock()
+		return g.scripts[s].Run(ctx, g.c, keys, vals...)
+	}
 	g.late.Add(1)
+	g.mu.Unlock()
+	done := make(chan *redis.Cmd, 1)
 	go func() {
 		defer g.late.Done()
 		done <- g.scripts[s].Run(ctx, g.c, keys, vals...)
@@ -141,6 +149,9 @@ func (g *goRedis) forEachMaster(ctx context.Context, fn func(context.Context, *r
 func (g *goRedis) closedErr(err error) bool { return errors.Is(err, redis.ErrClosed) }
 
 func (g *goRedis) close() error {
+	g.mu.Lock()
+	g.closing = true
+	g.mu.Unlock()
 	g.late.Wait()
 	return nil
 }
