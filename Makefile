@@ -8,12 +8,12 @@
 
 GO ?= go
 
-.PHONY: deps test fmt-check vet bench build
+.PHONY: deps test fmt-check vet bench build generate generate-check
 
 deps:
 	./scripts/deps.sh
 
-test: deps fmt-check vet
+test: deps fmt-check generate-check vet
 	$(GO) test -race -count=1 -p 1 -timeout 30m ./...
 	cd cmd/distlock && $(GO) test -race -count=1 -p 1 -timeout 20m ./...
 
@@ -22,10 +22,24 @@ fmt-check:
 
 vet:
 	$(GO) vet ./...
+	cd gen && $(GO) vet ./...
 	cd cmd/distlock && $(GO) vet ./...
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# make generate  regenerates gen/ from proto/ with the generators pinned as
+#                tools in cmd/distlock/go.mod (buf, protoc-gen-go,
+#                protoc-gen-connect-go), after linting the protos.
+generate:
+	cd cmd/distlock && GOBIN=$(CURDIR)/bin/tools $(GO) install tool
+	PATH="$(CURDIR)/bin/tools:$$PATH" bin/tools/buf lint
+	rm -rf gen/distlock
+	PATH="$(CURDIR)/bin/tools:$$PATH" bin/tools/buf generate
+
+# generate-check fails if the committed gen/ differs from what generate makes.
+generate-check: generate
+	@out="$$(git status --porcelain -- gen)"; if [ -n "$$out" ]; then echo "gen/ is not what make generate makes; run make generate and commit:"; echo "$$out"; git diff --stat -- gen; exit 1; fi
 
 # make build  builds the distlock binary into bin/.
 build:
