@@ -16,6 +16,39 @@ import (
 // acquire resolves options, applies the policy, validates, and takes the
 // lock; once makes a single attempt whatever the options say.
 func (c *Client) acquire(ctx context.Context, key string, once bool, opts []Option) (*Lock, error) {
+	r, err := c.prepare(ctx, key, once, opts)
+	if err != nil {
+		return nil, err
+	}
+	if !c.enterAcquire() {
+		return nil, keyErr("lock", key, ErrClosed)
+	}
+	defer c.inflight.Done()
+	if r.Reentrant {
+		if l := c.reenter(&r); l != nil {
+			return l, nil
+		}
+	}
+	req := driver.AcquireRequest{Key: key, Token: newToken(), TTL: r.Lease + r.LockDelay, Meta: r.Meta}
+	var h *hold
+	g, err := c.take(ctx, &r, &req, func(obsCtx context.Context, g driver.Grant, sent time.Time) (string, error) {
+		var err error
+		h, err = c.newHold(obsCtx, r, req.Token, g, sent)
+		if err != nil {
+			return "", err
+		}
+		return h.tokenID, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	h.arm(g.Lost)
+	return &Lock{h: h}, nil
+}
+
+// prepare resolves options, applies the policy and validates: the request
+// of an acquisition, or the error that ends it before any store call.
+func (c *Client) prepare(ctx context.Context, key string, once bool, opts []Option) (Request, error) {
 	r := Request{Key: key, Wait: WaitUntilContextDone, Lease: DefaultLease, Watchdog: true, Meta: Meta{Owner: OwnerFromContext(ctx)}}
 	for _, o := range opts {
 		o(&r)
@@ -30,50 +63,46 @@ func (c *Client) acquire(ctx context.Context, key string, once bool, opts []Opti
 				obsCtx := c.observer.AcquireStarted(ctx, c.event(&r, Event{Kind: EventAcquireStart}))
 				c.observe(obsCtx, &r, Event{Kind: EventNotAcquired, Err: err})
 			}
-			return nil, err
+			return r, err
 		}
 	}
 	if err := r.validate(c.maxLease); err != nil {
-		return nil, keyErr("lock", key, err)
+		return r, keyErr("lock", key, err)
 	}
-	if !c.enterAcquire() {
-		return nil, keyErr("lock", key, ErrClosed)
-	}
-	defer c.inflight.Done()
-	if r.Reentrant {
-		if l := c.reenter(&r); l != nil {
-			return l, nil
-		}
-	}
+	return r, nil
+}
 
+// take acquires req as r says and reports the acquisition to the observer.
+// held turns a grant into the caller's result and returns the token id for
+// the event; its error ends the acquisition like a store's.
+func (c *Client) take(ctx context.Context, r *Request, req *driver.AcquireRequest,
+	held func(obsCtx context.Context, g driver.Grant, sent time.Time) (tokenID string, err error)) (driver.Grant, error) {
 	obsCtx := ctx
 	var start time.Time // read the clock only for an observer
 	if c.observer != nil {
 		start = time.Now()
-		obsCtx = c.observer.AcquireStarted(ctx, c.event(&r, Event{Kind: EventAcquireStart}))
+		obsCtx = c.observer.AcquireStarted(ctx, c.event(r, Event{Kind: EventAcquireStart, Remote: r.keepToken}))
 	}
-	req := driver.AcquireRequest{Key: key, Token: newToken(), TTL: r.Lease + r.LockDelay, Meta: r.Meta}
-	g, sent, err := c.acquireWaiting(obsCtx, &r, &req)
+	g, sent, err := c.acquireWaiting(obsCtx, r, req)
 	var waited time.Duration
 	if c.observer != nil {
 		waited = time.Since(start)
 	}
-	var h *hold
+	var id string
 	if err == nil {
-		h, err = c.newHold(obsCtx, r, req.Token, g, sent)
+		id, err = held(obsCtx, g, sent)
 	}
 	if err != nil {
 		kind := EventNotAcquired
 		if !errors.Is(err, ErrNotAcquired) {
 			kind = EventAcquireFailed
 		}
-		err = keyErr("lock", key, err)
-		c.observe(obsCtx, &r, Event{Kind: kind, Wait: waited, Err: err})
-		return nil, err
+		err = keyErr("lock", r.Key, err)
+		c.observe(obsCtx, r, Event{Kind: kind, Wait: waited, Err: err, Remote: r.keepToken})
+		return driver.Grant{}, err
 	}
-	c.observe(obsCtx, &r, Event{Kind: EventAcquired, Fence: g.Fence, Wait: waited, TokenID: h.tokenID})
-	h.arm(g.Lost)
-	return &Lock{h: h}, nil
+	c.observe(obsCtx, r, Event{Kind: EventAcquired, Fence: g.Fence, Wait: waited, TokenID: id, Remote: r.keepToken})
+	return g, nil
 }
 
 // attempt makes one acquisition request. A request that failed without a
@@ -85,7 +114,7 @@ func (c *Client) attempt(ctx context.Context, r *Request, req *driver.AcquireReq
 	g, err := c.backend.Acquire(ctx, *req)
 	c.observeCall(ctx, r, "acquire", sent, err)
 	if err != nil {
-		if !errors.Is(err, ErrNotAcquired) {
+		if !errors.Is(err, ErrNotAcquired) && !r.keepToken {
 			c.releaseAbandoned(r, req.Token)
 			req.Token = newToken()
 		}

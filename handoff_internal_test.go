@@ -94,7 +94,7 @@ func TestHandoffByStaleTokenChangesNothing(t *testing.T) {
 	if _, err := store.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "holder", TTL: time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	waiter := c.lines.join(driver.AcquireRequest{Key: "k", TTL: time.Second})
+	waiter := c.lines.join(driver.AcquireRequest{Key: "k", TTL: time.Second}, false)
 	defer c.lines.leave("k", waiter, false)
 	done, err := c.handOff(ctx, store, &Request{Key: "k"}, "stale", waiter)
 	if !done || !errors.Is(err, ErrNotHeld) {

@@ -87,6 +87,10 @@ type Event struct {
 	Latency time.Duration
 	Reason  string
 	Err     error
+	// Remote marks an event of a lock held elsewhere, through AcquireToken,
+	// RenewToken and ReleaseToken: this process does not hold it, and its
+	// hold time is unknown (zero).
+	Remote bool
 }
 
 // Observer receives lock events. It must be fast and safe for concurrent use;

@@ -54,6 +54,8 @@ type Request struct {
 	// Group and Critical are set by a Policy; they label telemetry.
 	Group    string
 	Critical bool
+
+	keepToken bool // AcquireToken: the token is the caller's, never replaced or released
 }
 
 // Option configures one lock request.

@@ -53,6 +53,9 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req *driver.Acq
 		case errors.Is(err, ErrNotAcquired):
 			return driver.Grant{}, sent, notAcquired(nil)
 		default:
+			if r.keepToken {
+				return driver.Grant{}, sent, err
+			}
 			c.releaseAbandoned(r, req.Token)
 			if errors.Is(context.Cause(wctx), ErrClosed) {
 				return driver.Grant{}, sent, notAcquired(nil)
@@ -69,7 +72,7 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req *driver.Acq
 	}
 	wctx, stopOnClose = c.untilClosed(wctx) // only now: a free key costs no registration
 	defer stopOnClose()
-	turn := c.lines.join(*req)
+	turn := c.lines.join(*req, r.keepToken)
 	granted := false
 	defer func() {
 		c.lines.leave(r.Key, turn, granted)
@@ -110,6 +113,9 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req *driver.Acq
 				return g, sent, nil
 			}
 			if !errors.Is(err, ErrNotAcquired) {
+				if r.keepToken {
+					return driver.Grant{}, sent, err // the caller decides about its token
+				}
 				lastErr = err // a store failure: keep trying while the wait lasts
 			}
 			if g, sent, ok := handed(); ok {
@@ -170,7 +176,7 @@ func (c *Client) untilClosed(ctx context.Context) (_ context.Context, stop func(
 // waiter.
 func (c *Client) releaseOrHand(ctx context.Context, r *Request, token string) error {
 	if hb, ok := c.backend.(driver.Handoff); ok {
-		if t := c.lines.next(r.Key); t != nil {
+		if t := c.lines.next(r.Key); t != nil && !t.keepsToken {
 			if done, err := c.handOff(ctx, hb, r, token, t); done {
 				if err != nil {
 					c.lines.released(r.Key) // the lease had run out: the key may be free
@@ -245,6 +251,9 @@ type turn struct {
 	// behindGrant is set, before head closes, when the waiter ahead left
 	// holding the key.
 	behindGrant bool
+	// keepsToken: the waiter's token is its caller's (AcquireToken), so no
+	// grant can be handed to it under a fresh one; a release wakes it instead.
+	keepsToken bool
 }
 
 // handed is a grant passed to a waiter by a local release.
@@ -275,9 +284,9 @@ func (l *lines) empty(key string) bool {
 }
 
 // join queues a waiter for req.Key.
-func (l *lines) join(req driver.AcquireRequest) *turn {
+func (l *lines) join(req driver.AcquireRequest, keepsToken bool) *turn {
 	req.Token = ""
-	t := &turn{req: req, head: make(chan struct{}), wake: make(chan struct{}, 1), handed: make(chan handed, 1)}
+	t := &turn{req: req, head: make(chan struct{}), wake: make(chan struct{}, 1), handed: make(chan handed, 1), keepsToken: keepsToken}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.byKey == nil {

@@ -25,7 +25,7 @@ import (
 //	force_releases_total{group,backend}        counter: keys an operator freed whoever held them
 //	store_request_seconds{backend,op}          histogram: backend request latency (acquire, renew, release, inspect, list)
 //	store_errors_total{backend,op}             counter: backend requests that failed (contention is not a failure)
-//	locks_held{group,backend}                  gauge: locks held by this process
+//	locks_held{group,backend}                  gauge: locks held by this process (not grants for remote holders)
 //	waiters{group,backend}                     gauge: acquisitions in progress
 //	degraded{group}                            gauge: 1 while a policy fails the group's non-critical requests fast
 type Metrics struct {
@@ -100,7 +100,7 @@ func (m *Metrics) Observe(_ context.Context, e distlock.Event) {
 		m.acquisitions.WithLabelValues(group, e.Backend, result).Inc()
 		m.waiters.WithLabelValues(group, e.Backend).Dec()
 		m.wait.WithLabelValues(group, e.Backend, result).Observe(e.Wait.Seconds())
-		if e.Kind == distlock.EventAcquired {
+		if e.Kind == distlock.EventAcquired && !e.Remote { // a remote holder's lock is not held here
 			m.held.WithLabelValues(group, e.Backend).Inc()
 		}
 		return
@@ -115,7 +115,7 @@ func (m *Metrics) Observe(_ context.Context, e distlock.Event) {
 		m.ended(group, e)
 	case distlock.EventReleased:
 		m.releases.WithLabelValues(group, e.Backend, e.Reason).Inc()
-		if e.Reason != distlock.ReleaseLost { // a lost lock ended at its loss
+		if e.Reason != distlock.ReleaseLost && !e.Remote { // a lost lock ended at its loss
 			m.ended(group, e)
 		}
 	case distlock.EventForceReleased:
