@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/internal/testserver"
 )
 
 // TestAbandonedWaitLeavesNothing checks that a waiter whose wait ends
 // deletes its queue entry before returning, and that a release leaves no
 // entry behind.
 func TestAbandonedWaitLeavesNothing(t *testing.T) {
-	eps := []string{embeddedEtcd(t)}
+	eps := []string{testserver.EtcdEndpoint(testserver.Etcd(t))}
 	cli := admin(t, eps)
 	prefix := uniquePrefix(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

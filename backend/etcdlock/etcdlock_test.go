@@ -21,14 +21,14 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// servers are the two etcd deployments every test runs against: Debian's
-// etcd-server process and an embedded server, as the lock service runs it.
+// servers are the etcd deployments every test runs against: Debian's
+// etcd-server process. (The lock service's embedded etcd runs the suite in
+// the service's own module, which keeps the etcd server out of this one.)
 var servers = []struct {
 	name  string
 	start func(testing.TB) []string
 }{
 	{"debian", func(t testing.TB) []string { return []string{testserver.EtcdEndpoint(testserver.Etcd(t))} }},
-	{"embedded", func(t testing.TB) []string { return []string{embeddedEtcd(t)} }},
 }
 
 var seq atomic.Int64

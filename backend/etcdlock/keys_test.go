@@ -11,6 +11,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/etcdlock"
+	"github.com/distlock/distlock/internal/testserver"
 )
 
 func TestEscapeRoundTrip(t *testing.T) {
@@ -35,7 +36,7 @@ func TestEscapeRoundTrip(t *testing.T) {
 // naming the whole lock key, and that keys which are path prefixes of each
 // other do not exclude each other.
 func TestKeysStayInNamespace(t *testing.T) {
-	eps := []string{embeddedEtcd(t)}
+	eps := []string{testserver.EtcdEndpoint(testserver.Etcd(t))}
 	cli := admin(t, eps)
 	prefix := uniquePrefix(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

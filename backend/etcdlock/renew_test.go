@@ -12,6 +12,7 @@ import (
 
 	"github.com/distlock/distlock/backend/etcdlock"
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/testserver"
 )
 
 // TestRenewNewTTL renews a hold with a longer and then a shorter ttl, as
@@ -129,7 +130,7 @@ func TestRenewNewTTL(t *testing.T) {
 // goroutines while the hold is released: every renewal either succeeds or
 // reports ErrNotHeld, and the release leaves no entry behind.
 func TestRenewNewTTLConcurrentRelease(t *testing.T) {
-	eps := []string{embeddedEtcd(t)}
+	eps := []string{testserver.EtcdEndpoint(testserver.Etcd(t))}
 	cli, prefix := admin(t, eps), uniquePrefix(t)
 	b := dial(t, eps, prefix)
 	defer b.Close()
