@@ -1,0 +1,242 @@
+// Package embedetcd runs a single-node etcd inside the distlock process: the
+// default store of `distlock serve`. It is a real etcd (raft, a write-ahead
+// log, fsync on every commit), so what it stores survives a crash or a
+// restart over the same directory: keys, leases and revisions, and with them
+// the locks, their leases and their fences.
+//
+// Clients reach it through a unix socket inside the data directory, which
+// Start creates with mode 0700: only the service's user can talk to the store
+// behind the service's back. The raft peer port, which a single node needs to
+// exist but never uses, listens on a free loopback port chosen at each start.
+// A directory serves one process at a time: Start takes an exclusive lock on
+// it and refuses a directory another process uses.
+package embedetcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"golang.org/x/sys/unix"
+)
+
+// DefaultReadyTimeout bounds how long Start waits for the store to be ready
+// (replaying its log, electing itself) when ctx has no earlier deadline.
+const DefaultReadyTimeout = time.Minute
+
+// socketName is the client socket's file name inside the data directory.
+const socketName = "etcd.sock"
+
+// lockName is the file Start locks so that two processes never share a
+// directory.
+const lockName = "distlock.lock"
+
+// maxSocketPath is the longest socket path Linux accepts (sun_path is 108
+// bytes with its terminating NUL) with a margin; a longer data directory
+// gets a loopback TCP port instead.
+const maxSocketPath = 100
+
+// Etcd is a running embedded etcd. Create it with Start; Close stops it.
+type Etcd struct {
+	e         *embed.Etcd
+	dir       string
+	endpoints []string
+	lock      *os.File
+	closing   *atomic.Bool // tells the log core that Close began
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Start starts a single-node etcd whose data lives in dir (created with mode
+// 0700 if missing) and waits until it serves requests, within ctx and
+// DefaultReadyTimeout. An existing dir is reopened as it was: every key,
+// lease and revision is kept. logger receives etcd's warnings and errors;
+// nil discards them.
+//
+// Start fails if another process uses dir, if the store does not become
+// ready in time, or if etcd refuses the directory (a corrupt log, say); the
+// error names dir.
+func Start(ctx context.Context, dir string, logger *slog.Logger) (*Etcd, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("embedetcd: data dir %q: %w", dir, err)
+	}
+	if err := os.MkdirAll(abs, 0o700); err != nil {
+		return nil, fmt.Errorf("embedetcd: data dir %s: %w", abs, err)
+	}
+	lock, err := lockDir(abs)
+	if err != nil {
+		return nil, err
+	}
+	e, err := start(ctx, abs, logger)
+	if err != nil {
+		_ = lock.Close()
+		return nil, err
+	}
+	e.lock = lock
+	return e, nil
+}
+
+// lockDir takes an exclusive, non-blocking lock on dir's lock file. The
+// lock ends with the process, so a crash never leaves a directory locked.
+func lockDir(dir string) (*os.File, error) {
+	path := filepath.Join(dir, lockName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("embedetcd: data dir %s: %w", dir, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		_ = f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("embedetcd: data dir %s is in use by another process (%s is locked)", dir, path)
+		}
+		return nil, fmt.Errorf("embedetcd: lock data dir %s: %w", dir, err)
+	}
+	return f, nil
+}
+
+// start configures and starts etcd in dir, trying other ports, up to three
+// times in all, if a port chosen free was taken meanwhile.
+func start(ctx context.Context, dir string, logger *slog.Logger) (*Etcd, error) {
+	var err error
+	for range 3 {
+		var e *Etcd
+		e, err = startOnce(ctx, dir, logger)
+		if err == nil || !addrInUse(err) {
+			return e, err
+		}
+	}
+	return nil, err
+}
+
+func startOnce(ctx context.Context, dir string, logger *slog.Logger) (*Etcd, error) {
+	closing := new(atomic.Bool)
+	cfg, err := config(dir, logger, closing)
+	if err != nil {
+		return nil, err
+	}
+	ee, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("embedetcd: start in %s: %w", dir, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, DefaultReadyTimeout)
+	defer cancel()
+	select {
+	case <-ee.Server.ReadyNotify():
+	case err := <-ee.Err():
+		closing.Store(true)
+		ee.Close()
+		return nil, fmt.Errorf("embedetcd: start in %s: %w", dir, err)
+	case <-ctx.Done():
+		closing.Store(true)
+		ee.Close()
+		return nil, fmt.Errorf("embedetcd: start in %s: not ready: %w", dir, context.Cause(ctx))
+	}
+	eps := make([]string, len(cfg.AdvertiseClientUrls))
+	for i, u := range cfg.AdvertiseClientUrls {
+		eps[i] = u.String()
+	}
+	return &Etcd{e: ee, dir: dir, endpoints: eps, closing: closing}, nil
+}
+
+// addrInUse reports whether err is a listener's port taken by another.
+func addrInUse(err error) bool {
+	return errors.Is(err, unix.EADDRINUSE) || strings.Contains(err.Error(), "address already in use")
+}
+
+// config returns the embedded server's configuration for dir. Its log
+// records go to logger; closing tells them apart once Close began.
+func config(dir string, logger *slog.Logger, closing *atomic.Bool) (*embed.Config, error) {
+	cfg := embed.NewConfig()
+	cfg.Name = "distlock"
+	cfg.Dir = dir
+	cfg.InitialClusterToken = "distlock-embedded"
+	client, err := clientURL(dir)
+	if err != nil {
+		return nil, err
+	}
+	peerPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	peer := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(peerPort))}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	// Only etcd's gRPC API is used; its JSON gateway would be one more
+	// door into the store.
+	cfg.EnableGRPCGateway = false
+	// Keep an hour of history: watches and fences need none older, and
+	// without compaction the store's size grows with every lock taken.
+	cfg.AutoCompactionMode = embed.CompactorModePeriodic
+	cfg.AutoCompactionRetention = "1h"
+	core := &slogCore{l: logger, level: zapcore.WarnLevel, closing: closing}
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(core))
+	return cfg, nil
+}
+
+// clientURL returns the client URL: a unix socket in dir, or a free
+// loopback TCP port if dir is too long for a socket path.
+func clientURL(dir string) (url.URL, error) {
+	sock := filepath.Join(dir, socketName)
+	if len(sock) <= maxSocketPath {
+		return url.URL{Scheme: "unix", Path: sock}, nil
+	}
+	port, err := freePort()
+	if err != nil {
+		return url.URL{}, err
+	}
+	return url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}, nil
+}
+
+// freePort returns a loopback TCP port that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("embedetcd: find a free loopback port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Endpoints returns the client URLs of the store, for clientv3.Config
+// (unix:///DIR/etcd.sock, or http://127.0.0.1:PORT for a long DIR).
+func (e *Etcd) Endpoints() []string { return append([]string(nil), e.endpoints...) }
+
+// Dir returns the absolute path of the data directory.
+func (e *Etcd) Dir() string { return e.dir }
+
+// Err returns a channel that receives an error if the store fails after it
+// started; a service should stop then, as its store is gone.
+func (e *Etcd) Err() <-chan error { return e.e.Err() }
+
+// Close stops the store, waiting for the requests it is serving, and lets
+// the directory go. What it stores stays in the directory for the next
+// Start. Closing twice is harmless.
+func (e *Etcd) Close() error {
+	e.closeOnce.Do(func() {
+		e.closing.Store(true)
+		e.e.Close()
+		if err := e.lock.Close(); err != nil {
+			e.closeErr = fmt.Errorf("embedetcd: unlock data dir %s: %w", e.dir, err)
+		}
+	})
+	return e.closeErr
+}
