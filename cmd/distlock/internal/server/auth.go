@@ -1,0 +1,100 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	"connectrpc.com/connect"
+
+	"github.com/distlock/distlock/cmd/distlock/internal/auth"
+	"github.com/distlock/distlock/gen/distlock/v1/distlockv1connect"
+)
+
+// procedure is what the guard knows of an RPC before reading its request.
+type procedure struct {
+	name   string      // the RPC's name, for metrics and logs
+	action auth.Action // the least a caller's role must allow
+}
+
+// procedures maps each RPC's path to its name and action. List's all_tenants
+// needs auth.Administer too, which List checks once it has read the request.
+var procedures = map[string]procedure{
+	distlockv1connect.LockServiceAcquireProcedure:      {"Acquire", auth.Write},
+	distlockv1connect.LockServiceRenewProcedure:        {"Renew", auth.Write},
+	distlockv1connect.LockServiceReleaseProcedure:      {"Release", auth.Write},
+	distlockv1connect.LockServiceInspectProcedure:      {"Inspect", auth.Read},
+	distlockv1connect.LockServiceListProcedure:         {"List", auth.Read},
+	distlockv1connect.LockServiceWatchProcedure:        {"Watch", auth.Read},
+	distlockv1connect.LockServiceForceReleaseProcedure: {"ForceRelease", auth.Administer},
+	distlockv1connect.LockServiceOpenSessionProcedure:  {"OpenSession", auth.Write},
+	distlockv1connect.LockServiceKeepAliveProcedure:    {"KeepAlive", auth.Write},
+	distlockv1connect.LockServiceCloseSessionProcedure: {"CloseSession", auth.Write},
+}
+
+// guard admits a call to next, before its request is read: the server must
+// not be shutting down (else Unavailable), the bearer token must be known
+// (else Unauthenticated), its role must allow the RPC (else
+// PermissionDenied), and its tenant must be within its rate (else
+// ResourceExhausted). It records the call's outcome in metrics and the
+// access log. Paths that are no RPC go to next unchecked, which answers 404.
+func (s *Server) guard(next http.Handler) http.Handler {
+	errw := connect.NewErrorWriter()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, ok := procedures[r.URL.Path]
+		if !ok {
+			next.ServeHTTP(w, r)
+			return
+		}
+		c := newCall(p.name)
+		if err := s.admit(r, p, c); err != nil {
+			c.code = codeOf(err)
+			_ = errw.Write(w, r, err)
+		} else {
+			rec := &recorder{ResponseWriter: w}
+			next.ServeHTTP(rec, r.WithContext(withCall(r.Context(), c)))
+			if c.code == "" { // the request failed before the interceptor: undecodable, too large
+				c.code = rec.code()
+			}
+		}
+		s.finish(c)
+	})
+}
+
+// admit authenticates, authorizes and rate-limits one call, setting c.id.
+func (s *Server) admit(r *http.Request, p procedure, c *call) error {
+	if s.stopping.Load() {
+		return errShutdown()
+	}
+	id, err := s.identify(r.Header.Get("Authorization"))
+	if err != nil {
+		return err
+	}
+	c.id = id
+	if !id.Role.Allows(p.action) {
+		return connect.NewError(connect.CodePermissionDenied,
+			fmt.Errorf("%s: role %s of tenant %q may not %s", p.name, id.Role, id.Tenant, p.action))
+	}
+	if !s.limiters.allow(id.Tenant) {
+		return connect.NewError(connect.CodeResourceExhausted,
+			fmt.Errorf("%s: tenant %q is over its rate of %v calls a second", p.name, id.Tenant, s.limits.RatePerTenant))
+	}
+	return nil
+}
+
+// identify returns the identity of an Authorization header's bearer token.
+func (s *Server) identify(header string) (auth.Identity, error) {
+	if s.insecure {
+		return auth.Identity{Tenant: DefaultTenant, Role: auth.Admin}, nil
+	}
+	scheme, token, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+		return auth.Identity{}, connect.NewError(connect.CodeUnauthenticated,
+			fmt.Errorf("no bearer token: send the header Authorization: Bearer <token>"))
+	}
+	id, ok := s.keys.Load().Lookup(strings.TrimSpace(token))
+	if !ok {
+		return auth.Identity{}, connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("unknown bearer token"))
+	}
+	return id, nil
+}

@@ -1,0 +1,186 @@
+// Package server is the distlock lock service: the LockService API of
+// proto/distlock/v1 over gRPC, gRPC-Web and Connect (JSON or protobuf over
+// HTTP) on one handler, in front of any distlock.Client.
+//
+// Every call is made as a tenant, named by its bearer token (see package
+// auth); the tenant's keys live under "tenants/<tenant>/" in the store and
+// no request can name another tenant's key, except an admin's ForceRelease
+// and List. The server keeps no lock state of its own: tokens, sessions and
+// idempotent retries are all derived from, or stored in, the store, so any
+// number of servers can run in front of one store.
+//
+// The server never renews a lock on a client's behalf. Shutdown refuses new
+// calls and ends waits, but releases nothing: a client's locks live on until
+// their leases end or the client releases them through another server.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/cmd/distlock/internal/auth"
+	"github.com/distlock/distlock/gen/distlock/v1/distlockv1connect"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Client is the store. The caller builds it and closes it after the
+	// server has stopped.
+	Client *distlock.Client
+	// Keys maps bearer tokens to tenants and roles. It may be nil only with
+	// InsecureNoAuth.
+	Keys *auth.Keyring
+	// InsecureNoAuth serves every call, with or without a token, as tenant
+	// "default" with role admin. For tests and a single trusted user only.
+	InsecureNoAuth bool
+	// Limits bounds requests; the zero value takes every default.
+	Limits Limits
+	// Logger receives one JSON-friendly record per call (method, tenant,
+	// key, code, duration; never a token) and the audit records of forced
+	// releases. nil discards them.
+	Logger *slog.Logger
+	// Registerer, if not nil, gets the server's request metrics.
+	Registerer prometheus.Registerer
+	// Ready is the /readyz probe. nil inspects a probe key in the store.
+	Ready func(ctx context.Context) error
+}
+
+// DefaultTenant is the tenant of every call under InsecureNoAuth.
+const DefaultTenant = "default"
+
+// readyProbeKey is the store key the default /readyz probe inspects: outside
+// every tenant's namespace, never held.
+const readyProbeKey = "probe/readyz"
+
+// Server serves the LockService API. Create it with New.
+type Server struct {
+	client   *distlock.Client
+	keys     atomic.Pointer[auth.Keyring]
+	insecure bool
+	limits   Limits
+	log      *slog.Logger
+	metrics  *metrics
+	ready    func(ctx context.Context) error
+	limiters *limiters
+	events   *broadcaster
+
+	stopping atomic.Bool
+	stopCtx  context.Context    // cancelled by Shutdown: ends waits and watches
+	stop     context.CancelFunc // of stopCtx
+	handler  http.Handler
+}
+
+// New returns a server over cfg.Client. It fails on a nil client, a nil
+// keyring without InsecureNoAuth, invalid limits, or metrics that cannot be
+// registered (a registry that has a server's already, say).
+func New(cfg Config) (*Server, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("server: Config.Client is nil")
+	}
+	if cfg.Keys == nil && !cfg.InsecureNoAuth {
+		return nil, errors.New("server: Config.Keys is nil: give a keyring, or set InsecureNoAuth")
+	}
+	limits, err := cfg.Limits.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		client:   cfg.Client,
+		insecure: cfg.InsecureNoAuth,
+		limits:   limits,
+		log:      cfg.Logger,
+		ready:    cfg.Ready,
+		limiters: newLimiters(limits.rateLimit(), limits.Burst),
+		events:   newBroadcaster(),
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.NewJSONHandler(io.Discard, nil))
+	}
+	if s.ready == nil {
+		s.ready = s.probeStore
+	}
+	s.keys.Store(cfg.Keys)
+	if s.metrics, err = newMetrics(cfg.Registerer); err != nil {
+		return nil, err
+	}
+	s.stopCtx, s.stop = context.WithCancel(context.Background())
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Handler returns the server's HTTP handler: the LockService at its path
+// (/distlock.v1.LockService/) in gRPC, gRPC-Web and Connect, plus /healthz
+// (the process is up) and /readyz (the store answers, and Shutdown has not
+// begun). /metrics is not here: mount promhttp over the Registerer's registry.
+//
+// gRPC needs HTTP/2. Over TLS, net/http negotiates it; in cleartext the
+// caller's http.Server must allow it, with
+//
+//	var p http.Protocols
+//	p.SetHTTP1(true)
+//	p.SetUnencryptedHTTP2(true)
+//	srv := &http.Server{Handler: s.Handler(), Protocols: &p}
+//
+// Without that, gRPC clients fail over plain TCP while Connect and gRPC-Web
+// over HTTP/1.1 still work.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Shutdown makes every new call fail with Unavailable, ends the current
+// waits of Acquire and every Watch stream with Unavailable, and fails
+// /readyz. It releases nothing: locks stay held until their holders release
+// them or their leases end. Call it before the http.Server's own Shutdown,
+// which then has only short calls to wait for. It is safe to call more than
+// once.
+func (s *Server) Shutdown() {
+	s.stopping.Store(true)
+	s.stop()
+}
+
+// SetKeys replaces the keyring, atomically: calls that began before keep the
+// identity they were given, later ones use k. A nil k refuses every token
+// (unless the server runs with InsecureNoAuth).
+func (s *Server) SetKeys(k *auth.Keyring) { s.keys.Store(k) }
+
+// routes builds the handler tree.
+func (s *Server) routes() http.Handler {
+	path, api := distlockv1connect.NewLockServiceHandler(&service{s: s},
+		connect.WithReadMaxBytes(s.limits.MaxRequestBytes),
+		connect.WithInterceptors(outcome{}),
+	)
+	mux := http.NewServeMux()
+	mux.Handle(path, s.guard(api))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", s.serveReady)
+	return mux
+}
+
+// serveReady answers /readyz: 200 while the store answers the probe and the
+// server is not shutting down, else 503 with the reason.
+func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
+	err := s.ready(r.Context())
+	if err == nil && s.stopping.Load() {
+		err = errors.New("shutting down")
+	}
+	if err != nil {
+		http.Error(w, fmt.Sprintf("not ready: %v", err), http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = io.WriteString(w, "ready\n")
+}
+
+// probeStore is the default readiness probe: one Inspect of a key no one holds.
+func (s *Server) probeStore(ctx context.Context) error {
+	_, err := s.client.Inspect(ctx, readyProbeKey)
+	return err
+}
