@@ -1,0 +1,70 @@
+// Package remotelock is a distlock backend that takes its locks from the
+// distlock lock service (distlock serve), so that a Go program uses the
+// service through the same API as a store:
+//
+//	import _ "github.com/distlock/distlock/backend/remotelock"
+//
+//	client, err := distlock.Open(ctx, "distlock://locks.internal:7420?token_file=/run/secrets/distlock")
+//
+// Open registers two schemes:
+//
+//	distlock://HOST:PORT[/BASE]?token_file=PATH&request_timeout=5s&max_wait=30s&protocol=grpc&h2c=false&watch_loss=true
+//	distlocks://HOST:PORT[/BASE]?...&ca_file=PATH
+//
+// distlock:// speaks plain HTTP, as HTTP/2 with prior knowledge (h2c), so
+// that all calls share one connection; h2c=false falls back to HTTP/1.1
+// (Connect protocol only). distlocks:// speaks HTTPS, HTTP/2 by ALPN, trusting
+// the system's roots or the PEM certificates of ca_file. BASE is a path
+// prefix for a service mounted below the root by a proxy. The bearer token
+// comes from the file token_file (surrounding white space dropped) or else
+// from $DISTLOCK_TOKEN; a URL never carries it. request_timeout is
+// WithRequestTimeout, max_wait WithMaxWait, protocol=grpc WithGRPC and
+// watch_loss=true WithLossWatch. An unknown parameter is an error. Open checks
+// that the service answers (a GET of BASE/healthz) before it returns.
+//
+// # What the service promises
+//
+// The service is stateless in front of its store (an embedded etcd by
+// default, or an etcd cluster, Redis, ZooKeeper or PostgreSQL): a lock is
+// the store's, and its guarantees are the store's. In particular the fence
+// comes from the store behind the service and strictly increases with every
+// grant of a key under the faults that store's backend documents (etcd and
+// ZooKeeper keep it across restarts; a single Redis without persistence does
+// not). Keys live in the namespace of the caller's tenant, named by the
+// token: they are at most 512 bytes less that namespace (439 bytes by
+// default), and no key reaches another tenant's lock.
+//
+// # Renewal is the client's
+//
+// The service never renews a lock on its own: a lock taken through this
+// backend ends at its lease unless renewed, and distlock's watchdog (the
+// core's, in this process) renews it as it does for any store. If this
+// process stops, its locks end at their leases. The backend learns that a
+// lock was lost when a renewal is refused; with WithLossWatch it learns it
+// as soon as the service reports the lock expired or force-released.
+//
+// # Mapping
+//
+// Each acquisition is sent with the core's token as its request id, so a
+// retried Acquire is idempotent: the service returns the same lock while it
+// is held. The service answers with a token of its own, which the backend
+// keeps (per acquisition, in memory) for Renew and Release; a Renew or
+// Release of a token this backend did not acquire returns an error matching
+// driver.ErrNotHeld without a call. Waiting happens in the service
+// (driver.Waiter): an Acquire carries the wait left before the caller's
+// deadline, at most WithMaxWait per call. An acquisition whose reply never
+// came (a cut link, a cancelled wait) is released by request id: the
+// backend repeats the request without a wait and releases what it returns.
+//
+// The service's codes map back to the driver's errors: ABORTED matches
+// driver.ErrNotAcquired, NOT_FOUND driver.ErrNotHeld, INVALID_ARGUMENT
+// driver.ErrInvalidKey or driver.ErrInvalidOption, and every call after
+// Close driver.ErrClosed. UNAUTHENTICATED, PERMISSION_DENIED,
+// RESOURCE_EXHAUSTED (a tenant's rate limit) and UNAVAILABLE (the store, or a
+// service shutting down) are returned wrapped, as the connect.Error they are.
+//
+// ForceRelease needs an admin token. The service records a reason with
+// every forced release; a backend has no way to receive the one given to
+// distlock.Client.ForceRelease, so it sends the one of ContextWithReason, or
+// a fixed one that names this package.
+package remotelock

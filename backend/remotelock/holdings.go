@@ -1,0 +1,98 @@
+package remotelock
+
+import (
+	"context"
+	"time"
+
+	"github.com/distlock/distlock/driver"
+	distlockv1 "github.com/distlock/distlock/gen/distlock/v1"
+)
+
+// keep records a grant of req, made by a request sent at sent, and returns
+// the grant's Lost context.
+func (b *Backend) keep(req driver.AcquireRequest, resp *distlockv1.AcquireResponse, sent time.Time) context.Context {
+	lost, cancel := context.WithCancel(context.Background())
+	h := &holding{server: resp.GetToken(), fence: resp.GetFence(), until: sent.Add(req.TTL + sweepGrace), lost: cancel}
+	id := lockID{req.Key, req.Token}
+	b.mu.Lock()
+	if old := b.held[id]; old != nil && b.watch != nil {
+		b.watch.forget(req.Key, old.fence)
+	}
+	b.held[id] = h
+	b.sweepLocked()
+	b.mu.Unlock()
+	if b.watch != nil {
+		b.watch.follow(req.Key, h.fence, id)
+	}
+	return lost
+}
+
+// keepUnknown records an acquisition of req whose reply never came, so
+// that a Release of its token frees what it may have taken.
+func (b *Backend) keepUnknown(req driver.AcquireRequest, sent time.Time) {
+	id := lockID{req.Key, req.Token}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.held[id] != nil { // a grant of the same token is known: keep it
+		return
+	}
+	b.held[id] = &holding{req: req, until: sent.Add(req.TTL + sweepGrace)}
+	b.sweepLocked()
+}
+
+// serverToken returns the service's token for the core's token of key.
+func (b *Backend) serverToken(key, token string) (string, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	h := b.held[lockID{key, token}]
+	if h == nil || h.server == "" {
+		return "", false
+	}
+	return h.server, true
+}
+
+// confirmed notes that the service kept key for token for ttl from sent.
+func (b *Backend) confirmed(key, token string, sent time.Time, ttl time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if h := b.held[lockID{key, token}]; h != nil {
+		h.until = sent.Add(ttl + sweepGrace)
+	}
+}
+
+// drop forgets an acquisition; lost says the service no longer knows it,
+// which ends its grant's Lost context.
+func (b *Backend) drop(id lockID, lost bool) {
+	b.mu.Lock()
+	h := b.held[id]
+	delete(b.held, id)
+	b.mu.Unlock()
+	if h == nil {
+		return
+	}
+	if b.watch != nil && h.server != "" {
+		b.watch.forget(id.key, h.fence)
+	}
+	if lost && h.lost != nil {
+		h.lost()
+	}
+}
+
+// sweepLocked drops, once the map has grown by half since the last sweep,
+// the entries whose lease ended long ago: locks lost or abandoned without
+// a Release. b.mu is held.
+func (b *Backend) sweepLocked() {
+	if len(b.held) < b.nextSweep {
+		return
+	}
+	now := time.Now()
+	for id, h := range b.held {
+		if now.After(h.until) {
+			delete(b.held, id)
+			if b.watch != nil && h.server != "" {
+				b.watch.forget(id.key, h.fence)
+			}
+		}
+	}
+	b.nextSweep = max(1024, len(b.held)+len(b.held)/2)
+}

@@ -1,0 +1,387 @@
+package remotelock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/distlock/distlock/driver"
+	distlockv1 "github.com/distlock/distlock/gen/distlock/v1"
+)
+
+// Acquire makes one attempt to take req.Key, without a wait. req.Token is
+// sent as the request id, so a repeated attempt with the same token gets
+// the same lock while it is held. An attempt whose reply never came is
+// remembered, so that a Release of its token (which the core makes for
+// such an attempt) frees what it may have taken.
+func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	c, err := b.begin(ctx, "acquire", req.Key, b.requestTimeout)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	defer c.end()
+	sent := time.Now()
+	resp, err := b.rpc.Acquire(c.ctx, connect.NewRequest(acquireMsg(req, 0)))
+	if err != nil {
+		if !definite(err) {
+			b.keepUnknown(req, sent)
+		}
+		return driver.Grant{}, b.fail(c, "acquire", req.Key, err)
+	}
+	return driver.Grant{Fence: resp.Msg.GetFence(), Lost: b.keep(req, resp.Msg, sent)}, nil
+}
+
+// AcquireWait takes req.Key, waiting in the service until it is granted,
+// ctx ends or Close is called. Each call to the service asks for the wait
+// left before ctx's deadline, at most the backend's max wait (WithMaxWait),
+// and a wait without a deadline is made of such calls one after another.
+// A call that ctx or Close cut short may have been granted as it ended: the
+// backend then repeats the request without a wait and releases what it
+// returns before it returns an error matching driver.ErrNotAcquired (joined
+// with ctx.Err()) or driver.ErrClosed.
+//
+// A grant that came after a long wait is confirmed by a renewal at once, so
+// that Grant.Sent, from which the lock's validity counts, is no earlier
+// than the service's grant.
+func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	c, err := b.begin(ctx, "lock", req.Key, 0) // each call has its own bound
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	defer c.end()
+	notAcquired := func() error {
+		if c.closedByClose() {
+			return fmt.Errorf("remotelock: lock %q: %w: the wait was ended by Close", req.Key, driver.ErrClosed)
+		}
+		return errors.Join(fmt.Errorf("remotelock: lock %q: %w", req.Key, driver.ErrNotAcquired), ctx.Err())
+	}
+	bo := backoff{min: 5 * time.Millisecond, max: 500 * time.Millisecond}
+	for {
+		wait := b.maxWait
+		if dl, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(dl))
+		}
+		if wait <= 0 || c.ctx.Err() != nil {
+			return driver.Grant{}, notAcquired()
+		}
+		// Each call gets its own bound: the wait plus one request's time.
+		cctx, cancel := context.WithTimeout(c.ctx, wait+b.requestTimeout)
+		sent := time.Now()
+		resp, err := b.rpc.Acquire(cctx, connect.NewRequest(acquireMsg(req, wait)))
+		cancel()
+		if err == nil {
+			g, again, err := b.grantedAfterWait(c, req, resp.Msg, sent)
+			if !again {
+				return g, err
+			}
+			continue
+		}
+		switch {
+		case connect.CodeOf(err) == connect.CodeAborted:
+			if c.ctx.Err() != nil {
+				return driver.Grant{}, notAcquired()
+			}
+			// The service waited as asked; one that answers sooner is not
+			// waiting, and is not asked again at once.
+			if took := time.Since(sent); took < wait/2 {
+				if !sleep(c.ctx, bo.next()) {
+					return driver.Grant{}, notAcquired()
+				}
+			}
+		case definite(err):
+			return driver.Grant{}, b.fail(c, "lock", req.Key, err)
+		case c.ctx.Err() != nil:
+			// Cut short by ctx or Close: the grant may have come as it ended.
+			_ = b.abandon(context.Background(), req)
+			return driver.Grant{}, notAcquired()
+		default:
+			// No answer, or a store failure: the core releases the token.
+			b.keepUnknown(req, sent)
+			return driver.Grant{}, b.fail(c, "lock", req.Key, err)
+		}
+	}
+}
+
+// confirmAfter is the share of the TTL a grant's reply may take before the
+// grant is confirmed by a renewal: past it, counting the validity from the
+// request's sending would waste too much of it.
+const confirmAfter = 10
+
+// grantedAfterWait keeps a grant that resp returned for a request sent at
+// sent. If the reply took long, the grant may have been made long after
+// sent: a renewal then confirms it, and Grant.Sent is when that was sent.
+// again says that the lock was gone by then, so the wait should go on.
+func (b *Backend) grantedAfterWait(c *call, req driver.AcquireRequest, resp *distlockv1.AcquireResponse, sent time.Time) (g driver.Grant, again bool, err error) {
+	lost := b.keep(req, resp, sent)
+	g = driver.Grant{Fence: resp.GetFence(), Lost: lost, Sent: sent}
+	if time.Since(sent) <= req.TTL/confirmAfter {
+		return g, false, nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), b.requestTimeout)
+	defer cancel()
+	renewSent := time.Now()
+	_, rerr := b.rpc.Renew(ctx, connect.NewRequest(&distlockv1.RenewRequest{Key: req.Key, Token: resp.GetToken(), Lease: durationpb.New(req.TTL)}))
+	switch {
+	case rerr == nil:
+		b.confirmed(req.Key, req.Token, renewSent, req.TTL)
+		g.Sent = renewSent
+	case connect.CodeOf(rerr) == connect.CodeNotFound:
+		b.drop(lockID{req.Key, req.Token}, true)
+		if c.ctx.Err() == nil {
+			return driver.Grant{}, true, nil
+		}
+		return driver.Grant{}, false, errors.Join(fmt.Errorf("remotelock: lock %q: %w: the grant expired on its way", req.Key, driver.ErrNotAcquired), c.ctx.Err())
+	}
+	// Any other failure leaves the validity counted from the request's
+	// sending: short, perhaps spent, but never longer than the store's.
+	return g, false, nil
+}
+
+// acquireMsg is the service's request for req with a wait.
+func acquireMsg(req driver.AcquireRequest, wait time.Duration) *distlockv1.AcquireRequest {
+	m := &distlockv1.AcquireRequest{
+		Key:        req.Key,
+		Lease:      durationpb.New(req.TTL), // the core's TTL has any lock-delay in it
+		Owner:      req.Meta.Owner,
+		BusinessId: req.Meta.BusinessID,
+		Labels:     req.Meta.Labels,
+		RequestId:  req.Token,
+	}
+	if wait > 0 {
+		m.Wait = durationpb.New(wait)
+	}
+	return m
+}
+
+// abandon frees what an acquisition of req whose reply never came may have
+// taken: it repeats the request without a wait, which returns the same lock
+// if the first one was granted (or takes the key if it is free), and
+// releases the lock it gets. It returns nil if it released a lock, an error
+// matching driver.ErrNotHeld if another holds the key, or the failure.
+func (b *Backend) abandon(ctx context.Context, req driver.AcquireRequest) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.requestTimeout)
+	defer cancel()
+	resp, err := b.rpc.Acquire(ctx, connect.NewRequest(acquireMsg(req, 0)))
+	if err != nil {
+		if connect.CodeOf(err) == connect.CodeAborted {
+			return fmt.Errorf("remotelock: release %q: %w", req.Key, driver.ErrNotHeld)
+		}
+		return b.fail(nil, "release", req.Key, err)
+	}
+	_, err = b.rpc.Release(ctx, connect.NewRequest(&distlockv1.ReleaseRequest{Key: req.Key, Token: resp.Msg.GetToken()}))
+	if err != nil && connect.CodeOf(err) != connect.CodeNotFound {
+		return b.fail(nil, "release", req.Key, err)
+	}
+	return nil
+}
+
+// Renew resets key's TTL to ttl if token, an acquisition of this backend,
+// still holds it. A token this backend did not acquire gets an error
+// matching driver.ErrNotHeld without a call; so does one the service no
+// longer knows, whose grant's Lost context then ends.
+func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
+	c, err := b.begin(ctx, "renew", key, b.requestTimeout)
+	if err != nil {
+		return err
+	}
+	defer c.end()
+	server, ok := b.serverToken(key, token)
+	if !ok {
+		return fmt.Errorf("remotelock: renew %q: %w", key, driver.ErrNotHeld)
+	}
+	sent := time.Now()
+	_, err = b.rpc.Renew(c.ctx, connect.NewRequest(&distlockv1.RenewRequest{Key: key, Token: server, Lease: durationpb.New(ttl)}))
+	if err != nil {
+		if connect.CodeOf(err) == connect.CodeNotFound {
+			b.drop(lockID{key, token}, true)
+		}
+		return b.fail(c, "renew", key, err)
+	}
+	b.confirmed(key, token, sent, ttl)
+	return nil
+}
+
+// Release frees key if token, an acquisition of this backend, holds it. A
+// token this backend did not acquire gets an error matching
+// driver.ErrNotHeld without a call, unless its acquisition's reply never
+// came: then Release frees what it may have taken (see AcquireWait).
+func (b *Backend) Release(ctx context.Context, key, token string) error {
+	c, err := b.begin(ctx, "release", key, b.requestTimeout)
+	if err != nil {
+		return err
+	}
+	defer c.end()
+	id := lockID{key, token}
+	b.mu.Lock()
+	h := b.held[id]
+	b.mu.Unlock()
+	switch {
+	case h == nil:
+		return fmt.Errorf("remotelock: release %q: %w", key, driver.ErrNotHeld)
+	case h.server == "":
+		err := b.abandon(c.ctx, h.req)
+		if err == nil || errors.Is(err, driver.ErrNotHeld) {
+			b.drop(id, false)
+		}
+		return err
+	}
+	_, err = b.rpc.Release(c.ctx, connect.NewRequest(&distlockv1.ReleaseRequest{Key: key, Token: h.server}))
+	if err == nil || connect.CodeOf(err) == connect.CodeNotFound {
+		b.drop(id, false)
+	}
+	if err != nil {
+		return b.fail(c, "release", key, err)
+	}
+	return nil
+}
+
+// Inspect reports key's state as the service sees it.
+func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	c, err := b.begin(ctx, "inspect", key, b.requestTimeout)
+	if err != nil {
+		return driver.Info{}, err
+	}
+	defer c.end()
+	resp, err := b.rpc.Inspect(c.ctx, connect.NewRequest(&distlockv1.InspectRequest{Key: key}))
+	if err != nil {
+		return driver.Info{}, b.fail(c, "inspect", key, err)
+	}
+	info := toInfo(resp.Msg.GetLock())
+	info.Key = key
+	return info, nil
+}
+
+// maxListPages bounds List: a service that kept returning pages would
+// otherwise keep it going for ever.
+const maxListPages = 100_000
+
+// List returns the held locks of the caller's tenant whose keys start with
+// prefix, in key order, asking the service for one page after another.
+func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+	var (
+		out  []driver.Info
+		page string
+	)
+	for range maxListPages {
+		c, err := b.begin(ctx, "list", prefix, b.requestTimeout)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := b.rpc.List(c.ctx, connect.NewRequest(&distlockv1.ListRequest{Prefix: prefix, PageToken: page}))
+		if err != nil {
+			err = b.fail(c, "list", prefix, err)
+			c.end()
+			return nil, err
+		}
+		c.end()
+		for _, l := range resp.Msg.GetLocks() {
+			out = append(out, toInfo(l))
+		}
+		next := resp.Msg.GetNextPageToken()
+		if next == "" {
+			return out, nil
+		}
+		if next == page {
+			return nil, fmt.Errorf("remotelock: list %q: the service returned the same page token twice", prefix)
+		}
+		page = next
+	}
+	return nil, fmt.Errorf("remotelock: list %q: more than %d pages", prefix, maxListPages)
+}
+
+// ForceRelease frees key whoever holds it (an admin token is needed) and
+// returns the hold it ended, or an error matching driver.ErrNotHeld if the
+// key was free. The service records the reason of ContextWithReason(ctx),
+// or DefaultReason.
+func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
+	c, err := b.begin(ctx, "force release", key, b.requestTimeout)
+	if err != nil {
+		return driver.Info{}, err
+	}
+	defer c.end()
+	resp, err := b.rpc.ForceRelease(c.ctx, connect.NewRequest(&distlockv1.ForceReleaseRequest{Key: key, Reason: reasonFrom(ctx)}))
+	if err != nil {
+		return driver.Info{}, b.fail(c, "force release", key, err)
+	}
+	l := resp.Msg.GetLock()
+	if !l.GetHeld() {
+		return driver.Info{}, fmt.Errorf("remotelock: force release %q: %w", key, driver.ErrNotHeld)
+	}
+	info := toInfo(l)
+	info.Key = key
+	return info, nil
+}
+
+// toInfo converts the service's view of a lock.
+func toInfo(l *distlockv1.Lock) driver.Info {
+	if l == nil {
+		return driver.Info{}
+	}
+	info := driver.Info{
+		Key:   l.GetKey(),
+		Held:  l.GetHeld(),
+		Fence: l.GetFence(),
+		Meta:  driver.Meta{Owner: l.GetOwner(), BusinessID: l.GetBusinessId(), Labels: l.GetLabels()},
+	}
+	if d := l.GetTtl(); d != nil {
+		info.TTL = d.AsDuration()
+	}
+	if len(info.Meta.Labels) == 0 {
+		info.Meta.Labels = nil
+	}
+	return info
+}
+
+// DefaultReason is the reason a forced release is recorded with when the
+// context carries none (see ContextWithReason).
+const DefaultReason = "forced through the Go client (remotelock); no reason reached the backend"
+
+type reasonKey struct{}
+
+// ContextWithReason returns a context that makes ForceRelease record reason
+// in the service's audit log. distlock.Client.ForceRelease does not hand its
+// own reason to a backend, so pass the same one in both places:
+//
+//	ctx = remotelock.ContextWithReason(ctx, reason)
+//	info, err := client.ForceRelease(ctx, key, reason)
+func ContextWithReason(ctx context.Context, reason string) context.Context {
+	return context.WithValue(ctx, reasonKey{}, reason)
+}
+
+func reasonFrom(ctx context.Context) string {
+	if r, _ := ctx.Value(reasonKey{}).(string); r != "" {
+		return r
+	}
+	return DefaultReason
+}
+
+// backoff yields capped, jittered exponential delays.
+type backoff struct {
+	min, max time.Duration
+	n        int
+}
+
+// next returns the next delay, between half the current ceiling and the
+// ceiling.
+func (b *backoff) next() time.Duration {
+	ceil := min(b.min<<min(b.n, 16), b.max)
+	b.n++
+	return ceil/2 + rand.N(ceil/2+1)
+}
+
+// sleep waits d or until ctx ends, and reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
