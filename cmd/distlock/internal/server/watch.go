@@ -1,0 +1,232 @@
+package server
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/distlock/distlock"
+	distlockv1 "github.com/distlock/distlock/gen/distlock/v1"
+)
+
+// Watch streams the changes of the caller's keys under a prefix. It polls
+// the store's List every Limits.WatchInterval and reports the difference by
+// (key, fence): a new one was ACQUIRED; one gone EXPIRED if the TTL it had
+// when last seen has run out by now (give or take an interval), else was
+// RELEASED. The grants, releases and forced releases made through this
+// server come at once, and the polls do not report them again. A change
+// that comes and goes between two polls through another server is not seen.
+//
+// The stream ends with Unavailable at Shutdown or when the store fails.
+func (h *service) Watch(ctx context.Context, req *connect.Request[distlockv1.WatchRequest], stream *connect.ServerStream[distlockv1.WatchResponse]) error {
+	s := h.s
+	prefix := req.Msg.GetPrefix()
+	noteKey(ctx, short(prefix))
+	if err := s.limits.checkPrefix(prefix); err != nil {
+		return err
+	}
+	tenant := callOf(ctx).id.Tenant
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.stopCtx, cancel)()
+
+	sub := s.events.subscribe(tenant)
+	defer s.events.unsubscribe(sub)
+	w := &watcher{
+		root: namespace(tenant) + prefix, interval: s.limits.WatchInterval, since: time.Now(),
+		seen: make(map[string]sighting), ended: make(map[string]tombstone),
+	}
+	poll := func() ([]distlock.Info, time.Time, error) {
+		start := time.Now()
+		infos, err := s.client.List(ctx, w.root)
+		if err != nil {
+			if s.stopping.Load() {
+				return nil, start, errShutdown()
+			}
+			return nil, start, s.storeError(ctx, "watch", prefix, w.root, err)
+		}
+		return infos, start, nil
+	}
+	infos, _, err := poll()
+	if err != nil {
+		return err
+	}
+	w.baseline(infos, time.Now())
+	tick := time.NewTicker(s.limits.WatchInterval)
+	defer tick.Stop()
+	for {
+		var events []*distlockv1.Event
+		select {
+		case <-ctx.Done():
+			if s.stopping.Load() {
+				return errShutdown()
+			}
+			return ctx.Err()
+		case c := <-sub.ch:
+			events = w.apply(c, time.Now())
+		case <-tick.C:
+			infos, start, err := poll()
+			if err != nil {
+				return err
+			}
+			events = w.diff(infos, start, time.Now())
+		}
+		for _, e := range events {
+			if err := stream.Send(&distlockv1.WatchResponse{Event: e}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// watcher is the state of one Watch: the locks it has reported held, and
+// those it has reported ended, so that neither a poll nor a change reports
+// either twice.
+type watcher struct {
+	root     string // the store prefix watched
+	interval time.Duration
+	since    time.Time // when the Watch began: changes after it are news
+	seen     map[string]sighting
+	ended    map[string]tombstone
+}
+
+// sighting is a lock as last seen held.
+type sighting struct {
+	info     distlock.Info
+	at       time.Time // when it was last confirmed held
+	baseline bool      // held when the Watch began, and not reported
+}
+
+// tombstone is the end of a key's holds up to a fence, reported at at.
+// Fence 0 is a release through this server of a hold the watcher never saw:
+// then only polls begun after at may report the key.
+type tombstone struct {
+	fence uint64
+	at    time.Time
+}
+
+// baseline records the locks held when the Watch began: they are no news.
+func (w *watcher) baseline(infos []distlock.Info, now time.Time) {
+	for _, i := range infos {
+		if strings.HasPrefix(i.Key, w.root) {
+			w.seen[i.Key] = sighting{info: i, at: now, baseline: true}
+		}
+	}
+}
+
+// apply turns a change made through this server into events.
+func (w *watcher) apply(c change, now time.Time) []*distlockv1.Event {
+	sk := c.info.Key
+	if !strings.HasPrefix(sk, w.root) {
+		return nil
+	}
+	old, wasSeen := w.seen[sk]
+	var events []*distlockv1.Event
+	switch c.typ {
+	case distlockv1.Event_TYPE_ACQUIRED:
+		if t, ok := w.ended[sk]; ok && t.fence >= c.info.Fence {
+			return nil
+		}
+		if wasSeen && old.info.Fence >= c.info.Fence && !(old.baseline && !c.at.Before(w.since)) {
+			return nil
+		}
+		if wasSeen && old.info.Fence < c.info.Fence {
+			events = append(events, w.end(sk, old, now))
+		}
+		w.seen[sk] = sighting{info: c.info, at: now}
+		return append(events, event(distlockv1.Event_TYPE_ACQUIRED, sk, c.info, c.at))
+	case distlockv1.Event_TYPE_RELEASED:
+		if !wasSeen {
+			w.bury(sk, 0, now)
+			return nil
+		}
+		delete(w.seen, sk)
+		w.bury(sk, old.info.Fence, now)
+		return []*distlockv1.Event{event(distlockv1.Event_TYPE_RELEASED, sk, old.info, c.at)}
+	case distlockv1.Event_TYPE_FORCE_RELEASED:
+		w.bury(sk, max(c.info.Fence, old.info.Fence), now)
+		if !wasSeen {
+			return nil
+		}
+		delete(w.seen, sk)
+		return []*distlockv1.Event{event(distlockv1.Event_TYPE_FORCE_RELEASED, sk, c.info, c.at)}
+	}
+	return nil
+}
+
+// diff turns a poll begun at start into events, in key order.
+func (w *watcher) diff(infos []distlock.Info, start, now time.Time) []*distlockv1.Event {
+	slices.SortFunc(infos, func(a, b distlock.Info) int { return strings.Compare(a.Key, b.Key) })
+	var events []*distlockv1.Event
+	held := make(map[string]bool, len(infos))
+	for _, i := range infos {
+		sk := i.Key
+		if !strings.HasPrefix(sk, w.root) {
+			continue
+		}
+		held[sk] = true
+		if t, ok := w.ended[sk]; ok && (i.Fence <= t.fence || (t.fence == 0 && start.Before(t.at))) {
+			continue // a hold whose end this watcher reported already
+		}
+		old, wasSeen := w.seen[sk]
+		if wasSeen && old.info.Fence == i.Fence {
+			w.seen[sk] = sighting{info: i, at: now, baseline: old.baseline}
+			continue
+		}
+		if wasSeen {
+			events = append(events, w.end(sk, old, now))
+		}
+		w.seen[sk] = sighting{info: i, at: now}
+		events = append(events, event(distlockv1.Event_TYPE_ACQUIRED, sk, i, now))
+	}
+	gone := make([]string, 0)
+	for sk, old := range w.seen {
+		if !held[sk] && old.at.Before(start) { // a sighting after start may be newer than the poll
+			gone = append(gone, sk)
+		}
+	}
+	slices.Sort(gone)
+	for _, sk := range gone {
+		events = append(events, w.end(sk, w.seen[sk], now))
+		delete(w.seen, sk)
+	}
+	for sk, t := range w.ended { // every later poll begins after these ends
+		if t.at.Before(start) {
+			delete(w.ended, sk)
+		}
+	}
+	return events
+}
+
+// end reports a hold found gone: EXPIRED if its TTL when last seen has run
+// out by now, with an interval's slack, else RELEASED.
+func (w *watcher) end(sk string, old sighting, now time.Time) *distlockv1.Event {
+	w.bury(sk, old.info.Fence, now)
+	typ := distlockv1.Event_TYPE_RELEASED
+	if old.info.TTL <= now.Sub(old.at)+w.interval {
+		typ = distlockv1.Event_TYPE_EXPIRED
+	}
+	return event(typ, sk, old.info, now)
+}
+
+// bury records that sk's holds up to fence have ended.
+func (w *watcher) bury(sk string, fence uint64, at time.Time) {
+	if t, ok := w.ended[sk]; ok && t.fence > fence {
+		fence = t.fence
+	}
+	w.ended[sk] = tombstone{fence: fence, at: at}
+}
+
+// event is the Event of a lock of the watched tenant at a time. The lock is
+// the holder as granted, or for an end as last seen, then no longer held.
+func event(typ distlockv1.Event_Type, sk string, info distlock.Info, at time.Time) *distlockv1.Event {
+	_, key, _ := splitStoreKey(sk)
+	info.Held = true
+	l := lockOf(key, "", info)
+	l.Held = typ == distlockv1.Event_TYPE_ACQUIRED
+	return &distlockv1.Event{Type: typ, Lock: l, Time: timestamppb.New(at)}
+}
