@@ -1,0 +1,496 @@
+package cli
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/cmd/distlock/internal/auth"
+	"github.com/distlock/distlock/cmd/distlock/internal/server"
+	"github.com/distlock/distlock/telemetry"
+)
+
+// DefaultListen is where distlock serve listens without --listen.
+const DefaultListen = "127.0.0.1:7070"
+
+// reloadEvery is how often serve looks at its token, policy and
+// certificate files for a change.
+const reloadEvery = time.Second
+
+// serveFlags are the flags of distlock serve.
+type serveFlags struct {
+	listen          string
+	dataDir         string
+	tokens          string
+	insecureNoAuth  bool
+	tlsCert         string
+	tlsKey          string
+	tlsClientCA     string
+	config          string
+	defaultLease    time.Duration
+	maxLease        time.Duration
+	maxWait         time.Duration
+	shutdownTimeout time.Duration
+	logLevel        string
+}
+
+func newServeCommand(g *globals) *cobra.Command {
+	f := &serveFlags{}
+	c := &cobra.Command{
+		Use:   "serve [flags]",
+		Short: "Run the lock service (gRPC, gRPC-Web and Connect/JSON on one port)",
+		Long: `serve runs the distlock lock service: the LockService API of
+proto/distlock/v1 over gRPC, gRPC-Web and Connect (JSON or protobuf over
+HTTP) on one port, with /healthz, /readyz and /metrics beside it.
+
+The store is an embedded single-node etcd in --data-dir (default
+$XDG_STATE_HOME/distlock, else ~/.local/state/distlock), durable across
+restarts, or any store URL given with --backend (or $DISTLOCK_BACKEND):
+several serve processes over one etcd cluster, Redis Cluster or other shared
+store act as one service.
+
+Every call needs a bearer token from --tokens (lines of "<token> <tenant>
+<role>", role client, admin or viewer). --insecure-no-auth serves every
+call as tenant "default" with role admin, and only on a loopback address.
+--tls-cert and --tls-key serve TLS; --tls-client-ca also requires a client
+certificate signed by that CA.
+
+The token file, the policy file (--config) and the TLS certificate are read
+again when they change (checked every second) and on SIGHUP; a file that
+does not load is refused, with the line at fault in the log, and the one
+before stays in force. SIGTERM or SIGINT stops the service: new calls and
+waiting Acquires get UNAVAILABLE, calls in progress get --shutdown-timeout to
+finish, and no lock is released: holders renew them through another
+instance, or after a restart.
+
+Exit codes: 0 stopped by a signal; 1 the address cannot be listened on or
+serving failed; 2 bad flags or files; 69 the store could not be reached or
+the embedded store failed.`,
+		Example: `  distlock serve --insecure-no-auth
+  distlock serve --listen 0.0.0.0:7070 --tokens /etc/distlock/tokens --tls-cert cert.pem --tls-key key.pem
+  distlock serve --backend etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379 --tokens tokens --config policy.yaml`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := f.prepare(cmd, g)
+			if err != nil {
+				return err
+			}
+			return cfg.run(cmd.Context())
+		},
+	}
+	fl := c.Flags()
+	fl.StringVar(&f.listen, "listen", DefaultListen, "address to listen on, HOST:PORT (port 0 picks a free one)")
+	fl.StringVar(&f.dataDir, "data-dir", "", "directory of the embedded etcd store (default $XDG_STATE_HOME/distlock or ~/.local/state/distlock); not with --backend")
+	fl.StringVar(&f.tokens, "tokens", "", "token file: one \"<token> <tenant> <role>\" a line (required unless --insecure-no-auth)")
+	fl.BoolVar(&f.insecureNoAuth, "insecure-no-auth", false, "serve every call as tenant \"default\", role admin, without tokens (loopback addresses only)")
+	fl.StringVar(&f.tlsCert, "tls-cert", "", "PEM certificate (chain) to serve TLS with; needs --tls-key")
+	fl.StringVar(&f.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
+	fl.StringVar(&f.tlsClientCA, "tls-client-ca", "", "PEM CA certificates: require a client certificate signed by one (mTLS); needs --tls-cert")
+	fl.StringVar(&f.config, "config", "", "policy file (YAML lock groups: default and max lease, max wait, degradation)")
+	fl.DurationVar(&f.defaultLease, "default-lease", distlock.DefaultLease, "lease of an Acquire, and TTL of a session, that names none")
+	fl.DurationVar(&f.maxLease, "max-lease", server.DefaultMaxLease, "longest lease or session TTL a request may ask")
+	fl.DurationVar(&f.maxWait, "max-wait", server.DefaultMaxWait, "longest wait an Acquire may ask")
+	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGTERM or SIGINT, how long calls in progress may take to finish")
+	fl.StringVar(&f.logLevel, "log-level", "info", "least level of the JSON log on stderr: debug, info, warn or error")
+	return c
+}
+
+// serveConfig is what serve runs with, once the flags and files checked out.
+type serveConfig struct {
+	flags   *serveFlags
+	out     io.Writer // the start banner
+	asJSON  bool
+	log     *slog.Logger
+	store   storeSpec
+	keys    *auth.Keyring    // nil with --insecure-no-auth
+	policy  *livePolicy      // nil without --config
+	certs   *certificate     // nil without TLS
+	tls     *tls.Config      // nil without TLS
+	limits  server.Limits
+	reloads []*watchedFile
+	srv     *server.Server // once it runs: a reloaded token file goes to it
+}
+
+// prepare checks the flags and loads the files they name. Nothing here
+// touches a store or the network: every error is a usage error.
+func (f *serveFlags) prepare(cmd *cobra.Command, g *globals) (*serveConfig, error) {
+	asJSON, err := g.json()
+	if err != nil {
+		return nil, err
+	}
+	level, err := parseLevel(f.logLevel)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &serveConfig{
+		flags: f, out: cmd.OutOrStdout(), asJSON: asJSON,
+		log: slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level})),
+	}
+	if err := f.checkListen(); err != nil {
+		return nil, err
+	}
+	if err := f.checkLimits(); err != nil {
+		return nil, err
+	}
+	cfg.limits = server.Limits{DefaultLease: f.defaultLease, MaxLease: f.maxLease, MaxWait: f.maxWait}
+	if cfg.store, err = f.storeSpec(cmd, g); err != nil {
+		return nil, err
+	}
+	switch {
+	case f.tokens != "" && f.insecureNoAuth:
+		return nil, usage("serve: --tokens and --insecure-no-auth: choose one")
+	case f.tokens == "" && !f.insecureNoAuth:
+		return nil, usage("serve: no --tokens file: every call needs a bearer token (or, on a loopback address only, --insecure-no-auth)")
+	case f.tokens != "":
+		w := &watchedFile{path: f.tokens, what: "token file"}
+		w.load = func([]byte) error {
+			k, err := auth.Load(f.tokens)
+			if err != nil {
+				return err
+			}
+			cfg.keys = k
+			if cfg.srv != nil {
+				cfg.srv.SetKeys(k)
+			}
+			return nil
+		}
+		if err := w.first(); err != nil {
+			return nil, exit(ExitUsage, &opError{op: "serve: --tokens", err: err})
+		}
+		cfg.reloads = append(cfg.reloads, w)
+	}
+	if f.config != "" {
+		cfg.policy = &livePolicy{}
+		w := &watchedFile{path: f.config, what: "policy file", load: func(data []byte) error {
+			if err := cfg.policy.load(data); err != nil {
+				return fmt.Errorf("%s: %w", f.config, err)
+			}
+			return nil
+		}}
+		if err := w.first(); err != nil {
+			return nil, exit(ExitUsage, &opError{op: "serve: --config", err: err})
+		}
+		cfg.reloads = append(cfg.reloads, w)
+	}
+	if err := cfg.prepareTLS(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// parseLevel returns the slog level named s.
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, usage("serve: --log-level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+// checkListen checks --listen, and that --insecure-no-auth listens only on
+// a loopback address.
+func (f *serveFlags) checkListen() error {
+	host, port, err := net.SplitHostPort(f.listen)
+	if err != nil {
+		return usage("serve: --listen %q: want HOST:PORT, such as %s: %v", f.listen, DefaultListen, err)
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return usage("serve: --listen %q: bad port: %v", f.listen, err)
+	}
+	if f.insecureNoAuth && !isLoopback(host) {
+		return usage("serve: --insecure-no-auth serves every call as an admin without a token, so it listens only on a loopback address (127.0.0.1, ::1, localhost), not on %q; give --tokens to listen there", f.listen)
+	}
+	return nil
+}
+
+// isLoopback reports whether host names only loopback addresses: an IP in
+// 127.0.0.0/8 or ::1, or "localhost". An empty host (every interface) and
+// any other name are not.
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// checkLimits checks the lease and wait flags against each other.
+func (f *serveFlags) checkLimits() error {
+	switch {
+	case f.maxLease < distlock.MinLease:
+		return usage("serve: --max-lease %v: want at least %v", f.maxLease, distlock.MinLease)
+	case f.defaultLease < distlock.MinLease || f.defaultLease > f.maxLease:
+		return usage("serve: --default-lease %v: want %v to --max-lease %v", f.defaultLease, distlock.MinLease, f.maxLease)
+	case f.maxWait < 0:
+		return usage("serve: --max-wait %v cannot be negative", f.maxWait)
+	case f.shutdownTimeout < 0:
+		return usage("serve: --shutdown-timeout %v cannot be negative", f.shutdownTimeout)
+	}
+	return nil
+}
+
+// run serves until ctx ends (SIGTERM, SIGINT) or serving fails.
+func (cfg *serveConfig) run(ctx context.Context) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	ln, err := net.Listen("tcp", cfg.flags.listen)
+	if err != nil {
+		return exit(ExitError, &opError{op: "serve", err: err})
+	}
+	defer ln.Close()
+
+	reg := prometheus.NewRegistry()
+	obs, err := cfg.observers(reg)
+	if err != nil {
+		return exit(ExitError, &opError{op: "serve", err: err})
+	}
+	st, err := cfg.store.open(ctx, cfg.log, cfg.clientOptions(obs)...)
+	if err != nil {
+		return err
+	}
+	defer st.close(cfg.log)
+
+	srv, err := server.New(server.Config{
+		Client: st.client, Keys: cfg.keys, InsecureNoAuth: cfg.flags.insecureNoAuth,
+		Limits: cfg.limits, Logger: cfg.log, Registerer: reg,
+	})
+	if err != nil {
+		return exit(ExitUsage, &opError{op: "serve", err: err})
+	}
+	cfg.srv = srv
+
+	mux := http.NewServeMux()
+	mux.Handle("/", srv.Handler())
+	// The store's own metrics (the embedded etcd's, Go's and the process's)
+	// are on the default registry; the service's are on reg.
+	mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{reg, prometheus.DefaultGatherer},
+		promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(cfg.log.Handler(), slog.LevelWarn)}))
+	hs := cfg.httpServer(mux)
+	served := make(chan error, 1)
+	go func() {
+		if cfg.tls != nil {
+			served <- hs.ServeTLS(ln, "", "")
+		} else {
+			served <- hs.Serve(ln)
+		}
+	}()
+	if err := cfg.banner(ln.Addr().String(), st.describe); err != nil {
+		cfg.log.Warn("write the start banner", "err", err)
+	}
+	cfg.log.Info("serving", "addr", ln.Addr().String(), "store", st.describe, "tls", cfg.tlsMode(), "auth", cfg.authMode())
+
+	err = cfg.loop(ctx, hup, served, st)
+	cfg.stop(srv, hs, served)
+	return err
+}
+
+// observers returns the client's observers: Prometheus metrics on reg and
+// lock events in the log (acquisitions and releases at debug, as the
+// server logs every call already).
+func (cfg *serveConfig) observers(reg prometheus.Registerer) (*observers, error) {
+	m, err := telemetry.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	o := &observers{metrics: m, logger: telemetry.NewLogger(cfg.log)}
+	if cfg.policy != nil {
+		cfg.policy.hooks = []func(string, bool, time.Duration){m.Degradation, o.logger.Degradation}
+	}
+	return o, nil
+}
+
+// observers are the telemetry observers of the client.
+type observers struct {
+	metrics *telemetry.Metrics
+	logger  *telemetry.Logger
+}
+
+// clientOptions returns the options of the store's client: the observers,
+// and the live policy if --config was given.
+func (cfg *serveConfig) clientOptions(o *observers) []distlock.ClientOption {
+	obs := []distlock.Observer{o.metrics, o.logger}
+	var opts []distlock.ClientOption
+	if cfg.policy != nil {
+		obs = append(obs, cfg.policy)
+		opts = append(opts, distlock.WithPolicy(cfg.policy))
+	}
+	return append(opts, distlock.WithObserver(distlock.Observers(obs...)))
+}
+
+// httpServer returns the HTTP server: HTTP/1.1 and HTTP/2 (in cleartext
+// too, for gRPC without TLS), no write timeout (Acquire waits and Watch
+// streams last), bounded headers and idle connections.
+func (cfg *serveConfig) httpServer(h http.Handler) *http.Server {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetHTTP2(true)
+	if cfg.tls == nil {
+		p.SetUnencryptedHTTP2(true)
+	}
+	return &http.Server{
+		Handler:           h,
+		Protocols:         &p,
+		TLSConfig:         cfg.tls,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(cfg.log.Handler(), slog.LevelWarn),
+	}
+}
+
+// loop waits for the end: a stop signal (nil), a failed server or a failed
+// embedded store (an error); meanwhile it reloads the files on SIGHUP and
+// when they change.
+func (cfg *serveConfig) loop(ctx context.Context, hup <-chan os.Signal, served <-chan error, st *serveStore) error {
+	tick := time.NewTicker(reloadEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			cfg.log.Info("stopping", "reason", "signal")
+			return nil
+		case err := <-served:
+			return exit(ExitError, &opError{op: "serve", err: err})
+		case err := <-st.failed():
+			return exit(ExitUnavailable, &opError{op: "serve: embedded etcd", err: err})
+		case <-hup:
+			cfg.log.Info("SIGHUP: reloading files")
+			for _, w := range cfg.reloads {
+				w.reload(cfg.log, true)
+			}
+		case <-tick.C:
+			for _, w := range cfg.reloads {
+				w.reload(cfg.log, false)
+			}
+		}
+	}
+}
+
+// stop shuts down in order: the service refuses new calls and ends waits
+// (Unavailable), the HTTP server lets calls in progress finish within
+// --shutdown-timeout, then closes what is left. The store is closed by the
+// caller; no lock is released.
+func (cfg *serveConfig) stop(srv *server.Server, hs *http.Server, served <-chan error) {
+	srv.Shutdown()
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.flags.shutdownTimeout)
+	defer cancel()
+	if err := hs.Shutdown(ctx); err != nil {
+		cfg.log.Warn("calls still in progress at the shutdown timeout were cut", "timeout", cfg.flags.shutdownTimeout, "err", err)
+		_ = hs.Close()
+	}
+	select {
+	case <-served:
+	default:
+	}
+}
+
+// tlsMode is "off", "tls" or "mtls".
+func (cfg *serveConfig) tlsMode() string {
+	switch {
+	case cfg.tls == nil:
+		return "off"
+	case cfg.tls.ClientAuth == tls.RequireAndVerifyClientCert:
+		return "mtls"
+	}
+	return "tls"
+}
+
+// authMode is "tokens" or "off".
+func (cfg *serveConfig) authMode() string {
+	if cfg.flags.insecureNoAuth {
+		return "off"
+	}
+	return "tokens"
+}
+
+// bannerView is the start banner as -o json prints it.
+type bannerView struct {
+	Listen  string `json:"listen"`
+	URL     string `json:"url"`
+	Metrics string `json:"metrics"`
+	Store   string `json:"store"`
+	Auth    string `json:"auth"`
+	Tokens  int    `json:"tokens,omitempty"`
+	TLS     string `json:"tls"`
+	Policy  string `json:"policy,omitempty"`
+	Curl    string `json:"curl"`
+}
+
+// banner prints where the service listens, its store and a curl line that
+// works as pasted (given $TOKEN when auth is on).
+func (cfg *serveConfig) banner(addr, store string) error {
+	base := baseURL(addr, cfg.tls != nil)
+	v := bannerView{
+		Listen: addr, URL: base, Metrics: base + "/metrics", Store: store,
+		Auth: cfg.authMode(), Tokens: cfg.keys.Len(), TLS: cfg.tlsMode(), Policy: cfg.flags.config,
+		Curl: cfg.curlLine(base),
+	}
+	if cfg.asJSON {
+		return writeJSON(cfg.out, v)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "distlock serve: listening on %s (gRPC, gRPC-Web and Connect/JSON)\n", base)
+	fmt.Fprintf(&b, "  store:   %s\n", store)
+	if cfg.flags.insecureNoAuth {
+		fmt.Fprintf(&b, "  auth:    off (--insecure-no-auth): every call is tenant %q with role admin\n", server.DefaultTenant)
+	} else {
+		fmt.Fprintf(&b, "  auth:    %d tokens from %s\n", cfg.keys.Len(), cfg.flags.tokens)
+	}
+	if cfg.tls != nil {
+		fmt.Fprintf(&b, "  tls:     %s\n", map[string]string{"tls": "on", "mtls": "on, client certificates required (mTLS)"}[cfg.tlsMode()])
+	}
+	if cfg.flags.config != "" {
+		fmt.Fprintf(&b, "  policy:  %s\n", cfg.flags.config)
+	}
+	fmt.Fprintf(&b, "  metrics: %s\n", v.Metrics)
+	fmt.Fprintf(&b, "try:\n  %s\n", v.Curl)
+	_, err := io.WriteString(cfg.out, b.String())
+	return err
+}
+
+// baseURL returns the URL a local client reaches addr at: a wildcard
+// address becomes the loopback address.
+func baseURL(addr string, tls bool) string {
+	host, port, _ := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		if ip.To4() != nil {
+			host = "127.0.0.1"
+		} else {
+			host = "::1"
+		}
+	}
+	scheme := "http"
+	if tls {
+		scheme = "https"
+	}
+	return scheme + "://" + net.JoinHostPort(host, port)
+}
+
+// curlLine returns a curl command that acquires the lock "demo".
+func (cfg *serveConfig) curlLine(base string) string {
+	parts := []string{"curl -sS"}
+	if cfg.tls != nil && cfg.tls.ClientAuth == tls.RequireAndVerifyClientCert {
+		parts = append(parts, "--cert client.pem --key client-key.pem")
+	}
+	parts = append(parts, "-H 'Content-Type: application/json'")
+	if !cfg.flags.insecureNoAuth {
+		parts = append(parts, `-H "Authorization: Bearer $TOKEN"`)
+	}
+	parts = append(parts, `-d '{"key":"demo","lease":"30s"}'`, base+"/distlock.v1.LockService/Acquire")
+	return strings.Join(parts, " ")
+}
