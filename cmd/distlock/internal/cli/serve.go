@@ -116,10 +116,10 @@ type serveConfig struct {
 	asJSON  bool
 	log     *slog.Logger
 	store   storeSpec
-	keys    *auth.Keyring    // nil with --insecure-no-auth
-	policy  *livePolicy      // nil without --config
-	certs   *certificate     // nil without TLS
-	tls     *tls.Config      // nil without TLS
+	keys    *auth.Keyring // nil with --insecure-no-auth
+	policy  *livePolicy   // nil without --config
+	certs   *certificate  // nil without TLS
+	tls     *tls.Config   // nil without TLS
 	limits  server.Limits
 	reloads []*watchedFile
 	srv     *server.Server // once it runs: a reloaded token file goes to it

@@ -79,7 +79,7 @@ func TestServeEmbedded(t *testing.T) {
 	for _, want := range []string{
 		`distlock_acquisitions_total{backend="etcd",group="default",result="acquired"} 1`, // the client's telemetry
 		`distlock_server_requests_total{code="ok",method="Acquire"} 1`,                    // the server's
-		`etcd_server_has_leader 1`,                                                        // the embedded store's
+		`etcd_server_has_leader 1`, // the embedded store's
 		`go_goroutines`,
 	} {
 		if !strings.Contains(metrics, want) {

@@ -116,7 +116,7 @@ func (w *watchedFile) reload(log *slog.Logger, force bool) {
 // starts with an empty latency window: a group that was degraded is not
 // any more until the store is slow again.
 type livePolicy struct {
-	cur   atomic.Pointer[loadedPolicy]
+	cur atomic.Pointer[loadedPolicy]
 	// hooks hear of degradation; set before the client that uses the
 	// policy is built.
 	hooks []func(group string, active bool, p99 time.Duration)
