@@ -1,0 +1,146 @@
+package server_test
+
+import (
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/distlock/distlock/cmd/distlock/internal/server"
+	distlockv1 "github.com/distlock/distlock/gen/distlock/v1"
+	"github.com/distlock/distlock/gen/distlock/v1/distlockv1connect"
+)
+
+// sessionTTL is long enough for etcd, whose leases count whole seconds with
+// a floor of 2s.
+const sessionTTL = 2 * time.Second
+
+func openSession(t *testing.T, api distlockv1connect.LockServiceClient) string {
+	t.Helper()
+	res, err := api.OpenSession(ctx(t), connect.NewRequest(&distlockv1.OpenSessionRequest{Ttl: durationpb.New(sessionTTL)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Msg.GetTtl().AsDuration() != sessionTTL || len(res.Msg.GetSessionId()) != 32 {
+		t.Fatalf("OpenSession = %v, want a 32-character id and the TTL %v", res.Msg, sessionTTL)
+	}
+	return res.Msg.GetSessionId()
+}
+
+// Two locks of a session live past their TTL while KeepAlive renews them,
+// and both end one TTL after the KeepAlives stop.
+func TestSessionKeepAlive(t *testing.T) {
+	forEachStore(t, func(t *testing.T, st store) {
+		e := newEnv(t, st, server.Limits{})
+		api := e.api(alphaClient)
+		sid := openSession(t, api)
+		k1, k2 := keyFor(t, "one"), keyFor(t, "two")
+		for _, k := range []string{k1, k2} {
+			res := acquire(t, api, &distlockv1.AcquireRequest{Key: k, SessionId: sid, Lease: durationpb.New(time.Hour)})
+			if res.GetLease().AsDuration() != sessionTTL {
+				t.Errorf("a session's lock got the lease %v, want the session's TTL %v", res.GetLease().AsDuration(), sessionTTL)
+			}
+		}
+		loner := acquire(t, api, &distlockv1.AcquireRequest{Key: keyFor(t, "loner"), Lease: durationpb.New(time.Minute)})
+
+		until := time.Now().Add(2*sessionTTL + sessionTTL/2)
+		for time.Now().Before(until) {
+			res, err := api.KeepAlive(ctx(t), connect.NewRequest(&distlockv1.KeepAliveRequest{SessionId: sid}))
+			if err != nil {
+				t.Fatalf("KeepAlive: %v", err)
+			}
+			if res.Msg.GetLocks() != 2 || res.Msg.GetTtl().AsDuration() != sessionTTL {
+				t.Fatalf("KeepAlive = %v, want 2 locks renewed by %v", res.Msg, sessionTTL)
+			}
+			time.Sleep(sessionTTL / 4)
+		}
+		for _, k := range []string{k1, k2} {
+			if l := inspect(t, api, k); !l.GetHeld() || l.GetLabels()["distlock.session"] == "" {
+				t.Errorf("%q after %v of KeepAlives = %v, want held by the session", k, 2*sessionTTL, l)
+			}
+		}
+		eventually(t, sessionTTL+5*time.Second, "the session's locks end", func() bool {
+			return !inspect(t, api, k1).GetHeld() && !inspect(t, api, k2).GetHeld()
+		})
+		_, err := api.KeepAlive(ctx(t), connect.NewRequest(&distlockv1.KeepAliveRequest{SessionId: sid}))
+		wantCode(t, "KeepAlive of an ended session", err, connect.CodeNotFound)
+		_, err = api.Acquire(ctx(t), connect.NewRequest(&distlockv1.AcquireRequest{Key: k1, SessionId: sid}))
+		wantCode(t, "Acquire in an ended session", err, connect.CodeNotFound)
+		if l := inspect(t, api, keyFor(t, "loner")); !l.GetHeld() || l.GetFence() != loner.GetFence() {
+			t.Errorf("a lock outside the session = %v, want still held", l)
+		}
+	})
+}
+
+// CloseSession releases every lock of its session, and only those.
+func TestSessionClose(t *testing.T) {
+	forEachStore(t, func(t *testing.T, st store) {
+		e := newEnv(t, st, server.Limits{})
+		api := e.api(alphaClient)
+		sid, other := openSession(t, api), openSession(t, api)
+		k1, k2, k3 := keyFor(t, "one"), keyFor(t, "two"), keyFor(t, "other")
+		acquire(t, api, &distlockv1.AcquireRequest{Key: k1, SessionId: sid})
+		acquire(t, api, &distlockv1.AcquireRequest{Key: k2, SessionId: sid})
+		acquire(t, api, &distlockv1.AcquireRequest{Key: k3, SessionId: other})
+
+		// Another tenant cannot use the session.
+		_, err := e.api(betaClient).CloseSession(ctx(t), connect.NewRequest(&distlockv1.CloseSessionRequest{SessionId: sid}))
+		wantCode(t, "beta's CloseSession of alpha's session", err, connect.CodeNotFound)
+
+		res, err := api.CloseSession(ctx(t), connect.NewRequest(&distlockv1.CloseSessionRequest{SessionId: sid}))
+		if err != nil || res.Msg.GetLocks() != 2 {
+			t.Fatalf("CloseSession = %v, %v; want 2 locks released", res, err)
+		}
+		if inspect(t, api, k1).GetHeld() || inspect(t, api, k2).GetHeld() {
+			t.Error("a closed session's lock is still held")
+		}
+		if !inspect(t, api, k3).GetHeld() {
+			t.Error("closing one session released another's lock")
+		}
+		_, err = api.CloseSession(ctx(t), connect.NewRequest(&distlockv1.CloseSessionRequest{SessionId: sid}))
+		wantCode(t, "second CloseSession", err, connect.CodeNotFound)
+		_, err = api.KeepAlive(ctx(t), connect.NewRequest(&distlockv1.KeepAliveRequest{SessionId: sid}))
+		wantCode(t, "KeepAlive after CloseSession", err, connect.CodeNotFound)
+		_, err = api.Acquire(ctx(t), connect.NewRequest(&distlockv1.AcquireRequest{Key: k1, SessionId: "0123456789abcdef0123456789abcdef"}))
+		wantCode(t, "Acquire in a session that never was", err, connect.CodeNotFound)
+		_, err = api.KeepAlive(ctx(t), connect.NewRequest(&distlockv1.KeepAliveRequest{SessionId: "not-a-session"}))
+		wantCode(t, "KeepAlive of a malformed id", err, connect.CodeInvalidArgument)
+	})
+}
+
+// A retried Acquire with the same request id gets the same token and fence,
+// alone or in a session; another request id is refused while it holds.
+func TestIdempotentAcquire(t *testing.T) {
+	forEachStore(t, func(t *testing.T, st store) {
+		e := newEnv(t, st, server.Limits{})
+		api := e.api(alphaClient)
+		const rid = "3f2a9c1e-5b7d-4e8f-9a0b-1c2d3e4f5a6b"
+		for _, sid := range []string{"", openSession(t, api)} {
+			key := keyFor(t, "k"+sid)
+			req := &distlockv1.AcquireRequest{Key: key, RequestId: rid, SessionId: sid, Lease: durationpb.New(time.Minute)}
+			first := acquire(t, api, req)
+			retry := acquire(t, api, req)
+			if retry.GetToken() != first.GetToken() || retry.GetFence() != first.GetFence() {
+				t.Errorf("session %q: retry = %v, want the first grant's token and fence %v", sid, retry, first)
+			}
+			req.Wait = durationpb.New(300 * time.Millisecond)
+			if waited := acquire(t, api, req); waited.GetToken() != first.GetToken() || waited.GetFence() != first.GetFence() {
+				t.Errorf("session %q: retry with a wait = %v, want the first grant's", sid, waited)
+			}
+			_, err := api.Acquire(ctx(t), connect.NewRequest(&distlockv1.AcquireRequest{Key: key, RequestId: rid + "-other", SessionId: sid}))
+			wantCode(t, "another request id", err, connect.CodeAborted)
+			beta := acquire(t, e.api(betaClient), &distlockv1.AcquireRequest{Key: key, RequestId: rid})
+			if beta.GetToken() == first.GetToken() {
+				t.Error("another tenant's Acquire with the same request id got the same token")
+			}
+			if _, err := api.Release(ctx(t), connect.NewRequest(&distlockv1.ReleaseRequest{Key: key, Token: first.GetToken()})); err != nil {
+				t.Fatal(err)
+			}
+			again := acquire(t, api, &distlockv1.AcquireRequest{Key: key, RequestId: rid, SessionId: sid})
+			if again.GetFence() <= first.GetFence() {
+				t.Errorf("session %q: a new grant after the release has fence %d, want over %d", sid, again.GetFence(), first.GetFence())
+			}
+		}
+	})
+}
