@@ -114,7 +114,8 @@ type serveConfig struct {
 	flags   *serveFlags
 	out     io.Writer // the start banner
 	asJSON  bool
-	log     *slog.Logger
+	log     *slog.Logger // the service's JSON log on stderr
+	lockLog *slog.Logger // the client's lock events: the same stream, warn and up unless debug
 	store   storeSpec
 	keys    *auth.Keyring // nil with --insecure-no-auth
 	policy  *livePolicy   // nil without --config
@@ -139,6 +140,13 @@ func (f *serveFlags) prepare(cmd *cobra.Command, g *globals) (*serveConfig, erro
 	cfg := &serveConfig{
 		flags: f, out: cmd.OutOrStdout(), asJSON: asJSON,
 		log: slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level})),
+		// The server logs every call with its outcome already; of the
+		// client's lock events only losses and failures (warn, error) add
+		// to that, unless debug asks for everything.
+		lockLog: slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: max(level, slog.LevelWarn)})),
+	}
+	if level <= slog.LevelDebug {
+		cfg.lockLog = cfg.log
 	}
 	if err := f.checkListen(); err != nil {
 		return nil, err
@@ -301,14 +309,13 @@ func (cfg *serveConfig) run(ctx context.Context) error {
 }
 
 // observers returns the client's observers: Prometheus metrics on reg and
-// lock events in the log (acquisitions and releases at debug, as the
-// server logs every call already).
+// lock events in the log.
 func (cfg *serveConfig) observers(reg prometheus.Registerer) (*observers, error) {
 	m, err := telemetry.NewMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
-	o := &observers{metrics: m, logger: telemetry.NewLogger(cfg.log)}
+	o := &observers{metrics: m, logger: telemetry.NewLogger(cfg.lockLog)}
 	if cfg.policy != nil {
 		cfg.policy.hooks = []func(string, bool, time.Duration){m.Degradation, o.logger.Degradation}
 	}
