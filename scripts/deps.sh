@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the store servers the tests start (Debian/Ubuntu), skipping what is
-# already present. Safe to run again.
+# Installs the store servers the tests start, and the headless browser the
+# dashboard's tests drive (Debian/Ubuntu), skipping what is already present.
+# Safe to run again.
 set -euo pipefail
 
 need=()
@@ -17,9 +18,11 @@ want mariadbd mariadb-server
 want mariadb mariadb-client
 ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
 want setpriv util-linux
+want chromium chromium
+want /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf fonts-dejavu-core
 
 if [ ${#need[@]} -eq 0 ]; then
-	echo "deps: all store servers present"
+	echo "deps: all store servers and the browser present"
 	exit 0
 fi
 
