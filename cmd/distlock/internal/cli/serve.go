@@ -170,6 +170,11 @@ func (f *serveFlags) prepare(cmd *cobra.Command, g *globals) (*serveConfig, erro
 			if err != nil {
 				return err
 			}
+			if k.Len() == 0 {
+				// Most likely a file caught while being rewritten in place:
+				// it would lock every client out.
+				return fmt.Errorf("%s has no token", f.tokens)
+			}
 			cfg.keys = k
 			if cfg.srv != nil {
 				cfg.srv.SetKeys(k)
@@ -290,12 +295,14 @@ func (cfg *serveConfig) run(ctx context.Context) error {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{reg, prometheus.DefaultGatherer},
 		promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(cfg.log.Handler(), slog.LevelWarn)}))
 	hs := cfg.httpServer(mux)
-	served := make(chan error, 1)
+	var serveErr error
+	served := make(chan struct{}) // closed when Serve returned, with serveErr
 	go func() {
+		defer close(served)
 		if cfg.tls != nil {
-			served <- hs.ServeTLS(ln, "", "")
+			serveErr = hs.ServeTLS(ln, "", "")
 		} else {
-			served <- hs.Serve(ln)
+			serveErr = hs.Serve(ln)
 		}
 	}()
 	if err := cfg.banner(ln.Addr().String(), st.describe); err != nil {
@@ -303,7 +310,7 @@ func (cfg *serveConfig) run(ctx context.Context) error {
 	}
 	cfg.log.Info("serving", "addr", ln.Addr().String(), "store", st.describe, "tls", cfg.tlsMode(), "auth", cfg.authMode())
 
-	err = cfg.loop(ctx, hup, served, st)
+	err = cfg.loop(ctx, hup, served, func() error { return serveErr }, st)
 	cfg.stop(srv, hs, served)
 	return err
 }
@@ -363,7 +370,7 @@ func (cfg *serveConfig) httpServer(h http.Handler) *http.Server {
 // loop waits for the end: a stop signal (nil), a failed server or a failed
 // embedded store (an error); meanwhile it reloads the files on SIGHUP and
 // when they change.
-func (cfg *serveConfig) loop(ctx context.Context, hup <-chan os.Signal, served <-chan error, st *serveStore) error {
+func (cfg *serveConfig) loop(ctx context.Context, hup <-chan os.Signal, served <-chan struct{}, serveErr func() error, st *serveStore) error {
 	tick := time.NewTicker(reloadEvery)
 	defer tick.Stop()
 	for {
@@ -371,8 +378,8 @@ func (cfg *serveConfig) loop(ctx context.Context, hup <-chan os.Signal, served <
 		case <-ctx.Done():
 			cfg.log.Info("stopping", "reason", "signal")
 			return nil
-		case err := <-served:
-			return exit(ExitError, &opError{op: "serve", err: err})
+		case <-served:
+			return exit(ExitError, &opError{op: "serve", err: serveErr()})
 		case err := <-st.failed():
 			return exit(ExitUnavailable, &opError{op: "serve: embedded etcd", err: err})
 		case <-hup:
@@ -392,7 +399,7 @@ func (cfg *serveConfig) loop(ctx context.Context, hup <-chan os.Signal, served <
 // (Unavailable), the HTTP server lets calls in progress finish within
 // --shutdown-timeout, then closes what is left. The store is closed by the
 // caller; no lock is released.
-func (cfg *serveConfig) stop(srv *server.Server, hs *http.Server, served <-chan error) {
+func (cfg *serveConfig) stop(srv *server.Server, hs *http.Server, served <-chan struct{}) {
 	srv.Shutdown()
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.flags.shutdownTimeout)
 	defer cancel()
@@ -400,10 +407,7 @@ func (cfg *serveConfig) stop(srv *server.Server, hs *http.Server, served <-chan 
 		cfg.log.Warn("calls still in progress at the shutdown timeout were cut", "timeout", cfg.flags.shutdownTimeout, "err", err)
 		_ = hs.Close()
 	}
-	select {
-	case <-served:
-	default:
-	}
+	<-served // Serve returns as soon as Shutdown or Close begins
 }
 
 // tlsMode is "off", "tls" or "mtls".

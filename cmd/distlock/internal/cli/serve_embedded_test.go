@@ -86,8 +86,30 @@ func TestServeEmbedded(t *testing.T) {
 			t.Errorf("/metrics has no %s", want)
 		}
 	}
+
+	// A second service over the same data dir is refused, naming it.
+	var stdout, stderr strings.Builder
+	code = serveMain([]string{"serve", "--insecure-no-auth", "--listen", "127.0.0.1:0", "--data-dir", dir}, strings.NewReader(""), &stdout, &stderr)
+	if code != ExitUnavailable || !strings.Contains(stderr.String(), "in use by another process") || !strings.Contains(stderr.String(), dir) {
+		t.Errorf("a second serve on %s: exit %d, stderr %q", dir, code, stderr.String())
+	}
+
 	if code := p.stop(); code != 0 {
 		t.Errorf("exit code %d after SIGTERM; stderr:\n%s", code, p.stderr.String())
+	}
+}
+
+// TestServeDefaultDataDir is $XDG_STATE_HOME/distlock, else
+// ~/.local/state/distlock.
+func TestServeDefaultDataDir(t *testing.T) {
+	t.Setenv("XDG_STATE_HOME", "/var/state")
+	t.Setenv("HOME", "/home/u")
+	if d, err := defaultDataDir(); err != nil || d != "/var/state/distlock" {
+		t.Errorf("with XDG_STATE_HOME: %q, %v", d, err)
+	}
+	t.Setenv("XDG_STATE_HOME", "relative/is/ignored")
+	if d, err := defaultDataDir(); err != nil || d != "/home/u/.local/state/distlock" {
+		t.Errorf("without XDG_STATE_HOME: %q, %v", d, err)
 	}
 }
 
@@ -99,6 +121,8 @@ func TestServeRefusals(t *testing.T) {
 	tokens := writeFile(t, dir, "tokens", "# tenants\n0123456789abcdef0123 acme client\nshort acme client\n")
 	policyFile := writeFile(t, dir, "policy.yaml", "default:\n  max_lease: 1m\n  max_lease_typo: 2m\n")
 	missing := filepath.Join(dir, "missing")
+	noTokens := writeFile(t, dir, "no-tokens", "# no token yet\n")
+	emptyPolicy := writeFile(t, dir, "empty.yaml", "\n")
 	for _, c := range []struct {
 		name string
 		args []string
@@ -111,6 +135,8 @@ func TestServeRefusals(t *testing.T) {
 		{"tokens and insecure", []string{"--tokens", tokens, "--insecure-no-auth"}, "choose one"},
 		{"bad tokens file", []string{"--tokens", tokens}, "tokens:3:"},
 		{"missing tokens file", []string{"--tokens", missing}, "no such file"},
+		{"tokens file without a token", []string{"--tokens", noTokens}, "has no token"},
+		{"empty policy file", []string{"--insecure-no-auth", "--config", emptyPolicy}, "is empty"},
 		{"bad policy", []string{"--insecure-no-auth", "--config", policyFile}, "line 3"},
 		{"cert without key", []string{"--insecure-no-auth", "--tls-cert", tokens}, "--tls-cert and --tls-key"},
 		{"bad certificate", []string{"--insecure-no-auth", "--tls-cert", tokens, "--tls-key", tokens}, "tokens"},

@@ -68,6 +68,11 @@ func (w *watchedFile) read() (os.FileInfo, []byte, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		// An empty file is most likely one being rewritten in place; in
+		// force it would drop every token or every limit.
+		return nil, nil, fmt.Errorf("%s is empty", w.path)
+	}
 	return fi, data, nil
 }
 
