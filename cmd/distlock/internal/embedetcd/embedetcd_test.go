@@ -3,6 +3,7 @@ package embedetcd
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -234,6 +235,7 @@ func TestWarningsReachTheLogger(t *testing.T) {
 	core := &slogCore{l: l, level: zap.WarnLevel}
 	zap.New(core).With(zap.String("member", "m1")).Warn("slow fdatasync", zap.Duration("took", time.Second))
 	zap.New(core).Info("not forwarded")
+	zap.New(core).Warn("failed to apply request", zap.Error(errors.New("etcdserver: requested lease not found")))
 	mu.Lock()
 	out := buf.String()
 	mu.Unlock()
@@ -244,6 +246,9 @@ func TestWarningsReachTheLogger(t *testing.T) {
 	}
 	if strings.Contains(out, "not forwarded") {
 		t.Errorf("an info record was forwarded: %s", out)
+	}
+	if strings.Contains(out, "failed to apply request") {
+		t.Errorf("the revocation of an expired lease was logged: %s", out)
 	}
 }
 

@@ -30,6 +30,13 @@ var benignMessages = []string{
 	"simple token is not cryptographically signed",
 }
 
+// benignFailures are etcd warnings of requests that failed as the lock
+// backend expects: a lease revoked or renewed after it expired (a lock that
+// ran out of lease, a spare lease revoked at close).
+var benignFailures = []struct{ msg, err string }{
+	{"failed to apply request", "lease not found"},
+}
+
 // closingErrors are what etcd's listeners and background requests say, as
 // errors, when Close stops them.
 var closingErrors = []string{
@@ -49,24 +56,35 @@ func (c *slogCore) benign(e zapcore.Entry, fields []zapcore.Field) bool {
 			return true
 		}
 	}
+	errText := errorText(fields)
+	if errText == "" {
+		return false
+	}
+	for _, b := range benignFailures {
+		if strings.HasPrefix(e.Message, b.msg) && strings.Contains(errText, b.err) {
+			return true
+		}
+	}
 	if c.closing == nil || !c.closing.Load() {
 		return false
 	}
-	for _, f := range fields {
-		if f.Type != zapcore.ErrorType {
-			continue
-		}
-		err, _ := f.Interface.(error)
-		if err == nil {
-			continue
-		}
-		for _, s := range closingErrors {
-			if strings.Contains(err.Error(), s) {
-				return true
-			}
+	for _, s := range closingErrors {
+		if strings.Contains(errText, s) {
+			return true
 		}
 	}
 	return false
+}
+
+// errorText returns the text of the error fields among fields, or "".
+func errorText(fields []zapcore.Field) string {
+	var texts []string
+	for _, f := range fields {
+		if err, ok := f.Interface.(error); ok && f.Type == zapcore.ErrorType && err != nil {
+			texts = append(texts, err.Error())
+		}
+	}
+	return strings.Join(texts, "; ")
 }
 
 var _ zapcore.Core = (*slogCore)(nil)
