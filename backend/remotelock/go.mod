@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	connectrpc.com/connect v1.21.1
-	github.com/distlock/distlock v0.0.0
+	github.com/distlock/distlock v0.0.0-00010101000000-000000000000
 	github.com/distlock/distlock/gen v0.0.0
 	google.golang.org/protobuf v1.36.12
 )

@@ -75,8 +75,8 @@ func open(ctx context.Context, u *url.URL) (driver.Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	hc := &http.Client{Transport: newTransport(scheme == "http" && p.h2c, tlsConfig, c.requestTimeout)}
-	b := newBackend(hc, true, base.String(), c)
+	t, conns := newTransport(scheme == "http" && p.h2c, tlsConfig, c.requestTimeout)
+	b := newBackend(&http.Client{Transport: t}, conns, base.String(), c)
 	if err := b.probe(ctx); err != nil {
 		_ = b.Close()
 		return nil, err

@@ -40,6 +40,8 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 // ctx ends or Close is called. Each call to the service asks for the wait
 // left before ctx's deadline, at most the backend's max wait (WithMaxWait),
 // and a wait without a deadline is made of such calls one after another.
+// A refusal for the tenant's rate (RESOURCE_EXHAUSTED) does not end the
+// wait: the backend asks again after a capped, jittered backoff.
 // A call that ctx or Close cut short may have been granted as it ended: the
 // backend then repeats the request without a wait and releases what it
 // returns before it returns an error matching driver.ErrNotAcquired (joined
@@ -61,6 +63,7 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 		return errors.Join(fmt.Errorf("remotelock: lock %q: %w", req.Key, driver.ErrNotAcquired), ctx.Err())
 	}
 	bo := backoff{min: 5 * time.Millisecond, max: 500 * time.Millisecond}
+	limited := backoff{min: 50 * time.Millisecond, max: 2 * time.Second}
 	for {
 		wait := b.maxWait
 		if dl, ok := ctx.Deadline(); ok {
@@ -92,6 +95,11 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 				if !sleep(c.ctx, bo.next()) {
 					return driver.Grant{}, notAcquired()
 				}
+			}
+		case connect.CodeOf(err) == connect.CodeResourceExhausted:
+			// The tenant is over its rate: the wait goes on, more slowly.
+			if !sleep(c.ctx, limited.next()) {
+				return driver.Grant{}, errors.Join(notAcquired(), b.fail(c, "lock", req.Key, err))
 			}
 		case definite(err):
 			return driver.Grant{}, b.fail(c, "lock", req.Key, err)

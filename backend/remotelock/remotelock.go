@@ -24,7 +24,7 @@ type Backend struct {
 	rpc            distlockv1connect.LockServiceClient
 	base           string       // base URL, for errors and the health probe
 	http           *http.Client // the client calls go through
-	ownHTTP        bool         // New built http; Close closes its connections
+	conns          *connSet     // of the backend's own client, which Close closes; nil for the caller's
 	requestTimeout time.Duration
 	maxWait        time.Duration
 
@@ -91,11 +91,13 @@ func New(httpClient *http.Client, baseURL string, opts ...Option) (*Backend, err
 	if err != nil {
 		return nil, err
 	}
-	own := httpClient == nil
-	if own {
-		httpClient = &http.Client{Transport: newTransport(u.Scheme == "http", nil, c.requestTimeout)}
+	var conns *connSet
+	if httpClient == nil {
+		var t *http.Transport
+		t, conns = newTransport(u.Scheme == "http", nil, c.requestTimeout)
+		httpClient = &http.Client{Transport: t}
 	}
-	return newBackend(httpClient, own, u.String(), c), nil
+	return newBackend(httpClient, conns, u.String(), c), nil
 }
 
 // parseBase checks a base URL: http or https, a host, no user, query or
@@ -136,11 +138,10 @@ func parseBase(baseURL string) (_ *url.URL, err error) {
 // for plain HTTP when h2c is set, else HTTP/1.1 or, over TLS, HTTP/2 by
 // ALPN. Idle HTTP/2 connections are pinged, so that a dead one is dropped
 // within two request timeouts rather than when the kernel gives up.
-func newTransport(h2c bool, tlsConfig *tls.Config, timeout time.Duration) *http.Transport {
-	dialer := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
+func newTransport(h2c bool, tlsConfig *tls.Config, timeout time.Duration) (*http.Transport, *connSet) {
+	conns := newConnSet(&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second})
 	t := &http.Transport{
-		Proxy:               http.ProxyFromEnvironment,
-		DialContext:         dialer.DialContext,
+		DialContext:         conns.dial,
 		TLSClientConfig:     tlsConfig,
 		TLSHandshakeTimeout: timeout,
 		ForceAttemptHTTP2:   true,
@@ -151,16 +152,17 @@ func newTransport(h2c bool, tlsConfig *tls.Config, timeout time.Duration) *http.
 	}
 	var p http.Protocols
 	if h2c {
-		p.SetUnencryptedHTTP2(true)
+		p.SetUnencryptedHTTP2(true) // prior knowledge: never through a proxy
 	} else {
+		t.Proxy = http.ProxyFromEnvironment
 		p.SetHTTP1(true)
 		p.SetHTTP2(true)
 	}
 	t.Protocols = &p
-	return t
+	return t, conns
 }
 
-func newBackend(hc *http.Client, own bool, base string, c config) *Backend {
+func newBackend(hc *http.Client, conns *connSet, base string, c config) *Backend {
 	copts := []connect.ClientOption{
 		// Lock messages are a few dozen bytes: compressing them costs more
 		// than it saves, so the backend does not offer gzip.
@@ -176,7 +178,7 @@ func newBackend(hc *http.Client, own bool, base string, c config) *Backend {
 		rpc:            distlockv1connect.NewLockServiceClient(hc, base, copts...),
 		base:           base,
 		http:           hc,
-		ownHTTP:        own,
+		conns:          conns,
 		requestTimeout: c.requestTimeout,
 		maxWait:        c.maxWait,
 		held:           make(map[lockID]*holding),
@@ -193,8 +195,8 @@ func newBackend(hc *http.Client, own bool, base string, c config) *Backend {
 func (b *Backend) Name() string { return "distlock" }
 
 // Close ends the calls in progress, waits for them (each returns an error
-// matching driver.ErrClosed), stops the loss watch, and closes the idle
-// connections of the HTTP client if New made it. The locks this backend
+// matching driver.ErrClosed), stops the loss watch, and closes the
+// connections of the HTTP client if the backend made it. The locks this backend
 // holds stay in the store until released (by another backend, with their
 // token) or expired. Every call after Close returns an error matching
 // driver.ErrClosed. Closing twice is harmless.
@@ -214,8 +216,9 @@ func (b *Backend) Close() error {
 	b.mu.Lock()
 	b.held = make(map[lockID]*holding)
 	b.mu.Unlock()
-	if b.ownHTTP {
+	if b.conns != nil {
 		b.http.CloseIdleConnections()
+		b.conns.closeAll()
 	}
 	return nil
 }
