@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if code, ok := runChild(); ok { // a client process of a test or benchmark
+		os.Exit(code)
+	}
 	redis.SetLogger(quietLogger{}) // go-redis logs every Sentinel lookup
 	goleak.VerifyTestMain(m,
 		// rueidis's cluster client closes connections replaced by a topology
