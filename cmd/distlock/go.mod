@@ -89,6 +89,7 @@ require (
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
 	github.com/cpuguy83/go-md2man/v2 v2.0.7 // indirect
+	github.com/distlock/distlock/backend/remotelock v0.0.0
 	github.com/distlock/distlock/gen v0.0.0
 	github.com/distribution/reference v0.6.0 // indirect
 	github.com/docker/cli v29.9.1+incompatible // indirect
@@ -166,3 +167,5 @@ tool (
 )
 
 replace github.com/distlock/distlock/gen => ../../gen
+
+replace github.com/distlock/distlock/backend/remotelock => ../../backend/remotelock

@@ -1,0 +1,458 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/backend/etcdlock"
+	"github.com/distlock/distlock/backend/redislock"
+	"github.com/distlock/distlock/backend/remotelock"
+	"github.com/distlock/distlock/cmd/distlock/internal/auth"
+	"github.com/distlock/distlock/cmd/distlock/internal/server"
+	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/locktest"
+)
+
+// The tests of this file run the Go client of the service
+// (backend/remotelock) against the service over real stores: the
+// conformance suite, then what is particular to a client of a service
+// (tokens, roles, protocols, the loss watch, a service shutting down).
+
+// The tokens of the keyring of the service these tests start.
+const (
+	remoteAdmin  = "remote-admin-token-00001" // tenant acme, admin
+	remoteClient = "remote-client-token-0001" // tenant acme, client
+	remoteViewer = "remote-viewer-token-0001" // tenant acme, viewer
+	remoteTenant = "acme"
+)
+
+// remoteStore is a store a service runs over, for these tests.
+type remoteStore struct {
+	name string
+	// backend returns a new backend of the store: the service's, or one a
+	// benchmark uses directly.
+	backend func(t testing.TB) driver.Backend
+}
+
+// remoteStores starts a real etcd and a real redis-server for t.
+func remoteStores(t testing.TB) []remoteStore {
+	etcd := testserver.Etcd(t)
+	rds := testserver.Redis(t)
+	return []remoteStore{
+		{"etcd", func(t testing.TB) driver.Backend {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			b, err := etcdlock.Dial(ctx, clientv3.Config{Endpoints: []string{testserver.EtcdEndpoint(etcd)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}},
+		{"redis", func(t testing.TB) driver.Backend {
+			rc := redis.NewClient(&redis.Options{Addr: rds.Addr(), ContextTimeoutEnabled: true})
+			t.Cleanup(func() { _ = rc.Close() })
+			b, err := redislock.New(rc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}},
+	}
+}
+
+// remoteService is the lock service on a loopback port, speaking HTTP/1.1
+// and h2c, over its own client of a store.
+type remoteService struct {
+	srv    *server.Server
+	client *distlock.Client // the service's: behind its clients' backs
+	addr   string           // host:port
+	url    string           // http://host:port
+}
+
+// startRemoteService starts a service over a new backend of st with the
+// keyring of the tokens above, and stops it when t ends.
+func startRemoteService(t testing.TB, st remoteStore) *remoteService {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tokens")
+	keyring := remoteAdmin + " " + remoteTenant + " admin\n" +
+		remoteClient + " " + remoteTenant + " client\n" +
+		remoteViewer + " " + remoteTenant + " viewer\n"
+	if err := os.WriteFile(path, []byte(keyring), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := auth.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := distlock.New(st.backend(t))
+	// No rate limit: the suite makes thousands of calls a second.
+	srv, err := server.New(server.Config{Client: client, Keys: keys, Limits: server.Limits{RatePerTenant: math.Inf(1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	hs := &http.Server{Handler: srv.Handler(), Protocols: &p, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(l) }()
+	t.Cleanup(func() {
+		srv.Shutdown()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := hs.Shutdown(ctx); err != nil {
+			t.Errorf("http shutdown: %v", err)
+			_ = hs.Close()
+		}
+		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("serve: %v", err)
+		}
+		if err := client.Close(); err != nil {
+			t.Errorf("close the service's client: %v", err)
+		}
+	})
+	return &remoteService{srv: srv, client: client, addr: l.Addr().String(), url: "http://" + l.Addr().String()}
+}
+
+// backendAt returns a remotelock backend of its own (own connection) to
+// the service at addr, speaking as token; the suite or t closes it.
+func remoteBackendAt(t testing.TB, addr, token string, opts ...remotelock.Option) *remotelock.Backend {
+	t.Helper()
+	b, err := remotelock.New(nil, "http://"+addr, append([]remotelock.Option{remotelock.WithToken(token)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+// deleteKey removes a client's key behind its holder's back, as an
+// operator of the store would.
+func (s *remoteService) deleteKey(t testing.TB, key string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.client.ForceRelease(ctx, "tenants/"+remoteTenant+"/"+key, "test: deleted behind the holder's back"); err != nil {
+		t.Fatalf("delete %q in the store: %v", key, err)
+	}
+}
+
+// TestRemoteConformance runs the conformance suite through remotelock
+// against the service over etcd and over Redis. The fault tests put their
+// proxy between the client and the service.
+func TestRemoteConformance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and redis-server")
+	}
+	for _, st := range remoteStores(t) {
+		t.Run(st.name, func(t *testing.T) {
+			svc := startRemoteService(t, st)
+			locktest.Run(t, locktest.Harness{
+				NewBackend: func(t testing.TB) driver.Backend { return remoteBackendAt(t, svc.addr, remoteAdmin) },
+				DeleteKey:  svc.deleteKey,
+				StoreAddr:  svc.addr,
+				NewBackendAt: func(t testing.TB, addr string) driver.Backend {
+					return remoteBackendAt(t, addr, remoteAdmin)
+				},
+			})
+		})
+	}
+}
+
+// remoteCtx is a test's context, bounded.
+func remoteCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// remoteKey is a key of its own for one test.
+func remoteKey(t *testing.T) string {
+	return "remote/" + strings.ReplaceAll(t.Name(), "/", ".") + "/" + time.Now().Format("150405.000000000")
+}
+
+// TestRemoteOpen: distlock.Open reaches the service with the token of
+// token_file or $DISTLOCK_TOKEN, over h2c, HTTP/1.1 and gRPC; the service's
+// refusals come back as its codes, and never as a lock's sentinel.
+func TestRemoteOpen(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and redis-server")
+	}
+	st := remoteStores(t)[0]
+	svc := startRemoteService(t, st)
+	dir := t.TempDir()
+	tokenFile := func(name, token string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	client, viewer, stranger := tokenFile("client", remoteClient), tokenFile("viewer", remoteViewer), tokenFile("stranger", "not-a-known-token-000001")
+	ctx := remoteCtx(t)
+
+	open := func(t *testing.T, rawURL string) *distlock.Client {
+		t.Helper()
+		c, err := distlock.Open(ctx, rawURL)
+		if err != nil {
+			t.Fatalf("open %s: %v", rawURL, err)
+		}
+		t.Cleanup(func() {
+			if err := c.Close(); err != nil {
+				t.Errorf("close: %v", err)
+			}
+		})
+		return c
+	}
+	// lockOnce takes, inspects and releases a key through c.
+	lockOnce := func(t *testing.T, c *distlock.Client) {
+		t.Helper()
+		key := remoteKey(t)
+		l, err := c.Lock(ctx, key, distlock.WithOwner("open-test"), distlock.WithMetadata(map[string]string{"via": "open"}))
+		if err != nil {
+			t.Fatalf("lock: %v", err)
+		}
+		info, err := c.Inspect(ctx, key)
+		if err != nil {
+			t.Fatalf("inspect: %v", err)
+		}
+		if !info.Held || info.Fence != l.Fence() || info.Meta.Owner != "open-test" || info.Meta.Labels["via"] != "open" {
+			t.Fatalf("inspect = %+v, want held with fence %d, the owner and the label", info, l.Fence())
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("release: %v", err)
+		}
+	}
+	for name, q := range map[string]string{
+		"h2c":      "",
+		"http1.1":  "&h2c=false",
+		"grpc":     "&protocol=grpc",
+		"watching": "&watch_loss=true&request_timeout=2s&max_wait=10s",
+	} {
+		t.Run(name, func(t *testing.T) {
+			lockOnce(t, open(t, "distlock://"+svc.addr+"?token_file="+client+q))
+		})
+	}
+	t.Run("env", func(t *testing.T) {
+		t.Setenv(remotelock.TokenEnv, remoteClient)
+		lockOnce(t, open(t, "distlock://"+svc.addr))
+	})
+	t.Run("unknown token", func(t *testing.T) {
+		c := open(t, "distlock://"+svc.addr+"?token_file="+stranger)
+		_, err := c.TryLock(ctx, remoteKey(t))
+		if connect.CodeOf(err) != connect.CodeUnauthenticated || errors.Is(err, distlock.ErrNotAcquired) {
+			t.Fatalf("lock with an unknown token: got %v, want Unauthenticated and not ErrNotAcquired", err)
+		}
+		if strings.Contains(err.Error(), "not-a-known-token") {
+			t.Fatalf("the error shows the token: %v", err)
+		}
+	})
+	t.Run("viewer", func(t *testing.T) {
+		c := open(t, "distlock://"+svc.addr+"?token_file="+viewer)
+		key := remoteKey(t)
+		if _, err := c.TryLock(ctx, key); connect.CodeOf(err) != connect.CodePermissionDenied {
+			t.Fatalf("lock as a viewer: got %v, want PermissionDenied", err)
+		}
+		if info, err := c.Inspect(ctx, key); err != nil || info.Held {
+			t.Fatalf("inspect as a viewer: %+v, %v; want a free key", info, err)
+		}
+	})
+}
+
+// TestRemoteMapping: what the service says comes back as the driver's
+// sentinels, a retried acquisition is idempotent, and a lease runs from a
+// grant's confirmation after a long wait.
+func TestRemoteMapping(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and redis-server")
+	}
+	for _, st := range remoteStores(t) {
+		t.Run(st.name, func(t *testing.T) {
+			svc := startRemoteService(t, st)
+			ctx := remoteCtx(t)
+			b := remoteBackendAt(t, svc.addr, remoteClient)
+			key := remoteKey(t)
+			req := driver.AcquireRequest{Key: key, Token: "0123456789abcdef0123456789abcdef", TTL: time.Minute}
+			g, err := b.Acquire(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, err := b.Acquire(ctx, req)
+			if err != nil || again.Fence != g.Fence {
+				t.Fatalf("a retried acquisition: %+v, %v; want the same grant (fence %d)", again, err, g.Fence)
+			}
+			other := remoteBackendAt(t, svc.addr, remoteClient)
+			if _, err := other.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "fedcba9876543210fedcba9876543210", TTL: time.Minute}); !errors.Is(err, driver.ErrNotAcquired) || !strings.Contains(err.Error(), key) {
+				t.Fatalf("acquire of a held key: got %v, want ErrNotAcquired naming the key", err)
+			}
+			// Another backend does not know this acquisition's token.
+			if err := other.Release(ctx, key, req.Token); !errors.Is(err, driver.ErrNotHeld) {
+				t.Fatalf("release through another backend: got %v, want ErrNotHeld", err)
+			}
+			long := strings.Repeat("k", server.DefaultMaxKeyLen+1)
+			if _, err := b.Acquire(ctx, driver.AcquireRequest{Key: long, Token: req.Token, TTL: time.Minute}); !errors.Is(err, driver.ErrInvalidKey) {
+				t.Fatalf("a key over the service's limit: got %v, want ErrInvalidKey", err)
+			}
+			if _, err := b.Acquire(ctx, driver.AcquireRequest{Key: key + "/x", Token: req.Token, TTL: 2 * time.Hour}); !errors.Is(err, driver.ErrInvalidOption) {
+				t.Fatalf("a lease over the service's limit: got %v, want ErrInvalidOption", err)
+			}
+			if _, err := b.Acquire(ctx, driver.AcquireRequest{Key: key + "/y", Token: "short", TTL: time.Minute}); !errors.Is(err, driver.ErrInvalidOption) {
+				t.Fatalf("a token too short for a request id: got %v, want ErrInvalidOption", err)
+			}
+			if _, err := b.ForceRelease(ctx, key); connect.CodeOf(err) != connect.CodePermissionDenied {
+				t.Fatalf("force release as a client: got %v, want PermissionDenied", err)
+			}
+
+			// A waiter granted after a long wait counts its lease from a
+			// renewal made after the grant, not from its request.
+			waiter := remoteBackendAt(t, svc.addr, remoteClient)
+			wreq := driver.AcquireRequest{Key: key, Token: "00112233445566778899aabbccddeeff", TTL: 2 * time.Second}
+			type result struct {
+				g   driver.Grant
+				err error
+			}
+			got := make(chan result, 1)
+			wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			go func() {
+				g, err := waiter.AcquireWait(wctx, wreq)
+				got <- result{g, err}
+			}()
+			time.Sleep(time.Second) // a wait longer than a tenth of the waiter's TTL
+			released := time.Now()
+			if err := b.Release(ctx, key, req.Token); err != nil {
+				t.Fatal(err)
+			}
+			r := <-got
+			if r.err != nil {
+				t.Fatalf("waiter: %v", r.err)
+			}
+			if r.g.Fence <= g.Fence {
+				t.Fatalf("waiter's fence %d not above %d", r.g.Fence, g.Fence)
+			}
+			if r.g.Sent.Before(released) {
+				t.Fatalf("the waiter's lease counts from %v, before the key was released at %v", r.g.Sent, released)
+			}
+			if err := waiter.Renew(ctx, key, wreq.Token, time.Minute); err != nil {
+				t.Fatalf("renew by the waiter: %v", err)
+			}
+			if err := waiter.Release(ctx, key, wreq.Token); err != nil {
+				t.Fatalf("release by the waiter: %v", err)
+			}
+			if err := waiter.Release(ctx, key, wreq.Token); !errors.Is(err, driver.ErrNotHeld) {
+				t.Fatalf("second release: got %v, want ErrNotHeld", err)
+			}
+		})
+	}
+}
+
+// TestRemoteLossWatch: with WithLossWatch a holder learns that an admin
+// force-released its lock within moments, long before its next renewal;
+// and ContextWithReason's reason is what the service records.
+func TestRemoteLossWatch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and redis-server")
+	}
+	st := remoteStores(t)[1]
+	svc := startRemoteService(t, st)
+	ctx := remoteCtx(t)
+	holder := distlock.New(remoteBackendAt(t, svc.addr, remoteClient, remotelock.WithLossWatch()))
+	t.Cleanup(func() { _ = holder.Close() })
+	admin := distlock.New(remoteBackendAt(t, svc.addr, remoteAdmin))
+	t.Cleanup(func() { _ = admin.Close() })
+	// The stream starts with the first grant and misses what comes before
+	// it is live: warm it up with a lock of its own.
+	warm, err := holder.TryLock(ctx, remoteKey(t)+"/warm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = warm.Release(ctx)
+	time.Sleep(500 * time.Millisecond)
+
+	key := remoteKey(t)
+	l, err := holder.TryLock(ctx, key, distlock.WithLease(time.Minute), distlock.WithWatchdog(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const reason = "test: stuck holder"
+	start := time.Now()
+	info, err := admin.ForceRelease(remotelock.ContextWithReason(ctx, reason), key, reason)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Fence != l.Fence() {
+		t.Fatalf("force release reported fence %d, want %d", info.Fence, l.Fence())
+	}
+	select {
+	case <-l.Done():
+		t.Logf("the holder learned of the forced release after %v", time.Since(start).Round(time.Millisecond))
+	case <-time.After(5 * time.Second): // the next renewal is 20s away
+		t.Fatal("the holder did not learn of the forced release within 5s")
+	}
+	if !errors.Is(l.Err(), distlock.ErrLockLost) {
+		t.Fatalf("Err = %v, want ErrLockLost", l.Err())
+	}
+}
+
+// TestRemoteShutdown: a service shutting down ends a wait with
+// Unavailable, which is not ErrClosed (the backend is open; another
+// service may serve it), and a closed backend says ErrClosed.
+func TestRemoteShutdown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and redis-server")
+	}
+	st := remoteStores(t)[0]
+	svc := startRemoteService(t, st)
+	ctx := remoteCtx(t)
+	holder := remoteBackendAt(t, svc.addr, remoteClient)
+	key := remoteKey(t)
+	req := driver.AcquireRequest{Key: key, Token: "0123456789abcdef0123456789abcdef", TTL: time.Minute}
+	if _, err := holder.Acquire(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	waiter := remoteBackendAt(t, svc.addr, remoteClient)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := waiter.AcquireWait(ctx, driver.AcquireRequest{Key: key, Token: "fedcba9876543210fedcba9876543210", TTL: time.Minute})
+		errc <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // the waiter waits in the service
+	svc.srv.Shutdown()
+	select {
+	case err := <-errc:
+		if connect.CodeOf(err) != connect.CodeUnavailable || errors.Is(err, driver.ErrClosed) || errors.Is(err, driver.ErrNotAcquired) {
+			t.Fatalf("wait ended by the service's shutdown: got %v, want Unavailable", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the service's shutdown did not end the wait within 5s")
+	}
+	if err := waiter.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := waiter.Inspect(ctx, key); !errors.Is(err, driver.ErrClosed) {
+		t.Fatalf("inspect after Close: got %v, want ErrClosed", err)
+	}
+	// The lock outlives the service's shutdown: the store still holds it.
+	info, err := svc.client.Inspect(ctx, "tenants/"+remoteTenant+"/"+key)
+	if err != nil || !info.Held {
+		t.Fatalf("after shutdown the store has %+v, %v; want the lock held", info, err)
+	}
+}
