@@ -137,16 +137,17 @@ func (f *serveFlags) prepare(cmd *cobra.Command, g *globals) (*serveConfig, erro
 	if err != nil {
 		return nil, err
 	}
+	h := slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level})
+	// The server logs every call with its outcome already; of the client's
+	// lock events only losses and failures (warn, error) add to that,
+	// unless debug asks for everything.
+	lockMin := slog.LevelWarn
+	if level <= slog.LevelDebug {
+		lockMin = level
+	}
 	cfg := &serveConfig{
 		flags: f, out: cmd.OutOrStdout(), asJSON: asJSON,
-		log: slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level})),
-		// The server logs every call with its outcome already; of the
-		// client's lock events only losses and failures (warn, error) add
-		// to that, unless debug asks for everything.
-		lockLog: slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: max(level, slog.LevelWarn)})),
-	}
-	if level <= slog.LevelDebug {
-		cfg.lockLog = cfg.log
+		log: slog.New(h), lockLog: slog.New(atLeast{min: lockMin, Handler: h}),
 	}
 	if err := f.checkListen(); err != nil {
 		return nil, err
@@ -203,6 +204,28 @@ func (f *serveFlags) prepare(cmd *cobra.Command, g *globals) (*serveConfig, erro
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// atLeast is a slog.Handler that passes on the records of level min and
+// up to its Handler (which may want fewer).
+type atLeast struct {
+	min slog.Level
+	slog.Handler
+}
+
+// Enabled reports whether both min and the Handler let level through.
+func (h atLeast) Enabled(ctx context.Context, level slog.Level) bool {
+	return level >= h.min && h.Handler.Enabled(ctx, level)
+}
+
+// WithAttrs returns the handler with attrs, at the same min.
+func (h atLeast) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return atLeast{min: h.min, Handler: h.Handler.WithAttrs(attrs)}
+}
+
+// WithGroup returns the handler with the group, at the same min.
+func (h atLeast) WithGroup(name string) slog.Handler {
+	return atLeast{min: h.min, Handler: h.Handler.WithGroup(name)}
 }
 
 // parseLevel returns the slog level named s.
