@@ -29,10 +29,14 @@ func TestServeSharedStore(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := testCtx(t, 3*time.Minute)
 			backend := c.backend(t)
-			args := []string{"--insecure-no-auth", "--listen", "127.0.0.1:0", "--backend", backend}
-			one, two := startServe(t, nil, args...), startServe(t, nil, args...)
-			if one.banner.Store != backend {
-				t.Errorf("banner store %q, want %q", one.banner.Store, backend)
+			args := []string{"--insecure-no-auth", "--listen", "127.0.0.1:0"}
+			// One gets the store from --backend, the other from the environment.
+			one := startServe(t, nil, append(args, "--backend", backend)...)
+			two := startServe(t, []string{"DISTLOCK_BACKEND=" + backend}, args...)
+			for _, p := range []*serveProc{one, two} {
+				if p.banner.Store != backend {
+					t.Errorf("banner store %q, want %q", p.banner.Store, backend)
+				}
 			}
 			a, b := apiOf(one, ""), apiOf(two, "")
 			got := mustOK(t, "Acquire through one", a.call(ctx, "Acquire", map[string]any{"key": "shared", "lease": "30s", "owner": "one"}))
