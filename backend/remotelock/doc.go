@@ -61,7 +61,11 @@
 // driver.ErrInvalidKey or driver.ErrInvalidOption, and every call after
 // Close driver.ErrClosed. UNAUTHENTICATED, PERMISSION_DENIED,
 // RESOURCE_EXHAUSTED (a tenant's rate limit) and UNAVAILABLE (the store, or a
-// service shutting down) are returned wrapped, as the connect.Error they are.
+// service shutting down) are returned wrapped, as the connect.Error they are
+// (connect.CodeOf reads them). A wait, a renewal and a release do not stop
+// at RESOURCE_EXHAUSTED: they ask again after a backoff, within the wait or
+// the request timeout, so that the rate limit delays a release rather than
+// leaving the lock held until its lease ends.
 //
 // ForceRelease needs an admin token. The service records a reason with
 // every forced release; a backend has no way to receive the one given to

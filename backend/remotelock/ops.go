@@ -181,7 +181,10 @@ func (b *Backend) abandon(ctx context.Context, req driver.AcquireRequest) error 
 		}
 		return b.fail(nil, "release", req.Key, err)
 	}
-	_, err = b.rpc.Release(ctx, connect.NewRequest(&distlockv1.ReleaseRequest{Key: req.Key, Token: resp.Msg.GetToken()}))
+	err = throughRate(ctx, func() error {
+		_, err := b.rpc.Release(ctx, connect.NewRequest(&distlockv1.ReleaseRequest{Key: req.Key, Token: resp.Msg.GetToken()}))
+		return err
+	})
 	if err != nil && connect.CodeOf(err) != connect.CodeNotFound {
 		return b.fail(nil, "release", req.Key, err)
 	}
@@ -189,7 +192,8 @@ func (b *Backend) abandon(ctx context.Context, req driver.AcquireRequest) error 
 }
 
 // Renew resets key's TTL to ttl if token, an acquisition of this backend,
-// still holds it. A token this backend did not acquire gets an error
+// still holds it. Renew and Release go on through the tenant's rate limit
+// within the request timeout (see throughRate). A token this backend did not acquire gets an error
 // matching driver.ErrNotHeld without a call; so does one the service no
 // longer knows, whose grant's Lost context then ends.
 func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
@@ -202,8 +206,12 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 	if !ok {
 		return fmt.Errorf("remotelock: renew %q: %w", key, driver.ErrNotHeld)
 	}
-	sent := time.Now()
-	_, err = b.rpc.Renew(c.ctx, connect.NewRequest(&distlockv1.RenewRequest{Key: key, Token: server, Lease: durationpb.New(ttl)}))
+	var sent time.Time
+	err = throughRate(c.ctx, func() error {
+		sent = time.Now()
+		_, err := b.rpc.Renew(c.ctx, connect.NewRequest(&distlockv1.RenewRequest{Key: key, Token: server, Lease: durationpb.New(ttl)}))
+		return err
+	})
 	if err != nil {
 		if connect.CodeOf(err) == connect.CodeNotFound {
 			b.drop(lockID{key, token}, true)
@@ -238,7 +246,10 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 		}
 		return err
 	}
-	_, err = b.rpc.Release(c.ctx, connect.NewRequest(&distlockv1.ReleaseRequest{Key: key, Token: h.server}))
+	err = throughRate(c.ctx, func() error {
+		_, err := b.rpc.Release(c.ctx, connect.NewRequest(&distlockv1.ReleaseRequest{Key: key, Token: h.server}))
+		return err
+	})
 	if err == nil || connect.CodeOf(err) == connect.CodeNotFound {
 		b.drop(id, false)
 	}
@@ -380,6 +391,20 @@ func (b *backoff) next() time.Duration {
 	ceil := min(b.min<<min(b.n, 16), b.max)
 	b.n++
 	return ceil/2 + rand.N(ceil/2+1)
+}
+
+// throughRate makes call, and again after a capped, jittered backoff while
+// the service refuses it for the tenant's rate (RESOURCE_EXHAUSTED), until
+// ctx ends: a renewal or a release that the rate limit turned away would
+// leave a lock to end at its lease, or to stay held for it.
+func throughRate(ctx context.Context, call func() error) error {
+	bo := backoff{min: 20 * time.Millisecond, max: time.Second}
+	for {
+		err := call()
+		if connect.CodeOf(err) != connect.CodeResourceExhausted || !sleep(ctx, bo.next()) {
+			return err
+		}
+	}
 }
 
 // sleep waits d or until ctx ends, and reports whether d passed.

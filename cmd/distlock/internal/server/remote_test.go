@@ -87,6 +87,13 @@ type remoteService struct {
 // keyring of the tokens above, and stops it when t ends.
 func startRemoteService(t testing.TB, st remoteStore) *remoteService {
 	t.Helper()
+	// No rate limit: the suite makes thousands of calls a second.
+	return startRemoteServiceLimits(t, st, server.Limits{RatePerTenant: math.Inf(1)})
+}
+
+// startRemoteServiceLimits is startRemoteService with limits.
+func startRemoteServiceLimits(t testing.TB, st remoteStore, limits server.Limits) *remoteService {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "tokens")
 	keyring := remoteAdmin + " " + remoteTenant + " admin\n" +
 		remoteClient + " " + remoteTenant + " client\n" +
@@ -99,8 +106,7 @@ func startRemoteService(t testing.TB, st remoteStore) *remoteService {
 		t.Fatal(err)
 	}
 	client := distlock.New(st.backend(t))
-	// No rate limit: the suite makes thousands of calls a second.
-	srv, err := server.New(server.Config{Client: client, Keys: keys, Limits: server.Limits{RatePerTenant: math.Inf(1)}})
+	srv, err := server.New(server.Config{Client: client, Keys: keys, Limits: limits})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,5 +460,45 @@ func TestRemoteShutdown(t *testing.T) {
 	info, err := svc.client.Inspect(ctx, "tenants/"+remoteTenant+"/"+key)
 	if err != nil || !info.Held {
 		t.Fatalf("after shutdown the store has %+v, %v; want the lock held", info, err)
+	}
+}
+
+// TestRemoteRateLimited: a tenant over its rate gets RESOURCE_EXHAUSTED for
+// a try, which is neither ErrNotAcquired nor a lost lock, while a wait and
+// a release go on through the refusals.
+func TestRemoteRateLimited(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and redis-server")
+	}
+	st := remoteStores(t)[0]
+	svc := startRemoteServiceLimits(t, st, server.Limits{RatePerTenant: 10, Burst: 3})
+	ctx := remoteCtx(t)
+	c := distlock.New(remoteBackendAt(t, svc.addr, remoteClient))
+	t.Cleanup(func() { _ = c.Close() })
+	key := remoteKey(t)
+	var err error
+	for range 10 { // past the burst
+		if _, err = c.Inspect(ctx, key); err != nil {
+			break
+		}
+	}
+	if connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("inspect past the burst: got %v, want ResourceExhausted", err)
+	}
+	if _, err := c.TryLock(ctx, key); connect.CodeOf(err) != connect.CodeResourceExhausted || errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatalf("try past the rate: got %v, want ResourceExhausted and not ErrNotAcquired", err)
+	}
+	l, err := c.Lock(ctx, key, distlock.WithWait(10*time.Second), distlock.WithLease(time.Minute), distlock.WithWatchdog(false))
+	if err != nil {
+		t.Fatalf("a wait through the rate limit: %v", err)
+	}
+	for range 5 { // over the rate again: the release waits its turn
+		_, _ = c.Inspect(ctx, key)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("release past the rate: %v", err)
+	}
+	if info, err := svc.client.Inspect(ctx, "tenants/"+remoteTenant+"/"+key); err != nil || info.Held {
+		t.Fatalf("after the release the store has %+v, %v; want the key free", info, err)
 	}
 }
