@@ -89,7 +89,7 @@ func TestServeEmbedded(t *testing.T) {
 
 	// A second service over the same data dir is refused, naming it.
 	var stdout, stderr strings.Builder
-	code = serveMain([]string{"serve", "--insecure-no-auth", "--listen", "127.0.0.1:0", "--data-dir", dir}, strings.NewReader(""), &stdout, &stderr)
+	code = Main([]string{"serve", "--insecure-no-auth", "--listen", "127.0.0.1:0", "--data-dir", dir}, strings.NewReader(""), &stdout, &stderr)
 	if code != ExitUnavailable || !strings.Contains(stderr.String(), "in use by another process") || !strings.Contains(stderr.String(), dir) {
 		t.Errorf("a second serve on %s: exit %d, stderr %q", dir, code, stderr.String())
 	}
@@ -149,7 +149,7 @@ func TestServeRefusals(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var stdout, stderr strings.Builder
-			code := serveMain(append([]string{"serve"}, c.args...), strings.NewReader(""), &stdout, &stderr)
+			code := Main(append([]string{"serve"}, c.args...), strings.NewReader(""), &stdout, &stderr)
 			if code != ExitUsage || !strings.Contains(stderr.String(), c.want) || !strings.HasPrefix(stderr.String(), "distlock: serve") && c.name != "arguments" {
 				t.Errorf("exit %d, stderr %q; want %d and %q", code, stderr.String(), ExitUsage, c.want)
 			}
@@ -169,7 +169,7 @@ func TestServeListenBusy(t *testing.T) {
 	}
 	defer ln.Close()
 	var stdout, stderr strings.Builder
-	code := serveMain([]string{"serve", "--insecure-no-auth", "--listen", ln.Addr().String(), "--data-dir", t.TempDir()},
+	code := Main([]string{"serve", "--insecure-no-auth", "--listen", ln.Addr().String(), "--data-dir", t.TempDir()},
 		strings.NewReader(""), &stdout, &stderr)
 	if code != ExitError || !strings.Contains(stderr.String(), ln.Addr().String()) {
 		t.Errorf("exit %d, stderr %q; want %d naming %s", code, stderr.String(), ExitError, ln.Addr())

@@ -17,15 +17,12 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/spf13/cobra"
 )
 
 // serveHelperEnv marks a child process that runs serve.
@@ -45,47 +42,7 @@ func TestServeHelperProcess(t *testing.T) {
 			break
 		}
 	}
-	os.Exit(serveMain(args, os.Stdin, os.Stdout, os.Stderr))
-}
-
-// serveMain is Main, with the serve command added to the tree if the root
-// does not list it.
-func serveMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	root := newRoot()
-	if c, _, err := root.Find([]string{"serve"}); err == nil && c.Name() == "serve" {
-		return Main(args, stdin, stdout, stderr)
-	}
-	g := &globals{}
-	serve := newServeCommand(g)
-	serve.PreRun = func(*cobra.Command, []string) {
-		g.backend = root.PersistentFlags().Lookup("backend").Value.String()
-		g.output = root.PersistentFlags().Lookup("output").Value.String()
-	}
-	root.AddCommand(serve)
-	return mainWith(root, args, stdin, stdout, stderr)
-}
-
-// mainWith is Main over root.
-func mainWith(root *cobra.Command, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	root.SetArgs(args)
-	root.SetIn(stdin)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	err := root.ExecuteContext(ctx)
-	if err == nil {
-		return ExitOK
-	}
-	fmt.Fprintln(stderr, "distlock:", strings.TrimPrefix(err.Error(), "distlock: "))
-	var ee *exitError
-	if errors.As(err, &ee) {
-		return ee.code
-	}
-	if isUnknownCommand(err) {
-		return ExitUsage
-	}
-	return ExitError
+	os.Exit(Main(args, os.Stdin, os.Stdout, os.Stderr))
 }
 
 // serveProc is a running distlock serve.
