@@ -1,14 +1,20 @@
 package server_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,58 +48,189 @@ const (
 
 // remoteStore is a store a service runs over, for these tests.
 type remoteStore struct {
-	name string
-	// backend returns a new backend of the store: the service's, or one a
-	// benchmark uses directly.
-	backend func(t testing.TB) driver.Backend
+	name string // "etcd" or "redis"
+	addr string // the store's address, as remoteStoreBackend takes it
 }
+
+// backend returns a new backend of the store: for the service, for a
+// benchmark's direct path, or for a test's look behind the service.
+func (st remoteStore) backend(t testing.TB) driver.Backend {
+	b, err := remoteStoreBackend(st.name, st.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// remoteStoreBackend returns a new backend of the store name at addr: an
+// etcd endpoint URL or a Redis host:port.
+func remoteStoreBackend(name, addr string) (driver.Backend, error) {
+	switch name {
+	case "etcd":
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return etcdlock.Dial(ctx, clientv3.Config{Endpoints: []string{addr}})
+	case "redis":
+		rc := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+		b, err := redislock.New(rc)
+		if err != nil {
+			_ = rc.Close()
+			return nil, err
+		}
+		return &closingBoth{Backend: b, rc: rc}, nil
+	}
+	return nil, fmt.Errorf("unknown store %q", name)
+}
+
+// closingBoth is a Redis backend that closes its client too.
+type closingBoth struct {
+	*redislock.Backend
+	rc *redis.Client
+}
+
+func (c *closingBoth) Close() error { return errors.Join(c.Backend.Close(), c.rc.Close()) }
 
 // remoteStores starts a real etcd and a real redis-server for t.
 func remoteStores(t testing.TB) []remoteStore {
 	etcd := testserver.Etcd(t)
 	rds := testserver.Redis(t)
-	return []remoteStore{
-		{"etcd", func(t testing.TB) driver.Backend {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			b, err := etcdlock.Dial(ctx, clientv3.Config{Endpoints: []string{testserver.EtcdEndpoint(etcd)}})
-			if err != nil {
-				t.Fatal(err)
+	return []remoteStore{{"etcd", testserver.EtcdEndpoint(etcd)}, {"redis", rds.Addr()}}
+}
+
+// remoteService is the lock service in a process of its own (this test
+// binary, running TestRemoteServiceProcess), on a loopback port, speaking
+// HTTP/1.1 and h2c. Its own process keeps its goroutines, its garbage and
+// its scheduling apart from the client's, as in production: the suite's
+// leak check sees the client's goroutines only.
+type remoteService struct {
+	store *distlock.Client // the store, behind the service's back
+	addr  string           // host:port
+	url   string           // http://host:port
+	stdin io.WriteCloser   // "shutdown\n" shuts the service down; EOF ends the process
+}
+
+// The environment of TestRemoteServiceProcess.
+const (
+	remoteServeEnv = "DISTLOCK_TEST_REMOTE_SERVE" // store name and address: "redis 127.0.0.1:6379"
+	remoteRateEnv  = "DISTLOCK_TEST_REMOTE_RATE"  // "rate burst"; unset: no rate limit
+)
+
+// startRemoteService starts a service over st with the keyring of the
+// tokens above and no rate limit (the suite makes thousands of calls a
+// second), and stops it when t ends.
+func startRemoteService(t testing.TB, st remoteStore) *remoteService {
+	t.Helper()
+	return startRemoteServiceRate(t, st, "")
+}
+
+// startRemoteServiceRate is startRemoteService with a rate limit per
+// tenant, as "rate burst" (calls a second, calls at once).
+func startRemoteServiceRate(t testing.TB, st remoteStore, rate string) *remoteService {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRemoteServiceProcess$", "-test.count=1", "-test.timeout=0")
+	cmd.Env = append(os.Environ(), remoteServeEnv+"="+st.name+" "+st.addr, remoteRateEnv+"="+rate)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := &remoteOutput{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() { // the first line is the address; the rest goes
+			select {
+			case lines <- sc.Text():
+			default:
 			}
-			return b
-		}},
-		{"redis", func(t testing.TB) driver.Backend {
-			rc := redis.NewClient(&redis.Options{Addr: rds.Addr(), ContextTimeoutEnabled: true})
-			t.Cleanup(func() { _ = rc.Close() })
-			b, err := redislock.New(rc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return b
-		}},
+		}
+		exited <- cmd.Wait()
+	}()
+	stop := func() error {
+		_ = stdin.Close()
+		select {
+		case err := <-exited:
+			return err
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			return fmt.Errorf("still running 30s after its stdin closed: %v", <-exited)
+		}
+	}
+	var addr string
+	select {
+	case line := <-lines:
+		addr = strings.TrimPrefix(line, "listening ")
+	case <-time.After(30 * time.Second):
+		_ = stop()
+		t.Fatalf("the service did not start within 30s:\n%s", stderr.String())
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		_ = stop()
+		t.Fatalf("the service said %q:\n%s", addr, stderr.String())
+	}
+	store := distlock.New(st.backend(t))
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("the service's process: %v\n%s", err, stderr.String())
+		}
+		if err := store.Close(); err != nil {
+			t.Errorf("close the store's client: %v", err)
+		}
+	})
+	return &remoteService{store: store, addr: addr, url: "http://" + addr, stdin: stdin}
+}
+
+// remoteOutput collects a process's output, for the test's errors.
+type remoteOutput struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (o *remoteOutput) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.Write(p)
+}
+
+func (o *remoteOutput) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.String()
+}
+
+// shutdown calls the service's Shutdown; it goes on serving, with
+// Unavailable, until t ends.
+func (s *remoteService) shutdown(t testing.TB) {
+	t.Helper()
+	if _, err := io.WriteString(s.stdin, "shutdown\n"); err != nil {
+		t.Fatal(err)
 	}
 }
 
-// remoteService is the lock service on a loopback port, speaking HTTP/1.1
-// and h2c, over its own client of a store.
-type remoteService struct {
-	srv    *server.Server
-	client *distlock.Client // the service's: behind its clients' backs
-	addr   string           // host:port
-	url    string           // http://host:port
-}
-
-// startRemoteService starts a service over a new backend of st with the
-// keyring of the tokens above, and stops it when t ends.
-func startRemoteService(t testing.TB, st remoteStore) *remoteService {
-	t.Helper()
-	// No rate limit: the suite makes thousands of calls a second.
-	return startRemoteServiceLimits(t, st, server.Limits{RatePerTenant: math.Inf(1)})
-}
-
-// startRemoteServiceLimits is startRemoteService with limits.
-func startRemoteServiceLimits(t testing.TB, st remoteStore, limits server.Limits) *remoteService {
-	t.Helper()
+// TestRemoteServiceProcess is the service of startRemoteService, in the
+// process it starts; without its environment it skips. It prints
+// "listening ADDR", serves until its stdin ends, and calls Shutdown when a
+// line "shutdown" comes.
+func TestRemoteServiceProcess(t *testing.T) {
+	spec := os.Getenv(remoteServeEnv)
+	if spec == "" {
+		t.Skip("the service process of the remote tests, started by them")
+	}
+	name, addr, _ := strings.Cut(spec, " ")
+	limits := server.Limits{RatePerTenant: math.Inf(1)}
+	if r := os.Getenv(remoteRateEnv); r != "" {
+		if _, err := fmt.Sscan(r, &limits.RatePerTenant, &limits.Burst); err != nil {
+			t.Fatalf("%s=%q: %v", remoteRateEnv, r, err)
+		}
+	}
 	path := filepath.Join(t.TempDir(), "tokens")
 	keyring := remoteAdmin + " " + remoteTenant + " admin\n" +
 		remoteClient + " " + remoteTenant + " client\n" +
@@ -105,7 +242,16 @@ func startRemoteServiceLimits(t testing.TB, st remoteStore, limits server.Limits
 	if err != nil {
 		t.Fatal(err)
 	}
-	client := distlock.New(st.backend(t))
+	b, err := remoteStoreBackend(name, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := distlock.New(b)
+	defer func() {
+		if err := client.Close(); err != nil {
+			t.Errorf("close the service's client: %v", err)
+		}
+	}()
 	srv, err := server.New(server.Config{Client: client, Keys: keys, Limits: limits})
 	if err != nil {
 		t.Fatal(err)
@@ -120,22 +266,23 @@ func startRemoteServiceLimits(t testing.TB, st remoteStore, limits server.Limits
 	hs := &http.Server{Handler: srv.Handler(), Protocols: &p, ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(l) }()
-	t.Cleanup(func() {
-		srv.Shutdown()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := hs.Shutdown(ctx); err != nil {
-			t.Errorf("http shutdown: %v", err)
-			_ = hs.Close()
+	fmt.Println("listening", l.Addr())
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() { // until the parent closes stdin, or dies
+		if sc.Text() == "shutdown" {
+			srv.Shutdown()
 		}
-		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-			t.Errorf("serve: %v", err)
-		}
-		if err := client.Close(); err != nil {
-			t.Errorf("close the service's client: %v", err)
-		}
-	})
-	return &remoteService{srv: srv, client: client, addr: l.Addr().String(), url: "http://" + l.Addr().String()}
+	}
+	srv.Shutdown()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(ctx); err != nil {
+		t.Errorf("http shutdown: %v", err)
+		_ = hs.Close()
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		t.Errorf("serve: %v", err)
+	}
 }
 
 // backendAt returns a remotelock backend of its own (own connection) to
@@ -156,7 +303,7 @@ func (s *remoteService) deleteKey(t testing.TB, key string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := s.client.ForceRelease(ctx, "tenants/"+remoteTenant+"/"+key, "test: deleted behind the holder's back"); err != nil {
+	if _, err := s.store.ForceRelease(ctx, "tenants/"+remoteTenant+"/"+key, "test: deleted behind the holder's back"); err != nil {
 		t.Fatalf("delete %q in the store: %v", key, err)
 	}
 }
@@ -441,7 +588,7 @@ func TestRemoteShutdown(t *testing.T) {
 		errc <- err
 	}()
 	time.Sleep(300 * time.Millisecond) // the waiter waits in the service
-	svc.srv.Shutdown()
+	svc.shutdown(t)
 	select {
 	case err := <-errc:
 		if connect.CodeOf(err) != connect.CodeUnavailable || errors.Is(err, driver.ErrClosed) || errors.Is(err, driver.ErrNotAcquired) {
@@ -457,7 +604,7 @@ func TestRemoteShutdown(t *testing.T) {
 		t.Fatalf("inspect after Close: got %v, want ErrClosed", err)
 	}
 	// The lock outlives the service's shutdown: the store still holds it.
-	info, err := svc.client.Inspect(ctx, "tenants/"+remoteTenant+"/"+key)
+	info, err := svc.store.Inspect(ctx, "tenants/"+remoteTenant+"/"+key)
 	if err != nil || !info.Held {
 		t.Fatalf("after shutdown the store has %+v, %v; want the lock held", info, err)
 	}
@@ -471,7 +618,7 @@ func TestRemoteRateLimited(t *testing.T) {
 		t.Skip("starts etcd and redis-server")
 	}
 	st := remoteStores(t)[0]
-	svc := startRemoteServiceLimits(t, st, server.Limits{RatePerTenant: 10, Burst: 3})
+	svc := startRemoteServiceRate(t, st, "10 3")
 	ctx := remoteCtx(t)
 	c := distlock.New(remoteBackendAt(t, svc.addr, remoteClient))
 	t.Cleanup(func() { _ = c.Close() })
@@ -498,7 +645,7 @@ func TestRemoteRateLimited(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("release past the rate: %v", err)
 	}
-	if info, err := svc.client.Inspect(ctx, "tenants/"+remoteTenant+"/"+key); err != nil || info.Held {
+	if info, err := svc.store.Inspect(ctx, "tenants/"+remoteTenant+"/"+key); err != nil || info.Held {
 		t.Fatalf("after the release the store has %+v, %v; want the key free", info, err)
 	}
 }
