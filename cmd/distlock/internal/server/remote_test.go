@@ -4,10 +4,17 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -113,6 +120,7 @@ type remoteService struct {
 const (
 	remoteServeEnv = "DISTLOCK_TEST_REMOTE_SERVE" // store name and address: "redis 127.0.0.1:6379"
 	remoteRateEnv  = "DISTLOCK_TEST_REMOTE_RATE"  // "rate burst"; unset: no rate limit
+	remoteTLSEnv   = "DISTLOCK_TEST_REMOTE_TLS"   // "cert.pem key.pem": serve HTTPS; unset: h2c
 )
 
 // startRemoteService starts a service over st with the keyring of the
@@ -120,15 +128,22 @@ const (
 // second), and stops it when t ends.
 func startRemoteService(t testing.TB, st remoteStore) *remoteService {
 	t.Helper()
-	return startRemoteServiceRate(t, st, "")
+	return startRemoteServiceEnv(t, st)
 }
 
 // startRemoteServiceRate is startRemoteService with a rate limit per
 // tenant, as "rate burst" (calls a second, calls at once).
 func startRemoteServiceRate(t testing.TB, st remoteStore, rate string) *remoteService {
 	t.Helper()
+	return startRemoteServiceEnv(t, st, remoteRateEnv+"="+rate)
+}
+
+// startRemoteServiceEnv is startRemoteService with more environment for
+// the service's process.
+func startRemoteServiceEnv(t testing.TB, st remoteStore, env ...string) *remoteService {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestRemoteServiceProcess$", "-test.count=1", "-test.timeout=0")
-	cmd.Env = append(os.Environ(), remoteServeEnv+"="+st.name+" "+st.addr, remoteRateEnv+"="+rate)
+	cmd.Env = append(append(os.Environ(), remoteServeEnv+"="+st.name+" "+st.addr), env...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -265,7 +280,12 @@ func TestRemoteServiceProcess(t *testing.T) {
 	p.SetUnencryptedHTTP2(true)
 	hs := &http.Server{Handler: srv.Handler(), Protocols: &p, ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(l) }()
+	if certs := os.Getenv(remoteTLSEnv); certs != "" {
+		cert, key, _ := strings.Cut(certs, " ")
+		go func() { served <- hs.ServeTLS(l, cert, key) }()
+	} else {
+		go func() { served <- hs.Serve(l) }()
+	}
 	fmt.Println("listening", l.Addr())
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() { // until the parent closes stdin, or dies
@@ -428,6 +448,79 @@ func TestRemoteOpen(t *testing.T) {
 			t.Fatalf("inspect as a viewer: %+v, %v; want a free key", info, err)
 		}
 	})
+}
+
+// TestRemoteTLS: distlocks:// reaches a service over HTTPS, trusting the
+// certificate of ca_file, with the Connect protocol and with gRPC; without
+// ca_file the certificate is refused.
+func TestRemoteTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and redis-server")
+	}
+	dir := t.TempDir()
+	cert, key := remoteCert(t, dir)
+	svc := startRemoteServiceEnv(t, remoteStores(t)[1], remoteTLSEnv+"="+cert+" "+key)
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(remoteClient), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := remoteCtx(t)
+	for _, q := range []string{"", "&protocol=grpc"} {
+		c, err := distlock.Open(ctx, "distlocks://"+svc.addr+"?ca_file="+cert+"&token_file="+tokenFile+q)
+		if err != nil {
+			t.Fatalf("open%s: %v", q, err)
+		}
+		l, err := c.TryLock(ctx, remoteKey(t))
+		if err != nil {
+			t.Fatalf("lock%s: %v", q, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("release%s: %v", q, err)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := distlock.Open(ctx, "distlocks://"+svc.addr+"?token_file="+tokenFile); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("open without the CA: got %v, want a certificate error", err)
+	}
+}
+
+// remoteCert writes a self-signed certificate for 127.0.0.1 and its key
+// into dir and returns their paths.
+func remoteCert(t *testing.T, dir string) (cert, key string) {
+	t.Helper()
+	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "distlock test"},
+		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &priv.PublicKey, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cert, key
 }
 
 // TestRemoteMapping: what the service says comes back as the driver's
