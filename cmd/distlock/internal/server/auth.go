@@ -52,6 +52,10 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			_ = errw.Write(w, r, err)
 		} else {
 			rec := &recorder{ResponseWriter: w}
+			c.live = func() {
+				rec.Header().Set(liveHeader, "1")
+				rec.Flush()
+			}
 			next.ServeHTTP(rec, r.WithContext(withCall(r.Context(), c)))
 			if c.code == "" { // the request failed before the interceptor: undecodable, too large
 				c.code = rec.code()

@@ -22,6 +22,9 @@ type call struct {
 	id     auth.Identity
 	key    string // the client key, or List's and Watch's prefix
 	code   string // "ok" or a Connect code; "" until known
+	// live sends the response headers at once, with a header saying so
+	// (Watch, once it has read the store).
+	live func()
 }
 
 func newCall(method string) *call { return &call{method: method, start: time.Now()} }

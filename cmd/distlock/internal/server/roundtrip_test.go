@@ -80,6 +80,9 @@ func TestGRPCClient(t *testing.T) {
 		if err := stream.CloseSend(); err != nil {
 			t.Fatal(err)
 		}
+		if h, err := stream.Header(); err != nil || len(h.Get("Distlock-Watch-Live")) == 0 {
+			t.Fatalf("Watch header = %v, %v; want it once the watch is live", h, err)
+		}
 		events := make(chan *distlockv1.Event, 100)
 		go func() {
 			defer close(events)
@@ -91,7 +94,6 @@ func TestGRPCClient(t *testing.T) {
 				events <- res.GetEvent()
 			}
 		}()
-		awaitLive(t, e.api(alphaClient), events, keyFor(t, "probe"))
 		var rel distlockv1.ReleaseResponse
 		if err := conn.Invoke(authed, distlockv1connect.LockServiceReleaseProcedure,
 			&distlockv1.ReleaseRequest{Key: key, Token: acq.GetToken()}, &rel); err != nil {

@@ -152,10 +152,11 @@ func (s *Server) SetKeys(k *auth.Keyring) { s.keys.Store(k) }
 
 // routes builds the handler tree.
 func (s *Server) routes() http.Handler {
-	path, api := distlockv1connect.NewLockServiceHandler(&service{s: s},
+	opts := append(jsonCodecs(),
 		connect.WithReadMaxBytes(s.limits.MaxRequestBytes),
 		connect.WithInterceptors(outcome{}),
 	)
+	path, api := distlockv1connect.NewLockServiceHandler(&service{s: s}, opts...)
 	mux := http.NewServeMux()
 	mux.Handle(path, s.guard(api))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

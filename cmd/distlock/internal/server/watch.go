@@ -21,6 +21,8 @@ import (
 // server come at once, and the polls do not report them again. A change
 // that comes and goes between two polls through another server is not seen.
 //
+// The response headers are sent once the watch has read the store's state:
+// a caller that waits for them knows that every change after is reported.
 // The stream ends with Unavailable at Shutdown or when the store fails.
 func (h *service) Watch(ctx context.Context, req *connect.Request[distlockv1.WatchRequest], stream *connect.ServerStream[distlockv1.WatchResponse]) error {
 	s := h.s
@@ -56,6 +58,13 @@ func (h *service) Watch(ctx context.Context, req *connect.Request[distlockv1.Wat
 		return err
 	}
 	w.baseline(infos, time.Now())
+	// Tell the caller it is live: a stream's headers go out with its first
+	// message, which may come much later, and Connect's clients wait for
+	// them. A response header set through the stream too keeps gRPC-Web's
+	// status in trailers, where a trailers-only answer would put it in the
+	// headers already sent.
+	stream.ResponseHeader().Set(liveHeader, "1")
+	callOf(ctx).live()
 	tick := time.NewTicker(s.limits.WatchInterval)
 	defer tick.Stop()
 	for {
@@ -82,6 +91,9 @@ func (h *service) Watch(ctx context.Context, req *connect.Request[distlockv1.Wat
 		}
 	}
 }
+
+// liveHeader is the response header of a Watch that has begun.
+const liveHeader = "Distlock-Watch-Live"
 
 // watcher is the state of one Watch: the locks it has reported held, and
 // those it has reported ended, so that neither a poll nor a change reports

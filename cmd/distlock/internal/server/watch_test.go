@@ -1,0 +1,146 @@
+package server_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/distlock/distlock/cmd/distlock/internal/server"
+	distlockv1 "github.com/distlock/distlock/gen/distlock/v1"
+	"github.com/distlock/distlock/gen/distlock/v1/distlockv1connect"
+)
+
+// watch starts a Watch of prefix and returns its events once it is live
+// (Watch returns when the stream's headers come); it ends with t.
+func watch(t *testing.T, api distlockv1connect.LockServiceClient, prefix string) <-chan *distlockv1.Event {
+	t.Helper()
+	wctx, cancel := context.WithCancel(context.Background())
+	stream, err := api.Watch(wctx, connect.NewRequest(&distlockv1.WatchRequest{Prefix: prefix}))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	events := make(chan *distlockv1.Event, 100)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(events)
+		for stream.Receive() {
+			select {
+			case events <- stream.Msg().GetEvent():
+			case <-wctx.Done():
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		_ = stream.Close()
+	})
+	return events
+}
+
+// Grants, releases, expiries and forced releases under a prefix arrive in
+// order: those made through the watched server at once, those through
+// another server at its next poll; keys outside the prefix never.
+func TestWatchEvents(t *testing.T) {
+	forEachStore(t, func(t *testing.T, st store) {
+		limits := server.Limits{WatchInterval: 100 * time.Millisecond}
+		e, other := newEnv(t, st, limits), newEnv(t, st, limits)
+		api := e.api(alphaClient)
+		prefix := keyFor(t, "")
+		events := watch(t, e.api(alphaViewer), prefix)
+
+		expect := func(what string, typ distlockv1.Event_Type, key string, fence uint64) *distlockv1.Event {
+			t.Helper()
+			ev := nextEvent(t, events, key)
+			if ev.GetType() != typ || (fence != 0 && ev.GetLock().GetFence() != fence) {
+				t.Errorf("%s: event %v, want %v of %q with fence %d", what, ev, typ, key, fence)
+			}
+			if ev.GetTime() == nil || time.Since(ev.GetTime().AsTime()) > time.Minute {
+				t.Errorf("%s: event time %v", what, ev.GetTime())
+			}
+			return ev
+		}
+
+		a := acquire(t, api, &distlockv1.AcquireRequest{Key: prefix + "a", Owner: "alice", Lease: durationpb.New(time.Minute)})
+		ev := expect("acquire", distlockv1.Event_TYPE_ACQUIRED, prefix+"a", a.GetFence())
+		if !ev.GetLock().GetHeld() || ev.GetLock().GetOwner() != "alice" {
+			t.Errorf("acquire event's lock %v, want held by alice", ev.GetLock())
+		}
+		if _, err := api.Release(ctx(t), connect.NewRequest(&distlockv1.ReleaseRequest{Key: prefix + "a", Token: a.GetToken()})); err != nil {
+			t.Fatal(err)
+		}
+		ev = expect("release", distlockv1.Event_TYPE_RELEASED, prefix+"a", a.GetFence())
+		if ev.GetLock().GetHeld() || ev.GetLock().GetOwner() != "alice" {
+			t.Errorf("release event's lock %v, want alice's hold, no longer held", ev.GetLock())
+		}
+
+		b := acquire(t, api, &distlockv1.AcquireRequest{Key: prefix + "b", Lease: durationpb.New(2 * time.Second)})
+		expect("acquire to expire", distlockv1.Event_TYPE_ACQUIRED, prefix+"b", b.GetFence())
+		expect("expiry", distlockv1.Event_TYPE_EXPIRED, prefix+"b", b.GetFence())
+
+		c := acquire(t, api, &distlockv1.AcquireRequest{Key: prefix + "c", Lease: durationpb.New(time.Minute)})
+		expect("acquire to force", distlockv1.Event_TYPE_ACQUIRED, prefix+"c", c.GetFence())
+		if _, err := e.api(opsAdmin).ForceRelease(ctx(t), connect.NewRequest(&distlockv1.ForceReleaseRequest{
+			Key: prefix + "c", Tenant: "alpha", Reason: "stuck job"})); err != nil {
+			t.Fatal(err)
+		}
+		expect("forced release", distlockv1.Event_TYPE_FORCE_RELEASED, prefix+"c", c.GetFence())
+
+		// Through another server: the watched one learns by polling.
+		oapi := other.api(alphaClient)
+		d := acquire(t, oapi, &distlockv1.AcquireRequest{Key: prefix + "d", Lease: durationpb.New(time.Minute)})
+		expect("acquire elsewhere", distlockv1.Event_TYPE_ACQUIRED, prefix+"d", d.GetFence())
+		if _, err := oapi.Release(ctx(t), connect.NewRequest(&distlockv1.ReleaseRequest{Key: prefix + "d", Token: d.GetToken()})); err != nil {
+			t.Fatal(err)
+		}
+		expect("release elsewhere", distlockv1.Event_TYPE_RELEASED, prefix+"d", d.GetFence())
+
+		// Another tenant's and another prefix's changes never show.
+		acquire(t, e.api(betaClient), &distlockv1.AcquireRequest{Key: prefix + "e", Lease: durationpb.New(time.Minute)})
+		acquire(t, api, &distlockv1.AcquireRequest{Key: "elsewhere/" + prefix + "e", Lease: durationpb.New(time.Minute)})
+		f := acquire(t, api, &distlockv1.AcquireRequest{Key: prefix + "f", Lease: durationpb.New(time.Minute)})
+		if ev := nextEventAny(t, events); ev.GetLock().GetKey() != prefix+"f" || ev.GetLock().GetFence() != f.GetFence() {
+			t.Errorf("after changes out of sight, event %v, want the grant of %q", ev, prefix+"f")
+		}
+	})
+}
+
+// nextEventAny returns the next event, within 10s.
+func nextEventAny(t *testing.T, events <-chan *distlockv1.Event) *distlockv1.Event {
+	t.Helper()
+	select {
+	case ev, ok := <-events:
+		if !ok {
+			t.Fatal("the watch ended")
+		}
+		return ev
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event within 10s")
+	}
+	return nil
+}
+
+// nextEvent returns the next event about key, skipping others, within 10s.
+func nextEvent(t *testing.T, events <-chan *distlockv1.Event, key string) *distlockv1.Event {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				t.Fatalf("the watch ended before an event about %q", key)
+			}
+			if ev.GetLock().GetKey() == key {
+				return ev
+			}
+		case <-timeout:
+			t.Fatalf("no event about %q within 10s", key)
+		}
+	}
+}
