@@ -274,6 +274,7 @@ func (b *Backend) isClosed() bool {
 // bearer is a connect interceptor that sends a bearer token with every call.
 type bearer string
 
+// WrapUnary sets the header of a unary call.
 func (h bearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		req.Header().Set("Authorization", string(h))
@@ -281,6 +282,7 @@ func (h bearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	}
 }
 
+// WrapStreamingClient sets the header of a stream (Watch).
 func (h bearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
 	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
 		conn := next(ctx, spec)
@@ -289,6 +291,7 @@ func (h bearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.St
 	}
 }
 
+// WrapStreamingHandler leaves a handler alone: the backend is a client.
 func (h bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return next
 }
