@@ -58,12 +58,19 @@ type Harness struct {
 	// Only backends with a native queue (driver.Waiter) set it; nil skips the
 	// test of a waiter whose entry vanished.
 	DeleteWaiters func(t testing.TB, key string)
+	// MaxKeyLen is the longest key the backend takes, if it takes fewer than
+	// distlock.MaxKeyLen bytes (a lock service that prefixes each key with
+	// its tenant's namespace); longer keys must fail with ErrInvalidKey.
+	MaxKeyLen int
 }
 
 // Run runs the conformance suite.
 func Run(t *testing.T, h Harness) {
 	if h.Iterations == 0 {
 		h.Iterations = 200
+	}
+	if h.MaxKeyLen <= 0 || h.MaxKeyLen > distlock.MaxKeyLen {
+		h.MaxKeyLen = distlock.MaxKeyLen
 	}
 	if h.NotifyLatency == 0 {
 		h.NotifyLatency = 50 * time.Millisecond
@@ -734,8 +741,14 @@ func (s *suite) invalidInput(t *testing.T) {
 			t.Errorf("inspect key %s: got %v, want ErrInvalidKey", name, err)
 		}
 	}
-	if _, err := c.TryLock(ctx, strings.Repeat("k", distlock.MaxKeyLen)); err != nil {
-		t.Errorf("a key of exactly %d bytes: %v", distlock.MaxKeyLen, err)
+	if s.h.MaxKeyLen < distlock.MaxKeyLen {
+		long := strings.Repeat("k", s.h.MaxKeyLen+1)
+		if _, err := c.TryLock(ctx, long); !errors.Is(err, distlock.ErrInvalidKey) {
+			t.Errorf("a key of %d bytes, over the backend's maximum: got %v, want ErrInvalidKey", len(long), err)
+		}
+	}
+	if _, err := c.TryLock(ctx, strings.Repeat("k", s.h.MaxKeyLen)); err != nil {
+		t.Errorf("a key of exactly %d bytes: %v", s.h.MaxKeyLen, err)
 	}
 	cb.calls.Store(0)
 	opts := map[string][]distlock.Option{
