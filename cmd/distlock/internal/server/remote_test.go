@@ -342,6 +342,7 @@ func TestRemoteConformance(t *testing.T) {
 				NewBackend: func(t testing.TB) driver.Backend { return remoteBackendAt(t, svc.addr, remoteAdmin) },
 				DeleteKey:  svc.deleteKey,
 				StoreAddr:  svc.addr,
+				MaxKeyLen:  server.DefaultMaxKeyLen,
 				NewBackendAt: func(t testing.TB, addr string) driver.Backend {
 					return remoteBackendAt(t, addr, remoteAdmin)
 				},
