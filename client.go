@@ -154,7 +154,7 @@ func (c *Client) ForceRelease(ctx context.Context, key, reason string) (Info, er
 	}
 	var info Info
 	err := c.call(ctx, nil, "force_release", func() (err error) {
-		info, err = fr.ForceRelease(ctx, key)
+		info, err = fr.ForceRelease(driver.WithForceReason(ctx, reason), key)
 		return err
 	})
 	if err != nil {

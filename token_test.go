@@ -9,6 +9,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/memlock"
+	"github.com/distlock/distlock/driver"
 )
 
 const (
@@ -139,4 +140,34 @@ func TestAcquireTokenWaitKeepsToken(t *testing.T) {
 		t.Fatalf("the lease of a token grant did not run out: %v", err)
 	}
 	_ = l2.Release(ctx)
+}
+
+// reasonRecorder is a backend that records the reason each ForceRelease
+// reaches it with.
+type reasonRecorder struct {
+	*memlock.Backend
+	reasons []string
+}
+
+func (r *reasonRecorder) ForceRelease(ctx context.Context, key string) (distlock.Info, error) {
+	r.reasons = append(r.reasons, driver.ForceReason(ctx))
+	return r.Backend.ForceRelease(ctx, key)
+}
+
+// TestForceReleaseReasonReachesBackend: the operator's reason travels to the
+// backend, so a lock service can write it to its audit log.
+func TestForceReleaseReasonReachesBackend(t *testing.T) {
+	ctx := context.Background()
+	rec := &reasonRecorder{Backend: memlock.New()}
+	c := distlock.New(rec)
+	defer c.Close()
+	if _, err := c.AcquireToken(ctx, "k", tokenA, distlock.WithLease(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ForceRelease(ctx, "k", "holder hung; ticket 7"); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.reasons) != 1 || rec.reasons[0] != "holder hung; ticket 7" {
+		t.Fatalf("reasons the backend saw: %q", rec.reasons)
+	}
 }

@@ -138,6 +138,21 @@ type ForceReleaser interface {
 	ForceRelease(ctx context.Context, key string) (Info, error)
 }
 
+type reasonKey struct{}
+
+// WithForceReason returns ctx carrying the operator's reason for a
+// ForceRelease, which distlock.Client.ForceRelease sets, for a backend that
+// records it (a lock service's audit log).
+func WithForceReason(ctx context.Context, reason string) context.Context {
+	return context.WithValue(ctx, reasonKey{}, reason)
+}
+
+// ForceReason returns the reason WithForceReason put in ctx, or "".
+func ForceReason(ctx context.Context) string {
+	r, _ := ctx.Value(reasonKey{}).(string)
+	return r
+}
+
 // Namer is implemented by backends that report a short name for metrics and
 // logs, such as "redis" or "etcd".
 type Namer interface {

@@ -67,8 +67,6 @@
 // the request timeout, so that the rate limit delays a release rather than
 // leaving the lock held until its lease ends.
 //
-// ForceRelease needs an admin token. The service records a reason with
-// every forced release; a backend has no way to receive the one given to
-// distlock.Client.ForceRelease, so it sends the one of ContextWithReason, or
-// a fixed one that names this package.
+// ForceRelease needs an admin token. The service records the reason given
+// to distlock.Client.ForceRelease in its audit log.
 package remotelock

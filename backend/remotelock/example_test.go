@@ -45,8 +45,8 @@ func ExampleNew() {
 }
 
 // An operator's forced release carries its reason to the service's audit
-// log through the context, as well as to the client's observers.
-func ExampleContextWithReason() {
+// log, as well as to the client's observers.
+func Example_forceRelease() {
 	ctx := context.Background()
 	client, err := distlock.Open(ctx, "distlocks://locks.example.com?token_file=/etc/distlock/admin-token")
 	if err != nil {
@@ -54,7 +54,7 @@ func ExampleContextWithReason() {
 	}
 	defer client.Close()
 	const reason = "job 4411 hung for 2h; ticket OPS-1234"
-	info, err := client.ForceRelease(remotelock.ContextWithReason(ctx, reason), "nightly-report", reason)
+	info, err := client.ForceRelease(ctx, "nightly-report", reason)
 	if err != nil {
 		log.Fatal(err)
 	}

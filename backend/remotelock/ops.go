@@ -315,8 +315,8 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 
 // ForceRelease frees key whoever holds it (an admin token is needed) and
 // returns the hold it ended, or an error matching driver.ErrNotHeld if the
-// key was free. The service records the reason of ContextWithReason(ctx),
-// or DefaultReason.
+// key was free. The service records the reason distlock.Client.ForceRelease
+// was given (driver.ForceReason(ctx)), or DefaultReason.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
 	c, err := b.begin(ctx, "force release", key, b.requestTimeout)
 	if err != nil {
@@ -357,23 +357,13 @@ func toInfo(l *distlockv1.Lock) driver.Info {
 }
 
 // DefaultReason is the reason a forced release is recorded with when the
-// context carries none (see ContextWithReason).
-const DefaultReason = "forced through the Go client (remotelock); no reason reached the backend"
-
-type reasonKey struct{}
-
-// ContextWithReason returns a context that makes ForceRelease record reason
-// in the service's audit log. distlock.Client.ForceRelease does not hand its
-// own reason to a backend, so pass the same one in both places:
-//
-//	ctx = remotelock.ContextWithReason(ctx, reason)
-//	info, err := client.ForceRelease(ctx, key, reason)
-func ContextWithReason(ctx context.Context, reason string) context.Context {
-	return context.WithValue(ctx, reasonKey{}, reason)
-}
+// context carries none: a call of the backend's ForceRelease not made
+// through distlock.Client.ForceRelease, which passes its reason on (see
+// driver.WithForceReason).
+const DefaultReason = "forced through the Go client (remotelock) without a reason"
 
 func reasonFrom(ctx context.Context) string {
-	if r, _ := ctx.Value(reasonKey{}).(string); r != "" {
+	if r := driver.ForceReason(ctx); r != "" {
 		return r
 	}
 	return DefaultReason

@@ -612,8 +612,7 @@ func TestRemoteMapping(t *testing.T) {
 }
 
 // TestRemoteLossWatch: with WithLossWatch a holder learns that an admin
-// force-released its lock within moments, long before its next renewal;
-// and ContextWithReason's reason is what the service records.
+// force-released its lock within moments, long before its next renewal.
 func TestRemoteLossWatch(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd and redis-server")
@@ -641,7 +640,7 @@ func TestRemoteLossWatch(t *testing.T) {
 	}
 	const reason = "test: stuck holder"
 	start := time.Now()
-	info, err := admin.ForceRelease(remotelock.ContextWithReason(ctx, reason), key, reason)
+	info, err := admin.ForceRelease(ctx, key, reason)
 	if err != nil {
 		t.Fatal(err)
 	}
