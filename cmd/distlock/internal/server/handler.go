@@ -70,9 +70,18 @@ func (h *service) Acquire(ctx context.Context, req *connect.Request[distlockv1.A
 		s.metrics.wait(1)
 		defer s.metrics.wait(-1)
 	}
+	start := time.Now()
 	g, err := s.client.AcquireToken(wctx, sk, token,
 		distlock.WithWait(a.wait), distlock.WithLease(a.lease), distlock.WithLockDelay(a.lockDelay),
 		distlock.WithOwner(a.owner), distlock.WithBusinessID(a.businessID), distlock.WithMetadata(labels))
+	if ambiguous(err) {
+		if a.requestID == "" { // no retry can claim the token: free the key if it holds it
+			s.abandon(ctx, sk, token)
+		}
+		if a.wait > 0 && time.Since(start) >= a.wait && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			err = distlock.ErrNotAcquired // the wait's end cut the last attempt short
+		}
+	}
 	if errors.Is(err, distlock.ErrNotAcquired) && a.requestID != "" { // lost a race to a concurrent retry
 		if rg, ok := s.regrant(ctx, sk, token, a.lease); ok {
 			return acquired(rg), nil
@@ -95,6 +104,31 @@ func (h *service) Acquire(ctx context.Context, req *connect.Request[distlockv1.A
 func acquired(g distlock.Grant) *connect.Response[distlockv1.AcquireResponse] {
 	lease, at := expiry(g.Lease, g.Sent)
 	return connect.NewResponse(&distlockv1.AcquireResponse{Token: g.Token, Fence: g.Fence, Lease: lease, ExpiresAt: at})
+}
+
+// ambiguous reports whether an Acquire's error leaves its outcome unknown:
+// the store may have granted the token although the reply never came.
+func ambiguous(err error) bool {
+	if err == nil {
+		return false
+	}
+	for _, known := range []error{distlock.ErrNotAcquired, distlock.ErrInvalidKey, distlock.ErrInvalidOption, distlock.ErrDegraded, distlock.ErrClosed} {
+		if errors.Is(err, known) {
+			return false
+		}
+	}
+	return true
+}
+
+// abandonBudget bounds the release of a token whose grant is unknown.
+const abandonBudget = 5 * time.Second
+
+// abandon releases sk for token if the store granted it, so that a grant
+// whose reply was lost does not hold the key for a whole lease.
+func (s *Server) abandon(ctx context.Context, sk, token string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonBudget)
+	defer cancel()
+	_ = s.client.ReleaseToken(ctx, sk, token) // ErrNotHeld: it was not granted
 }
 
 // regrant renews sk for token if token holds it: an idempotent Acquire's
