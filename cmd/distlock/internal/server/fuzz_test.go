@@ -26,7 +26,9 @@ import (
 // storeCalls counts the store requests of a client, through its observer.
 type storeCalls struct{ n atomic.Int64 }
 
-func (c *storeCalls) AcquireStarted(ctx context.Context, _ distlock.Event) context.Context { return ctx }
+func (c *storeCalls) AcquireStarted(ctx context.Context, _ distlock.Event) context.Context {
+	return ctx
+}
 
 func (c *storeCalls) Observe(_ context.Context, e distlock.Event) {
 	if e.Kind == distlock.EventStoreCall {
