@@ -55,7 +55,7 @@ type Limits struct {
 	// default is 2000.
 	Burst int
 	// PageSize is a List page's size when the request names none. The
-	// default is 100.
+	// default is 100, or MaxPageSize if that is less.
 	PageSize int
 	// MaxPageSize is the largest List page. The default is 1000.
 	MaxPageSize int
@@ -86,8 +86,8 @@ func (l Limits) withDefaults() (Limits, error) {
 		l.RatePerTenant = DefaultRatePerTenant
 	}
 	setInt(&l.Burst, DefaultBurst)
-	setInt(&l.PageSize, DefaultPageSize)
 	setInt(&l.MaxPageSize, DefaultMaxPageSize)
+	setInt(&l.PageSize, min(DefaultPageSize, l.MaxPageSize))
 	setDur(&l.WatchInterval, DefaultWatchInterval)
 
 	bad := func(format string, args ...any) (Limits, error) {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,9 +41,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Acquire calls that asked to wait and have not returned.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.seconds, m.waiting} {
+	collectors := []prometheus.Collector{m.requests, m.seconds, m.waiting}
+	for i, c := range collectors {
 		if err := reg.Register(c); err != nil {
-			return nil, err
+			for _, done := range collectors[:i] {
+				reg.Unregister(done)
+			}
+			return nil, fmt.Errorf("server: metrics: %w", err)
 		}
 	}
 	return m, nil

@@ -158,7 +158,7 @@ func TestShutdown(t *testing.T) {
 		api := e.api(alphaClient)
 		key := keyFor(t, "k")
 		h := acquire(t, api, &distlockv1.AcquireRequest{Key: key, Lease: durationpb.New(time.Minute)})
-		events := watch(t, e.api(alphaViewer), keyFor(t, ""))
+		events, watchErr := watch(t, e.api(alphaViewer), keyFor(t, ""))
 
 		waited := make(chan error, 1)
 		go func() {
@@ -177,6 +177,7 @@ func TestShutdown(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("the waiting Acquire did not end within 10s of Shutdown")
 		}
+		wantCode(t, "the Watch at Shutdown", watchErr(), connect.CodeUnavailable)
 		for ev := range events {
 			t.Errorf("an event after Shutdown: %v", ev)
 		}

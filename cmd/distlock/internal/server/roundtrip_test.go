@@ -185,10 +185,10 @@ func TestJSONOverHTTP(t *testing.T) {
 }
 
 // The same calls through Connect's client in each protocol it speaks:
-// Connect (protobuf and JSON), gRPC and gRPC-Web.
+// Connect (protobuf and JSON), gRPC and gRPC-Web, and Watches that Shutdown
+// ends with Unavailable in each, one of them before it sent anything.
 func TestProtocols(t *testing.T) {
 	forEachStore(t, func(t *testing.T, st store) {
-		e := newEnv(t, st, server.Limits{})
 		for name, opts := range map[string][]connect.ClientOption{
 			"connect-proto": nil,
 			"connect-json":  {connect.WithProtoJSON()},
@@ -197,8 +197,11 @@ func TestProtocols(t *testing.T) {
 			"grpc-web-json": {connect.WithGRPCWeb(), connect.WithProtoJSON()},
 		} {
 			t.Run(name, func(t *testing.T) {
+				e := newEnv(t, st, server.Limits{})
 				api := e.api(alphaClient, opts...)
 				key := keyFor(t, "k")
+				events, watchErr := watch(t, api, key)
+				_, idleErr := watch(t, api, keyFor(t, "idle/")) // ends before any event
 				acq := acquire(t, api, &distlockv1.AcquireRequest{Key: key})
 				if l := inspect(t, api, key); !l.GetHeld() || l.GetFence() != acq.GetFence() {
 					t.Errorf("Inspect = %v, want held with fence %d", l, acq.GetFence())
@@ -208,8 +211,16 @@ func TestProtocols(t *testing.T) {
 				if _, err := api.Release(ctx(t), connect.NewRequest(&distlockv1.ReleaseRequest{Key: key, Token: acq.GetToken()})); err != nil {
 					t.Fatal(err)
 				}
+				for _, typ := range []distlockv1.Event_Type{distlockv1.Event_TYPE_ACQUIRED, distlockv1.Event_TYPE_RELEASED} {
+					if ev := nextEvent(t, events, key); ev.GetType() != typ || ev.GetLock().GetFence() != acq.GetFence() {
+						t.Errorf("watch event %v, want %v with fence %d", ev, typ, acq.GetFence())
+					}
+				}
 				_, err = e.api("", opts...).Inspect(ctx(t), connect.NewRequest(&distlockv1.InspectRequest{Key: key}))
 				wantCode(t, "Inspect without a token", err, connect.CodeUnauthenticated)
+				e.srv.Shutdown()
+				wantCode(t, "the Watch at Shutdown", watchErr(), connect.CodeUnavailable)
+				wantCode(t, "a Watch without events at Shutdown", idleErr(), connect.CodeUnavailable)
 			})
 		}
 	})

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -14,8 +15,9 @@ import (
 )
 
 // watch starts a Watch of prefix and returns its events once it is live
-// (Watch returns when the stream's headers come); it ends with t.
-func watch(t *testing.T, api distlockv1connect.LockServiceClient, prefix string) <-chan *distlockv1.Event {
+// (Watch returns when the stream's headers come), and a function that waits
+// for the stream's end and returns its error. It ends with t.
+func watch(t *testing.T, api distlockv1connect.LockServiceClient, prefix string) (<-chan *distlockv1.Event, func() error) {
 	t.Helper()
 	wctx, cancel := context.WithCancel(context.Background())
 	stream, err := api.Watch(wctx, connect.NewRequest(&distlockv1.WatchRequest{Prefix: prefix}))
@@ -25,6 +27,7 @@ func watch(t *testing.T, api distlockv1connect.LockServiceClient, prefix string)
 	}
 	events := make(chan *distlockv1.Event, 100)
 	done := make(chan struct{})
+	var end error
 	go func() {
 		defer close(done)
 		defer close(events)
@@ -35,13 +38,21 @@ func watch(t *testing.T, api distlockv1connect.LockServiceClient, prefix string)
 				return
 			}
 		}
+		end = stream.Err()
 	}()
 	t.Cleanup(func() {
 		cancel()
 		<-done
 		_ = stream.Close()
 	})
-	return events
+	return events, func() error {
+		select {
+		case <-done:
+			return end
+		case <-time.After(10 * time.Second):
+			return errors.New("the watch did not end within 10s")
+		}
+	}
 }
 
 // Grants, releases, expiries and forced releases under a prefix arrive in
@@ -53,7 +64,7 @@ func TestWatchEvents(t *testing.T) {
 		e, other := newEnv(t, st, limits), newEnv(t, st, limits)
 		api := e.api(alphaClient)
 		prefix := keyFor(t, "")
-		events := watch(t, e.api(alphaViewer), prefix)
+		events, _ := watch(t, e.api(alphaViewer), prefix)
 
 		expect := func(what string, typ distlockv1.Event_Type, key string, fence uint64) *distlockv1.Event {
 			t.Helper()
