@@ -1,16 +1,17 @@
 -- Deletes the lock and its metadata whatever token holds it, and reports what
 -- it held as inspect.lua does: {held "1"/"0", fence, ms to live, metadata
--- JSON}. A free key is left as it is. If another token was refused the key
--- (the waiters' mark, see acquire.lua), the release is announced to waiters.
--- The fence counter stays, so the next grant gets a higher fence.
--- KEYS[1] lock, also the release channel, KEYS[2] fence counter, KEYS[3] metadata
+-- JSON}. A key that is not held (free, or kept for a waiter's turn) is left
+-- as it is. If waiters may be queued, the key passes to the first live one,
+-- as release.lua does for another client. The fence counter stays, so the
+-- next grant gets a higher fence.
+-- KEYS, ARGV[1] and ARGV[2] as in queue.lua
 local holder = redis.call('GET', KEYS[1])
-if not holder then
+if not holder or string.byte(holder, 1) == 10 then
 	return {'0', '', '0', ''}
 end
 local held = {'1', redis.call('GET', KEYS[2]) or '', tostring(redis.call('PTTL', KEYS[1])), redis.call('GET', KEYS[3]) or ''}
 redis.call('DEL', KEYS[1], KEYS[3])
 if string.byte(holder, -1) == 10 then
-	redis.call('PUBLISH', KEYS[1], '')
+	passOn(clockMs(), nil)
 end
 return held

@@ -146,6 +146,11 @@ func (g *goRedis) forEachMaster(ctx context.Context, fn func(context.Context, *r
 	return errNoNodes
 }
 
+func (g *goRedis) cluster() bool {
+	_, ok := g.c.(*redis.ClusterClient)
+	return ok
+}
+
 func (g *goRedis) closedErr(err error) bool { return errors.Is(err, redis.ErrClosed) }
 
 func (g *goRedis) close() error {
@@ -171,9 +176,13 @@ type goRedisPubSub struct {
 	done   chan struct{}
 }
 
-// healthInterval is how long the reader waits for traffic before it pings,
-// so that a dead connection is noticed.
-const healthInterval = 5 * time.Second
+const (
+	// healthInterval is how long the reader waits for traffic before it
+	// pings, so that a dead connection is noticed.
+	healthInterval = 5 * time.Second
+	// reconnectPause spaces the reader's receives after a connection failure.
+	reconnectPause = 100 * time.Millisecond
+)
 
 func (p *goRedisPubSub) subscribe(ctx context.Context, channels []string) error {
 	p.mu.Lock()
@@ -188,23 +197,13 @@ func (p *goRedisPubSub) subscribe(ctx context.Context, channels []string) error 
 	return ps.Subscribe(ctx, channels...)
 }
 
-func (p *goRedisPubSub) unsubscribe(ctx context.Context, channels []string) error {
-	p.mu.Lock()
-	ps := p.ps
-	p.mu.Unlock()
-	if ps == nil {
-		return nil
-	}
-	return ps.Unsubscribe(ctx, channels...)
-}
-
 func (p *goRedisPubSub) read(ctx context.Context, ps *redis.PubSub) {
 	defer close(p.done)
 	for ctx.Err() == nil {
 		msg, err := ps.ReceiveTimeout(ctx, healthInterval)
 		switch m := msg.(type) {
 		case *redis.Message:
-			p.ev.message(m.Channel)
+			p.ev.message(m.Channel, m.Payload)
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {
 				p.ev.subscribed(m.Channel)
@@ -220,7 +219,7 @@ func (p *goRedisPubSub) read(ctx context.Context, ps *redis.PubSub) {
 		p.ev.lost()
 		select { // go-redis reconnects on the next receive; do not spin meanwhile
 		case <-ctx.Done():
-		case <-time.After(resubscribeBackoff):
+		case <-time.After(reconnectPause):
 		}
 	}
 }

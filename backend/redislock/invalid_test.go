@@ -64,6 +64,8 @@ func TestInvalidInputSendsNothing(t *testing.T) {
 		"zero request timeout":     redislock.WithRequestTimeout(0),
 		"negative request timeout": redislock.WithRequestTimeout(-time.Second),
 		"zero dial timeout":        redislock.WithDialTimeout(0),
+		"zero waiter timeout":      redislock.WithWaiterTimeout(0),
+		"short waiter timeout":     redislock.WithWaiterTimeout(10 * time.Millisecond),
 	} {
 		if _, err := redislock.New(client, opt); !errors.Is(err, distlock.ErrInvalidOption) {
 			t.Errorf("New with %s: got %v, want ErrInvalidOption", name, err)
@@ -77,6 +79,7 @@ func TestInvalidInputSendsNothing(t *testing.T) {
 		"redis://127.0.0.1:1/0?request_timeout=0s",
 		"redis://127.0.0.1:1/0?request_timeout=soon",
 		"redis://127.0.0.1:1/0?dial_timeout=-1s",
+		"redis://127.0.0.1:1/0?waiter_timeout=1ms",
 		"memcached://127.0.0.1:1",
 	} {
 		if _, err := redislock.Open(ctx, u); !errors.Is(err, distlock.ErrInvalidOption) {
@@ -111,8 +114,8 @@ func TestInvalidInputSendsNothing(t *testing.T) {
 		if err := b.Release(ctx, k, "t"); !errors.Is(err, distlock.ErrInvalidKey) {
 			t.Errorf("Backend.Release %q: got %v, want ErrInvalidKey", k, err)
 		}
-		if _, _, err := b.Watch(ctx, k); !errors.Is(err, distlock.ErrInvalidKey) {
-			t.Errorf("Backend.Watch %q: got %v, want ErrInvalidKey", k, err)
+		if _, err := b.AcquireWait(ctx, driver.AcquireRequest{Key: k, Token: "t", TTL: time.Second}); !errors.Is(err, distlock.ErrInvalidKey) {
+			t.Errorf("Backend.AcquireWait %q: got %v, want ErrInvalidKey", k, err)
 		}
 	}
 	if _, err := c.List(ctx, "a\nb"); !errors.Is(err, distlock.ErrInvalidKey) {
@@ -147,6 +150,14 @@ func TestInvalidInputSendsNothing(t *testing.T) {
 			return err
 		}},
 		{"release with a newline in the token", func() error { return b.Release(ctx, "valid", "t\n") }},
+		{"wait with a newline in the token", func() error {
+			_, err := b.AcquireWait(ctx, driver.AcquireRequest{Key: "valid", Token: "t\n", TTL: time.Second})
+			return err
+		}},
+		{"wait with zero TTL", func() error {
+			_, err := b.AcquireWait(ctx, driver.AcquireRequest{Key: "valid", Token: "t"})
+			return err
+		}},
 		{"handoff to a token with a newline", func() error {
 			_, err := b.Handoff(ctx, "valid", "t", driver.AcquireRequest{Key: "valid", Token: "u\n", TTL: time.Second})
 			return err

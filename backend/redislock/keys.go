@@ -15,17 +15,30 @@ type keys struct {
 	lock  string // the token, with the lease as its time to live
 	fence string // the fencing counter, living a minute beyond the lease
 	meta  string // the holder's metadata as JSON, with the lease as its time to live
+	// The waiters' queue (queue.lua): members by arrival, the same members by
+	// expiry, and the metadata of those that have some.
+	queue, expiry, waiterMeta string
 }
 
 // keysFor maps a lock key to its Redis names: prefix + "{" + escaped key + "}",
-// plus ":fence" and ":meta" for the companions. The lock name is also the
-// channel that release notices are published on.
+// plus ":fence", ":meta", ":q", ":qt" and ":qm" for the companions.
 func (b *Backend) keysFor(key string) keys {
-	e := escapeKey(key)
-	// One allocation for the three names: "P{e}:fence" + "P{e}:meta".
-	all := b.prefix + "{" + e + "}:fence" + b.prefix + "{" + e + "}:meta"
-	n := len(b.prefix) + len(e) + 2
-	return keys{lock: all[:n], fence: all[:n+len(":fence")], meta: all[n+len(":fence"):]}
+	base := b.prefix + "{" + escapeKey(key) + "}"
+	n := len(base)
+	// One allocation for all the names: "B:fence" + "B:meta" + "B:qt" + "B:qm".
+	all := base + ":fence" + base + ":meta" + base + ":qt" + base + ":qm"
+	meta := n + len(":fence")
+	qt := meta + n + len(":meta")
+	qm := qt + n + len(":qt")
+	return keys{
+		lock: all[:n], fence: all[:meta], meta: all[meta:qt],
+		queue: all[qt : qm-1], expiry: all[qt:qm], waiterMeta: all[qm:],
+	}
+}
+
+// all returns the names in the order of queue.lua's KEYS.
+func (k keys) all() []string {
+	return []string{k.lock, k.fence, k.meta, k.queue, k.expiry, k.waiterMeta}
 }
 
 // escapeKey makes key safe inside a hash tag: "}" would end the tag early

@@ -19,7 +19,11 @@ func TestEscapeKeyRoundTrip(t *testing.T) {
 		if got, ok := b.keyFromLockName(k.lock); !ok || got != key {
 			t.Errorf("keyFromLockName(%q) = %q, %v; want %q", k.lock, got, ok, key)
 		}
-		for _, other := range []string{k.fence, k.meta} {
+		base := DefaultPrefix + "{" + e + "}"
+		if want := (keys{lock: base, fence: base + ":fence", meta: base + ":meta", queue: base + ":q", expiry: base + ":qt", waiterMeta: base + ":qm"}); k != want {
+			t.Errorf("keysFor(%q) = %+v, want %+v", key, k, want)
+		}
+		for _, other := range k.all()[1:] {
 			if _, ok := b.keyFromLockName(other); ok {
 				t.Errorf("keyFromLockName(%q) took a companion name for a lock", other)
 			}

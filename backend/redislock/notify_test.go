@@ -2,7 +2,6 @@ package redislock_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -48,9 +47,9 @@ func eventually(t *testing.T, what string, check func() error) {
 	}
 }
 
-// TestOneSubscriptionPerBackend has 20 waiters on 5 keys in one backend: they
-// must share one subscription connection with one channel per key, woken by
-// releases, and the channels must go once nobody waits.
+// TestOneSubscriptionPerBackend has 20 waiters on 5 keys in one backend:
+// they must share one subscription connection with one channel, the
+// backend's own, woken by releases; the channel stays until Close.
 func TestOneSubscriptionPerBackend(t *testing.T) {
 	s := testserver.Redis(t)
 	for _, a := range adapters[:2] {
@@ -76,9 +75,9 @@ func TestOneSubscriptionPerBackend(t *testing.T) {
 					results <- err
 				}()
 			}
-			eventually(t, "one subscription connection with a channel per key", func() error {
-				if subs := subscribers(t, s.Addr()); len(subs) != 1 || subs[0] != nkeys {
-					return fmt.Errorf("subscribed connections and their channel counts: %v, want [%d]", subs, nkeys)
+			eventually(t, "one subscription connection with one channel", func() error {
+				if subs := subscribers(t, s.Addr()); len(subs) != 1 || subs[0] != 1 {
+					return fmt.Errorf("subscribed connections and their channel counts: %v, want [1]", subs)
 				}
 				return nil
 			})
@@ -92,7 +91,13 @@ func TestOneSubscriptionPerBackend(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			eventually(t, "no subscription once nobody waits", func() error {
+			if subs := subscribers(t, s.Addr()); len(subs) != 1 || subs[0] != 1 {
+				t.Fatalf("once nobody waits: subscribed connections %v, want [1] until Close", subs)
+			}
+			if err := waiters.Close(); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "no subscription after Close", func() error {
 				if subs := subscribers(t, s.Addr()); len(subs) != 0 {
 					return fmt.Errorf("subscribed connections: %v", subs)
 				}
@@ -173,10 +178,10 @@ func publishes(t *testing.T, addr string) int {
 	return n
 }
 
-// TestReleaseNoticeOnlyWhenRefused checks that a release publishes nothing
-// when no other token asked for the key while it was held, and publishes
-// exactly once when one did, waking that waiter.
-func TestReleaseNoticeOnlyWhenRefused(t *testing.T) {
+// TestReleaseNoticeOnlyWhenQueued checks that a release publishes nothing
+// when no waiter queued for the key while it was held, and publishes exactly
+// once when one did, waking that waiter.
+func TestReleaseNoticeOnlyWhenQueued(t *testing.T) {
 	s := testserver.Redis(t)
 	for _, a := range adapters[:2] {
 		t.Run(a.name, func(t *testing.T) {
@@ -212,7 +217,7 @@ func TestReleaseNoticeOnlyWhenRefused(t *testing.T) {
 				}
 				got <- err
 			}()
-			eventually(t, "the waiter's refused attempt marks the key", func() error {
+			eventually(t, "the queued waiter marks the key", func() error {
 				if v := rawCommand(t, []string{s.Addr()}, "GET", lockName(key)); !strings.HasSuffix(v, "\n") {
 					return fmt.Errorf("lock value %q has no waiters' mark", v)
 				}
@@ -234,28 +239,41 @@ func TestReleaseNoticeOnlyWhenRefused(t *testing.T) {
 	}
 }
 
-// TestHandoffKeepsWaitersMark hands a key that another token was refused to
-// a new holder: the mark must pass with it, so that the new holder's release
-// still tells the waiter; a key nobody was refused must be handed unmarked.
+// TestHandoffKeepsWaitersMark hands a key that another client's waiter is
+// queued for to a new holder: the mark must pass with it, so that the new
+// holder's release still passes the key to the waiter; a key nobody queued
+// for must be handed unmarked.
 func TestHandoffKeepsWaitersMark(t *testing.T) {
 	s := testserver.Redis(t)
 	onEachClient(t, s, func(t *testing.T, ctx context.Context, b driver.Backend) {
-		for _, refused := range []bool{false, true} {
-			key := fmt.Sprintf("handoff-mark/%s/%v", t.Name(), refused)
+		for _, queued := range []bool{false, true} {
+			key := fmt.Sprintf("handoff-mark/%s/%v", t.Name(), queued)
 			first := driver.AcquireRequest{Key: key, Token: "first", TTL: time.Minute}
 			if _, err := b.Acquire(ctx, first); err != nil {
 				t.Fatal(err)
 			}
-			if refused {
-				if _, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "waiter", TTL: time.Minute}); !errors.Is(err, distlock.ErrNotAcquired) {
-					t.Fatalf("waiter's attempt: %v, want ErrNotAcquired", err)
-				}
+			waited := make(chan error, 1)
+			if queued {
+				waiter := newClient(t, openURL(t, "redis://"+s.Addr()))
+				go func() {
+					l, err := waiter.Lock(ctx, key, distlock.WithWait(20*time.Second))
+					if err == nil {
+						err = l.Release(ctx)
+					}
+					waited <- err
+				}()
+				eventually(t, "the queued waiter marks the key", func() error {
+					if v := rawCommand(t, []string{s.Addr()}, "GET", lockName(key)); v != "first\n" {
+						return fmt.Errorf("lock value %q, want the waiters' mark", v)
+					}
+					return nil
+				})
 			}
 			if _, err := b.(driver.Handoff).Handoff(ctx, key, "first", driver.AcquireRequest{Key: key, Token: "second", TTL: time.Minute}); err != nil {
 				t.Fatal(err)
 			}
 			want := "second"
-			if refused {
+			if queued {
 				want += "\n"
 			}
 			if v := rawCommand(t, []string{s.Addr()}, "GET", lockName(key)); v != want {
@@ -265,7 +283,12 @@ func TestHandoffKeepsWaitersMark(t *testing.T) {
 			if err := b.Release(ctx, key, "second"); err != nil {
 				t.Fatal(err)
 			}
-			if n, want := publishes(t, s.Addr()), map[bool]int{false: 0, true: 1}[refused]; n != want {
+			if queued {
+				if err := <-waited; err != nil {
+					t.Fatalf("the waiter: %v", err)
+				}
+			}
+			if n, want := publishes(t, s.Addr()), map[bool]int{false: 0, true: 1}[queued]; n != want {
 				t.Fatalf("release after the handoff published %d notices, want %d", n, want)
 			}
 		}

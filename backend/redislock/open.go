@@ -41,6 +41,7 @@ func init() {
 //	prefix=P             WithPrefix (default "distlock:")
 //	dial_timeout=5s      WithDialTimeout: each connection attempt (default 5s)
 //	request_timeout=5s   WithRequestTimeout: each request (default 5s)
+//	waiter_timeout=1s    WithWaiterTimeout: a waiter's place in a queue (default 1s)
 //
 // Other query parameters are rueidis.ParseURL's (client_name, write_timeout,
 // ...). Open connects within the dial timeout or ctx's deadline, whichever
@@ -100,6 +101,7 @@ func queryOptions(q url.Values) ([]Option, error) {
 	for name, opt := range map[string]func(time.Duration) Option{
 		"dial_timeout":    WithDialTimeout,
 		"request_timeout": WithRequestTimeout,
+		"waiter_timeout":  WithWaiterTimeout,
 	} {
 		if !q.Has(name) {
 			continue
@@ -110,7 +112,7 @@ func queryOptions(q url.Values) ([]Option, error) {
 		}
 		opts = append(opts, opt(d))
 	}
-	for _, name := range []string{"prefix", "dial_timeout", "request_timeout"} {
+	for _, name := range []string{"prefix", "dial_timeout", "request_timeout", "waiter_timeout"} {
 		q.Del(name)
 	}
 	return opts, nil

@@ -15,6 +15,9 @@ const (
 	// DefaultDialTimeout bounds a connection attempt of the client Open
 	// builds, without WithDialTimeout.
 	DefaultDialTimeout = 5 * time.Second
+	// DefaultWaiterTimeout is how long a waiter's place in a key's queue
+	// lasts without a refresh, without WithWaiterTimeout.
+	DefaultWaiterTimeout = time.Second
 )
 
 // Option configures a Backend.
@@ -24,6 +27,7 @@ type config struct {
 	prefix         string
 	requestTimeout time.Duration
 	dialTimeout    time.Duration
+	waiterTimeout  time.Duration
 }
 
 // WithPrefix sets the prefix of every Redis key and channel the backend uses.
@@ -45,8 +49,21 @@ func WithRequestTimeout(d time.Duration) Option { return func(c *config) { c.req
 // DialTimeout and rueidis Dialer.Timeout, both 5s by default) and ignore it.
 func WithDialTimeout(d time.Duration) Option { return func(c *config) { c.dialTimeout = d } }
 
+// WithWaiterTimeout sets how long a waiter's place in a key's queue lasts
+// unless the waiter refreshes it, which a live waiter does several times
+// within it. It bounds how long a waiter whose process died, or lost Redis,
+// can hold up the waiters behind it; a live waiter stalled that long (a
+// paused process) loses its place and queues again at the end. It must be at
+// least 50ms. The default is DefaultWaiterTimeout (1s); Open reads it from
+// the URL parameter waiter_timeout.
+func WithWaiterTimeout(d time.Duration) Option { return func(c *config) { c.waiterTimeout = d } }
+
+// minWaiterTimeout is the least WithWaiterTimeout takes: a waiter refreshes
+// its place every fifth to third of it, each refresh a round trip.
+const minWaiterTimeout = 50 * time.Millisecond
+
 func newConfig(opts []Option) (config, error) {
-	c := config{prefix: DefaultPrefix, requestTimeout: DefaultRequestTimeout, dialTimeout: DefaultDialTimeout}
+	c := config{prefix: DefaultPrefix, requestTimeout: DefaultRequestTimeout, dialTimeout: DefaultDialTimeout, waiterTimeout: DefaultWaiterTimeout}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -55,6 +72,9 @@ func newConfig(opts []Option) (config, error) {
 	}
 	if err := positive("dial timeout", c.dialTimeout); err != nil {
 		return c, err
+	}
+	if c.waiterTimeout < minWaiterTimeout {
+		return c, fmt.Errorf("redislock: waiter timeout %v: %w: must be at least %v", c.waiterTimeout, driver.ErrInvalidOption, minWaiterTimeout)
 	}
 	return c, validatePrefix(c.prefix)
 }

@@ -2,12 +2,15 @@ package redislock
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,19 +20,33 @@ import (
 // Backend is a distlock backend on one Redis deployment (a single node,
 // Sentinel or Cluster). It is safe for concurrent use.
 type Backend struct {
-	st      store
-	prefix  string
-	timeout time.Duration // per request
-	hub     *hub
-	closed  atomic.Bool
+	st            store
+	prefix        string
+	timeout       time.Duration // per request
+	waiterTimeout time.Duration
+	// id names the backend among the waiters of every key, and its notice
+	// channel, channels + id.
+	id       string
+	channels string
+	// queueArgs are the first arguments of every script that uses the
+	// waiters' queue (queue.lua): the channel prefix, and whether PUBLISH
+	// counts every listener ("1" unless on a Cluster).
+	queueArgs [2]string
+	inbox     *inbox
+
+	closed    atomic.Bool
+	mu        sync.Mutex // orders waits.Add before Close's waits.Wait
+	waits     sync.WaitGroup
+	closing   context.Context // cancelled by Close: ends the waits
+	stopWaits context.CancelFunc
 }
 
 var (
-	_ driver.Backend  = (*Backend)(nil)
-	_ driver.Notifier = (*Backend)(nil)
-	_ driver.Lister   = (*Backend)(nil)
-	_ driver.Namer    = (*Backend)(nil)
-	_ driver.Handoff  = (*Backend)(nil)
+	_ driver.Backend = (*Backend)(nil)
+	_ driver.Waiter  = (*Backend)(nil)
+	_ driver.Lister  = (*Backend)(nil)
+	_ driver.Namer   = (*Backend)(nil)
+	_ driver.Handoff = (*Backend)(nil)
 
 	_ driver.ForceReleaser = (*Backend)(nil)
 )
@@ -42,7 +59,28 @@ func newBackend(ctx context.Context, st store, cfg config) (*Backend, error) {
 	if err := checkVersion(ctx, st); err != nil {
 		return nil, err
 	}
-	return &Backend{st: st, prefix: cfg.prefix, timeout: cfg.requestTimeout, hub: newHub(st, cfg.requestTimeout)}, nil
+	var id [8]byte
+	_, _ = crand.Read(id[:]) // crypto/rand.Read never fails
+	b := &Backend{st: st, prefix: cfg.prefix, timeout: cfg.requestTimeout, waiterTimeout: cfg.waiterTimeout,
+		id: hex.EncodeToString(id[:]), channels: cfg.prefix + "notify:"}
+	b.queueArgs = [2]string{b.channels, "1"}
+	if st.cluster() {
+		b.queueArgs[1] = "0"
+	}
+	b.inbox = newInbox(st, b.channels+b.id, cfg.requestTimeout)
+	b.closing, b.stopWaits = context.WithCancel(context.Background())
+	return b, nil
+}
+
+// enterWait counts a wait in, unless the backend is closed.
+func (b *Backend) enterWait() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed.Load() {
+		return false
+	}
+	b.waits.Add(1)
+	return true
 }
 
 // evalInt runs s within the request timeout; see call.
@@ -80,6 +118,13 @@ func (b *Backend) run(ctx context.Context, req func(context.Context) error) erro
 	if b.closed.Load() {
 		return driver.ErrClosed
 	}
+	return b.runClosing(ctx, req)
+}
+
+// runClosing runs req even while Close waits for the waits to leave their
+// queues. Once the client was closed it returns an error matching
+// driver.ErrClosed.
+func (b *Backend) runClosing(ctx context.Context, req func(context.Context) error) error {
 	err := req(ctx)
 	if err != nil && b.st.closedErr(err) {
 		return fmt.Errorf("%w: %w", driver.ErrClosed, err)
@@ -153,14 +198,53 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 	return held("renew", key, ok, err)
 }
 
-// Release deletes key if token holds it and publishes a release notice.
+// Release frees key if token holds it. If another waiter of this backend
+// waits for the key, the key passes straight to it in the same script (at
+// most 16 times in a row while other clients' waiters are queued). Else, if
+// waiters are queued in Redis, the key passes to the first live one: a
+// waiter of this backend gets the grant at once, in process; another
+// client's waiter is told on its client's channel, and the key is kept for
+// it until its entry expires.
 func (b *Backend) Release(ctx context.Context, key, token string) error {
 	if err := validRequest(key, token, nil); err != nil {
 		return fmt.Errorf("redislock: release %q: %w", key, err)
 	}
-	k := b.keysFor(key)
-	ok, err := b.evalInt(ctx, scriptRelease, []string{k.lock, k.meta}, token)
-	return held("release", key, ok, err)
+	k := b.keysFor(key).all()
+	args := []string{b.queueArgs[0], b.queueArgs[1], token, b.id}
+	next, passOver, ok := b.inbox.first(key)
+	if ok {
+		args = append(args, next.token, next.ttl, next.meta, next.member, "")
+		if passOver {
+			args[len(args)-1] = "1"
+		}
+	}
+	sent := time.Now() // no later than a grant to a waiter of ours
+	r, err := b.evalStrings(ctx, scriptRelease, k, args...)
+	if err == nil && (len(r) == 0 || r[0] == "2" && len(r) != 4) {
+		err = fmt.Errorf("release script returned %q", r)
+	}
+	if err != nil {
+		return fmt.Errorf("redislock: release %q: %w", key, err)
+	}
+	switch r[0] {
+	case "0":
+		return fmt.Errorf("redislock: release %q: %w", key, driver.ErrNotHeld)
+	case "1":
+		b.inbox.released(key)
+		return nil
+	}
+	// Granted to a waiter of ours.
+	fence, err := strconv.ParseUint(r[2], 10, 64)
+	if err == nil && b.inbox.grant(r[1], driver.Grant{Fence: fence, Sent: sent}) {
+		b.inbox.handedOver(key, r[3] == "1")
+		return nil
+	}
+	// The waiter stopped waiting meanwhile: free the key for the next one.
+	// (The grant took its entry out of the queue.)
+	if err := b.leave(ctx, k, nextWaiter{token: r[1]}); err != nil {
+		return fmt.Errorf("redislock: release %q: hand on a grant its waiter left: %w", key, err)
+	}
+	return nil
 }
 
 func held(op, key string, ok int64, err error) error {
@@ -189,8 +273,9 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 }
 
 // ForceRelease deletes key whatever token holds it, in one script, and
-// returns what it held: fence, time to live left, metadata. Waiters that
-// were refused the key are woken by a release notice. The fence counter
+// returns what it held: fence, time to live left, metadata. If waiters are
+// queued, the key passes to the first live one, as a release by another
+// client passes it. The fence counter
 // stays, so the next grant gets a higher fence; the old holder's Renew and
 // Release get driver.ErrNotHeld. A free key is left as it is, with an error
 // matching driver.ErrNotHeld.
@@ -199,7 +284,7 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, er
 		return driver.Info{}, fmt.Errorf("redislock: force release: %w", err)
 	}
 	k := b.keysFor(key)
-	r, err := b.evalStrings(ctx, scriptForceRelease, []string{k.lock, k.fence, k.meta})
+	r, err := b.evalStrings(ctx, scriptForceRelease, k.all(), b.queueArgs[:]...)
 	info, err := parseInfo(key, r, err)
 	switch {
 	case err != nil:
@@ -270,25 +355,22 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 	return infos, nil
 }
 
-// Watch returns a channel that fires when key may have been released. All
-// watches of a backend share one subscription connection.
-func (b *Backend) Watch(_ context.Context, key string) (<-chan struct{}, func(), error) {
-	if err := driver.ValidateKey(key); err != nil {
-		return nil, nil, fmt.Errorf("redislock: watch: %w", err)
-	}
-	return b.hub.watch(b.keysFor(key).lock)
-}
-
-// Close closes the subscription connection and, if the backend built its
-// client (Open), the client. A client passed to New or NewRueidis stays open.
-// Every call after Close returns an error matching driver.ErrClosed, and so
-// does every call once the client itself was closed. Closing twice is
-// harmless.
+// Close ends the waits of this backend (each leaves its queue, within the
+// request timeout), closes the subscription connection and, if the backend
+// built its client (Open), the client. A client passed to New or NewRueidis
+// stays open. Every call after Close returns an error matching
+// driver.ErrClosed, and so does every call once the client itself was
+// closed. Closing twice is harmless.
 func (b *Backend) Close() error {
+	b.mu.Lock()
 	if b.closed.Swap(true) {
+		b.mu.Unlock()
 		return nil
 	}
-	return errors.Join(b.hub.close(), b.st.close())
+	b.mu.Unlock()
+	b.stopWaits()
+	b.waits.Wait()
+	return errors.Join(b.inbox.close(), b.st.close())
 }
 
 // validRequest checks what the client validates already, so that a direct

@@ -93,16 +93,25 @@ func deleteKey(addrs func() []string) func(testing.TB, string) {
 	return func(t testing.TB, key string) { rawCommand(t, addrs(), "DEL", lockName(key)) }
 }
 
+// deleteWaiters is the suite's DeleteWaiters hook: DEL of the key's queue.
+func deleteWaiters(addrs func() []string) func(testing.TB, string) {
+	return func(t testing.TB, key string) {
+		n := lockName(key)
+		rawCommand(t, addrs(), "DEL", n+":q", n+":qt", n+":qm")
+	}
+}
+
 func fixed(addrs ...string) func() []string { return func() []string { return addrs } }
 
 // singleNode is the suite's harness for one redis-server at s, with
 // backends from at (a backend reaching the server at addr).
 func singleNode(s *testserver.Server, at func(t testing.TB, addr string) driver.Backend) locktest.Harness {
 	return locktest.Harness{
-		NewBackend:   func(t testing.TB) driver.Backend { return at(t, s.Addr()) },
-		DeleteKey:    deleteKey(fixed(s.Addr())),
-		StoreAddr:    s.Addr(),
-		NewBackendAt: at,
+		NewBackend:    func(t testing.TB) driver.Backend { return at(t, s.Addr()) },
+		DeleteKey:     deleteKey(fixed(s.Addr())),
+		DeleteWaiters: deleteWaiters(fixed(s.Addr())),
+		StoreAddr:     s.Addr(),
+		NewBackendAt:  at,
 	}
 }
 
@@ -126,7 +135,8 @@ func TestConformanceCluster(t *testing.T) {
 			NewBackend: func(t testing.TB) driver.Backend {
 				return newGoRedis(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true}))
 			},
-			DeleteKey: deleteKey(fixed(addrs...)),
+			DeleteKey:     deleteKey(fixed(addrs...)),
+			DeleteWaiters: deleteWaiters(fixed(addrs...)),
 		})
 	})
 	t.Run("rueidis", func(t *testing.T) {
@@ -147,9 +157,15 @@ func TestConformanceCluster(t *testing.T) {
 				}
 				return b
 			},
-			DeleteKey: deleteKey(fixed(addrs...)),
+			DeleteKey:     deleteKey(fixed(addrs...)),
+			DeleteWaiters: deleteWaiters(fixed(addrs...)),
 		})
 	})
+	url := "redis-cluster://" + addrs[0]
+	t.Run("fifo", func(t *testing.T) {
+		fifoAcrossClients(t, func(t testing.TB) driver.Backend { return openURL(t, url) }, fixed(addrs...))
+	})
+	t.Run("dead-waiter", func(t *testing.T) { deadWaiterProcess(t, url, fixed(addrs...)) })
 	t.Run("special-keys", func(t *testing.T) { specialKeys(t, openURL(t, "redis-cluster://"+addrs[0])) })
 	t.Run("force-release", func(t *testing.T) {
 		forceRelease(t, func(t testing.TB) driver.Backend { return openURL(t, "redis-cluster://"+addrs[0]) }, fixed(addrs...))
@@ -203,18 +219,24 @@ func TestConformanceSentinel(t *testing.T) {
 				return newGoRedis(t, redis.NewFailoverClient(&redis.FailoverOptions{
 					MasterName: testserver.SentinelMaster, SentinelAddrs: sentinels, ContextTimeoutEnabled: true}))
 			},
-			DeleteKey: deleteKey(primary),
+			DeleteKey:     deleteKey(primary),
+			DeleteWaiters: deleteWaiters(primary),
 		})
 	})
 	t.Run("rueidis", func(t *testing.T) {
 		url := "redis-sentinel://" + sentinels[0] + "/" + testserver.SentinelMaster + "?addr=" + sentinels[1] + "&addr=" + sentinels[2]
 		locktest.Run(t, locktest.Harness{
-			NewBackend: func(t testing.TB) driver.Backend { return openURL(t, url) },
-			DeleteKey:  deleteKey(primary),
+			NewBackend:    func(t testing.TB) driver.Backend { return openURL(t, url) },
+			DeleteKey:     deleteKey(primary),
+			DeleteWaiters: deleteWaiters(primary),
 		})
 		t.Run("force-release", func(t *testing.T) {
 			forceRelease(t, func(t testing.TB) driver.Backend { return openURL(t, url) }, primary)
 		})
+		t.Run("fifo", func(t *testing.T) {
+			fifoAcrossClients(t, func(t testing.TB) driver.Backend { return openURL(t, url) }, primary)
+		})
+		t.Run("dead-waiter", func(t *testing.T) { deadWaiterProcess(t, url, primary) })
 	})
 }
 

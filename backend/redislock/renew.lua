@@ -1,5 +1,5 @@
 -- Resets the time to live of the lock and its metadata if the token holds it
--- (with or without the waiters' mark, see acquire.lua), and keeps the fence
+-- (with or without the waiters' mark, see queue.lua), and keeps the fence
 -- counter at least counterLinger beyond the new lease (never shortening it).
 -- KEYS[1] lock, KEYS[2] metadata, KEYS[3] fence counter
 -- ARGV[1] token, ARGV[2] time to live in ms
@@ -9,13 +9,5 @@ if holder ~= ARGV[1] and holder ~= ARGV[1] .. '\n' then
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
-local keep = ARGV[2] + counterLinger
-if redis.REDIS_VERSION_NUM then -- Redis 7.0 or later: PEXPIRE GT
-	redis.call('PEXPIRE', KEYS[3], keep, 'GT')
-else
-	local left = redis.call('PTTL', KEYS[3])
-	if left >= 0 and left < keep then
-		redis.call('PEXPIRE', KEYS[3], keep)
-	end
-end
+keepCounter(KEYS[3], ARGV[2])
 return 1

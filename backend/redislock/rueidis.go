@@ -78,6 +78,8 @@ func (r *rueidisStore) serverInfo(ctx context.Context) ([]string, error) {
 	return infos, nil
 }
 
+func (r *rueidisStore) cluster() bool { return r.c.Mode() == rueidis.ClientModeCluster }
+
 func (r *rueidisStore) closedErr(err error) bool { return errors.Is(err, rueidis.ErrClosing) }
 
 func (r *rueidisStore) close() error {
@@ -113,7 +115,7 @@ func (p *rueidisPubSub) conn() (rueidis.DedicatedClient, error) {
 	}
 	dc, _ := p.dedicate() // dc.Close releases it
 	broken := dc.SetPubSubHooks(rueidis.PubSubHooks{
-		OnMessage: func(m rueidis.PubSubMessage) { p.ev.message(m.Channel) },
+		OnMessage: func(m rueidis.PubSubMessage) { p.ev.message(m.Channel, m.Message) },
 		OnSubscription: func(s rueidis.PubSubSubscription) {
 			if s.Kind == "subscribe" {
 				p.ev.subscribed(s.Channel)
@@ -157,16 +159,6 @@ func (p *rueidisPubSub) subscribe(ctx context.Context, channels []string) error 
 		return err
 	}
 	return dc.Do(ctx, dc.B().Subscribe().Channel(channels...).Build()).Error()
-}
-
-func (p *rueidisPubSub) unsubscribe(ctx context.Context, channels []string) error {
-	p.mu.Lock()
-	dc := p.dc
-	p.mu.Unlock()
-	if dc == nil {
-		return nil
-	}
-	return dc.Do(ctx, dc.B().Unsubscribe().Channel(channels...).Build()).Error()
 }
 
 func (p *rueidisPubSub) close() error {

@@ -11,12 +11,16 @@ const (
 	scriptRelease
 	scriptInspect
 	scriptForceRelease
+	scriptWait
+	scriptLeave
 	numScripts
 )
 
 var (
 	//go:embed counter.lua
 	counterLua string
+	//go:embed queue.lua
+	queueLua string
 	//go:embed acquire.lua
 	acquireLua string
 	//go:embed renew.lua
@@ -27,15 +31,22 @@ var (
 	inspectLua string
 	//go:embed forcerelease.lua
 	forceReleaseLua string
+	//go:embed wait.lua
+	waitLua string
+	//go:embed leave.lua
+	leaveLua string
 )
 
 // scriptSources holds each script's source, indexed by script. The scripts
 // that write the fence counter start with counter.lua, which says how long
-// the counter lives.
+// the counter lives and how it is written; those that use the waiters' queue
+// go on with queue.lua, which says what the queue holds.
 var scriptSources = [numScripts]string{
-	counterLua + acquireLua,
-	counterLua + renewLua,
-	releaseLua,
-	inspectLua,
-	forceReleaseLua,
+	scriptAcquire:      counterLua + acquireLua,
+	scriptRenew:        counterLua + renewLua,
+	scriptRelease:      counterLua + queueLua + releaseLua,
+	scriptInspect:      inspectLua,
+	scriptForceRelease: counterLua + queueLua + forceReleaseLua,
+	scriptWait:         counterLua + queueLua + waitLua,
+	scriptLeave:        counterLua + queueLua + leaveLua,
 }

@@ -19,6 +19,8 @@ type store interface {
 	// serverInfo returns the reply of INFO server of every node the client
 	// reaches (every master of a Cluster).
 	serverInfo(ctx context.Context) ([]string, error)
+	// cluster reports whether the client talks to a Redis Cluster.
+	cluster() bool
 	// closedErr reports whether err says that the client was closed
 	// (go-redis's ErrClosed, rueidis's ErrClosing).
 	closedErr(err error) bool
@@ -31,8 +33,6 @@ type pubsub interface {
 	// subscribe sends SUBSCRIBE for channels; confirmations come through
 	// pubsubEvents.subscribed.
 	subscribe(ctx context.Context, channels []string) error
-	// unsubscribe sends UNSUBSCRIBE for channels.
-	unsubscribe(ctx context.Context, channels []string) error
 	// close closes the connection; no event is reported after it returns.
 	close() error
 }
@@ -40,8 +40,8 @@ type pubsub interface {
 // pubsubEvents receive what arrives on the subscription connection. They run
 // on the connection's reader and must not block.
 type pubsubEvents struct {
-	// message: a release notice on channel.
-	message func(channel string)
+	// message: a message with payload on channel.
+	message func(channel, payload string)
 	// subscribed: the server confirmed a subscription to channel.
 	subscribed func(channel string)
 	// lost: the connection failed; subscriptions must be sent again and

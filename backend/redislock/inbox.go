@@ -1,0 +1,304 @@
+package redislock
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/distlock/distlock/driver"
+)
+
+// inbox holds a backend's waiters: per key, a line of them in arrival
+// order, of which only the first is queued in Redis; and the backend's one
+// subscription, to the channel <prefix>notify:<id>, on which a release tells
+// one waiter of this backend, by its token, that it is its turn
+// (queue.lua). The channel is subscribed when a waiter first has to wait,
+// and stays subscribed until Close. A release by this backend that grants
+// the key to one of its own waiters hands the grant over here, without
+// Redis.
+type inbox struct {
+	ps      pubsub
+	channel string
+	timeout time.Duration // bounds one SUBSCRIBE
+
+	mu      sync.Mutex
+	waiters map[string]*mailbox // by token
+	lines   map[string]*line    // by key
+	// gaveUp holds, for a while, the tokens of waiters that stopped waiting
+	// while first in their line, when a release may have picked them to
+	// hand the key to: such a grant must be freed again.
+	gaveUp map[string]time.Time
+	state  subscription
+	since  time.Time // when the pending SUBSCRIBE was sent
+	closed bool
+}
+
+// line is one key's waiters of this backend, in arrival order.
+type line struct {
+	waiters []*mailbox
+	// passedOver counts the handoffs in a row from one of these waiters to
+	// the next while other clients' waiters were queued.
+	passedOver int
+}
+
+// maxPassOver is how many times in a row a backend hands a key from one of
+// its waiters to the next while other clients' waiters are queued, before it
+// releases the key to the first of those: a client with many waiters cannot
+// starve the others, and one with few hands the key on at once.
+const maxPassOver = 16
+
+type subscription uint8
+
+const (
+	unsubscribed subscription = iota
+	subscribing               // SUBSCRIBE sent, not confirmed
+	subscribed                // confirmed: notices reach the waiters
+)
+
+// mailbox is one waiter's.
+type mailbox struct {
+	key  string
+	next nextWaiter // what a release needs to hand the key to it
+	// head is closed once the waiter is first in its line; afterGrant is set
+	// before, if the waiter before it left holding the key, which this
+	// backend then hands to it on release.
+	head       chan struct{}
+	afterGrant bool
+	// wake: a notice, a subscription confirmed, the connection lost, or the
+	// key released by this backend: look at the key again. Buffered.
+	wake chan struct{}
+	// granted: the key, granted by a release of this backend. Buffered.
+	granted chan driver.Grant
+}
+
+// nextWaiter is a waiter as release.lua takes it.
+type nextWaiter struct{ token, ttl, meta, member string }
+
+func newInbox(st store, channel string, timeout time.Duration) *inbox {
+	ib := &inbox{channel: channel, timeout: timeout, waiters: make(map[string]*mailbox), lines: make(map[string]*line),
+		gaveUp: make(map[string]time.Time)}
+	ib.ps = st.newPubSub(pubsubEvents{message: ib.message, subscribed: ib.confirmed, lost: ib.lost})
+	return ib
+}
+
+// join puts a waiter at the end of key's line and opens its mailbox.
+func (ib *inbox) join(key string, next nextWaiter) (*mailbox, error) {
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	switch {
+	case ib.closed:
+		return nil, driver.ErrClosed
+	case ib.waiters[next.token] != nil:
+		return nil, fmt.Errorf("%w: token %q is already waiting", driver.ErrInvalidOption, next.token)
+	}
+	mb := &mailbox{key: key, next: next, head: make(chan struct{}), wake: make(chan struct{}, 1), granted: make(chan driver.Grant, 1)}
+	ib.waiters[next.token] = mb
+	ln := ib.lines[key]
+	if ln == nil {
+		ln = &line{}
+		ib.lines[key] = ln
+	}
+	ln.waiters = append(ln.waiters, mb)
+	if len(ln.waiters) == 1 {
+		close(mb.head)
+	}
+	return mb, nil
+}
+
+// leave takes mb out of its line, promoting the next waiter if mb was
+// first, and closes its mailbox: nothing is delivered to it after. holding
+// says whether it leaves with the key.
+func (ib *inbox) leave(mb *mailbox, holding bool) {
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	delete(ib.waiters, mb.next.token)
+	ln := ib.lines[mb.key]
+	if ln == nil {
+		return
+	}
+	if i := slices.Index(ln.waiters, mb); i >= 0 {
+		ln.waiters = slices.Delete(ln.waiters, i, i+1)
+		if i == 0 && !holding {
+			ib.noteGaveUpLocked(mb.next.token)
+		}
+		if i == 0 && len(ln.waiters) > 0 {
+			ln.waiters[0].afterGrant = holding
+			close(ln.waiters[0].head)
+		}
+	}
+	if len(ln.waiters) == 0 {
+		delete(ib.lines, mb.key)
+	}
+}
+
+// noteGaveUpLocked records that the first waiter of a line, token, stopped
+// waiting. A release picks a waiter to hand the key to, then runs its
+// script, then hands the grant over (grant): the record need outlive that by
+// little, and goes after a few request timeouts.
+func (ib *inbox) noteGaveUpLocked(token string) {
+	now := time.Now()
+	for t, at := range ib.gaveUp {
+		if now.Sub(at) > 3*ib.timeout {
+			delete(ib.gaveUp, t)
+		}
+	}
+	ib.gaveUp[token] = now
+}
+
+// first returns the first waiter of key's line, if any, and whether a
+// release may hand it the key over other clients' queued waiters.
+func (ib *inbox) first(key string) (nextWaiter, bool, bool) {
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	ln := ib.lines[key]
+	if ln == nil || len(ln.waiters) == 0 {
+		return nextWaiter{}, false, false
+	}
+	return ln.waiters[0].next, ln.passedOver < maxPassOver, true
+}
+
+// handedOver counts a release's handoff to a waiter of key's line: over
+// other clients' queued waiters, or not (which starts the count again).
+func (ib *inbox) handedOver(key string, over bool) {
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	if ln := ib.lines[key]; ln != nil {
+		if over {
+			ln.passedOver++
+		} else {
+			ln.passedOver = 0
+		}
+	}
+}
+
+// released wakes the first waiter of key's line, if any, after this backend
+// released the key for real, and starts the handoff count again.
+func (ib *inbox) released(key string) {
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	if ln := ib.lines[key]; ln != nil && len(ln.waiters) > 0 {
+		ln.passedOver = 0
+		wake(ln.waiters[0].wake)
+	}
+}
+
+// grant hands g to the waiter with token, a release's grant to it. It
+// reports false if the waiter stopped waiting without the key, so that the
+// caller frees it again. A waiter that is gone with the key took it already:
+// one of its own steps found the key granted before this hand-over came.
+func (ib *inbox) grant(token string, g driver.Grant) bool {
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	mb := ib.waiters[token]
+	if mb == nil {
+		if _, ok := ib.gaveUp[token]; ok {
+			delete(ib.gaveUp, token)
+			return false
+		}
+		return true
+	}
+	select {
+	case mb.granted <- g:
+	default: // never happens: a token is granted once
+	}
+	wake(mb.wake)
+	return true
+}
+
+// listening reports whether notices reach the waiters.
+func (ib *inbox) listening() bool {
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	return ib.state == subscribed
+}
+
+// listen reports whether notices reach the waiters. If they do not, and no
+// SUBSCRIBE is pending (for up to the request timeout), it sends one, within
+// ctx; its confirmation wakes every waiter.
+func (ib *inbox) listen(ctx context.Context) bool {
+	ib.mu.Lock()
+	switch {
+	case ib.closed:
+		ib.mu.Unlock()
+		return false
+	case ib.state == subscribed:
+		ib.mu.Unlock()
+		return true
+	case ib.state == subscribing && time.Since(ib.since) < ib.timeout:
+		ib.mu.Unlock()
+		return false
+	}
+	ib.state, ib.since = subscribing, time.Now()
+	ib.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, ib.timeout)
+	defer cancel()
+	if err := ib.ps.subscribe(ctx, []string{ib.channel}); err != nil {
+		ib.mu.Lock()
+		if ib.state == subscribing {
+			ib.state = unsubscribed
+		}
+		ib.mu.Unlock()
+	}
+	return false
+}
+
+// message wakes the waiter whose token a notice names.
+func (ib *inbox) message(channel, token string) {
+	if channel != ib.channel {
+		return
+	}
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	if mb := ib.waiters[token]; mb != nil {
+		wake(mb.wake)
+	}
+}
+
+// confirmed marks the subscription live and wakes every waiter: a notice
+// sent before it was live never came.
+func (ib *inbox) confirmed(channel string) {
+	if channel != ib.channel {
+		return
+	}
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	ib.state = subscribed
+	ib.wakeAllLocked()
+}
+
+// lost forgets the subscription after the connection failed and wakes every
+// waiter: a notice may have been missed. The next waiter to listen
+// subscribes again.
+func (ib *inbox) lost() {
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	ib.state = unsubscribed
+	ib.wakeAllLocked()
+}
+
+func (ib *inbox) wakeAllLocked() {
+	for _, mb := range ib.waiters {
+		wake(mb.wake)
+	}
+}
+
+func wake(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// close closes the subscription connection.
+func (ib *inbox) close() error {
+	ib.mu.Lock()
+	if ib.closed {
+		ib.mu.Unlock()
+		return nil
+	}
+	ib.closed = true
+	ib.mu.Unlock()
+	return ib.ps.close()
+}

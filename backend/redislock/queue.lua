@@ -1,0 +1,120 @@
+-- Prepended, after counter.lua, to the scripts that use a key's queue of
+-- waiters (wait, release, leave, forcerelease). Their keys are the lock's:
+-- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] metadata,
+-- KEYS[4] queue: a sorted set of members, scored by arrival (1, 2, ...),
+-- KEYS[5] expiries: the same members, scored by the server time (ms) at
+--         which they expire unless their waiter refreshes them,
+-- KEYS[6] the queued waiters' metadata, by member (only those that have some).
+-- Their first two arguments are the same too:
+-- ARGV[1] the prefix of the clients' channels,
+-- ARGV[2] "1" if PUBLISH counts every client that listens (not on a Cluster,
+--         where it counts only those connected to the node that runs it).
+-- A member is "<client id>|<time to live in ms>|<token>". The client id names
+-- the channel the waiter's client listens on (ARGV[1] .. client id), and
+-- lets a release by that same client grant its waiter the key at once.
+-- A client queues only the first of its own waiters for a key; it hands the
+-- key from one of its waiters to the next itself (release.lua).
+--
+-- The lock's value is one of
+--   token    held; nobody queued since the grant
+--   token\n  held, and waiters may be queued: its release passes the key on
+--   \ntoken  not held: kept for the first waiter, whose token follows, until
+--            that waiter's entry expires
+-- Tokens never contain "\n".
+local channels, counted = ARGV[1], ARGV[2] == '1'
+
+-- clockMs returns the server's time in ms.
+local function clockMs()
+	local t = redis.call('TIME')
+	return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- parseMember returns a member's client id, time to live and token.
+local function parseMember(m)
+	return string.match(m, '^([^|]*)|([^|]*)|(.*)$')
+end
+
+-- dequeue takes member out of the queue, with its metadata if it may have
+-- some (hasMeta ~= false).
+local function dequeue(member, hasMeta)
+	redis.call('ZREM', KEYS[4], member)
+	redis.call('ZREM', KEYS[5], member)
+	if hasMeta ~= false then
+		redis.call('HDEL', KEYS[6], member)
+	end
+end
+
+-- firstLive returns the first waiter whose entry has not expired, and its
+-- expiry, dropping the expired ones before it: waiters that stopped
+-- refreshing, because their process died or lost Redis. Expired entries
+-- further back are dropped when they come first.
+local function firstLive(now)
+	for _ = 1, 100 do
+		local first = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
+		if not first then
+			return nil
+		end
+		local expires = tonumber(redis.call('ZSCORE', KEYS[5], first))
+		if expires and expires > now then
+			return first, expires
+		end
+		dequeue(first)
+	end
+	return nil -- more to drop: the next step drops them
+end
+
+-- grant gives the free key to token for ttl ms, with metadata meta (nil:
+-- the queued entry's, if any), takes member, if any, out of the queue and
+-- returns the fence. The lock is marked if others still wait.
+local function grant(token, ttl, meta, member)
+	if member then
+		if meta == nil then
+			meta = redis.call('HGET', KEYS[6], member) or ''
+		end
+		dequeue(member, meta ~= '')
+	end
+	local value = token
+	if redis.call('EXISTS', KEYS[4]) == 1 then
+		value = token .. '\n'
+	end
+	redis.call('SET', KEYS[1], value, 'PX', ttl)
+	local fence = nextFence(KEYS[2], ttl)
+	if meta and meta ~= '' then
+		redis.call('SET', KEYS[3], meta, 'PX', ttl)
+	end
+	return fence
+end
+
+-- passOn runs when the key has just become free. If a live waiter is first,
+-- it returns that waiter's member when it is localID's (the caller grants
+-- it the key), or keeps the key for it until its entry expires and tells
+-- its client, on that client's channel, the waiter's token: one notice, to
+-- the one waiter that can take the key. Where PUBLISH counts every
+-- listener, a waiter whose client does not listen (its process died and
+-- its connections closed) is dropped at once and the next one is told.
+local function passOn(now, localID)
+	local kept = false
+	for _ = 1, 100 do
+		local first, expires = firstLive(now)
+		if not first then
+			break
+		end
+		local id, _, token = parseMember(first)
+		if id == localID then
+			if kept then
+				redis.call('DEL', KEYS[1])
+			end
+			return first
+		end
+		redis.call('SET', KEYS[1], '\n' .. token, 'PX', expires - now)
+		if redis.call('PUBLISH', channels .. id, token) > 0 or not counted then
+			return nil
+		end
+		kept = true
+		dequeue(first)
+	end
+	if kept then
+		redis.call('DEL', KEYS[1]) -- kept for a waiter that was dropped
+	end
+	return nil
+end

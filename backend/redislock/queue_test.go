@@ -1,0 +1,241 @@
+package redislock_test
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/backend/redislock"
+	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/testserver"
+)
+
+var cmdCalls = regexp.MustCompile(`(?m)^cmdstat_(evalsha|eval|publish):calls=(\d+)`)
+
+// commandCalls returns how many EVALSHA+EVAL and PUBLISH calls the server
+// at addr ran since its statistics were last reset.
+func commandCalls(t *testing.T, addr string) (scripts, publishes int) {
+	t.Helper()
+	for _, m := range cmdCalls.FindAllStringSubmatch(rawCommand(t, []string{addr}, "INFO", "commandstats"), -1) {
+		n, _ := strconv.Atoi(m[2])
+		if m[1] == "publish" {
+			publishes += n
+		} else {
+			scripts += n
+		}
+	}
+	return scripts, publishes
+}
+
+// TestNoHerdAcrossClients has 16 clients, each its own backend with its own
+// connections as separate processes would have, take turns on one key with
+// one goroutine each (lock, release, 1 ms of work). Every release must wake
+// one waiter, not every client: the server must run few scripts per grant
+// (a refused attempt when a waiter joins the queue, the attempt that takes
+// the key, the release) and at most one notice per grant. The broadcast
+// notices of a release used to wake every client, which ran about 12 scripts
+// per grant.
+func TestNoHerdAcrossClients(t *testing.T) {
+	s := testserver.Redis(t)
+	for _, a := range adapters[:2] {
+		t.Run(a.name, func(t *testing.T) {
+			ctx := testContext(t)
+			const clients, rounds = 16, 25
+			cs := make([]*distlock.Client, clients)
+			for i := range cs {
+				cs[i] = newClient(t, a.new(t, s.Addr()))
+			}
+			key := "herd/" + t.Name()
+			rawCommand(t, []string{s.Addr()}, "CONFIG", "RESETSTAT")
+			errs := make(chan error, clients)
+			var wg sync.WaitGroup
+			for _, c := range cs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range rounds {
+						l, err := c.Lock(ctx, key, distlock.WithWait(20*time.Second), distlock.WithLease(30*time.Second))
+						if err != nil {
+							errs <- err
+							return
+						}
+						if err := l.Release(ctx); err != nil {
+							errs <- err
+							return
+						}
+						time.Sleep(time.Millisecond)
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			scripts, publishes := commandCalls(t, s.Addr())
+			grants := clients * rounds
+			perGrant := float64(scripts) / float64(grants)
+			t.Logf("%d grants: %.2f scripts and %.2f notices per grant", grants, perGrant, float64(publishes)/float64(grants))
+			if perGrant > 4 {
+				t.Errorf("%.2f scripts per grant, want at most 4: releases wake more than the next waiter", perGrant)
+			}
+			if publishes > grants {
+				t.Errorf("%d notices for %d grants, want at most one per grant", publishes, grants)
+			}
+		})
+	}
+}
+
+// queued returns how many waiters' entries the queue of key holds.
+func queued(t *testing.T, addrs []string, key string) int {
+	t.Helper()
+	n, err := strconv.Atoi(rawCommand(t, addrs, "ZCARD", lockName(key)+":q"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// waitQueued waits until key's queue holds n entries.
+func waitQueued(t *testing.T, addrs []string, key string, n int) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("%d waiters queued", n), func() error {
+		if got := queued(t, addrs, key); got != n {
+			return fmt.Errorf("%d queued", got)
+		}
+		return nil
+	})
+}
+
+func TestFIFOAcrossClients(t *testing.T) {
+	s := testserver.Redis(t)
+	for _, a := range adapters[:2] {
+		t.Run(a.name, func(t *testing.T) {
+			fifoAcrossClients(t, func(t testing.TB) driver.Backend { return a.new(t, s.Addr()) }, fixed(s.Addr()))
+		})
+	}
+}
+
+// fifoAcrossClients has waiters of six clients queue, one after the other,
+// for a key held by a seventh; once it is released they must get it in the
+// order they came, each within the lease of the one before.
+func fifoAcrossClients(t *testing.T, newBackend func(testing.TB) driver.Backend, addrs func() []string) {
+	ctx := testContext(t)
+	key := "fifo/" + t.Name()
+	held, err := newClient(t, newBackend(t)).Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 6
+	order := make(chan int, n)
+	failed := make(chan error, n)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for i := range n {
+		c := newClient(t, newBackend(t))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := c.Lock(ctx, key, distlock.WithWait(20*time.Second), distlock.WithLease(10*time.Second))
+			if err == nil {
+				order <- i
+				time.Sleep(2 * time.Millisecond)
+				err = l.Release(ctx)
+			}
+			if err != nil {
+				failed <- err
+			}
+		}()
+		waitQueued(t, addrs(), key, i+1)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		select {
+		case got := <-order:
+			if got != i {
+				t.Fatalf("grant %d went to the waiter that came %d-th, want the %d-th", i, got, i)
+			}
+		case err := <-failed:
+			t.Fatalf("a waiter failed: %v", err)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("grant %d did not come within 10s", i)
+		}
+	}
+	wg.Wait()
+	close(failed)
+	for err := range failed {
+		t.Fatal(err)
+	}
+	if n := queued(t, addrs(), key); n != 0 {
+		t.Fatalf("%d entries left in the queue", n)
+	}
+}
+
+func TestDeadWaiterProcess(t *testing.T) {
+	s := testserver.Redis(t)
+	deadWaiterProcess(t, "redis://"+s.Addr(), fixed(s.Addr()))
+}
+
+// deadWaiterProcess has a waiter in a process of its own queue first for a
+// held key, and a waiter of this process queue behind it; then the first
+// process dies or freezes, and the key is released. The waiter behind must
+// get the key within the waiter timeout (1s, the default) of the release:
+// killed, the process's connections close and a release passes it over at
+// once where PUBLISH counts listeners (not on a Cluster); frozen, as a host
+// that vanished without closing them, its entry expires.
+func deadWaiterProcess(t *testing.T, url string, addrs func() []string) {
+	for _, how := range []string{"killed", "frozen"} {
+		t.Run(how, func(t *testing.T) {
+			ctx := testContext(t)
+			key := "dead-waiter/" + t.Name()
+			b, err := redislock.Open(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := newClient(t, b)
+			held, err := c.Lock(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := startChild(t, childJob{Mode: "wait", URL: url, Key: key, Wait: time.Minute, Lease: time.Minute})
+			waitQueued(t, addrs(), key, 1)
+			got := make(chan error, 1)
+			other := newClient(t, openURL(t, url))
+			go func() {
+				l, err := other.Lock(ctx, key, distlock.WithWait(20*time.Second))
+				if err == nil {
+					err = l.Release(ctx)
+				}
+				got <- err
+			}()
+			waitQueued(t, addrs(), key, 2)
+			if how == "killed" {
+				p.kill()
+			} else if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(50 * time.Millisecond) // the server sees the connections close
+			released := time.Now()
+			if err := held.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			bound := redislock.DefaultWaiterTimeout + 250*time.Millisecond
+			select {
+			case err := <-got:
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("the waiter behind the %s process got the key %v after the release", how, time.Since(released).Round(time.Millisecond))
+			case <-time.After(bound):
+				t.Fatalf("the waiter behind the %s process did not get the key within %v of the release", how, bound)
+			}
+		})
+	}
+}
