@@ -34,7 +34,9 @@ import (
 // Config configures a Server.
 type Config struct {
 	// Client is the store. The caller builds it and closes it after the
-	// server has stopped.
+	// server has stopped. Its policy and observers, if any, see store keys:
+	// "tenants/<tenant>/<key>" for locks, "sessions/<tenant>/<handle>" for
+	// sessions, so a policy group's prefix names the tenant too.
 	Client *distlock.Client
 	// Keys maps bearer tokens to tenants and roles. It may be nil only with
 	// InsecureNoAuth.
