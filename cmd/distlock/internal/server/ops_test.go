@@ -21,6 +21,7 @@ import (
 	"github.com/distlock/distlock/cmd/distlock/internal/auth"
 	"github.com/distlock/distlock/cmd/distlock/internal/server"
 	distlockv1 "github.com/distlock/distlock/gen/distlock/v1"
+	"github.com/distlock/distlock/gen/distlock/v1/distlockv1connect"
 )
 
 // List pages through a prefix in key order with opaque page tokens, within
@@ -334,4 +335,26 @@ func get(t *testing.T, e *env, path string) (int, string) {
 	defer res.Body.Close()
 	body, _ := io.ReadAll(res.Body)
 	return res.StatusCode, string(body)
+}
+
+// A wait ends before the call's deadline, with Aborted rather than
+// DeadlineExceeded, so the caller learns the key is held.
+func TestWaitWithinDeadline(t *testing.T) {
+	forEachStore(t, func(t *testing.T, st store) {
+		e := newEnv(t, st, server.Limits{})
+		key := keyFor(t, "k")
+		acquire(t, e.api(alphaClient), &distlockv1.AcquireRequest{Key: key, Lease: durationpb.New(time.Minute)})
+		for name, api := range map[string]distlockv1connect.LockServiceClient{
+			"connect": e.api(alphaClient), "grpc": e.api(alphaClient, connect.WithGRPC()),
+		} {
+			cctx, cancel := context.WithTimeout(ctx(t), 700*time.Millisecond)
+			start := time.Now()
+			_, err := api.Acquire(cctx, connect.NewRequest(&distlockv1.AcquireRequest{Key: key, Wait: durationpb.New(30 * time.Second)}))
+			cancel()
+			wantCode(t, name+": a wait past the deadline", err, connect.CodeAborted)
+			if d := time.Since(start); d < 400*time.Millisecond || d > 700*time.Millisecond {
+				t.Errorf("%s: the wait ended after %v, want just before the 700ms deadline", name, d)
+			}
+		}
+	})
 }
