@@ -287,6 +287,29 @@ func (s *suite) releaseWrongToken(t *testing.T) {
 		t.Fatalf("renew with a wrong token: got %v, want ErrNotHeld", err)
 	}
 	wantNotAcquired(t, ctx, b, key)
+	// A holder's token names its own key only: on another key, held or
+	// free, on the same backend or another, it releases and renews nothing.
+	other := key + "/other"
+	lo := mustLock(t, ctx, b, other)
+	for name, be := range map[string]driver.Backend{"the holder's backend": a.Backend(), "another backend": b.Backend()} {
+		if err := be.Release(ctx, other, l.Token()); !errors.Is(err, distlock.ErrNotHeld) {
+			t.Fatalf("%s: release of another key with the holder's token: got %v, want ErrNotHeld", name, err)
+		}
+		if err := be.Renew(ctx, other, l.Token(), time.Minute); !errors.Is(err, distlock.ErrNotHeld) {
+			t.Fatalf("%s: renew of another key with the holder's token: got %v, want ErrNotHeld", name, err)
+		}
+		if err := be.Release(ctx, key+"/free", l.Token()); !errors.Is(err, distlock.ErrNotHeld) {
+			t.Fatalf("%s: release of a free key with the holder's token: got %v, want ErrNotHeld", name, err)
+		}
+	}
+	for k, want := range map[string]*distlock.Lock{key: l, other: lo} {
+		if info, err := a.Inspect(ctx, k); err != nil || !info.Held || info.Fence != want.Fence() {
+			t.Fatalf("%q after releases by a token of another key: %+v, %v; want held at fence %d", k, info, err, want.Fence())
+		}
+	}
+	if err := lo.Release(ctx); err != nil {
+		t.Fatalf("release of the other key by its holder: %v", err)
+	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("release by the holder after a foreign attempt: %v", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -202,15 +203,27 @@ func (b *Backend) granted(token, entry, value string, t *ticket, rev int64, ttl 
 	return g
 }
 
-// forget drops token's record and stops its watch; it returns nil if this
-// backend did not make the acquisition.
-func (b *Backend) forget(token string) *holding {
+// forget drops token's record of key and stops its watch; it returns nil if
+// this backend did not make that acquisition.
+func (b *Backend) forget(key, token string) *holding {
 	b.mu.Lock()
-	h := b.held[token]
-	delete(b.held, token)
+	h := b.holdingOf(key, token)
+	if h != nil {
+		delete(b.held, token)
+	}
 	b.mu.Unlock()
 	if h != nil {
 		h.stop(b)
+	}
+	return h
+}
+
+// holdingOf returns this backend's acquisition of key by token, or nil: a
+// token names the key it was granted for, and no other. b.mu must be held.
+func (b *Backend) holdingOf(key, token string) *holding {
+	h := b.held[token]
+	if h == nil || !strings.HasPrefix(h.entry, b.dir(key)) {
+		return nil
 	}
 	return h
 }

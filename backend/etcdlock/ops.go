@@ -52,7 +52,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 	ctx, cancel := b.request(ctx)
 	defer cancel()
 	b.mu.Lock()
-	h := b.held[token]
+	h := b.holdingOf(key, token)
 	b.mu.Unlock()
 	var (
 		entry string
@@ -80,7 +80,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 	if err != nil && !errors.Is(err, driver.ErrNotHeld) {
 		return b.fail("release", key, err) // retried by token
 	}
-	kept := b.forget(token) != nil
+	kept := b.forget(key, token) != nil
 	if err != nil {
 		return fmt.Errorf("etcdlock: release %q: %w", key, err)
 	}
@@ -114,7 +114,7 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 	defer cancel()
 	sec := ttlSeconds(ttl)
 	b.mu.Lock()
-	h := b.held[token]
+	h := b.holdingOf(key, token)
 	b.mu.Unlock()
 	if h != nil {
 		h.renewing.Lock()

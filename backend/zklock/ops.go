@@ -18,7 +18,7 @@ import (
 // listing key's queue.
 func (b *Backend) node(ctx context.Context, key, token string) (string, error) {
 	b.mu.Lock()
-	h := b.holds[token]
+	h := b.holdOf(key, token)
 	b.mu.Unlock()
 	if h != nil {
 		return h.path, nil
@@ -54,7 +54,7 @@ func (b *Backend) renew(ctx context.Context, key, token string, ttl time.Duratio
 	if err != nil {
 		return err
 	}
-	data := b.holdData(token, ttl)
+	data := b.holdData(key, token, ttl)
 	if data == nil {
 		raw, err := call(ctx, b, func() ([]byte, error) {
 			raw, _, err := b.conn.Get(node)
@@ -73,13 +73,13 @@ func (b *Backend) renew(ctx context.Context, key, token string, ttl time.Duratio
 	return notHeld(err)
 }
 
-// holdData returns the node value of token's hold for ttl, or nil if this
-// backend has no such hold. A new ttl (an extension) is kept for the next
-// renewals.
-func (b *Backend) holdData(token string, ttl time.Duration) []byte {
+// holdData returns the node value of token's hold of key for ttl, or nil if
+// this backend has no such hold. A new ttl (an extension) is kept for the
+// next renewals.
+func (b *Backend) holdData(key, token string, ttl time.Duration) []byte {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	h := b.holds[token]
+	h := b.holdOf(key, token)
 	if h == nil {
 		return nil
 	}
@@ -87,6 +87,16 @@ func (b *Backend) holdData(token string, ttl time.Duration) []byte {
 		h.ttl, h.data = ttl, encodeValue(token, ttl, h.meta)
 	}
 	return h.data
+}
+
+// holdOf returns this backend's hold of key by token, or nil: a token names
+// the key it was granted for, and no other. b.mu must be held.
+func (b *Backend) holdOf(key, token string) *hold {
+	h := b.holds[token]
+	if h == nil || path.Dir(h.path) != b.parent(key) {
+		return nil
+	}
+	return h
 }
 
 // notHeld maps a missing node to ErrNotHeld.
@@ -116,8 +126,10 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 		return fmt.Errorf("zklock: release %q: %w", key, err)
 	}
 	b.mu.Lock()
-	h := b.holds[token]
-	delete(b.holds, token)
+	h := b.holdOf(key, token)
+	if h != nil {
+		delete(b.holds, token)
+	}
 	b.mu.Unlock()
 	if h != nil && err != nil {
 		h.lose() // the node was gone: the hold had been lost, not released
