@@ -42,7 +42,8 @@ const (
 // acquisition idempotent by deriving it from a request id. A store failure
 // whose outcome is unknown therefore ends the call with its error, even
 // within a wait, and the token may hold the key: retry with the same token
-// or release it. Acquiring under the token that holds the key is granted
+// or release it. An attempt cut short by the end of the wait is one such
+// failure: its error matches context.DeadlineExceeded, not ErrNotAcquired. Acquiring under the token that holds the key is granted
 // again or refused with ErrNotAcquired, as the store has it; RenewToken
 // with the token succeeds if it holds the key.
 func (c *Client) AcquireToken(ctx context.Context, key, token string, opts ...Option) (Grant, error) {
