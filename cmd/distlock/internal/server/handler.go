@@ -59,9 +59,20 @@ func (h *service) Acquire(ctx context.Context, req *connect.Request[distlockv1.A
 	}
 	labels[labelLease] = a.lease.String()
 
-	if a.requestID != "" { // a retry whose first try was granted
-		if g, ok := s.regrant(ctx, sk, token, a.lease); ok {
-			return acquired(g), nil
+	opts := []distlock.Option{distlock.WithLease(a.lease), distlock.WithLockDelay(a.lockDelay),
+		distlock.WithOwner(a.owner), distlock.WithBusinessID(a.businessID), distlock.WithMetadata(labels)}
+	if a.requestID != "" && a.wait > 0 {
+		// A retry whose first try was granted would wait for itself: try
+		// once, and if the key is held see whether the token holds it,
+		// before waiting. A first try that finds the key free pays nothing.
+		g, err := s.client.AcquireToken(ctx, sk, token, opts...)
+		if err == nil {
+			return s.granted(tenant, a, labels, g), nil
+		}
+		if errors.Is(err, distlock.ErrNotAcquired) {
+			if rg, ok := s.regrant(ctx, sk, token, a.lease); ok {
+				return acquired(rg), nil
+			}
 		}
 	}
 	wctx, cancel := s.waitContext(ctx, &a.wait)
@@ -71,9 +82,7 @@ func (h *service) Acquire(ctx context.Context, req *connect.Request[distlockv1.A
 		defer s.metrics.wait(-1)
 	}
 	start := time.Now()
-	g, err := s.client.AcquireToken(wctx, sk, token,
-		distlock.WithWait(a.wait), distlock.WithLease(a.lease), distlock.WithLockDelay(a.lockDelay),
-		distlock.WithOwner(a.owner), distlock.WithBusinessID(a.businessID), distlock.WithMetadata(labels))
+	g, err := s.client.AcquireToken(wctx, sk, token, append(opts, distlock.WithWait(a.wait))...)
 	if ambiguous(err) {
 		if a.requestID == "" { // no retry can claim the token: free the key if it holds it
 			s.abandon(ctx, sk, token)
@@ -93,11 +102,16 @@ func (h *service) Acquire(ctx context.Context, req *connect.Request[distlockv1.A
 	if err != nil {
 		return nil, s.storeError(ctx, "acquire", a.key, sk, err)
 	}
+	return s.granted(tenant, a, labels, g), nil
+}
+
+// granted tells this server's watchers of a grant and answers it.
+func (s *Server) granted(tenant string, a acquireArgs, labels map[string]string, g distlock.Grant) *connect.Response[distlockv1.AcquireResponse] {
 	s.events.publish(tenant, change{typ: distlockv1.Event_TYPE_ACQUIRED, at: g.Sent, info: distlock.Info{
-		Key: sk, Held: true, Fence: g.Fence, TTL: g.Lease + g.LockDelay,
+		Key: g.Key, Held: true, Fence: g.Fence, TTL: g.Lease + g.LockDelay,
 		Meta: distlock.Meta{Owner: a.owner, BusinessID: a.businessID, Labels: labels},
 	}})
-	return acquired(g), nil
+	return acquired(g)
 }
 
 // acquired is the response of a grant.
