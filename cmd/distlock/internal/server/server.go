@@ -59,6 +59,9 @@ type Config struct {
 // DefaultTenant is the tenant of every call under InsecureNoAuth.
 const DefaultTenant = "default"
 
+// compressMinBytes is the smallest answer the server compresses.
+const compressMinBytes = 4 << 10
+
 // readyProbeKey is the store key the default /readyz probe inspects: outside
 // every tenant's namespace, never held.
 const readyProbeKey = "probe/readyz"
@@ -156,6 +159,10 @@ func (s *Server) SetKeys(k *auth.Keyring) { s.keys.Store(k) }
 func (s *Server) routes() http.Handler {
 	opts := append(jsonCodecs(),
 		connect.WithReadMaxBytes(s.limits.MaxRequestBytes),
+		// Answers are a few dozen bytes: gzip would cost more than it saves
+		// (it was a tenth of the service's CPU). Large List pages still go
+		// compressed to a client that accepts it.
+		connect.WithCompressMinBytes(compressMinBytes),
 		connect.WithInterceptors(outcome{}),
 	)
 	path, api := distlockv1connect.NewLockServiceHandler(&service{s: s}, opts...)
