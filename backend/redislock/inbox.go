@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -69,8 +71,13 @@ type mailbox struct {
 	// wake: a notice, a subscription confirmed, the connection lost, or the
 	// key released by this backend: look at the key again. Buffered.
 	wake chan struct{}
-	// granted: the key, granted by a release of this backend. Buffered.
+	// granted: the key, granted by a release of this backend, or by
+	// another client's (direct). Buffered.
 	granted chan driver.Grant
+	// refused is when the waiter sent the last step that queued it or kept
+	// its place: a step that ran before any grant to it. Guarded by
+	// inbox.mu.
+	refused time.Time
 }
 
 // nextWaiter is a waiter as release.lua takes it.
@@ -244,16 +251,40 @@ func (ib *inbox) listen(ctx context.Context) bool {
 	return false
 }
 
-// message wakes the waiter whose token a notice names.
-func (ib *inbox) message(channel, token string) {
+// message takes a notice (queue.lua's passOn): "<token> <fence>", the key
+// granted to the waiter with token, or "<token>", the key kept for it. A
+// waiter that is gone need not be told: it left the queue with a script
+// that frees the key if it was granted or kept for it.
+func (ib *inbox) message(channel, payload string) {
 	if channel != ib.channel {
 		return
 	}
+	token, fence, granted := strings.Cut(payload, " ")
 	ib.mu.Lock()
 	defer ib.mu.Unlock()
-	if mb := ib.waiters[token]; mb != nil {
-		wake(mb.wake)
+	mb := ib.waiters[token]
+	if mb == nil {
+		return
 	}
+	if granted {
+		f, err := strconv.ParseUint(fence, 10, 64)
+		if err == nil && !mb.refused.IsZero() {
+			// The grant ran after the waiter's last refused step was sent:
+			// its lease counts from then.
+			select {
+			case mb.granted <- driver.Grant{Fence: f, Sent: mb.refused}:
+			default:
+			}
+		}
+	}
+	wake(mb.wake) // without a grant to take, the waiter looks at the key
+}
+
+// refusedAt records that a step of the waiter sent at sent was refused.
+func (ib *inbox) refusedAt(mb *mailbox, sent time.Time) {
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	mb.refused = sent
 }
 
 // confirmed marks the subscription live and wakes every waiter: a notice

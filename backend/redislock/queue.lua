@@ -19,7 +19,7 @@
 --   token    held; nobody queued since the grant
 --   token\n  held, and waiters may be queued: its release passes the key on
 --   \ntoken  not held: kept for the first waiter, whose token follows, until
---            that waiter's entry expires
+--            that waiter's entry expires (on a Cluster: see passOn)
 -- Tokens never contain "\n".
 local channels, counted = ARGV[1], ARGV[2] == '1'
 
@@ -85,36 +85,37 @@ local function grant(token, ttl, meta, member)
 	return fence
 end
 
--- passOn runs when the key has just become free. If a live waiter is first,
--- it returns that waiter's member when it is localID's (the caller grants
--- it the key), or keeps the key for it until its entry expires and tells
--- its client, on that client's channel, the waiter's token: one notice, to
--- the one waiter that can take the key. Where PUBLISH counts every
--- listener, a waiter whose client does not listen (its process died and
--- its connections closed) is dropped at once and the next one is told.
+-- passOn runs when the key has just become free, and passes it to the first
+-- live waiter. If that waiter is localID's, it returns its member (the
+-- caller grants it the key). Where PUBLISH counts every listener (not on a
+-- Cluster), it grants the key to the waiter and tells its client, on that
+-- client's channel, the waiter's token and the fence: one notice, to the
+-- one waiter that gets the key, and no round trip to take it. Elsewhere it
+-- keeps the key for the waiter until its entry expires, and tells its
+-- client the token alone: the waiter takes the key with a step of its own.
+-- A waiter whose client does not listen (its process died and its
+-- connections closed) is dropped at once, where PUBLISH counts listeners,
+-- and the next one gets the key.
 local function passOn(now, localID)
-	local kept = false
 	for _ = 1, 100 do
 		local first, expires = firstLive(now)
 		if not first then
 			break
 		end
-		local id, _, token = parseMember(first)
+		local id, ttl, token = parseMember(first)
 		if id == localID then
-			if kept then
-				redis.call('DEL', KEYS[1])
-			end
 			return first
 		end
-		redis.call('SET', KEYS[1], '\n' .. token, 'PX', expires - now)
-		if redis.call('PUBLISH', channels .. id, token) > 0 or not counted then
+		if not counted then
+			redis.call('SET', KEYS[1], '\n' .. token, 'PX', expires - now)
+			redis.call('PUBLISH', channels .. id, token)
 			return nil
 		end
-		kept = true
-		dequeue(first)
+		local fence = string.format('%.0f', grant(token, ttl, nil, first))
+		if redis.call('PUBLISH', channels .. id, token .. ' ' .. fence) > 0 then
+			return nil
+		end
+		redis.call('DEL', KEYS[1], KEYS[3]) -- nobody heard: the next one
 	end
-	if kept then
-		redis.call('DEL', KEYS[1]) -- kept for a waiter that was dropped
-	end
-	return nil
+	return nil -- more to drop: the waiters' next steps do
 end

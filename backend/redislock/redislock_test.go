@@ -165,7 +165,7 @@ func TestConformanceCluster(t *testing.T) {
 	t.Run("fifo", func(t *testing.T) {
 		fifoAcrossClients(t, func(t testing.TB) driver.Backend { return openURL(t, url) }, fixed(addrs...))
 	})
-	t.Run("dead-waiter", func(t *testing.T) { deadWaiterProcess(t, url, fixed(addrs...)) })
+	t.Run("dead-waiter", func(t *testing.T) { deadWaiterProcess(t, url, fixed(addrs...), false) })
 	t.Run("special-keys", func(t *testing.T) { specialKeys(t, openURL(t, "redis-cluster://"+addrs[0])) })
 	t.Run("force-release", func(t *testing.T) {
 		forceRelease(t, func(t testing.TB) driver.Backend { return openURL(t, "redis-cluster://"+addrs[0]) }, fixed(addrs...))
@@ -236,7 +236,7 @@ func TestConformanceSentinel(t *testing.T) {
 		t.Run("fifo", func(t *testing.T) {
 			fifoAcrossClients(t, func(t testing.TB) driver.Backend { return openURL(t, url) }, primary)
 		})
-		t.Run("dead-waiter", func(t *testing.T) { deadWaiterProcess(t, url, primary) })
+		t.Run("dead-waiter", func(t *testing.T) { deadWaiterProcess(t, url, primary, true) })
 	})
 }
 

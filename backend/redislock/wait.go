@@ -58,7 +58,7 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 	if err != nil {
 		return driver.Grant{}, fmt.Errorf("redislock: lock %q: %w", req.Key, err)
 	}
-	w := &queueWaiter{b: b, key: req.Key, next: next, mb: mb, keys: b.keysFor(req.Key).all(),
+	w := &queueWaiter{b: b, key: req.Key, ttl: req.TTL, next: next, mb: mb, keys: b.keysFor(req.Key).all(),
 		args: []string{b.queueArgs[0], b.queueArgs[1], req.Token, ttl, meta, next.member, millis(b.waiterTimeout), "", ""}}
 	select {
 	case <-mb.head:
@@ -72,6 +72,7 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 type queueWaiter struct {
 	b    *Backend
 	key  string
+	ttl  time.Duration
 	next nextWaiter // its token and entry (queue.lua), and what a handoff needs
 	keys []string
 	args []string // wait.lua's; the last two say whether it may have queued, and may queue
@@ -125,6 +126,7 @@ func (w *queueWaiter) run(ctx context.Context) (driver.Grant, error) {
 			default:
 				queued, lastErr = true, nil
 				retry = failureRetry
+				w.b.inbox.refusedAt(w.mb, sent)
 				if w.b.inbox.listen(ctx) {
 					pause = w.b.refresh()
 					if st.place <= 1 && st.pttl > 0 {
@@ -145,6 +147,12 @@ func (w *queueWaiter) run(ctx context.Context) (driver.Grant, error) {
 			return w.giveUp(ctx, queued, lastErr)
 		case g := <-w.mb.granted:
 			t.Stop()
+			if time.Since(g.Sent) > w.ttl/8 {
+				// Granted long after the step it counts from: a step now,
+				// which finds the key granted, renews it in full.
+				awaitHandoff = false
+				continue
+			}
 			w.b.inbox.leave(w.mb, true)
 			return g, nil
 		case <-w.mb.wake:
