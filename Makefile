@@ -8,7 +8,7 @@
 
 GO ?= go
 
-.PHONY: deps test fmt-check vet bench build generate generate-check
+.PHONY: deps test fuzz fmt-check vet bench build generate generate-check
 
 deps:
 	./scripts/deps.sh
@@ -17,6 +17,11 @@ test: deps fmt-check generate-check vet
 	$(GO) test -race -count=1 -p 1 -timeout 30m ./...
 	cd cmd/distlock && $(GO) test -race -count=1 -p 1 -timeout 20m ./...
 	cd backend/remotelock && $(GO) test -race -count=1 -p 1 -timeout 5m ./...
+	cd cmd/distlock && $(GO) test -run '^$$' -fuzz '^FuzzAcquireRequest$$' -fuzztime 10s ./internal/server
+
+# make fuzz  fuzzes the service's request decoding and validation for longer.
+fuzz:
+	cd cmd/distlock && $(GO) test -run '^$$' -fuzz '^FuzzAcquireRequest$$' -fuzztime 5m ./internal/server
 
 fmt-check:
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
