@@ -10,8 +10,8 @@
 -- metadata nor a handing token.
 --
 -- A free key that is nobody's turn (queue.lua says what the lock's values
--- mean) costs three calls on Redis 7.0 or later: SET NX, TIME and SET GET of
--- the counter.
+-- mean) costs three calls on Redis 7.0 or later: SET NX GET, TIME and SET
+-- GET of the counter; a held one, one call.
 local meta, handing = ARGV[3] or '', ARGV[4] or ''
 if handing ~= '' then
 	local holder = redis.call('GET', KEYS[1])
@@ -24,18 +24,20 @@ if handing ~= '' then
 		return 0
 	end
 	redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
-elseif not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-	local holder = redis.call('GET', KEYS[1])
-	if holder ~= ARGV[1] and holder ~= ARGV[1] .. '\n' then
+else
+	local holder = setNX(KEYS[1], ARGV[1], ARGV[2])
+	if holder and holder ~= ARGV[1] and holder ~= ARGV[1] .. '\n' then
 		return 0 -- held, or a waiter's turn
 	end
-	local fence = redis.call('GET', KEYS[2])
-	if fence then
-		return tonumber(fence)
+	if holder then -- the token holds already
+		local fence = redis.call('GET', KEYS[2])
+		if fence then
+			return tonumber(fence)
+		end
+		-- The counter is gone while the token holds: renew the lock and
+		-- grant a fresh fence below.
+		redis.call('PEXPIRE', KEYS[1], ARGV[2])
 	end
-	-- The counter is gone while the token holds: renew the lock and grant a
-	-- fresh fence below.
-	redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 local fence = nextFence(KEYS[2], ARGV[2])
 if meta ~= '' then

@@ -14,9 +14,10 @@ local counterLinger = 60000
 -- nextFence advances the counter for a grant of ttl ms and returns the new
 -- fence: max(last + 1, server time in microseconds). A counter lost with a
 -- restart or a failover, or expired, starts again above every earlier fence.
--- Costs TIME and SET GET PX on Redis 7.0 (GETSET and PEXPIRE before).
-local function nextFence(counter, ttl)
-	local t = redis.call('TIME')
+-- t is the reply of TIME, if the script has read it. Costs SET GET PX on
+-- Redis 7.0 (GETSET and PEXPIRE before), and TIME unless given.
+local function nextFence(counter, ttl, t)
+	t = t or redis.call('TIME')
 	local now = t[1] .. string.format('%06d', tonumber(t[2]))
 	local fence = tonumber(now)
 	local keep = ttl + counterLinger
@@ -50,4 +51,17 @@ local function keepCounter(counter, ttl)
 			redis.call('PEXPIRE', counter, keep)
 		end
 	end
+end
+
+-- setNX sets key to value for ttl ms if it does not exist, and returns
+-- false then; else it returns the key's value and leaves it. One call on
+-- Redis 7.0 (SET NX GET), two before.
+local function setNX(key, value, ttl)
+	if redis.REDIS_VERSION_NUM then
+		return redis.call('SET', key, value, 'NX', 'PX', ttl, 'GET')
+	end
+	if redis.call('SET', key, value, 'NX', 'PX', ttl) then
+		return false
+	end
+	return redis.call('GET', key)
 end

@@ -12,6 +12,7 @@ end
 local held = {'1', redis.call('GET', KEYS[2]) or '', tostring(redis.call('PTTL', KEYS[1])), redis.call('GET', KEYS[3]) or ''}
 redis.call('DEL', KEYS[1], KEYS[3])
 if string.byte(holder, -1) == 10 then
-	passOn(clockMs(), nil)
+	local now, t = clockMs()
+	passOn(now, t, nil)
 end
 return held

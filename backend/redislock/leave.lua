@@ -14,5 +14,6 @@ elseif holder == ARGV[3] or holder == ARGV[3] .. '\n' then
 else
 	return 0
 end
-passOn(clockMs(), nil)
+local now, t = clockMs()
+passOn(now, t, nil)
 return 1

@@ -23,10 +23,10 @@
 -- Tokens never contain "\n".
 local channels, counted = ARGV[1], ARGV[2] == '1'
 
--- clockMs returns the server's time in ms.
+-- clockMs returns the server's time in ms, and TIME's reply (for nextFence).
 local function clockMs()
 	local t = redis.call('TIME')
-	return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+	return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t
 end
 
 -- parseMember returns a member's client id, time to live and token.
@@ -65,8 +65,9 @@ end
 
 -- grant gives the free key to token for ttl ms, with metadata meta (nil:
 -- the queued entry's, if any), takes member, if any, out of the queue and
--- returns the fence. The lock is marked if others still wait.
-local function grant(token, ttl, meta, member)
+-- returns the fence. The lock is marked if others still wait. t: see
+-- nextFence.
+local function grant(token, ttl, meta, member, t)
 	if member then
 		if meta == nil then
 			meta = redis.call('HGET', KEYS[6], member) or ''
@@ -77,8 +78,10 @@ local function grant(token, ttl, meta, member)
 	if redis.call('EXISTS', KEYS[4]) == 1 then
 		value = token .. '\n'
 	end
+	-- The fence first: a script that fails keeps the writes it made, and the
+	-- key must not be granted without one.
+	local fence = nextFence(KEYS[2], ttl, t)
 	redis.call('SET', KEYS[1], value, 'PX', ttl)
-	local fence = nextFence(KEYS[2], ttl)
 	if meta and meta ~= '' then
 		redis.call('SET', KEYS[3], meta, 'PX', ttl)
 	end
@@ -96,7 +99,7 @@ end
 -- A waiter whose client does not listen (its process died and its
 -- connections closed) is dropped at once, where PUBLISH counts listeners,
 -- and the next one gets the key.
-local function passOn(now, localID)
+local function passOn(now, t, localID)
 	for _ = 1, 100 do
 		local first, expires = firstLive(now)
 		if not first then
@@ -111,7 +114,7 @@ local function passOn(now, localID)
 			redis.call('PUBLISH', channels .. id, token)
 			return nil
 		end
-		local fence = string.format('%.0f', grant(token, ttl, nil, first))
+		local fence = string.format('%.0f', grant(token, ttl, nil, first, t))
 		if redis.call('PUBLISH', channels .. id, token .. ' ' .. fence) > 0 then
 			return nil
 		end

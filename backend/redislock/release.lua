@@ -33,7 +33,8 @@ redis.call('DEL', KEYS[1], KEYS[3])
 if not marked then
 	return {'1'}
 end
-local first = passOn(clockMs(), ARGV[4])
+local now, t = clockMs()
+local first = passOn(now, t, ARGV[4])
 if not first then
 	return {'1'}
 end
@@ -42,4 +43,4 @@ local meta
 if first == ARGV[8] then
 	meta = ARGV[7]
 end
-return {'2', token, string.format('%.0f', grant(token, ttl, meta, first)), '0'}
+return {'2', token, string.format('%.0f', grant(token, ttl, meta, first, t)), '0'}

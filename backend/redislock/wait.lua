@@ -13,15 +13,20 @@ local queued = ARGV[8] == '1'
 local function granted(fence)
 	return {string.format('%.0f', fence)}
 end
-if not queued and redis.call('SET', KEYS[1], token, 'NX', 'PX', ttl) then
-	-- A free key that is nobody's turn: the same three calls as acquire.lua.
-	local fence = nextFence(KEYS[2], ttl)
-	if meta ~= '' then
-		redis.call('SET', KEYS[3], meta, 'PX', ttl)
+local holder
+if queued then
+	holder = redis.call('GET', KEYS[1])
+else
+	holder = setNX(KEYS[1], token, ttl)
+	if not holder then
+		-- A free key that is nobody's turn: the same three calls as acquire.lua.
+		local fence = nextFence(KEYS[2], ttl)
+		if meta ~= '' then
+			redis.call('SET', KEYS[3], meta, 'PX', ttl)
+		end
+		return granted(fence)
 	end
-	return granted(fence)
 end
-local holder = redis.call('GET', KEYS[1])
 if holder == '\n' .. token then -- kept for this waiter: its turn
 	return granted(grant(token, ttl, meta, member))
 end
@@ -37,17 +42,17 @@ if holder == token or holder == token .. '\n' then
 	end
 	return granted(nextFence(KEYS[2], ttl))
 end
-local now = clockMs()
+local now, t = clockMs()
 if not holder then
 	-- Free and nobody's turn (a lease ran out, or a turn was not taken in
 	-- time): the first live waiter's.
 	local first = firstLive(now)
 	if first and first ~= member then
-		passOn(now, nil)
+		passOn(now, t, nil)
 		holder = redis.call('GET', KEYS[1])
 	end
 	if not holder or holder == '\n' .. token then
-		return granted(grant(token, ttl, meta, member))
+		return granted(grant(token, ttl, meta, member, t))
 	end
 end
 if not queued and ARGV[9] ~= '1' then
