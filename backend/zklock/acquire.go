@@ -33,10 +33,10 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		return driver.Grant{}, fmt.Errorf("zklock: acquire %q: %w", req.Key, err)
 	}
 	if !pos.first() {
-		pos, err = b.look(ctx, pos.node)
+		pos, err = b.look(ctx, pos.node, pos.fence)
 	}
 	if err == nil && pos.first() {
-		g, err := b.granted(req, pos.node, data, pos, sent)
+		g, err := b.granted(req, pos.node, data, pos, sent, false)
 		if err != nil {
 			return driver.Grant{}, fmt.Errorf("zklock: acquire %q: %w", req.Key, err)
 		}
@@ -69,10 +69,11 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 
 // waiter is one AcquireWait.
 type waiter struct {
-	b    *Backend
-	req  driver.AcquireRequest
-	data []byte
-	node string // its queue node, once known
+	b     *Backend
+	req   driver.AcquireRequest
+	data  []byte
+	node  string // its queue node, once known
+	fence uint64 // the node's czxid, once known
 	// unsure is set when a create failed without a clear answer: the node
 	// may exist, and is looked for by token before another is created.
 	unsure bool
@@ -123,19 +124,20 @@ func (w *waiter) attempt(ctx context.Context) (position, bool, error) {
 		if err != nil {
 			return position{}, false, err
 		}
-		w.node, w.unsure = node, false
+		w.node, w.fence, w.unsure = node, 0, false
 	}
 	pos := position{idx: -1} // not known to be first
 	var err error
 	if w.node == "" {
 		pos, err = b.enqueue(ctx, w.req.Key, w.req.Token, w.data)
-		w.node, w.unsure = pos.node, err != nil && transient(err)
+		w.node, w.fence, w.unsure = pos.node, pos.fence, err != nil && transient(err)
 	}
 	if err == nil && !pos.first() {
-		pos, err = b.look(ctx, w.node)
+		pos, err = b.look(ctx, w.node, w.fence)
 	}
 	if err == nil && !pos.first() {
 		err = b.readFence(ctx, &pos) // while waiting, off the handoff's path
+		w.fence = pos.fence
 	}
 	waited := false
 	for err == nil && !pos.first() {
@@ -145,18 +147,14 @@ func (w *waiter) attempt(ctx context.Context) (position, bool, error) {
 	return pos, waited, err
 }
 
-// grant records the hold. Whoever queued behind a node while it waited
-// watches it without timing its lease; touching the node makes them look
-// again and start.
+// grant records the hold. A hold granted after a wait is touched (its node
+// rewritten) once it lasts a little while: see watchHold.
 func (w *waiter) grant(pos position, waited bool, sent time.Time) (driver.Grant, error) {
 	b, node := w.b, w.node
 	if waited {
 		sent = time.Now()
-		b.background(func(ctx context.Context) {
-			_, _ = call(ctx, b, func() (*zk.Stat, error) { return b.conn.Set(node, w.data, -1) }, nil)
-		})
 	}
-	g, err := b.granted(w.req, node, w.data, pos, sent)
+	g, err := b.granted(w.req, node, w.data, pos, sent, waited)
 	if err != nil {
 		w.leave()
 		return driver.Grant{}, fmt.Errorf("zklock: lock %q: %w", w.req.Key, err)
@@ -248,8 +246,9 @@ func (b *Backend) createParent(ctx context.Context, parent string) error {
 // createNode creates an ephemeral sequential node under parent. It does so in
 // one transaction with an empty write to the parent, whose stat comes back
 // with the answer: its child count tells whether the node is alone, and its
-// mzxid is the transaction's zxid, which is the node's czxid (the fence). An
-// uncontended lock thus costs one request, like the create alone. If ctx ends
+// mzxid is the transaction's zxid, which is the node's czxid (the fence),
+// whether the node is alone or not. An uncontended lock thus costs one
+// request, like the create alone, and a contended one never reads its fence. If ctx ends
 // or the request times out first, the node, should it be created after all,
 // is deleted in the background.
 func (b *Backend) createNode(ctx context.Context, parent, name string, data []byte) (position, error) {
@@ -268,8 +267,11 @@ func (b *Backend) createNode(ctx context.Context, parent, name string, data []by
 			return position{}, err
 		}
 		pos := position{node: rs[0].String, parent: parent, idx: -1}
-		if st := rs[1].Stat; st != nil && st.NumChildren == 1 {
-			pos.queue, pos.idx, pos.parentStat, pos.fence = []string{path.Base(pos.node)}, 0, st, uint64(st.Mzxid)
+		if st := rs[1].Stat; st != nil {
+			pos.fence = uint64(st.Mzxid)
+			if st.NumChildren == 1 {
+				pos.queue, pos.idx, pos.parentStat = []string{path.Base(pos.node)}, 0, st
+			}
 		}
 		return pos, nil
 	}
@@ -295,9 +297,10 @@ func (b *Backend) findNode(ctx context.Context, key, token string) (string, erro
 	return "", nil
 }
 
-// look lists node's queue and, if node is first, finds its czxid.
-func (b *Backend) look(ctx context.Context, node string) (position, error) {
-	pos := position{node: node, parent: path.Dir(node)}
+// look lists node's queue and, if node is first, finds its czxid unless
+// fence, when not 0, is it.
+func (b *Backend) look(ctx context.Context, node string, fence uint64) (position, error) {
+	pos := position{node: node, parent: path.Dir(node), fence: fence}
 	if err := b.list(ctx, &pos); err != nil || !pos.first() {
 		return pos, err
 	}
@@ -378,14 +381,25 @@ func (b *Backend) awaitPred(ctx context.Context, pos *position) error {
 		pos.idx = 0 // nothing was ahead of the holder, and nothing can queue ahead of us
 		return nil
 	}
+	// Further back, it waits for the predecessor to go or to be written (a
+	// holder granted after a wait touches its node, and renews), then lists
+	// the queue again. Should the predecessor have become the holder and
+	// hung before touching its node, a look once per its lease finds that
+	// this waiter is now next, and starts timing the holder's lease.
 	w, err := call(ctx, b, func() (watched, error) {
-		exists, _, ch, err := b.conn.ExistsW(pred)
-		return watched{exists: exists, ch: ch}, err
+		raw, _, ch, err := b.conn.GetW(pred)
+		return watched{exists: err == nil, raw: raw, ch: ch}, err
 	}, nil)
-	if err != nil {
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
 		return err
 	}
 	if w.exists {
+		recheck := time.Minute
+		if v, err := decodeValue(pred, w.raw); err == nil && v.ttl() > 0 {
+			recheck = v.ttl()
+		}
+		t := time.NewTimer(recheck)
+		defer t.Stop()
 		select {
 		case <-ctx.Done():
 			return context.Cause(ctx)
@@ -393,6 +407,7 @@ func (b *Backend) awaitPred(ctx context.Context, pos *position) error {
 			if ev.Err != nil {
 				return ev.Err
 			}
+		case <-t.C:
 		}
 	}
 	return b.list(ctx, pos)
@@ -508,8 +523,9 @@ func (b *Backend) leave(node string) {
 
 // granted records a hold and watches its node. A backend closed meanwhile
 // grants nothing.
-func (b *Backend) granted(req driver.AcquireRequest, node string, data []byte, pos position, sent time.Time) (driver.Grant, error) {
+func (b *Backend) granted(req driver.AcquireRequest, node string, data []byte, pos position, sent time.Time, touch bool) (driver.Grant, error) {
 	h := newHold(req, node, data)
+	h.touch = touch
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {

@@ -2,6 +2,7 @@ package zklock
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -19,6 +20,7 @@ type hold struct {
 	lost  context.Context    // done when the hold is lost
 	lose  context.CancelFunc // ends lost
 	ended chan struct{}      // closed by release or Close: stop watching
+	touch bool               // granted after a wait: rewrite the node once (watchHold)
 
 	// orphaned marks a hold reported lost while disconnected: its node may
 	// outlive the outage with the session, and must then be deleted.
@@ -148,13 +150,40 @@ const lossWatchDelay = 100 * time.Millisecond
 // elsewhere, expired by a waiter, an operator). Its own renewals fire the
 // watch, which is set again. A watch that ends with the session is left to
 // watchSession.
+//
+// A hold granted after a wait first touches its node (rewrites its value),
+// after lossWatchDelay or a quarter of its lease if that is shorter. A
+// waiter that began timing the lease as soon as the node was first, which
+// can be a moment before the holder learnt of its grant and started its own
+// clock, times it again from the touch; one further back that watched the
+// node as a waiter learns from the touch that it is next. Holds shorter
+// than that never pay for the write, and a waiter further back learns of
+// a hung holder from its own look once per lease (see awaitPred).
 func (b *Backend) watchHold(h *hold) {
-	delay := time.NewTimer(lossWatchDelay)
+	wait := lossWatchDelay
+	if h.touch {
+		b.mu.Lock()
+		wait = min(wait, h.ttl/4)
+		b.mu.Unlock()
+	}
+	delay := time.NewTimer(wait)
 	defer delay.Stop()
 	select {
 	case <-h.ended:
 		return
 	case <-delay.C:
+	}
+	if h.touch {
+		b.mu.Lock()
+		data := h.data
+		b.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), b.requestTimeout)
+		_, err := call(ctx, b, func() (*zk.Stat, error) { return b.conn.Set(h.path, data, -1) }, nil)
+		cancel()
+		if errors.Is(err, zk.ErrNoNode) {
+			b.lose(h)
+			return
+		}
 	}
 	for {
 		exists, _, ch, err := b.conn.ExistsW(h.path)

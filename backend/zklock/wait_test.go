@@ -196,3 +196,49 @@ func mustLock(t *testing.T, ctx context.Context, c *distlock.Client, key string)
 	}
 	return l
 }
+
+// TestLeaseOfHolderGrantedAfterWait: a waiter two places back watches its
+// predecessor, a waiter, without timing a lease. When that predecessor is
+// granted and then neither renews nor releases, the waiter behind it must
+// still take over once the lease has run out (the holder touches its node
+// after a wait, which tells the waiter it is next), and not before.
+func TestLeaseOfHolderGrantedAfterWait(t *testing.T) {
+	srv := testserver.ZooKeeper(t)
+	conn := admin(t, srv.Addr())
+	root := uniqueRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var cs [3]*distlock.Client
+	for i := range cs {
+		cs[i] = distlock.New(dial(t, srv.Addr(), root))
+		defer cs[i].Close()
+	}
+	const key, lease = "deep-queue-lease", 600 * time.Millisecond
+	first := mustLock(t, ctx, cs[0], key)
+	second := lockAsync(ctx, cs[1], key, distlock.WithLease(lease), distlock.WithWait(30*time.Second))
+	awaitQueue(t, conn, root, key, "the second queues", queueLen(2))
+	third := lockAsync(ctx, cs[2], key, distlock.WithWait(30*time.Second))
+	awaitQueue(t, conn, root, key, "the third queues", queueLen(3))
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g := await(t, second, 10*time.Second, "the second")
+	if g.err != nil {
+		t.Fatalf("second: %v", g.err)
+	}
+	granted := time.Now()
+	h := await(t, third, 10*time.Second, "the third, once the second's lease ran out")
+	if h.err != nil {
+		t.Fatalf("third: %v", h.err)
+	}
+	defer h.l.Release(ctx)
+	if waited := time.Since(granted); waited < lease-lease/100-2*time.Millisecond {
+		t.Fatalf("the third took over %v after the second's grant, before its lease of %v", waited, lease)
+	}
+	select {
+	case <-g.l.Done():
+	default:
+		t.Fatal("the third was granted before the second's Done closed")
+	}
+	holdsWithNode(t, queue(t, conn, root, key), h.l, "the third")
+}
