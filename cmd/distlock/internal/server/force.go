@@ -37,7 +37,7 @@ func (h *service) ForceRelease(ctx context.Context, req *connect.Request[distloc
 		return nil, invalid("force release %q: tenant %q is not a tenant name", key, short(tenant))
 	}
 	sk := storeKey(tenant, key)
-	info, err := s.client.ForceRelease(ctx, sk, reason)
+	info, err := s.forceRelease(ctx, sk, reason)
 	switch {
 	case errors.Is(err, distlock.ErrNotHeld):
 		info = distlock.Info{}

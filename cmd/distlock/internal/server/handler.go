@@ -65,7 +65,7 @@ func (h *service) Acquire(ctx context.Context, req *connect.Request[distlockv1.A
 		// A retry whose first try was granted would wait for itself: try
 		// once, and if the key is held see whether the token holds it,
 		// before waiting. A first try that finds the key free pays nothing.
-		g, err := s.client.AcquireToken(ctx, sk, token, opts...)
+		g, err := s.acquireToken(ctx, sk, token, opts...)
 		if err == nil {
 			return s.granted(tenant, a, labels, g), nil
 		}
@@ -82,7 +82,7 @@ func (h *service) Acquire(ctx context.Context, req *connect.Request[distlockv1.A
 		defer s.metrics.wait(-1)
 	}
 	start := time.Now()
-	g, err := s.client.AcquireToken(wctx, sk, token, append(opts, distlock.WithWait(a.wait))...)
+	g, err := s.acquireToken(wctx, sk, token, append(opts, distlock.WithWait(a.wait))...)
 	if ambiguous(err) {
 		if a.requestID == "" { // no retry can claim the token: free the key if it holds it
 			s.abandon(ctx, sk, token)
@@ -201,7 +201,7 @@ func (h *service) Renew(ctx context.Context, req *connect.Request[distlockv1.Ren
 		lease = leaseOf(info, s.limits.DefaultLease)
 	}
 	sent := time.Now()
-	if err := s.client.RenewToken(ctx, sk, req.Msg.GetToken(), lease); err != nil {
+	if err := s.renewToken(ctx, sk, req.Msg.GetToken(), lease); err != nil {
 		return nil, s.storeError(ctx, "renew", key, sk, err)
 	}
 	d, at := expiry(lease, sent)
@@ -231,7 +231,7 @@ func (h *service) Release(ctx context.Context, req *connect.Request[distlockv1.R
 	}
 	tenant := callOf(ctx).id.Tenant
 	sk := storeKey(tenant, key)
-	if err := s.client.ReleaseToken(ctx, sk, req.Msg.GetToken()); err != nil {
+	if err := s.releaseToken(ctx, sk, req.Msg.GetToken()); err != nil {
 		return nil, s.storeError(ctx, "release", key, sk, err)
 	}
 	s.events.publish(tenant, change{typ: distlockv1.Event_TYPE_RELEASED, at: time.Now(), info: distlock.Info{Key: sk}})

@@ -77,6 +77,7 @@ type Server struct {
 	ready    func(ctx context.Context) error
 	limiters *limiters
 	events   *broadcaster
+	mon      monitor // the dashboard's view of the locks (monitor.go)
 
 	stopping atomic.Bool
 	stopCtx  context.Context    // cancelled by Shutdown: ends waits and watches

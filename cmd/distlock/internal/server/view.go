@@ -1,0 +1,195 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/distlock/distlock/cmd/distlock/internal/auth"
+	distlockv1 "github.com/distlock/distlock/gen/distlock/v1"
+)
+
+// What the dashboard (package dashboard) needs from the server: who a token
+// is, the monitor's view of the locks, and a forced release made as the API
+// makes it. See monitor.go for where the view comes from.
+
+// Bounds of a View.
+const (
+	MaxViewLocks     = 500 // held locks, in (tenant, key) order; View.More counts the rest
+	MaxViewContended = 20  // most contended keys
+	MaxViewLosses    = 50  // most recent losses
+)
+
+// View is the locks an identity may see: its tenant's, or an admin's every
+// tenant's. Its times are the server's clock.
+type View struct {
+	Tenant     string // the viewer's tenant
+	AllTenants bool   // the viewer is an admin and sees every tenant
+	// Live is true while the monitor polls the store: always, right after
+	// Monitor.
+	Live bool
+	// Polled is when the last good poll of the store began (zero before the
+	// first); PollErr is the last poll's failure, nil after a good one. The
+	// locks are as of Polled, and the calls through this server since.
+	Polled  time.Time
+	PollErr error
+	// Locks are the held locks, by tenant and key, at most MaxViewLocks;
+	// More is how many more there are.
+	Locks []HeldLock
+	More  int
+	// Contended are the keys with Acquire calls waiting at this server now,
+	// or that waited within the last 5 minutes: the most waiters first, then
+	// the longest total wait. At most MaxViewContended.
+	Contended []Contention
+	// Losses are the holds that ended against their holders' will, newest
+	// first, at most MaxViewLosses: expiries seen by the monitor's polls,
+	// and the forced releases and refused renewals made through this server.
+	Losses []Loss
+}
+
+// HeldLock is a held lock as the dashboard shows it: never its token.
+type HeldLock struct {
+	Tenant     string
+	Key        string // the client key, without the tenant's namespace
+	Owner      string
+	BusinessID string
+	Fence      uint64
+	// Since is the earliest the grant can have come: the time the Acquire
+	// began (its label distlock.acquired), or, when the monitor saw the key
+	// appear, the poll before. Zero if unknown: a lock taken without a
+	// server, held when the monitor began.
+	Since time.Time
+	// Expires is when the store lets the lock go unless it is renewed.
+	Expires time.Time
+	// Lease is the lease it was acquired with; 0 if unknown.
+	Lease time.Duration
+	// Waiters is the Acquire calls waiting for the key at this server.
+	Waiters int
+	// RenewFailing is true when a renewal through this server failed, other
+	// than as not held, and none succeeded since.
+	RenewFailing bool
+	// Session is true for a lock of a session (kept alive by KeepAlive).
+	Session bool
+}
+
+// Contention is how much Acquire calls at this server waited for a key.
+type Contention struct {
+	Tenant, Key string
+	// Waiters is the Acquire calls waiting now.
+	Waiters int
+	// Waited is the calls within the last 5 minutes that asked to wait and
+	// did (were granted after more than 10ms, or gave up); TotalWait and
+	// MaxWait their time.
+	Waited             int
+	TotalWait, MaxWait time.Duration
+	// GaveUp is those of them that ended without the key: the wait ran
+	// out, or the caller left.
+	GaveUp int
+}
+
+// LossKind is how a hold ended against its holder's will.
+type LossKind string
+
+// The kinds of loss.
+const (
+	LossExpired      LossKind = "expired"        // the lease ran out without a renewal
+	LossForced       LossKind = "force released" // an admin's ForceRelease
+	LossRenewRefused LossKind = "renew refused"  // a holder renewed a hold it no longer had
+)
+
+// Loss is a hold that ended against its holder's will.
+type Loss struct {
+	Kind        LossKind
+	Tenant, Key string
+	// Owner, BusinessID and Fence are the hold's, where known (a refused
+	// renewal knows none of them).
+	Owner, BusinessID string
+	Fence             uint64
+	At                time.Time
+	// Reason is a forced release's reason, or why a renewal was refused.
+	Reason string
+	// By is the tenant of the admin who forced a release.
+	By string
+}
+
+// Identify returns the identity of a bearer token as the API's guard sees
+// it: false for an unknown token. Under InsecureNoAuth every token, and
+// none, is tenant "default" with role admin.
+func (s *Server) Identify(bearer string) (auth.Identity, bool) {
+	id, err := s.identify("Bearer " + bearer)
+	return id, err == nil
+}
+
+// Monitor returns the view of the locks that id may see, those whose keys
+// begin with prefix (for an admin, "tenant/key" may match too), and a
+// channel closed at the monitor's next change. The first call starts the
+// monitor's poller, which lists every tenant's keys twice a second while
+// views are asked for, and stops five minutes after the last, or at
+// Shutdown.
+func (s *Server) Monitor(id auth.Identity, prefix string) (View, <-chan struct{}) {
+	changed := s.mon.touch(s)
+	s.mon.mu.Lock()
+	defer s.mon.mu.Unlock()
+	return s.mon.viewLocked(id.Tenant, id.Role.Allows(auth.Administer), prefix, time.Now()), changed
+}
+
+// Stopping returns a channel closed when Shutdown begins: a dashboard's
+// event streams end then, as Watch streams do.
+func (s *Server) Stopping() <-chan struct{} { return s.stopCtx.Done() }
+
+// ForceReleaseAs force-releases tenant's key as id, through the
+// ForceRelease RPC's own handler: the same checks (an admin, within its
+// tenant's rate, a reason), the same audit record, the same events to
+// watchers, and an access-log record and metrics as a ForceRelease call.
+// A fence other than 0 is the hold the caller means: if the key is held
+// with another, nothing is released and the error is FailedPrecondition
+// (a hold that changes between that check and the release is released).
+// It reports whether a hold was released; a free key is not an error.
+func (s *Server) ForceReleaseAs(ctx context.Context, id auth.Identity, tenant, key, reason string, fence uint64) (released bool, err error) {
+	c := newCall("ForceRelease")
+	c.id = id
+	c.key = short(key)
+	defer func() {
+		c.code = codeOf(err)
+		s.finish(c)
+	}()
+	switch {
+	case s.stopping.Load():
+		return false, errShutdown()
+	case !id.Role.Allows(auth.Administer):
+		return false, connect.NewError(connect.CodePermissionDenied,
+			fmt.Errorf("ForceRelease: role %s of tenant %q may not %s", id.Role, id.Tenant, auth.Administer))
+	case !s.limiters.allow(id.Tenant):
+		return false, connect.NewError(connect.CodeResourceExhausted,
+			fmt.Errorf("ForceRelease: tenant %q is over its rate of %v calls a second", id.Tenant, s.limits.RatePerTenant))
+	}
+	if err := s.limits.checkKey(key); err != nil {
+		return false, err
+	}
+	if tenant == "" {
+		tenant = id.Tenant
+	}
+	if !auth.ValidTenant(tenant) {
+		return false, invalid("force release %q: tenant %q is not a tenant name", key, short(tenant))
+	}
+	if fence != 0 {
+		sk := storeKey(tenant, key)
+		info, err := s.client.Inspect(ctx, sk)
+		if err != nil {
+			return false, s.storeError(ctx, "force release", key, sk, err)
+		}
+		if !info.Held || info.Fence != fence {
+			return false, connect.NewError(connect.CodeFailedPrecondition,
+				fmt.Errorf("force release %q: the hold with fence %d has ended; nothing was released", key, fence))
+		}
+	}
+	res, err := (&service{s: s}).ForceRelease(withCall(ctx, c), connect.NewRequest(&distlockv1.ForceReleaseRequest{
+		Key: key, Tenant: tenant, Reason: reason,
+	}))
+	if err != nil {
+		return false, err
+	}
+	return res.Msg.GetLock().GetHeld(), nil
+}
