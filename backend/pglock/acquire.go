@@ -43,7 +43,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		destroy(conn) // the lock may have been taken: end the session
 		return driver.Grant{}, fmt.Errorf("pglock: acquire %q: %w", req.Key, err)
 	}
-	return b.pin(conn, req, id, fence, sent)
+	return b.pin(conn, req, id, fence, sent, meta)
 }
 
 // errSessionEnded marks a wait whose session the server ended.
@@ -114,12 +114,12 @@ func (b *Backend) waitOnce(ctx context.Context, req driver.AcquireRequest, meta 
 		return driver.Grant{}, fmt.Errorf("pglock: acquire %q: %w", req.Key, err)
 	}
 	// The lease starts when the grant reached us; the backend enforces it.
-	return b.pin(conn, req, id, fence, granted)
+	return b.pin(conn, req, id, fence, granted, meta)
 }
 
-// statement picks the acquisition statement with or without holder rows.
+// statement picks the acquisition statement with or without the holder row.
 func (b *Backend) statement(withRow, bare string, id int64, req driver.AcquireRequest, meta []byte) (string, []any) {
-	if b.opts.noRows {
+	if b.opts.rowMode() != rowsAtGrant {
 		return bare, []any{id}
 	}
 	return withRow, []any{id, req.Key, req.Token, req.TTL.Milliseconds(), meta}
@@ -135,7 +135,7 @@ func (b *Backend) prepare(ctx context.Context, req driver.AcquireRequest) ([]byt
 		return nil, fmt.Errorf("pglock: acquire %q: %w", req.Key, err)
 	}
 	switch m := req.Meta; {
-	case b.opts.noRows:
+	case b.opts.rowMode() == rowsNone:
 		return nil, nil
 	case m.Owner == "" && m.BusinessID == "" && len(m.Labels) == 0:
 		return emptyMeta, nil

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -40,8 +42,13 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 }
 
 // Inspect reports whether any session holds key's advisory lock (pg_locks)
-// and, if it was taken through pglock, its fence, time to live and metadata.
-// A free key reports the fence of its last grant while its row remains.
+// and, if it was taken through pglock, its fence, time to live and metadata:
+// from the holder row, or for a hold of this backend, from memory. A free key
+// reports the fence of its last grant while its row remains. With
+// WithDeferredHolderRows a hold of another process is described once its
+// row is written, when it has lasted the watch delay, and reported held
+// without the rest before; a free key then reports fence 0, since its row
+// may be older than its last grant.
 func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	if err := b.closedError("inspect", key); err != nil {
 		return driver.Info{}, err
@@ -52,11 +59,12 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 	var (
 		held, current bool
 		fence, ttlUS  int64
+		pid           int32
 		meta          []byte
 	)
 	conn, qctx, done, err := b.pooled(ctx)
 	if err == nil {
-		err = conn.QueryRow(qctx, inspectSQL, b.ID(key), key).Scan(&held, &current, &fence, &meta, &ttlUS)
+		err = conn.QueryRow(qctx, inspectSQL, b.ID(key), key).Scan(&held, &pid, &current, &fence, &meta, &ttlUS)
 		done()
 	}
 	if err != nil {
@@ -69,14 +77,37 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 		if err := json.Unmarshal(meta, &info.Meta); err != nil {
 			return driver.Info{}, fmt.Errorf("pglock: inspect %q: metadata: %w", key, err)
 		}
-	case !held:
+	case held:
+		if p := b.heldBy(key, uint32(pid)); p != nil {
+			info = p.describe()
+		}
+	case b.opts.rowMode() == rowsAtGrant:
 		info.Fence = uint64(fence)
 	}
 	return info, nil
 }
 
+// heldBy returns this backend's hold of key on the session pid, if any.
+func (b *Backend) heldBy(key string, pid uint32) *pinned {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, p := range b.held {
+		if p.key == key && p.pid == pid {
+			return p
+		}
+	}
+	return nil
+}
+
+// describe is what this backend knows of its hold p.
+func (p *pinned) describe() driver.Info {
+	ttl := max(time.Until(time.Unix(0, p.deadlineNS.Load())), 0)
+	return driver.Info{Key: p.key, Held: true, Fence: uint64(p.fence), TTL: ttl, Meta: p.info}
+}
+
 // List returns the locks taken through pglock whose keys start with prefix
-// and whose session still holds them, sorted by key.
+// and whose session still holds them, sorted by key: those with a holder row
+// (see Inspect), and this backend's own.
 func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
 	if err := b.closedError("list", prefix); err != nil {
 		return nil, err
@@ -109,7 +140,26 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 	if err != nil {
 		return nil, fmt.Errorf("pglock: list %q: %w", prefix, err)
 	}
-	return infos, nil
+	return b.withOwn(infos, prefix), nil
+}
+
+// withOwn adds to infos, sorted by key, this backend's holds of keys with
+// prefix that have no holder row yet.
+func (b *Backend) withOwn(infos []driver.Info, prefix string) []driver.Info {
+	listed := make(map[string]bool, len(infos))
+	for _, in := range infos {
+		listed[in.Key] = true
+	}
+	b.mu.Lock()
+	for _, p := range b.held {
+		if !p.published.Load() && !listed[p.key] && strings.HasPrefix(p.key, prefix) {
+			infos = append(infos, p.describe())
+			listed[p.key] = true
+		}
+	}
+	b.mu.Unlock()
+	slices.SortFunc(infos, func(a, b driver.Info) int { return strings.Compare(a.Key, b.Key) })
+	return infos
 }
 
 // pooled takes a connection of the pool within ctx (a new one is dialled

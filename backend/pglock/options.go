@@ -17,7 +17,7 @@ type options struct {
 	watchDelay     time.Duration
 	requestTimeout time.Duration
 	ns             *int32
-	noRows         bool
+	rows           rowMode
 	forceTerminate bool
 	cleanupEvery   time.Duration
 	cleanupBatch   int
@@ -43,6 +43,15 @@ const (
 func defaultOptions() options {
 	return options{poolWait: time.Second, keepalive: 5 * time.Second, watchDelay: DefaultWatchDelay, requestTimeout: DefaultRequestTimeout,
 		cleanupEvery: time.Minute, cleanupBatch: 1000, retention: 10 * time.Minute}
+}
+
+// rowMode is when holder rows are written: once a hold lasts the watch
+// delay, at the grant when there is no delay, or as set.
+func (o options) rowMode() rowMode {
+	if o.rows == rowsLasting && o.watchDelay == 0 {
+		return rowsAtGrant
+	}
+	return o.rows
 }
 
 // newOptions applies opts to the defaults.
@@ -178,14 +187,43 @@ func WithRetention(d time.Duration) Option {
 	}
 }
 
+// rowMode is when a hold's row is written to the holder table.
+type rowMode int
+
+const (
+	rowsAtGrant rowMode = iota // in the acquisition statement
+	rowsLasting                // once the hold lasts the watch delay
+	rowsNone                   // never
+)
+
 // WithoutHolderRows skips the holder table: an acquisition is then only the
 // advisory lock and a fence from the sequence, in one statement that writes
 // nothing, and a renewal only confirms the session. Inspect still reports
 // Held from pg_locks, but no fence, time to live or metadata, and List finds
-// nothing. The default is to keep holder rows.
+// nothing, except for the locks of the backend asked. The default is to
+// write a hold's row in the statement that takes the lock.
 func WithoutHolderRows() Option {
 	return func(o *options) error {
-		o.noRows = true
+		o.rows = rowsNone
+		return nil
+	}
+}
+
+// WithDeferredHolderRows writes a hold's row once the hold has lasted the
+// watch delay (WithWatchDelay, 5ms by default), on its pinned connection
+// just before the watch starts, instead of in the statement that takes the
+// lock. A hold released sooner writes nothing, so an acquisition costs what
+// it costs WithoutHolderRows: the advisory lock and a fence, no write
+// transaction (see docs/sql.md for the rates). What it gives up: another
+// process's Inspect sees a hold younger than the delay as held, without
+// fence, time to live or metadata, and its List and ForceRelease do not
+// describe it; a free key's fence is not reported, since the last row may
+// predate the last grant. The backend's own Inspect and List describe its
+// holds from their grant. With a watch delay of 0 rows are written at the
+// grant. The default is off: rows are written at the grant.
+func WithDeferredHolderRows() Option {
+	return func(o *options) error {
+		o.rows = rowsLasting
 		return nil
 	}
 }

@@ -109,6 +109,7 @@ func TestPostgres(t *testing.T) {
 	t.Run("Namespace", func(t *testing.T) { namespace(t, s, admin) })
 	t.Run("CleanupKeepsFencesIncreasing", func(t *testing.T) { cleanup(t, s) })
 	t.Run("WithoutHolderRows", func(t *testing.T) { withoutRows(t, s, admin) })
+	t.Run("DeferredHolderRows", func(t *testing.T) { deferredRows(t, s) })
 	t.Run("KeepaliveLoop", func(t *testing.T) { keepaliveLoop(t, s) })
 	t.Run("OpenURL", func(t *testing.T) { openURL(t, s) })
 }
@@ -173,6 +174,53 @@ func withoutRows(t *testing.T, s *testserver.Server, admin *pgxpool.Pool) {
 		t.Fatalf("fence %d not above %d", r.l.Fence(), l.Fence())
 	}
 	_ = r.l.Release(ctx)
+}
+
+// deferredRows checks WithDeferredHolderRows: the holder's own backend
+// describes a hold from its grant; other processes see it held at once and
+// described once its row is written, after the watch delay; a hold released
+// sooner writes nothing, so a free key's fence is unknown.
+func deferredRows(t *testing.T, s *testserver.Server) {
+	ctx := testContext(t, time.Minute)
+	a := distlock.New(newBackend(t, newPool(t, s, 2), pglock.WithDeferredHolderRows(), pglock.WithWatchDelay(50*time.Millisecond)))
+	b := distlock.New(newBackend(t, newPool(t, s, 2), pglock.WithDeferredHolderRows()))
+	defer a.Close()
+	defer b.Close()
+	prefix := uniqueKey(t)
+	key := prefix + "/held"
+	l, err := a.TryLock(ctx, key, distlock.WithOwner("svc-a"), distlock.WithLease(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if info, err := a.Inspect(ctx, key); err != nil || !info.Held || info.Fence != l.Fence() || info.Meta.Owner != "svc-a" || info.TTL <= 0 {
+		t.Fatalf("the holder's Inspect at once = %+v, %v; want its hold described", info, err)
+	}
+	if infos, err := a.List(ctx, prefix+"/"); err != nil || len(infos) != 1 || infos[0].Fence != l.Fence() {
+		t.Fatalf("the holder's List at once = %+v, %v; want its hold", infos, err)
+	}
+	if info, err := b.Inspect(ctx, key); err != nil || !info.Held {
+		t.Fatalf("another's Inspect at once = %+v, %v; want held", info, err)
+	}
+	waitFor(t, 10*time.Second, "another process sees the hold described", func() bool {
+		info, err := b.Inspect(ctx, key)
+		return err == nil && info.Held && info.Fence == l.Fence() && info.Meta.Owner == "svc-a" && info.TTL > 0
+	})
+	if infos, err := b.List(ctx, prefix+"/"); err != nil || len(infos) != 1 || infos[0].Fence != l.Fence() || infos[0].Meta.Owner != "svc-a" {
+		t.Fatalf("another's List = %+v, %v; want the hold", infos, err)
+	}
+
+	short := prefix + "/short"
+	l2, err := a.TryLock(ctx, short)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := b.Inspect(ctx, short); err != nil || info.Held || info.Fence != 0 {
+		t.Fatalf("Inspect of a key released at once = %+v, %v; want free, fence unknown", info, err)
+	}
 }
 
 // cleanup checks that released keys' rows go in bounded batches, held ones

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -31,6 +32,10 @@ type pinned struct {
 	conn       *pgxpool.Conn
 	key, token string
 	id         int64
+	fence      int64
+	meta       []byte             // the holder row's metadata, encoded
+	info       driver.Meta        // the same, for Inspect and List of this backend
+	pid        uint32             // the session's backend pid
 	lost       context.Context    // done when the hold ends without Release
 	lose       context.CancelFunc // ends lost
 
@@ -48,16 +53,22 @@ type pinned struct {
 
 	due     time.Time // under b.mu: the next keepalive round; zero while one runs
 	watchAt time.Time // under b.mu: when the keepalive loop arms p
+
+	published  atomic.Bool  // the holder row is written
+	deadlineNS atomic.Int64 // deadline, in Unix nanoseconds, for Inspect
 }
 
 // pin registers a granted lock, schedules its keepalive and the start of
 // watching its connection (at once without a watch delay).
-func (b *Backend) pin(conn *pgxpool.Conn, req driver.AcquireRequest, id, fence int64, sent time.Time) (driver.Grant, error) {
+func (b *Backend) pin(conn *pgxpool.Conn, req driver.AcquireRequest, id, fence int64, sent time.Time, meta []byte) (driver.Grant, error) {
 	p := &pinned{
-		b: b, conn: conn, key: req.Key, token: req.Token, id: id,
+		b: b, conn: conn, key: req.Key, token: req.Token, id: id, fence: fence, meta: meta, info: req.Meta,
+		pid: conn.Conn().PgConn().PID(),
 		use: make(chan struct{}, 1), deadline: sent.Add(req.TTL), ttl: req.TTL,
 		armed: b.opts.watchDelay == 0,
 	}
+	p.published.Store(b.opts.rowMode() == rowsAtGrant)
+	p.deadlineNS.Store(p.deadline.UnixNano())
 	p.use <- struct{}{}
 	p.lost, p.lose = context.WithCancel(context.Background())
 	b.mu.Lock()
@@ -135,8 +146,15 @@ func (p *pinned) handOffLocked() {
 }
 
 // arm has conn watched whenever no call needs it, from now on: at once if no
-// call uses it, else when the call that does gives it up.
+// call uses it, else when the call that does gives it up. A hold whose row is
+// written once it lasts (the default) writes it first, in a goroutine.
 func (p *pinned) arm() {
+	if p.b.opts.rowMode() == rowsLasting && !p.published.Load() {
+		if p.b.enter() {
+			go p.publishThenArm()
+		}
+		return
+	}
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
 	p.armed = true
@@ -145,6 +163,38 @@ func (p *pinned) arm() {
 		p.handOffLocked()
 	default: // its unlock starts the watcher, under wmu after this
 	}
+}
+
+// publishThenArm writes the holder row of a hold that lasted the watch
+// delay, on its connection, then arms the watch. A release meanwhile waits
+// for the write (bounded by the request timeout); a hold that ended first
+// writes nothing. A failed write leaves the hold without a row: Inspect and
+// List of other processes then see it held without its fence and metadata.
+func (p *pinned) publishThenArm() {
+	defer p.b.wg.Done()
+	_ = p.lock(context.Background()) // whoever holds conn is bounded by a request timeout
+	if !p.done {
+		if err := p.publishLocked(context.Background(), p.deadline); err != nil && p.conn.Conn().IsClosed() {
+			p.dieLocked()
+		}
+	}
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	p.armed = true
+	p.handOffLocked()
+}
+
+// publishLocked writes the holder row, with the lease ending at deadline.
+// The caller holds use.
+func (p *pinned) publishLocked(ctx context.Context, deadline time.Time) error {
+	ctx, done := p.b.reqBound.within(ctx)
+	defer done()
+	left := max(time.Until(deadline).Milliseconds(), 0)
+	if _, err := p.conn.Exec(ctx, publishSQL, p.id, p.key, p.token, p.fence, left, p.meta); err != nil {
+		return fmt.Errorf("pglock: holder row of %q: %w", p.key, err)
+	}
+	p.published.Store(true)
+	return nil
 }
 
 // watch blocks reading the idle connection until a call wakes it or the
@@ -240,9 +290,12 @@ func (p *pinned) renewLocked(ctx context.Context, sent time.Time, ttl time.Durat
 	ctx, done := p.b.reqBound.within(ctx)
 	defer done()
 	var err error
-	if p.b.opts.noRows {
+	switch {
+	case p.b.opts.rowMode() == rowsNone:
 		err = p.conn.Ping(ctx)
-	} else {
+	case !p.published.Load(): // a hold renewed before its row was written writes it now
+		err = p.publishLocked(ctx, sent.Add(ttl))
+	default:
 		_, err = p.conn.Exec(ctx, renewSQL, p.key, p.token, ttl.Milliseconds())
 	}
 	if err != nil {
@@ -253,6 +306,7 @@ func (p *pinned) renewLocked(ctx context.Context, sent time.Time, ttl time.Durat
 		return fmt.Errorf("pglock: renew %q: %w", p.key, err)
 	}
 	p.deadline, p.ttl = sent.Add(ttl), ttl
+	p.deadlineNS.Store(p.deadline.UnixNano())
 	p.b.mu.Lock()
 	if !p.due.IsZero() { // a shorter lease may end before the next round
 		p.b.scheduleLocked(p, p.due)

@@ -371,6 +371,11 @@ func forceRelease(t *testing.T, s *testserver.Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// What ForceRelease returns is in the hold's row.
+	waitFor(t, 10*time.Second, "the holder row", func() bool {
+		info, err := op.Inspect(ctx, key)
+		return err == nil && info.Meta.Owner == "nightly"
+	})
 	byReq := driver.AcquireRequest{Key: bystander, Token: "fedcba9876543210fedcba9876543210", TTL: 30 * time.Second}
 	if _, err := holder.Acquire(ctx, byReq); err != nil {
 		t.Fatal(err)

@@ -13,6 +13,8 @@ var (
 	acquireBareSQL string
 	//go:embed sql/acquire_wait_bare.sql
 	acquireWaitBareSQL string
+	//go:embed sql/publish.sql
+	publishSQL string
 	//go:embed sql/renew.sql
 	renewSQL string
 	//go:embed sql/release.sql

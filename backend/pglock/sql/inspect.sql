@@ -1,5 +1,6 @@
 -- $1 lock id, $2 key. Held comes from pg_locks; the row describes the holder
--- only if its session (pid) is the one holding the lock.
+-- only if its session (pid) is the one holding the lock. holder_pid names
+-- the holding session (0 if none), for a hold whose row is not written yet.
 WITH h AS (
 	SELECT pid FROM pg_locks
 	WHERE locktype = 'advisory' AND granted AND objsubid = 1
@@ -8,6 +9,7 @@ WITH h AS (
 	  AND objid = ($1::bigint & 4294967295)::oid
 )
 SELECT EXISTS (SELECT 1 FROM h) AS held,
+       COALESCE((SELECT pid FROM h LIMIT 1), 0) AS holder_pid,
        COALESCE(m.pid IN (SELECT pid FROM h), false) AS current,
        COALESCE(m.fence, 0) AS fence,
        COALESCE(m.meta, '{}'::jsonb) AS meta,
