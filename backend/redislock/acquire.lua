@@ -9,8 +9,7 @@
 -- KEYS[3], ARGV[3] and ARGV[4] may be left out when there is neither
 -- metadata nor a handing token.
 --
--- A free key that is nobody's turn (queue.lua says what the lock's values
--- mean) costs three calls on Redis 7.0 or later: SET NX GET, TIME and SET
+-- A free key (queue.lua says what the lock's values mean) costs three calls on Redis 7.0 or later: SET NX GET, TIME and SET
 -- GET of the counter; a held one, one call.
 local meta, handing = ARGV[3] or '', ARGV[4] or ''
 if handing ~= '' then
@@ -27,7 +26,7 @@ if handing ~= '' then
 else
 	local holder = setNX(KEYS[1], ARGV[1], ARGV[2])
 	if holder and holder ~= ARGV[1] and holder ~= ARGV[1] .. '\n' then
-		return 0 -- held, or a waiter's turn
+		return 0 -- held
 	end
 	if holder then -- the token holds already
 		local fence = redis.call('GET', KEYS[2])

@@ -1,12 +1,11 @@
 -- Deletes the lock and its metadata whatever token holds it, and reports what
 -- it held as inspect.lua does: {held "1"/"0", fence, ms to live, metadata
--- JSON}. A key that is not held (free, or kept for a waiter's turn) is left
--- as it is. If waiters may be queued, the key passes to the first live one,
--- as release.lua does for another client. The fence counter stays, so the
--- next grant gets a higher fence.
--- KEYS, ARGV[1] and ARGV[2] as in queue.lua
+-- JSON}. A free key is left as it is. If waiters may be queued, the key
+-- passes to the first live one, as release.lua does for another client. The
+-- fence counter stays, so the next grant gets a higher fence.
+-- KEYS and ARGV[1] as in queue.lua
 local holder = redis.call('GET', KEYS[1])
-if not holder or string.byte(holder, 1) == 10 then
+if not holder then
 	return {'0', '', '0', ''}
 end
 local held = {'1', redis.call('GET', KEYS[2]) or '', tostring(redis.call('PTTL', KEYS[1])), redis.call('GET', KEYS[3]) or ''}

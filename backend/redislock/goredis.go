@@ -146,11 +146,6 @@ func (g *goRedis) forEachMaster(ctx context.Context, fn func(context.Context, *r
 	return errNoNodes
 }
 
-func (g *goRedis) cluster() bool {
-	_, ok := g.c.(*redis.ClusterClient)
-	return ok
-}
-
 func (g *goRedis) closedErr(err error) bool { return errors.Is(err, redis.ErrClosed) }
 
 func (g *goRedis) close() error {
@@ -161,9 +156,27 @@ func (g *goRedis) close() error {
 	return nil
 }
 
-func (g *goRedis) newPubSub(ev pubsubEvents) pubsub { return &goRedisPubSub{c: g.c, ev: ev} }
+func (g *goRedis) newPubSub(ev pubsubEvents) pubsub {
+	switch g.c.(type) {
+	case *redis.ClusterClient, *redis.Ring:
+	default:
+		return &goRedisPubSub{c: g.c, ev: ev}
+	}
+	return newFanout(ev, func(ctx context.Context) (map[string]func(pubsubEvents) pubsub, error) {
+		var mu sync.Mutex
+		masters := make(map[string]func(pubsubEvents) pubsub)
+		err := g.forEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+			mu.Lock()
+			defer mu.Unlock()
+			masters[c.Options().Addr] = func(ev pubsubEvents) pubsub { return &goRedisPubSub{c: c, ev: ev} }
+			return nil
+		})
+		return masters, err
+	})
+}
 
-// goRedisPubSub is one go-redis PubSub with a reader goroutine. go-redis
+// goRedisPubSub is one go-redis PubSub with a reader goroutine (on a
+// Cluster, fanout gives each master's own client). go-redis
 // reconnects and resubscribes by itself; lost still tells the hub, so that
 // waiters re-check keys whose notices were missed.
 type goRedisPubSub struct {

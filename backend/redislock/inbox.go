@@ -251,10 +251,11 @@ func (ib *inbox) listen(ctx context.Context) bool {
 	return false
 }
 
-// message takes a notice (queue.lua's passOn): "<token> <fence>", the key
-// granted to the waiter with token, or "<token>", the key kept for it. A
-// waiter that is gone need not be told: it left the queue with a script
-// that frees the key if it was granted or kept for it.
+// message takes a notice (queue.lua's passOn), "<token> <fence>": the key
+// granted to the waiter with token. A waiter that is gone need not be told:
+// it left the queue with a script that frees the key if it was granted to
+// it. On a Cluster a notice comes once from each master; the waiter takes
+// the first.
 func (ib *inbox) message(channel, payload string) {
 	if channel != ib.channel {
 		return
@@ -277,7 +278,7 @@ func (ib *inbox) message(channel, payload string) {
 			}
 		}
 	}
-	wake(mb.wake) // without a grant to take, the waiter looks at the key
+	wake(mb.wake) // without a grant it can use, the waiter looks at the key
 }
 
 // refusedAt records that a step of the waiter sent at sent was refused.

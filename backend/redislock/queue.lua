@@ -5,23 +5,18 @@
 -- KEYS[5] expiries: the same members, scored by the server time (ms) at
 --         which they expire unless their waiter refreshes them,
 -- KEYS[6] the queued waiters' metadata, by member (only those that have some).
--- Their first two arguments are the same too:
--- ARGV[1] the prefix of the clients' channels,
--- ARGV[2] "1" if PUBLISH counts every client that listens (not on a Cluster,
---         where it counts only those connected to the node that runs it).
+-- Their first argument is the same too: ARGV[1], the prefix of the clients'
+-- channels.
 -- A member is "<client id>|<time to live in ms>|<token>". The client id names
 -- the channel the waiter's client listens on (ARGV[1] .. client id), and
 -- lets a release by that same client grant its waiter the key at once.
 -- A client queues only the first of its own waiters for a key; it hands the
 -- key from one of its waiters to the next itself (release.lua).
 --
--- The lock's value is one of
---   token    held; nobody queued since the grant
---   token\n  held, and waiters may be queued: its release passes the key on
---   \ntoken  not held: kept for the first waiter, whose token follows, until
---            that waiter's entry expires (on a Cluster: see passOn)
--- Tokens never contain "\n".
-local channels, counted = ARGV[1], ARGV[2] == '1'
+-- The lock's value is the holder's token, followed by "\n" once a waiter
+-- queued for the key: its release then passes the key on. Tokens never
+-- contain "\n".
+local channels = ARGV[1]
 
 -- clockMs returns the server's time in ms, and TIME's reply (for nextFence).
 local function clockMs()
@@ -90,29 +85,22 @@ end
 
 -- passOn runs when the key has just become free, and passes it to the first
 -- live waiter. If that waiter is localID's, it returns its member (the
--- caller grants it the key). Where PUBLISH counts every listener (not on a
--- Cluster), it grants the key to the waiter and tells its client, on that
--- client's channel, the waiter's token and the fence: one notice, to the
--- one waiter that gets the key, and no round trip to take it. Elsewhere it
--- keeps the key for the waiter until its entry expires, and tells its
--- client the token alone: the waiter takes the key with a step of its own.
--- A waiter whose client does not listen (its process died and its
--- connections closed) is dropped at once, where PUBLISH counts listeners,
--- and the next one gets the key.
+-- caller grants it the key). Otherwise it grants the key to the waiter and
+-- tells its client, on that client's channel, the waiter's token and the
+-- fence: one notice, to the one waiter that gets the key, and no round trip
+-- for it to take the key. PUBLISH counts the clients that heard it (on a
+-- Cluster those connected to this node: each client listens on every
+-- master); if none did, the waiter's client is gone (its process died,
+-- which closed its connections), and the next waiter gets the key.
 local function passOn(now, t, localID)
 	for _ = 1, 100 do
-		local first, expires = firstLive(now)
+		local first = firstLive(now)
 		if not first then
 			break
 		end
 		local id, ttl, token = parseMember(first)
 		if id == localID then
 			return first
-		end
-		if not counted then
-			redis.call('SET', KEYS[1], '\n' .. token, 'PX', expires - now)
-			redis.call('PUBLISH', channels .. id, token)
-			return nil
 		end
 		local fence = string.format('%.0f', grant(token, ttl, nil, first, t))
 		if redis.call('PUBLISH', channels .. id, token .. ' ' .. fence) > 0 then

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/distlock/distlock"
-	"github.com/distlock/distlock/backend/redislock"
 	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/testserver"
 )
@@ -179,21 +178,19 @@ func fifoAcrossClients(t *testing.T, newBackend func(testing.TB) driver.Backend,
 
 func TestDeadWaiterProcess(t *testing.T) {
 	s := testserver.Redis(t)
-	deadWaiterProcess(t, "redis://"+s.Addr(), fixed(s.Addr()), true)
+	deadWaiterProcess(t, "redis://"+s.Addr(), fixed(s.Addr()))
 }
 
 // deadWaiterProcess has a waiter in a process of its own (lease 2s) queue
 // first for a held key, and a waiter of this process queue behind it; then
 // the first process dies or freezes, and the key is released.
 //
-// Killed, the process's connections close: where PUBLISH counts listeners
-// (direct: not on a Cluster), the release passes the key over it at once;
-// on a Cluster the key is kept for it until its entry expires, within the
-// waiter timeout (1s, the default). Frozen, as a host that vanished without
-// closing its connections, it is still heard: where grants are direct it is
-// granted the key, which is free again once its lease runs out; on a
-// Cluster its entry expires as when killed.
-func deadWaiterProcess(t *testing.T, url string, addrs func() []string, direct bool) {
+// Killed, the process's connections close and nobody hears the release's
+// notice: the release passes the key over it at once. Frozen, as a host
+// that vanished without closing its connections, it is still heard: it is
+// granted the key, which is free again once its lease runs out, as a holder
+// that vanished leaves it.
+func deadWaiterProcess(t *testing.T, url string, addrs func() []string) {
 	const lease = 2 * time.Second
 	for _, how := range []string{"killed", "frozen"} {
 		t.Run(how, func(t *testing.T) {
@@ -226,11 +223,8 @@ func deadWaiterProcess(t *testing.T, url string, addrs func() []string, direct b
 			if err := held.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
-			bound := redislock.DefaultWaiterTimeout
-			switch {
-			case direct && how == "killed":
-				bound = 100 * time.Millisecond
-			case direct:
+			bound := 100 * time.Millisecond
+			if how == "frozen" {
 				bound = lease
 			}
 			bound += 250 * time.Millisecond

@@ -28,11 +28,7 @@ type Backend struct {
 	// channel, channels + id.
 	id       string
 	channels string
-	// queueArgs are the first arguments of every script that uses the
-	// waiters' queue (queue.lua): the channel prefix, and whether PUBLISH
-	// counts every listener ("1" unless on a Cluster).
-	queueArgs [2]string
-	inbox     *inbox
+	inbox    *inbox
 
 	closed    atomic.Bool
 	mu        sync.Mutex // orders waits.Add before Close's waits.Wait
@@ -63,10 +59,6 @@ func newBackend(ctx context.Context, st store, cfg config) (*Backend, error) {
 	_, _ = crand.Read(id[:]) // crypto/rand.Read never fails
 	b := &Backend{st: st, prefix: cfg.prefix, timeout: cfg.requestTimeout, waiterTimeout: cfg.waiterTimeout,
 		id: hex.EncodeToString(id[:]), channels: cfg.prefix + "notify:"}
-	b.queueArgs = [2]string{b.channels, "1"}
-	if st.cluster() {
-		b.queueArgs[1] = "0"
-	}
 	b.inbox = newInbox(st, b.channels+b.id, cfg.requestTimeout)
 	b.closing, b.stopWaits = context.WithCancel(context.Background())
 	return b, nil
@@ -203,14 +195,13 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 // most 16 times in a row while other clients' waiters are queued). Else, if
 // waiters are queued in Redis, the key passes to the first live one: a
 // waiter of this backend gets the grant at once, in process; another
-// client's waiter is told on its client's channel, and the key is kept for
-// it until its entry expires.
+// client's waiter is granted the key and told so on its client's channel.
 func (b *Backend) Release(ctx context.Context, key, token string) error {
 	if err := validRequest(key, token, nil); err != nil {
 		return fmt.Errorf("redislock: release %q: %w", key, err)
 	}
 	k := b.keysFor(key).all()
-	args := []string{b.queueArgs[0], b.queueArgs[1], token, b.id}
+	args := []string{b.channels, token, b.id}
 	next, passOver, ok := b.inbox.first(key)
 	if ok {
 		args = append(args, next.token, next.ttl, next.meta, next.member, "")
@@ -284,7 +275,7 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, er
 		return driver.Info{}, fmt.Errorf("redislock: force release: %w", err)
 	}
 	k := b.keysFor(key)
-	r, err := b.evalStrings(ctx, scriptForceRelease, k.all(), b.queueArgs[:]...)
+	r, err := b.evalStrings(ctx, scriptForceRelease, k.all(), b.channels)
 	info, err := parseInfo(key, r, err)
 	switch {
 	case err != nil:

@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -165,11 +166,60 @@ func TestConformanceCluster(t *testing.T) {
 	t.Run("fifo", func(t *testing.T) {
 		fifoAcrossClients(t, func(t testing.TB) driver.Backend { return openURL(t, url) }, fixed(addrs...))
 	})
-	t.Run("dead-waiter", func(t *testing.T) { deadWaiterProcess(t, url, fixed(addrs...), false) })
+	t.Run("dead-waiter", func(t *testing.T) { deadWaiterProcess(t, url, fixed(addrs...)) })
+	t.Run("subscription-per-master", func(t *testing.T) {
+		for _, a := range []struct {
+			name string
+			new  func(t testing.TB) driver.Backend
+		}{
+			{"rueidis", func(t testing.TB) driver.Backend { return openURL(t, url) }},
+			{"go-redis", func(t testing.TB) driver.Backend {
+				return newGoRedis(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true}))
+			}},
+		} {
+			t.Run(a.name, func(t *testing.T) { subscriptionPerMaster(t, a.new, addrs) })
+		}
+	})
 	t.Run("special-keys", func(t *testing.T) { specialKeys(t, openURL(t, "redis-cluster://"+addrs[0])) })
 	t.Run("force-release", func(t *testing.T) {
 		forceRelease(t, func(t testing.TB) driver.Backend { return openURL(t, "redis-cluster://"+addrs[0]) }, fixed(addrs...))
 	})
+}
+
+// subscriptionPerMaster has a waiter of one backend wait for a held key on a
+// Cluster: the backend must listen on every master, one connection with its
+// one channel each, so that a release's notice never crosses the cluster
+// bus to reach it.
+func subscriptionPerMaster(t *testing.T, newBackend func(testing.TB) driver.Backend, addrs []string) {
+	ctx := testContext(t)
+	key := "per-master/" + t.Name()
+	held, err := newClient(t, newBackend(t)).Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := newClient(t, newBackend(t))
+	got := make(chan error, 1)
+	go func() {
+		l, err := waiter.Lock(ctx, key, distlock.WithWait(20*time.Second))
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	eventually(t, "one subscribed connection with one channel on every master", func() error {
+		for _, addr := range addrs {
+			if subs := subscribers(t, addr); len(subs) != 1 || subs[0] != 1 {
+				return fmt.Errorf("%s: subscribed connections and their channel counts %v, want [1]", addr, subs)
+			}
+		}
+		return nil
+	})
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
 }
 
 // specialKeys locks keys with braces, backslashes and glob characters, which
@@ -236,7 +286,7 @@ func TestConformanceSentinel(t *testing.T) {
 		t.Run("fifo", func(t *testing.T) {
 			fifoAcrossClients(t, func(t testing.TB) driver.Backend { return openURL(t, url) }, primary)
 		})
-		t.Run("dead-waiter", func(t *testing.T) { deadWaiterProcess(t, url, primary, true) })
+		t.Run("dead-waiter", func(t *testing.T) { deadWaiterProcess(t, url, primary) })
 	})
 }
 

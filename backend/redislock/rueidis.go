@@ -78,8 +78,6 @@ func (r *rueidisStore) serverInfo(ctx context.Context) ([]string, error) {
 	return infos, nil
 }
 
-func (r *rueidisStore) cluster() bool { return r.c.Mode() == rueidis.ClientModeCluster }
-
 func (r *rueidisStore) closedErr(err error) bool { return errors.Is(err, rueidis.ErrClosing) }
 
 func (r *rueidisStore) close() error {
@@ -89,10 +87,29 @@ func (r *rueidisStore) close() error {
 	return nil
 }
 
-func (r *rueidisStore) newPubSub(ev pubsubEvents) pubsub { return &rueidisPubSub{c: r.c, ev: ev} }
+func (r *rueidisStore) newPubSub(ev pubsubEvents) pubsub {
+	if r.c.Mode() != rueidis.ClientModeCluster {
+		return &rueidisPubSub{c: r.c, ev: ev}
+	}
+	return newFanout(ev, func(ctx context.Context) (map[string]func(pubsubEvents) pubsub, error) {
+		masters := make(map[string]func(pubsubEvents) pubsub)
+		for addr, n := range r.c.Nodes() { // masters and replicas
+			role, err := n.Do(ctx, n.B().Role().Build()).ToArray()
+			if err != nil {
+				return nil, err
+			}
+			if len(role) > 0 {
+				if kind, _ := role[0].ToString(); kind == "master" {
+					masters[addr] = func(ev pubsubEvents) pubsub { return &rueidisPubSub{c: n, ev: ev} }
+				}
+			}
+		}
+		return masters, nil
+	})
+}
 
-// rueidisPubSub is a dedicated rueidis connection with pub/sub hooks. When it
-// breaks, the next subscribe dedicates a new one.
+// rueidisPubSub is a dedicated rueidis connection to one node with pub/sub
+// hooks. When it breaks, the next subscribe dedicates a new one.
 type rueidisPubSub struct {
 	c  rueidis.Client
 	ev pubsubEvents
@@ -141,17 +158,9 @@ func (p *rueidisPubSub) conn() (rueidis.DedicatedClient, error) {
 	return dc, nil
 }
 
-// dedicate takes a connection for the subscription. In a Cluster, regular
-// pub/sub reaches every node, so any one node serves; it is picked among the
-// nodes the client knows rather than left to the slot-less SUBSCRIBE.
-func (p *rueidisPubSub) dedicate() (rueidis.DedicatedClient, func()) {
-	if p.c.Mode() == rueidis.ClientModeCluster {
-		for _, n := range p.c.Nodes() {
-			return n.Dedicate()
-		}
-	}
-	return p.c.Dedicate()
-}
+// dedicate takes a connection for the subscription, on the client's node
+// (on a Cluster, fanout gives each master's own client).
+func (p *rueidisPubSub) dedicate() (rueidis.DedicatedClient, func()) { return p.c.Dedicate() }
 
 func (p *rueidisPubSub) subscribe(ctx context.Context, channels []string) error {
 	dc, err := p.conn()

@@ -13,14 +13,13 @@ type store interface {
 	// scan calls fn with every key matching the SCAN pattern match, on every
 	// master; a key may come more than once.
 	scan(ctx context.Context, match string, fn func(key string)) error
-	// newPubSub returns the backend's one subscription connection, which
-	// reports to ev. It connects on the first subscribe.
+	// newPubSub returns the backend's subscription, which reports to ev:
+	// one connection, or on a Cluster one per master (fanout). It connects
+	// on the first subscribe.
 	newPubSub(ev pubsubEvents) pubsub
 	// serverInfo returns the reply of INFO server of every node the client
 	// reaches (every master of a Cluster).
 	serverInfo(ctx context.Context) ([]string, error)
-	// cluster reports whether the client talks to a Redis Cluster.
-	cluster() bool
 	// closedErr reports whether err says that the client was closed
 	// (go-redis's ErrClosed, rueidis's ErrClosing).
 	closedErr(err error) bool
@@ -28,7 +27,7 @@ type store interface {
 	close() error
 }
 
-// pubsub is one subscription connection shared by all of a backend's waiters.
+// pubsub is the subscription shared by all of a backend's waiters.
 type pubsub interface {
 	// subscribe sends SUBSCRIBE for channels; confirmations come through
 	// pubsubEvents.subscribed.

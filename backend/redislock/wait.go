@@ -20,12 +20,14 @@ import (
 // it, with an entry that expires unless the waiter refreshes it
 // (WithWaiterTimeout), which a live waiter does every fifth to third of
 // that time, jittered. A release passes the key to the first live waiter
-// in the Redis queue only: it grants it at once when that waiter is the
-// releasing backend's own, and otherwise keeps the key for it and tells its
-// backend alone, on that backend's channel. The refresh is also the
-// fallback for a lost notice, and the first waiter looks again when the
-// holder's lease runs out. A waiter whose process died holds up those
-// behind it until its entry expires, at most the waiter timeout.
+// in the Redis queue only: it grants it the key in the release's own script
+// and tells its backend alone, on that backend's channel, the fence (or,
+// for the releasing backend's own waiter, hands the grant over in process).
+// The waiter's lease counts from its last refused step, which ran before
+// the grant. The refresh is also the fallback for a lost notice, and the
+// first waiter looks again when the holder's lease runs out. A waiter whose
+// process died is passed over at once: its connections closed, so nobody
+// heard the notice.
 //
 // A release by this backend hands the key straight to the next waiter in
 // the backend's own line, in the release's own script; while other clients'
@@ -33,8 +35,7 @@ import (
 // it releases the key to the first of them.
 //
 // Store failures are retried while the wait lasts. When ctx ends the waiter
-// leaves the queue, freeing the key if it was kept for it or granted to it
-// meanwhile, and returns an error matching driver.ErrNotAcquired (joined
+// leaves the queue, freeing the key if it was granted to it meanwhile, and returns an error matching driver.ErrNotAcquired (joined
 // with ctx's error), or driver.ErrClosed if the backend was closed; if the
 // last step or leaving failed, it returns that store error instead.
 func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
@@ -59,7 +60,7 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 		return driver.Grant{}, fmt.Errorf("redislock: lock %q: %w", req.Key, err)
 	}
 	w := &queueWaiter{b: b, key: req.Key, ttl: req.TTL, next: next, mb: mb, keys: b.keysFor(req.Key).all(),
-		args: []string{b.queueArgs[0], b.queueArgs[1], req.Token, ttl, meta, next.member, millis(b.waiterTimeout), "", ""}}
+		args: []string{b.channels, req.Token, ttl, meta, next.member, millis(b.waiterTimeout), "", ""}}
 	select {
 	case <-mb.head:
 	case <-ctx.Done():
@@ -129,10 +130,9 @@ func (w *queueWaiter) run(ctx context.Context) (driver.Grant, error) {
 				w.b.inbox.refusedAt(w.mb, sent)
 				if w.b.inbox.listen(ctx) {
 					pause = w.b.refresh()
-					if st.place <= 1 && st.pttl > 0 {
-						// First or next in line: look again as soon as the
-						// holder's lease, or a turn kept for the first (who
-						// may be gone), runs out.
+					if st.place == 0 && st.pttl > 0 {
+						// First in line: look again as soon as the holder's
+						// lease runs out.
 						pause = min(pause, time.Duration(st.pttl)*time.Millisecond+time.Millisecond)
 					}
 				} else {
@@ -196,9 +196,8 @@ func (w *queueWaiter) step(ctx context.Context, queued, listening bool) (stepRes
 
 // giveUp ends a wait whose context ended: it leaves its backend's line
 // and, if it may have queued in Redis or was handed the key meanwhile, the
-// Redis queue, freeing the key if it was kept for the waiter or granted to
-// it; with a context of its own, since ctx is done. It says why the wait
-// ended.
+// Redis queue, freeing the key if it was granted to the waiter; with a
+// context of its own, since ctx is done. It says why the wait ended.
 func (w *queueWaiter) giveUp(ctx context.Context, queued bool, last error) (driver.Grant, error) {
 	w.b.inbox.leave(w.mb, false) // nothing is handed to it after this
 	if len(w.mb.granted) > 0 {
@@ -224,7 +223,7 @@ func (w *queueWaiter) giveUp(ctx context.Context, queued bool, last error) (driv
 // leave runs leave.lua for a waiter, even while Close waits for the waits.
 func (b *Backend) leave(ctx context.Context, keys []string, n nextWaiter) error {
 	return b.runClosing(ctx, func(ctx context.Context) error {
-		_, err := b.st.evalInt(ctx, scriptLeave, keys, b.queueArgs[0], b.queueArgs[1], n.token, n.member)
+		_, err := b.st.evalInt(ctx, scriptLeave, keys, b.channels, n.token, n.member)
 		return err
 	})
 }

@@ -3,13 +3,13 @@
 -- keep its place. Returns {fence} once granted, else {"0", ms the lock's
 -- value lives (PTTL), the waiter's place in the queue (0 is first; -1 if it
 -- did not queue)}.
--- KEYS, ARGV[1] and ARGV[2] as in queue.lua.
--- ARGV[3] token, ARGV[4] time to live in ms, ARGV[5] metadata JSON or "",
--- ARGV[6] member, ARGV[7] ms an entry lives unless refreshed,
--- ARGV[8] "1" once the waiter may have queued, ARGV[9] "1" if it may queue
+-- KEYS and ARGV[1] as in queue.lua.
+-- ARGV[2] token, ARGV[3] time to live in ms, ARGV[4] metadata JSON or "",
+-- ARGV[5] member, ARGV[6] ms an entry lives unless refreshed,
+-- ARGV[7] "1" once the waiter may have queued, ARGV[8] "1" if it may queue
 -- (its client listens on its channel)
-local token, ttl, meta, member = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local queued = ARGV[8] == '1'
+local token, ttl, meta, member = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local queued = ARGV[7] == '1'
 local function granted(fence)
 	return {string.format('%.0f', fence)}
 end
@@ -19,7 +19,7 @@ if queued then
 else
 	holder = setNX(KEYS[1], token, ttl)
 	if not holder then
-		-- A free key that is nobody's turn: the same three calls as acquire.lua.
+		-- A free key: the same three calls as acquire.lua.
 		local fence = nextFence(KEYS[2], ttl)
 		if meta ~= '' then
 			redis.call('SET', KEYS[3], meta, 'PX', ttl)
@@ -27,11 +27,8 @@ else
 		return granted(fence)
 	end
 end
-if holder == '\n' .. token then -- kept for this waiter: its turn
-	return granted(grant(token, ttl, meta, member))
-end
 if holder == token or holder == token .. '\n' then
-	-- Granted already, by a release of this waiter's own client or by an
+	-- Granted already, by a release (its notice is on its way) or by an
 	-- earlier step whose reply was lost: its lease counts from now.
 	redis.call('PEXPIRE', KEYS[1], ttl)
 	redis.call('PEXPIRE', KEYS[3], ttl)
@@ -44,18 +41,17 @@ if holder == token or holder == token .. '\n' then
 end
 local now, t = clockMs()
 if not holder then
-	-- Free and nobody's turn (a lease ran out, or a turn was not taken in
-	-- time): the first live waiter's.
+	-- Free, without a release (a lease ran out): the first live waiter's.
 	local first = firstLive(now)
 	if first and first ~= member then
 		passOn(now, t, nil)
 		holder = redis.call('GET', KEYS[1])
 	end
-	if not holder or holder == '\n' .. token then
+	if not holder then
 		return granted(grant(token, ttl, meta, member, t))
 	end
 end
-if not queued and ARGV[9] ~= '1' then
+if not queued and ARGV[8] ~= '1' then
 	return {'0', tostring(redis.call('PTTL', KEYS[1])), '-1'}
 end
 if not queued or not redis.call('ZSCORE', KEYS[4], member) then
@@ -65,7 +61,7 @@ if not queued or not redis.call('ZSCORE', KEYS[4], member) then
 		redis.call('HSET', KEYS[6], member, meta)
 	end
 end
-local expires = now + ARGV[7]
+local expires = now + ARGV[6]
 redis.call('ZADD', KEYS[5], expires, member)
 -- The queue's keys live as long as its longest-lived entry.
 if tonumber(redis.call('ZRANGE', KEYS[5], -1, -1, 'WITHSCORES')[2]) <= expires then
@@ -75,7 +71,7 @@ end
 if meta ~= '' and redis.call('PTTL', KEYS[6]) < expires - now then
 	redis.call('PEXPIREAT', KEYS[6], expires)
 end
-if string.byte(holder, 1) ~= 10 and string.byte(holder, -1) ~= 10 then
+if string.byte(holder, -1) ~= 10 then
 	redis.call('APPEND', KEYS[1], '\n') -- the holder's release passes the key on
 end
 return {'0', tostring(redis.call('PTTL', KEYS[1])), tostring(redis.call('ZRANK', KEYS[4], member))}
