@@ -196,7 +196,7 @@ func (h *service) Renew(ctx context.Context, req *connect.Request[distlockv1.Ren
 			return nil, s.storeError(ctx, "renew", key, sk, err)
 		}
 		if !info.Held {
-			return nil, s.storeError(ctx, "renew", key, sk, distlock.ErrNotHeld)
+			return nil, s.storeError(ctx, "renew", key, sk, s.renewRefused(sk))
 		}
 		lease = leaseOf(info, s.limits.DefaultLease)
 	}

@@ -417,12 +417,27 @@ func (s *Server) renewToken(ctx context.Context, sk, token string, lease time.Du
 	case errors.Is(err, distlock.ErrNotHeld):
 		// Not the current holder's token (that one would renew): the
 		// renewer lost its hold. Its owner is unknown here.
-		m.lossLocked(LossRenewRefused, sk, distlock.Info{}, time.Now(), "not held: the lease ran out, or the lock was released or force-released", "")
+		m.lossLocked(LossRenewRefused, sk, distlock.Info{}, time.Now(), renewRefusedReason, "")
 	case ctx.Err() == nil && t != nil && !t.failing:
 		t.failing = true
 		m.bumpLocked()
 	}
 	return err
+}
+
+// renewRefusedReason is the reason of a refused renewal's loss.
+const renewRefusedReason = "not held: the lease ran out, or the lock was released or force-released"
+
+// renewRefused tells the monitor of a renewal of sk refused before any
+// renewal was tried (the key was found free), and returns
+// distlock.ErrNotHeld.
+func (s *Server) renewRefused(sk string) error {
+	m := &s.mon
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.initLocked()
+	m.lossLocked(LossRenewRefused, sk, distlock.Info{}, time.Now(), renewRefusedReason, "")
+	return distlock.ErrNotHeld
 }
 
 // releaseToken is s.client.ReleaseToken, told to the monitor.
