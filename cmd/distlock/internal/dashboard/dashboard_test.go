@@ -1,0 +1,341 @@
+package dashboard_test
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/chromedp"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/backend/remotelock"
+	distlockv1 "github.com/distlock/distlock/gen/distlock/v1"
+)
+
+// live is how soon a change must show in an open page: the issue's "within
+// a second, without a reload".
+const live = time.Second
+
+// TestDashboard drives the dashboard in headless Chromium against the lock
+// service over a real etcd: each subtest in a browser context of its own
+// (its own cookies), with keys of its own.
+func TestDashboard(t *testing.T) {
+	svc := newService(t)
+	bctx := browser(t)
+	alpha, beta := svc.api(alphaClient), svc.api(betaClient)
+
+	t.Run("load the page", func(t *testing.T) {
+		ctx := tab(t, bctx)
+		do(t, ctx, "open the page", chromedp.Navigate(svc.url+"/"), chromedp.WaitVisible(chromedp.CSS("#token")))
+		if page := html(t, ctx); strings.Contains(page, "locks-body") {
+			t.Errorf("before signing in the page shows the tables:\n%s", page)
+		}
+		login(t, ctx, svc.url, alphaViewer, true)
+		waitFor(t, ctx, 2*time.Second, "the live status", `document.getElementById("live")?.textContent.includes("Live")`)
+		if !eval[bool](t, ctx, `!document.getElementById("locks-empty").hidden && document.getElementById("locks-empty").textContent.includes("curl")`) {
+			t.Errorf("no lock held, and the empty state does not say how to take one:\n%s", html(t, ctx))
+		}
+		if who := eval[string](t, ctx, `document.getElementById("who").textContent`); !strings.Contains(who, "alpha") || !strings.Contains(who, "viewer") {
+			t.Errorf("the header says %q, want tenant alpha and role viewer", who)
+		}
+
+		// On a phone the cells of a row stack as labelled lines, and
+		// nothing scrolls sideways.
+		k := keyFor(t, "orders/10482/charge-the-card-of-the-customer-once")
+		a := acquire(t, alpha, &distlockv1.AcquireRequest{Key: k, Owner: "checkout-7f9c4b6d8-x2k9q", BusinessId: "order 10482"})
+		waitFor(t, ctx, live, "the row", row("alpha", k)+" !== null")
+		do(t, ctx, "a phone's viewport", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2)))
+		waitFor(t, ctx, 2*time.Second, "no sideways scrolling at 390px", `document.documentElement.scrollWidth <= 390`)
+		if d := eval[string](t, ctx, `getComputedStyle(`+row("alpha", k)+`.querySelector("td.key")).display`); d != "flex" {
+			t.Errorf("on a phone a cell's display is %q, want the stacked flex", d)
+		}
+		do(t, ctx, "a laptop's viewport", chromedp.EmulateViewport(1280, 900))
+
+		// Without JavaScript the same page is a static table that reloads
+		// itself.
+		off := tab(t, bctx)
+		do(t, off, "turn scripts off", scriptsOff())
+		login(t, off, svc.url, alphaViewer, false)
+		page := html(t, off)
+		for _, want := range []string{`data-key="alpha/` + k + `"`, "checkout-7f9c4b6d8-x2k9q", "order 10482", `http-equiv="refresh"`, "in "} {
+			if !strings.Contains(page, want) {
+				t.Errorf("the static page lacks %q:\n%s", want, page)
+			}
+		}
+		k2 := keyFor(t, "later")
+		a2 := acquire(t, alpha, &distlockv1.AcquireRequest{Key: k2})
+		deadline := time.Now().Add(6 * time.Second)
+		for !strings.Contains(html(t, off), `data-key="alpha/`+k2+`"`) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the static page did not reload itself within 6s to show %q", k2)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if eval[bool](t, off, `typeof window.distlockDashboard !== "undefined"`) {
+			t.Error("the script ran although scripts are off")
+		}
+		release(t, alpha, k, a.GetToken())
+		release(t, alpha, k2, a2.GetToken())
+	})
+
+	t.Run("acquire through the API and see the row appear within a second", func(t *testing.T) {
+		ctx := tab(t, bctx)
+		login(t, ctx, svc.url, alphaViewer, true)
+		k := keyFor(t, "invoice-7")
+		a := acquire(t, alpha, &distlockv1.AcquireRequest{Key: k, Owner: "billing-worker-1", BusinessId: "invoice 7", Lease: durationpb.New(30 * time.Second)})
+		took := waitFor(t, ctx, live, "the row of the new lock", row("alpha", k)+" !== null")
+		t.Logf("the row appeared %v after the grant", took.Round(time.Millisecond))
+		r := row("alpha", k)
+		got := eval[[]string](t, ctx, `[...`+r+`.querySelectorAll("td")].map(c => c.textContent)`)
+		text := strings.Join(got, " | ")
+		for _, want := range []string{k, "billing-worker-1", "invoice 7", "in 2", " " + itoa(a.GetFence()) + " "} {
+			if !strings.Contains(" "+text+" ", want) {
+				t.Errorf("row %q lacks %q", text, want)
+			}
+		}
+		if held := cell(t, ctx, "alpha", k, "since"); held != "<1s" && held != "1s" && held != "2s" {
+			t.Errorf("held for %q, want about 0s", held)
+		}
+		release(t, alpha, k, a.GetToken())
+	})
+
+	t.Run("renew and see lease left move", func(t *testing.T) {
+		ctx := tab(t, bctx)
+		login(t, ctx, svc.url, alphaViewer, true)
+		k := keyFor(t, "lease")
+		a := acquire(t, alpha, &distlockv1.AcquireRequest{Key: k, Lease: durationpb.New(30 * time.Second)})
+		waitFor(t, ctx, live, "the row", row("alpha", k)+" !== null")
+		if left := cell(t, ctx, "alpha", k, "left"); !strings.HasPrefix(left, "in 2") && left != "in 30s" {
+			t.Errorf("lease left %q, want in about 30s", left)
+		}
+		if _, err := alpha.Renew(callCtx(t), connect.NewRequest(&distlockv1.RenewRequest{Key: k, Token: a.GetToken(), Lease: durationpb.New(10 * time.Minute)})); err != nil {
+			t.Fatal(err)
+		}
+		cond := `(() => { const c = ` + row("alpha", k) + `?.querySelector("td.left"); return !!c && (c.textContent.startsWith("in 9m") || c.textContent === "in 10m00s"); })()`
+		took := waitFor(t, ctx, live, "lease left after the renewal", cond)
+		t.Logf("lease left moved %v after the renewal: %s", took.Round(time.Millisecond), cell(t, ctx, "alpha", k, "left"))
+		release(t, alpha, k, a.GetToken())
+	})
+
+	t.Run("release and see it go", func(t *testing.T) {
+		ctx := tab(t, bctx)
+		login(t, ctx, svc.url, alphaViewer, true)
+		k := keyFor(t, "gone")
+		a := acquire(t, alpha, &distlockv1.AcquireRequest{Key: k})
+		waitFor(t, ctx, live, "the row", row("alpha", k)+" !== null")
+		release(t, alpha, k, a.GetToken())
+		took := waitFor(t, ctx, live, "the row to go", row("alpha", k)+" === null")
+		t.Logf("the row went %v after the release", took.Round(time.Millisecond))
+
+		// A dropped stream resumes without duplicating or missing a row:
+		// the changes made while it was down show once, exactly.
+		kept, dropped, added := keyFor(t, "kept"), keyFor(t, "dropped"), keyFor(t, "added")
+		ak := acquire(t, alpha, &distlockv1.AcquireRequest{Key: kept})
+		ad := acquire(t, alpha, &distlockv1.AcquireRequest{Key: dropped})
+		waitFor(t, ctx, live, "the rows", row("alpha", kept)+" !== null && "+row("alpha", dropped)+" !== null")
+		opens := eval[int](t, ctx, `window.distlockDashboard.opens`)
+		svc.http.CloseClientConnections() // the browser's stream too
+		svc.h2c.CloseIdleConnections()
+		aa := acquire(t, alpha, &distlockv1.AcquireRequest{Key: added})
+		release(t, alpha, dropped, ad.GetToken())
+		if now := eval[int](t, ctx, `window.distlockDashboard.opens`); now != opens {
+			t.Errorf("the stream reconnected before the changes were made (opens %d, then %d): the check below proves nothing", opens, now)
+		}
+		waitFor(t, ctx, 10*time.Second, "the stream to reconnect", `window.distlockDashboard.opens > `+itoa(uint64(opens)))
+		waitFor(t, ctx, live, "the changes made while the stream was down",
+			row("alpha", added)+" !== null && "+row("alpha", dropped)+" === null && "+row("alpha", kept)+" !== null")
+		if !eval[bool](t, ctx, `(() => { const ks = [...document.querySelectorAll("#locks-body tr")].map(r => r.dataset.key); return new Set(ks).size === ks.length; })()`) {
+			t.Errorf("a row shows twice after the reconnection: %v", eval[[]string](t, ctx, `[...document.querySelectorAll("#locks-body tr")].map(r => r.dataset.key)`))
+		}
+		release(t, alpha, kept, ak.GetToken())
+		release(t, alpha, added, aa.GetToken())
+	})
+
+	t.Run("a lock that expires shows in recent expiries", func(t *testing.T) {
+		ctx := tab(t, bctx)
+		login(t, ctx, svc.url, alphaViewer, true)
+		k := keyFor(t, "crashed-holder")
+		a := acquire(t, alpha, &distlockv1.AcquireRequest{Key: k, Owner: "worker-that-died", Lease: durationpb.New(time.Second)})
+		loss := `document.querySelector('#losses-body tr[data-key="alpha/` + k + `"][data-kind="expired"]')`
+		took := waitFor(t, ctx, 15*time.Second, "the expiry in recent losses", loss+" !== null && "+row("alpha", k)+" === null")
+		t.Logf("the expiry showed %v after the grant of a 1s lease", took.Round(time.Millisecond))
+		text := eval[string](t, ctx, loss+".textContent")
+		for _, want := range []string{"expired", "worker-that-died", itoa(a.GetFence())} {
+			if !strings.Contains(text, want) {
+				t.Errorf("the loss row %q lacks %q", text, want)
+			}
+		}
+	})
+
+	t.Run("a viewer of tenant A never sees tenant B's lock", func(t *testing.T) {
+		ctx := tab(t, bctx)
+		login(t, ctx, svc.url, alphaViewer, true)
+		secret := keyFor(t, "beta-only-7c1e")
+		b := acquire(t, beta, &distlockv1.AcquireRequest{Key: secret, Owner: "beta-owner"})
+		marker := keyFor(t, "alpha-marker")
+		m := acquire(t, alpha, &distlockv1.AcquireRequest{Key: marker})
+		waitFor(t, ctx, live, "alpha's own lock", row("alpha", marker)+" !== null")
+		time.Sleep(700 * time.Millisecond) // another view's worth of time
+		if page := html(t, ctx); strings.Contains(page, "beta-only-7c1e") || strings.Contains(page, "beta-owner") {
+			t.Errorf("alpha's viewer sees beta's lock:\n%s", page)
+		}
+		// Nor in the page as the server renders it, even when the viewer
+		// searches for the key (the search box then holds its name).
+		for _, path := range []string{"/", "/?prefix=" + secret} {
+			status, body := get(t, svc.url+path, alphaViewer)
+			if status != http.StatusOK || strings.Contains(body, `data-key="beta/`) || strings.Contains(body, "beta-owner") ||
+				(path == "/" && strings.Contains(body, "beta-only-7c1e")) {
+				t.Errorf("GET %s as alpha's viewer: %d, beta's lock shown:\n%s", path, status, body)
+			}
+		}
+		// The lock is there: beta's client and the admin see it.
+		adm := tab(t, bctx)
+		login(t, adm, svc.url, opsAdmin, true)
+		waitFor(t, adm, live, "beta's lock in the admin's view", row("beta", secret)+" !== null")
+		release(t, beta, secret, b.GetToken())
+		release(t, alpha, marker, m.GetToken())
+	})
+
+	t.Run("a wrong token sees nothing", func(t *testing.T) {
+		k := keyFor(t, "not-for-strangers")
+		a := acquire(t, alpha, &distlockv1.AcquireRequest{Key: k})
+		ctx := tab(t, bctx)
+		do(t, ctx, "sign in with a wrong token",
+			chromedp.Navigate(svc.url+"/"),
+			chromedp.WaitVisible(chromedp.CSS("#token")),
+			chromedp.SetValue(chromedp.CSS("#token"), "not-a-token-of-this-service"),
+			chromedp.Click(chromedp.CSS("#login")),
+			chromedp.WaitVisible(chromedp.CSS("#error")),
+		)
+		page := html(t, ctx)
+		if !strings.Contains(page, `id="login-form"`) || strings.Contains(page, "locks-body") || strings.Contains(page, "dash/") {
+			t.Errorf("a wrong token's page shows more than the login form and an error:\n%s", page)
+		}
+		if strings.Contains(page, "not-a-token-of-this-service") {
+			t.Error("the page echoes the token")
+		}
+		// No cookie came of it: the page is still the form.
+		do(t, ctx, "reload", chromedp.Navigate(svc.url+"/"), chromedp.WaitVisible(chromedp.CSS("#token")))
+		// A forged cookie gets the form and an error, the stream nothing.
+		status, body := get(t, svc.url+"/", "forged-token-000000000")
+		if status != http.StatusUnauthorized || !strings.Contains(body, `id="login-form"`) || strings.Contains(body, "dash/") {
+			t.Errorf("GET / with a forged cookie: %d\n%s", status, body)
+		}
+		for _, tok := range []string{"forged-token-000000000", ""} {
+			if status, body := get(t, svc.url+"/dashboard/events", tok); status != http.StatusUnauthorized || strings.Contains(body, "dash/") {
+				t.Errorf("the event stream with token %q: %d %q", tok, status, body)
+			}
+		}
+		release(t, alpha, k, a.GetToken())
+	})
+
+	t.Run("force-release as admin removes the lock and the holder's client is told", func(t *testing.T) {
+		k := keyFor(t, "stuck-report")
+		rb, err := remotelock.New(nil, svc.url, remotelock.WithToken(alphaClient), remotelock.WithLossWatch())
+		if err != nil {
+			t.Fatal(err)
+		}
+		holder := distlock.New(rb)
+		defer func() {
+			if err := holder.Close(); err != nil {
+				t.Errorf("holder close: %v", err)
+			}
+		}()
+		l, err := holder.Lock(callCtx(t), k, distlock.WithOwner("report-runner"), distlock.WithBusinessID("nightly report"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := tab(t, bctx)
+		login(t, ctx, svc.url, opsAdmin, true)
+		waitFor(t, ctx, live, "the holder's row", row("alpha", k)+" !== null")
+		const reason = "the report hung after deploy 4812"
+		do(t, ctx, "force release from the page",
+			chromedp.Click(chromedp.CSS(`tr[data-key="alpha/`+k+`"] a.force`)),
+			chromedp.WaitVisible(chromedp.CSS("#reason")),
+		)
+		if page := html(t, ctx); !strings.Contains(page, "report-runner") || !strings.Contains(page, "Force-release") {
+			t.Errorf("the confirmation does not say what it releases:\n%s", page)
+		}
+		do(t, ctx, "confirm with a reason",
+			chromedp.SetValue(chromedp.CSS("#reason"), reason),
+			chromedp.Click(chromedp.CSS("#confirm")),
+			chromedp.WaitVisible(chromedp.CSS("#notice")),
+		)
+		waitFor(t, ctx, live, "the lock to go", row("alpha", k)+" === null")
+		waitFor(t, ctx, live, "the forced release in recent losses",
+			`document.querySelector('#losses-body tr[data-key="alpha/`+k+`"][data-kind="force released"]')?.textContent.includes(`+quote(reason)+`)`)
+		select {
+		case <-l.Done():
+			if !errors.Is(l.Err(), distlock.ErrLockLost) {
+				t.Errorf("the holder's lock ended with %v, want ErrLockLost", l.Err())
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the holder was not told within 10s")
+		}
+		var found bool
+		for _, r := range svc.logs.records(t, "force release") {
+			if r["key"] == k {
+				found = true
+				if r["reason"] != reason || r["target_tenant"] != "alpha" || r["tenant"] != "ops" || r["held"] != true {
+					t.Errorf("audit record %v, want reason %q, target tenant alpha, by ops, held", r, reason)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no audit record of the forced release of %q:\n%s", k, svc.logs)
+		}
+		if strings.Contains(svc.logs.String(), opsAdmin) {
+			t.Error("the log holds the admin's token")
+		}
+	})
+}
+
+// scriptsOff is a step that disables the page's scripts.
+func scriptsOff() chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, t, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true})
+		return chromedp.Void{}, err
+	}
+}
+
+// get fetches url with token in the dashboard's cookie (none if empty),
+// reading at most 64 KiB within 3 seconds: enough to see what an event
+// stream sends first.
+func get(t *testing.T, url, token string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.AddCookie(&http.Cookie{Name: "distlock_token", Value: base64.RawURLEncoding.EncodeToString([]byte(token))})
+	}
+	c := &http.Client{Transport: &http.Transport{}}
+	defer c.CloseIdleConnections()
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10)) // a stream ends at the timeout
+	return res.StatusCode, string(b)
+}
+
+func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
+
+// quote is s as a JavaScript string literal.
+func quote(s string) string {
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`
+}

@@ -1,0 +1,132 @@
+package dashboard
+
+import (
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"connectrpc.com/connect"
+
+	"github.com/distlock/distlock/cmd/distlock/internal/auth"
+)
+
+// A forced release takes two steps, with or without JavaScript: the row's
+// link (GET /dashboard/force-release?tenant=T&key=K&fence=F) shows what
+// would be released and asks for a reason; the form's POST, with the CSRF
+// token and confirm=yes, releases it through server.ForceReleaseAs, which
+// refuses if the key is no longer held with that fence.
+
+// maxReasonLen bounds a reason as the API does.
+const maxReasonLen = 1024
+
+// confirmForce serves the confirmation page of a forced release.
+func (d *Dashboard) confirmForce(w http.ResponseWriter, r *http.Request) {
+	id, ok := d.admin(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	fence, _ := strconv.ParseUint(q.Get("fence"), 10, 64)
+	c := &confirmData{Tenant: q.Get("tenant"), Key: q.Get("key"), Fence: fence}
+	d.renderConfirm(w, r, id, c, http.StatusOK, "")
+}
+
+// force serves the confirmed POST of a forced release.
+func (d *Dashboard) force(w http.ResponseWriter, r *http.Request) {
+	id, ok := d.admin(w, r)
+	if !ok {
+		return
+	}
+	if !parseForm(w, r) || !checkCSRF(r) {
+		d.render(w, r, http.StatusForbidden, d.loginData(w, r, errStaleForm))
+		return
+	}
+	fence, _ := strconv.ParseUint(r.PostFormValue("fence"), 10, 64)
+	c := &confirmData{
+		Tenant: r.PostFormValue("tenant"), Key: r.PostFormValue("key"), Fence: fence,
+		Reason: strings.TrimSpace(r.PostFormValue("reason")),
+	}
+	switch {
+	case r.PostFormValue("confirm") != "yes":
+		d.renderConfirm(w, r, id, c, http.StatusBadRequest, "Confirm the release with the button.")
+		return
+	case c.Reason == "":
+		d.renderConfirm(w, r, id, c, http.StatusBadRequest, "Give a reason: the audit log records it.")
+		return
+	case len(c.Reason) > maxReasonLen:
+		d.renderConfirm(w, r, id, c, http.StatusBadRequest, "The reason is too long (at most 1024 bytes).")
+		return
+	}
+	released, err := d.srv.ForceReleaseAs(r.Context(), id, c.Tenant, c.Key, c.Reason, c.Fence)
+	if err != nil {
+		status := http.StatusBadGateway
+		switch connect.CodeOf(err) {
+		case connect.CodeInvalidArgument:
+			status = http.StatusBadRequest
+		case connect.CodeFailedPrecondition:
+			status = http.StatusConflict
+		case connect.CodePermissionDenied:
+			status = http.StatusForbidden
+		case connect.CodeResourceExhausted:
+			status = http.StatusTooManyRequests
+		case connect.CodeUnavailable:
+			status = http.StatusServiceUnavailable
+		}
+		d.renderConfirm(w, r, id, c, status, "Nothing was released: "+connectMessage(err))
+		return
+	}
+	if !released {
+		d.renderConfirm(w, r, id, c, http.StatusConflict, "The key was free already: nothing was released.")
+		return
+	}
+	http.Redirect(w, r, "/?released="+url.QueryEscape(c.Tenant+"/"+c.Key), http.StatusSeeOther)
+}
+
+// admin returns the request's identity if it is an admin's; otherwise it
+// answers with the login form or a refusal, and false.
+func (d *Dashboard) admin(w http.ResponseWriter, r *http.Request) (auth.Identity, bool) {
+	id, ok, _ := d.identify(r)
+	switch {
+	case !ok:
+		d.render(w, r, http.StatusUnauthorized, d.loginData(w, r, "Sign in with an admin token to force-release a lock."))
+		return id, false
+	case !id.Role.Allows(auth.Administer):
+		data := d.dashboardData(w, r, id, "")
+		data.Error = "Only an admin token may force-release a lock; this one is a " + id.Role.String() + "'s."
+		d.render(w, r, http.StatusForbidden, data)
+		return id, false
+	}
+	return id, true
+}
+
+// renderConfirm shows the confirmation page, with the hold as the monitor
+// knows it.
+func (d *Dashboard) renderConfirm(w http.ResponseWriter, r *http.Request, id auth.Identity, c *confirmData, status int, msg string) {
+	if c.Tenant == "" {
+		c.Tenant = id.Tenant
+	}
+	v, _ := d.srv.Monitor(id, c.Key)
+	for i, l := range v.Locks {
+		if l.Tenant == c.Tenant && l.Key == c.Key {
+			c.Lock = &v.Locks[i]
+			if c.Fence == 0 {
+				c.Fence = l.Fence
+			}
+			break
+		}
+	}
+	data := d.dashboardData(w, r, id, "")
+	data.Title = "distlock: force release"
+	data.Confirm = c
+	data.Error = msg
+	d.render(w, r, status, data)
+}
+
+// connectMessage is err's message without its code.
+func connectMessage(err error) string {
+	if ce, ok := err.(*connect.Error); ok {
+		return ce.Message()
+	}
+	return err.Error()
+}
