@@ -20,6 +20,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/cmd/distlock/internal/auth"
+	"github.com/distlock/distlock/cmd/distlock/internal/dashboard"
 	"github.com/distlock/distlock/cmd/distlock/internal/server"
 	"github.com/distlock/distlock/telemetry"
 )
@@ -313,6 +314,11 @@ func (cfg *serveConfig) run(ctx context.Context) error {
 
 	mux := http.NewServeMux()
 	mux.Handle("/", srv.Handler())
+	dash, err := dashboard.New(dashboard.Config{Server: srv, Logger: cfg.log})
+	if err != nil {
+		return exit(ExitError, &opError{op: "serve: dashboard", err: err})
+	}
+	dash.Register(mux) // the web page: GET / and /dashboard/
 	// The store's own metrics (the embedded etcd's, Go's and the process's)
 	// are on the default registry; the service's are on reg.
 	mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{reg, prometheus.DefaultGatherer},
