@@ -84,8 +84,14 @@ func serveCommandLine(env []string, args ...string) *exec.Cmd {
 // banner. The process is killed when the test ends, if it still runs.
 func startServe(t *testing.T, env []string, args ...string) *serveProc {
 	t.Helper()
-	p := &serveProc{t: t, stderr: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd = serveCommandLine(env, append([]string{"serve", "-o", "json"}, args...)...)
+	return startServeCmd(t, serveCommandLine(env, append([]string{"serve", "-o", "json"}, args...)...), args)
+}
+
+// startServeCmd starts cmd, a distlock serve -o json with args, and waits
+// for its banner, as startServe does.
+func startServeCmd(t *testing.T, cmd *exec.Cmd, args []string) *serveProc {
+	t.Helper()
+	p := &serveProc{t: t, stderr: &syncBuffer{}, done: make(chan struct{}), cmd: cmd}
 	p.cmd.Stderr = p.stderr
 	out, err := p.cmd.StdoutPipe()
 	if err != nil {
