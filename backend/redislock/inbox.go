@@ -166,20 +166,6 @@ func (ib *inbox) first(key string) (nextWaiter, bool, bool) {
 	return ln.waiters[0].next, ln.passedOver < maxPassOver, true
 }
 
-// handedOver counts a release's handoff to a waiter of key's line: over
-// other clients' queued waiters, or not (which starts the count again).
-func (ib *inbox) handedOver(key string, over bool) {
-	ib.mu.Lock()
-	defer ib.mu.Unlock()
-	if ln := ib.lines[key]; ln != nil {
-		if over {
-			ln.passedOver++
-		} else {
-			ln.passedOver = 0
-		}
-	}
-}
-
 // released wakes the first waiter of key's line, if any, after this backend
 // released the key for real, and starts the handoff count again.
 func (ib *inbox) released(key string) {
@@ -191,13 +177,22 @@ func (ib *inbox) released(key string) {
 	}
 }
 
-// grant hands g to the waiter with token, a release's grant to it. It
-// reports false if the waiter stopped waiting without the key, so that the
-// caller frees it again. A waiter that is gone with the key took it already:
-// one of its own steps found the key granted before this hand-over came.
-func (ib *inbox) grant(token string, g driver.Grant) bool {
+// grant hands g to the waiter with token, a release's grant to it, and
+// counts the handoff for key's line: over other clients' queued waiters, or
+// not (which starts the count again). It reports false if the waiter
+// stopped waiting without the key, so that the caller frees it again. A
+// waiter that is gone with the key took it already: one of its own steps
+// found the key granted before this hand-over came.
+func (ib *inbox) grant(key, token string, g driver.Grant, over bool) bool {
 	ib.mu.Lock()
 	defer ib.mu.Unlock()
+	if ln := ib.lines[key]; ln != nil {
+		if over {
+			ln.passedOver++
+		} else {
+			ln.passedOver = 0
+		}
+	}
 	mb := ib.waiters[token]
 	if mb == nil {
 		if _, ok := ib.gaveUp[token]; ok {

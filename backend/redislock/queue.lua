@@ -60,17 +60,27 @@ end
 
 -- grant gives the free key to token for ttl ms, with metadata meta (nil:
 -- the queued entry's, if any), takes member, if any, out of the queue and
--- returns the fence. The lock is marked if others still wait. t: see
--- nextFence.
-local function grant(token, ttl, meta, member, t)
+-- returns the fence. The lock is marked if others still wait; marked, if
+-- not nil, says whether they did before, which spares a look at the queue
+-- when member was not in it. t: see nextFence.
+local function grant(token, ttl, meta, member, t, marked)
+	local removed = 0
 	if member then
-		if meta == nil then
-			meta = redis.call('HGET', KEYS[6], member) or ''
+		removed = redis.call('ZREM', KEYS[4], member)
+		if removed > 0 then
+			redis.call('ZREM', KEYS[5], member)
+			local queued = redis.call('HGET', KEYS[6], member)
+			if queued then
+				redis.call('HDEL', KEYS[6], member)
+				meta = meta or queued
+			end
 		end
-		dequeue(member, meta ~= '')
 	end
 	local value = token
-	if redis.call('EXISTS', KEYS[4]) == 1 then
+	if removed > 0 or marked == nil then
+		marked = redis.call('EXISTS', KEYS[4]) == 1
+	end
+	if marked then
 		value = token .. '\n'
 	end
 	-- The fence first: a script that fails keeps the writes it made, and the

@@ -226,8 +226,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 	}
 	// Granted to a waiter of ours.
 	fence, err := strconv.ParseUint(r[2], 10, 64)
-	if err == nil && b.inbox.grant(r[1], driver.Grant{Fence: fence, Sent: sent}) {
-		b.inbox.handedOver(key, r[3] == "1")
+	if err == nil && b.inbox.grant(key, r[1], driver.Grant{Fence: fence, Sent: sent}, r[3] == "1") {
 		return nil
 	}
 	// The waiter stopped waiting meanwhile: free the key for the next one.

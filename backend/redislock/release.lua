@@ -26,7 +26,7 @@ if marked then
 end
 if ARGV[4] and (not marked or ARGV[8] == '1') then
 	redis.call('DEL', KEYS[3])
-	return {'2', ARGV[4], string.format('%.0f', grant(ARGV[4], ARGV[5], ARGV[6], ARGV[7])), over}
+	return {'2', ARGV[4], string.format('%.0f', grant(ARGV[4], ARGV[5], ARGV[6], ARGV[7], nil, marked)), over}
 end
 redis.call('DEL', KEYS[1], KEYS[3])
 if not marked then
