@@ -33,12 +33,19 @@
 //
 // # Keys
 //
-// A lock key K lives under three Redis names that share the hash tag {K}, so
-// that they sit in one Cluster slot and one script can touch them all:
+// A lock key K lives under Redis names that share the hash tag {K}, so that
+// they sit in one Cluster slot and one script can touch them all:
 //
-//	<prefix>{K}        the holder's token (with "\n" appended once another token was refused), with the lease as time to live
+//	<prefix>{K}        the lock (below), with the lease as time to live
 //	<prefix>{K}:fence  the fence of the last grant, living a minute beyond the lease of the last grant or renewal
 //	<prefix>{K}:meta   the holder's metadata as JSON, with the lease as time to live
+//	<prefix>{K}:q      the waiters' queue: a sorted set of entries by arrival
+//	<prefix>{K}:qt     the same entries by the time they expire unless refreshed
+//	<prefix>{K}:qm     the metadata of queued waiters that have some
+//
+// The lock's value is the holder's token, followed by "\n" once a waiter
+// queued for the key (its release then passes the key on). An entry of the
+// queue is "<client id>|<time to live in ms>|<token>".
 //
 // The prefix is "distlock:" unless WithPrefix says otherwise. In K, "\" is
 // written "\\" and "}" is written "\]", so that the tag always ends where K
@@ -47,26 +54,26 @@
 // Release deletes the lock and its metadata; only the fence counter stays,
 // and it expires a minute after the lease of the last grant or renewal (or,
 // if a clock stepped back left it ahead of the server's clock, once the
-// clock has passed it). Every key the backend writes therefore expires:
-// locking many distinct names leaves at most the names used within the last
-// lease plus a minute, and nothing grows without bound. Counters written by
-// earlier versions of this package have no expiry until their name is
-// locked again.
+// clock has passed it). The queue's keys live as long as its longest-lived
+// entry. Every key the backend writes therefore expires: locking many
+// distinct names leaves at most the names used within the last lease plus a
+// minute, and nothing grows without bound. Counters written by earlier
+// versions of this package have no expiry until their name is locked again.
 //
 // # Requests
 //
 // Each request is one Lua script, run by its SHA1 (EVALSHA) and loaded on
-// NOSCRIPT; they need Redis 5.0 or later. Acquire does SET NX PX and, in the
-// same script, advances the fence counter and sets its expiry (one SET GET
-// PX on Redis 7.0 or later, GETSET and PEXPIRE before); a retry by the token
-// that already holds gets the same fence, and a refused attempt marks the
-// holder's value. Renew compares the token, then PEXPIREs the lock and its
-// metadata and extends the counter's expiry, never shortening it. Release
-// compares the token, then DELs and, if the value was marked, PUBLISHes a
-// release notice on the channel <prefix>{K}: a release nobody waited for
-// publishes nothing. ForceRelease (driver.ForceReleaser, for operators)
-// deletes the lock whatever token holds it and returns what it held, with
-// the same notice. Tokens may not contain "\n".
+// NOSCRIPT; they need Redis 5.0 or later. Acquire (one attempt, which never
+// queues) does SET NX PX and, in the same script, advances the fence
+// counter and sets its expiry (one SET GET PX on Redis 7.0 or later, GETSET
+// and PEXPIRE before); a retry by the token that already holds gets the same
+// fence. A step of a waiter does the same on a free key, and otherwise
+// queues the waiter or refreshes its entry. Renew compares the token, then
+// PEXPIREs the lock and its metadata and extends the counter's expiry,
+// never shortening it. Release compares the token, then passes the key on
+// (below) or, if nobody queued, DELs it. ForceRelease (driver.ForceReleaser,
+// for operators) deletes the lock whatever token holds it, returns what it
+// held, and passes the key on too. Tokens may not contain "\n".
 //
 // # Fencing
 //
@@ -89,18 +96,56 @@
 //
 // # Waiting
 //
-// Backend implements driver.Notifier. All waiters of a backend share one
-// subscription connection; channels are refcounted by their waiters, and a
-// notice wakes the longest waiting waiter of the key in this process. A key
-// is subscribed only after it has had a waiter for 5ms (most waits end
-// sooner), and stays subscribed for a second after its last waiter left.
-// When a subscription is confirmed, a waiter re-checks the key, so no
-// release between its last attempt and the subscription is missed. Leases
-// that expire publish nothing; the client's backoff poll catches them, and
-// lost notices.
+// Backend implements driver.Waiter: waiters of every client queue for a key
+// in Redis, first come, first served, and a release wakes only the waiter
+// whose turn it is.
 //
-// On Cluster the notices use regular pub/sub, not sharded pub/sub: the one
-// subscription connection then serves every slot, at the cost of each notice
-// crossing the cluster bus to every node. Releases nobody waited for send no
-// notice at all.
+//   - A backend lines up its own waiters for a key; only the first of them
+//     queues in Redis. Its first step is an attempt like Acquire's; if the
+//     key is held, the step queues it, once the backend listens for notices
+//     (below).
+//   - An entry expires unless its waiter refreshes it (WithWaiterTimeout,
+//     default 1s), which a live waiter does every fifth to third of that
+//     time, jittered; the refresh also catches a lost notice. The first
+//     waiter looks again when the holder's lease runs out.
+//   - A release of a queued-for key passes it to the first live waiter, in
+//     the release's own script: it grants the waiter the key and publishes
+//     the waiter's token and fence on that waiter's client's channel,
+//     <prefix>notify:<client id>, one notice to the one client concerned;
+//     the waiter holds the key without a round trip of its own, its lease
+//     counted from its last refused step, which ran before the grant. A
+//     waiter of the releasing backend gets the grant in process instead.
+//     PUBLISH says whether the client listens; if nobody heard the notice
+//     (the waiter's process died, closing its connections), the next waiter
+//     gets the key in the same script.
+//   - A release by a backend whose next waiter for the key is its own hands
+//     the key straight to it in the same script; while other clients'
+//     waiters are queued it does so at most 16 times in a row, then passes
+//     the key to the first of them, so a client with many waiters cannot
+//     starve the others.
+//   - A waiter that gives up (its wait ended, Close) leaves the queue in one
+//     script, which frees the key if it was granted to it meanwhile.
+//   - All waiters of a backend share one subscription, to one channel,
+//     subscribed when a waiter first has to queue and kept until Close: one
+//     connection, or on a Cluster one per master, so that a notice comes
+//     from the node that runs the release (the cluster bus holds small
+//     messages back now and then) and PUBLISH, which on a Cluster counts
+//     only the listeners connected to the node that runs it, counts every
+//     client. A waiter queues only once the subscription is confirmed, so
+//     its turn is never announced unheard; until then it polls (5-100 ms).
+//     A broken subscription connection is re-established and every waiter
+//     looks again.
+//
+// What a dead waiter costs: a waiter whose process died is passed over at
+// once. One whose host vanished without closing its connections (or whose
+// process froze) at the moment its turn comes is still heard and is granted
+// the key, which is free again when that lease runs out, exactly as if it
+// had been the holder; one that vanished while others were ahead of it is
+// dropped once its entry expires, after the waiter timeout.
+//
+// A key whose holder's lease ran out, without a release, is free for the
+// first attempt; the queued waiters take it on their next step. Clients of
+// earlier versions of this package do not queue and take a free key when
+// they find it; while both versions share a key, each one's waiters learn
+// of the other's releases by polling.
 package redislock
