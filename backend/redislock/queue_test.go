@@ -1,6 +1,8 @@
 package redislock_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -239,4 +241,48 @@ func deadWaiterProcess(t *testing.T, url string, addrs func() []string) {
 			}
 		})
 	}
+}
+
+// TestBackendCloseLeavesQueue closes a backend, not its client, while one of
+// its waiters is queued: the wait must end with ErrClosed and leave no entry
+// in the queue, and the key must go to the next client at once on release.
+func TestBackendCloseLeavesQueue(t *testing.T) {
+	s := testserver.Redis(t)
+	onEachClient(t, s, func(t *testing.T, ctx context.Context, b driver.Backend) {
+		key := "close-leaves/" + t.Name()
+		held, err := newClient(t, openURL(t, "redis://"+s.Addr())).Lock(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiter := distlock.New(b)
+		defer waiter.Close()
+		got := make(chan error, 1)
+		go func() {
+			_, err := waiter.Lock(ctx, key, distlock.WithWait(20*time.Second))
+			got <- err
+		}()
+		waitQueued(t, []string{s.Addr()}, key, 1)
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-got:
+			if !errors.Is(err, distlock.ErrClosed) {
+				t.Fatalf("wait ended by the backend's Close: %v, want ErrClosed", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the backend's Close did not end the wait")
+		}
+		if n := queued(t, []string{s.Addr()}, key); n != 0 {
+			t.Fatalf("%d entries left in the queue after Close", n)
+		}
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		l, err := newClient(t, openURL(t, "redis://"+s.Addr())).TryLock(ctx, key)
+		if err != nil {
+			t.Fatalf("the key after the release: %v", err)
+		}
+		_ = l.Release(ctx)
+	})
 }

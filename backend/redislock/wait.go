@@ -112,7 +112,9 @@ func (w *queueWaiter) run(ctx context.Context) (driver.Grant, error) {
 			case err == nil && st.fence > 0:
 				w.b.inbox.leave(w.mb, true)
 				return driver.Grant{Fence: st.fence, Sent: sent}, nil
-			case errors.Is(err, driver.ErrClosed):
+			case errors.Is(err, driver.ErrClosed) && w.b.closing.Err() != nil:
+				return w.giveUp(ctx, true, nil) // Close: leave the queue while it waits
+			case errors.Is(err, driver.ErrClosed): // the client was closed: nothing more to send
 				w.b.inbox.leave(w.mb, false)
 				return driver.Grant{}, err
 			case err != nil:
