@@ -30,6 +30,11 @@ func TestDashboardScreenshot(t *testing.T) {
 	svc := newService(t)
 	bctx := browser(t)
 	alpha, beta, admin := svc.api(alphaClient), svc.api(betaClient), svc.api(opsAdmin)
+	// The page is open before the scene begins: the monitor sees expiries
+	// only while a page is open.
+	ctx := tab(t, bctx)
+	do(t, ctx, "a laptop's viewport", chromedp.EmulateViewport(1280, 900))
+	login(t, ctx, svc.url, opsAdmin, true)
 
 	type lock struct {
 		api               distlockv1connect.LockServiceClient
@@ -113,9 +118,6 @@ func TestDashboardScreenshot(t *testing.T) {
 	exp := acquire(t, alpha, &distlockv1.AcquireRequest{Key: "exports/customers-csv", Owner: "export-job-17", BusinessId: "export 17", Lease: durationpb.New(time.Second)})
 	acquire(t, beta, &distlockv1.AcquireRequest{Key: "payments/refund-2207", Owner: "refund-worker-3", BusinessId: "refund 2207", Lease: durationpb.New(10 * time.Second)})
 
-	ctx := tab(t, bctx)
-	do(t, ctx, "a laptop's viewport", chromedp.EmulateViewport(1280, 900))
-	login(t, ctx, svc.url, opsAdmin, true)
 	waitFor(t, ctx, 15*time.Second, "the expiry", `document.querySelector('#losses-body tr[data-key="alpha/exports/customers-csv"][data-kind="expired"]') !== null`)
 	_, err = alpha.Renew(callCtx(t), connect.NewRequest(&distlockv1.RenewRequest{Key: "exports/customers-csv", Token: exp.GetToken()}))
 	if connect.CodeOf(err) != connect.CodeNotFound {
