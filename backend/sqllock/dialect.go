@@ -20,13 +20,16 @@ type Dialect struct {
 	notifies bool // the release statement sends a notice on releaseChannel
 	migrate  []string
 	acquire  string // key, token, ttl µs, owner, metadata -> fence, 0 if held
-	grant    func(ctx context.Context, b *Backend, args ...any) (uint64, error)
-	renew    string   // ttl µs, key, token
-	holds    string   // key, token -> count
-	release  string   // key, token
-	inspect  string   // key -> held, fence, owner, metadata, ttl µs
-	list     string   // prefix, prefix -> key, fence, owner, metadata, ttl µs
-	cleanup  []string // each: retention µs, batch; the last one deletes
+	// acquireQueued is acquire for the head of the key's queue of waiting
+	// clients (PostgreSQL only, see queue.go).
+	acquireQueued string
+	grant         func(ctx context.Context, b *Backend, q string, args ...any) (uint64, error)
+	renew         string   // ttl µs, key, token
+	holds         string   // key, token -> count
+	release       string   // key, token
+	inspect       string   // key -> held, fence, owner, metadata, ttl µs
+	list          string   // prefix, prefix -> key, fence, owner, metadata, ttl µs
+	cleanup       []string // each: retention µs, batch; the last one deletes
 
 	inspectForUpdate string // key -> as inspect, locking the row
 	forceRelease     string // key
@@ -54,7 +57,7 @@ var (
 // Name returns the dialect's name, "postgres" or "mariadb".
 func (d *Dialect) Name() string { return d.name }
 
-func loadDialect(name string, grant func(context.Context, *Backend, ...any) (uint64, error)) *Dialect {
+func loadDialect(name string, grant func(context.Context, *Backend, string, ...any) (uint64, error)) *Dialect {
 	read := func(file string) string {
 		b, err := sqlFiles.ReadFile(path.Join("sql", name, file))
 		if err != nil {
@@ -76,6 +79,9 @@ func loadDialect(name string, grant func(context.Context, *Backend, ...any) (uin
 		cleanup:          splitStatements(read("cleanup.sql")),
 		inspectForUpdate: read("inspect_for_update.sql"),
 		forceRelease:     read("force_release.sql"),
+	}
+	if name == "postgres" {
+		d.acquireQueued = read("acquire_queued.sql")
 	}
 	if name == "mariadb" {
 		d.hasFenceSequence = read("has_fence_sequence.sql")

@@ -16,6 +16,23 @@ type options struct {
 	cleanupBatch   int
 	retention      time.Duration
 	requestTimeout time.Duration
+	noQueue        bool
+}
+
+// WithoutWaitQueue turns the queue of waiting clients off (PostgreSQL; see
+// Watch): each client that waits for a key then retries on every release
+// notice of it, and whichever is first takes it, as does a client that
+// tries without waiting. That saves a waiting client a connection and two
+// round trips per wait, which pays where one client does all the waiting
+// (its own waiters already line up in order), at the price of fairness
+// between clients and of every waiting client's attempt on each release.
+// Give every client of a key the same setting: one without the queue takes
+// a key ahead of the clients queued for it. The default is to queue.
+func WithoutWaitQueue() Option {
+	return func(o *options) error {
+		o.noQueue = true
+		return nil
+	}
 }
 
 // DefaultRequestTimeout bounds each statement the backend runs unless

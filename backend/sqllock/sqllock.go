@@ -23,6 +23,7 @@ type Backend struct {
 	closed  bool // under stmtsMu
 
 	notices *listener // release notices; PostgreSQL only
+	queue   queue     // this backend's places at the head of key queues; PostgreSQL only
 
 	ctx    context.Context // cancelled by Close, ends background work
 	cancel context.CancelFunc
@@ -185,21 +186,26 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if err != nil {
 		return driver.Grant{}, fmt.Errorf("sqllock: acquire %q: metadata: %w", req.Key, err)
 	}
-	fence, err := b.d.grant(ctx, b, req.Key, req.Token, req.TTL.Microseconds(), req.Meta.Owner, meta)
+	q := b.d.acquire
+	if b.d.acquireQueued != "" && (b.opts.noQueue || b.queue.heads(req.Key)) {
+		q = b.d.acquireQueued
+	}
+	fence, err := b.d.grant(ctx, b, q, req.Key, req.Token, req.TTL.Microseconds(), req.Meta.Owner, meta)
 	switch {
 	case err != nil:
 		return driver.Grant{}, b.fail("acquire", req.Key, err)
 	case fence == 0:
 		return driver.Grant{}, fmt.Errorf("sqllock: acquire %q: %w", req.Key, driver.ErrNotAcquired)
 	}
+
 	return driver.Grant{Fence: fence}, nil
 }
 
 // grantReturning runs the acquire statement of a dialect that returns the
 // new fence as a row, and no row if the key is held.
-func grantReturning(ctx context.Context, b *Backend, args ...any) (uint64, error) {
+func grantReturning(ctx context.Context, b *Backend, q string, args ...any) (uint64, error) {
 	var fence int64
-	err := b.scanRow(ctx, func(r *sql.Row) error { return r.Scan(&fence) }, b.d.acquire, args...)
+	err := b.scanRow(ctx, func(r *sql.Row) error { return r.Scan(&fence) }, q, args...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, nil
 	}
@@ -209,8 +215,8 @@ func grantReturning(ctx context.Context, b *Backend, args ...any) (uint64, error
 // grantInsertID runs the acquire statement of a dialect without RETURNING:
 // it sets LAST_INSERT_ID to the new fence, or to 0 if the key is held, and
 // the server reports it with the statement's result.
-func grantInsertID(ctx context.Context, b *Backend, args ...any) (uint64, error) {
-	res, err := b.exec(ctx, b.d.acquire, args...)
+func grantInsertID(ctx context.Context, b *Backend, q string, args ...any) (uint64, error) {
+	res, err := b.exec(ctx, q, args...)
 	if err != nil {
 		return 0, err
 	}
@@ -259,9 +265,13 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 }
 
 // Watch wakes a waiter when key is released. On PostgreSQL (with the pgx
-// driver) one dedicated connection LISTENs for the whole backend; MariaDB has
-// no notification, so there waiters poll and Watch returns an error matching
-// errors.ErrUnsupported.
+// driver) one dedicated connection LISTENs for the whole backend, and Watch
+// first queues the backend for key in the database (see queue.go; off with
+// WithoutWaitQueue): it returns once the backend is at the head of the
+// clients waiting for key, or when ctx ends, so that a release lets one
+// client try, and clients are served in the order they began to wait.
+// MariaDB has no notification, so there waiters poll and Watch returns an
+// error matching errors.ErrUnsupported.
 func (b *Backend) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	if b.notices == nil {
 		return nil, nil, fmt.Errorf("sqllock: %s sends no release notices: %w", b.d.name, errors.ErrUnsupported)
@@ -277,7 +287,12 @@ func (b *Backend) Watch(ctx context.Context, key string) (<-chan struct{}, func(
 	if err != nil {
 		return nil, nil, b.fail("watch", key, err)
 	}
-	return wake, stop, nil
+	leave, err := b.queue.join(ctx, b, key)
+	if err != nil {
+		stop()
+		return nil, nil, b.fail("watch", key, err)
+	}
+	return wake, func() { stop(); leave() }, nil
 }
 
 // Close stops the periodic cleanup, closes the prepared statements, and

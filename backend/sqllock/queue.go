@@ -1,0 +1,100 @@
+package sqllock
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"sync"
+)
+
+// On PostgreSQL, clients that wait for a key queue for it in the database,
+// so that a release wakes one client, not every client that waits, and
+// clients are served in the order they began to wait. The queue is the
+// session advisory lock (queueClass, hashtext(key)): a backend whose waiter
+// calls Watch takes it on a connection of its own, in PostgreSQL's lock
+// queue, and Watch returns once it holds it; the backend is then the head,
+// its waiter the only one listening for the key's release notices, and its
+// acquisitions skip the queue check (acquire_queued.sql). Every other
+// acquisition of the key fails while anyone holds or waits for the queue lock
+// (acquire.sql's shared try-lock), so nobody barges in. The head gives its
+// place up once its waiter leaves, granted or not (the lock is unlocked in
+// the background, or the connection closed, which frees it too); a process
+// that dies gives it up with its session.
+//
+// The hard truth: a head whose process freezes, with its connection open,
+// holds the queue until it resumes or the server sees the connection die
+// (tcp_keepalives_idle), and meanwhile no other client takes the key, even
+// once its lease ran out. A client in the queue keeps one connection of its
+// pool for it.
+
+// queueClass is the classid of the queue locks ("sqlq").
+const queueClass = 1936813169
+
+// queue records the keys this backend heads the queue of.
+type queue struct {
+	mu    sync.Mutex
+	byKey map[string]int // places held, by key
+}
+
+// heads reports whether this backend heads key's queue.
+func (q *queue) heads(key string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.byKey[key] > 0
+}
+
+// join takes a place in key's queue and returns once it is at the head, or
+// when ctx ends or the backend closes. leave gives the place up. Without
+// release notices (MariaDB) there is no queue, and join returns at once.
+func (q *queue) join(ctx context.Context, b *Backend, key string) (leave func(), err error) {
+	if !b.d.notifies || b.opts.noQueue {
+		return func() {}, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(b.ctx, cancel) // Close ends the wait
+	defer stop()
+	conn, err := b.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1, hashtext($2))", queueClass, key); err != nil {
+		discard(conn) // the lock may have been granted as the wait ended
+		return nil, err
+	}
+	q.mu.Lock()
+	if q.byKey == nil {
+		q.byKey = make(map[string]int)
+	}
+	q.byKey[key]++
+	q.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			q.mu.Lock()
+			if q.byKey[key]--; q.byKey[key] == 0 {
+				delete(q.byKey, key)
+			}
+			q.mu.Unlock()
+			b.wg.Add(1)
+			go func() {
+				defer b.wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), b.opts.requestTimeout)
+				defer cancel()
+				var unlocked bool
+				err := conn.QueryRowContext(ctx, "SELECT pg_advisory_unlock($1, hashtext($2))", queueClass, key).Scan(&unlocked)
+				if err != nil || !unlocked {
+					discard(conn)
+					return
+				}
+				_ = conn.Close()
+			}()
+		})
+	}, nil
+}
+
+// discard closes conn's session instead of returning it to the pool.
+func discard(conn *sql.Conn) {
+	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = conn.Close()
+}
