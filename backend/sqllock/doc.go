@@ -68,9 +68,15 @@
 // On PostgreSQL (pgx driver) the release statement sends a NOTIFY on the
 // channel distlock_release with the key, and the backend LISTENs on one
 // dedicated connection, opened by its first waiter and shared by all
-// (driver.Notifier); waiters still poll, slowly, for expiries. MariaDB and
-// MySQL have no notification: there waiters poll with the client's jittered
-// backoff.
+// (driver.Notifier); waiters still poll, slowly, for expiries. Clients that
+// wait for a key also queue for it in the database, on a connection of their
+// own (a session advisory lock; see Watch): only the client at the head of
+// the queue tries on a release, clients are served in the order they began
+// to wait, and an acquisition by anyone else fails while clients queue. A
+// head whose process freezes with its connection open holds the queue up
+// until it resumes or the connection dies. WithoutWaitQueue turns the queue
+// off. MariaDB and MySQL have no notification: there waiters poll with the
+// client's jittered backoff.
 //
 // ForceRelease (driver.ForceReleaser) frees a key whatever token holds it
 // and reports the hold it ended.

@@ -18,9 +18,15 @@
 //
 // ZooKeeper has no per-node expiry, so a lock's lease is kept in the node:
 // the waiter just behind the holder measures the lease on its own clock from
-// the moment it saw the holder's last renewal, and deletes the holder's node,
+// the moment it saw the holder's last write, and deletes the holder's node,
 // by version, once the lease and lock-delay are over without a renewal. A
-// key nobody waits for is therefore not freed by expiry until someone waits.
+// holder granted after a wait writes its node once, when the hold has lasted
+// 100 ms or a quarter of its lease, whichever is shorter, which restarts that
+// measure and tells a waiter that had queued behind it while it waited that
+// it is now next. Such a waiter otherwise looks at the queue once per its
+// predecessor's lease, so a holder that hangs within that first moment is
+// freed after at most about twice its lease. A key nobody waits for is
+// therefore not freed by expiry until someone waits.
 //
 // A waiter whose own node vanishes while it waits (an operator deleted it,
 // or the server expired its session and go-zookeeper opened a new one)
