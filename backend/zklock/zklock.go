@@ -25,8 +25,8 @@
 // measure and tells a waiter that had queued behind it while it waited that
 // it is now next. Such a waiter otherwise looks at the queue once per its
 // predecessor's lease, so a holder that hangs within that first moment is
-// freed after at most about twice its lease. A key nobody waits for is
-// therefore not freed by expiry until someone waits.
+// freed after at most about twice its lease. A key nobody waits for is not
+// freed by expiry until someone waits.
 //
 // A waiter whose own node vanishes while it waits (an operator deleted it,
 // or the server expired its session and go-zookeeper opened a new one)
