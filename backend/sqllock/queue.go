@@ -76,9 +76,7 @@ func (q *queue) join(ctx context.Context, b *Backend, key string) (leave func(),
 				delete(q.byKey, key)
 			}
 			q.mu.Unlock()
-			b.wg.Add(1)
-			go func() {
-				defer b.wg.Done()
+			unlock := func() {
 				ctx, cancel := context.WithTimeout(context.Background(), b.opts.requestTimeout)
 				defer cancel()
 				var unlocked bool
@@ -88,6 +86,22 @@ func (q *queue) join(ctx context.Context, b *Backend, key string) (leave func(),
 					return
 				}
 				_ = conn.Close()
+			}
+			// Off the grant's path, in a goroutine Close waits for; once
+			// Close has begun, at once.
+			b.stmtsMu.Lock()
+			closed := b.closed
+			if !closed {
+				b.wg.Add(1)
+			}
+			b.stmtsMu.Unlock()
+			if closed {
+				unlock()
+				return
+			}
+			go func() {
+				defer b.wg.Done()
+				unlock()
 			}()
 		})
 	}, nil
