@@ -142,6 +142,7 @@ func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
 	if !send(fmt.Sprintf("retry: %d\n\n", retryMs)) {
 		return
 	}
+	d.view(ctx, id, prefix) // the first message after the monitor's first poll
 	beat := time.NewTicker(heartbeat)
 	defer beat.Stop()
 	var last []byte

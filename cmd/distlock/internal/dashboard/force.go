@@ -106,7 +106,7 @@ func (d *Dashboard) renderConfirm(w http.ResponseWriter, r *http.Request, id aut
 	if c.Tenant == "" {
 		c.Tenant = id.Tenant
 	}
-	v, _ := d.srv.Monitor(id, c.Key)
+	v := d.view(r.Context(), id, c.Key)
 	for i, l := range v.Locks {
 		if l.Tenant == c.Tenant && l.Key == c.Key {
 			c.Lock = &v.Locks[i]

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"context"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -78,7 +79,7 @@ func (d *Dashboard) loginData(w http.ResponseWriter, r *http.Request, msg string
 
 // dashboardData is the dashboard of id under prefix.
 func (d *Dashboard) dashboardData(w http.ResponseWriter, r *http.Request, id auth.Identity, prefix string) *pageData {
-	v, _ := d.srv.Monitor(id, prefix)
+	v := d.view(r.Context(), id, prefix)
 	events := "/dashboard/events"
 	refresh := "2; url=/"
 	if prefix != "" {
@@ -89,6 +90,37 @@ func (d *Dashboard) dashboardData(w http.ResponseWriter, r *http.Request, id aut
 		Tenant: id.Tenant, Role: id.Role.String(), Admin: v.AllTenants, AuthOff: d.authOff(),
 		Prefix: prefix, Events: events, Curl: curlLine(r, d.authOff()), View: v,
 	}
+}
+
+// firstPollWait bounds how long a page waits for the monitor's first poll.
+const firstPollWait = 2 * time.Second
+
+// view is the monitor's view for id under prefix. If the monitor has just
+// started (no page was open), it waits for its first poll, within
+// firstPollWait, so that a page never says "no locks" only because nobody
+// looked yet.
+func (d *Dashboard) view(ctx context.Context, id auth.Identity, prefix string) server.View {
+	v, changed := d.srv.Monitor(id, prefix)
+	if !v.Polled.IsZero() || v.PollErr != nil {
+		return v
+	}
+	t := time.NewTimer(firstPollWait)
+	defer t.Stop()
+	for range 8 { // each change before the poll (a grant, a wait) wakes it
+		select {
+		case <-changed:
+		case <-t.C:
+			return v
+		case <-ctx.Done():
+			return v
+		case <-d.srv.Stopping():
+			return v
+		}
+		if v, changed = d.srv.Monitor(id, prefix); !v.Polled.IsZero() || v.PollErr != nil {
+			return v
+		}
+	}
+	return v
 }
 
 // curlLine is a command that takes a lock through the API of the service
