@@ -4,6 +4,7 @@
 -- passes to the first live one, as release.lua does for another client. The
 -- fence counter stays, so the next grant gets a higher fence.
 -- KEYS and ARGV[1] as in queue.lua
+--[[queue.lua]]
 local holder = redis.call('GET', KEYS[1])
 if not holder then
 	return {'0', '', '0', ''}

@@ -3,6 +3,7 @@
 -- step whose reply was lost), frees the key and passes it on.
 -- KEYS and ARGV[1] as in queue.lua; ARGV[2] token, ARGV[3] member (or "" if
 -- it is not queued)
+--[[queue.lua]]
 if ARGV[3] ~= '' then
 	dequeue(ARGV[3])
 end

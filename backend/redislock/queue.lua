@@ -1,5 +1,7 @@
--- Prepended, after counter.lua, to the scripts that use a key's queue of
--- waiters (wait, release, leave, forcerelease). Their keys are the lock's:
+-- Inserted, after counter.lua, where the scripts that use a key's queue of
+-- waiters (wait, release, leave, forcerelease) say --[[queue.lua]], after
+-- their fast path: Lua makes the functions below anew on every run. Their
+-- keys are the lock's:
 -- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] metadata,
 -- KEYS[4] queue: a sorted set of members, scored by arrival (1, 2, ...),
 -- KEYS[5] expiries: the same members, scored by the server time (ms) at

@@ -16,10 +16,15 @@
 -- live in ms, ARGV[6] metadata JSON or "", ARGV[7] member, ARGV[8] "1" if it
 -- may pass over queued waiters
 local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[2] and not ARGV[4] then -- nobody waits: the common case
+	redis.call('DEL', KEYS[1], KEYS[3])
+	return {'1'}
+end
 local marked = holder == ARGV[2] .. '\n'
 if holder ~= ARGV[2] and not marked then
 	return {'0'}
 end
+--[[queue.lua]]
 local over = '0'
 if marked then
 	over = '1'

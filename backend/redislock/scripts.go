@@ -1,6 +1,9 @@
 package redislock
 
-import _ "embed"
+import (
+	_ "embed"
+	"strings"
+)
 
 // script names one of the backend's Lua scripts; adapters compile each once.
 type script int
@@ -38,15 +41,28 @@ var (
 )
 
 // scriptSources holds each script's source, indexed by script. The scripts
-// that write the fence counter start with counter.lua, which says how long
-// the counter lives and how it is written; those that use the waiters' queue
-// go on with queue.lua, which says what the queue holds.
+// that write the fence counter take counter.lua, which says how long the
+// counter lives and how it is written; those that use the waiters' queue
+// take queue.lua, which says what the queue holds, where they say
+// --[[queue.lua]].
 var scriptSources = [numScripts]string{
 	scriptAcquire:      counterLua + acquireLua,
 	scriptRenew:        counterLua + renewLua,
-	scriptRelease:      counterLua + queueLua + releaseLua,
+	scriptRelease:      withQueue(releaseLua, counterLua), // an uncontended release needs neither
 	scriptInspect:      inspectLua,
-	scriptForceRelease: counterLua + queueLua + forceReleaseLua,
-	scriptWait:         counterLua + queueLua + waitLua,
-	scriptLeave:        counterLua + queueLua + leaveLua,
+	scriptForceRelease: counterLua + withQueue(forceReleaseLua, ""),
+	scriptWait:         counterLua + withQueue(waitLua, ""),
+	scriptLeave:        counterLua + withQueue(leaveLua, ""),
 }
+
+// withQueue puts lib and queue.lua where src says --[[queue.lua]]. Lua
+// makes a library's functions anew on every run of a script, so they go
+// after its fast path.
+func withQueue(src, lib string) string {
+	if strings.Count(src, queueMarker) != 1 {
+		panic("redislock: a script that uses the queue must say " + queueMarker + " once")
+	}
+	return strings.Replace(src, queueMarker, lib+queueLua, 1)
+}
+
+const queueMarker = "--[[queue.lua]]"

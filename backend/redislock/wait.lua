@@ -10,9 +10,6 @@
 -- (its client listens on its channel)
 local token, ttl, meta, member = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local queued = ARGV[7] == '1'
-local function granted(fence)
-	return {string.format('%.0f', fence)}
-end
 local holder
 if queued then
 	holder = redis.call('GET', KEYS[1])
@@ -24,8 +21,12 @@ else
 		if meta ~= '' then
 			redis.call('SET', KEYS[3], meta, 'PX', ttl)
 		end
-		return granted(fence)
+		return {string.format('%.0f', fence)}
 	end
+end
+--[[queue.lua]]
+local function granted(fence)
+	return {string.format('%.0f', fence)}
 end
 if holder == token or holder == token .. '\n' then
 	-- Granted already, by a release (its notice is on its way) or by an
