@@ -32,9 +32,14 @@ type inbox struct {
 	// while first in their line, when a release may have picked them to
 	// hand the key to: such a grant must be freed again.
 	gaveUp map[string]time.Time
-	state  subscription
-	since  time.Time // when the pending SUBSCRIBE was sent
-	closed bool
+	// contended holds, for a while, the keys a waiter of this backend had
+	// to queue for: a wait for one of them starts in the queue, without a
+	// plain attempt first.
+	contended map[string]time.Time
+	sweptAt   time.Time // when contended was last swept
+	state     subscription
+	since     time.Time // when the pending SUBSCRIBE was sent
+	closed    bool
 }
 
 // line is one key's waiters of this backend, in arrival order.
@@ -85,7 +90,7 @@ type nextWaiter struct{ token, ttl, meta, member string }
 
 func newInbox(st store, channel string, timeout time.Duration) *inbox {
 	ib := &inbox{channel: channel, timeout: timeout, waiters: make(map[string]*mailbox), lines: make(map[string]*line),
-		gaveUp: make(map[string]time.Time)}
+		gaveUp: make(map[string]time.Time), contended: make(map[string]time.Time)}
 	ib.ps = st.newPubSub(pubsubEvents{message: ib.message, subscribed: ib.confirmed, lost: ib.lost})
 	return ib
 }
@@ -112,6 +117,19 @@ func (ib *inbox) join(key string, next nextWaiter) (*mailbox, error) {
 		close(mb.head)
 	}
 	return mb, nil
+}
+
+// recentContention is how long a key counts as contended after a waiter of
+// this backend had to queue for it.
+const recentContention = time.Second
+
+// idle reports whether no waiter of this backend waits for key, nor had to
+// queue for it lately: then a wait starts with a plain attempt.
+func (ib *inbox) idle(key string) bool {
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	at, ok := ib.contended[key]
+	return ib.lines[key] == nil && (!ok || time.Since(at) > recentContention)
 }
 
 // leave takes mb out of its line, promoting the next waiter if mb was
@@ -276,11 +294,21 @@ func (ib *inbox) message(channel, payload string) {
 	wake(mb.wake) // without a grant it can use, the waiter looks at the key
 }
 
-// refusedAt records that a step of the waiter sent at sent was refused.
+// refusedAt records that a step of the waiter sent at sent was refused: it
+// queued, and its key is contended.
 func (ib *inbox) refusedAt(mb *mailbox, sent time.Time) {
 	ib.mu.Lock()
 	defer ib.mu.Unlock()
 	mb.refused = sent
+	ib.contended[mb.key] = sent
+	if sent.Sub(ib.sweptAt) > recentContention {
+		ib.sweptAt = sent
+		for k, at := range ib.contended {
+			if sent.Sub(at) > recentContention {
+				delete(ib.contended, k)
+			}
+		}
+	}
 }
 
 // confirmed marks the subscription live and wakes every waiter: a notice

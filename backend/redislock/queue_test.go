@@ -37,8 +37,9 @@ func commandCalls(t *testing.T, addr string) (scripts, publishes int) {
 // connections as separate processes would have, take turns on one key with
 // one goroutine each (lock, release, 1 ms of work). Every release must wake
 // one waiter, not every client: the server must run few scripts per grant
-// (the attempt that queues a waiter, the release that grants it the key)
-// and at most one notice per grant. The broadcast notices of a release used
+// (the step that queues a waiter, the release that grants it the key; a
+// plain attempt first, only where a key was not contended lately) and at
+// most one notice per grant. The broadcast notices of a release used
 // to wake every client, which then ran about 10 scripts per grant.
 func TestNoHerdAcrossClients(t *testing.T) {
 	s := testserver.Redis(t)

@@ -14,10 +14,11 @@ import (
 // AcquireWait takes req.Key, waiting for it in the key's queue in Redis, and
 // returns once it is granted or ctx ends (driver.Waiter).
 //
-// A backend's waiters for a key line up in the backend first, in arrival
-// order. Only the first of them waits in Redis: its first step is the same
-// attempt as Acquire's on a free key; if the key is held, the step queues
-// it, with an entry that expires unless the waiter refreshes it
+// A wait starts with the same attempt as Acquire, unless another waiter of
+// the backend waits for the key or had to queue for it within the last
+// second. A backend's waiters for a key line up in
+// the backend, in arrival order. Only the first of them waits in Redis: if
+// the key is held, its step queues it, with an entry that expires unless the waiter refreshes it
 // (WithWaiterTimeout), which a live waiter does every fifth to third of
 // that time, jittered. A release passes the key to the first live waiter
 // in the Redis queue only: it grants it the key in the release's own script
@@ -50,6 +51,19 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 		return driver.Grant{}, fmt.Errorf("redislock: lock %q: %w", req.Key, driver.ErrClosed)
 	}
 	defer b.waits.Done()
+	if b.inbox.idle(req.Key) {
+		// No waiter of this backend waits for the key, nor had to queue for
+		// it lately: try it as Acquire does, before paying for a place in
+		// the queue. Most waits end here.
+		sent := time.Now()
+		fence, err := b.grant(ctx, req, "")
+		switch {
+		case err == nil && fence > 0:
+			return driver.Grant{Fence: uint64(fence), Sent: sent}, nil
+		case errors.Is(err, driver.ErrClosed):
+			return driver.Grant{}, fmt.Errorf("redislock: lock %q: %w", req.Key, err)
+		} // refused, or failed: the queue's steps go on (a step finds the key if the attempt took it)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(b.closing, cancel)()
