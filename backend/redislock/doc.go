@@ -100,10 +100,11 @@
 // in Redis, first come, first served, and a release wakes only the waiter
 // whose turn it is.
 //
-//   - A backend lines up its own waiters for a key; only the first of them
-//     queues in Redis. Its first step is an attempt like Acquire's; if the
-//     key is held, the step queues it, once the backend listens for notices
-//     (below).
+//   - A wait starts with a plain attempt, as Acquire makes, unless a waiter
+//     of the same backend waits for the key or had to queue for it within
+//     the last second. A backend lines up its own waiters for a key; only
+//     the first of them queues in Redis: if the key is held, its step queues
+//     it, once the backend listens for notices (below).
 //   - An entry expires unless its waiter refreshes it (WithWaiterTimeout,
 //     default 1s), which a live waiter does every fifth to third of that
 //     time, jittered; the refresh also catches a lost notice. The first
