@@ -213,14 +213,14 @@ func TestRunInterruptedWhileWaiting(t *testing.T) {
 		letGo(t, dir)
 		holder.mustWait(t, processTimeout)
 	}()
-	noWaiter := lockName("wait") + "\n0"
+	queued := func() string { return s.redis(t, "ZCARD", lockName("wait")+":q") }
 	for _, tc := range []struct {
 		sig  syscall.Signal
 		name string
 	}{{syscall.SIGINT, "SIGINT"}, {syscall.SIGHUP, "SIGHUP"}} {
 		waiter := startDistlock(t, bin, s.env, "", "run", "--key", "wait", "--wait", "1m", "--", "true")
-		// A waiter subscribes to the key's release notices.
-		if !waitFor(20*time.Second, func() bool { return s.redis(t, "PUBSUB", "NUMSUB", lockName("wait")) != noWaiter }) {
+		// A waiter joins the key's queue of waiters.
+		if !waitFor(20*time.Second, func() bool { return queued() == "1" }) {
 			t.Fatal("the waiter did not start waiting within 20s")
 		}
 		if err := waiter.cmd.Process.Signal(tc.sig); err != nil {
@@ -231,8 +231,8 @@ func TestRunInterruptedWhileWaiting(t *testing.T) {
 			t.Errorf("%s: exit %d, want %d", tc.name, r.code, 128+int(tc.sig))
 		}
 		wantOneLine(t, r, "interrupted by "+tc.name+" while waiting for the lock")
-		if !waitFor(20*time.Second, func() bool { return s.redis(t, "PUBSUB", "NUMSUB", lockName("wait")) == noWaiter }) {
-			t.Fatal("the waiter's subscription outlived it by 20s")
+		if !waitFor(20*time.Second, func() bool { return queued() == "0" }) {
+			t.Fatal("the waiter was still queued 20s after it ended")
 		}
 	}
 }
