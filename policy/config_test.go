@@ -31,6 +31,12 @@ func TestLoadFile(t *testing.T) {
 			t.Errorf("Group(%q) = %q, want %q", key, got, want)
 		}
 	}
+	if got := p.MaxHold("payment/42"); got != 2*time.Minute {
+		t.Errorf("MaxHold(payment/42) = %v, want the payments group's 2m", got)
+	}
+	if got := p.MaxHold("report/daily"); got != cfg.Groups[1].MaxHold {
+		t.Errorf("MaxHold(report/daily) = %v, want the reports group's %v", got, cfg.Groups[1].MaxHold)
+	}
 	pay := cfg.Groups[0]
 	if !pay.Critical || pay.Lease != 10*time.Second || pay.MaxLease != time.Minute || pay.MaxWait != 5*time.Second || pay.MaxHold != 2*time.Minute {
 		t.Errorf("payments = %+v", pay)

@@ -104,6 +104,11 @@ func (p *Policy) lookup(key string) *group {
 	return p.groups[p.cfg.Default.Name]
 }
 
+// MaxHold returns the max_hold of the group that governs key: zero for
+// none. A lock service that lets its clients renew by hand enforces it with
+// this, as the watchdog does for a Lock.
+func (p *Policy) MaxHold(key string) time.Duration { return p.lookup(key).MaxHold }
+
 // Degraded reports whether group fails its requests fast right now.
 func (p *Policy) Degraded(group string) bool {
 	g := p.groups[group]

@@ -303,10 +303,14 @@ func (cfg *serveConfig) run(ctx context.Context) error {
 	}
 	defer st.close(cfg.log)
 
-	srv, err := server.New(server.Config{
+	sc := server.Config{
 		Client: st.client, Keys: cfg.keys, InsecureNoAuth: cfg.flags.insecureNoAuth,
 		Limits: cfg.limits, Logger: cfg.log, Registerer: reg,
-	})
+	}
+	if cfg.policy != nil {
+		sc.MaxHold = cfg.policy.MaxHold
+	}
+	srv, err := server.New(sc)
 	if err != nil {
 		return exit(ExitUsage, &opError{op: "serve", err: err})
 	}

@@ -194,6 +194,14 @@ func (l *livePolicy) Apply(ctx context.Context, r *distlock.Request) error {
 	return nil
 }
 
+// MaxHold is the max_hold of key's group in the policy in force.
+func (l *livePolicy) MaxHold(key string) time.Duration {
+	if cur := l.cur.Load(); cur != nil {
+		return cur.p.MaxHold(key)
+	}
+	return 0
+}
+
 // AcquireStarted returns ctx unchanged.
 func (l *livePolicy) AcquireStarted(ctx context.Context, _ distlock.Event) context.Context {
 	return ctx

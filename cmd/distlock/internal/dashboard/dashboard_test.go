@@ -127,6 +127,21 @@ func TestDashboard(t *testing.T) {
 		release(t, alpha, k, a.GetToken())
 	})
 
+	t.Run("a lock near its max hold is highlighted", func(t *testing.T) {
+		ctx := tab(t, bctx)
+		login(t, ctx, svc.url, alphaViewer, true)
+		k := keyFor(t, "near-max-hold")
+		acquire(t, alpha, &distlockv1.AcquireRequest{Key: k, Lease: durationpb.New(time.Minute)})
+		waitFor(t, ctx, live, "the row", row("alpha", k)+" !== null")
+		if b := eval[string](t, ctx, row("alpha", k)+`.querySelector("td.key").innerText`); strings.Contains(b, "max hold") {
+			t.Errorf("a lock held for under 80%% of its max hold is marked: %q", b)
+		}
+		cond := `(() => { const r = ` + row("alpha", k) + `; return !!r && r.className === "warn" && r.querySelector("td.key").innerText.includes("near max hold 3s"); })()`
+		took := waitFor(t, ctx, 4*time.Second, "the near max hold highlight", cond)
+		t.Logf("highlighted %v after the grant's row showed (max hold 3s)", took.Round(time.Millisecond))
+		waitFor(t, ctx, 3*time.Second, "the lock to end at its max hold", row("alpha", k)+" === null")
+	})
+
 	t.Run("release and see it go", func(t *testing.T) {
 		ctx := tab(t, bctx)
 		login(t, ctx, svc.url, alphaViewer, true)

@@ -81,7 +81,7 @@ func newService(t *testing.T) *service {
 	}
 	s := &service{logs: &syncBuffer{}}
 	s.srv, err = server.New(server.Config{Client: client, Keys: keys,
-		Logger: slog.New(slog.NewJSONHandler(s.logs, nil))})
+		Logger: slog.New(slog.NewJSONHandler(s.logs, nil)), MaxHold: testMaxHold})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,6 +112,14 @@ func newService(t *testing.T) *service {
 		}
 	})
 	return s
+}
+
+// testMaxHold caps the keys named near-max-hold at 3s.
+func testMaxHold(sk string) time.Duration {
+	if strings.HasSuffix(sk, "/near-max-hold") {
+		return 3 * time.Second
+	}
+	return 0
 }
 
 // api is a client of the service's API speaking as token.

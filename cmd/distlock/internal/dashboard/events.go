@@ -44,6 +44,7 @@ type wireLock struct {
 	Waiters    int    `json:"waiters"`
 	Failing    bool   `json:"failing"`
 	Session    bool   `json:"session"`
+	MaxHoldMs  int64  `json:"maxHoldMs"`
 }
 
 type wireContended struct {
@@ -85,6 +86,7 @@ func wire(v server.View, now time.Time) wireView {
 			Tenant: l.Tenant, Key: l.Key, Owner: l.Owner, BusinessID: l.BusinessID,
 			Fence: strconv.FormatUint(l.Fence, 10), Since: rfc3339(l.Since), Expires: rfc3339(l.Expires),
 			LeaseMs: l.Lease.Milliseconds(), Waiters: l.Waiters, Failing: l.RenewFailing, Session: l.Session,
+			MaxHoldMs: l.MaxHold.Milliseconds(),
 		})
 	}
 	for _, c := range v.Contended {

@@ -144,6 +144,7 @@ var funcs = template.FuncMap{
 	"heldFor":   heldFor,
 	"leaseLeft": leaseLeft,
 	"lockClass": lockClass,
+	"nearMax":   nearMaxHold,
 	"dur":       func(d time.Duration) string { return human(d) },
 	"wait":      waitTime,
 	"key":       keyHTML,
@@ -231,13 +232,23 @@ func leaseLeft(now time.Time, l server.HeldLock) string {
 // there.
 const lowLeaseShare = 0.2
 
+// nearMaxHoldShare is the share of its max hold past which a lock is
+// highlighted: its holder is soon made to let go.
+const nearMaxHoldShare = 0.8
+
+// nearMaxHold reports whether l has been held for most of its max hold.
+func nearMaxHold(now time.Time, l server.HeldLock) bool {
+	return l.MaxHold > 0 && !l.Since.IsZero() && float64(now.Sub(l.Since)) >= nearMaxHoldShare*float64(l.MaxHold)
+}
+
 // lockClass is a held lock's row class: "fail" with failing renewals,
-// "warn" with under a fifth of its lease left, else "".
+// "warn" with under a fifth of its lease left or near its max hold, else
+// "".
 func lockClass(now time.Time, l server.HeldLock) string {
 	switch {
 	case l.RenewFailing:
 		return "fail"
-	case l.Lease > 0 && float64(l.Expires.Sub(now)) < lowLeaseShare*float64(l.Lease):
+	case l.Lease > 0 && float64(l.Expires.Sub(now)) < lowLeaseShare*float64(l.Lease), nearMaxHold(now, l):
 		return "warn"
 	}
 	return ""

@@ -106,6 +106,14 @@ func newEnv(t *testing.T, st store, limits server.Limits) *env {
 
 func newEnvClient(t *testing.T, client *distlock.Client, limits server.Limits) *env {
 	t.Helper()
+	return newEnvConfig(t, server.Config{Client: client, Limits: limits})
+}
+
+// newEnvConfig starts a server of cfg with the test keyring, registry and
+// logs.
+func newEnvConfig(t *testing.T, cfg server.Config) *env {
+	t.Helper()
+	client := cfg.Client
 	path := filepath.Join(t.TempDir(), "tokens")
 	if err := os.WriteFile(path, []byte(tokenFile), 0o600); err != nil {
 		t.Fatal(err)
@@ -115,10 +123,9 @@ func newEnvClient(t *testing.T, client *distlock.Client, limits server.Limits) *
 		t.Fatal(err)
 	}
 	e := &env{t: t, client: client, reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
-	e.srv, err = server.New(server.Config{
-		Client: client, Keys: keys, Limits: limits, Registerer: e.reg,
-		Logger: slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	})
+	cfg.Keys, cfg.Registerer = keys, e.reg
+	cfg.Logger = slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	e.srv, err = server.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

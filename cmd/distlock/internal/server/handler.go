@@ -57,6 +57,9 @@ func (h *service) Acquire(ctx context.Context, req *connect.Request[distlockv1.A
 	default:
 		token = randomHex(tokenLen)
 	}
+	if limit := s.maxHold(sk); limit > 0 && a.lease > limit {
+		a.lease = limit // so that the lock ends at its cap even unrenewed
+	}
 	labels[labelLease] = a.lease.String()
 
 	opts := []distlock.Option{distlock.WithLease(a.lease), distlock.WithLockDelay(a.lockDelay),
@@ -190,7 +193,9 @@ func (h *service) Renew(ctx context.Context, req *connect.Request[distlockv1.Ren
 		if lease, err = checkDuration(key, "lease", req.Msg.GetLease(), distlock.MinLease, s.limits.MaxLease); err != nil {
 			return nil, err
 		}
-	} else {
+	}
+	// The lock's labels give its lease and when it was granted.
+	if lease == 0 || s.maxHold(sk) > 0 {
 		info, err := s.client.Inspect(ctx, sk)
 		if err != nil {
 			return nil, s.storeError(ctx, "renew", key, sk, err)
@@ -198,7 +203,12 @@ func (h *service) Renew(ctx context.Context, req *connect.Request[distlockv1.Ren
 		if !info.Held {
 			return nil, s.storeError(ctx, "renew", key, sk, s.renewRefused(sk))
 		}
-		lease = leaseOf(info, s.limits.DefaultLease)
+		if lease == 0 {
+			lease = leaseOf(info, s.limits.DefaultLease)
+		}
+		if lease, err = s.capLease(sk, info, lease, time.Now()); err != nil {
+			return nil, s.storeError(ctx, "renew", key, sk, err)
+		}
 	}
 	sent := time.Now()
 	if err := s.renewToken(ctx, sk, req.Msg.GetToken(), lease); err != nil {

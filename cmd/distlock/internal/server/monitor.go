@@ -57,6 +57,8 @@ const (
 // monitor is a Server's view of the store for the dashboard. Its zero value
 // is ready; all of it is guarded by mu.
 type monitor struct {
+	maxHold func(storeKey string) time.Duration // the server's, set by New
+
 	mu       sync.Mutex
 	running  bool      // a poller runs
 	baseline bool      // the next poll is the poller's first: what it finds is no news
@@ -81,6 +83,7 @@ type tracked struct {
 	expires time.Time     // when the store lets it expire unless renewed
 	seen    time.Time     // when it was last confirmed held
 	failing bool          // a renewal through this server failed, other than as not held
+	capped  bool          // its lease was cut to its hold cap: it ends there
 }
 
 // waitStats are one key's Acquire waits at this server, in buckets of
@@ -236,7 +239,11 @@ func (m *monitor) poll(s *Server) {
 // expired if its lease had run out by now, give or take a poll.
 func (m *monitor) endLocked(sk string, t *tracked, now time.Time) {
 	delete(m.held, sk)
-	if !t.expires.After(now.Add(monitorInterval)) {
+	switch {
+	case t.expires.After(now.Add(monitorInterval)):
+	case t.capped:
+		m.lossLocked(LossMaxHold, sk, t.info, now, "held to its max hold of "+m.maxHold(sk).String(), "")
+	default:
 		m.lossLocked(LossExpired, sk, t.info, now, "", "")
 	}
 }
@@ -531,6 +538,7 @@ func (m *monitor) viewLocked(tenant string, all bool, prefix string, now time.Ti
 			Tenant: tn, Key: key, Owner: t.info.Meta.Owner, BusinessID: t.info.Meta.BusinessID,
 			Fence: t.info.Fence, Since: t.since, Expires: t.expires, Lease: lease,
 			Waiters: m.waiting[sk], RenewFailing: t.failing, Session: t.info.Meta.Labels[labelSession] != "",
+			MaxHold: m.maxHold(sk),
 		})
 	}
 	slices.SortFunc(v.Locks, func(a, b HeldLock) int {

@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync/atomic"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,6 +55,12 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Ready is the /readyz probe. nil inspects a probe key in the store.
 	Ready func(ctx context.Context) error
+	// MaxHold, if not nil, caps how long a lock may be held, by store key
+	// (a policy's max_hold: see policy.Policy.MaxHold). Renew and
+	// KeepAlive shorten a lease to what is left of the cap, so that the
+	// store ends the lock there, as the watchdog lets a Lock go at its cap;
+	// Renew then fails with NotFound. nil sets no cap.
+	MaxHold func(storeKey string) time.Duration
 }
 
 // DefaultTenant is the tenant of every call under InsecureNoAuth.
@@ -75,6 +82,7 @@ type Server struct {
 	log      *slog.Logger
 	metrics  *metrics
 	ready    func(ctx context.Context) error
+	maxHold  func(storeKey string) time.Duration // never nil
 	limiters *limiters
 	events   *broadcaster
 	mon      monitor // the dashboard's view of the locks (monitor.go)
@@ -105,6 +113,7 @@ func New(cfg Config) (*Server, error) {
 		limits:   limits,
 		log:      cfg.Logger,
 		ready:    cfg.Ready,
+		maxHold:  cfg.MaxHold,
 		limiters: newLimiters(limits.rateLimit(), limits.Burst),
 		events:   newBroadcaster(),
 	}
@@ -114,6 +123,10 @@ func New(cfg Config) (*Server, error) {
 	if s.ready == nil {
 		s.ready = s.probeStore
 	}
+	if s.maxHold == nil {
+		s.maxHold = func(string) time.Duration { return 0 }
+	}
+	s.mon.maxHold = s.maxHold
 	s.keys.Store(cfg.Keys)
 	if s.metrics, err = newMetrics(cfg.Registerer); err != nil {
 		return nil, err

@@ -77,29 +77,36 @@ func errNoSession(handle string) error {
 		fmt.Errorf("session %s: not found: it ended (its TTL passed without a KeepAlive, or it was closed) or never was", handle))
 }
 
-// sessionLocks returns the store keys and tokens of the locks of tenant's
-// session with secret secret.
-func (s *Server) sessionLocks(ctx context.Context, tenant, secret string) (map[string]string, error) {
+// sessionLock is a lock of a session: its token, and what List said of it.
+type sessionLock struct {
+	token string
+	info  distlock.Info
+}
+
+// sessionLocks returns the locks of tenant's session with secret secret,
+// by store key.
+func (s *Server) sessionLocks(ctx context.Context, tenant, secret string) (map[string]sessionLock, error) {
 	handle := sessionHandle(secret)
 	ns := namespace(tenant)
 	infos, err := s.client.List(ctx, ns)
 	if err != nil {
 		return nil, s.storeError(ctx, "session", handle, ns, err)
 	}
-	locks := make(map[string]string)
+	locks := make(map[string]sessionLock)
 	for _, i := range infos {
 		_, key, ok := splitStoreKey(i.Key)
 		if !ok || i.Meta.Labels[labelSession] != handle {
 			continue
 		}
-		locks[i.Key] = sessionLockToken(secret, key, i.Meta.Labels[labelNonce])
+		locks[i.Key] = sessionLock{token: sessionLockToken(secret, key, i.Meta.Labels[labelNonce]), info: i}
 	}
 	return locks, nil
 }
 
-// KeepAlive renews a session, then each of its locks, by the session's TTL.
-// A lock that ended meanwhile is not counted; a store failure ends the call
-// (the locks not yet renewed then have what is left of their TTL).
+// KeepAlive renews a session, then each of its locks, by the session's TTL
+// (shortened to what is left of a lock's max hold). A lock that ended
+// meanwhile, or reached its max hold, is not counted; a store failure ends
+// the call (the locks not yet renewed then have what is left of their TTL).
 func (h *service) KeepAlive(ctx context.Context, req *connect.Request[distlockv1.KeepAliveRequest]) (*connect.Response[distlockv1.KeepAliveResponse], error) {
 	s := h.s
 	secret := req.Msg.GetSessionId()
@@ -117,8 +124,12 @@ func (h *service) KeepAlive(ctx context.Context, req *connect.Request[distlockv1
 		return nil, err
 	}
 	n := 0
-	for sk, token := range locks {
-		switch err := s.client.RenewToken(ctx, sk, token, ttl); {
+	for sk, l := range locks {
+		lease, err := s.capLease(sk, l.info, ttl, time.Now())
+		if err != nil {
+			continue
+		}
+		switch err := s.client.RenewToken(ctx, sk, l.token, lease); {
 		case errors.Is(err, distlock.ErrNotHeld):
 		case err != nil:
 			_, key, _ := splitStoreKey(sk)
@@ -147,8 +158,8 @@ func (h *service) CloseSession(ctx context.Context, req *connect.Request[distloc
 		return nil, err
 	}
 	n := 0
-	for sk, token := range locks {
-		switch err := s.client.ReleaseToken(ctx, sk, token); {
+	for sk, l := range locks {
+		switch err := s.client.ReleaseToken(ctx, sk, l.token); {
 		case errors.Is(err, distlock.ErrNotHeld):
 		case err != nil:
 			_, key, _ := splitStoreKey(sk)

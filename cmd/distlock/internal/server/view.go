@@ -72,6 +72,8 @@ type HeldLock struct {
 	RenewFailing bool
 	// Session is true for a lock of a session (kept alive by KeepAlive).
 	Session bool
+	// MaxHold is the cap on the hold (Config.MaxHold); 0 for none.
+	MaxHold time.Duration
 }
 
 // Contention is how much Acquire calls at this server waited for a key.
@@ -97,6 +99,7 @@ const (
 	LossExpired      LossKind = "expired"        // the lease ran out without a renewal
 	LossForced       LossKind = "force released" // an admin's ForceRelease
 	LossRenewRefused LossKind = "renew refused"  // a holder renewed a hold it no longer had
+	LossMaxHold      LossKind = "max hold"       // the lease was cut to the hold cap, and ran out
 )
 
 // Loss is a hold that ended against its holder's will.
@@ -108,7 +111,8 @@ type Loss struct {
 	Owner, BusinessID string
 	Fence             uint64
 	At                time.Time
-	// Reason is a forced release's reason, or why a renewal was refused.
+	// Reason is a forced release's reason, or why a renewal was refused
+	// (for LossMaxHold, the cap).
 	Reason string
 	// By is the tenant of the admin who forced a release.
 	By string

@@ -62,9 +62,14 @@
     return left > 0 ? 'in ' + human(left) : 'expiring';
   }
 
+  function nearMaxHold(l) {
+    return l.maxHoldMs > 0 && now() - Date.parse(l.since) >= 0.8 * l.maxHoldMs;
+  }
+
   function lockClass(l) {
     if (l.failing) return 'fail';
     if (l.leaseMs > 0 && Date.parse(l.expires) - now() < 0.2 * l.leaseMs) return 'warn';
+    if (nearMaxHold(l)) return 'warn';
     return '';
   }
 
@@ -90,6 +95,11 @@
     if (cls) tr.className = cls;
     const key = keyCell(l.key);
     if (l.failing) key.append(' ', badge('renewals failing', 'fail'));
+    if (l.maxHoldMs > 0) { // shown by tick once near
+      const b = badge('near max hold ' + human(l.maxHoldMs), 'warn near');
+      b.hidden = !nearMaxHold(l);
+      key.append(' ', b);
+    }
     if (l.session) key.append(' ', badge('session'));
     tr.append(key);
     if (admin) tr.append(td('Tenant', l.tenant));
@@ -170,7 +180,10 @@
     for (const c of document.querySelectorAll('#locks-body td.since')) c.textContent = heldFor(c.dataset.since);
     for (const c of document.querySelectorAll('#locks-body td.left')) c.textContent = leaseLeft(c.dataset.expires);
     for (const tr of document.querySelectorAll('#locks-body tr')) {
-      if (tr._lock) tr.className = lockClass(tr._lock);
+      if (!tr._lock) continue;
+      tr.className = lockClass(tr._lock);
+      const near = tr.querySelector('.badge.near');
+      if (near) near.hidden = !nearMaxHold(tr._lock);
     }
     for (const c of document.querySelectorAll('#losses-body td.at')) c.textContent = human(now() - Date.parse(c.dataset.at)) + ' ago';
   }

@@ -1,0 +1,77 @@
+package server_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/distlock/distlock/cmd/distlock/internal/auth"
+	"github.com/distlock/distlock/cmd/distlock/internal/server"
+	distlockv1 "github.com/distlock/distlock/gen/distlock/v1"
+)
+
+// A policy's max hold caps a lock held by hand: Acquire and Renew shorten
+// the lease to what is left of the cap, the lock ends there, a renewal after it is
+// refused, and the dashboard's view shows the cap and the loss.
+func TestMaxHold(t *testing.T) {
+	const limit = 1500 * time.Millisecond
+	st := stores(t)[1]
+	e := newEnvConfig(t, server.Config{Client: st.open(t), MaxHold: func(sk string) time.Duration {
+		if strings.HasPrefix(sk, "tenants/alpha/capped/") {
+			return limit
+		}
+		return 0
+	}})
+	api := e.api(alphaClient)
+	c := ctx(t)
+	lease := durationpb.New(10 * time.Second)
+	capped := acquire(t, api, &distlockv1.AcquireRequest{Key: "capped/job", Lease: lease})
+	free := acquire(t, api, &distlockv1.AcquireRequest{Key: "free/job", Lease: lease})
+	if got := capped.GetLease().AsDuration(); got != limit {
+		t.Errorf("acquire with a lease over the cap: lease %v, want the cap %v", got, limit)
+	}
+
+	view, _ := e.srv.Monitor(auth.Identity{Tenant: "alpha", Role: auth.Viewer}, "")
+	for _, l := range view.Locks {
+		if want := map[string]time.Duration{"capped/job": limit, "free/job": 0}[l.Key]; l.MaxHold != want {
+			t.Errorf("view of %s: MaxHold %v, want %v", l.Key, l.MaxHold, want)
+		}
+	}
+
+	r, err := api.Renew(c, connect.NewRequest(&distlockv1.RenewRequest{Key: "capped/job", Token: capped.GetToken(), Lease: lease}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Msg.GetLease().AsDuration(); got <= 0 || got > limit {
+		t.Errorf("renew under the cap: lease %v, want at most what is left of %v", got, limit)
+	}
+	r, err = api.Renew(c, connect.NewRequest(&distlockv1.RenewRequest{Key: "free/job", Token: free.GetToken(), Lease: lease}))
+	if err != nil || r.Msg.GetLease().AsDuration() != 10*time.Second {
+		t.Errorf("renew without a cap: %v, %v; want the 10s asked", r, err)
+	}
+
+	var refused error
+	eventually(t, 5*time.Second, "a renewal refused at the cap", func() bool {
+		_, refused = api.Renew(c, connect.NewRequest(&distlockv1.RenewRequest{Key: "capped/job", Token: capped.GetToken(), Lease: lease}))
+		return refused != nil
+	})
+	wantCode(t, "renew past the cap", refused, connect.CodeNotFound)
+	if inspect(t, api, "capped/job").GetHeld() {
+		t.Error("the capped lock is held after its cap")
+	}
+	eventually(t, 5*time.Second, "the view to record the end as a max hold loss", func() bool {
+		view, _ := e.srv.Monitor(auth.Identity{Tenant: "alpha", Role: auth.Viewer}, "")
+		for _, l := range view.Losses {
+			if l.Key == "capped/job" && l.Kind == server.LossMaxHold {
+				return true
+			}
+		}
+		return false
+	})
+	if !inspect(t, api, "free/job").GetHeld() {
+		t.Error("the lock without a cap ended")
+	}
+}
