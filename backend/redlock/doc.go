@@ -55,14 +55,23 @@
 //
 // The fence of a grant is the largest of the fences that the granting
 // nodes returned; each is redislock's time-floored counter, max(last + 1,
-// the node's clock in µs). Any two majorities share a node, so the fence
-// strictly increases from one grant of a key to the next as long as every
-// node that granted the earlier one either kept its counter or has a clock
-// that did not step back; in particular, as long as a majority of the nodes
-// that granted it keep their data. A node restarted without persistence
-// loses its counter and its locks: its next fence comes from its clock,
-// which is above its earlier fences unless its clock stepped back, but the
-// lock itself may then be granted to a second holder (see below).
+// the node's clock in µs). Any two majorities share a node, and that node's
+// fence grows from one grant to the next as long as it kept its counter (or
+// its clock did not step back). The largest fence of the earlier grant may
+// have come from another node, though, so Redlock's fence strictly
+// increases from one grant of a key to the next when both hold:
+//
+//   - the nodes that granted the earlier grant keep their data (a majority
+//     of them suffices when the nodes' clocks agree), and
+//   - the nodes' clocks agree to within the time between the two grants
+//     (a release and an acquire: at least two round trips).
+//
+// Nodes whose clocks are apart by more than that can give a later grant,
+// by a majority without the node whose clock is ahead, a lower fence than
+// the one before (TestFenceFollowsTheNodeAhead shows it with a counter set
+// ahead). A node restarted without persistence loses its counter and its
+// locks: its next fence comes from its clock, but the lock itself may then
+// be granted to a second holder (below).
 //
 // # What Redlock does not promise
 //

@@ -43,7 +43,7 @@ func init() {
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Backend, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("redlock: %w", err)
+		return nil, fmt.Errorf("redlock: %w: %w", driver.ErrInvalidOption, err)
 	}
 	q := u.Query()
 	urlOpts, err := queryOptions(q)
@@ -66,7 +66,10 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Backend, error) 
 		return nil, err
 	}
 	return newBackend(ctx, cfg, addrs, func(ctx context.Context, i int) (*redislock.Backend, error) {
-		nu := url.URL{Scheme: "redis", User: u.User, Host: addrs[i], Path: "/" + db, RawQuery: q.Encode()}
+		nu := url.URL{Scheme: "redis", User: u.User, Host: addrs[i], RawQuery: q.Encode()}
+		if db != "" {
+			nu.Path = "/" + db
+		}
 		return redislock.Open(ctx, nu.String(), cfg.nodeOptions()...)
 	})
 }

@@ -1,0 +1,259 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+	"go.uber.org/goleak"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/backend/redislock"
+	"github.com/distlock/distlock/backend/redlock"
+	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/locktest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// nodes starts n redis-server processes.
+func nodes(t testing.TB, n int) []*testserver.Server {
+	t.Helper()
+	s := make([]*testserver.Server, n)
+	for i := range s {
+		s[i] = testserver.Redis(t)
+	}
+	return s
+}
+
+func addrsOf(servers []*testserver.Server) []string {
+	a := make([]string, len(servers))
+	for i, s := range servers {
+		a[i] = s.Addr()
+	}
+	return a
+}
+
+// redlockURL is the redlock:// URL of addrs, with query q if not empty.
+func redlockURL(addrs []string, q string) string {
+	u := "redlock://" + strings.Join(addrs, ",")
+	if q != "" {
+		u += "?" + q
+	}
+	return u
+}
+
+// open returns Redlock over addrs from Open; the test closes it.
+func open(t testing.TB, addrs []string, q string, opts ...redlock.Option) *redlock.Backend {
+	t.Helper()
+	b, err := redlock.Open(context.Background(), redlockURL(addrs, q), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+// ownedGoRedis is Redlock over go-redis clients that its Close also closes,
+// so that the suite's leak check sees no client goroutines left.
+type ownedGoRedis struct {
+	*redlock.Backend
+	clients []redis.UniversalClient
+}
+
+func (o ownedGoRedis) Close() error {
+	errs := []error{o.Backend.Close()}
+	for _, c := range o.clients {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}
+
+func newGoRedis(t testing.TB, addrs []string) driver.Backend {
+	t.Helper()
+	clients := make([]redis.UniversalClient, len(addrs))
+	for i, a := range addrs {
+		clients[i] = redis.NewClient(&redis.Options{Addr: a, ContextTimeoutEnabled: true})
+	}
+	b, err := redlock.New(clients)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ownedGoRedis{b, clients}
+}
+
+// deleteKey removes key's lock from every node behind its holder's back.
+func deleteKey(t testing.TB, addrs []string, key string) {
+	t.Helper()
+	for _, a := range addrs {
+		if _, err := testserver.RedisCommand(context.Background(), a, "DEL", lockName(key), lockName(key)+":meta"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// lockName is the Redis name of a test key's lock under the default prefix
+// (test keys need no escaping).
+func lockName(key string) string { return redislock.DefaultPrefix + "{" + key + "}" }
+
+func TestConformance(t *testing.T) {
+	addrs := addrsOf(nodes(t, 5))
+	harnesses := map[string]func(t testing.TB) driver.Backend{
+		"rueidis":  func(t testing.TB) driver.Backend { return open(t, addrs, "") },
+		"go-redis": func(t testing.TB) driver.Backend { return newGoRedis(t, addrs) },
+	}
+	for name, nb := range harnesses {
+		t.Run(name, func(t *testing.T) {
+			locktest.Run(t, locktest.Harness{
+				NewBackend: nb,
+				DeleteKey:  func(t testing.TB, key string) { deleteKey(t, addrs, key) },
+				// A waiter in another process learns of a release by polling
+				// (1-50ms, jittered), plus an acquire on five nodes: Redlock
+				// has no store notice (see the package doc, Waiting).
+				NotifyLatency: 100 * time.Millisecond,
+			})
+		})
+	}
+}
+
+// Bad options, node counts and URLs fail with ErrInvalidOption before any
+// connection is made.
+func TestInvalidInput(t *testing.T) {
+	ctx := context.Background()
+	addrs := addrsOf(nodes(t, 3))
+	cases := map[string]string{
+		"two nodes":             redlockURL(addrs[:2], ""),
+		"four nodes":            redlockURL(append(addrs, "127.0.0.1:1"), ""),
+		"one node":              redlockURL(addrs[:1], ""),
+		"node twice":            redlockURL([]string{addrs[0], addrs[1], addrs[0]}, ""),
+		"no port":               redlockURL([]string{addrs[0], addrs[1], "127.0.0.1"}, ""),
+		"bad database":          redlockURL(addrs, "") + "/x",
+		"bad request_timeout":   redlockURL(addrs, "request_timeout=soon"),
+		"zero request_timeout":  redlockURL(addrs, "request_timeout=0s"),
+		"negative node_timeout": redlockURL(addrs, "node_timeout=-1ms"),
+		"bad dial_timeout":      redlockURL(addrs, "dial_timeout=x"),
+		"drift rate too big":    redlockURL(addrs, "drift_rate=0.5"),
+		"negative drift rate":   redlockURL(addrs, "drift_rate=-0.1"),
+		"bad drift rate":        redlockURL(addrs, "drift_rate=x"),
+		"negative margin":       redlockURL(addrs, "drift_margin=-1ms"),
+		"prefix with brace":     redlockURL(addrs, "prefix=a{"),
+		"wrong scheme":          strings.Replace(redlockURL(addrs, ""), "redlock:", "redis:", 1),
+	}
+	for name, u := range cases {
+		t.Run(name, func(t *testing.T) {
+			b, err := redlock.Open(ctx, u)
+			if !errors.Is(err, driver.ErrInvalidOption) {
+				if b != nil {
+					_ = b.Close()
+				}
+				t.Fatalf("Open(%s) = %v, want ErrInvalidOption", u, err)
+			}
+		})
+	}
+	t.Run("New", func(t *testing.T) {
+		c := redis.NewClient(&redis.Options{Addr: addrs[0]})
+		defer c.Close()
+		for name, clients := range map[string][]redis.UniversalClient{
+			"none": nil, "one": {c}, "nil client": {c, nil, c}, "same node": {c, c, c},
+		} {
+			if _, err := redlock.New(clients); !errors.Is(err, driver.ErrInvalidOption) {
+				t.Errorf("New(%s) = %v, want ErrInvalidOption", name, err)
+			}
+		}
+		if _, err := redlock.NewRueidis(nil); !errors.Is(err, driver.ErrInvalidOption) {
+			t.Errorf("NewRueidis(nil) = %v, want ErrInvalidOption", err)
+		}
+	})
+	t.Run("requests", func(t *testing.T) {
+		b := open(t, addrs, "")
+		req := driver.AcquireRequest{Key: "k", Token: "t", TTL: time.Millisecond} // no validity after the drift
+		if _, err := b.Acquire(ctx, req); !errors.Is(err, driver.ErrInvalidOption) {
+			t.Errorf("Acquire with a 1ms time to live = %v, want ErrInvalidOption", err)
+		}
+		req.TTL, req.Token = time.Second, "a\nb"
+		if _, err := b.Acquire(ctx, req); !errors.Is(err, driver.ErrInvalidOption) {
+			t.Errorf("Acquire with a newline in the token = %v, want ErrInvalidOption", err)
+		}
+		if err := b.Renew(ctx, "", "t", time.Second); !errors.Is(err, driver.ErrInvalidKey) {
+			t.Errorf("Renew of an empty key = %v, want ErrInvalidKey", err)
+		}
+		for _, a := range addrs {
+			if n, err := testserver.RedisCommand(ctx, a, "DBSIZE"); err != nil || n != "0" {
+				t.Errorf("node %s holds %s keys (%v) after bad requests, want 0", a, n, err)
+			}
+		}
+	})
+}
+
+// Open and distlock.Open read the URL's options: a per-node request timeout
+// and a prefix, on every node.
+func TestOpen(t *testing.T) {
+	ctx := context.Background()
+	addrs := addrsOf(nodes(t, 3))
+	c, err := distlock.Open(ctx, redlockURL(addrs, "prefix=app:&request_timeout=2s&node_timeout=30ms&drift_rate=0.02&drift_margin=1ms&client_name=x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, err := c.TryLock(ctx, "open")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if v, err := testserver.RedisCommand(ctx, a, "GET", "app:{open}"); err != nil || v != l.Token() {
+			t.Errorf("node %s: app:{open} = %q, %v; want the token", a, v, err)
+		}
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := c.Backend().(driver.Namer); !ok || n.Name() != "redlock" {
+		t.Errorf("backend name: %v", c.Backend())
+	}
+}
+
+// Calls after Close fail with ErrClosed, and Close twice is harmless.
+func TestClosed(t *testing.T) {
+	ctx := context.Background()
+	addrs := addrsOf(nodes(t, 3))
+	clients := make([]rueidis.Client, len(addrs))
+	for i, a := range addrs {
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{a}, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		clients[i] = c
+	}
+	b, err := redlock.NewRueidis(clients)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Nodes(); fmt.Sprint(got) != fmt.Sprint(addrs) {
+		t.Errorf("Nodes() = %v, want %v", got, addrs)
+	}
+	if err := errors.Join(b.Close(), b.Close()); err != nil {
+		t.Fatal(err)
+	}
+	req := driver.AcquireRequest{Key: "k", Token: "t", TTL: time.Second}
+	_, aerr := b.Acquire(ctx, req)
+	_, ierr := b.Inspect(ctx, "k")
+	_, ferr := b.ForceRelease(ctx, "k")
+	_, lerr := b.List(ctx, "")
+	for name, err := range map[string]error{"Acquire": aerr, "Renew": b.Renew(ctx, "k", "t", time.Second),
+		"Release": b.Release(ctx, "k", "t"), "Inspect": ierr, "ForceRelease": ferr, "List": lerr} {
+		if !errors.Is(err, driver.ErrClosed) {
+			t.Errorf("%s after Close = %v, want ErrClosed", name, err)
+		}
+	}
+	// The clients stay open.
+	if err := clients[0].Do(ctx, clients[0].B().Ping().Build()).Error(); err != nil {
+		t.Errorf("client closed by Close: %v", err)
+	}
+}
