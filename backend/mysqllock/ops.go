@@ -1,0 +1,253 @@
+package mysqllock
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/distlock/distlock/driver"
+)
+
+// Renew confirms that the pinned session of token is alive and moves the
+// lease to ttl from now, in the holder record too. The named lock lives as
+// long as the session.
+func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
+	if err := b.closedError("renew", key); err != nil {
+		return err
+	}
+	p := b.lookup(key, token)
+	if p == nil {
+		return fmt.Errorf("mysqllock: renew %q: %w", key, driver.ErrNotHeld)
+	}
+	return p.renew(ctx, ttl)
+}
+
+// Release frees key (RELEASE_LOCK) if token holds it through this backend,
+// and returns its connection to the pool, or closes it if the release failed.
+// A renewal or keepalive in flight on the connection finishes first.
+func (b *Backend) Release(ctx context.Context, key, token string) error {
+	if err := b.enter("release", key); err != nil {
+		return err
+	}
+	defer b.wg.Done()
+	p := b.lookup(key, token)
+	if p == nil {
+		return fmt.Errorf("mysqllock: release %q: %w", key, driver.ErrNotHeld)
+	}
+	return p.release(ctx)
+}
+
+// record is a row of the holder table as Inspect, List and ForceRelease read it.
+type record struct {
+	fence                   int64
+	owner, business, labels string
+	ttlUS                   int64
+}
+
+// info is the hold of key that r describes.
+func (r record) info(key string) (driver.Info, error) {
+	info := driver.Info{Key: key, Held: true, Fence: uint64(r.fence), TTL: max(time.Duration(r.ttlUS)*time.Microsecond, 0),
+		Meta: driver.Meta{Owner: r.owner, BusinessID: r.business}}
+	if r.labels != "{}" && r.labels != "" {
+		if err := json.Unmarshal([]byte(r.labels), &info.Meta.Labels); err != nil {
+			return driver.Info{}, fmt.Errorf("labels: %w", err)
+		}
+	}
+	return info, nil
+}
+
+// state is what the server says of a key: whether a session holds its named
+// lock (and which), and the holder row if that session wrote it.
+type state struct {
+	held, current bool
+	holder        uint64
+	rec           record
+}
+
+// inspect reads key's state.
+func (b *Backend) inspect(ctx context.Context, key string) (state, error) {
+	var s state
+	qctx, cancel := context.WithTimeout(ctx, b.opts.requestTimeout)
+	defer cancel()
+	name := LockName(key)
+	err := b.db.QueryRowContext(qctx, inspectSQL, name, name).Scan(&s.held, &s.current, &s.rec.fence,
+		&s.rec.owner, &s.rec.business, &s.rec.labels, &s.rec.ttlUS, &s.holder)
+	return s, err
+}
+
+// Inspect reports whether any session holds key's named lock (IS_USED_LOCK)
+// and, if it was taken through mysqllock, its fence, time to live and
+// metadata from the holder record. A free key reports the fence of its last
+// grant while its row remains. A lock taken on key's name outside mysqllock
+// (SELECT GET_LOCK(LockName(key), ...)) is reported held, without the rest.
+func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	if err := b.enter("inspect", key); err != nil {
+		return driver.Info{}, err
+	}
+	defer b.wg.Done()
+	if err := b.ensureSchema(ctx); err != nil {
+		return driver.Info{}, fmt.Errorf("mysqllock: inspect %q: %w", key, err)
+	}
+	s, err := b.inspect(ctx, key)
+	if err != nil {
+		return driver.Info{}, fmt.Errorf("mysqllock: inspect %q: %w", key, err)
+	}
+	switch {
+	case s.held && s.current:
+		info, err := s.rec.info(key)
+		if err != nil {
+			return driver.Info{}, fmt.Errorf("mysqllock: inspect %q: %w", key, err)
+		}
+		return info, nil
+	case s.held:
+		return driver.Info{Key: key, Held: true}, nil
+	}
+	return driver.Info{Key: key, Fence: uint64(s.rec.fence)}, nil
+}
+
+// List returns the locks taken through mysqllock whose keys start with
+// prefix and whose session still holds them, sorted by key. It reads every
+// row of the holder table whose key starts with prefix.
+func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+	if err := b.enter("list", prefix); err != nil {
+		return nil, err
+	}
+	defer b.wg.Done()
+	if err := b.ensureSchema(ctx); err != nil {
+		return nil, fmt.Errorf("mysqllock: list %q: %w", prefix, err)
+	}
+	qctx, cancel := context.WithTimeout(ctx, b.opts.requestTimeout)
+	defer cancel()
+	rows, err := b.db.QueryContext(qctx, listSQL, prefix, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("mysqllock: list %q: %w", prefix, err)
+	}
+	defer rows.Close()
+	var infos []driver.Info
+	for rows.Next() {
+		var (
+			key []byte
+			r   record
+		)
+		if err := rows.Scan(&key, &r.fence, &r.owner, &r.business, &r.labels, &r.ttlUS); err != nil {
+			return nil, fmt.Errorf("mysqllock: list %q: %w", prefix, err)
+		}
+		info, err := r.info(string(key))
+		if err != nil {
+			return nil, fmt.Errorf("mysqllock: list %q: %w", prefix, err)
+		}
+		infos = append(infos, info)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("mysqllock: list %q: %w", prefix, err)
+	}
+	return infos, nil
+}
+
+// ForceRelease frees key whoever holds it, for operators. A named lock
+// belongs to its session and only ending that session frees it, so
+// ForceRelease ends the session holding key's lock (KILL CONNECTION), waits
+// until the lock is free, and returns what the holder record said of the
+// hold (only Held for a lock taken outside mysqllock). Everything else that
+// session did ends with it. A mysqllock holder learns of it at its next
+// keepalive or renewal, which then returns driver.ErrNotHeld.
+//
+// It needs WithKillOnForceRelease(true), else it returns an error matching
+// errors.ErrUnsupported that says why. If no session holds key it returns an
+// error matching driver.ErrNotHeld and ends nothing.
+func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
+	if err := b.enter("force release", key); err != nil {
+		return driver.Info{}, err
+	}
+	defer b.wg.Done()
+	if err := driver.ValidateKey(key); err != nil {
+		return driver.Info{}, fmt.Errorf("mysqllock: force release: %w", err)
+	}
+	if !b.opts.killOnForce {
+		return driver.Info{}, fmt.Errorf("mysqllock: force release %q: %w: a named lock belongs to the session holding it and only ending that session frees it; allow that with WithKillOnForceRelease(true)",
+			key, errors.ErrUnsupported)
+	}
+	if err := b.ensureSchema(ctx); err != nil {
+		return driver.Info{}, fmt.Errorf("mysqllock: force release %q: %w", key, err)
+	}
+	s, err := b.inspect(ctx, key)
+	if err != nil {
+		return driver.Info{}, fmt.Errorf("mysqllock: force release %q: %w", key, err)
+	}
+	if !s.held {
+		return driver.Info{}, fmt.Errorf("mysqllock: force release %q: %w", key, driver.ErrNotHeld)
+	}
+	info := driver.Info{Key: key, Held: true}
+	if s.current {
+		if info, err = s.rec.info(key); err != nil {
+			return driver.Info{}, fmt.Errorf("mysqllock: force release %q: %w", key, err)
+		}
+	}
+	qctx, cancel := context.WithTimeout(ctx, b.opts.requestTimeout)
+	defer cancel()
+	if _, err := b.db.ExecContext(qctx, fmt.Sprintf("KILL CONNECTION %d", s.holder)); err != nil {
+		return driver.Info{}, fmt.Errorf("mysqllock: force release %q: kill session %d: %w", key, s.holder, err)
+	}
+	// KILL returns before the session has ended and freed its locks.
+	for {
+		var holder sql.NullInt64
+		if err := b.db.QueryRowContext(qctx, "SELECT IS_USED_LOCK(?)", LockName(key)).Scan(&holder); err != nil {
+			return driver.Info{}, fmt.Errorf("mysqllock: force release %q: session %d was told to end: %w", key, s.holder, err)
+		}
+		if uint64(holder.Int64) != s.holder {
+			return info, nil
+		}
+		select {
+		case <-qctx.Done():
+			return driver.Info{}, fmt.Errorf("mysqllock: force release %q: session %d was told to end but had not ended: %w", key, s.holder, qctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// Cleanup deletes at most WithCleanupBatch rows of the holder table whose
+// lease ended more than WithRetention ago and whose named lock nobody holds,
+// and returns how many it deleted. A later grant of such a key draws a fence
+// above every one the row had (see the package doc).
+func (b *Backend) Cleanup(ctx context.Context) (int64, error) {
+	if err := b.enter("cleanup", ""); err != nil {
+		return 0, err
+	}
+	defer b.wg.Done()
+	if err := b.ensureSchema(ctx); err != nil {
+		return 0, fmt.Errorf("mysqllock: cleanup: %w", err)
+	}
+	qctx, cancel := context.WithTimeout(ctx, b.opts.requestTimeout)
+	defer cancel()
+	res, err := b.db.ExecContext(qctx, cleanupSQL, b.opts.retention.Microseconds(), b.opts.cleanupBatch)
+	if err != nil {
+		return 0, fmt.Errorf("mysqllock: cleanup: %w", err)
+	}
+	return res.RowsAffected()
+}
+
+// cleanupLoop runs Cleanup every interval until ctx ends; a full batch runs
+// the next one at once, at most 100 in a row.
+func (b *Backend) cleanupLoop(ctx context.Context) {
+	defer b.wg.Done()
+	t := time.NewTicker(b.opts.cleanupEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for range 100 {
+			cctx, cancel := context.WithTimeout(ctx, b.opts.cleanupEvery)
+			n, err := b.Cleanup(cctx)
+			cancel()
+			if err != nil || n < int64(b.opts.cleanupBatch) {
+				break
+			}
+		}
+	}
+}
