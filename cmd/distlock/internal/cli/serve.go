@@ -464,15 +464,16 @@ func (cfg *serveConfig) authMode() string {
 
 // bannerView is the start banner as -o json prints it.
 type bannerView struct {
-	Listen  string `json:"listen"`
-	URL     string `json:"url"`
-	Metrics string `json:"metrics"`
-	Store   string `json:"store"`
-	Auth    string `json:"auth"`
-	Tokens  int    `json:"tokens,omitempty"`
-	TLS     string `json:"tls"`
-	Policy  string `json:"policy,omitempty"`
-	Curl    string `json:"curl"`
+	Listen    string `json:"listen"`
+	URL       string `json:"url"`
+	Dashboard string `json:"dashboard"`
+	Metrics   string `json:"metrics"`
+	Store     string `json:"store"`
+	Auth      string `json:"auth"`
+	Tokens    int    `json:"tokens,omitempty"`
+	TLS       string `json:"tls"`
+	Policy    string `json:"policy,omitempty"`
+	Curl      string `json:"curl"`
 }
 
 // banner prints where the service listens, its store and a curl line that
@@ -480,7 +481,7 @@ type bannerView struct {
 func (cfg *serveConfig) banner(addr, store string) error {
 	base := baseURL(addr, cfg.tls != nil)
 	v := bannerView{
-		Listen: addr, URL: base, Metrics: base + "/metrics", Store: store,
+		Listen: addr, URL: base, Dashboard: base + "/", Metrics: base + "/metrics", Store: store,
 		Auth: cfg.authMode(), Tokens: cfg.keys.Len(), TLS: cfg.tlsMode(), Policy: cfg.flags.config,
 		Curl: cfg.curlLine(base),
 	}
@@ -501,7 +502,12 @@ func (cfg *serveConfig) banner(addr, store string) error {
 	if cfg.flags.config != "" {
 		fmt.Fprintf(&b, "  policy:  %s\n", cfg.flags.config)
 	}
-	fmt.Fprintf(&b, "  metrics: %s\n", v.Metrics)
+	signIn := "sign in with a token of the token file"
+	if cfg.flags.insecureNoAuth {
+		signIn = "no sign-in: auth is off"
+	}
+	fmt.Fprintf(&b, "  dashboard: %s (%s)\n", v.Dashboard, signIn)
+	fmt.Fprintf(&b, "  metrics:   %s\n", v.Metrics)
 	fmt.Fprintf(&b, "try:\n  %s\n", v.Curl)
 	_, err := io.WriteString(cfg.out, b.String())
 	return err

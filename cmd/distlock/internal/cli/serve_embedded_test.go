@@ -72,6 +72,11 @@ func TestServeEmbedded(t *testing.T) {
 			t.Errorf("GET %s: %d %q", path, code, body)
 		}
 	}
+	if b.Dashboard != b.URL+"/" {
+		t.Errorf("banner dashboard %q, want %s/", b.Dashboard, b.URL)
+	} else if code, body := get(t, hc, b.Dashboard); code != http.StatusOK || !strings.Contains(body, "Held locks") {
+		t.Errorf("GET the dashboard: %d %q", code, body)
+	}
 	code, metrics := get(t, hc, b.Metrics)
 	if code != http.StatusOK {
 		t.Fatalf("GET /metrics: %d", code)

@@ -68,9 +68,9 @@ func (h *service) Acquire(ctx context.Context, req *connect.Request[distlockv1.A
 		// A retry whose first try was granted would wait for itself: try
 		// once, and if the key is held see whether the token holds it,
 		// before waiting. A first try that finds the key free pays nothing.
-		g, err := s.acquireToken(ctx, sk, token, opts...)
+		g, stamped, err := s.acquireToken(ctx, sk, token, opts...)
 		if err == nil {
-			return s.granted(tenant, a, labels, g), nil
+			return s.granted(tenant, a, stamped, g), nil
 		}
 		if errors.Is(err, distlock.ErrNotAcquired) {
 			if rg, ok := s.regrant(ctx, sk, token, a.lease); ok {
@@ -85,7 +85,7 @@ func (h *service) Acquire(ctx context.Context, req *connect.Request[distlockv1.A
 		defer s.metrics.wait(-1)
 	}
 	start := time.Now()
-	g, err := s.acquireToken(wctx, sk, token, append(opts, distlock.WithWait(a.wait))...)
+	g, stamped, err := s.acquireToken(wctx, sk, token, append(opts, distlock.WithWait(a.wait))...)
 	if ambiguous(err) {
 		if a.requestID == "" { // no retry can claim the token: free the key if it holds it
 			s.abandon(ctx, sk, token)
@@ -105,7 +105,7 @@ func (h *service) Acquire(ctx context.Context, req *connect.Request[distlockv1.A
 	if err != nil {
 		return nil, s.storeError(ctx, "acquire", a.key, sk, err)
 	}
-	return s.granted(tenant, a, labels, g), nil
+	return s.granted(tenant, a, stamped, g), nil
 }
 
 // granted tells this server's watchers of a grant and answers it.

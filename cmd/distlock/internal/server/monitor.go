@@ -272,8 +272,9 @@ func labelTime(labels map[string]string) time.Time {
 
 // acquireToken is s.client.AcquireToken as Acquire makes it, stamped with
 // labelAcquired (added after opts, so it joins the labels they set) and
-// told to the monitor: the wait, its outcome, and the grant.
-func (s *Server) acquireToken(ctx context.Context, sk, token string, opts ...distlock.Option) (distlock.Grant, error) {
+// told to the monitor: the wait, its outcome, and the grant. It returns the
+// labels the lock got.
+func (s *Server) acquireToken(ctx context.Context, sk, token string, opts ...distlock.Option) (distlock.Grant, map[string]string, error) {
 	var r distlock.Request
 	for _, o := range opts {
 		o(&r)
@@ -308,14 +309,14 @@ func (s *Server) acquireToken(ctx context.Context, sk, token string, opts ...dis
 		m.countLocked(sk, end, elapsed, false)
 	}
 	if err != nil || !m.running {
-		return g, err
+		return g, labels, err
 	}
 	if t, ok := m.ended[sk]; ok && t.fence >= g.Fence {
-		return g, err
+		return g, labels, err
 	}
 	if old := m.held[sk]; old != nil {
 		if old.info.Fence >= g.Fence {
-			return g, err
+			return g, labels, err
 		}
 		m.endLocked(sk, old, end)
 	}
@@ -330,7 +331,7 @@ func (s *Server) acquireToken(ctx context.Context, sk, token string, opts ...dis
 		since: since, expires: g.Sent.Add(ttl), seen: end,
 	}
 	m.bumpLocked()
-	return g, err
+	return g, labels, err
 }
 
 // addWaiting counts an Acquire that begins (delta 1) or ends (-1) a wait.

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"testing"
 	"time"
 
@@ -82,6 +83,9 @@ func TestWatchEvents(t *testing.T) {
 		ev := expect("acquire", distlockv1.Event_TYPE_ACQUIRED, prefix+"a", a.GetFence())
 		if !ev.GetLock().GetHeld() || ev.GetLock().GetOwner() != "alice" {
 			t.Errorf("acquire event's lock %v, want held by alice", ev.GetLock())
+		}
+		if got, want := ev.GetLock().GetLabels(), inspect(t, api, prefix+"a").GetLabels(); !maps.Equal(got, want) {
+			t.Errorf("acquire event's labels %v, want the lock's %v", got, want)
 		}
 		if _, err := api.Release(ctx(t), connect.NewRequest(&distlockv1.ReleaseRequest{Key: prefix + "a", Token: a.GetToken()})); err != nil {
 			t.Fatal(err)
