@@ -254,8 +254,9 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 }
 
 // undo releases key for token on every node that granted it or whose reply
-// did not come (errs are Acquire's), waiting for each at most wait; a node
-// that does not answer frees the key when its time to live runs out.
+// did not come (errs are Acquire's), within wait, up to undoAttempts times
+// per node; a node that does not answer frees the key when its time to
+// live runs out.
 func (b *Backend) undo(ctx context.Context, key, token string, errs []error, wait time.Duration) {
 	undo := make([]bool, len(errs))
 	pending := false
@@ -272,9 +273,20 @@ func (b *Backend) undo(ctx context.Context, key, token string, errs []error, wai
 		if !undo[i] {
 			return nil
 		}
-		return n.Release(ctx, key, token)
+		// A failed release is tried again at once, as a grant is not worth
+		// leaving behind for one stale connection (the client reconnects).
+		var err error
+		for range undoAttempts {
+			if err = n.Release(ctx, key, token); !failure(err) || errors.Is(err, driver.ErrClosed) || ctx.Err() != nil {
+				break
+			}
+		}
+		return err
 	})
 }
+
+// undoAttempts bounds the releases undo sends to one node.
+const undoAttempts = 3
 
 // Renew resets key's time to live to ttl on every node at once, if token
 // holds it there, waiting for each reply at most the node timeout. It
