@@ -362,7 +362,6 @@ func TestReleaseThroughDeadLinks(t *testing.T) {
 	}
 }
 
-
 // An attempt that fails after nodes restarted (the clients' connections to
 // them are stale, so a node's first reply may be EOF) releases its grants
 // on every node: no stray lock is left behind for the next attempt.
