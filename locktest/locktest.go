@@ -595,6 +595,15 @@ func (s *suite) waitWokenOnRelease(t *testing.T) {
 		if err := r.l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
+		// Released after a wait, the key is free to every client at once:
+		// nothing the wait left behind holds it.
+		l3, err := a.TryLock(ctx, key)
+		if err != nil {
+			t.Fatalf("a try right after the waiter released: %v", err)
+		}
+		if err := l3.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
 		if err := b.Close(); err != nil {
 			t.Fatal(err)
 		}

@@ -30,10 +30,61 @@ import (
 // queueClass is the classid of the queue locks ("sqlq").
 const queueClass = 1936813169
 
-// queue records the keys this backend heads the queue of.
+// queue records the keys this backend heads the queue of, and the places
+// it is giving up.
 type queue struct {
-	mu    sync.Mutex
-	byKey map[string]int // places held, by key
+	mu        sync.Mutex
+	byKey     map[string]int // places held, by key
+	unlocking map[string]*unlocks
+}
+
+// unlocks are the places in one key's queue being given up.
+type unlocks struct {
+	n    int
+	done chan struct{} // closed when n comes to 0
+}
+
+// unlockStarted counts a place of key being given up; unlockEnded counts it
+// given up.
+func (q *queue) unlockStarted(key string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.unlocking == nil {
+		q.unlocking = make(map[string]*unlocks)
+	}
+	u := q.unlocking[key]
+	if u == nil {
+		u = &unlocks{done: make(chan struct{})}
+		q.unlocking[key] = u
+	}
+	u.n++
+}
+
+func (q *queue) unlockEnded(key string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	u := q.unlocking[key]
+	if u.n--; u.n == 0 {
+		close(u.done)
+		delete(q.unlocking, key)
+	}
+}
+
+// settled returns once this backend gives up no place in key's queue, or
+// when ctx ends: a release waits for it, so that a key released after a
+// wait is free to every client when Release returns, not only once the
+// place it waited in is given up in the background.
+func (q *queue) settled(ctx context.Context, key string) {
+	q.mu.Lock()
+	u := q.unlocking[key]
+	q.mu.Unlock()
+	if u == nil {
+		return
+	}
+	select {
+	case <-u.done:
+	case <-ctx.Done():
+	}
 }
 
 // heads reports whether this backend heads key's queue.
@@ -76,7 +127,9 @@ func (q *queue) join(ctx context.Context, b *Backend, key string) (leave func(),
 				delete(q.byKey, key)
 			}
 			q.mu.Unlock()
+			q.unlockStarted(key)
 			unlock := func() {
+				defer q.unlockEnded(key)
 				ctx, cancel := context.WithTimeout(context.Background(), b.opts.requestTimeout)
 				defer cancel()
 				var unlocked bool

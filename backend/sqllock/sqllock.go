@@ -261,6 +261,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 	if n == 0 {
 		return fmt.Errorf("sqllock: release %q: %w", key, driver.ErrNotHeld)
 	}
+	b.queue.settled(ctx, key)
 	return nil
 }
 
