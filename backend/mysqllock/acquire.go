@@ -90,7 +90,7 @@ func (b *Backend) try(ctx context.Context, conn *sql.Conn, req driver.AcquireReq
 var errSessionEnded = errors.New("the waiting session ended")
 
 // AcquireWait waits for the lock in GET_LOCK, in the server's own queue of
-// the name, until ctx ends. A free key costs one attempt, as Acquire. When
+// the name, until ctx ends; a free key is granted at once. When
 // ctx ends (or Close begins) the wait is ended from another connection of
 // the handle with KILL QUERY, so the session leaves the queue at once, and
 // the connection is then closed, so a grant that raced with the end dies
@@ -132,24 +132,7 @@ func (b *Backend) waitOnce(ctx context.Context, req driver.AcquireRequest, h hol
 		}
 		return driver.Grant{}, err
 	}
-	qctx, cancel := context.WithTimeout(ctx, b.opts.requestTimeout)
-	sent := time.Now()
-	fence, err := grab(qctx, conn, req, h, 0) // a free key costs one statement
-	cancel()
-	switch {
-	case err != nil:
-		destroy(conn)
-		if ctx.Err() != nil {
-			return driver.Grant{}, notAcquired()
-		}
-		return driver.Grant{}, fmt.Errorf("mysqllock: acquire %q: %w", req.Key, err)
-	case fence != 0:
-		return b.pin(conn, req, h.name, fence, sent)
-	}
-	var id uint64
-	qctx, cancel = context.WithTimeout(ctx, b.opts.requestTimeout)
-	err = conn.QueryRowContext(qctx, "SELECT CONNECTION_ID()").Scan(&id)
-	cancel()
+	id, err := b.connID(ctx, conn)
 	if err != nil {
 		destroy(conn)
 		if ctx.Err() != nil {
@@ -168,6 +151,7 @@ func (b *Backend) waitOnce(ctx context.Context, req driver.AcquireRequest, h hol
 		defer close(killed)
 		b.killQuery(ctx, id, finished, qcancel)
 	})
+	var fence uint64
 	for {
 		fence, err = grab(wctx, conn, req, h, waitSeconds(ctx))
 		if err != nil || fence != 0 || ctx.Err() != nil {
@@ -260,4 +244,34 @@ func (b *Backend) conn(ctx context.Context, key string, bound time.Duration) (*s
 			key, ErrPoolExhausted, st.MaxOpenConnections, n, err)
 	}
 	return nil, fmt.Errorf("mysqllock: acquire %q: connection: %w", key, err)
+}
+
+// maxConnIDs bounds the cache of session ids: ids of connections that the
+// handle closed on its own stay in it until it is emptied.
+const maxConnIDs = 1024
+
+// connID returns the session id of conn (CONNECTION_ID()), which a wait
+// needs so that it can be ended with KILL QUERY: asked once per connection
+// of the handle and then remembered.
+func (b *Backend) connID(ctx context.Context, conn *sql.Conn) (uint64, error) {
+	var dc any
+	_ = conn.Raw(func(c any) error { dc = c; return nil })
+	b.idMu.Lock()
+	id, ok := b.ids[dc]
+	b.idMu.Unlock()
+	if ok {
+		return id, nil
+	}
+	qctx, cancel := context.WithTimeout(ctx, b.opts.requestTimeout)
+	defer cancel()
+	if err := conn.QueryRowContext(qctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+		return 0, err
+	}
+	b.idMu.Lock()
+	if len(b.ids) >= maxConnIDs {
+		clear(b.ids)
+	}
+	b.ids[dc] = id
+	b.idMu.Unlock()
+	return id, nil
 }

@@ -45,6 +45,9 @@ type Backend struct {
 	held map[string]*pinned // by token
 	wg   sync.WaitGroup     // calls in flight, keepalive rounds, the cleanup loop
 
+	idMu sync.Mutex
+	ids  map[any]uint64 // session ids by the driver's connection, see connID
+
 	stopCleanup context.CancelFunc
 }
 
@@ -72,7 +75,7 @@ func New(db *sql.DB, opts ...Option) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{db: db, opts: o, held: make(map[string]*pinned)}
+	b := &Backend{db: db, opts: o, held: make(map[string]*pinned), ids: make(map[any]uint64)}
 	b.closing, b.endAll = context.WithCancel(context.Background())
 	if o.cleanupEvery > 0 {
 		var ctx context.Context
