@@ -314,6 +314,15 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 	return fmt.Errorf("redlock: renew %q: %d of %d nodes renewed it, %d needed: %w", key, renewed, len(b.nodes), b.quorum, b.nodeErrors(errs))
 }
 
+// requestContext bounds ctx by the request timeout, unless its deadline is
+// sooner already.
+func (b *Backend) requestContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= b.cfg.requestTimeout {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, b.cfg.requestTimeout)
+}
+
 // count returns how many of errs are nil and how many match
 // driver.ErrNotHeld.
 func count(errs []error) (ok, notHeld int) {
@@ -339,6 +348,9 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 	if err := b.checkRequest(key, token, nil); err != nil {
 		return fmt.Errorf("redlock: release %q: %w", key, err)
 	}
+	// One deadline for all the nodes, rather than one timer per node.
+	ctx, cancel := b.requestContext(ctx)
+	defer cancel()
 	errs := b.each(ctx, func(ctx context.Context, _ int, n *redislock.Backend) error {
 		return n.Release(ctx, key, token)
 	})
