@@ -69,7 +69,7 @@ func unreachable(t *testing.T, st store) {
 		return
 	}
 	start = time.Now()
-	_, err = distlock.Open(context.Background(), "mysql://root@"+addr+"/distlock")
+	_, err = distlock.Open(context.Background(), "mysql+table://root@"+addr+"/distlock")
 	checkRefused(t, err, time.Since(start))
 }
 

@@ -52,7 +52,7 @@
 // Every statement runs within WithRequestTimeout (default 5s), also when the
 // caller's context has no deadline; this also bounds opening a connection
 // for it. Connect timeouts belong to the driver's DSN: "connect_timeout"
-// (seconds) for pgx, "timeout" for go-sql-driver/mysql. A mysql:// URL
+// (seconds) for pgx, "timeout" for go-sql-driver/mysql. A mysql+table:// URL
 // opened through distlock.Open gets timeout=5s unless it sets "timeout". An
 // unreachable database fails at once with the driver's dial error ("connect:
 // connection refused").

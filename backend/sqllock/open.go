@@ -13,12 +13,14 @@ import (
 	"github.com/distlock/distlock/driver"
 )
 
-// DefaultDialTimeout is the connect timeout a mysql:// URL gets when it sets
-// none ("timeout" query parameter).
+// DefaultDialTimeout is the connect timeout a mysql+table:// URL gets when
+// it sets none ("timeout" query parameter).
 const DefaultDialTimeout = DefaultRequestTimeout
 
+// The lease table on MySQL and MariaDB is mysql+table://; mysql:// is the
+// named-lock backend, package mysqllock.
 func init() {
-	distlock.Register("mysql", func(ctx context.Context, u *url.URL) (driver.Backend, error) {
+	distlock.Register("mysql+table", func(ctx context.Context, u *url.URL) (driver.Backend, error) {
 		dsn, err := mysqlDSN(u)
 		if err != nil {
 			return nil, err
@@ -54,7 +56,7 @@ func Open(ctx context.Context, driverName, dsn string, d *Dialect, opts ...Optio
 	return b, nil
 }
 
-// mysqlDSN turns mysql://user:password@host:port/db?param=value into the
+// mysqlDSN turns mysql+table://user:password@host:port/db?param=value into the
 // go-sql-driver/mysql DSN user:password@tcp(host:port)/db?param=value, with
 // a connect timeout of DefaultDialTimeout unless the URL sets "timeout".
 func mysqlDSN(u *url.URL) (string, error) {

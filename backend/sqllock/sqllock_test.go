@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -109,7 +110,7 @@ func TestMariaDB(t *testing.T) {
 	runStore(t, st)
 	t.Run("OpenURL", func(t *testing.T) {
 		ctx := testContext(t, time.Minute)
-		c, err := distlock.Open(ctx, "mysql://root@"+st.s.Addr()+"/distlock?timeout=5s")
+		c, err := distlock.Open(ctx, "mysql+table://root@"+st.s.Addr()+"/distlock?timeout=5s")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -274,4 +275,17 @@ func retry[T any](ctx context.Context, f func() (T, error)) (T, error) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return v, err
+}
+
+// TestMySQLSchemeIsNotTheLeaseTable: the lease table registers
+// mysql+table://; mysql:// belongs to the named-lock backend (mysqllock),
+// which this package does not import.
+func TestMySQLSchemeIsNotTheLeaseTable(t *testing.T) {
+	_, err := distlock.Open(context.Background(), "mysql://root@127.0.0.1:1/distlock")
+	if err == nil || !strings.Contains(err.Error(), "unknown scheme") {
+		t.Fatalf("mysql:// opened through sqllock alone: %v, want an unknown scheme", err)
+	}
+	if !slices.Contains(distlock.Schemes(), "mysql+table") {
+		t.Fatalf("schemes %v lack mysql+table", distlock.Schemes())
+	}
 }
