@@ -134,10 +134,11 @@ var checkers = map[string]struct {
 	"postgresql":     {"postgres", checkPostgres},
 	"zk":             {"zookeeper", checkZooKeeper},
 	"mysql":          {"mysql", checkMySQL},
+	"mysql+table":    {"mysql", checkMySQL},
 }
 
 // Schemes is the URL schemes Check knows, for messages.
-const Schemes = "redis, rediss, redis-sentinel, redis-cluster, etcd, postgres, postgresql, zk, mysql"
+const Schemes = "redis, rediss, redis-sentinel, redis-cluster, etcd, postgres, postgresql, zk, mysql, mysql+table"
 
 // Check inspects the store rawURL names. A URL it cannot use fails with an
 // error matching ErrInvalidURL before anything is dialled; a store it cannot

@@ -320,8 +320,29 @@ func TestMariaDBDurability(t *testing.T) {
 	}
 	r = run(t, u, Options{})
 	clean(t, r)
-	want(t, r, "wait_timeout", Info, "wait_timeout 20s, shorter than the lease (30s)")
+	want(t, r, "wait_timeout", Info, "wait_timeout 20s, shorter than the lease (30s): mysqllock's keepalive")
 	want(t, r, "clock", Info, "server clock")
+	want(t, r, "session", Info, "no multiplexing proxy or session reset seen")
+	want(t, r, "max_statement_time", Info, "max_statement_time 0s")
+	table := "mysql+table://root@" + s.Addr() + "/distlock"
+	want(t, run(t, table, Options{}), "wait_timeout", Info, "harmless to mysql+table://")
+}
+
+// TestMariaDBNamedLockPitfalls: a wait_timeout as short as mysqllock's
+// keepalive and a server-wide statement time limit are reported for
+// mysql://, whose URL may carry mysqllock's own parameters.
+func TestMariaDBNamedLockPitfalls(t *testing.T) {
+	s := testserver.MariaDB(t)
+	u := "mysql://root@" + s.Addr() + "/distlock"
+	db := mysqlDB(t, u)
+	for _, q := range []string{"SET GLOBAL wait_timeout = 2", "SET GLOBAL max_statement_time = 1.5"} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := run(t, u+"?request_timeout=2s&keepalive=500ms", Options{})
+	want(t, r, "wait_timeout", Danger, "about as short as mysqllock's keepalive")
+	want(t, r, "max_statement_time", Warning, "max_statement_time 1.5s")
 }
 
 func TestInvalidURLs(t *testing.T) {

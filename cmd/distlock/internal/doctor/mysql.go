@@ -13,7 +13,9 @@ import (
 )
 
 // checkMySQL inspects the MySQL or MariaDB server of a mysql:// URL, whose
-// locks (sqllock) are rows of a lease table timed by the server's clock.
+// locks (mysqllock) are named locks (GET_LOCK) of pinned sessions, or of a
+// mysql+table:// URL, whose locks (sqllock) are rows of a lease table timed
+// by the server's clock.
 func checkMySQL(ctx context.Context, u *url.URL, o Options, r *Report) error {
 	cfg, err := mysqlConfig(u, o)
 	if err != nil {
@@ -35,12 +37,20 @@ func checkMySQL(ctx context.Context, u *url.URL, o Options, r *Report) error {
 	}
 	r.add(Finding{Severity: Info, Check: "version", Node: cfg.Addr, Seen: "server " + version})
 	r.add(mysqlFlushFinding(cfg.Addr, flush))
-	r.add(mysqlWaitTimeoutFinding(cfg.Addr, time.Duration(waitTimeout)*time.Second, o.Lease))
+	named := u.Scheme == "mysql"
+	r.add(mysqlWaitTimeoutFinding(cfg.Addr, time.Duration(waitTimeout)*time.Second, o.Lease, named))
+	if named {
+		r.add(mysqlStatementTimeFinding(qctx, db, cfg.Addr))
+		r.add(mysqlSessionFinding(qctx, db, cfg.Addr))
+	}
 	r.add(clockFinding(qctx, cfg.Addr, time.Microsecond, func(ctx context.Context) (t time.Time, err error) {
 		return t, db.QueryRowContext(ctx, "SELECT UTC_TIMESTAMP(6)").Scan(&t)
 	}, "sqllock times every lease by the server's clock (expires_at against UTC_TIMESTAMP): an offset this large means the clock is not synchronised, and the step that corrects it ends every lease early by the step's size, so a second client can take a key its holder still holds"))
 	return nil
 }
+
+// mysqllockParams are the URL parameters of mysqllock, not of the driver.
+var mysqllockParams = []string{"request_timeout", "keepalive", "pool_wait", "kill_on_force_release", "max_open_conns"}
 
 // mysqlConfig turns mysql://user:password@host:port/db?params into a
 // go-sql-driver/mysql configuration, as sqllock reads the URL, with the
@@ -62,8 +72,12 @@ func mysqlConfig(u *url.URL, o Options) (*mysql.Config, error) {
 		host = net.JoinHostPort(host, "3306")
 	}
 	b.WriteString("tcp(" + host + ")/" + strings.TrimPrefix(u.Path, "/"))
-	if u.RawQuery != "" {
-		b.WriteString("?" + u.RawQuery)
+	q := u.Query()
+	for _, p := range mysqllockParams {
+		q.Del(p)
+	}
+	if len(q) > 0 {
+		b.WriteString("?" + q.Encode())
 	}
 	cfg, err := mysql.ParseDSN(b.String())
 	if err != nil {
@@ -95,11 +109,93 @@ func mysqlFlushFinding(node string, flush int64) Finding {
 }
 
 // mysqlWaitTimeoutFinding reports wait_timeout against the lease: the
-// lease table's pool reconnects, so only session-bound locks care.
-func mysqlWaitTimeoutFinding(node string, wait, lease time.Duration) Finding {
+// server closes a session idle that long, and with it its named locks.
+// mysqllock pings each pinned session at least every second (its default
+// keepalive), which keeps it; the lease table's pool reconnects.
+func mysqlWaitTimeoutFinding(node string, wait, lease time.Duration, named bool) Finding {
 	f := Finding{Severity: Info, Check: "wait_timeout", Node: node, Seen: fmt.Sprintf("wait_timeout %v", wait)}
-	if wait < lease {
-		f.Seen += fmt.Sprintf(", shorter than the lease (%v): harmless to mysql:// (sqllock's pool opens a new connection), but a named lock (GET_LOCK) held on a session idle that long is freed when the server closes it", lease)
+	switch {
+	case wait >= lease:
+	case !named:
+		f.Seen += fmt.Sprintf(", shorter than the lease (%v): harmless to mysql+table:// (sqllock's pool opens a new connection), but a named lock (GET_LOCK, mysql://) held on a session idle that long is freed when the server closes it", lease)
+	case wait <= 2*time.Second:
+		f.Severity = Danger
+		f.Seen += fmt.Sprintf(", shorter than the lease (%v) and about as short as mysqllock's keepalive (a ping every second at most)", lease)
+		f.Consequence = "the server closes a pinned session whose ping comes late, which frees its named lock while its holder still works: another client can take the key before the holder is told"
+		f.Fix = "SET GLOBAL wait_timeout = 28800 (the default), or a keepalive well under it (mysqllock.WithKeepalive, keepalive= in the URL)"
+	default:
+		f.Seen += fmt.Sprintf(", shorter than the lease (%v): mysqllock's keepalive pings each pinned session at most every second, which keeps it; a raw GET_LOCK held on a session idle that long is freed when the server closes it", lease)
 	}
+	return f
+}
+
+// mysqlStatementTimeFinding reports a server-wide statement time limit: on
+// MariaDB max_statement_time ends any statement, a waiting GET_LOCK
+// included; on MySQL max_execution_time ends only SELECTs, and mysqllock
+// waits in an INSERT.
+func mysqlStatementTimeFinding(ctx context.Context, db *sql.DB, node string) Finding {
+	var limit float64
+	if err := db.QueryRowContext(ctx, "SELECT @@max_statement_time").Scan(&limit); err == nil {
+		f := Finding{Severity: Info, Check: "max_statement_time", Node: node, Seen: fmt.Sprintf("max_statement_time %gs", limit)}
+		if limit > 0 {
+			f.Severity = Warning
+			f.Consequence = "MariaDB ends every statement that runs longer, so a lock wait (GET_LOCK) longer than it fails with a statement timeout instead of waiting its full wait"
+			f.Fix = "SET GLOBAL max_statement_time = 0, or for distlock's user only (ALTER USER ... WITH MAX_STATEMENT_TIME 0)"
+		}
+		return f
+	}
+	var ms int64
+	if err := db.QueryRowContext(ctx, "SELECT @@max_execution_time").Scan(&ms); err != nil {
+		return unread("max_execution_time", node, err, "SELECT @@max_execution_time (MySQL) or @@max_statement_time (MariaDB)")
+	}
+	return Finding{Severity: Info, Check: "max_execution_time", Node: node,
+		Seen: fmt.Sprintf("max_execution_time %dms: it limits SELECTs only; mysqllock waits in an INSERT and is not affected", ms)}
+}
+
+// mysqlProbeLock is the named lock the session check holds for a moment.
+const mysqlProbeLock = "distlock-doctor-probe"
+
+// mysqlSessionFinding holds a named lock on one client connection and checks,
+// statement by statement, that the same server session answers and still
+// holds it: a proxy that multiplexes statements over server sessions
+// (ProxySQL with multiplexing, a transaction-mode router) or a pool that
+// resets the session between uses (COM_RESET_CONNECTION, COM_CHANGE_USER)
+// would move or drop the lock.
+func mysqlSessionFinding(ctx context.Context, db *sql.DB, node string) Finding {
+	f := Finding{Severity: Info, Check: "session", Node: node}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return unread("session", node, err, "ask whether a proxy (ProxySQL, MaxScale, MySQL Router) sits in front, and whether it multiplexes or resets sessions")
+	}
+	defer conn.Close()
+	var got sql.NullInt64
+	var first uint64
+	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0), CONNECTION_ID()", mysqlProbeLock).Scan(&got, &first); err != nil || got.Int64 != 1 {
+		return unread("session", node, fmt.Errorf("GET_LOCK(%q, 0) = %v: %v", mysqlProbeLock, got, err), "run SELECT GET_LOCK('x', 0), then SELECT IS_USED_LOCK('x'), CONNECTION_ID() on the same connection")
+	}
+	defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), "DO RELEASE_LOCK(?)", mysqlProbeLock) }()
+	const probes = 4
+	for range probes {
+		var holder sql.NullInt64
+		var id uint64
+		if err := conn.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?), CONNECTION_ID()", mysqlProbeLock).Scan(&holder, &id); err != nil {
+			return unread("session", node, err, "run SELECT IS_USED_LOCK('x'), CONNECTION_ID() after SELECT GET_LOCK('x', 0) on the same connection")
+		}
+		switch {
+		case id != first:
+			f.Severity = Danger
+			f.Seen = fmt.Sprintf("statements of one client connection ran on server sessions %d and %d: a proxy multiplexes them", first, id)
+			f.Consequence = "a named lock stays on the server session that took it, which the proxy then lends to other clients: the lock is freed by no one or by someone else, and pinning a connection cannot help"
+			f.Fix = "point mysql:// at the server directly, or turn multiplexing off for distlock's user (ProxySQL: mysql_query_rules multiplex=0), or use mysql+table:// (the lease table)"
+			return f
+		case uint64(holder.Int64) != first:
+			f.Severity = Danger
+			f.Seen = fmt.Sprintf("session %d lost the named lock it took, between two statements: the session is reset between uses", first)
+			f.Consequence = "a reset (COM_RESET_CONNECTION, COM_CHANGE_USER) frees every named lock of the session, so a held lock vanishes while its holder still works"
+			f.Fix = "turn off session reset between uses in the pool or proxy in front, or use mysql+table:// (the lease table)"
+			return f
+		}
+	}
+	f.Seen = fmt.Sprintf("%d statements ran on one server session, which kept its named lock: no multiplexing proxy or session reset seen", probes+1)
 	return f
 }
