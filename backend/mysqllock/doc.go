@@ -29,8 +29,9 @@
 // holder learns that its session ended at the next keepalive (a COM_PING
 // every third of the lease, at most WithKeepalive apart, 1s by default) or
 // the next renewal: that is the window in which another client may already
-// hold the key while the old holder is not yet told (measured: 50-60ms with
-// WithKeepalive(50ms), within one keepalive interval). No lease covers that
+// hold the key while the old holder is not yet told: up to one keepalive
+// interval (measured: 50ms after a KILL with WithKeepalive(50ms), three runs
+// of TestMariaDB/KilledHolderReportedLost). No lease covers that
 // window; only the fence does. If the holder's process freezes, its session
 // and so its lock stay until the process resumes and expires it, or until
 // the server closes the connection (wait_timeout, TCP keepalive).
