@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the store servers the tests start, and the headless browser the
-# dashboard's tests drive (Debian/Ubuntu), skipping what is already present.
-# Safe to run again.
+# dashboard's tests drive (Debian/Ubuntu), skipping what is already present;
+# then dynalite, the DynamoDB-compatible server, from npm at the version
+# package-lock.json pins, into node_modules at the repository root. Safe to
+# run again.
 set -euo pipefail
 
 need=()
@@ -20,14 +22,23 @@ ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
 want setpriv util-linux
 want chromium chromium
 want /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf fonts-dejavu-core
+want node nodejs
+want npm npm
 
 if [ ${#need[@]} -eq 0 ]; then
 	echo "deps: all store servers and the browser present"
-	exit 0
+else
+	sudo=""
+	if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+	echo "deps: installing ${need[*]}"
+	$sudo apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
 
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-echo "deps: installing ${need[*]}"
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}"
+root="$(cd "$(dirname "$0")/.." && pwd)"
+if [ -e "$root/node_modules/dynalite/cli.js" ]; then
+	echo "deps: dynalite present"
+else
+	echo "deps: installing dynalite (npm ci)"
+	(cd "$root" && npm ci --no-audit --no-fund --loglevel=error)
+fi
