@@ -6,7 +6,7 @@
 //	go run ./examples/checkout -store redis://127.0.0.1:6379/0
 //	go run ./examples/checkout -store etcd://127.0.0.1:2379
 //
-// Any URL that distlock.Open accepts works (postgres://, mysql://, zk://).
+// Any URL that distlock.Open accepts works (postgres://, mysql://, mysql+table://, redlock://, zk://).
 package main
 
 import (
@@ -21,8 +21,10 @@ import (
 	"github.com/distlock/distlock"
 	_ "github.com/distlock/distlock/backend/etcdlock"
 	_ "github.com/distlock/distlock/backend/memlock"
+	_ "github.com/distlock/distlock/backend/mysqllock"
 	_ "github.com/distlock/distlock/backend/pglock"
 	_ "github.com/distlock/distlock/backend/redislock"
+	_ "github.com/distlock/distlock/backend/redlock"
 	_ "github.com/distlock/distlock/backend/sqllock"
 	_ "github.com/distlock/distlock/backend/zklock"
 )
