@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/mysqlurl"
 )
 
 func init() {
@@ -171,17 +171,10 @@ func parseURL(rawURL string) (*mysql.Config, []Option, int, error) {
 			return nil, nil, 0, bad("%s=%q: %v", name, v, err)
 		}
 	}
-	dsn := "tcp(" + u.Host + ")/" + strings.TrimPrefix(u.Path, "/")
-	if len(q) > 0 {
-		dsn += "?" + q.Encode()
-	}
-	cfg, err := mysql.ParseDSN(dsn)
+	u.RawQuery = q.Encode() // less the parameters read above
+	cfg, err := mysqlurl.Config(u)
 	if err != nil {
 		return nil, nil, 0, bad("%s: %v", u.Redacted(), err)
-	}
-	if u.User != nil {
-		cfg.User = u.User.Username()
-		cfg.Passwd, _ = u.User.Password()
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultConnectTimeout

@@ -5,12 +5,10 @@ import (
 	"database/sql"
 	"fmt"
 	"net/url"
-	"strings"
-
-	"github.com/go-sql-driver/mysql"
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/mysqlurl"
 )
 
 // DefaultDialTimeout is the connect timeout a mysql+table:// URL gets when
@@ -60,19 +58,7 @@ func Open(ctx context.Context, driverName, dsn string, d *Dialect, opts ...Optio
 // go-sql-driver/mysql DSN user:password@tcp(host:port)/db?param=value, with
 // a connect timeout of DefaultDialTimeout unless the URL sets "timeout".
 func mysqlDSN(u *url.URL) (string, error) {
-	var b strings.Builder
-	if u.User != nil {
-		b.WriteString(u.User.Username())
-		if p, ok := u.User.Password(); ok {
-			b.WriteString(":" + p)
-		}
-		b.WriteByte('@')
-	}
-	b.WriteString("tcp(" + u.Host + ")/" + strings.TrimPrefix(u.Path, "/"))
-	if u.RawQuery != "" {
-		b.WriteString("?" + u.RawQuery)
-	}
-	cfg, err := mysql.ParseDSN(b.String())
+	cfg, err := mysqlurl.Config(u)
 	if err != nil {
 		return "", fmt.Errorf("sqllock: %s: %w", u.Redacted(), err)
 	}

@@ -4,11 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"net"
 	"net/url"
-	"strings"
 	"time"
 
+	"github.com/distlock/distlock/internal/mysqlurl"
 	"github.com/go-sql-driver/mysql"
 )
 
@@ -56,30 +55,7 @@ var mysqllockParams = []string{"request_timeout", "keepalive", "pool_wait", "kil
 // go-sql-driver/mysql configuration, as sqllock reads the URL, with the
 // connect timeout bounded by o.Timeout.
 func mysqlConfig(u *url.URL, o Options) (*mysql.Config, error) {
-	var b strings.Builder
-	if u.User != nil {
-		b.WriteString(u.User.Username())
-		if p, ok := u.User.Password(); ok {
-			b.WriteString(":" + p)
-		}
-		b.WriteByte('@')
-	}
-	host := u.Host
-	if host == "" {
-		return nil, invalid(u, "no server: want mysql://user:password@host:port/db")
-	}
-	if _, _, err := net.SplitHostPort(host); err != nil {
-		host = net.JoinHostPort(host, "3306")
-	}
-	b.WriteString("tcp(" + host + ")/" + strings.TrimPrefix(u.Path, "/"))
-	q := u.Query()
-	for _, p := range mysqllockParams {
-		q.Del(p)
-	}
-	if len(q) > 0 {
-		b.WriteString("?" + q.Encode())
-	}
-	cfg, err := mysql.ParseDSN(b.String())
+	cfg, err := mysqlurl.Config(u, mysqllockParams...)
 	if err != nil {
 		return nil, invalid(u, "%v", err)
 	}
