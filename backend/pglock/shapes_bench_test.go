@@ -3,8 +3,6 @@ package pglock_test
 import (
 	"context"
 	"fmt"
-	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +12,7 @@ import (
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/pglock"
 	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/locktest"
 )
 
 // The shapes users run, each against the raw advisory pair in the same run,
@@ -39,7 +38,7 @@ func BenchmarkShapesUncontended(b *testing.B) {
 		keys[i] = fmt.Sprintf("shapes/uncontended/%d", i)
 	}
 	var rawNext, next atomic.Int64
-	peer := contender{name: "raw", lock: func(ctx context.Context, _ int) (func() error, error) {
+	peer := locktest.Contender{Name: "raw", Lock: func(ctx context.Context, _ int) (func() error, error) {
 		id := pglock.KeyID(keys[rawNext.Add(1)%64])
 		var ok bool
 		if err := raw.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", id).Scan(&ok); err != nil || !ok {
@@ -47,7 +46,7 @@ func BenchmarkShapesUncontended(b *testing.B) {
 		}
 		return func() error { return raw.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", id).Scan(&ok) }, nil
 	}}
-	cs := []contender{peer}
+	cs := []locktest.Contender{peer}
 	// Where the time goes: the raw pair on a connection taken from a pool
 	// for each lock; and pglock's own statements (the lock with a fence, the
 	// lock with a fence and the holder row) then the unlock, on one
@@ -59,7 +58,7 @@ func BenchmarkShapesUncontended(b *testing.B) {
 	}
 	_ = mig.Close()
 	var poolNext, sqlNext atomic.Int64
-	cs = append(cs, contender{name: "raw+pool", lock: func(ctx context.Context, _ int) (func() error, error) {
+	cs = append(cs, locktest.Contender{Name: "raw+pool", Lock: func(ctx context.Context, _ int) (func() error, error) {
 		conn, err := pool.Acquire(ctx)
 		if err != nil {
 			return nil, err
@@ -89,7 +88,7 @@ RETURNING fence`},
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { _ = conn.Close(context.Background()) })
-		cs = append(cs, contender{name: st.name, lock: func(ctx context.Context, _ int) (func() error, error) {
+		cs = append(cs, locktest.Contender{Name: st.name, Lock: func(ctx context.Context, _ int) (func() error, error) {
 			key := keys[sqlNext.Add(1)%64]
 			id := pglock.KeyID(key)
 			args := []any{id}
@@ -109,7 +108,7 @@ RETURNING fence`},
 	for _, v := range variants {
 		c := distlock.New(newBackend(b, newPool(b, s, 4), v.opts...))
 		b.Cleanup(func() { _ = c.Close() })
-		cs = append(cs, contender{name: v.name, lock: func(ctx context.Context, _ int) (func() error, error) {
+		cs = append(cs, locktest.Contender{Name: v.name, Lock: func(ctx context.Context, _ int) (func() error, error) {
 			l, err := c.TryLock(ctx, keys[next.Add(1)%64], distlock.WithLease(30*time.Second))
 			if err != nil {
 				return nil, err
@@ -117,7 +116,7 @@ RETURNING fence`},
 			return func() error { return l.Release(ctx) }, nil
 		}})
 	}
-	contendCompare(b, 1, 0, cs...)
+	locktest.CompareContended(b, locktest.Load{}, cs...)
 }
 
 // BenchmarkShapesContended: 16 clients, each on a pool of one connection,
@@ -138,7 +137,7 @@ func BenchmarkShapesContended(b *testing.B) {
 		raws[i] = c
 		b.Cleanup(func() { _ = c.Close(context.Background()) })
 	}
-	peer := contender{name: "raw", lock: func(ctx context.Context, i int) (func() error, error) {
+	peer := locktest.Contender{Name: "raw", Lock: func(ctx context.Context, i int) (func() error, error) {
 		if _, err := raws[i].Exec(ctx, "SELECT pg_advisory_lock($1)", id); err != nil {
 			return nil, err
 		}
@@ -147,14 +146,14 @@ func BenchmarkShapesContended(b *testing.B) {
 			return raws[i].QueryRow(ctx, "SELECT pg_advisory_unlock($1)", id).Scan(&ok)
 		}, nil
 	}}
-	cs := []contender{peer}
+	cs := []locktest.Contender{peer}
 	for _, v := range variants {
 		clients := make([]*distlock.Client, lockers)
 		for i := range clients {
 			clients[i] = distlock.New(newBackend(b, newPool(b, s, 1), v.opts...))
 			b.Cleanup(func() { _ = clients[i].Close() })
 		}
-		cs = append(cs, contender{name: v.name, lock: func(ctx context.Context, i int) (func() error, error) {
+		cs = append(cs, locktest.Contender{Name: v.name, Lock: func(ctx context.Context, i int) (func() error, error) {
 			l, err := clients[i].Lock(ctx, key, distlock.WithLease(30*time.Second))
 			if err != nil {
 				return nil, err
@@ -163,7 +162,7 @@ func BenchmarkShapesContended(b *testing.B) {
 		}})
 	}
 	for _, think := range []time.Duration{0, time.Millisecond} {
-		b.Run(fmt.Sprintf("think=%v", think), func(b *testing.B) { contendCompare(b, lockers, think, cs...) })
+		b.Run(fmt.Sprintf("think=%v", think), func(b *testing.B) { locktest.CompareContended(b, locktest.Load{Lockers: lockers, Think: think}, cs...) })
 	}
 }
 
@@ -175,105 +174,4 @@ var variants = []struct {
 	{"default", nil},
 	{"deferred", []pglock.Option{pglock.WithDeferredHolderRows()}},
 	{"norows", []pglock.Option{pglock.WithoutHolderRows()}},
-}
-
-// contender is one way of taking a key that contendCompare measures: lock is
-// called by goroutine i and returns the release.
-type contender struct {
-	name string
-	lock func(ctx context.Context, i int) (release func() error, err error)
-}
-
-// contendCompare makes b.N acquisitions with each contender, by lockers
-// goroutines each looping lock, release, think, in alternating rounds of 256
-// acquisitions. It reports per contender acquisitions per second, the p99
-// and max wait of an acquisition, the largest share one goroutine got
-// relative to a fair share, and for every contender after the first its
-// throughput relative to the first's ("<first>/<name>").
-func contendCompare(b *testing.B, lockers int, think time.Duration, cs ...contender) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	type tally struct {
-		took   time.Duration
-		waits  []time.Duration
-		counts []int
-	}
-	ts := make([]tally, len(cs))
-	for i := range ts {
-		ts[i].counts = make([]int, lockers)
-	}
-	b.ResetTimer()
-	for done := 0; done < b.N; {
-		n := min(b.N-done, 256)
-		for k, c := range cs {
-			if err := contendRound(ctx, lockers, n, think, c, &ts[k].took, &ts[k].waits, ts[k].counts); err != nil {
-				b.Fatalf("%s: %v", c.name, err)
-			}
-		}
-		done += n
-	}
-	b.StopTimer()
-	for k, c := range cs {
-		t := ts[k]
-		slices.Sort(t.waits)
-		at := func(q float64) float64 { return float64(t.waits[int(q*float64(len(t.waits)-1))]) / 1e6 }
-		b.ReportMetric(float64(len(t.waits))/t.took.Seconds(), c.name+"-acq/s")
-		if lockers > 1 {
-			b.ReportMetric(at(0.99), c.name+"-p99-ms")
-			b.ReportMetric(at(1), c.name+"-max-ms")
-			b.ReportMetric(float64(slices.Max(t.counts))*float64(lockers)/float64(len(t.waits)), c.name+"-top/fair")
-		}
-		if k > 0 {
-			b.ReportMetric(ts[0].took.Seconds()/t.took.Seconds(), cs[0].name+"/"+c.name)
-		}
-	}
-	b.ReportMetric(0, "ns/op")
-}
-
-// contendRound makes n acquisitions of c by lockers goroutines and adds the
-// wall time, each acquisition's wait and each goroutine's count.
-func contendRound(ctx context.Context, lockers, n int, think time.Duration, c contender, took *time.Duration, waits *[]time.Duration, counts []int) error {
-	var (
-		left   atomic.Int64
-		inside atomic.Int32
-		mu     sync.Mutex
-		wg     sync.WaitGroup
-		errs   = make(chan error, lockers)
-	)
-	left.Store(int64(n))
-	start := time.Now()
-	for i := range lockers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for left.Add(-1) >= 0 {
-				t0 := time.Now()
-				release, err := c.lock(ctx, i)
-				if err != nil {
-					errs <- err
-					return
-				}
-				wait := time.Since(t0)
-				if inside.Add(1) != 1 {
-					errs <- fmt.Errorf("two holders at once")
-				}
-				inside.Add(-1)
-				if err := release(); err != nil {
-					errs <- err
-					return
-				}
-				mu.Lock()
-				*waits = append(*waits, wait)
-				counts[i]++
-				mu.Unlock()
-				if think > 0 {
-					time.Sleep(think)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	*took += time.Since(start)
-	close(errs)
-	return <-errs
 }

@@ -5,11 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -113,129 +110,24 @@ func BenchmarkContendedVsNewLock(b *testing.B) {
 						locks[i*layout.perSession+j] = zk.NewLock(conn, root+"/newlock", zk.WorldACL(zk.PermAll))
 					}
 				}
-				peer := contender{name: "newlock", lock: func(_ context.Context, i int) (func() error, error) {
+				peer := locktest.Contender{Name: "newlock", Lock: func(_ context.Context, i int) (func() error, error) {
 					l := locks[i]
 					if err := l.Lock(); err != nil {
 						return nil, err
 					}
 					return l.Unlock, nil
 				}}
-				ours := contender{name: "distlock", lock: func(ctx context.Context, i int) (func() error, error) {
+				ours := locktest.Contender{Name: "distlock", Lock: func(ctx context.Context, i int) (func() error, error) {
 					l, err := cs[i/layout.perSession].Lock(ctx, "contended", distlock.WithLease(30*time.Second))
 					if err != nil {
 						return nil, err
 					}
 					return func() error { return l.Release(ctx) }, nil
 				}}
-				contendCompare(b, lockers, think, func() int64 { return received(b, srv.Addr()) }, peer, ours)
+				locktest.CompareContended(b, locktest.Load{Lockers: lockers, Think: think, Requests: func() int64 { return received(b, srv.Addr()) }}, peer, ours)
 			})
 		}
 	}
-}
-
-// contender is one way of taking a key that contendCompare measures: lock is
-// called by goroutine i and returns the release.
-type contender struct {
-	name string
-	lock func(ctx context.Context, i int) (release func() error, err error)
-}
-
-// contendCompare makes b.N acquisitions of one key with each contender, by
-// lockers goroutines each looping lock, release, think, in alternating
-// rounds of 256 acquisitions. It reports per contender acquisitions per
-// second, the p99 and max wait of an acquisition, the largest share one
-// goroutine got relative to a fair share, the requests the server received
-// per acquisition (from count, a server-wide counter read between rounds),
-// and for every contender after the first its throughput relative to the
-// first's ("<first>/<name>").
-func contendCompare(b *testing.B, lockers int, think time.Duration, count func() int64, cs ...contender) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	type tally struct {
-		took   time.Duration
-		reqs   int64
-		waits  []time.Duration
-		counts []int
-	}
-	ts := make([]tally, len(cs))
-	for i := range ts {
-		ts[i].counts = make([]int, lockers)
-	}
-	b.ResetTimer()
-	for done := 0; done < b.N; {
-		n := min(b.N-done, 256)
-		for k, c := range cs {
-			before := count()
-			if err := contendRound(ctx, lockers, n, think, c, &ts[k].took, &ts[k].waits, ts[k].counts); err != nil {
-				b.Fatalf("%s: %v", c.name, err)
-			}
-			ts[k].reqs += count() - before - 1 // the counter's own request
-		}
-		done += n
-	}
-	b.StopTimer()
-	for k, c := range cs {
-		t := ts[k]
-		slices.Sort(t.waits)
-		at := func(q float64) float64 { return float64(t.waits[int(q*float64(len(t.waits)-1))]) / 1e6 }
-		b.ReportMetric(float64(len(t.waits))/t.took.Seconds(), c.name+"-acq/s")
-		b.ReportMetric(at(0.99), c.name+"-p99-ms")
-		b.ReportMetric(at(1), c.name+"-max-ms")
-		b.ReportMetric(float64(slices.Max(t.counts))*float64(lockers)/float64(len(t.waits)), c.name+"-top/fair")
-		b.ReportMetric(float64(t.reqs)/float64(len(t.waits)), c.name+"-req/acq")
-		if k > 0 {
-			b.ReportMetric(ts[0].took.Seconds()/t.took.Seconds(), cs[0].name+"/"+c.name)
-		}
-	}
-	b.ReportMetric(0, "ns/op")
-}
-
-// contendRound makes n acquisitions of c by lockers goroutines and adds the
-// wall time, each acquisition's wait and each goroutine's count.
-func contendRound(ctx context.Context, lockers, n int, think time.Duration, c contender, took *time.Duration, waits *[]time.Duration, counts []int) error {
-	var (
-		left   atomic.Int64
-		inside atomic.Int32
-		mu     sync.Mutex
-		wg     sync.WaitGroup
-		errs   = make(chan error, lockers)
-	)
-	left.Store(int64(n))
-	start := time.Now()
-	for i := range lockers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for left.Add(-1) >= 0 {
-				t0 := time.Now()
-				release, err := c.lock(ctx, i)
-				if err != nil {
-					errs <- err
-					return
-				}
-				wait := time.Since(t0)
-				if inside.Add(1) != 1 {
-					errs <- fmt.Errorf("two holders at once")
-				}
-				inside.Add(-1)
-				if err := release(); err != nil {
-					errs <- err
-					return
-				}
-				mu.Lock()
-				*waits = append(*waits, wait)
-				counts[i]++
-				mu.Unlock()
-				if think > 0 {
-					time.Sleep(think)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	*took += time.Since(start)
-	close(errs)
-	return <-errs
 }
 
 // received returns the number of packets the server at addr has received,
