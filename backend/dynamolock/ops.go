@@ -1,0 +1,261 @@
+package dynamolock
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/distlock/distlock/driver"
+)
+
+// The expressions' attribute names, one map per kind of request (DynamoDB
+// refuses names an expression does not use). They are only read.
+var (
+	grantNames = map[string]string{"#t": attrToken, "#v": attrVersion, "#l": attrLease, "#x": ExpiresAttribute,
+		"#f": attrFence, "#m": attrMeta}
+	renewNames = map[string]string{"#t": attrToken, "#v": attrVersion, "#l": attrLease, "#x": ExpiresAttribute}
+	freeNames  = map[string]string{"#t": attrToken, "#v": attrVersion, "#l": attrLease, "#x": ExpiresAttribute,
+		"#m": attrMeta}
+)
+
+const (
+	// grantSet writes a grant: token, a new version, the lease, the garbage
+	// collection time and the next fence. A new item's first fence is the
+	// granting client's clock in microseconds (see the package doc).
+	grantSet = "SET #t = :t, #v = :v, #l = :l, #x = :x, #f = if_not_exists(#f, :base) + :one"
+	// free is the condition of an ordinary acquisition.
+	free = "attribute_not_exists(#t)"
+	// freeOrAbandoned also takes over the version :seen, which this backend
+	// has seen unchanged for a full lease.
+	freeOrAbandoned = free + " OR #v = :seen"
+	// freeUpdate ends a hold and leaves the item with its fence.
+	freeUpdate = "REMOVE #t, #v, #l, #m SET #x = :x"
+)
+
+// Acquire takes req.Key in one conditional UpdateItem: if the item has no
+// holder, or (takeover) if its holder's record version is one this backend
+// has seen unchanged for a full lease. The same write advances the fence. A
+// refusal reads the item (DynamoDB sends it back with the refusal; dynalite
+// does not, so then one consistent GetItem) to note the holder's version.
+func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	meta, err := encodeMeta(req.Meta)
+	if err != nil {
+		return driver.Grant{}, fmt.Errorf("dynamolock: acquire %q: metadata: %w", req.Key, err)
+	}
+	now := b.opts.now()
+	values := map[string]types.AttributeValue{
+		":t": s(req.Token), ":v": s(newVersion()), ":l": n(leaseMillis(req.TTL)),
+		":x": n(now.Add(req.TTL + b.opts.retention).Unix()), ":base": n(now.UnixMicro()), ":one": n(1),
+	}
+	update, cond := grantSet, free
+	if meta != "" {
+		update += ", #m = :m"
+		values[":m"] = s(meta)
+	} else {
+		update += " REMOVE #m"
+	}
+	if v, ok := b.seen.expired(req.Key, now); ok {
+		cond = freeOrAbandoned
+		values[":seen"] = s(v)
+	}
+	var out *dynamodb.UpdateItemOutput
+	var held lock
+	err = b.call(ctx, func(ctx context.Context) error {
+		o, err := b.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: b.table, Key: keyOf(req.Key),
+			UpdateExpression: aws.String(update), ConditionExpression: aws.String(cond),
+			ExpressionAttributeNames: grantNames, ExpressionAttributeValues: values,
+			ReturnValues:                        types.ReturnValueUpdatedNew,
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}, b.perCall...)
+		item, no := refused(err)
+		if !no {
+			out = o
+			return err
+		}
+		if len(item) == 0 {
+			if item, err = b.get(ctx, req.Key); err != nil {
+				return err
+			}
+		}
+		held, err = decode(item)
+		return err
+	})
+	switch {
+	case err != nil:
+		return driver.Grant{}, b.fail("acquire", req.Key, err)
+	case out == nil:
+		if held.held {
+			b.seen.saw(req.Key, held.version, held.lease, b.opts.now())
+		}
+		return driver.Grant{}, fmt.Errorf("dynamolock: acquire %q: %w", req.Key, driver.ErrNotAcquired)
+	}
+	granted, err := decode(out.Attributes)
+	if err != nil {
+		return driver.Grant{}, b.fail("acquire", req.Key, err)
+	}
+	b.seen.forget(req.Key)
+	return driver.Grant{Fence: granted.fence}, nil
+}
+
+// get reads key's item with a strongly consistent read; nil if none.
+func (b *Backend) get(ctx context.Context, key string) (map[string]types.AttributeValue, error) {
+	out, err := b.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: b.table, Key: keyOf(key), ConsistentRead: aws.Bool(true)}, b.perCall...)
+	if err != nil {
+		return nil, err
+	}
+	return out.Item, nil
+}
+
+// Renew writes a new record version and ttl if token holds key: waiters
+// that saw the old version start counting again.
+func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
+	now := b.opts.now()
+	return b.update("renew", key, ctx, &dynamodb.UpdateItemInput{
+		UpdateExpression: aws.String("SET #v = :v, #l = :l, #x = :x"), ConditionExpression: aws.String("#t = :t"),
+		ExpressionAttributeNames: renewNames,
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":t": s(token), ":v": s(newVersion()), ":l": n(leaseMillis(ttl)), ":x": n(now.Add(ttl + b.opts.retention).Unix()),
+		},
+	})
+}
+
+// Release ends token's hold of key, keeping the item and its fence.
+func (b *Backend) Release(ctx context.Context, key, token string) error {
+	return b.update("release", key, ctx, &dynamodb.UpdateItemInput{
+		UpdateExpression: aws.String(freeUpdate), ConditionExpression: aws.String("#t = :t"),
+		ExpressionAttributeNames: freeNames,
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":t": s(token), ":x": n(b.opts.now().Add(b.opts.retention).Unix()),
+		},
+	})
+}
+
+// update runs a conditional UpdateItem on key's item whose refusal means
+// that the token does not hold the key.
+func (b *Backend) update(op, key string, ctx context.Context, in *dynamodb.UpdateItemInput) error {
+	in.TableName, in.Key = b.table, keyOf(key)
+	err := b.call(ctx, func(ctx context.Context) error {
+		_, err := b.db.UpdateItem(ctx, in, b.perCall...)
+		return err
+	})
+	if _, no := refused(err); no {
+		return fmt.Errorf("dynamolock: %s %q: %w", op, key, driver.ErrNotHeld)
+	}
+	if err != nil {
+		return b.fail(op, key, err)
+	}
+	return nil
+}
+
+// ForceRelease ends the hold of key whatever token holds it, in one
+// conditional UpdateItem, and returns the hold it ended. The item and its
+// fence stay. If key is not held it returns an error matching
+// driver.ErrNotHeld and changes nothing. The holder learns of it at its next
+// renewal.
+func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
+	var out *dynamodb.UpdateItemOutput
+	err := b.call(ctx, func(ctx context.Context) (err error) {
+		out, err = b.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: b.table, Key: keyOf(key),
+			UpdateExpression: aws.String(freeUpdate), ConditionExpression: aws.String("attribute_exists(#t)"),
+			ExpressionAttributeNames: freeNames,
+			ExpressionAttributeValues: map[string]types.AttributeValue{
+				":x": n(b.opts.now().Add(b.opts.retention).Unix()),
+			},
+			ReturnValues: types.ReturnValueAllOld,
+		}, b.perCall...)
+		return err
+	})
+	if _, no := refused(err); no {
+		return driver.Info{}, fmt.Errorf("dynamolock: force release %q: %w", key, driver.ErrNotHeld)
+	}
+	if err != nil {
+		return driver.Info{}, b.fail("force release", key, err)
+	}
+	l, err := decode(out.Attributes)
+	if err != nil {
+		return driver.Info{}, b.fail("force release", key, err)
+	}
+	return b.info(l), nil
+}
+
+// info describes l. Its TTL is what is left of the holder's lease as this
+// backend sees it (see sightings.left): no client's clock is compared with
+// another's.
+func (b *Backend) info(l lock) driver.Info {
+	if !l.held {
+		return driver.Info{Key: l.key, Fence: l.fence}
+	}
+	return driver.Info{Key: l.key, Held: true, Fence: l.fence, Meta: l.meta,
+		TTL: b.seen.left(l.key, l.version, l.lease, b.opts.now())}
+}
+
+// Inspect reads key's item with a strongly consistent read. A released key
+// reports the fence of its last grant while its item exists.
+func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	var item map[string]types.AttributeValue
+	err := b.call(ctx, func(ctx context.Context) (err error) {
+		item, err = b.get(ctx, key)
+		return err
+	})
+	if err != nil {
+		return driver.Info{}, b.fail("inspect", key, err)
+	}
+	if item == nil {
+		return driver.Info{Key: key}, nil
+	}
+	l, err := decode(item)
+	if err != nil {
+		return driver.Info{}, b.fail("inspect", key, err)
+	}
+	return b.info(l), nil
+}
+
+// List returns the held locks whose keys start with prefix, sorted by key:
+// a strongly consistent Scan of the whole table, filtered by DynamoDB, a
+// page (1 MB of items read) per request, each within the request timeout.
+// It reads every item of the table, so it costs in proportion to the table,
+// not to the answer.
+func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+	in := &dynamodb.ScanInput{
+		TableName: b.table, ConsistentRead: aws.Bool(true),
+		FilterExpression:         aws.String("attribute_exists(#t)"),
+		ExpressionAttributeNames: map[string]string{"#t": attrToken},
+	}
+	if prefix != "" {
+		in.FilterExpression = aws.String("attribute_exists(#t) AND begins_with(#k, :p)")
+		in.ExpressionAttributeNames["#k"] = KeyAttribute
+		in.ExpressionAttributeValues = map[string]types.AttributeValue{":p": s(prefix)}
+	}
+	var infos []driver.Info
+	for {
+		var out *dynamodb.ScanOutput
+		err := b.call(ctx, func(ctx context.Context) (err error) {
+			out, err = b.db.Scan(ctx, in, b.perCall...)
+			return err
+		})
+		if err != nil {
+			return nil, b.fail("list", prefix, err)
+		}
+		for _, item := range out.Items {
+			l, err := decode(item)
+			if err != nil {
+				return nil, b.fail("list", prefix, err)
+			}
+			infos = append(infos, b.info(l))
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			break
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+	slices.SortFunc(infos, func(x, y driver.Info) int { return strings.Compare(x.Key, y.Key) })
+	return infos, nil
+}
