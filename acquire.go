@@ -112,6 +112,7 @@ func (c *Client) take(ctx context.Context, r *Request, req *driver.AcquireReques
 func (c *Client) attempt(ctx context.Context, r *Request, req *driver.AcquireRequest) (driver.Grant, time.Time, error) {
 	sent := time.Now()
 	g, err := c.backend.Acquire(ctx, *req)
+	failpoint("acquire-sent", r.Key)
 	c.observeCall(ctx, r, "acquire", sent, err)
 	if err != nil {
 		if !errors.Is(err, ErrNotAcquired) && !r.keepToken {

@@ -283,6 +283,7 @@ func (h *hold) tick() {
 	h.mu.Lock()
 	lease, ttl := h.r.Lease, h.ttl // as an Extend that ran meanwhile left them
 	h.mu.Unlock()
+	failpoint("renew", h.r.Key)
 	sent := time.Now()
 	err := h.c.backend.Renew(rctx, h.r.Key, h.token, ttl)
 	h.renewMu.Unlock()

@@ -44,6 +44,7 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req *driver.Acq
 		defer stopOnClose()
 		sent := time.Now()
 		g, err := w.AcquireWait(wctx, *req)
+		failpoint("acquire-sent", r.Key)
 		switch {
 		case err == nil:
 			if !g.Sent.IsZero() {
