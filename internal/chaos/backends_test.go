@@ -1,0 +1,109 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/internal/testserver"
+)
+
+func single(s *testserver.Server, url func(addr string) string) *deployment {
+	return &deployment{url: url, addr: s.Addr(), servers: []*testserver.Server{s}}
+}
+
+func redisURL(addr string) string { return "redis://" + addr + "/0" }
+
+func deployRedis(args ...string) func(*testing.T) *deployment {
+	return func(t *testing.T) *deployment { return single(testserver.Redis(t, args...), redisURL) }
+}
+
+func deploySentinel(t *testing.T) *deployment {
+	set := testserver.RedisSentinel(t)
+	addrs := set.SentinelAddrs()
+	u := "redis-sentinel://" + addrs[0] + "/" + testserver.SentinelMaster + "?addr=" + strings.Join(addrs[1:], "&addr=")
+	return &deployment{url: func(string) string { return u }, sent: set}
+}
+
+func deployRedlock(t *testing.T) *deployment {
+	var servers []*testserver.Server
+	var addrs []string
+	for range 5 {
+		s := testserver.Redis(t)
+		servers = append(servers, s)
+		addrs = append(addrs, s.Addr())
+	}
+	u := "redlock://" + strings.Join(addrs, ",")
+	return &deployment{url: func(string) string { return u }, servers: servers}
+}
+
+func deployEtcd(n int) func(*testing.T) *deployment {
+	return func(t *testing.T) *deployment {
+		members := testserver.EtcdCluster(t, n)
+		if n == 1 {
+			return single(members[0], func(addr string) string { return "etcd://" + addr + "/chaos" })
+		}
+		var addrs []string
+		for _, m := range members {
+			addrs = append(addrs, m.Addr())
+		}
+		u := "etcd://" + strings.Join(addrs, ",") + "/chaos"
+		return &deployment{url: func(string) string { return u }, servers: members}
+	}
+}
+
+func deployZK(t *testing.T) *deployment {
+	return single(testserver.ZooKeeper(t), func(addr string) string { return "zk://" + addr + "/chaos?session_timeout=2s" })
+}
+
+func deployPostgres(t *testing.T) *deployment {
+	return single(testserver.Postgres(t), func(addr string) string {
+		return "postgres://postgres@" + addr + "/postgres?sslmode=disable"
+	})
+}
+
+func deployMariaDB(t *testing.T) *deployment {
+	return single(testserver.MariaDB(t), func(addr string) string { return "mysql://root@" + addr + "/distlock" })
+}
+
+// scenarios is the suite: every backend under every fault that applies to
+// it, with what the backend promises under that fault. (A DynamoDB row goes
+// with deployDynamo once that backend lands.)
+func scenarios() []scenario {
+	const (
+		excl  = true
+		fence = true
+	)
+	return []scenario{
+		{backend: "redis", fault: "none", deploy: deployRedis(), exclusive: excl, fenceSafe: fence, short: true},
+		{backend: "redis", fault: "pause", deploy: deployRedis(), inject: pause, fenceSafe: fence, short: true},
+		{backend: "redis", fault: "blackhole", deploy: deployRedis(), inject: blackhole(lease * 5 / 2), exclusive: excl, fenceSafe: fence},
+		{backend: "redis", fault: "acquire reply late", deploy: deployRedis(), failpoint: distlock.FailpointAcquireSent, exclusive: excl, fenceSafe: fence},
+		{backend: "redis", fault: "renewal late", deploy: deployRedis(), failpoint: distlock.FailpointRenew, work: 300 * lease / 1000, fenceSafe: fence},
+		{backend: "redis", fault: "restart, no persistence", deploy: deployRedis(), inject: restart, short: true},
+		{backend: "redis", fault: "restart, AOF always", deploy: deployRedis("--appendonly", "yes", "--appendfsync", "always"), inject: restart, exclusive: excl, fenceSafe: fence},
+		{backend: "redis-sentinel", fault: "failover", deploy: deploySentinel, inject: failover},
+		{backend: "redlock", fault: "none", deploy: deployRedlock, exclusive: excl, fenceSafe: fence},
+		{backend: "redlock", fault: "pause", deploy: deployRedlock, inject: pause},
+		{backend: "redlock", fault: "minority lost", deploy: deployRedlock, inject: redlockLoss(2), exclusive: excl},
+		{backend: "redlock", fault: "majority lost, restarted empty", deploy: deployRedlock, inject: redlockLoss(3)},
+		{backend: "etcd", fault: "none", deploy: deployEtcd(1), exclusive: excl, fenceSafe: fence},
+		{backend: "etcd", fault: "pause", deploy: deployEtcd(1), inject: pause, fenceSafe: fence},
+		{backend: "etcd", fault: "blackhole", deploy: deployEtcd(1), inject: blackhole(lease * 5 / 2), exclusive: excl, fenceSafe: fence},
+		{backend: "etcd", fault: "restart", deploy: deployEtcd(1), inject: restart, exclusive: excl, fenceSafe: fence},
+		{backend: "etcd x3", fault: "leader killed", deploy: deployEtcd(3), inject: leaderKill, exclusive: excl, fenceSafe: fence},
+		{backend: "zookeeper", fault: "none", deploy: deployZK, exclusive: excl, fenceSafe: fence},
+		{backend: "zookeeper", fault: "pause", deploy: deployZK, inject: pause, fenceSafe: fence},
+		{backend: "zookeeper", fault: "session expired", deploy: deployZK, inject: blackhole(4 * lease), exclusive: excl, fenceSafe: fence},
+		{backend: "zookeeper", fault: "restart", deploy: deployZK, inject: restart, exclusive: excl, fenceSafe: fence},
+		{backend: "postgres", fault: "none", deploy: deployPostgres, exclusive: excl, fenceSafe: fence},
+		{backend: "postgres", fault: "pause", deploy: deployPostgres, inject: pause, fenceSafe: fence},
+		{backend: "postgres", fault: "blackhole", deploy: deployPostgres, inject: blackhole(lease * 5 / 2), exclusive: excl, fenceSafe: fence},
+		{backend: "postgres", fault: "backend terminated", deploy: deployPostgres, inject: terminate, fenceSafe: fence},
+		{backend: "mysql", fault: "none", deploy: deployMariaDB, exclusive: excl, fenceSafe: fence},
+		{backend: "mysql", fault: "pause", deploy: deployMariaDB, inject: pause, fenceSafe: fence},
+		{backend: "mysql", fault: "restart", deploy: deployMariaDB, inject: restart, fenceSafe: fence},
+	}
+}
