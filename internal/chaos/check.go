@@ -10,11 +10,11 @@ import (
 type Report struct {
 	Ops           int // grants
 	Writes        int // writes accepted by a resource
-	Overlaps      int // pairs of holders inside a resource's critical section at once
+	Overlaps      int // holders that another holder joined inside a resource's critical section
 	Regressions   int // grants whose fence did not exceed the fence of an earlier grant
 	StaleRejected int // writes a resource refused for a stale fence
 	StaleAccepted int // writes a resource accepted with a stale fence
-	LateLoss      int // holders told of their loss only after a later holder wrote
+	LateLoss      int // holders told of their loss only after a later holder wrote (or never)
 	// Findings describes each violation, for the log.
 	Findings []string
 }
@@ -33,6 +33,7 @@ type write struct {
 	resource, key, nonce string
 	fence                uint64
 	seq, in, out         int64
+	overtaken            bool // another acquisition entered while it was inside
 }
 
 // Check judges a history (sorted with Sort):
@@ -82,7 +83,8 @@ func Check(h []Event) Report {
 			r.Writes++
 			w := &write{resource: e.Resource, key: e.Key, nonce: e.Nonce, fence: e.Fence, seq: e.Seq, in: e.T, out: math.MaxInt64}
 			for _, o := range open {
-				if o.resource == w.resource && o.key == w.key && o.nonce != w.nonce {
+				if o.resource == w.resource && o.key == w.key && o.nonce != w.nonce && !o.overtaken {
+					o.overtaken = true
 					r.Overlaps++
 					r.Findings = append(r.Findings, fmt.Sprintf("overlap: %s key %q: %s (fence %d) entered while %s (fence %d) was inside",
 						w.resource, w.key, w.nonce, w.fence, o.nonce, o.fence))
@@ -116,17 +118,20 @@ func Check(h []Event) Report {
 	}
 	for key, gs := range byKey {
 		sort.Slice(gs, func(i, j int) bool { return gs[i].grant < gs[j].grant })
+		regressed, late := map[*acq]bool{}, map[*acq]bool{}
 		for j, b := range gs {
 			for _, a := range gs[:j] {
 				// 2: a was granted before b was asked for, so the store
 				// granted b after a: its fence must be higher.
-				if b.sent != 0 && a.grant < b.sent && b.fence <= a.fence {
+				if b.sent != 0 && a.grant < b.sent && b.fence <= a.fence && !regressed[b] {
+					regressed[b] = true
 					r.Regressions++
 					r.Findings = append(r.Findings, fmt.Sprintf("regression: key %q: %s got fence %d after %s got %d",
 						key, b.nonce, b.fence, a.nonce, a.fence))
 				}
 				// 4: b overtook a; a must have known before b wrote.
-				if b.grant < a.end && b.firstWrite != 0 && a.end > b.firstWrite {
+				if b.grant < a.end && b.firstWrite != 0 && a.end > b.firstWrite && !late[a] {
+					late[a] = true
 					r.LateLoss++
 					when := "never"
 					if a.loss != 0 {

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -57,6 +58,24 @@ type job struct {
 	Failpoint string
 	Delay     time.Duration
 	Every     int
+
+	delayNext atomic.Bool // the current acquisition meets the failpoint
+	frozen    sync.Mutex  // held through a stall at failpointWrite: renewals wait too
+}
+
+// failpointWrite is the scenario's own failpoint: after the holder checked
+// that its lock is held, before its write reaches the resource (the
+// Kleppmann case: a pause no check on the client can see).
+const failpointWrite = "write"
+
+// stall blocks for the job's delay if the current acquisition is to meet
+// the failpoint.
+func (j *job) stall() {
+	if j.delayNext.CompareAndSwap(true, false) {
+		j.frozen.Lock()
+		time.Sleep(j.Delay) // the fault itself: a client stopped at this point
+		j.frozen.Unlock()
+	}
 }
 
 func childMain() (int, bool) {
@@ -86,7 +105,7 @@ func (j *job) run() error {
 	ctx, cancel := context.WithTimeout(context.Background(), j.Run)
 	defer cancel()
 
-	client, err := distlock.Open(ctx, j.URL)
+	client, err := open(ctx, j.URL)
 	if err != nil {
 		return err
 	}
@@ -98,24 +117,26 @@ func (j *job) run() error {
 	defer db.Close()
 	hc := &http.Client{Timeout: 5 * time.Second}
 
-	var delayNext atomic.Bool
-	if j.Failpoint != "" {
-		distlock.SetFailpoint(j.Failpoint, func(string) {
-			if delayNext.CompareAndSwap(true, false) {
-				time.Sleep(j.Delay) // the fault itself: a client stopped at this point
-			}
+	switch j.Failpoint {
+	case "":
+	case failpointWrite: // the whole process stops, its watchdog too
+		distlock.SetFailpoint(distlock.FailpointRenew, func(string) {
+			j.frozen.Lock()
+			j.frozen.Unlock()
 		})
+	default:
+		distlock.SetFailpoint(j.Failpoint, func(string) { j.stall() })
 	}
 	for i := 0; i < j.Ops && ctx.Err() == nil; i++ {
 		key := j.Keys[rand.IntN(len(j.Keys))]
 		nonce := fmt.Sprintf("p%d-%d", j.Proc, i)
 		if j.Failpoint != "" && i%j.Every == j.Every-1 {
-			delayNext.Store(true)
+			j.delayNext.Store(true)
 		}
 		rec.Record(Event{Kind: AcquireSent, Key: key, Nonce: nonce})
 		l, err := client.Lock(ctx, key, distlock.WithLease(j.Lease), distlock.WithWatchdog(true), distlock.WithWait(j.Wait))
 		if err != nil {
-			delayNext.Store(false)
+			j.delayNext.Store(false)
 			continue // not acquired, or the store is down: try again
 		}
 		rec.Record(Event{Kind: Granted, Key: key, Nonce: nonce, Fence: l.Fence()})
@@ -139,6 +160,9 @@ func (j *job) hold(ctx context.Context, rec *Recorder, hc *http.Client, db *sql.
 	for range j.Writes {
 		if l.Err() != nil || ctx.Err() != nil {
 			break // a careful holder checks before every write
+		}
+		if j.Failpoint == failpointWrite {
+			j.stall()
 		}
 		if !j.memEnter(ctx, hc, key, fc, nonce) {
 			break
@@ -200,5 +224,20 @@ INSERT INTO %[1]s_log (key, fence, nonce) SELECT key, $2, $3 FROM u`, j.Table)
 		rec.Record(Event{Kind: WriteDone, Key: key, Nonce: nonce, Fence: fc, Resource: "pg"})
 	case errors.Is(err, fence.ErrStale):
 		rec.Record(Event{Kind: WriteRejected, Key: key, Nonce: nonce, Fence: fc, Resource: "pg"})
+	}
+}
+
+// open opens url, retrying while the store is down, until ctx ends.
+func open(ctx context.Context, url string) (*distlock.Client, error) {
+	for {
+		client, err := distlock.Open(ctx, url)
+		if err == nil {
+			return client, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }

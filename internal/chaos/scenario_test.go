@@ -169,13 +169,13 @@ CREATE TABLE %[1]s_log (id bigserial PRIMARY KEY, key text NOT NULL, fence bigin
 			proxy = faultproxy.Start(t, dep.addr)
 			u = dep.url(proxy.Addr())
 		}
-		j := job{Proc: p, URL: u, Keys: []string{"k0", "k1"}, Lease: lease, Wait: wait, Work: work, Writes: 2, Ops: 40,
+		j := job{Proc: p, URL: u, Keys: []string{"k0", "k1"}, Lease: lease, Wait: wait, Work: work, Writes: 2, Ops: 1000,
 			Run: runFor, Mem: r.mem.addr(), PG: dsn, Table: table,
 			History: filepath.Join(dir, fmt.Sprintf("p%d.jsonl", p))}
 		if sc.failpoint != "" {
 			j.Failpoint, j.Delay, j.Every = sc.failpoint, lease*3/2, 4
 		}
-		spec, _ := json.Marshal(j)
+		spec, _ := json.Marshal(&j)
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
 		var out bytes.Buffer
@@ -287,7 +287,11 @@ func (r *run) occupant() int {
 }
 
 // repeat runs fault up to n times while the run lasts, a lease apart.
+// It begins once a client is inside the critical section.
 func (r *run) repeat(n int, fault func()) {
+	if r.occupant() < 0 {
+		return
+	}
 	for range n {
 		if time.Until(r.end) < 2*lease {
 			return
