@@ -5,6 +5,7 @@ package chaos
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/internal/testserver"
@@ -71,10 +72,15 @@ func deployMariaDB(t *testing.T) *deployment {
 // scenarios is the suite: every backend under every fault that applies to
 // it, with what the backend promises under that fault. (A DynamoDB row goes
 // with deployDynamo once that backend lands.)
+//
+// A store that loses locks (a restart without persistence, a failover) can
+// only let a second holder in while the first still works: those scenarios
+// hold each grant longer (longWork per write).
 func scenarios() []scenario {
 	const (
-		excl  = true
-		fence = true
+		excl     = true
+		fence    = true
+		longWork = 300 * time.Millisecond
 	)
 	return []scenario{
 		{backend: "redis", fault: "none", deploy: deployRedis(), exclusive: excl, fenceSafe: fence, short: true},
@@ -82,15 +88,15 @@ func scenarios() []scenario {
 		{backend: "redis", fault: "pause before write", deploy: deployRedis(), failpoint: failpointWrite, fenceSafe: fence},
 		{backend: "redis", fault: "blackhole", deploy: deployRedis(), inject: blackhole(lease * 5 / 2), exclusive: excl, fenceSafe: fence},
 		{backend: "redis", fault: "acquire reply late", deploy: deployRedis(), failpoint: distlock.FailpointAcquireSent, exclusive: excl, fenceSafe: fence},
-		{backend: "redis", fault: "renewal late", deploy: deployRedis(), failpoint: distlock.FailpointRenew, work: 300 * lease / 1000, fenceSafe: fence},
-		{backend: "redis", fault: "restart, no persistence", deploy: deployRedis(), inject: restart, short: true},
+		{backend: "redis", fault: "renewal late", deploy: deployRedis(), failpoint: distlock.FailpointRenew, work: longWork, fenceSafe: fence},
+		{backend: "redis", fault: "restart, no persistence", deploy: deployRedis(), inject: restart, work: longWork, fenceSafe: fence, short: true},
 		{backend: "redis", fault: "restart, AOF always", deploy: deployRedis("--appendonly", "yes", "--appendfsync", "always"), inject: restart, exclusive: excl, fenceSafe: fence},
-		{backend: "redis-sentinel", fault: "failover", deploy: deploySentinel, inject: failover},
+		{backend: "redis-sentinel", fault: "failover", deploy: deploySentinel, inject: failover, work: longWork, fenceSafe: fence},
 		{backend: "redlock", fault: "none", deploy: deployRedlock, exclusive: excl, fenceSafe: fence},
 		{backend: "redlock", fault: "pause", deploy: deployRedlock, inject: pause},
-		{backend: "redlock", fault: "pause before write", deploy: deployRedlock, failpoint: failpointWrite, fenceSafe: fence},
+		{backend: "redlock", fault: "pause before write", deploy: deployRedlock, failpoint: failpointWrite},
 		{backend: "redlock", fault: "minority lost", deploy: deployRedlock, inject: redlockLoss(2), exclusive: excl},
-		{backend: "redlock", fault: "majority lost, restarted empty", deploy: deployRedlock, inject: redlockLoss(3)},
+		{backend: "redlock", fault: "majority lost, restarted empty", deploy: deployRedlock, inject: redlockLoss(3), work: longWork},
 		{backend: "etcd", fault: "none", deploy: deployEtcd(1), exclusive: excl, fenceSafe: fence},
 		{backend: "etcd", fault: "pause", deploy: deployEtcd(1), inject: pause, fenceSafe: fence},
 		{backend: "etcd", fault: "pause before write", deploy: deployEtcd(1), failpoint: failpointWrite, fenceSafe: fence},
