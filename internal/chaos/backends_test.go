@@ -70,8 +70,7 @@ func deployMariaDB(t *testing.T) *deployment {
 }
 
 // scenarios is the suite: every backend under every fault that applies to
-// it, with what the backend promises under that fault. (A DynamoDB row goes
-// with deployDynamo once that backend lands.)
+// it, with what the backend promises under that fault.
 //
 // A store that loses locks (a restart without persistence, a failover) can
 // only let a second holder in while the first still works: those scenarios
@@ -117,5 +116,14 @@ func scenarios() []scenario {
 		{backend: "mysql", fault: "pause", deploy: deployMariaDB, inject: pause, fenceSafe: fence},
 		{backend: "mysql", fault: "pause before write", deploy: deployMariaDB, failpoint: failpointWrite, fenceSafe: fence},
 		{backend: "mysql", fault: "restart", deploy: deployMariaDB, inject: restart, fenceSafe: fence},
+		{backend: "sqllock (MariaDB)", fault: "none", deploy: deploySQLLock, exclusive: excl, fenceSafe: fence},
+		{backend: "sqllock (MariaDB)", fault: "pause", deploy: deploySQLLock, inject: pause, fenceSafe: fence},
+		{backend: "sqllock (MariaDB)", fault: "pause before write", deploy: deploySQLLock, failpoint: failpointWrite, fenceSafe: fence},
+		{backend: "sqllock (MariaDB)", fault: "blackhole", deploy: deploySQLLock, inject: blackhole(lease * 5 / 2), exclusive: excl, fenceSafe: fence},
+		{backend: "sqllock (MariaDB)", fault: "restart", deploy: deploySQLLock, inject: restart, exclusive: excl, fenceSafe: fence},
+		{backend: "dynamodb", fault: "none", deploy: deployDynamo, exclusive: excl, fenceSafe: fence},
+		{backend: "dynamodb", fault: "pause", deploy: deployDynamo, inject: pause, fenceSafe: fence},
+		{backend: "dynamodb", fault: "pause before write", deploy: deployDynamo, failpoint: failpointWrite, fenceSafe: fence},
+		{backend: "dynamodb", fault: "blackhole", deploy: deployDynamo, inject: blackhole(lease * 5 / 2), exclusive: excl, fenceSafe: fence},
 	}
 }

@@ -20,11 +20,13 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/distlock/distlock"
+	_ "github.com/distlock/distlock/backend/dynamolock"
 	_ "github.com/distlock/distlock/backend/etcdlock"
 	_ "github.com/distlock/distlock/backend/mysqllock"
 	_ "github.com/distlock/distlock/backend/pglock"
 	_ "github.com/distlock/distlock/backend/redislock"
 	_ "github.com/distlock/distlock/backend/redlock"
+	_ "github.com/distlock/distlock/backend/sqllock"
 	_ "github.com/distlock/distlock/backend/zklock"
 	"github.com/distlock/distlock/fence"
 	"github.com/distlock/distlock/occ"
