@@ -27,12 +27,15 @@ const (
 	attrLease   = "lease_ms" // the lease of the current version, in milliseconds
 	attrFence   = "fence"    // the fence of the last grant
 	attrMeta    = "meta"     // the holder's driver.Meta as JSON; absent if empty
+	attrFreedBy = "freed_by" // the token of the last release, which a repeat of it recognises
 )
 
 // lock is what an item says.
 type lock struct {
 	key     string
 	held    bool
+	token   string
+	freedBy string
 	version string
 	lease   time.Duration
 	fence   uint64
@@ -43,6 +46,7 @@ func decode(item map[string]types.AttributeValue) (lock, error) {
 	var l lock
 	l.key = str(item[KeyAttribute])
 	l.version = str(item[attrVersion])
+	l.token, l.freedBy = str(item[attrToken]), str(item[attrFreedBy])
 	_, l.held = item[attrToken]
 	if n, ok := item[attrFence].(*types.AttributeValueMemberN); ok {
 		f, err := strconv.ParseUint(n.Value, 10, 64)

@@ -22,6 +22,8 @@ var (
 	renewNames = map[string]string{"#t": attrToken, "#v": attrVersion, "#l": attrLease, "#x": ExpiresAttribute}
 	freeNames  = map[string]string{"#t": attrToken, "#v": attrVersion, "#l": attrLease, "#x": ExpiresAttribute,
 		"#m": attrMeta}
+	releaseNames = map[string]string{"#t": attrToken, "#v": attrVersion, "#l": attrLease, "#x": ExpiresAttribute,
+		"#m": attrMeta, "#r": attrFreedBy}
 )
 
 const (
@@ -36,6 +38,8 @@ const (
 	freeOrAbandoned = free + " OR #v = :seen"
 	// freeUpdate ends a hold and leaves the item with its fence.
 	freeUpdate = "REMOVE #t, #v, #l, #m SET #x = :x"
+	// releaseUpdate also records the releasing token.
+	releaseUpdate = freeUpdate + ", #r = :t"
 )
 
 // Acquire takes req.Key in one conditional UpdateItem: if the item has no
@@ -64,44 +68,64 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		cond = freeOrAbandoned
 		values[":seen"] = s(v)
 	}
-	var out *dynamodb.UpdateItemOutput
-	var held lock
+	var (
+		out  *dynamodb.UpdateItemOutput
+		held lock
+	)
 	err = b.call(ctx, func(ctx context.Context) error {
 		o, err := b.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName: b.table, Key: keyOf(req.Key),
 			UpdateExpression: aws.String(update), ConditionExpression: aws.String(cond),
 			ExpressionAttributeNames: grantNames, ExpressionAttributeValues: values,
-			ReturnValues:                        types.ReturnValueUpdatedNew,
+			ReturnValues:                        types.ReturnValueUpdatedOld,
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		}, b.perCall...)
-		item, no := refused(err)
-		if !no {
-			out = o
-			return err
-		}
-		if len(item) == 0 {
-			if item, err = b.get(ctx, req.Key); err != nil {
-				return err
-			}
-		}
-		held, err = decode(item)
+		out = o
+		held, err = b.refusal(ctx, req.Key, err)
 		return err
 	})
+	var fence uint64
 	switch {
 	case err != nil:
 		return driver.Grant{}, b.fail("acquire", req.Key, err)
-	case out == nil:
+	case out != nil:
+		old, err := decode(out.Attributes)
+		if err != nil {
+			return driver.Grant{}, b.fail("acquire", req.Key, err)
+		}
+		fence = old.fence + 1
+		if old.fence == 0 { // a new item, or one written before it had a fence
+			fence = uint64(now.UnixMicro()) + 1
+		}
+	case held.token == req.Token:
+		// The SDK repeated a grant whose reply was lost: the repeat was
+		// refused, but the first attempt holds the key.
+		fence = held.fence
+	default:
 		if held.held {
 			b.seen.saw(req.Key, held.version, held.lease, b.opts.now())
 		}
 		return driver.Grant{}, fmt.Errorf("dynamolock: acquire %q: %w", req.Key, driver.ErrNotAcquired)
 	}
-	granted, err := decode(out.Attributes)
-	if err != nil {
-		return driver.Grant{}, b.fail("acquire", req.Key, err)
-	}
 	b.seen.forget(req.Key)
-	return driver.Grant{Fence: granted.fence}, nil
+	return driver.Grant{Fence: fence}, nil
+}
+
+// refusal returns the item a conditional write err refused: the one
+// DynamoDB sent back with the refusal, or, from a server that sends none
+// (dynalite), the item as a consistent GetItem reads it. Any other err is
+// returned as it is, and nil is the zero lock.
+func (b *Backend) refusal(ctx context.Context, key string, err error) (lock, error) {
+	item, no := refused(err)
+	if !no {
+		return lock{}, err
+	}
+	if len(item) == 0 {
+		if item, err = b.get(ctx, key); err != nil {
+			return lock{}, err
+		}
+	}
+	return decode(item)
 }
 
 // get reads key's item with a strongly consistent read; nil if none.
@@ -117,39 +141,54 @@ func (b *Backend) get(ctx context.Context, key string) (map[string]types.Attribu
 // that saw the old version start counting again.
 func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
 	now := b.opts.now()
-	return b.update("renew", key, ctx, &dynamodb.UpdateItemInput{
-		UpdateExpression: aws.String("SET #v = :v, #l = :l, #x = :x"), ConditionExpression: aws.String("#t = :t"),
-		ExpressionAttributeNames: renewNames,
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":t": s(token), ":v": s(newVersion()), ":l": n(leaseMillis(ttl)), ":x": n(now.Add(ttl + b.opts.retention).Unix()),
-		},
-	})
-}
-
-// Release ends token's hold of key, keeping the item and its fence.
-func (b *Backend) Release(ctx context.Context, key, token string) error {
-	return b.update("release", key, ctx, &dynamodb.UpdateItemInput{
-		UpdateExpression: aws.String(freeUpdate), ConditionExpression: aws.String("#t = :t"),
-		ExpressionAttributeNames: freeNames,
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":t": s(token), ":x": n(b.opts.now().Add(b.opts.retention).Unix()),
-		},
-	})
-}
-
-// update runs a conditional UpdateItem on key's item whose refusal means
-// that the token does not hold the key.
-func (b *Backend) update(op, key string, ctx context.Context, in *dynamodb.UpdateItemInput) error {
-	in.TableName, in.Key = b.table, keyOf(key)
 	err := b.call(ctx, func(ctx context.Context) error {
-		_, err := b.db.UpdateItem(ctx, in, b.perCall...)
+		_, err := b.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: b.table, Key: keyOf(key),
+			UpdateExpression: aws.String("SET #v = :v, #l = :l, #x = :x"), ConditionExpression: aws.String("#t = :t"),
+			ExpressionAttributeNames: renewNames,
+			ExpressionAttributeValues: map[string]types.AttributeValue{
+				":t": s(token), ":v": s(newVersion()), ":l": n(leaseMillis(ttl)), ":x": n(now.Add(ttl + b.opts.retention).Unix()),
+			},
+		}, b.perCall...)
 		return err
 	})
 	if _, no := refused(err); no {
-		return fmt.Errorf("dynamolock: %s %q: %w", op, key, driver.ErrNotHeld)
+		return fmt.Errorf("dynamolock: renew %q: %w", key, driver.ErrNotHeld)
 	}
 	if err != nil {
-		return b.fail(op, key, err)
+		return b.fail("renew", key, err)
+	}
+	return nil
+}
+
+// Release ends token's hold of key, keeping the item and its fence, and
+// records token as the last to release it: a release repeated by the SDK
+// after a lost reply, refused, is then told from one by a token that does
+// not hold the key.
+func (b *Backend) Release(ctx context.Context, key, token string) error {
+	var l lock
+	err := b.call(ctx, func(ctx context.Context) error {
+		_, err := b.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: b.table, Key: keyOf(key),
+			UpdateExpression: aws.String(releaseUpdate), ConditionExpression: aws.String("#t = :t"),
+			ExpressionAttributeNames: releaseNames,
+			ExpressionAttributeValues: map[string]types.AttributeValue{
+				":t": s(token), ":x": n(b.opts.now().Add(b.opts.retention).Unix()),
+			},
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}, b.perCall...)
+		if err == nil {
+			l.freedBy = token
+			return nil
+		}
+		l, err = b.refusal(ctx, key, err)
+		return err
+	})
+	switch {
+	case err != nil:
+		return b.fail("release", key, err)
+	case l.freedBy != token:
+		return fmt.Errorf("dynamolock: release %q: %w", key, driver.ErrNotHeld)
 	}
 	return nil
 }
