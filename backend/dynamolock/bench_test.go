@@ -35,7 +35,9 @@ func BenchmarkLockRelease(b *testing.B) {
 	const tok = "0123456789abcdef0123456789abcdef"
 	grantNames := map[string]string{"#t": "token", "#v": "rvn", "#l": "lease_ms", "#x": dynamolock.ExpiresAttribute, "#f": "fence", "#m": "meta"}
 	releaseNames := map[string]string{"#t": "token", "#v": "rvn", "#l": "lease_ms", "#x": dynamolock.ExpiresAttribute, "#m": "meta", "#r": "freed_by"}
-	num := func(v int64) types.AttributeValue { return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)} }
+	num := func(v int64) types.AttributeValue {
+		return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
+	}
 	str := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
 	floor := locktest.Op{Name: "floor", Do: func(ctx context.Context, key string) error {
 		k := map[string]types.AttributeValue{dynamolock.KeyAttribute: str("floor/" + key)}
