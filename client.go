@@ -35,6 +35,8 @@ type Client struct {
 	bgClosed  bool // no new background work: Close is waiting for it
 	holds     map[*hold]struct{}
 	reentrant map[ownedKey]*hold
+	children  map[*Client]struct{} // of semaphores: closed by Close
+	parent    *Client              // of a child, which leaves it at Close
 }
 
 type ownedKey struct{ key, owner string }
@@ -49,6 +51,7 @@ func New(backend driver.Backend, opts ...ClientOption) *Client {
 		backend:   backend,
 		holds:     make(map[*hold]struct{}),
 		reentrant: make(map[ownedKey]*hold),
+		children:  make(map[*Client]struct{}),
 	}
 	c.closeCtx, c.closeNow = context.WithCancel(context.Background())
 	c.bgCtx, c.bgCancel = context.WithCancel(context.Background())
@@ -200,7 +203,20 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
+	children := make([]*Client, 0, len(c.children))
+	for d := range c.children {
+		children = append(children, d)
+	}
 	c.mu.Unlock()
+	var errs []error
+	for _, d := range children {
+		errs = append(errs, d.Close())
+	}
+	if p := c.parent; p != nil {
+		p.mu.Lock()
+		delete(p.children, c)
+		p.mu.Unlock()
+	}
 	c.closeNow()
 	c.inflight.Wait() // the waits end at once; single attempts within the backend's timeout
 
@@ -212,7 +228,6 @@ func (c *Client) Close() error {
 		holds = append(holds, h)
 	}
 	c.mu.Unlock()
-	var errs []error
 	for _, h := range holds {
 		if err := h.release(ctx); err != nil && !errors.Is(err, ErrNotHeld) && !errors.Is(err, ErrLockLost) {
 			errs = append(errs, err)
@@ -230,6 +245,20 @@ func (c *Client) Close() error {
 		errs = append(errs, fmt.Errorf("distlock: close backend: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// derive returns a client over b, a view of c's backend (a semaphore's
+// permits), with c's options; c's Close closes it.
+func (c *Client) derive(b driver.Backend) (*Client, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	d := New(b)
+	d.backendName, d.maxLease, d.observer, d.policy, d.parent = c.backendName, c.maxLease, c.observer, c.policy, c
+	c.children[d] = struct{}{}
+	return d, nil
 }
 
 // enterAcquire counts an acquisition in, unless the client is closed.

@@ -109,6 +109,7 @@ func Run(t *testing.T, h Harness) {
 		{"CallbacksMayRelease", s.callbacksMayRelease},
 		{"ForceRelease", s.forceRelease},
 		{"Extend", s.extend},
+		{"Semaphore", s.semaphore},
 		{"NoGoroutineLeak", s.noLeak},
 	}
 	for _, tc := range tests {

@@ -65,6 +65,7 @@ type store struct {
 	fence    uint64 // one counter for all keys: strictly increasing per key too
 	watchers map[string]map[chan struct{}]struct{}
 	sweepAt  int
+	sems     map[string]*semaphore // semaphore.go
 }
 
 type entry struct {
@@ -86,7 +87,8 @@ var (
 
 // New returns a handle on a new, empty store.
 func New() *Backend {
-	return &Backend{store: &store{locks: make(map[string]*entry), watchers: make(map[string]map[chan struct{}]struct{}), sweepAt: 1024}}
+	return &Backend{store: &store{locks: make(map[string]*entry), watchers: make(map[string]map[chan struct{}]struct{}), sweepAt: 1024,
+		sems: make(map[string]*semaphore)}}
 }
 
 // Connect returns a new handle on b's store.

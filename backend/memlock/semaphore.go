@@ -1,0 +1,146 @@
+package memlock
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/distlock/distlock/driver"
+)
+
+var _ driver.Semaphores = (*Backend)(nil)
+
+// semaphore is a semaphore's state: its limit and its permits by token.
+type semaphore struct {
+	limit   int
+	permits map[string]*entry
+}
+
+// watchName is the watchers' name of semaphore name's releases: never a
+// lock's key, which cannot begin with a NUL byte.
+func watchName(name string) string { return "\x00sem\x00" + name }
+
+// liveLocked drops s's expired permits.
+func (s *semaphore) liveLocked(now time.Time) {
+	maps.DeleteFunc(s.permits, func(_ string, e *entry) bool { return !now.Before(e.expires) })
+}
+
+// AcquirePermit takes a permit of req.Key if fewer than its limit are held.
+func (b *Backend) AcquirePermit(ctx context.Context, req driver.AcquireRequest, limit int) (driver.Grant, error) {
+	if err := b.check(ctx); err != nil {
+		return driver.Grant{}, err
+	}
+	now := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.sems[req.Key]
+	if s == nil {
+		s = &semaphore{limit: limit, permits: make(map[string]*entry)}
+		b.sems[req.Key] = s
+	}
+	if s.limit != limit {
+		return driver.Grant{}, fmt.Errorf("memlock: semaphore %q has %d permits, not %d: %w", req.Key, s.limit, limit, driver.ErrInvalidOption)
+	}
+	s.liveLocked(now)
+	if e := s.permits[req.Token]; e != nil {
+		return driver.Grant{Fence: e.fence}, nil // a retried request that already won
+	}
+	if len(s.permits) >= s.limit {
+		return driver.Grant{}, fmt.Errorf("memlock: semaphore %q: %d of %d permits held: %w", req.Key, len(s.permits), s.limit, driver.ErrNotAcquired)
+	}
+	b.fence++
+	s.permits[req.Token] = &entry{token: req.Token, fence: b.fence, expires: now.Add(req.TTL), meta: req.Meta}
+	return driver.Grant{Fence: b.fence}, nil
+}
+
+// permitLocked returns token's live permit of name, or nil.
+func (b *store) permitLocked(name, token string, now time.Time) *entry {
+	s := b.sems[name]
+	if s == nil {
+		return nil
+	}
+	s.liveLocked(now)
+	return s.permits[token]
+}
+
+// RenewPermit resets the lease of token's permit of name.
+func (b *Backend) RenewPermit(ctx context.Context, name, token string, ttl time.Duration) error {
+	if err := b.check(ctx); err != nil {
+		return err
+	}
+	now := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e := b.permitLocked(name, token, now)
+	if e == nil {
+		return fmt.Errorf("memlock: renew permit of %q: %w", name, driver.ErrNotHeld)
+	}
+	e.expires = now.Add(ttl)
+	return nil
+}
+
+// ReleasePermit frees token's permit of name and wakes name's watchers.
+func (b *Backend) ReleasePermit(ctx context.Context, name, token string) error {
+	if err := b.check(ctx); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.permitLocked(name, token, time.Now()) == nil {
+		return fmt.Errorf("memlock: release permit of %q: %w", name, driver.ErrNotHeld)
+	}
+	delete(b.sems[name].permits, token)
+	b.notifyLocked(watchName(name))
+	return nil
+}
+
+// SetPermits stores n as name's limit and wakes its watchers, who may now
+// find room.
+func (b *Backend) SetPermits(ctx context.Context, name string, n int) error {
+	if err := b.check(ctx); err != nil {
+		return err
+	}
+	if n < 1 {
+		return fmt.Errorf("memlock: semaphore %q: %d permits: want at least 1: %w", name, n, driver.ErrInvalidOption)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.sems[name]
+	if s == nil {
+		s = &semaphore{permits: make(map[string]*entry)}
+		b.sems[name] = s
+	}
+	s.limit = n
+	b.notifyLocked(watchName(name))
+	return nil
+}
+
+// InspectPermits returns name's limit and live permits, by fence.
+func (b *Backend) InspectPermits(ctx context.Context, name string) (int, []driver.Info, error) {
+	if err := b.check(ctx); err != nil {
+		return 0, nil, err
+	}
+	now := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.sems[name]
+	if s == nil {
+		return 0, nil, nil
+	}
+	s.liveLocked(now)
+	held := make([]driver.Info, 0, len(s.permits))
+	for _, e := range s.permits {
+		held = append(held, e.info(name, now))
+	}
+	slices.SortFunc(held, func(a, b driver.Info) int { return cmp.Compare(a.Fence, b.Fence) })
+	return s.limit, held, nil
+}
+
+// WatchPermits returns a channel that fires when a permit of name is
+// released or its limit changes.
+func (b *Backend) WatchPermits(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+	return b.Watch(ctx, watchName(name))
+}

@@ -1,0 +1,38 @@
+package driver
+
+import (
+	"context"
+	"time"
+)
+
+// Semaphores is implemented by backends that keep leased counting
+// semaphores natively: at most a limit of permits of one name held at
+// once, each by a token with a time to live, as a lock is. The client's
+// Semaphore runs its permits as locks (watchdog, loss notice, waiting)
+// through these calls, one attempt at a time.
+type Semaphores interface {
+	// AcquirePermit makes one attempt to take a permit of the semaphore
+	// req.Key for req.Token, for req.TTL, with req.Meta. limit is the limit
+	// the caller expects: a name with no stored limit gets it; a name whose
+	// stored limit differs fails with an error matching ErrInvalidOption
+	// that names both. It returns an error matching ErrNotAcquired while
+	// limit live permits are held. The grant's fence strictly increases
+	// with every permit granted for the name.
+	AcquirePermit(ctx context.Context, req AcquireRequest, limit int) (Grant, error)
+	// RenewPermit resets the time to live of token's permit of name to
+	// ttl, or returns an error matching ErrNotHeld if token holds none.
+	RenewPermit(ctx context.Context, name, token string, ttl time.Duration) error
+	// ReleasePermit frees token's permit of name, or returns an error
+	// matching ErrNotHeld if token holds none.
+	ReleasePermit(ctx context.Context, name, token string) error
+	// SetPermits stores n (at least 1) as name's limit. Permits held over a
+	// lowered limit stay until released or expired; none is granted until
+	// fewer than n are held.
+	SetPermits(ctx context.Context, name string, n int) error
+	// InspectPermits returns name's stored limit (0 if none is stored) and
+	// its live permits, without their tokens.
+	InspectPermits(ctx context.Context, name string) (limit int, held []Info, err error)
+	// WatchPermits is Notifier.Watch for name: wake fires when a permit of
+	// name may have become free. stop must be called once.
+	WatchPermits(ctx context.Context, name string) (wake <-chan struct{}, stop func(), err error)
+}

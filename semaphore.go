@@ -1,0 +1,143 @@
+package distlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/distlock/distlock/driver"
+)
+
+// Semaphore is a leased counting semaphore: at most its number of permits
+// held at once, across every client of the store. A permit is a *Lock on
+// the semaphore's name, with everything a lock has: a token, a lease the
+// watchdog renews, a loss notice (Done, Err, Context), a fence that
+// increases with every permit granted for the name, and Release. A holder
+// that vanishes gives its permit back when its lease runs out. Waiters are
+// woken by the store when a permit is freed.
+//
+// Create it with Client.Semaphore, which needs a backend that keeps
+// semaphores (driver.Semaphores). It is safe for concurrent use.
+type Semaphore struct {
+	name    string
+	sem     driver.Semaphores
+	permits *atomic.Int64 // the limit this handle expects, shared with its backend
+	c       *Client       // takes the permits, over a permitBackend
+}
+
+// SemaphoreInfo is what the store holds of a semaphore.
+type SemaphoreInfo struct {
+	// Permits is the stored number of permits; 0 before any use.
+	Permits int
+	// Held are the live permits (key, fence, time to live, metadata).
+	Held []Info
+}
+
+// Semaphore returns a handle on the semaphore name with permits permits. A
+// name keeps the number of permits it was first used with: a handle with
+// another number fails to acquire with ErrInvalidOption until
+// Semaphore.SetPermits changes it explicitly. It fails with
+// errors.ErrUnsupported if the backend keeps no semaphores, and with
+// ErrInvalidKey or ErrInvalidOption on a bad name or a number under 1.
+// Close the handle when done (Client.Close closes it too).
+func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
+	if err := driver.ValidateKey(name); err != nil {
+		return nil, keyErr("semaphore", name, err)
+	}
+	if permits < 1 {
+		return nil, keyErr("semaphore", name, fmt.Errorf("%w: %d permits: want at least 1", ErrInvalidOption, permits))
+	}
+	sem, ok := c.backend.(driver.Semaphores)
+	if !ok {
+		return nil, keyErr("semaphore", name, fmt.Errorf("%s keeps no semaphores: %w", c.backendName, errors.ErrUnsupported))
+	}
+	limit := new(atomic.Int64)
+	limit.Store(int64(permits))
+	inner, err := c.derive(permitBackend{sem: sem, limit: limit})
+	if err != nil {
+		return nil, keyErr("semaphore", name, err)
+	}
+	return &Semaphore{name: name, sem: sem, permits: limit, c: inner}, nil
+}
+
+// Name returns the semaphore's name.
+func (s *Semaphore) Name() string { return s.name }
+
+// Acquire takes a permit, waiting while all are held: up to WithWait if
+// given, else until ctx ends (ErrNotAcquired then). opts are a lock's.
+func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (*Lock, error) {
+	return s.c.Lock(ctx, s.name, opts...)
+}
+
+// TryAcquire makes one attempt to take a permit, and fails with
+// ErrNotAcquired at once if all are held.
+func (s *Semaphore) TryAcquire(ctx context.Context, opts ...Option) (*Lock, error) {
+	return s.c.TryLock(ctx, s.name, opts...)
+}
+
+// SetPermits changes the semaphore's number of permits to n, for every
+// client: the explicit way to change it. Permits held over a lowered number
+// stay until released or expired.
+func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
+	if n < 1 {
+		return keyErr("set permits", s.name, fmt.Errorf("%w: %d permits: want at least 1", ErrInvalidOption, n))
+	}
+	if err := s.sem.SetPermits(ctx, s.name, n); err != nil {
+		return keyErr("set permits", s.name, err)
+	}
+	s.permits.Store(int64(n))
+	return nil
+}
+
+// Inspect returns the semaphore's stored number of permits and its live
+// permits.
+func (s *Semaphore) Inspect(ctx context.Context) (SemaphoreInfo, error) {
+	limit, held, err := s.sem.InspectPermits(ctx, s.name)
+	if err != nil {
+		return SemaphoreInfo{}, keyErr("inspect", s.name, err)
+	}
+	return SemaphoreInfo{Permits: limit, Held: held}, nil
+}
+
+// Close releases the permits this handle holds and ends its waits; the
+// client and its backend stay open.
+func (s *Semaphore) Close() error { return s.c.Close() }
+
+// permitBackend runs a semaphore's permits through the client's machinery
+// as if each were a lock on the semaphore's name.
+type permitBackend struct {
+	sem   driver.Semaphores
+	limit *atomic.Int64
+}
+
+var _ driver.Notifier = permitBackend{}
+
+func (p permitBackend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	return p.sem.AcquirePermit(ctx, req, int(p.limit.Load()))
+}
+
+func (p permitBackend) Renew(ctx context.Context, name, token string, ttl time.Duration) error {
+	return p.sem.RenewPermit(ctx, name, token, ttl)
+}
+
+func (p permitBackend) Release(ctx context.Context, name, token string) error {
+	return p.sem.ReleasePermit(ctx, name, token)
+}
+
+// Inspect reports the semaphore held when all its permits are.
+func (p permitBackend) Inspect(ctx context.Context, name string) (driver.Info, error) {
+	limit, held, err := p.sem.InspectPermits(ctx, name)
+	if err != nil {
+		return driver.Info{}, err
+	}
+	return driver.Info{Key: name, Held: limit > 0 && len(held) >= limit}, nil
+}
+
+func (p permitBackend) Watch(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+	return p.sem.WatchPermits(ctx, name)
+}
+
+// Close leaves the backend, which the parent client owns, open.
+func (permitBackend) Close() error { return nil }
