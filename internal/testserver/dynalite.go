@@ -2,6 +2,8 @@ package testserver
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,8 +24,10 @@ func Dynalite(t testing.TB) *Server {
 	node := lookBinary(t, "nodejs", "node")
 	cli := findDynalite(t)
 	s := &Server{Name: "dynalite", Port: FreePort(t), Dir: tempDir(t, "dyn")}
+	quoted, _ := json.Marshal(cli)
 	s.command = func() *exec.Cmd {
-		return exec.Command(node, cli, "--host", Host, "--port", strconv.Itoa(s.Port),
+		return exec.Command(node, "-e", fmt.Sprintf(survivesAbortedRequests, quoted), "--",
+			"--host", Host, "--port", strconv.Itoa(s.Port),
 			"--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0")
 	}
 	s.ready = func(ctx context.Context) error {
@@ -31,6 +35,22 @@ func Dynalite(t testing.TB) *Server {
 	}
 	return newServer(t, s)
 }
+
+// survivesAbortedRequests runs the dynalite cli.js whose quoted path fills
+// its %s, with the arguments given after it, but keeps the server up when a client abandons a
+// request while sending it, as an SDK does when a context ends: dynalite
+// rethrows that error from the request's handler, which ends the process.
+// Any other uncaught error still ends it.
+const survivesAbortedRequests = `
+process.on('uncaughtException', (err) => {
+  if (err && err.code === 'ECONNRESET' && err.message === 'aborted') return
+  console.error(err)
+  process.exit(1)
+})
+const cli = %s
+process.argv.splice(1, 0, cli)
+require(cli)
+`
 
 // DynamoEndpoint returns the base URL of s for an SDK client.
 func DynamoEndpoint(s *Server) string { return "http://" + s.Addr() }

@@ -3,6 +3,7 @@ package testserver
 import (
 	"context"
 	"errors"
+	"net"
 	"testing"
 	"time"
 
@@ -59,5 +60,33 @@ func TestDynalite(t *testing.T) {
 	s.Resume()
 	if _, err := db.ListTables(ctx, &dynamodb.ListTablesInput{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDynaliteSurvivesAbortedRequest: a client that hangs up in the middle
+// of sending a request, as an SDK does when its context ends, leaves the
+// server up for the next one.
+func TestDynaliteSurvivesAbortedRequest(t *testing.T) {
+	t.Parallel()
+	s := Dynalite(t)
+	for range 3 {
+		conn, err := net.Dial("tcp", s.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Write([]byte("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"Table")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond) // not synchronisation: let the server start reading the body
+		if err := conn.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // not synchronisation: a crash would take this long at most
+	if s.crashed() {
+		t.Fatalf("dynalite exited after an aborted request; log:\n%s", s.logTail())
+	}
+	if err := exchange(ctxTimeout(t, 5_000), s.Addr(), []byte("GET / HTTP/1.0\r\n\r\n"), []byte(" 200 OK")); err != nil {
+		t.Fatalf("after aborted requests: %v", err)
 	}
 }

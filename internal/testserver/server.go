@@ -183,9 +183,30 @@ func newServer(t testing.TB, s *Server) *Server {
 	if s.stopSig == nil {
 		s.stopSig = syscall.SIGTERM
 	}
-	t.Cleanup(s.Kill)
+	t.Cleanup(func() {
+		if t.Failed() && s.crashed() {
+			t.Logf("testserver: %s exited by itself during the test; log:\n%s", s.Name, s.logTail())
+		}
+		s.Kill()
+	})
 	s.Start()
 	return s
+}
+
+// crashed reports whether the server, started and not stopped since, has
+// exited.
+func (s *Server) crashed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return false
+	}
+	select {
+	case <-s.exited:
+		return true
+	default:
+		return false
+	}
 }
 
 // lookBinary returns the path of a server binary, or fails (skips under
