@@ -1,7 +1,8 @@
 // Package testserver starts real store servers (redis-server, PostgreSQL,
-// etcd, ZooKeeper, MariaDB) on free loopback ports for tests, waits until each
-// is ready, and stops it when the test ends. A server can be stopped,
-// restarted, killed or paused (SIGSTOP) for fault tests.
+// etcd, ZooKeeper, MariaDB, dynalite for DynamoDB) on free loopback ports
+// for tests, waits until each is ready, and stops it when the test ends. A
+// server can be stopped, restarted, killed or paused (SIGSTOP) for fault
+// tests.
 //
 // A missing server binary fails the test with the Debian package to install,
 // unless the test runs with -short, where it is skipped.
