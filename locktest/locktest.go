@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,7 +45,8 @@ type Harness struct {
 	DeleteKey func(t testing.TB, key string)
 	// Iterations per goroutine in the mutual exclusion test; 200 if zero.
 	Iterations int
-	// NotifyLatency bounds how soon a waiter gets a released key; 50ms if zero.
+	// NotifyLatency bounds the median time a waiter takes to get a released
+	// key; 50ms if zero.
 	NotifyLatency time.Duration
 	// StoreAddr is the store's host:port. With NewBackendAt it lets the suite
 	// put a fault proxy in front of the store, to test a dead or cut link.
@@ -563,9 +565,8 @@ func (s *suite) waitWokenOnRelease(t *testing.T) {
 	ctx := testContext(t, time.Minute)
 	a := s.client(t)
 	key := s.key(t)
-	const rounds = 8
-	var worst time.Duration
-	for range rounds {
+	var wakes []time.Duration
+	for range 8 {
 		l := mustLock(t, ctx, a, key)
 		type result struct {
 			l   *distlock.Lock
@@ -592,7 +593,7 @@ func (s *suite) waitWokenOnRelease(t *testing.T) {
 		if r.err != nil {
 			t.Fatalf("waiter: %v", r.err)
 		}
-		worst = max(worst, r.at.Sub(released))
+		wakes = append(wakes, r.at.Sub(released))
 		if err := r.l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -609,8 +610,21 @@ func (s *suite) waitWokenOnRelease(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if worst > s.h.NotifyLatency {
-		t.Fatalf("slowest handoff after release took %v over %d rounds, want under %v: waiters must be woken by the store, not a poll interval", worst, rounds, s.h.NotifyLatency)
+	s.checkWakes(t, "handoff after a release", wakes)
+}
+
+// checkWakes fails t unless the waits between a release and the waiter's
+// grant show a notice from the store: their median under NotifyLatency
+// (a poll would be slow in most rounds), and none over a second beyond it
+// (a lost notice). The median, not the slowest, is held to the bound, so
+// that one round slowed by a loaded machine is not taken for a poll.
+func (s *suite) checkWakes(t *testing.T, what string, wakes []time.Duration) {
+	t.Helper()
+	slices.Sort(wakes)
+	median, slowest := wakes[len(wakes)/2], wakes[len(wakes)-1]
+	if median > s.h.NotifyLatency || slowest > s.h.NotifyLatency+time.Second {
+		t.Fatalf("%s: median %v, slowest %v over %d rounds; want the median under %v and none over %v: waiters must be woken by the store, not a poll interval",
+			what, median, slowest, len(wakes), s.h.NotifyLatency, s.h.NotifyLatency+time.Second)
 	}
 }
 
