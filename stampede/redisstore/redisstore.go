@@ -118,14 +118,18 @@ func (s *Store) Get(ctx context.Context, key string) (stampede.Entry, bool, erro
 	}, true, nil
 }
 
-// Put writes e unless a live entry with a fence at least e.Fence is there.
-// The entry expires at e.StaleUntil, counted from now by the server's clock.
+// Put writes e unless a live entry with a fence at least e.Fence is there,
+// or e is past its StaleUntil already. The entry expires at e.StaleUntil,
+// counted from now by the server's clock.
 func (s *Store) Put(ctx context.Context, key string, e stampede.Entry) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	fresh := max(time.Until(e.FreshUntil).Milliseconds(), 1)
+	ttl := time.Until(e.StaleUntil).Milliseconds()
+	if ttl <= 0 {
+		return false, nil // dead already: nothing to keep
+	}
 	gap := max(e.StaleUntil.Sub(e.FreshUntil).Milliseconds(), 0)
-	n, err := putScript.Run(ctx, s.c, []string{s.prefix + key}, e.Value, strconv.FormatUint(e.Fence, 10), fresh, gap).Int64()
+	n, err := putScript.Run(ctx, s.c, []string{s.prefix + key}, e.Value, strconv.FormatUint(e.Fence, 10), ttl, gap).Int64()
 	if err != nil {
 		return false, fmt.Errorf("redisstore: put %q: %w", key, err)
 	}
