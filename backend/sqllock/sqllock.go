@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -213,16 +214,29 @@ func grantReturning(ctx context.Context, b *Backend, q string, args ...any) (uin
 }
 
 // grantInsertID runs the acquire statement of a dialect without RETURNING:
-// it sets LAST_INSERT_ID to the new fence, or to 0 if the key is held, and
-// the server reports it with the statement's result.
+// it sets LAST_INSERT_ID to the new fence, or to heldInsertID if the key is
+// held, and the server reports it with the statement's result. An insert id
+// of 0 means the statement found no fence floor to draw from.
 func grantInsertID(ctx context.Context, b *Backend, q string, args ...any) (uint64, error) {
 	res, err := b.exec(ctx, q, args...)
 	if err != nil {
 		return 0, err
 	}
-	fence, err := res.LastInsertId()
-	return uint64(fence), err
+	id, err := res.LastInsertId()
+	switch {
+	case err != nil:
+		return 0, err
+	case id == heldInsertID:
+		return 0, nil
+	case id == 0:
+		return 0, errors.New("the row of distlock_fence_floor is missing: run Migrate to restore it")
+	}
+	return uint64(id), nil
 }
+
+// heldInsertID is the insert id of an acquire statement that found the key
+// held: larger than any fence.
+const heldInsertID = math.MaxInt64
 
 // encodeMeta returns m as JSON for the metadata column; a zero m, the usual
 // case, is "{}" without encoding.

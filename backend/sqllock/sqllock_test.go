@@ -123,6 +123,47 @@ func TestMariaDB(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	t.Run("MissingFenceFloor", func(t *testing.T) { missingFenceFloor(t, st) })
+}
+
+// missingFenceFloor: a table whose fence floor row is gone (a migration cut
+// short, a restore, a server that lost its last commits) refuses a lock
+// with an error that says to run Migrate, not as a held key, which would
+// leave waiters waiting for a release that cannot come; Migrate puts the row
+// back above every fence given.
+func missingFenceFloor(t *testing.T, st store) {
+	ctx := testContext(t, time.Minute)
+	c := st.client(t)
+	b := st.open(t)
+	defer b.Close()
+	before := mustTryLock(t, ctx, c, uniqueKey(t))
+	if _, err := b.DB().ExecContext(ctx, "DELETE FROM distlock_fence_floor"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.TryLock(ctx, uniqueKey(t))
+	if err == nil || errors.Is(err, distlock.ErrNotAcquired) || !strings.Contains(err.Error(), "Migrate") {
+		t.Fatalf("a try without the fence floor: %v; want an error that says to run Migrate", err)
+	}
+	// A wait retries store errors until it ends, then names the last one.
+	if _, err := c.Lock(ctx, uniqueKey(t), distlock.WithWait(100*time.Millisecond)); err == nil || !strings.Contains(err.Error(), "Migrate") {
+		t.Fatalf("a wait without the fence floor: %v; want an error that says to run Migrate", err)
+	}
+	if err := b.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l := mustTryLock(t, ctx, c, uniqueKey(t)); l.Fence() <= before.Fence() {
+		t.Fatalf("fence %d after Migrate restored the floor, not above %d", l.Fence(), before.Fence())
+	}
+}
+
+func mustTryLock(t *testing.T, ctx context.Context, c *distlock.Client, key string) *distlock.Lock {
+	t.Helper()
+	l, err := c.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Release(context.WithoutCancel(ctx)) })
+	return l
 }
 
 func runStore(t *testing.T, st store) {

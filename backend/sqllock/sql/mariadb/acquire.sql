@@ -2,8 +2,9 @@
 -- database's clock, whatever the session time zone). SQL that MySQL 8 also
 -- runs: no sequence, no RETURNING.
 -- Inserts, or takes over the row of an expired or released lease. The
--- statement's insert id (LAST_INSERT_ID) is the new fence, or 0 if the key is
--- held.
+-- statement's insert id (LAST_INSERT_ID) is the new fence, or the largest BIGINT
+-- if the key is held. It is 0 only if the statement did nothing: the fence
+-- floor's row is missing, and no key can be granted until Migrate restores it.
 -- A takeover draws the fence from the row itself (fence + 1), with the row
 -- locked: after every earlier grant of the key. A new row (a key never locked,
 -- or whose row cleanup deleted) gets the floor + 1, read under a shared lock
@@ -19,7 +20,7 @@ FROM distlock_fence_floor f WHERE f.id = 1
 LOCK IN SHARE MODE
 ON DUPLICATE KEY UPDATE
 	token = IF(expires_at <= UTC_TIMESTAMP(6), VALUES(token), token),
-	fence = IF(token = VALUES(token), LAST_INSERT_ID(fence + 1), fence + LAST_INSERT_ID(0)),
+	fence = IF(token = VALUES(token), LAST_INSERT_ID(fence + 1), fence + LAST_INSERT_ID(9223372036854775807) - 9223372036854775807),
 	expires_at = IF(token = VALUES(token), VALUES(expires_at), expires_at),
 	owner = IF(token = VALUES(token), VALUES(owner), owner),
 	metadata = IF(token = VALUES(token), VALUES(metadata), metadata)
