@@ -20,7 +20,7 @@ import (
 
 // deploySQLLock is the lease table on MariaDB, its tables made once.
 func deploySQLLock(t *testing.T) *deployment {
-	s := testserver.MariaDB(t)
+	s := testserver.MariaDB(t, durableMariaDB)
 	url := func(addr string) string { return "mysql+table://root@" + addr + "/distlock" }
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
