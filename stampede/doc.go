@@ -2,7 +2,8 @@
 // or expired, one caller across all replicas rebuilds it while the others
 // serve the stale value or wait for the fresh one.
 //
-//	cache, err := stampede.New(client, redisstore.New(rdb), stampede.WithTTL(time.Minute), stampede.WithStale(time.Minute))
+//	store, err := redisstore.New(rdb) // a go-redis client
+//	cache, err := stampede.New(client, store, stampede.WithTTL(time.Minute), stampede.WithStale(time.Minute))
 //	v, err := cache.Get(ctx, "report:2026-11-30", func(ctx context.Context) ([]byte, error) {
 //		return runExpensiveQuery(ctx)
 //	})
@@ -22,12 +23,16 @@
 //     the background rather than inline so that even the caller that won the
 //     lock answers at stale-read speed; the price is that its errors reach no
 //     caller and go to OnError instead.
-//   - No value, or one past its staleness bound: the caller takes the lock,
-//     waiting up to WithWait and its context if another holds it, and reads
-//     again. A waiter finds the value that the holder wrote and returns it;
-//     the winner loads inline and returns what it loaded. The wait ends
-//     soon after the holder releases, through the lock store's release notice
-//     (Redis pub/sub, channels in memory) where the backend has one.
+//   - No value, or one past its staleness bound: the callers of one process
+//     share one rebuild (and its outcome, value or error), which takes the
+//     lock, waiting up to WithWait if another process holds it, and reads
+//     again. A rebuild that waited finds the value that the holder wrote and
+//     returns it; one that finds none loads and returns what it loaded. The
+//     wait ends soon after the holder releases, through the lock store's
+//     release notice (Redis pub/sub, channels in memory) where the backend
+//     has one. Each caller waits for the shared rebuild only as long as its
+//     own context allows; the rebuild goes on for the callers still waiting
+//     and is cancelled when none is left.
 //
 // # The guarantee
 //
@@ -57,10 +62,11 @@
 //   - A load that fails or panics changes nothing in the store: a stale value
 //     stays and is served until its bound. A panic is recovered and becomes
 //     an error matching ErrLoadPanicked, with the stack.
-//   - The inline loader's caller gets the error. Callers that waited for it
-//     find no value when the lock is released, so the next in line loads in
-//     turn: loads stay one at a time, and each caller gets either a value or
-//     the error of the load it ran itself, or its wait's end.
+//   - The callers that shared the failed rebuild get its error. Other
+//     processes waiting for the lock find no value when it is released, so
+//     the next in line loads in turn: loads stay one at a time, and each
+//     caller gets a value, the error of its own process's load, or the end
+//     of its wait.
 //   - A background refresh's error goes to OnError; the stale value keeps
 //     being served, and the next stale read after the lock is free tries
 //     again.

@@ -1,6 +1,7 @@
 package stampede
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -47,13 +48,24 @@ type Cache struct {
 	lockOpts    []distlock.Option
 	onError     func(key string, err error)
 
-	bgCtx  context.Context // of background refreshes; cancelled by Close
-	cancel context.CancelFunc
-	mu     sync.Mutex
-	closed bool
-	bg     sync.WaitGroup
+	bgCtx   context.Context // of background refreshes; cancelled by Close
+	cancel  context.CancelFunc
+	mu      sync.Mutex
+	closed  bool
+	flights map[string]*flight // rebuilds under way in this process, by key
+	bg      sync.WaitGroup     // background refreshes and flights
 
-	hits, staleServed, misses, waits, loads, loadFailures, refused atomic.Uint64
+	hits, staleServed, misses, joined, waits, loads, loadFailures, refused atomic.Uint64
+}
+
+// flight is one rebuild of a key in this process, which every local caller
+// that misses the key meanwhile shares.
+type flight struct {
+	done    chan struct{} // closed when v and err are set
+	v       []byte
+	err     error
+	callers int                // still waiting for it; guarded by Cache.mu
+	cancel  context.CancelFunc // of the rebuild, when no caller is left
 }
 
 // Option configures a Cache.
@@ -123,6 +135,7 @@ func New(client *distlock.Client, store Store, opts ...Option) (*Cache, error) {
 		return nil, bad("jitter %v is outside [0, 1)", c.jitter)
 	}
 	c.bgCtx, c.cancel = context.WithCancel(context.Background())
+	c.flights = make(map[string]*flight)
 	return c, nil
 }
 
@@ -160,7 +173,61 @@ func (c *Cache) Get(ctx context.Context, key string, load LoadFunc) ([]byte, err
 		return e.Value, nil
 	}
 	c.misses.Add(1)
-	return c.rebuild(ctx, key, lockKey, load)
+	return c.share(ctx, key, lockKey, load)
+}
+
+// share runs one rebuild of key for all the callers in this process that
+// miss it meanwhile, so that they make one lock request between them and get
+// its outcome: the value, or the error. The rebuild runs on past a caller
+// whose ctx ends, until no caller is left (or Close).
+func (c *Cache) share(ctx context.Context, key, lockKey string, load LoadFunc) ([]byte, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, keyErr("get", key, distlock.ErrClosed)
+	}
+	f, ok := c.flights[key]
+	if ok {
+		c.joined.Add(1)
+	} else {
+		fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		f = &flight{done: make(chan struct{}), cancel: cancel}
+		c.flights[key] = f
+		c.bg.Add(1)
+		go func() {
+			defer c.bg.Done()
+			stop := context.AfterFunc(c.bgCtx, cancel)
+			v, err := c.rebuild(fctx, key, lockKey, load)
+			stop()
+			cancel()
+			c.mu.Lock()
+			if c.flights[key] == f {
+				delete(c.flights, key)
+			}
+			c.mu.Unlock()
+			f.v, f.err = v, err
+			close(f.done)
+		}()
+	}
+	f.callers++
+	c.mu.Unlock()
+	select {
+	case <-f.done:
+		if f.err != nil {
+			return nil, f.err
+		}
+		return bytes.Clone(f.v), nil
+	case <-ctx.Done():
+		c.mu.Lock()
+		if f.callers--; f.callers == 0 { // nobody left: later callers start afresh
+			f.cancel()
+			if c.flights[key] == f {
+				delete(c.flights, key)
+			}
+		}
+		c.mu.Unlock()
+		return nil, keyErr("get", key, errors.Join(distlock.ErrNotAcquired, ctx.Err()))
+	}
 }
 
 // refresh tries the rebuild lock once and, if it got it, reloads the value
@@ -316,7 +383,8 @@ type Stats struct {
 	Hits         uint64 // fresh values served
 	StaleServed  uint64 // stale values served, each at once
 	Misses       uint64 // calls that found no servable value
-	Waits        uint64 // misses that waited for another caller's rebuild lock
+	Joined       uint64 // misses that joined a rebuild under way in this process
+	Waits        uint64 // rebuilds that waited for a lock held by another client
 	Loads        uint64 // loads run
 	LoadFailures uint64 // loads that returned an error or panicked
 	Refused      uint64 // loaded values not written: the lock was lost, or a value of a later grant was there
@@ -324,7 +392,7 @@ type Stats struct {
 
 // Stats returns the counts so far.
 func (c *Cache) Stats() Stats {
-	return Stats{Hits: c.hits.Load(), StaleServed: c.staleServed.Load(), Misses: c.misses.Load(),
+	return Stats{Hits: c.hits.Load(), StaleServed: c.staleServed.Load(), Misses: c.misses.Load(), Joined: c.joined.Load(),
 		Waits: c.waits.Load(), Loads: c.loads.Load(), LoadFailures: c.loadFailures.Load(), Refused: c.refused.Load()}
 }
 

@@ -428,3 +428,63 @@ func TestWaitHonoursContext(t *testing.T) {
 		})
 	}
 }
+
+// Callers in one process share a rebuild: one leaving (its ctx ends) does not
+// end the load for the others, who get its value; when all have left, the
+// load's context is cancelled.
+func TestSharedRebuild(t *testing.T) {
+	c := distlock.New(memlock.New())
+	defer c.Close()
+	cache := newCache(t, c, stampede.NewMemoryStore())
+	loading, gate, cancelled := make(chan struct{}, 2), make(chan struct{}), make(chan struct{}, 2)
+	load := func(ctx context.Context) ([]byte, error) {
+		loading <- struct{}{}
+		select {
+		case <-gate:
+			return []byte("shared"), nil
+		case <-ctx.Done():
+			cancelled <- struct{}{}
+			return nil, ctx.Err()
+		}
+	}
+	get := func(ctx context.Context, key string) <-chan result {
+		ch := make(chan result, 1)
+		go func() {
+			v, err := cache.Get(ctx, key, load)
+			ch <- result{string(v), err}
+		}()
+		return ch
+	}
+	leaving, leave := context.WithCancel(context.Background())
+	first := get(leaving, "k")
+	recv(t, loading, "load")
+	second := get(context.Background(), "k")
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.After(bound); cache.Stats().Joined == 0; { // the second has joined
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatal("the second caller did not join the rebuild")
+		}
+	}
+	leave()
+	if r := recv(t, first, "first result"); !errors.Is(r.err, context.Canceled) {
+		t.Errorf("leaving caller: %q, %v; want context.Canceled", r.v, r.err)
+	}
+	close(gate)
+	if r := recv(t, second, "second result"); r.err != nil || r.v != "shared" {
+		t.Errorf("second caller: %q, %v; want shared", r.v, r.err)
+	}
+	if s := cache.Stats(); s.Loads != 1 || s.Joined != 1 {
+		t.Errorf("stats %+v: want one load, one joined", s)
+	}
+
+	gate = make(chan struct{}) // never opened
+	alone, leaveAlone := context.WithCancel(context.Background())
+	r := get(alone, "other")
+	recv(t, loading, "second load")
+	leaveAlone()
+	recv(t, r, "result")
+	recv(t, cancelled, "the load's cancellation once nobody waits")
+}
