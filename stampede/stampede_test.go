@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,8 +26,13 @@ func TestMain(m *testing.M) {
 	if code, ok := runChild(); ok { // a replica process of a test
 		os.Exit(code)
 	}
+	redis.SetLogger(quietLogger{}) // go-redis logs every failed dial of TestUnreachableStore
 	goleak.VerifyTestMain(m)
 }
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
 
 // bound is the most any step of a test may take before it is a failure.
 const bound = 20 * time.Second
@@ -487,4 +493,50 @@ func TestSharedRebuild(t *testing.T) {
 	leaveAlone()
 	recv(t, r, "result")
 	recv(t, cancelled, "the load's cancellation once nobody waits")
+}
+
+// An unreachable Redis store fails promptly, naming the dial error.
+func TestUnreachableStore(t *testing.T) {
+	c := distlock.New(memlock.New())
+	defer c.Close()
+	cache := newCache(t, c, newRedisStore(t, fmt.Sprintf("%s:%d", testserver.Host, testserver.FreePort(t))))
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	_, err := cache.Get(ctx, "k", func(context.Context) ([]byte, error) { return []byte("v"), nil })
+	if err == nil || !strings.Contains(err.Error(), "connection refused") || ctx.Err() != nil {
+		t.Errorf("Get = %v; want a prompt dial error", err)
+	}
+}
+
+// WithJitter shortens each TTL by up to its fraction; WithLoadTimeout ends a
+// load that runs too long, and its caller gets the deadline.
+func TestJitterAndLoadTimeout(t *testing.T) {
+	c := distlock.New(memlock.New())
+	defer c.Close()
+	store := stampede.NewMemoryStore()
+	cache := newCache(t, c, store, stampede.WithTTL(time.Hour), stampede.WithJitter(0.5),
+		stampede.WithLoadTimeout(20*time.Millisecond))
+	ok := func(context.Context) ([]byte, error) { return []byte("v"), nil }
+	for i := range 20 {
+		key := "j" + strconv.Itoa(i)
+		before := time.Now()
+		if _, err := cache.Get(context.Background(), key, ok); err != nil {
+			t.Fatal(err)
+		}
+		e, _, _ := store.Get(context.Background(), key)
+		if ttl := e.FreshUntil.Sub(before); ttl < 30*time.Minute || ttl > time.Hour+time.Second {
+			t.Errorf("TTL %v; want within [30m, 1h]", ttl)
+		}
+	}
+	slow := func(ctx context.Context) ([]byte, error) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(bound):
+			return []byte("too late"), nil
+		}
+	}
+	if _, err := cache.Get(context.Background(), "slow", slow); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("slow load: %v; want the load timeout's deadline", err)
+	}
 }
