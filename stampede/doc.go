@@ -79,7 +79,8 @@
 //
 // # Counters
 //
-// Stats counts hits, stale serves, misses, waits, loads, load failures and
+// Stats counts hits, stale serves, misses, misses that joined a rebuild of
+// their process, rebuilds that waited for another's lock, loads, load failures and
 // refused writes since New.
 //
 // # Lifetime
