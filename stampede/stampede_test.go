@@ -369,9 +369,14 @@ func TestStoreRefusesLowerFence(t *testing.T) {
 			if !put("a", 5) || put("b", 4) || put("c", 5) || !put("d", 6) {
 				t.Error("want fences 5 and 6 written, 4 and 5 again refused")
 			}
+			// Fences past 2^53, where a float64 no longer tells neighbours apart.
+			const big = 1<<62 + 1
+			if !put("e", big) || put("f", big-1) || !put("g", big+1) {
+				t.Errorf("want fences %d and %d written, %d refused", uint64(big), uint64(big+1), uint64(big-1))
+			}
 			got, ok, err := e.store.Get(ctx, "fenced")
-			if err != nil || !ok || string(got.Value) != "d" || got.Fence != 6 {
-				t.Errorf("Get = %+v, %v, %v; want d at fence 6", got, ok, err)
+			if err != nil || !ok || string(got.Value) != "g" || got.Fence != big+1 {
+				t.Errorf("Get = %+v, %v, %v; want g at fence %d", got, ok, err, uint64(big+1))
 			}
 			if d := got.StaleUntil.Sub(got.FreshUntil); d < time.Hour-time.Second || d > time.Hour+time.Second {
 				t.Errorf("stale window %v; want 1h", d)
