@@ -545,3 +545,56 @@ func TestJitterAndLoadTimeout(t *testing.T) {
 		t.Errorf("slow load: %v; want the load timeout's deadline", err)
 	}
 }
+
+// Over Redis Cluster (locks and entries both), concurrent misses over two
+// clients still load once, and the store still refuses a lower fence; each
+// request names one key, so no cross-slot command is sent.
+func TestRedisCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real cluster")
+	}
+	cl := testserver.RedisCluster(t, 3)
+	rc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	t.Cleanup(func() { rc.Close() })
+	store, err := redisstore.New(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var caches [2]*stampede.Cache
+	for i := range caches {
+		c, err := distlock.Open(context.Background(), "redis-cluster://"+cl.Addrs()[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		caches[i] = newCache(t, c, store)
+	}
+	for k := range 8 { // keys over several slots
+		key := "cluster-" + strconv.Itoa(k)
+		var loads atomic.Int32
+		load := func(context.Context) ([]byte, error) {
+			loads.Add(1)
+			return []byte(key), nil
+		}
+		results := make(chan result, 16)
+		for i := range 16 {
+			go func() {
+				v, err := caches[i%2].Get(context.Background(), key, load)
+				results <- result{string(v), err}
+			}()
+		}
+		for range 16 {
+			if r := recv(t, results, "result"); r.err != nil || r.v != key {
+				t.Errorf("Get = %q, %v; want %q", r.v, r.err, key)
+			}
+		}
+		if n := loads.Load(); n != 1 {
+			t.Errorf("%s: %d loads; want 1", key, n)
+		}
+		now := time.Now()
+		if ok, err := store.Put(context.Background(), key, stampede.Entry{Value: []byte("old"), FreshUntil: now.Add(time.Hour),
+			StaleUntil: now.Add(time.Hour)}); ok || err != nil {
+			t.Errorf("%s: Put with fence 0 = %v, %v; want refused", key, ok, err)
+		}
+	}
+}
