@@ -146,7 +146,9 @@ func TestDoTx(t *testing.T) {
 	}
 
 	t.Run("Commit", func(t *testing.T) {
-		r, err := doTx(t, "a", func(ctx context.Context, tx pgx.Tx, _ uint64) ([]byte, error) { return []byte("placed"), insert(ctx, tx, "a") })
+		r, err := doTx(t, "a", func(ctx context.Context, tx pgx.Tx, _ uint64) ([]byte, error) {
+			return []byte("placed"), insert(ctx, tx, "a")
+		})
 		if err != nil || string(r.Value) != "placed" {
 			t.Fatalf("%+v, %v", r, err)
 		}
