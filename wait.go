@@ -42,27 +42,7 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req *driver.Acq
 	if w, ok := c.backend.(driver.Waiter); ok {
 		wctx, stopOnClose = c.untilClosed(wctx)
 		defer stopOnClose()
-		sent := time.Now()
-		g, err := w.AcquireWait(wctx, *req)
-		failpoint("acquire-sent", r.Key)
-		switch {
-		case err == nil:
-			if !g.Sent.IsZero() {
-				sent = g.Sent
-			}
-			return g, sent, nil
-		case errors.Is(err, ErrNotAcquired):
-			return driver.Grant{}, sent, notAcquired(nil)
-		default:
-			if r.keepToken {
-				return driver.Grant{}, sent, err
-			}
-			c.releaseAbandoned(r, req.Token)
-			if errors.Is(context.Cause(wctx), ErrClosed) {
-				return driver.Grant{}, sent, notAcquired(nil)
-			}
-			return driver.Grant{}, sent, err
-		}
+		return c.waitNatively(wctx, r, req, w, notAcquired)
 	}
 
 	if c.lines.empty(r.Key) {
@@ -156,6 +136,49 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req *driver.Acq
 			if g, sent, ok := handed(); ok {
 				return g, sent, nil
 			}
+		case <-t.C:
+		}
+	}
+}
+
+// waitNatively waits in the backend's own queue. A store failure (a
+// session the store or the network ended) is retried with a fresh token
+// while the wait lasts, as the client's own line retries one: the wait ends
+// with a grant, with ErrNotAcquired joined with the last failure, or with a
+// failure that retrying cannot mend.
+func (c *Client) waitNatively(wctx context.Context, r *Request, req *driver.AcquireRequest, w driver.Waiter, notAcquired func(error) error) (driver.Grant, time.Time, error) {
+	bo := backoff{min: 5 * time.Millisecond, max: 200 * time.Millisecond}
+	var lastErr error
+	for {
+		sent := time.Now()
+		g, err := w.AcquireWait(wctx, *req)
+		failpoint("acquire-sent", r.Key)
+		switch {
+		case err == nil:
+			if !g.Sent.IsZero() {
+				sent = g.Sent
+			}
+			return g, sent, nil
+		case errors.Is(err, ErrNotAcquired):
+			return driver.Grant{}, sent, notAcquired(lastErr)
+		case r.keepToken:
+			return driver.Grant{}, sent, err // the caller decides about its token
+		}
+		c.releaseAbandoned(r, req.Token)
+		switch {
+		case errors.Is(context.Cause(wctx), ErrClosed):
+			return driver.Grant{}, sent, notAcquired(nil)
+		case wctx.Err() != nil:
+			return driver.Grant{}, sent, notAcquired(err)
+		case permanent(err):
+			return driver.Grant{}, sent, err
+		}
+		req.Token, lastErr = newToken(), err
+		t := time.NewTimer(bo.next())
+		select {
+		case <-wctx.Done():
+			t.Stop()
+			return driver.Grant{}, time.Now(), notAcquired(lastErr)
 		case <-t.C:
 		}
 	}

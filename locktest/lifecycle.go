@@ -164,6 +164,51 @@ func (s *suite) releaseThroughDeadLink(t *testing.T) {
 	}
 }
 
+// waitOutlastsCutLink: a waiter whose link to the store is cut and restored
+// while it waits gets the key when the holder releases it within the wait:
+// a store failure during a wait is retried while the wait lasts, not
+// returned at once.
+func (s *suite) waitOutlastsCutLink(t *testing.T) {
+	if s.h.NewBackendAt == nil || s.h.StoreAddr == "" {
+		t.Skip("the harness sets no StoreAddr/NewBackendAt: no fault proxy test")
+	}
+	ctx := testContext(t, time.Minute)
+	key := s.key(t)
+	l := mustLock(t, ctx, s.client(t), key)
+	proxy := faultproxy.Start(t, s.h.StoreAddr)
+	seen := newStartSeen()
+	bb := s.h.NewBackendAt(t, proxy.Addr())
+	b := distlock.New(bb, distlock.WithObserver(seen))
+	defer b.Close()
+	type result struct {
+		l   *distlock.Lock
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l2, err := b.Lock(ctx, key, distlock.WithWait(30*time.Second))
+		got <- result{l2, err}
+	}()
+	seen.queued(t, isWaiter(bb))
+	proxy.Cut()
+	time.Sleep(500 * time.Millisecond) // not synchronisation: the outage
+	proxy.Restore()
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("a wait whose link was cut for 500ms and restored, with the key released after: %v", r.err)
+		}
+		if err := r.l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(40 * time.Second):
+		t.Fatal("the waiter still waits 40s after the release")
+	}
+}
+
 // releaseAfterBackendClosed: a closed backend is a permanent failure, which
 // Release reports at once with ErrClosed instead of retrying.
 func (s *suite) releaseAfterBackendClosed(t *testing.T) {

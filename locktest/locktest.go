@@ -104,6 +104,7 @@ func Run(t *testing.T, h Harness) {
 		{"ReleaseAndRenewAfterRelease", s.afterRelease},
 		{"CloseEndsWait", s.closeEndsWait},
 		{"ReleaseThroughDeadLink", s.releaseThroughDeadLink},
+		{"WaitOutlastsCutLink", s.waitOutlastsCutLink},
 		{"ReleaseAfterBackendClosed", s.releaseAfterBackendClosed},
 		{"CloseDuringCalls", s.closeDuringCalls},
 		{"WaiterEntryDeleted", s.waiterEntryDeleted},
