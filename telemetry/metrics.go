@@ -28,6 +28,9 @@ import (
 //	locks_held{group,backend}                  gauge: locks held by this process (not grants for remote holders)
 //	waiters{group,backend}                     gauge: acquisitions in progress
 //	degraded{group}                            gauge: 1 while a policy fails the group's non-critical requests fast
+//
+// A backend whose store throttles (DynamoDB) has its throttled requests
+// counted by NewThrottleCounter.
 type Metrics struct {
 	acquisitions *prometheus.CounterVec
 	wait         *prometheus.HistogramVec

@@ -84,8 +84,9 @@
 // ProvisionedThroughputExceededException and ThrottlingException are
 // retried by the SDK's retryer with its backoff (for DynamoDB: 4 attempts,
 // jittered exponential backoff), within the request timeout; Throttled
-// counts every throttled attempt. One that is still throttled after the
-// last attempt reaches the caller as a store error.
+// counts every throttled attempt (telemetry.NewThrottleCounter exports it to
+// Prometheus). One that is still throttled after the last attempt reaches
+// the caller as a store error.
 //
 // # Open, URL and timeouts
 //

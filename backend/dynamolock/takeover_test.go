@@ -15,6 +15,8 @@ import (
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/dynamolock"
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/telemetry"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // manualClock is a clock that moves only when told, from now.
@@ -270,7 +272,8 @@ func TestFenceAfterItemDeleted(t *testing.T) {
 }
 
 // TestThrottlingRetried: throttled requests are retried with the SDK's
-// backoff and counted; past the SDK's attempts the store error reaches the
+// backoff and counted, in Throttled and telemetry's
+// distlock_store_throttled_total; past the SDK's attempts the store error reaches the
 // caller, neither ErrNotAcquired nor ErrNotHeld.
 func TestThrottlingRetried(t *testing.T) {
 	st := newStore(t)
@@ -297,6 +300,13 @@ func TestThrottlingRetried(t *testing.T) {
 	}
 	if n := b.Throttled(); n != 5 {
 		t.Fatalf("Throttled() = %d, want 5", n)
+	}
+	counter, err := telemetry.NewThrottleCounter(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.ToFloat64(counter); n != 5 {
+		t.Fatalf("distlock_store_throttled_total = %v, want 5", n)
 	}
 	if err := b.Release(ctx, req.Key, req.Token); err != nil {
 		t.Fatalf("release once the throttling stopped: %v", err)
