@@ -90,3 +90,29 @@ func charge(_ context.Context, order int, fence uint64) error {
 	fmt.Println("charged order", order, "with fence", fence)
 	return nil
 }
+
+func ExampleClient_Semaphore() {
+	ctx := context.Background()
+	client := distlock.New(memlock.New())
+	defer client.Close()
+
+	// At most two exports run at once across every replica.
+	exports, err := client.Semaphore("exports", 2)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	first, _ := exports.TryAcquire(ctx)
+	second, _ := exports.TryAcquire(ctx)
+	_, err = exports.TryAcquire(ctx)
+	fmt.Println("third permit refused:", errors.Is(err, distlock.ErrNotAcquired))
+
+	first.Release(ctx)
+	third, err := exports.Acquire(ctx, distlock.WithWait(time.Second))
+	fmt.Println("after a release:", err == nil, third.Fence() > second.Fence())
+	second.Release(ctx)
+	third.Release(ctx)
+	// Output:
+	// third permit refused: true
+	// after a release: true true
+}
