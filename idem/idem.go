@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"sync/atomic"
 	"time"
@@ -81,6 +82,7 @@ type Keeper struct {
 	retention time.Duration
 	wait      time.Duration
 	lockOpts  []distlock.Option
+	log       *slog.Logger
 
 	executions, replays, conflicts, waits, failures, superseded atomic.Uint64
 }
@@ -105,6 +107,11 @@ func WithWait(d time.Duration) Option { return func(k *Keeper) { k.wait = d } }
 func WithLockOptions(opts ...distlock.Option) Option {
 	return func(k *Keeper) { k.lockOpts = append(k.lockOpts, opts...) }
 }
+
+// WithLogger logs, at Warn, the calls refused for a conflicting request and
+// the results not recorded because their attempt was superseded, with the
+// key and the fence. The default is none.
+func WithLogger(l *slog.Logger) Option { return func(k *Keeper) { k.log = l } }
 
 // New returns a Keeper that records results in store and holds attempts in
 // progress with locks of client. Every replica must use the same lock store
@@ -195,6 +202,7 @@ func (k *Keeper) replay(ctx context.Context, key string, hash [32]byte) (Result,
 	}
 	if !bytes.Equal(rec.Hash[:], hash[:]) {
 		k.conflicts.Add(1)
+		k.warn(ctx, "idem: request differs from the recorded one", key, rec.Fence, ErrConflict)
 		return Result{}, true, keyErr("do", key, ErrConflict)
 	}
 	k.replays.Add(1)
@@ -223,6 +231,7 @@ func (k *Keeper) run(ctx context.Context, key string, hash [32]byte, l *distlock
 	}
 	if lerr := l.Err(); lerr != nil {
 		k.superseded.Add(1)
+		k.warn(ctx, "idem: result not recorded: lock lost", key, l.Fence(), lerr)
 		return Result{}, keyErr("do", key, errors.Join(ErrSuperseded, lerr))
 	}
 	rec := Record{Hash: hash, Value: v, Failed: f != nil, Fence: l.Fence()}
@@ -232,6 +241,7 @@ func (k *Keeper) run(ctx context.Context, key string, hash [32]byte, l *distlock
 		return Result{}, keyErr("do", key, fmt.Errorf("record: %w", cerr))
 	case !ok:
 		k.superseded.Add(1)
+		k.warn(ctx, "idem: result not recorded: a later attempt recorded first", key, l.Fence(), ErrSuperseded)
 		return Result{}, keyErr("do", key, ErrSuperseded)
 	}
 	r := Result{Value: v, Failed: f != nil, Fence: l.Fence()}
@@ -239,6 +249,12 @@ func (k *Keeper) run(ctx context.Context, key string, hash [32]byte, l *distlock
 		return r, keyErr("do", key, err)
 	}
 	return r, nil
+}
+
+func (k *Keeper) warn(ctx context.Context, msg, key string, fence uint64, err error) {
+	if k.log != nil {
+		k.log.WarnContext(ctx, msg, "key", key, "fence", fence, "err", err)
+	}
 }
 
 // safeRun runs fn, turning a panic into an error matching ErrPanicked.

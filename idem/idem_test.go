@@ -1,7 +1,13 @@
 package idem_test
 
 import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -27,4 +33,70 @@ func newKeeper(t *testing.T, store idem.Store, opts ...idem.Option) *idem.Keeper
 func TestMemory(t *testing.T) {
 	s := idem.NewMemoryStore()
 	idemtest.Run(t, newKeeper(t, s), s)
+}
+
+func TestLoggerAndStats(t *testing.T) {
+	var buf bytes.Buffer
+	k := newKeeper(t, idem.NewMemoryStore(), idem.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+	ctx := context.Background()
+	ok := func(context.Context, uint64) ([]byte, error) { return []byte("ok"), nil }
+	for _, req := range []string{"a", "a", "b"} {
+		_, _ = k.Do(ctx, "k", []byte(req), ok)
+	}
+	want := idem.Stats{Executions: 1, Replays: 1, Conflicts: 1}
+	if got := k.Stats(); got != want {
+		t.Fatalf("stats %+v, want %+v", got, want)
+	}
+	if !strings.Contains(buf.String(), "request differs") || !strings.Contains(buf.String(), "key=k") {
+		t.Fatalf("log %q names no conflict of key k", buf.String())
+	}
+}
+
+func TestNewOptions(t *testing.T) {
+	c := distlock.New(memlock.New())
+	defer c.Close()
+	s := idem.NewMemoryStore()
+	for _, o := range []idem.Option{idem.WithRetention(0), idem.WithWait(-time.Second)} {
+		if _, err := idem.New(c, s, o); !errors.Is(err, distlock.ErrInvalidOption) {
+			t.Fatalf("bad option: %v", err)
+		}
+	}
+	if _, err := idem.New(nil, s); !errors.Is(err, distlock.ErrInvalidOption) {
+		t.Fatalf("nil client: %v", err)
+	}
+	k, err := idem.New(c, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Do(context.Background(), "k", nil, nil); !errors.Is(err, distlock.ErrInvalidOption) {
+		t.Fatalf("nil fn: %v", err)
+	}
+}
+
+// A lock lost while fn runs ends fn's context, and its result is not
+// recorded: the next call runs fn again.
+func TestLostLock(t *testing.T) {
+	c := distlock.New(memlock.New())
+	defer c.Close()
+	// A short lease, renewed: the renewal finds the lock gone.
+	k, err := idem.New(c, idem.NewMemoryStore(), idem.WithLockOptions(distlock.WithLease(300*time.Millisecond), distlock.WithWatchdog(true)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = k.Do(ctx, "k", nil, func(ctx context.Context, _ uint64) ([]byte, error) {
+		if _, err := c.ForceRelease(ctx, idem.KeyPrefix+"k", "test"); err != nil {
+			return nil, err
+		}
+		<-ctx.Done() // the lock's loss, or the 10s of the test's context
+		return []byte("late"), nil // as an fn that ignores its context would
+	})
+	if !errors.Is(err, idem.ErrSuperseded) || !errors.Is(err, distlock.ErrLockLost) {
+		t.Fatalf("err %v, want ErrSuperseded and ErrLockLost", err)
+	}
+	r, err := k.Do(ctx, "k", nil, func(context.Context, uint64) ([]byte, error) { return []byte("again"), nil })
+	if err != nil || r.Replayed || string(r.Value) != "again" {
+		t.Fatalf("%+v, %v; want a fresh run", r, err)
+	}
 }
