@@ -89,8 +89,10 @@ func TestLostLock(t *testing.T) {
 		if _, err := c.ForceRelease(ctx, idem.KeyPrefix+"k", "test"); err != nil {
 			return nil, err
 		}
-		<-ctx.Done() // the lock's loss, or the 10s of the test's context
-		return []byte("late"), nil // as an fn that ignores its context would
+		// Until the lock's loss (or the 10s of the test's context), then
+		// succeed, as an fn that ignores its context would.
+		<-ctx.Done()
+		return []byte("late"), nil
 	})
 	if !errors.Is(err, idem.ErrSuperseded) || !errors.Is(err, distlock.ErrLockLost) {
 		t.Fatalf("err %v, want ErrSuperseded and ErrLockLost", err)
