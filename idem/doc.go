@@ -26,7 +26,9 @@
 //   - At most one completed result is recorded per key and retention, and
 //     every caller that gets a result gets that one.
 //   - fn runs once for any set of duplicates that overlap in time or come
-//     after the record, as long as no attempt loses its lock mid-run.
+//     after the record, as long as no attempt loses its lock mid-run or
+//     fails to write its record (a store error is returned, nothing is
+//     recorded, and the next duplicate runs fn again).
 //   - An attempt that crashes (a killed process, a lost network) or whose
 //     lock is lost mid-run holds the key until its lease ends (session
 //     backends such as pglock free it as soon as the session ends); the next
