@@ -137,7 +137,8 @@ func New(client *distlock.Client, store Store, opts ...Option) (*Keeper, error) 
 func (k *Keeper) Retention() time.Duration { return k.retention }
 
 // Do runs fn for key unless a result is recorded for it, and returns the
-// recorded result.
+// recorded result. key must be non-empty, and KeyPrefix+key a valid lock key
+// (distlock.ValidateKey); else the error matches distlock.ErrInvalidKey.
 //
 //   - A result recorded for the same request is returned at once (Replayed),
 //     with an error matching ErrFailed if it is a failure.
@@ -168,6 +169,9 @@ type Commit func(ctx context.Context, r Record) (bool, error)
 func (k *Keeper) DoCommit(ctx context.Context, key string, request []byte, fn Func, commit Commit) (Result, error) {
 	if fn == nil || commit == nil {
 		return Result{}, keyErr("do", key, fmt.Errorf("%w: fn and commit are required", distlock.ErrInvalidOption))
+	}
+	if err := distlock.ValidateKey(KeyPrefix + key); err != nil || key == "" {
+		return Result{}, keyErr("do", key, errors.Join(distlock.ErrInvalidKey, err))
 	}
 	hash := sha256.Sum256(request)
 	if r, ok, err := k.replay(ctx, key, hash); ok || err != nil {

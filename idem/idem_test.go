@@ -71,6 +71,12 @@ func TestNewOptions(t *testing.T) {
 	if _, err := k.Do(context.Background(), "k", nil, nil); !errors.Is(err, distlock.ErrInvalidOption) {
 		t.Fatalf("nil fn: %v", err)
 	}
+	ok := func(context.Context, uint64) ([]byte, error) { return nil, nil }
+	for _, key := range []string{"", "bad\nkey", strings.Repeat("k", distlock.MaxKeyLen)} {
+		if _, err := k.Do(context.Background(), key, nil, ok); !errors.Is(err, distlock.ErrInvalidKey) {
+			t.Fatalf("key %q: %v, want ErrInvalidKey", key, err)
+		}
+	}
 }
 
 // A lock lost while fn runs ends fn's context, and its result is not
