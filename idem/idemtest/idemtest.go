@@ -143,9 +143,12 @@ func testRetryable(t *testing.T, k *idem.Keeper, key string) {
 func testFencedPut(t *testing.T, s idem.Store, key string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	// Fences beyond 2^53 (a float64's exact integers) and 2^63 (int64) must
+	// still compare exactly.
+	const base = 1<<63 + 1<<62
 	put := func(fence uint64, v string) bool {
 		t.Helper()
-		ok, err := s.Put(ctx, key, idem.Record{Value: []byte(v), Fence: fence}, time.Minute)
+		ok, err := s.Put(ctx, key, idem.Record{Value: []byte(v), Fence: base + fence}, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,7 +164,7 @@ func testFencedPut(t *testing.T, s idem.Store, key string) {
 		t.Fatal("a put with a higher fence was refused")
 	}
 	r, ok, err := s.Get(ctx, key)
-	if err != nil || !ok || string(r.Value) != "newer" || r.Fence != 6 {
+	if err != nil || !ok || string(r.Value) != "newer" || r.Fence != base+6 {
 		t.Fatalf("get: %+v, %v, %v; want newer at fence 6", r, ok, err)
 	}
 	if _, ok, err := s.Get(ctx, key+"/absent"); ok || err != nil {
