@@ -116,3 +116,30 @@ func ExampleClient_Semaphore() {
 	// third permit refused: true
 	// after a release: true true
 }
+
+func ExampleClient_RWMutex() {
+	ctx := context.Background()
+	store := memlock.New()
+	replicaA, replicaB := distlock.New(store), distlock.New(store.Connect())
+	defer replicaA.Close()
+	defer replicaB.Close()
+
+	accountA, _ := replicaA.RWMutex("account:42")
+	accountB, _ := replicaB.RWMutex("account:42")
+
+	r1, _ := accountA.RLock(ctx)
+	r2, err := accountB.RLock(ctx)
+	fmt.Println("two readers at once:", err == nil)
+	_, err = accountB.TryLock(ctx)
+	fmt.Println("writer refused while they read:", errors.Is(err, distlock.ErrNotAcquired))
+
+	r1.Release(ctx)
+	r2.Release(ctx)
+	w, _ := accountB.Lock(ctx, distlock.WithWait(time.Second))
+	fmt.Println("writer's fence above the readers':", w.Fence() > r2.Fence())
+	w.Release(ctx)
+	// Output:
+	// two readers at once: true
+	// writer refused while they read: true
+	// writer's fence above the readers': true
+}

@@ -113,6 +113,7 @@ func Run(t *testing.T, h Harness) {
 		{"ForceRelease", s.forceRelease},
 		{"Extend", s.extend},
 		{"Semaphore", s.semaphore},
+		{"RWLock", s.rwlock},
 		{"NoGoroutineLeak", s.noLeak},
 	}
 	for _, tc := range tests {

@@ -66,6 +66,7 @@ type store struct {
 	watchers map[string]map[chan struct{}]struct{}
 	sweepAt  int
 	sems     map[string]*semaphore // semaphore.go
+	rws      map[string]*rwLock    // rwlock.go
 }
 
 type entry struct {
@@ -88,7 +89,7 @@ var (
 // New returns a handle on a new, empty store.
 func New() *Backend {
 	return &Backend{store: &store{locks: make(map[string]*entry), watchers: make(map[string]map[chan struct{}]struct{}), sweepAt: 1024,
-		sems: make(map[string]*semaphore)}}
+		sems: make(map[string]*semaphore), rws: make(map[string]*rwLock)}}
 }
 
 // Connect returns a new handle on b's store.

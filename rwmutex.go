@@ -1,0 +1,157 @@
+package distlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/distlock/distlock/driver"
+)
+
+// RWMutex is a read-write lock on one name across every client of the
+// store: readers share it, a writer holds it alone, and a writer that waits
+// keeps new readers out, so writers are not starved by a stream of readers.
+// Each hold, read or write, is a *Lock with everything a lock has: a token,
+// a lease the watchdog renews, a loss notice (Done, Err, Context), a fence
+// (one sequence for both modes: a writer's fence is above every reader's
+// before it) and Release.
+//
+// Create it with Client.RWMutex, which needs a backend that keeps
+// read-write locks (driver.RWLocks). It is safe for concurrent use.
+type RWMutex struct {
+	name    string
+	rw      driver.RWLocks
+	readers *Client // holds in driver.Shared mode, over an rwBackend
+	writers *Client // holds in driver.Exclusive mode
+}
+
+// RWInfo is what the store holds of a read-write lock.
+type RWInfo struct {
+	// Writer reports that Held is one writer's hold; otherwise Held are
+	// readers' holds (none if free).
+	Writer bool
+	// Held are the live holds (key, fence, time to live, metadata).
+	Held []Info
+	// WritersWaiting counts writers whose wait keeps new readers out.
+	WritersWaiting int
+}
+
+// RWMutex returns a handle on the read-write lock name. It fails with
+// errors.ErrUnsupported if the backend keeps no read-write locks, and with
+// ErrInvalidKey on a bad name. Close the handle when done (Client.Close
+// closes it too).
+func (c *Client) RWMutex(name string) (*RWMutex, error) {
+	if err := driver.ValidateKey(name); err != nil {
+		return nil, keyErr("rwmutex", name, err)
+	}
+	rw, ok := c.backend.(driver.RWLocks)
+	if !ok {
+		return nil, keyErr("rwmutex", name, fmt.Errorf("%s keeps no read-write locks: %w", c.backendName, errors.ErrUnsupported))
+	}
+	readers, err := c.derive(rwBackend{rw: rw, mode: driver.Shared})
+	if err != nil {
+		return nil, keyErr("rwmutex", name, err)
+	}
+	writers, err := c.derive(rwBackend{rw: rw, mode: driver.Exclusive})
+	if err != nil {
+		_ = readers.Close()
+		return nil, keyErr("rwmutex", name, err)
+	}
+	return &RWMutex{name: name, rw: rw, readers: readers, writers: writers}, nil
+}
+
+// Name returns the lock's name.
+func (m *RWMutex) Name() string { return m.name }
+
+// RLock takes a read hold, waiting while a writer holds the lock or waits
+// for it: up to WithWait if given, else until ctx ends (ErrNotAcquired
+// then). opts are a lock's.
+func (m *RWMutex) RLock(ctx context.Context, opts ...Option) (*Lock, error) {
+	return m.readers.Lock(ctx, m.name, opts...)
+}
+
+// TryRLock makes one attempt to take a read hold.
+func (m *RWMutex) TryRLock(ctx context.Context, opts ...Option) (*Lock, error) {
+	return m.readers.TryLock(ctx, m.name, opts...)
+}
+
+// Lock takes the write hold, waiting while anyone holds the lock: up to
+// WithWait if given, else until ctx ends (ErrNotAcquired then). While it
+// waits, new readers are kept out; readers already in finish first.
+func (m *RWMutex) Lock(ctx context.Context, opts ...Option) (*Lock, error) {
+	intent := newToken()
+	l, err := m.writers.Lock(context.WithValue(ctx, writeIntentKey{}, intent), m.name, opts...)
+	if err != nil {
+		// Let the readers kept out in now rather than at the intent's expiry.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_ = m.rw.WithdrawIntent(wctx, m.name, intent)
+		cancel()
+	}
+	return l, err
+}
+
+// TryLock makes one attempt to take the write hold; refused, it keeps no
+// reader out.
+func (m *RWMutex) TryLock(ctx context.Context, opts ...Option) (*Lock, error) {
+	return m.writers.TryLock(ctx, m.name, opts...)
+}
+
+// Inspect returns the lock's live holds and waiting writers.
+func (m *RWMutex) Inspect(ctx context.Context) (RWInfo, error) {
+	mode, held, intents, err := m.rw.InspectRW(ctx, m.name)
+	if err != nil {
+		return RWInfo{}, keyErr("inspect", m.name, err)
+	}
+	return RWInfo{Writer: mode == driver.Exclusive && len(held) > 0, Held: held, WritersWaiting: intents}, nil
+}
+
+// Close releases the holds this handle has and ends its waits; the client
+// and its backend stay open.
+func (m *RWMutex) Close() error { return errors.Join(m.readers.Close(), m.writers.Close()) }
+
+// writeIntentKey carries a waiting writer's intent from Lock to its
+// rwBackend's attempts.
+type writeIntentKey struct{}
+
+// rwBackend runs a read-write lock's holds of one mode through the
+// client's machinery as if each were a lock on the name.
+type rwBackend struct {
+	rw   driver.RWLocks
+	mode driver.Mode
+}
+
+var _ driver.Notifier = rwBackend{}
+
+func (b rwBackend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	intent, _ := ctx.Value(writeIntentKey{}).(string)
+	return b.rw.AcquireRW(ctx, req, b.mode, intent)
+}
+
+func (b rwBackend) Renew(ctx context.Context, name, token string, ttl time.Duration) error {
+	return b.rw.RenewRW(ctx, name, token, ttl)
+}
+
+func (b rwBackend) Release(ctx context.Context, name, token string) error {
+	return b.rw.ReleaseRW(ctx, name, token)
+}
+
+// Inspect reports the name held when a hold of this mode would be refused.
+func (b rwBackend) Inspect(ctx context.Context, name string) (driver.Info, error) {
+	mode, held, intents, err := b.rw.InspectRW(ctx, name)
+	if err != nil {
+		return driver.Info{}, err
+	}
+	refused := len(held) > 0
+	if b.mode == driver.Shared {
+		refused = (refused && mode == driver.Exclusive) || intents > 0
+	}
+	return driver.Info{Key: name, Held: refused}, nil
+}
+
+func (b rwBackend) Watch(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+	return b.rw.WatchRW(ctx, name)
+}
+
+// Close leaves the backend, which the parent client owns, open.
+func (rwBackend) Close() error { return nil }
