@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/idem"
 )
 
@@ -28,6 +29,7 @@ func Run(t *testing.T, k *idem.Keeper, store idem.Store) {
 	t.Run("Conflict", func(t *testing.T) { testConflict(t, k, prefix+"conflict") })
 	t.Run("Failure", func(t *testing.T) { testFailure(t, k, prefix+"failure") })
 	t.Run("Retryable", func(t *testing.T) { testRetryable(t, k, prefix+"retry") })
+	t.Run("WaitBounded", func(t *testing.T) { testWaitBounded(t, k, prefix+"wait") })
 	t.Run("FencedPut", func(t *testing.T) { testFencedPut(t, store, prefix+"fenced") })
 }
 
@@ -137,6 +139,44 @@ func testRetryable(t *testing.T, k *idem.Keeper, key string) {
 	r, err := k.Do(ctx, key, nil, func(context.Context, uint64) ([]byte, error) { return []byte("done"), nil })
 	if err != nil || r.Replayed || string(r.Value) != "done" {
 		t.Fatalf("retry: %+v, %v; want a fresh run", r, err)
+	}
+}
+
+// testWaitBounded: a duplicate waits for an attempt in progress only as long
+// as its context allows, and fn does not run for it.
+func testWaitBounded(t *testing.T, k *idem.Keeper, key string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	running, release := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		_, err := k.Do(ctx, key, nil, func(ctx context.Context, _ uint64) ([]byte, error) {
+			close(running)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return []byte("first"), nil
+		})
+		first <- err
+	}()
+	select {
+	case <-running:
+	case <-ctx.Done():
+		t.Fatal("the first attempt did not start")
+	}
+	short, cancelShort := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancelShort()
+	start := time.Now()
+	ran := false
+	_, err := k.Do(short, key, nil, func(context.Context, uint64) ([]byte, error) { ran = true; return nil, nil })
+	waited := time.Since(start)
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatalf("first attempt: %v", err)
+	}
+	if !errors.Is(err, distlock.ErrNotAcquired) || ran || waited > 5*time.Second {
+		t.Fatalf("duplicate with a 100ms context: err %v after %v, fn ran %v; want ErrNotAcquired promptly and no run", err, waited, ran)
 	}
 }
 
