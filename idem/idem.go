@@ -170,8 +170,11 @@ func (k *Keeper) DoCommit(ctx context.Context, key string, request []byte, fn Fu
 	if fn == nil || commit == nil {
 		return Result{}, keyErr("do", key, fmt.Errorf("%w: fn and commit are required", distlock.ErrInvalidOption))
 	}
-	if err := distlock.ValidateKey(KeyPrefix + key); err != nil || key == "" {
-		return Result{}, keyErr("do", key, errors.Join(distlock.ErrInvalidKey, err))
+	if key == "" {
+		return Result{}, keyErr("do", key, fmt.Errorf("%w: empty", distlock.ErrInvalidKey))
+	}
+	if err := distlock.ValidateKey(KeyPrefix + key); err != nil {
+		return Result{}, keyErr("do", key, err)
 	}
 	hash := sha256.Sum256(request)
 	if r, ok, err := k.replay(ctx, key, hash); ok || err != nil {
