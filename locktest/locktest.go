@@ -78,10 +78,7 @@ func Run(t *testing.T, h Harness) {
 		h.NotifyLatency = 50 * time.Millisecond
 	}
 	s := &suite{h: h}
-	tests := []struct {
-		name string
-		fn   func(*testing.T)
-	}{
+	tests := []subtest{
 		{"MutualExclusion", s.mutualExclusion},
 		{"FenceIncreases", s.fenceIncreases},
 		{"IndependentKeys", s.independentKeys},
@@ -117,6 +114,30 @@ func Run(t *testing.T, h Harness) {
 		{"NoGoroutineLeak", s.noLeak},
 	}
 	for _, tc := range tests {
+		t.Run(tc.name, tc.fn)
+	}
+}
+
+// subtest is one named case of the suite.
+type subtest struct {
+	name string
+	fn   func(*testing.T)
+}
+
+// capability runs cases if a fresh backend claims an optional capability
+// (claims); otherwise refuse, which uses the capability through a client,
+// must fail with errors.ErrUnsupported, and the test is skipped.
+func (s *suite) capability(t *testing.T, claims func(driver.Backend) bool, refuse func(*distlock.Client) error, cases []subtest) {
+	probe := s.h.NewBackend(t)
+	claimed := claims(probe)
+	_ = probe.Close()
+	if !claimed {
+		if err := refuse(s.client(t)); !errors.Is(err, errors.ErrUnsupported) {
+			t.Fatalf("on a backend without the capability: %v, want errors.ErrUnsupported", err)
+		}
+		t.Skip("the backend does not claim the capability")
+	}
+	for _, tc := range cases {
 		t.Run(tc.name, tc.fn)
 	}
 }

@@ -14,26 +14,14 @@ import (
 // rwlock runs the contract of driver.RWLocks, for backends that claim it;
 // the others must say errors.ErrUnsupported.
 func (s *suite) rwlock(t *testing.T) {
-	probe := s.h.NewBackend(t)
-	_, native := probe.(driver.RWLocks)
-	_ = probe.Close()
-	if !native {
-		if _, err := s.client(t).RWMutex(s.key(t)); !errors.Is(err, errors.ErrUnsupported) {
-			t.Fatalf("RWMutex on a backend without driver.RWLocks: %v, want errors.ErrUnsupported", err)
-		}
-		t.Skip("the backend keeps no read-write locks")
-	}
-	for _, tc := range []struct {
-		name string
-		fn   func(*testing.T)
-	}{
-		{"ReadersShareWritersExclude", s.rwModes},
-		{"WaitingWriterGoesBeforeLaterReaders", s.rwWriterFirst},
-		{"NeverWriterWithAnyone", s.rwContended},
-		{"VanishedHoldersFreeIt", s.rwVanished},
-	} {
-		t.Run(tc.name, tc.fn)
-	}
+	s.capability(t, func(b driver.Backend) bool { _, ok := b.(driver.RWLocks); return ok },
+		func(c *distlock.Client) error { _, err := c.RWMutex(s.key(t)); return err },
+		[]subtest{
+			{"ReadersShareWritersExclude", s.rwModes},
+			{"WaitingWriterGoesBeforeLaterReaders", s.rwWriterFirst},
+			{"NeverWriterWithAnyone", s.rwContended},
+			{"VanishedHoldersFreeIt", s.rwVanished},
+		})
 }
 
 // newRWMutex returns a handle on name over c.

@@ -16,27 +16,14 @@ import (
 // semaphore runs the contract of driver.Semaphores, for backends that
 // claim it; the others must say errors.ErrUnsupported.
 func (s *suite) semaphore(t *testing.T) {
-	probe := s.h.NewBackend(t)
-	_, native := probe.(driver.Semaphores)
-	_ = probe.Close()
-	if !native {
-		c := s.client(t)
-		if _, err := c.Semaphore(s.key(t), 2); !errors.Is(err, errors.ErrUnsupported) {
-			t.Fatalf("Semaphore on a backend without driver.Semaphores: %v, want errors.ErrUnsupported", err)
-		}
-		t.Skip("the backend keeps no semaphores")
-	}
-	for _, tc := range []struct {
-		name string
-		fn   func(*testing.T)
-	}{
-		{"AtMostNHolders", s.semAtMostN},
-		{"VanishedHolderFreesPermit", s.semVanished},
-		{"WokenOnRelease", s.semWoken},
-		{"PermitsChangeExplicitly", s.semPermits},
-	} {
-		t.Run(tc.name, tc.fn)
-	}
+	s.capability(t, func(b driver.Backend) bool { _, ok := b.(driver.Semaphores); return ok },
+		func(c *distlock.Client) error { _, err := c.Semaphore(s.key(t), 2); return err },
+		[]subtest{
+			{"AtMostNHolders", s.semAtMostN},
+			{"VanishedHolderFreesPermit", s.semVanished},
+			{"WokenOnRelease", s.semWoken},
+			{"PermitsChangeExplicitly", s.semPermits},
+		})
 }
 
 // newSemaphore returns a handle on name with n permits over c.
