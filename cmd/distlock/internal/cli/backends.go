@@ -2,6 +2,7 @@ package cli
 
 // Every backend registers its URL schemes, so --backend takes any of them.
 import (
+	_ "github.com/distlock/distlock/backend/dynamolock" // dynamodb://
 	_ "github.com/distlock/distlock/backend/etcdlock"   // etcd://
 	_ "github.com/distlock/distlock/backend/memlock"    // mem://
 	_ "github.com/distlock/distlock/backend/mysqllock"  // mysql:// (named locks)

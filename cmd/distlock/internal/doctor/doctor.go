@@ -75,7 +75,7 @@ type Finding struct {
 // Report is the outcome of Check.
 type Report struct {
 	URL      string    `json:"url"`   // the URL checked, password redacted
-	Store    string    `json:"store"` // redis, etcd, postgres, zookeeper, mysql
+	Store    string    `json:"store"` // redis, etcd, postgres, zookeeper, mysql, dynamodb
 	Findings []Finding `json:"findings"`
 }
 
@@ -135,10 +135,11 @@ var checkers = map[string]struct {
 	"zk":             {"zookeeper", checkZooKeeper},
 	"mysql":          {"mysql", checkMySQL},
 	"mysql+table":    {"mysql", checkMySQL},
+	"dynamodb":       {"dynamodb", checkDynamoDB},
 }
 
 // Schemes is the URL schemes Check knows, for messages.
-const Schemes = "redis, rediss, redis-sentinel, redis-cluster, etcd, postgres, postgresql, zk, mysql, mysql+table"
+const Schemes = "redis, rediss, redis-sentinel, redis-cluster, etcd, postgres, postgresql, zk, mysql, mysql+table, dynamodb"
 
 // Check inspects the store rawURL names. A URL it cannot use fails with an
 // error matching ErrInvalidURL before anything is dialled; a store it cannot

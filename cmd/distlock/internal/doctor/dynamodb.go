@@ -1,0 +1,258 @@
+package doctor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/distlock/distlock/backend/dynamolock"
+)
+
+// dynamoLowWCU is the provisioned write capacity under which throttling of
+// acquires and renewals is likely: one lock's acquire, renewals, release and
+// each waiter's polls are all writes.
+const dynamoLowWCU = 5
+
+// dynamoLockAttributes are the attributes dynamolock writes with a meaning
+// other than garbage collection (backend/dynamolock's doc, "Table"), and
+// the type of their values.
+var dynamoLockAttributes = map[string]string{
+	dynamolock.KeyAttribute: "string",
+	"token":                 "string",
+	"rvn":                   "string",
+	"lease_ms":              "number",
+	"fence":                 "number",
+	"meta":                  "string",
+	"freed_by":              "string",
+}
+
+// dynamoCreateTable is the AWS CLI command that makes the table dynamolock
+// needs, with %s for the table's name.
+const dynamoCreateTable = "aws dynamodb create-table --table-name %s --attribute-definitions AttributeName=" + dynamolock.KeyAttribute +
+	",AttributeType=S --key-schema AttributeName=" + dynamolock.KeyAttribute + ",KeyType=HASH --billing-mode PAY_PER_REQUEST"
+
+// checkDynamoDB inspects the lock table of dynamodb://TABLE?region=R&endpoint=E:
+// that it exists with the key schema dynamolock needs, its status, its
+// billing mode and write capacity, and its Time to Live.
+func checkDynamoDB(ctx context.Context, u *url.URL, o Options, r *Report) error {
+	table, region, endpoint, err := dynamoURL(u)
+	if err != nil {
+		return err
+	}
+	db, closeIdle, err := dynamoClient(ctx, region, endpoint, o.Timeout)
+	if err != nil {
+		return invalid(u, "%v", err)
+	}
+	defer closeIdle()
+	node := table
+	dctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	out, err := db.DescribeTable(dctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)})
+	cancel()
+	var missing *types.ResourceNotFoundException
+	switch {
+	case errors.As(err, &missing):
+		r.add(Finding{Severity: Danger, Check: "table", Node: node,
+			Seen:        fmt.Sprintf("no table %q in %s: %v", table, dynamoWhere(region, endpoint), err),
+			Consequence: "every lock operation fails, and distlock cannot open the store",
+			Fix:         fmt.Sprintf("create it with dynamolock.CreateTable, or: "+dynamoCreateTable, table)})
+		return nil
+	case err != nil:
+		return unreachable("dynamodb "+dynamoWhere(region, endpoint)+": describe table "+table, err)
+	}
+	t := out.Table
+	r.add(dynamoKeySchemaFinding(node, t))
+	r.add(dynamoStatusFinding(node, t.TableStatus))
+	r.add(dynamoCapacityFinding(node, t))
+	tctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	ttl, err := db.DescribeTimeToLive(tctx, &dynamodb.DescribeTimeToLiveInput{TableName: aws.String(table)})
+	cancel()
+	if err != nil {
+		r.add(unread("time-to-live", node, fmt.Errorf("could not check Time to Live: %w", err),
+			"aws dynamodb describe-time-to-live --table-name "+table+": Time to Live may be on for "+dynamolock.ExpiresAttribute+" only"))
+		return nil
+	}
+	r.add(dynamoTTLFinding(node, ttl.TimeToLiveDescription, time.Now()))
+	return nil
+}
+
+// dynamoURL reads the table, region and endpoint of a dynamodb:// URL; the
+// backend's other parameters are accepted and not used.
+func dynamoURL(u *url.URL) (table, region, endpoint string, err error) {
+	if u.Host == "" || u.User != nil || u.Path != "" || u.Port() != "" {
+		return "", "", "", invalid(u, "want dynamodb://TABLE?region=REGION[&endpoint=URL]")
+	}
+	q := u.Query()
+	for name, vs := range q {
+		switch name {
+		case "region", "endpoint", "connect_timeout", "request_timeout", "retention":
+		default:
+			return "", "", "", invalid(u, "unknown parameter %s (known: region, endpoint, connect_timeout, request_timeout, retention)", name)
+		}
+		if len(vs) != 1 {
+			return "", "", "", invalid(u, "parameter %s given %d times", name, len(vs))
+		}
+	}
+	endpoint = q.Get("endpoint")
+	if endpoint != "" {
+		e, err := url.Parse(endpoint)
+		if err != nil || (e.Scheme != "http" && e.Scheme != "https") || e.Host == "" {
+			return "", "", "", invalid(u, "endpoint %q: want http://host:port or https://host", endpoint)
+		}
+	}
+	return u.Host, q.Get("region"), endpoint, nil
+}
+
+// dynamoClient builds a DynamoDB client as dynamolock.Open does (the SDK's
+// credential chain and region), whose connections are bounded by timeout,
+// and a function that closes its idle connections.
+func dynamoClient(ctx context.Context, region, endpoint string, timeout time.Duration) (*dynamodb.Client, func(), error) {
+	var load []func(*config.LoadOptions) error
+	if region != "" {
+		load = append(load, config.WithRegion(region))
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, load...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("AWS configuration: %w", err)
+	}
+	if cfg.Region == "" {
+		return nil, nil, errors.New("no region (set region in the URL or AWS_REGION)")
+	}
+	tr := awshttp.NewBuildableClient().GetTransport()
+	tr.DialContext = (&net.Dialer{Timeout: timeout}).DialContext
+	cfg.HTTPClient = &http.Client{Transport: tr}
+	db := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+		if endpoint != "" {
+			o.BaseEndpoint = aws.String(endpoint)
+		}
+		o.RetryMaxAttempts = 1 // a refused connection is named at once
+	})
+	return db, tr.CloseIdleConnections, nil
+}
+
+// dynamoWhere names where the table was looked for.
+func dynamoWhere(region, endpoint string) string {
+	if endpoint != "" {
+		return endpoint
+	}
+	if region != "" {
+		return "region " + region
+	}
+	return "the default region"
+}
+
+// dynamoKeySchemaFinding judges the key schema: dynamolock reads and writes
+// items by a string partition key named dynamolock.KeyAttribute, and no
+// sort key.
+func dynamoKeySchemaFinding(node string, t *types.TableDescription) Finding {
+	attrType := map[string]string{}
+	for _, a := range t.AttributeDefinitions {
+		attrType[aws.ToString(a.AttributeName)] = string(a.AttributeType)
+	}
+	var keys []string
+	for _, k := range t.KeySchema {
+		name := aws.ToString(k.AttributeName)
+		keys = append(keys, fmt.Sprintf("%s (%s, %s)", name, k.KeyType, attrType[name]))
+	}
+	seen := "key schema " + strings.Join(keys, ", ")
+	if len(t.KeySchema) == 1 && aws.ToString(t.KeySchema[0].AttributeName) == dynamolock.KeyAttribute &&
+		t.KeySchema[0].KeyType == types.KeyTypeHash && attrType[dynamolock.KeyAttribute] == string(types.ScalarAttributeTypeS) {
+		return Finding{Severity: Info, Check: "key-schema", Node: node, Seen: seen + ": as dynamolock needs"}
+	}
+	return Finding{Severity: Danger, Check: "key-schema", Node: node,
+		Seen:        fmt.Sprintf("%s: dynamolock needs a string partition key named %q and no sort key", seen, dynamolock.KeyAttribute),
+		Consequence: "every lock operation fails (DynamoDB refuses items keyed otherwise), and distlock cannot open the store",
+		Fix: fmt.Sprintf("a key schema cannot be changed: create another table with dynamolock.CreateTable, or: "+dynamoCreateTable+
+			", and point the URL at it", "NEW_TABLE")}
+}
+
+// dynamoStatusFinding judges the table's status: only an active table
+// takes every write.
+func dynamoStatusFinding(node string, st types.TableStatus) Finding {
+	f := Finding{Severity: Info, Check: "table-status", Node: node, Seen: "status " + string(st)}
+	if st == types.TableStatusActive {
+		return f
+	}
+	f.Severity = Warning
+	f.Consequence = "while the table is not ACTIVE lock operations may fail (CREATING, DELETING, ARCHIVING, INACCESSIBLE_ENCRYPTION_CREDENTIALS) or be throttled while its capacity changes (UPDATING)"
+	f.Fix = "wait until it is ACTIVE (aws dynamodb wait table-exists), or restore access to its encryption key"
+	return f
+}
+
+// dynamoCapacityFinding reports the billing mode and, when provisioned, the
+// write capacity: every acquire, renewal, release and waiter's poll is a
+// write, and one that stays throttled through the SDK's retries fails.
+func dynamoCapacityFinding(node string, t *types.TableDescription) Finding {
+	f := Finding{Severity: Info, Check: "capacity", Node: node}
+	if t.BillingModeSummary != nil && t.BillingModeSummary.BillingMode == types.BillingModePayPerRequest {
+		f.Seen = "billing mode PAY_PER_REQUEST (on demand): no capacity to run out of, until the account's or table's on-demand limits"
+		return f
+	}
+	var rcu, wcu int64
+	if p := t.ProvisionedThroughput; p != nil {
+		rcu, wcu = aws.ToInt64(p.ReadCapacityUnits), aws.ToInt64(p.WriteCapacityUnits)
+	}
+	f.Seen = fmt.Sprintf("billing mode PROVISIONED, %d read and %d write capacity units", rcu, wcu)
+	if wcu >= dynamoLowWCU {
+		return f
+	}
+	f.Severity = Warning
+	f.Consequence = fmt.Sprintf("under %d write capacity units, throttling delays acquires and renewals (every acquire, renewal, release and each waiter's poll is a write); a renewal still throttled after the SDK's retries fails, and one that stays throttled past the lease loses its lock", dynamoLowWCU)
+	f.Fix = "switch to on-demand (aws dynamodb update-table --table-name " + aws.ToString(t.TableName) +
+		" --billing-mode PAY_PER_REQUEST), or raise the write capacity or turn on auto scaling"
+	return f
+}
+
+// dynamoTTLFinding judges DynamoDB's Time to Live. On for
+// dynamolock.ExpiresAttribute it collects garbage only. On for an attribute
+// dynamolock writes with another meaning, it deletes an item whose value,
+// a number read as Unix seconds, is in the past but not more than five
+// years (DynamoDB ignores strings and older times): of those, only lease_ms
+// can be, for leases of about 18 to 20 days (the fence, in microseconds,
+// reads as a time far ahead).
+func dynamoTTLFinding(node string, d *types.TimeToLiveDescription, now time.Time) Finding {
+	f := Finding{Severity: Info, Check: "time-to-live", Node: node}
+	status, attr := types.TimeToLiveStatusDisabled, ""
+	if d != nil {
+		status, attr = d.TimeToLiveStatus, aws.ToString(d.AttributeName)
+	}
+	if status == types.TimeToLiveStatusDisabled || status == types.TimeToLiveStatusDisabling || status == "" {
+		f.Seen = fmt.Sprintf("Time to Live %s: released and abandoned items stay (about 100 bytes per key ever locked) until deleted by hand; that is only storage, no lock depends on it", status)
+		return f
+	}
+	f.Seen = fmt.Sprintf("Time to Live %s on attribute %q", status, attr)
+	if attr == dynamolock.ExpiresAttribute {
+		f.Seen += ": garbage collection only (DynamoDB deletes an item after its release or lease plus the retention); no lock decision reads it"
+		return f
+	}
+	fix := "turn Time to Live off (aws dynamodb update-time-to-live --time-to-live-specification Enabled=false,AttributeName=" + attr +
+		"), then on for " + dynamolock.ExpiresAttribute + " (dynamolock.CreateTable with TableOptions{TimeToLive: true}, or Enabled=true,AttributeName=" + dynamolock.ExpiresAttribute + ")"
+	kind, written := dynamoLockAttributes[attr]
+	switch {
+	case attr == "lease_ms":
+		day := float64(24 * time.Hour / time.Millisecond)
+		from, to := float64(now.AddDate(-5, 0, 0).Unix())/day, float64(now.Unix())/day
+		f.Severity = Danger
+		f.Consequence = fmt.Sprintf("lease_ms is a lease in milliseconds, which DynamoDB reads as Unix seconds: a lock taken with a lease of %.1f to %.1f days reads as a time in the past five years, and DynamoDB deletes its item while it is held; the next acquirer is then granted the key with a fence that starts again from its own clock", from, to)
+		f.Fix = fix
+	case written:
+		f.Severity = Warning
+		f.Consequence = fmt.Sprintf("dynamolock writes %s as a %s with another meaning: DynamoDB deletes no item by it today, but collects no garbage either, and dynamolock.CheckTable refuses the table", attr, kind)
+		f.Fix = fix
+	default:
+		f.Severity = Warning
+		f.Consequence = "dynamolock never writes " + attr + ": Time to Live deletes only items something else marks, collects no garbage, and dynamolock.CheckTable refuses the table"
+		f.Fix = fix
+	}
+	return f
+}
