@@ -1,0 +1,254 @@
+package redislock
+
+import (
+	"cmp"
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/distlock/distlock/driver"
+)
+
+var _ driver.Semaphores = (*Backend)(nil)
+
+// semKeysFor maps a semaphore name to its Redis names, in the order of
+// semaphore.lua's KEYS: prefix + "{" + escaped name + "}:sem", then that
+// plus ":holders", ":limit", ":fence" and ":watchers". They share the hash
+// tag of the name, so they live in one Cluster slot. A lock's names are the
+// same tag alone or followed by ":fence", ":meta", ":q", ":qt" or ":qm", so
+// no semaphore name is ever a lock's, and List, which looks for names that
+// end with the tag, never finds a semaphore.
+func (b *Backend) semKeysFor(name string) []string {
+	base := b.prefix + "{" + escapeKey(name) + "}:sem"
+	return []string{base, base + ":holders", base + ":limit", base + ":fence", base + ":watchers"}
+}
+
+// AcquirePermit takes a permit of req.Key for req.Token, in one script: it
+// drops the expired permits, stores limit if the name has none (or fails
+// with driver.ErrInvalidOption naming both if it has another), returns the
+// grant of a token that holds a permit already, and grants one if fewer
+// than the limit are held, with the fence counter advanced to max(last+1,
+// server time in µs) as a lock's.
+func (b *Backend) AcquirePermit(ctx context.Context, req driver.AcquireRequest, limit int) (driver.Grant, error) {
+	fence, err := b.acquirePermit(ctx, req, limit)
+	if err != nil {
+		return driver.Grant{}, fmt.Errorf("redislock: acquire permit of %q: %w", req.Key, err)
+	}
+	return driver.Grant{Fence: fence}, nil
+}
+
+func (b *Backend) acquirePermit(ctx context.Context, req driver.AcquireRequest, limit int) (uint64, error) {
+	if err := validRequest(req.Key, req.Token, &req.TTL); err != nil {
+		return 0, err
+	}
+	if err := validPermits(limit); err != nil {
+		return 0, err
+	}
+	meta, err := encodeMeta(req.Meta)
+	if err != nil {
+		return 0, err
+	}
+	r, err := b.evalSem(ctx, semAcquire, b.semKeysFor(req.Key), req.Token, millis(req.TTL), strconv.Itoa(limit), meta)
+	switch {
+	case err != nil:
+		return 0, err
+	case len(r) == 2 && r[0] == "granted":
+		return strconv.ParseUint(r[1], 10, 64)
+	case len(r) == 2 && r[0] == "limit":
+		return 0, fmt.Errorf("%w: the semaphore has %s permits, not %d", driver.ErrInvalidOption, r[1], limit)
+	case len(r) == 3 && r[0] == "full":
+		return 0, fmt.Errorf("%s of %s permits held: %w", r[1], r[2], driver.ErrNotAcquired)
+	}
+	return 0, semReplyErr(r)
+}
+
+// RenewPermit resets the time to live of token's permit of name to ttl, and
+// keeps the fence counter at least a minute beyond it.
+func (b *Backend) RenewPermit(ctx context.Context, name, token string, ttl time.Duration) error {
+	if err := validRequest(name, token, &ttl); err != nil {
+		return fmt.Errorf("redislock: renew permit of %q: %w", name, err)
+	}
+	r, err := b.evalSem(ctx, semRenew, b.semKeysFor(name), token, millis(ttl))
+	return semDone("renew permit of", name, r, err)
+}
+
+// ReleasePermit frees token's permit of name and, in the same script,
+// publishes a notice to every backend that watches the name (WatchPermits).
+func (b *Backend) ReleasePermit(ctx context.Context, name, token string) error {
+	if err := validRequest(name, token, nil); err != nil {
+		return fmt.Errorf("redislock: release permit of %q: %w", name, err)
+	}
+	r, err := b.evalSem(ctx, semRelease, b.semKeysFor(name), token, b.channels)
+	return semDone("release permit of", name, r, err)
+}
+
+// semDone reads the reply of a script that answers {'1'} or {'0'}: done, or
+// not held.
+func semDone(op, name string, r []string, err error) error {
+	switch {
+	case err == nil && len(r) == 1 && r[0] == "1":
+		return nil
+	case err == nil && len(r) == 1 && r[0] == "0":
+		err = driver.ErrNotHeld
+	case err == nil:
+		err = semReplyErr(r)
+	}
+	return fmt.Errorf("redislock: %s %q: %w", op, name, err)
+}
+
+// SetPermits stores n as name's limit and wakes its watchers, who may now
+// find room.
+func (b *Backend) SetPermits(ctx context.Context, name string, n int) error {
+	err := driver.ValidateKey(name)
+	if err == nil {
+		err = validPermits(n)
+	}
+	if err != nil {
+		return fmt.Errorf("redislock: set permits of %q: %w", name, err)
+	}
+	r, err := b.evalSem(ctx, semSetPermits, b.semKeysFor(name), strconv.Itoa(n), b.channels)
+	return semDone("set permits of", name, r, err)
+}
+
+func validPermits(n int) error {
+	if n < 1 {
+		return fmt.Errorf("%w: %d permits: want at least 1", driver.ErrInvalidOption, n)
+	}
+	return nil
+}
+
+// InspectPermits returns name's stored limit (0 if none) and its live
+// permits, by fence, with their time to live left and metadata.
+func (b *Backend) InspectPermits(ctx context.Context, name string) (int, []driver.Info, error) {
+	limit, held, err := b.inspectPermits(ctx, name)
+	if err != nil {
+		return 0, nil, fmt.Errorf("redislock: inspect permits of %q: %w", name, err)
+	}
+	return limit, held, nil
+}
+
+func (b *Backend) inspectPermits(ctx context.Context, name string) (int, []driver.Info, error) {
+	if err := driver.ValidateKey(name); err != nil {
+		return 0, nil, err
+	}
+	r, err := b.evalSem(ctx, semInspect, b.semKeysFor(name))
+	if err != nil {
+		return 0, nil, err
+	}
+	if len(r)%3 != 1 {
+		return 0, nil, semReplyErr(r)
+	}
+	limit, err := strconv.Atoi(r[0])
+	if err != nil {
+		return 0, nil, fmt.Errorf("limit: %w", err)
+	}
+	held := make([]driver.Info, 0, len(r)/3)
+	for p := r[1:]; len(p) > 0; p = p[3:] {
+		info := driver.Info{Key: name, Held: true}
+		if info.Fence, err = strconv.ParseUint(p[0], 10, 64); err != nil {
+			return 0, nil, fmt.Errorf("fence: %w", err)
+		}
+		ms, err := strconv.ParseInt(p[1], 10, 64)
+		if err != nil {
+			return 0, nil, fmt.Errorf("time to live: %w", err)
+		}
+		info.TTL = time.Duration(ms) * time.Millisecond
+		if p[2] != "" {
+			if err := json.Unmarshal([]byte(p[2]), &info.Meta); err != nil {
+				return 0, nil, fmt.Errorf("metadata: %w", err)
+			}
+		}
+		held = append(held, info)
+	}
+	slices.SortFunc(held, func(a, b driver.Info) int { return cmp.Compare(a.Fence, b.Fence) })
+	return limit, held, nil
+}
+
+// WatchPermits returns a channel that fires when a permit of name is
+// released or its limit changes, over the backend's one subscription: the
+// watch enters "<backend id>|<watch token>" in the semaphore's watchers,
+// and the release and set-permits scripts publish the watch token on this
+// backend's channel. The entry expires after the waiter timeout
+// (WithWaiterTimeout) unless refreshed, which the watch does every fifth to
+// third of it until stop or ctx ends: a watching process that died is
+// dropped. The channel also fires when the subscription is confirmed or
+// lost, since a notice may have been missed. A permit whose holder vanished
+// frees no notice: the caller's poll finds it.
+func (b *Backend) WatchPermits(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+	if err := driver.ValidateKey(name); err != nil {
+		return nil, nil, fmt.Errorf("redislock: watch permits of %q: %w", name, err)
+	}
+	if !b.enterWait() {
+		return nil, nil, fmt.Errorf("redislock: watch permits of %q: %w", name, driver.ErrClosed)
+	}
+	var id [8]byte
+	_, _ = crand.Read(id[:]) // crypto/rand.Read never fails
+	token := "sem-" + hex.EncodeToString(id[:])
+	// Each watch has a line of its own in the inbox, under a name that no
+	// lock key can have (control characters are refused).
+	mb, err := b.inbox.join("\x00sem\x00"+token, nextWaiter{token: token})
+	if err != nil {
+		b.waits.Done()
+		return nil, nil, fmt.Errorf("redislock: watch permits of %q: %w", name, err)
+	}
+	w := &semWatcher{b: b, keys: b.semKeysFor(name), member: b.id + "|" + token, mb: mb}
+	if err := w.enter(ctx); err != nil {
+		b.inbox.leave(mb, false)
+		b.waits.Done()
+		return nil, nil, fmt.Errorf("redislock: watch permits of %q: %w", name, err)
+	}
+	b.inbox.listen(ctx)
+	wctx, cancel := context.WithCancel(ctx)
+	stopClose := context.AfterFunc(b.closing, cancel)
+	go func() {
+		defer b.waits.Done()
+		defer stopClose()
+		w.keep(wctx)
+	}()
+	var once sync.Once
+	return mb.wake, func() { once.Do(cancel) }, nil
+}
+
+// semWatcher is one WatchPermits.
+type semWatcher struct {
+	b      *Backend
+	keys   []string
+	member string
+	mb     *mailbox
+}
+
+// enter enters or refreshes the watcher's entry for the waiter timeout.
+func (w *semWatcher) enter(ctx context.Context) error {
+	_, err := w.b.evalSem(ctx, semWatch, w.keys, w.member, millis(w.b.waiterTimeout))
+	return err
+}
+
+// keep refreshes the entry until ctx ends, and subscribes again if the
+// subscription was lost; then it takes the entry out, within the request
+// timeout even while Close waits for it, and closes the mailbox.
+func (w *semWatcher) keep(ctx context.Context) {
+	defer w.b.inbox.leave(w.mb, false)
+	for {
+		t := time.NewTimer(w.b.refresh())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.b.timeout)
+			defer cancel()
+			_ = w.b.runClosing(lctx, func(ctx context.Context) error {
+				_, err := w.b.st.(semStore).evalSem(ctx, semWatch, w.keys, []string{w.member, "0"})
+				return err // a stale entry expires with the waiter timeout
+			})
+			return
+		case <-t.C:
+		}
+		_ = w.enter(ctx) // a failed refresh: the next one, or the poll, makes up for it
+		w.b.inbox.listen(ctx)
+	}
+}

@@ -1,0 +1,48 @@
+-- Prepended, after counter.lua, to every semaphore script. A semaphore's
+-- keys share the hash tag of its name (see semaphore.go):
+-- KEYS[1] permits: the holders' tokens, scored by the server time (ms) at
+--         which their permit expires,
+-- KEYS[2] holders: by token, "<fence> <metadata JSON>" (metadata may be
+--         empty),
+-- KEYS[3] limit: the number of permits, kept until deleted,
+-- KEYS[4] fence counter (counter.lua),
+-- KEYS[5] watchers: "<backend id>|<watch token>", scored by the server time
+--         (ms) at which the entry expires unless its backend refreshes it.
+-- A permit whose expiry is not after now has expired.
+
+-- nowMs returns the server's time in ms, and TIME's reply (for nextFence).
+local function nowMs()
+	local t = redis.call('TIME')
+	return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t
+end
+
+-- dropExpired takes the expired permits and their holders out.
+local function dropExpired(now)
+	local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
+	for _, token in ipairs(gone) do
+		redis.call('HDEL', KEYS[2], token)
+	end
+	if #gone > 0 then
+		redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+	end
+end
+
+-- keepPermits makes the permits and their holders live exactly as long as
+-- the longest-lived permit.
+local function keepPermits()
+	local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
+	if last then
+		redis.call('PEXPIREAT', KEYS[1], last)
+		redis.call('PEXPIREAT', KEYS[2], last)
+	end
+end
+
+-- wakeWatchers drops the expired watchers and tells every other one, on its
+-- backend's channel (channels .. backend id), its watch token.
+local function wakeWatchers(channels, now)
+	redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
+	for _, w in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do
+		local id, token = string.match(w, '^([^|]*)|(.*)$')
+		redis.call('PUBLISH', channels .. id, token)
+	end
+end

@@ -1,0 +1,125 @@
+package redislock
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+)
+
+// semScript names one of the semaphore scripts.
+type semScript int
+
+const (
+	semAcquire semScript = iota
+	semRenew
+	semRelease
+	semSetPermits
+	semInspect
+	semWatch
+	numSemScripts
+)
+
+var (
+	//go:embed semaphore.lua
+	semaphoreLua string
+	//go:embed semaphore_acquire.lua
+	semAcquireLua string
+	//go:embed semaphore_renew.lua
+	semRenewLua string
+	//go:embed semaphore_release.lua
+	semReleaseLua string
+	//go:embed semaphore_setpermits.lua
+	semSetPermitsLua string
+	//go:embed semaphore_inspect.lua
+	semInspectLua string
+	//go:embed semaphore_watch.lua
+	semWatchLua string
+)
+
+// semScripts holds each semaphore script compiled for both clients. Each
+// takes counter.lua and semaphore.lua before its own source. The compiled
+// scripts hold nothing but their source and its hash, so every backend
+// shares them.
+var semScripts = func() (s [numSemScripts]struct {
+	goRedis *redis.Script
+	rueidis *rueidis.Lua
+}) {
+	for i, src := range [numSemScripts]string{
+		semAcquire:    semAcquireLua,
+		semRenew:      semRenewLua,
+		semRelease:    semReleaseLua,
+		semSetPermits: semSetPermitsLua,
+		semInspect:    semInspectLua,
+		semWatch:      semWatchLua,
+	} {
+		src = counterLua + semaphoreLua + src
+		s[i].goRedis, s[i].rueidis = redis.NewScript(src), rueidis.NewLuaScript(src)
+	}
+	return s
+}()
+
+// evalSem runs the semaphore script s over a semaphore's keys within the
+// request timeout (see call) and returns its reply, an array of strings.
+func (b *Backend) evalSem(ctx context.Context, s semScript, keys []string, args ...string) (r []string, err error) {
+	err = b.call(ctx, func(ctx context.Context) error {
+		r, err = b.st.(semStore).evalSem(ctx, s, keys, args)
+		return err
+	})
+	return r, err
+}
+
+// semStore is implemented by both store adapters.
+type semStore interface {
+	evalSem(ctx context.Context, s semScript, keys, args []string) ([]string, error)
+}
+
+var (
+	_ semStore = (*goRedis)(nil)
+	_ semStore = (*rueidisStore)(nil)
+)
+
+func (g *goRedis) evalSem(ctx context.Context, s semScript, keys, args []string) ([]string, error) {
+	return g.runScript(ctx, semScripts[s].goRedis, keys, args).StringSlice()
+}
+
+func (r *rueidisStore) evalSem(ctx context.Context, s semScript, keys, args []string) ([]string, error) {
+	return semScripts[s].rueidis.Exec(ctx, r.c, keys, args).AsStrSlice()
+}
+
+// runScript runs sc within ctx even if the client ignores its deadline, as
+// run does for the lock scripts.
+func (g *goRedis) runScript(ctx context.Context, sc *redis.Script, keys []string, args []string) *redis.Cmd {
+	vals := make([]any, len(args))
+	for i, a := range args {
+		vals[i] = a
+	}
+	if g.bounded || ctx.Done() == nil {
+		return sc.Run(ctx, g.c, keys, vals...)
+	}
+	g.mu.Lock()
+	if g.closing {
+		g.mu.Unlock()
+		return sc.Run(ctx, g.c, keys, vals...)
+	}
+	g.late.Add(1)
+	g.mu.Unlock()
+	done := make(chan *redis.Cmd, 1)
+	go func() {
+		defer g.late.Done()
+		done <- sc.Run(ctx, g.c, keys, vals...)
+	}()
+	select {
+	case cmd := <-done:
+		return cmd
+	case <-ctx.Done():
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(ctx.Err())
+		return cmd
+	}
+}
+
+// semReplyErr is the error of a script reply of an unexpected shape.
+func semReplyErr(r []string) error { return fmt.Errorf("semaphore script returned %q", r) }
