@@ -38,13 +38,16 @@ alarms, clock. PostgreSQL: idle_session_timeout, idle_in_transaction_session_tim
 statement_timeout and lock_timeout as the URL's role sees them, fsync and
 synchronous_commit, a pooler in front, clock. ZooKeeper: the session timeout
 granted against the one asked for, the server's bounds, mode. MySQL/MariaDB:
-innodb_flush_log_at_trx_commit, wait_timeout, clock.
+innodb_flush_log_at_trx_commit, wait_timeout, clock. DynamoDB (dynamodb://):
+the table and its key schema, its status, billing mode and write capacity,
+Time to Live.
 
 Exit codes: 0 no danger, 3 a danger found, 69 the store could not be reached,
 2 a bad URL or flag (nothing was sent).`,
 		Example: `  distlock doctor redis://127.0.0.1:6379
   distlock doctor 'postgres://app@db:5432/app?sslmode=disable' --lease 10s
   distlock doctor redis-sentinel://sentinel-1:26379/mymaster -o json
+  distlock doctor 'dynamodb://locks?region=eu-west-1'
   DISTLOCK_BACKEND=etcd://10.0.0.1:2379,10.0.0.2:2379 distlock doctor`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return runDoctor(cmd, g, args, opts) },

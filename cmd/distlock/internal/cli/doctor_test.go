@@ -133,7 +133,7 @@ func TestDoctorHelp(t *testing.T) {
 	if code != ExitOK {
 		t.Fatalf("exit %d", code)
 	}
-	for _, w := range []string{"Exit codes", "Examples:", "--lease", "--timeout", "distlock doctor redis://"} {
+	for _, w := range []string{"Exit codes", "Examples:", "--lease", "--timeout", "distlock doctor redis://", "DynamoDB (dynamodb://)"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("help lacks %q:\n%s", w, out)
 		}
