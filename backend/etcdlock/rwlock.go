@@ -1,0 +1,206 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/distlock/distlock/driver"
+)
+
+// A read-write lock N keeps, under internal names as a semaphore does (see
+// semaphore.go):
+//
+//	PREFIX/%00rw%00esc(N)%00s/LEASE        a reader's hold, on its own lease, as a lock's entry
+//	PREFIX/%00rw%00esc(N)%00x/LEASE        a writer's hold, likewise
+//	PREFIX/%00rw%00esc(N)%00i/esc(INTENT)  a waiting writer's intent, on a lease of driver.WriteIntentTTL
+//
+// An attempt is one transaction whose compares test that directories are
+// empty (a Compare of CreateRevision = 0 over a key prefix holds when no
+// key in the prefix exists): a reader is granted while the writers' and the
+// intents' directories are empty, a writer while both holds' directories
+// are. Each hold is held like a lock, through the same code (Renew, Release,
+// move on Extend, loss watch, lease pool); its fence is its entry's create
+// revision, one sequence for both modes.
+
+var _ driver.RWLocks = (*Backend)(nil)
+
+// rwBase is the internal name every key of read-write lock name starts with.
+func rwBase(name string) string { return "\x00rw\x00" + name + "\x00" }
+
+// rwHoldKey is the internal lock key whose queue holds name's holds of mode.
+func rwHoldKey(name string, mode driver.Mode) string {
+	if mode == driver.Shared {
+		return rwBase(name) + "s"
+	}
+	return rwBase(name) + "x"
+}
+
+// intentKey is the store key of a waiting writer's intent on name.
+func (b *Backend) intentKey(name, intent string) string { return b.intentDir(name) + escape(intent) }
+
+// intentDir is the directory of name's intents.
+func (b *Backend) intentDir(name string) string { return b.dir(rwBase(name) + "i") }
+
+// empty holds when no key under dir exists.
+func empty(dir string) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(dir), "=", 0).WithPrefix()
+}
+
+// AcquireRW takes req.Key in mode in one transaction that puts the hold's
+// entry if the directories that exclude it are empty; a granted writer's
+// transaction deletes its intent. A writer refused with an intent records
+// it, or renews the lease of the one it recorded before.
+func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode driver.Mode, intent string) (driver.Grant, error) {
+	op := "acquire " + mode.String()
+	if err := b.checkOpen(op, req.Key); err != nil {
+		return driver.Grant{}, err
+	}
+	ctx, cancel := b.request(ctx)
+	defer cancel()
+	key, val := rwHoldKey(req.Key, mode), encodeValue(req.Token, req.Meta)
+	excl := empty(b.dir(rwHoldKey(req.Key, driver.Exclusive)))
+	cond := []clientv3.Cmp{excl, empty(b.intentDir(req.Key))}
+	if mode == driver.Exclusive {
+		cond[1] = empty(b.dir(rwHoldKey(req.Key, driver.Shared)))
+	}
+	recording := mode == driver.Exclusive && intent != ""
+	var then, els []clientv3.Op
+	if recording {
+		ik := b.intentKey(req.Key, intent)
+		then, els = append(then, clientv3.OpDelete(ik)), append(els, clientv3.OpGet(ik))
+	}
+	var entry string
+	t, resp, err := b.leased(ctx, req.TTL, func(id clientv3.LeaseID) (*clientv3.TxnResponse, error) {
+		entry = b.entryKey(key, id)
+		return b.cli.Txn(ctx).If(cond...).
+			Then(append(then, clientv3.OpPut(entry, val, clientv3.WithLease(id)))...).
+			Else(els...).
+			Commit()
+	})
+	if err != nil {
+		return driver.Grant{}, b.fail(op, req.Key, err)
+	}
+	if resp.Succeeded {
+		return b.granted(req.Token, entry, val, t, resp.Header.Revision, req.TTL), nil
+	}
+	b.leases.put(t.id, t.ttl, t.confirmed) // nothing was put on it
+	if recording {
+		if err := b.recordIntent(ctx, req.Key, intent, resp.Responses[0].GetResponseRange().Kvs); err != nil {
+			return driver.Grant{}, b.fail(op, req.Key, fmt.Errorf("record write intent: %w", err))
+		}
+	}
+	return driver.Grant{}, fmt.Errorf("etcdlock: %s lock of %q: %w", mode, req.Key, driver.ErrNotAcquired)
+}
+
+// recordIntent renews the lease of intent on name if kvs holds its key,
+// and otherwise puts the key on a lease of driver.WriteIntentTTL.
+func (b *Backend) recordIntent(ctx context.Context, name, intent string, kvs []*mvccpb.KeyValue) error {
+	if len(kvs) > 0 {
+		if _, err := b.cli.KeepAliveOnce(ctx, clientv3.LeaseID(kvs[0].Lease)); err == nil {
+			return nil
+		}
+		// Expired meanwhile, or unknown: put it on a lease that is.
+	}
+	ik := b.intentKey(name, intent)
+	_, _, err := b.leased(ctx, driver.WriteIntentTTL, func(id clientv3.LeaseID) (*clientv3.TxnResponse, error) {
+		return b.cli.Txn(ctx).Then(clientv3.OpPut(ik, "", clientv3.WithLease(id))).Commit()
+	})
+	return err
+}
+
+// rwHoldKeys returns the internal keys token's hold of name may be in: the
+// one this backend granted it in, or, for a hold it did not grant, both.
+func (b *Backend) rwHoldKeys(name, token string) []string {
+	keys := []string{rwHoldKey(name, driver.Shared), rwHoldKey(name, driver.Exclusive)}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, k := range keys {
+		if b.holdingOf(k, token) != nil {
+			return []string{k}
+		}
+	}
+	return keys
+}
+
+// RenewRW renews token's hold of name as Renew renews a lock.
+func (b *Backend) RenewRW(ctx context.Context, name, token string, ttl time.Duration) error {
+	return b.eachHoldKey(name, token, func(key string) error { return b.Renew(ctx, key, token, ttl) })
+}
+
+// ReleaseRW deletes token's hold of name as Release deletes a lock's
+// entry; the deletion wakes name's watchers.
+func (b *Backend) ReleaseRW(ctx context.Context, name, token string) error {
+	return b.eachHoldKey(name, token, func(key string) error { return b.Release(ctx, key, token) })
+}
+
+// eachHoldKey runs fn on the internal keys token's hold of name may be in,
+// until one does not fail with driver.ErrNotHeld.
+func (b *Backend) eachHoldKey(name, token string, fn func(key string) error) error {
+	var err error
+	for _, key := range b.rwHoldKeys(name, token) {
+		if err = fn(key); !errors.Is(err, driver.ErrNotHeld) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("etcdlock: read-write lock %q: %w", name, err)
+	}
+	return nil
+}
+
+// WithdrawIntent deletes intent's key, which wakes name's watchers. Its
+// lease expires by itself.
+func (b *Backend) WithdrawIntent(ctx context.Context, name, intent string) error {
+	if err := b.checkOpen("withdraw intent on", name); err != nil {
+		return err
+	}
+	ctx, cancel := b.request(ctx)
+	defer cancel()
+	if _, err := b.cli.Delete(ctx, b.intentKey(name, intent)); err != nil {
+		return b.fail("withdraw intent on", name, err)
+	}
+	return nil
+}
+
+// InspectRW reads name's holds, oldest first, and counts its intents, at
+// one revision.
+func (b *Backend) InspectRW(ctx context.Context, name string) (driver.Mode, []driver.Info, int, error) {
+	if err := b.checkOpen("inspect", name); err != nil {
+		return 0, nil, 0, err
+	}
+	ctx, cancel := b.request(ctx)
+	defer cancel()
+	holds := func(mode driver.Mode) clientv3.Op {
+		return clientv3.OpGet(b.dir(rwHoldKey(name, mode)), clientv3.WithPrefix(),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	}
+	resp, err := b.cli.Txn(ctx).Then(
+		holds(driver.Exclusive), holds(driver.Shared),
+		clientv3.OpGet(b.intentDir(name), clientv3.WithPrefix(), clientv3.WithCountOnly()),
+	).Commit()
+	if err != nil {
+		return 0, nil, 0, b.fail("inspect", name, err)
+	}
+	mode, kvs := driver.Shared, resp.Responses[1].GetResponseRange().Kvs
+	if x := resp.Responses[0].GetResponseRange().Kvs; len(x) > 0 {
+		mode, kvs = driver.Exclusive, append(x, kvs...) // readers beside a writer: never granted so
+	}
+	held, err := b.infos(ctx, name, kvs)
+	if err != nil {
+		return 0, nil, 0, err
+	}
+	return mode, held, int(resp.Responses[2].GetResponseRange().Count), nil
+}
+
+// WatchRW fires when a hold of name or an intent on it is deleted
+// (released, expired, withdrawn, granted).
+func (b *Backend) WatchRW(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+	return b.watchPrefix(ctx, name, b.prefix+escape(rwBase(name)), func(ev *clientv3.Event) bool {
+		return ev.Type == mvccpb.DELETE
+	})
+}
