@@ -1,0 +1,356 @@
+package zklock
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/distlock/distlock/driver"
+)
+
+var _ driver.Semaphores = (*Backend)(nil)
+
+// A semaphore S lives under ROOT/sem.b64(S), a container no lock's parent
+// can be ('.' is not in the base64url alphabet). Its child "limit" is a
+// persistent node holding the limit in decimal; each permit is an
+// ephemeral sequential child named as a lock's queue node. An attempt
+// creates its node and holds if its node is among the first limit by
+// sequence, as in Curator's InterProcessSemaphoreV2; else it deletes it.
+
+// semPath returns the node under which name's permits live.
+func (b *Backend) semPath(name string) string {
+	return b.root + "/sem." + base64.RawURLEncoding.EncodeToString([]byte(name))
+}
+
+const limitNode = "limit"
+
+// storedLimit is a semaphore's limit and the version of its node.
+type storedLimit struct {
+	n       int
+	version int32
+}
+
+// AcquirePermit makes one attempt to take a permit of req.Key. It creates
+// the permit's node in one transaction with a check that the limit node is
+// at the version this backend last read, and an empty write to the parent,
+// whose stat tells the number of permits with the new one and, as its
+// mzxid, the node's czxid: the fence. So a permit taken while fewer than
+// the limit are held costs one request, like a lock; one refused lists the
+// permits, times the leases of those ahead (see expire), and deletes its
+// node again.
+func (b *Backend) AcquirePermit(ctx context.Context, req driver.AcquireRequest, limit int) (driver.Grant, error) {
+	ctx, stop, err := b.op(ctx)
+	if err != nil {
+		return driver.Grant{}, fmt.Errorf("zklock: acquire permit of %q: %w", req.Key, err)
+	}
+	defer stop()
+	g, err := b.acquirePermit(ctx, req, limit)
+	if err != nil {
+		return driver.Grant{}, fmt.Errorf("zklock: acquire permit of %q: %w", req.Key, err)
+	}
+	return g, nil
+}
+
+func (b *Backend) acquirePermit(ctx context.Context, req driver.AcquireRequest, limit int) (driver.Grant, error) {
+	st, err := b.state()
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	sp := b.semPath(req.Key)
+	data := encodeValue(req.Token, req.TTL, req.Meta)
+	sent := time.Now()
+	for range 3 { // the limit may change between its read and the create
+		lim, err := b.limitOf(ctx, st, sp, limit)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		if lim.n != limit {
+			return driver.Grant{}, fmt.Errorf("the semaphore has %d permits, not %d: %w", lim.n, limit, driver.ErrInvalidOption)
+		}
+		pos, count, err := b.createPermit(ctx, sp, lim, req.Token, data)
+		if errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNoNode) {
+			st.forgetLimit(sp)
+			continue
+		}
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		held := count <= limit
+		if !held {
+			held, err = b.permitRanks(ctx, st, &pos, limit)
+		}
+		if err == nil && held {
+			return b.granted(req, pos.node, data, pos, sent, false)
+		}
+		b.leave(pos.node)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		return driver.Grant{}, fmt.Errorf("%d of %d permits held: %w", len(pos.queue)-1, limit, driver.ErrNotAcquired)
+	}
+	return driver.Grant{}, errors.New("the limit kept changing")
+}
+
+// createPermit creates token's permit node under sp if the limit node is
+// still at lim's version, and returns its position (node, fence) and the
+// number of permits with it.
+func (b *Backend) createPermit(ctx context.Context, sp string, lim storedLimit, token string, data []byte) (position, int, error) {
+	type created struct {
+		pos   position
+		count int
+	}
+	c, err := call(ctx, b, func() (created, error) {
+		rs, err := b.conn.Multi(
+			&zk.CheckVersionRequest{Path: sp + "/" + limitNode, Version: lim.version},
+			&zk.CreateRequest{Path: sp + "/" + nodeName(token), Data: data, Acl: acl, Flags: zk.FlagEphemeralSequential},
+			&zk.SetDataRequest{Path: sp, Version: -1},
+		)
+		if err == nil && (len(rs) != 3 || rs[2].Stat == nil) {
+			err = fmt.Errorf("create permit: %d results for 3 operations", len(rs))
+		}
+		if err != nil {
+			return created{}, err
+		}
+		st := rs[2].Stat
+		return created{position{node: rs[1].String, parent: sp, idx: -1, fence: uint64(st.Mzxid)}, int(st.NumChildren) - 1}, nil
+	}, func(ctx context.Context, c created) { _ = b.deleteNode(ctx, c.pos.node, -1) })
+	return c.pos, c.count, err
+}
+
+// permitRanks lists the permits and reports whether pos's node is among the
+// first limit, once the leases of those ahead that ran out are ended.
+func (b *Backend) permitRanks(ctx context.Context, st *syncState, pos *position, limit int) (bool, error) {
+	if err := b.list(ctx, pos); err != nil {
+		return false, err
+	}
+	st.keep(pos.parent, pos.queue)
+	if pos.idx < limit {
+		return true, nil
+	}
+	gone, err := b.expire(ctx, st, pos.parent, pos.queue[:pos.idx])
+	return err == nil && pos.idx-gone < limit, err
+}
+
+// limitOf returns sp's stored limit: as this backend knows it, else read,
+// else stored as want if the semaphore has none.
+func (b *Backend) limitOf(ctx context.Context, st *syncState, sp string, want int) (storedLimit, error) {
+	st.mu.Lock()
+	lim, ok := st.limits[sp]
+	st.mu.Unlock()
+	if ok && lim.n == want {
+		return lim, nil
+	}
+	for range 3 { // the node may be created or deleted between the calls
+		lim, err := b.readLimit(ctx, sp)
+		if errors.Is(err, zk.ErrNoNode) {
+			lim, err = b.createLimit(ctx, sp, want)
+			if errors.Is(err, zk.ErrNodeExists) {
+				continue
+			}
+		}
+		if err != nil {
+			return storedLimit{}, err
+		}
+		st.rememberLimit(sp, lim)
+		return lim, nil
+	}
+	return storedLimit{}, errors.New("the limit node kept changing")
+}
+
+// readLimit reads sp's limit node.
+func (b *Backend) readLimit(ctx context.Context, sp string) (storedLimit, error) {
+	node := sp + "/" + limitNode
+	w, err := call(ctx, b, func() (watched, error) {
+		raw, stat, err := b.conn.Get(node)
+		return watched{raw: raw, stat: stat}, err
+	}, nil)
+	if err != nil {
+		return storedLimit{}, err
+	}
+	n, err := strconv.Atoi(string(w.raw))
+	if err != nil || n < 1 {
+		return storedLimit{}, fmt.Errorf("%s: %q is not a number of permits", node, w.raw)
+	}
+	return storedLimit{n: n, version: w.stat.Version}, nil
+}
+
+// createLimit creates sp, if missing, and its limit node holding n.
+func (b *Backend) createLimit(ctx context.Context, sp string, n int) (storedLimit, error) {
+	create := func() (struct{}, error) {
+		_, err := b.conn.Create(sp+"/"+limitNode, []byte(strconv.Itoa(n)), zk.FlagPersistent, acl)
+		return struct{}{}, err
+	}
+	_, err := call(ctx, b, create, nil)
+	if errors.Is(err, zk.ErrNoNode) {
+		if err := b.createParent(ctx, sp); err != nil {
+			return storedLimit{}, err
+		}
+		_, err = call(ctx, b, create, nil)
+	}
+	return storedLimit{n: n}, err
+}
+
+// forgetLimit drops what st knows of sp's limit.
+func (s *syncState) forgetLimit(sp string) {
+	s.mu.Lock()
+	delete(s.limits, sp)
+	s.mu.Unlock()
+}
+
+// rememberLimit records sp's limit.
+func (s *syncState) rememberLimit(sp string, lim storedLimit) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.limits) >= maxRemembered {
+		clear(s.limits)
+	}
+	s.limits[sp] = lim
+}
+
+// RenewPermit rewrites token's permit node (see Renew).
+func (b *Backend) RenewPermit(ctx context.Context, name, token string, ttl time.Duration) error {
+	ctx, stop, err := b.op(ctx)
+	if err != nil {
+		return fmt.Errorf("zklock: renew permit of %q: %w", name, err)
+	}
+	defer stop()
+	if err := b.renewIn(ctx, b.semPath(name), token, ttl, token); err != nil {
+		return fmt.Errorf("zklock: renew permit of %q: %w", name, err)
+	}
+	return nil
+}
+
+// ReleasePermit deletes token's permit node, which wakes the waiters'
+// watches. The semaphore's node and its limit stay.
+func (b *Backend) ReleasePermit(ctx context.Context, name, token string) error {
+	ctx, stop, err := b.op(ctx)
+	if err != nil {
+		return fmt.Errorf("zklock: release permit of %q: %w", name, err)
+	}
+	defer stop()
+	if err := b.releaseIn(ctx, b.semPath(name), token, false, token); err != nil {
+		return fmt.Errorf("zklock: release permit of %q: %w", name, err)
+	}
+	return nil
+}
+
+// SetPermits writes n to name's limit node, creating it if missing. Every
+// backend's next attempt then reads it again, its check of the version
+// failing.
+func (b *Backend) SetPermits(ctx context.Context, name string, n int) error {
+	if n < 1 {
+		return fmt.Errorf("zklock: semaphore %q: %d permits: want at least 1: %w", name, n, driver.ErrInvalidOption)
+	}
+	ctx, stop, err := b.op(ctx)
+	if err != nil {
+		return fmt.Errorf("zklock: set permits of %q: %w", name, err)
+	}
+	defer stop()
+	if err := b.setPermits(ctx, name, n); err != nil {
+		return fmt.Errorf("zklock: set permits of %q: %w", name, err)
+	}
+	return nil
+}
+
+func (b *Backend) setPermits(ctx context.Context, name string, n int) error {
+	st, err := b.state()
+	if err != nil {
+		return err
+	}
+	sp := b.semPath(name)
+	data := []byte(strconv.Itoa(n))
+	for range 3 { // the node may be created or deleted between the calls
+		stat, err := call(ctx, b, func() (*zk.Stat, error) { return b.conn.Set(sp+"/"+limitNode, data, -1) }, nil)
+		if err == nil {
+			st.rememberLimit(sp, storedLimit{n: n, version: stat.Version})
+			return nil
+		}
+		if !errors.Is(err, zk.ErrNoNode) {
+			return err
+		}
+		lim, err := b.createLimit(ctx, sp, n)
+		if err == nil {
+			st.rememberLimit(sp, lim)
+			return nil
+		}
+		if !errors.Is(err, zk.ErrNodeExists) {
+			return err
+		}
+	}
+	return errors.New("the limit node kept changing")
+}
+
+// InspectPermits returns name's stored limit and its permit nodes, by
+// fence; an attempt about to be refused may show for a moment.
+func (b *Backend) InspectPermits(ctx context.Context, name string) (int, []driver.Info, error) {
+	ctx, stop, err := b.op(ctx)
+	if err != nil {
+		return 0, nil, fmt.Errorf("zklock: inspect semaphore %q: %w", name, err)
+	}
+	defer stop()
+	sp := b.semPath(name)
+	lim, err := b.readLimit(ctx, sp)
+	if errors.Is(err, zk.ErrNoNode) {
+		return 0, nil, nil
+	}
+	if err != nil {
+		return 0, nil, fmt.Errorf("zklock: inspect semaphore %q: %w", name, err)
+	}
+	held, err := b.nodesInfo(ctx, name, sp, func(string) bool { return true })
+	if err != nil {
+		return 0, nil, fmt.Errorf("zklock: inspect semaphore %q: %w", name, err)
+	}
+	return lim.n, held, nil
+}
+
+// nodesInfo describes the queue nodes under parent that keep says to, by
+// sequence. A node gone between the listing and its read is left out.
+func (b *Backend) nodesInfo(ctx context.Context, key, parent string, keep func(name string) bool) ([]driver.Info, error) {
+	children, err := call(ctx, b, func() ([]string, error) {
+		c, _, err := b.conn.Children(parent)
+		return c, err
+	}, nil)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []driver.Info
+	for _, c := range slices.DeleteFunc(sortQueue(children), func(c string) bool { return !keep(c) }) {
+		node := parent + "/" + c
+		w, err := call(ctx, b, func() (watched, error) {
+			raw, st, err := b.conn.Get(node)
+			return watched{raw: raw, stat: st}, err
+		}, nil)
+		if errors.Is(err, zk.ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		v, err := decodeValue(node, w.raw)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, holding{node: node, val: v, stat: w.stat}.info(key))
+	}
+	return out, nil
+}
+
+// WatchPermits fires wake when name's permits change (one may have been
+// released or expired) or its limit does.
+func (b *Backend) WatchPermits(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+	sp := b.semPath(name)
+	wake, stop, err := b.watchChildren(ctx, sp, sp+"/"+limitNode)
+	if err != nil {
+		return nil, nil, fmt.Errorf("zklock: watch semaphore %q: %w", name, err)
+	}
+	return wake, stop, nil
+}

@@ -1,0 +1,326 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/distlock/distlock/driver"
+)
+
+// What semaphores and read-write locks share: their nodes are leased holds
+// under a parent of their own, decided in single attempts, so no waiter
+// sits behind a holder to time its lease as a lock's does. Instead every
+// refused attempt times the leases of the nodes that refused it, on this
+// host's clock, from the moment this backend first saw each node's current
+// version: a node whose version stays the same for its whole TTL is
+// deleted, by that version, so that a renewal in between wins. A vanished
+// holder is thus freed at most about twice its lease after its last write
+// by a waiter that keeps trying (the client's waits try at least every
+// 100 ms), and at the latest when its session ends.
+
+// syncState is what a backend remembers between the single attempts of its
+// semaphores and read-write locks.
+type syncState struct {
+	mu sync.Mutex
+	// seen: parent -> child name -> the first sighting of its version.
+	seen map[string]map[string]sighting
+	// limits: semaphore path -> its stored limit, as last read or written.
+	limits map[string]storedLimit
+}
+
+// sighting is when this backend first saw a node at a version.
+type sighting struct {
+	version int32
+	at      time.Time
+}
+
+// maxRemembered bounds the parents whose sightings, and the semaphores
+// whose limits, a backend remembers; past it, it forgets them all, which
+// only delays an expiry or costs a read.
+const maxRemembered = 1024
+
+// syncStates holds each open backend's syncState, which Backend has no
+// field for; an entry goes when its backend closes.
+var syncStates sync.Map // *Backend -> *syncState
+
+// state returns b's syncState, made on first use, or ErrClosed.
+func (b *Backend) state() (*syncState, error) {
+	if st, ok := syncStates.Load(b); ok {
+		return st.(*syncState), nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, driver.ErrClosed
+	}
+	st, loaded := syncStates.LoadOrStore(b, &syncState{seen: make(map[string]map[string]sighting), limits: make(map[string]storedLimit)})
+	if !loaded {
+		b.bg.Add(1)
+		go func() {
+			defer b.bg.Done()
+			<-b.life.Done()
+			syncStates.Delete(b)
+		}()
+	}
+	return st.(*syncState), nil
+}
+
+// keep forgets the sightings under parent of the children not in queue.
+func (s *syncState) keep(parent string, queue []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.seen[parent]
+	if len(old) == 0 {
+		return
+	}
+	kept := make(map[string]sighting, len(queue))
+	for _, c := range queue {
+		if v, ok := old[c]; ok {
+			kept[c] = v
+		}
+	}
+	if len(kept) == 0 {
+		delete(s.seen, parent)
+		return
+	}
+	s.seen[parent] = kept
+}
+
+// unchangedFor returns how long the child of parent has been seen at
+// version, recording the sighting if it is new.
+func (s *syncState) unchangedFor(parent, child string, version int32, now time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	children := s.seen[parent]
+	if children == nil {
+		if len(s.seen) >= maxRemembered {
+			clear(s.seen)
+		}
+		children = make(map[string]sighting)
+		s.seen[parent] = children
+	}
+	v, ok := children[child]
+	if !ok || v.version != version {
+		children[child] = sighting{version: version, at: now}
+		return 0
+	}
+	return now.Sub(v.at)
+}
+
+// expire deletes those of parent's children named that are past their
+// TTL, and returns how many of them are gone.
+func (b *Backend) expire(ctx context.Context, st *syncState, parent string, names []string) (int, error) {
+	gone := 0
+	for _, name := range names {
+		node := parent + "/" + name
+		w, err := call(ctx, b, func() (watched, error) {
+			raw, stat, err := b.conn.Get(node)
+			return watched{raw: raw, stat: stat}, err
+		}, nil)
+		if errors.Is(err, zk.ErrNoNode) {
+			gone++
+			continue
+		}
+		if err != nil {
+			return gone, err
+		}
+		v, err := decodeValue(node, w.raw)
+		if err != nil {
+			return gone, err
+		}
+		if st.unchangedFor(parent, name, w.stat.Version, time.Now()) < v.ttl() {
+			continue
+		}
+		err = b.deleteNode(ctx, node, w.stat.Version)
+		switch {
+		case err == nil, errors.Is(err, zk.ErrNoNode):
+			gone++
+		case !errors.Is(err, zk.ErrBadVersion): // renewed meanwhile: still held
+			return gone, err
+		}
+	}
+	return gone, nil
+}
+
+// heldNode returns token's node under parent, and this backend's record of
+// the hold if it has one. Without a record it lists parent for a node named
+// for one of names (token, with its kind for a read-write lock).
+func (b *Backend) heldNode(ctx context.Context, parent, token string, names ...string) (string, *hold, error) {
+	b.mu.Lock()
+	h := b.holds[token]
+	b.mu.Unlock()
+	if h != nil && path.Dir(h.path) == parent {
+		return h.path, h, nil
+	}
+	children, err := call(ctx, b, func() ([]string, error) {
+		c, _, err := b.conn.Children(parent)
+		return c, err
+	}, nil)
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return "", nil, err
+	}
+	for _, name := range names {
+		if c := findToken(children, name); c != "" {
+			return parent + "/" + c, nil, nil
+		}
+	}
+	return "", nil, driver.ErrNotHeld
+}
+
+// renewIn rewrites token's node under parent for ttl (see Renew). names are
+// as for heldNode.
+func (b *Backend) renewIn(ctx context.Context, parent, token string, ttl time.Duration, names ...string) error {
+	if s := b.conn.State(); s != zk.StateHasSession {
+		return fmt.Errorf("session not connected (%v)", s)
+	}
+	node, h, err := b.heldNode(ctx, parent, token, names...)
+	if err != nil {
+		return err
+	}
+	var data []byte
+	if h != nil {
+		b.mu.Lock()
+		if h.ttl != ttl {
+			h.ttl, h.data = ttl, encodeValue(token, ttl, h.meta)
+		}
+		data = h.data
+		b.mu.Unlock()
+	} else {
+		raw, err := call(ctx, b, func() ([]byte, error) {
+			raw, _, err := b.conn.Get(node)
+			return raw, err
+		}, nil)
+		if err != nil {
+			return notHeld(err)
+		}
+		v, err := decodeValue(node, raw)
+		if err != nil {
+			return err
+		}
+		data = encodeValue(token, ttl, v.Meta)
+	}
+	_, err = call(ctx, b, func() (*zk.Stat, error) { return b.conn.Set(node, data, -1) }, nil)
+	return notHeld(err)
+}
+
+// releaseIn deletes token's node under parent (see Release). names are as
+// for heldNode. A parent marked for the janitor goes once empty.
+func (b *Backend) releaseIn(ctx context.Context, parent, token string, janitor bool, names ...string) error {
+	node, h, err := b.heldNode(ctx, parent, token, names...)
+	if err != nil {
+		return err
+	}
+	err = b.deleteNode(ctx, node, -1)
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return err
+	}
+	if h != nil {
+		b.mu.Lock()
+		if b.holds[token] == h {
+			delete(b.holds, token)
+		}
+		b.mu.Unlock()
+		if err != nil {
+			h.lose() // the node was gone: the hold had been lost, not released
+		}
+		h.end()
+	}
+	if err != nil {
+		return driver.ErrNotHeld
+	}
+	if janitor {
+		b.janitor.mark(parent)
+	}
+	return nil
+}
+
+// watchChildren fires wake whenever parent's children change, or node's
+// data (if node is not ""), until stop is called or the backend closes. A
+// missing parent is watched for its creation. After a failed watch it
+// fires once and tries again after a pause.
+func (b *Backend) watchChildren(ctx context.Context, parent, node string) (<-chan struct{}, func(), error) {
+	ctx, cancel, err := b.op(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	wake := make(chan struct{}, 1)
+	fire := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		cancel()
+		return nil, nil, driver.ErrClosed
+	}
+	b.bg.Add(1)
+	b.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer b.bg.Done()
+		defer close(done)
+		pause := retryPause{next: 50 * time.Millisecond}
+		for ctx.Err() == nil {
+			chs, err := b.armWatches(ctx, parent, node)
+			if err != nil {
+				fire()
+				if pause.wait(ctx) != nil {
+					return
+				}
+				continue
+			}
+			pause = retryPause{next: 50 * time.Millisecond}
+			select {
+			case <-ctx.Done():
+				return
+			case <-chs[0]:
+			case <-chs[1]:
+			}
+			fire()
+		}
+	}()
+	var once sync.Once
+	return wake, func() {
+		once.Do(func() {
+			cancel()
+			<-done
+		})
+	}, nil
+}
+
+// armWatches sets the watches of watchChildren: on parent's children (or
+// its existence) and on node's data (or its existence), if any.
+func (b *Backend) armWatches(ctx context.Context, parent, node string) ([2]<-chan zk.Event, error) {
+	var chs [2]<-chan zk.Event
+	ch, err := call(ctx, b, func() (<-chan zk.Event, error) {
+		_, _, ch, err := b.conn.ChildrenW(parent)
+		if errors.Is(err, zk.ErrNoNode) {
+			_, _, ch, err = b.conn.ExistsW(parent)
+		}
+		return ch, err
+	}, nil)
+	if err != nil {
+		return chs, err
+	}
+	chs[0] = ch
+	if node != "" {
+		ch, err := call(ctx, b, func() (<-chan zk.Event, error) {
+			_, _, ch, err := b.conn.ExistsW(node)
+			return ch, err
+		}, nil)
+		if err != nil {
+			return chs, err
+		}
+		chs[1] = ch
+	}
+	return chs, nil
+}
