@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
@@ -302,16 +301,16 @@ func (b *Backend) InspectPermits(ctx context.Context, name string) (int, []drive
 	if err != nil {
 		return 0, nil, fmt.Errorf("zklock: inspect semaphore %q: %w", name, err)
 	}
-	held, err := b.nodesInfo(ctx, name, sp, func(string) bool { return true })
+	held, err := b.nodesInfo(ctx, name, sp, func(queue []string) []string { return queue })
 	if err != nil {
 		return 0, nil, fmt.Errorf("zklock: inspect semaphore %q: %w", name, err)
 	}
 	return lim.n, held, nil
 }
 
-// nodesInfo describes the queue nodes under parent that keep says to, by
-// sequence. A node gone between the listing and its read is left out.
-func (b *Backend) nodesInfo(ctx context.Context, key, parent string, keep func(name string) bool) ([]driver.Info, error) {
+// nodesInfo describes the nodes that pick takes of the queue under parent
+// (by sequence). A node gone between the listing and its read is left out.
+func (b *Backend) nodesInfo(ctx context.Context, key, parent string, pick func(queue []string) []string) ([]driver.Info, error) {
 	children, err := call(ctx, b, func() ([]string, error) {
 		c, _, err := b.conn.Children(parent)
 		return c, err
@@ -323,7 +322,7 @@ func (b *Backend) nodesInfo(ctx context.Context, key, parent string, keep func(n
 		return nil, err
 	}
 	var out []driver.Info
-	for _, c := range slices.DeleteFunc(sortQueue(children), func(c string) bool { return !keep(c) }) {
+	for _, c := range pick(sortQueue(children)) {
 		node := parent + "/" + c
 		w, err := call(ctx, b, func() (watched, error) {
 			raw, st, err := b.conn.Get(node)
