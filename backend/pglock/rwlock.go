@@ -1,0 +1,143 @@
+package pglock
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/distlock/distlock/driver"
+)
+
+var (
+	//go:embed sql/rw_acquire_shared.sql
+	rwAcquireSharedSQL string
+	//go:embed sql/rw_acquire_exclusive.sql
+	rwAcquireExclusiveSQL string
+	//go:embed sql/rw_release.sql
+	rwReleaseSQL string
+	//go:embed sql/rw_renew.sql
+	rwRenewSQL string
+	//go:embed sql/rw_withdraw.sql
+	rwWithdrawSQL string
+	//go:embed sql/rw_inspect.sql
+	rwInspectSQL string
+)
+
+var _ driver.RWLocks = (*Backend)(nil)
+
+// rwKind names read-write locks in errors and among the pinned holds.
+const rwKind = "rw"
+
+// AcquireRW makes one attempt to take name req.Key in mode: the name's
+// advisory lock (the id a lock of the same name uses) taken shared by a
+// reader, unless a live write intent exists, or exclusively by a writer,
+// which records intent when refused (driver.RWLocks). The session that took
+// it is pinned as a lock's is.
+func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode driver.Mode, intent string) (driver.Grant, error) {
+	if err := b.closedError("acquire", req.Key); err != nil {
+		return driver.Grant{}, err
+	}
+	meta, err := holdMeta(req.Meta)
+	if err != nil {
+		return driver.Grant{}, fmt.Errorf("pglock: %s lock %q: metadata: %w", mode, req.Key, err)
+	}
+	id := b.ID(req.Key)
+	q, args := rwAcquireSharedSQL, []any{id, req.Key, req.Token, req.TTL.Milliseconds(), meta}
+	if mode == driver.Exclusive {
+		q, args = rwAcquireExclusiveSQL, append(args, intent, driver.WriteIntentTTL.Milliseconds())
+	}
+	var g driver.Grant
+	err = b.withTables(ctx, func() (err error) {
+		g, err = b.tryHold(ctx, req, rwKind, mode.String()+" lock", id, q, args...)
+		return err
+	})
+	return g, err
+}
+
+// RenewRW moves the lease of token's hold of name.
+func (b *Backend) RenewRW(ctx context.Context, name, token string, ttl time.Duration) error {
+	return b.renewHold(ctx, rwKind, name, token, ttl, rwRenewSQL)
+}
+
+// ReleaseRW unlocks token's hold of name in its mode, deletes its row and
+// wakes the name's waiters (NOTIFY distlock_pg_rw).
+func (b *Backend) ReleaseRW(ctx context.Context, name, token string) error {
+	return b.releaseHold(ctx, rwKind, name, token, rwReleaseSQL, b.ID(name), name, token)
+}
+
+// WithdrawIntent removes a waiting writer's intent on name and, if it was
+// live, wakes the readers it kept out.
+func (b *Backend) WithdrawIntent(ctx context.Context, name, intent string) error {
+	if err := b.closedError("withdraw intent", name); err != nil {
+		return err
+	}
+	err := b.withTables(ctx, func() error {
+		conn, qctx, done, err := b.pooled(ctx)
+		if err != nil {
+			return err
+		}
+		defer done()
+		_, err = conn.Exec(qctx, rwWithdrawSQL, name, intent)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("pglock: withdraw intent on %q: %w", name, err)
+	}
+	return nil
+}
+
+// InspectRW returns the holds of name whose session holds its advisory
+// lock in their mode, by fence, and the number of live write intents.
+func (b *Backend) InspectRW(ctx context.Context, name string) (driver.Mode, []driver.Info, int, error) {
+	if err := b.closedError("inspect", name); err != nil {
+		return 0, nil, 0, err
+	}
+	mode, intents := driver.Shared, 0
+	var held []driver.Info
+	err := b.withTables(ctx, func() error {
+		conn, qctx, done, err := b.pooled(ctx)
+		if err != nil {
+			return err
+		}
+		defer done()
+		rows, err := conn.Query(qctx, rwInspectSQL, b.ID(name), name)
+		if err != nil {
+			return err
+		}
+		held = held[:0]
+		var (
+			shared       *bool
+			fence, ttlUS *int64
+			meta         []byte
+		)
+		_, err = pgx.ForEachRow(rows, []any{&shared, &fence, &meta, &ttlUS, &intents}, func() error {
+			if shared == nil {
+				return nil // nothing held
+			}
+			if !*shared {
+				mode = driver.Exclusive
+			}
+			info := driver.Info{Key: name, Held: true, Fence: uint64(*fence), TTL: max(time.Duration(*ttlUS)*time.Microsecond, 0)}
+			if err := json.Unmarshal(meta, &info.Meta); err != nil {
+				return fmt.Errorf("metadata: %w", err)
+			}
+			held = append(held, info)
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return 0, nil, 0, fmt.Errorf("pglock: inspect %q: %w", name, err)
+	}
+	return mode, held, intents, nil
+}
+
+// WatchRW returns a channel that fires when a hold of name is released or
+// a writer's intent on it withdrawn (LISTEN distlock_pg_rw).
+func (b *Backend) WatchRW(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+	return b.watchChannel(ctx, "distlock_pg_rw", name)
+}

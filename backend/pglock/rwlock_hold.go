@@ -1,0 +1,273 @@
+package pglock
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/distlock/distlock/driver"
+)
+
+// What read-write locks and semaphores share: their tables, holds pinned as
+// locks are, their own unlock statements, and release notices.
+
+//go:embed sql/rwsem_migrate.sql
+var rwsemMigrateSQL string
+
+// MigrateRWLocks creates the tables of read-write locks and semaphores
+// (distlock_pg_rw_holds, distlock_pg_rw_intents, distlock_pg_semaphores,
+// distlock_pg_permits) if they do not exist, and what Migrate creates.
+// Backends also do it on first use; call it at deployment when the locking
+// role may not create objects.
+func (b *Backend) MigrateRWLocks(ctx context.Context) error {
+	if err := b.Migrate(ctx); err != nil {
+		return err
+	}
+	conn, qctx, done, err := b.pooled(ctx)
+	if err != nil {
+		return fmt.Errorf("pglock: migrate: %w", err)
+	}
+	defer done()
+	err = pgx.BeginFunc(qctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(qctx, xactLockSQL, migrateLockID); err != nil {
+			return err
+		}
+		_, err := tx.Exec(qctx, rwsemMigrateSQL)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("pglock: migrate: %w", err)
+	}
+	return nil
+}
+
+// withTables runs f, which uses the tables of read-write locks and
+// semaphores, after the fence sequence exists; if a table is missing
+// (undefined_table, raised before a statement runs) it creates them and
+// runs f again. So the common call costs no check.
+func (b *Backend) withTables(ctx context.Context, f func() error) error {
+	if err := b.ensureSchema(ctx); err != nil {
+		return err
+	}
+	err := f()
+	if pe := (*pgconn.PgError)(nil); !errors.As(err, &pe) || pe.Code != "42P01" {
+		return err
+	}
+	if err := b.MigrateRWLocks(ctx); err != nil {
+		return err
+	}
+	return f()
+}
+
+// holdMeta encodes a hold's metadata for its row.
+func holdMeta(m driver.Meta) ([]byte, error) {
+	if m.Owner == "" && m.BusinessID == "" && len(m.Labels) == 0 {
+		return emptyMeta, nil
+	}
+	return json.Marshal(m)
+}
+
+// holdKey is the key under which the backend keeps a read-write lock's or a
+// semaphore's hold of name among its pinned connections: never a lock's
+// key, which cannot contain a NUL byte, so a lock's Renew, Release and
+// Inspect never meet it.
+func holdKey(kind, name string) string { return "\x00" + kind + "\x00" + name }
+
+// tryHold makes one attempt to take a hold (what, in errors) with q, which returns the fence
+// as its only column and no row if the hold was refused, on a connection
+// it pins as a lock's if the hold is granted. id is what the keepalive
+// unlocks with pg_advisory_unlock when the lease runs out: for a hold that
+// is not an exclusive lock on id, that unlock fails and the session is
+// ended, which frees the hold all the same.
+func (b *Backend) tryHold(ctx context.Context, req driver.AcquireRequest, kind, what string, id int64, q string, args ...any) (driver.Grant, error) {
+	conn, err := b.conn(ctx, req.Key, &b.poolBound)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	qctx, done := b.reqBound.within(ctx)
+	sent := time.Now()
+	var fence int64
+	err = conn.QueryRow(qctx, q, args...).Scan(&fence)
+	done()
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		conn.Release() // not taken: the session holds nothing
+		return driver.Grant{}, fmt.Errorf("pglock: %s %q: %w", what, req.Key, driver.ErrNotAcquired)
+	case err != nil:
+		destroy(conn) // the hold may have been taken: end the session
+		return driver.Grant{}, fmt.Errorf("pglock: %s %q: %w", what, req.Key, err)
+	}
+	return b.pinHold(conn, req, kind, id, fence, sent)
+}
+
+// pinHold pins conn, whose session holds req's hold, under holdKey. The
+// hold's row was written with the grant, so none is published for it.
+func (b *Backend) pinHold(conn *pgxpool.Conn, req driver.AcquireRequest, kind string, id, fence int64, sent time.Time) (driver.Grant, error) {
+	name := req.Key
+	req.Key = holdKey(kind, name)
+	g, err := b.pin(conn, req, id, fence, sent, nil)
+	if err != nil {
+		return driver.Grant{}, fmt.Errorf("pglock: %s %q: %w", kind, name, err)
+	}
+	if p := b.lookup(req.Key, req.Token); p != nil {
+		p.published.Store(true)
+	}
+	return g, nil
+}
+
+// renewHold confirms the session of token's hold of name and moves its
+// lease, then the row's time to live with q (the row is only described by
+// it: a failure there leaves the hold renewed).
+func (b *Backend) renewHold(ctx context.Context, kind, name, token string, ttl time.Duration, q string) error {
+	if err := b.closedError("renew", name); err != nil {
+		return err
+	}
+	p := b.lookup(holdKey(kind, name), token)
+	if p == nil {
+		return fmt.Errorf("pglock: renew %s %q: %w", kind, name, driver.ErrNotHeld)
+	}
+	if err := p.renew(ctx, ttl); err != nil {
+		return err
+	}
+	if conn, qctx, done, err := b.pooled(ctx); err == nil {
+		_, _ = conn.Exec(qctx, q, name, token, ttl.Milliseconds())
+		done()
+	}
+	return nil
+}
+
+// releaseHold frees token's hold of name with q, which unlocks it on the
+// pinned session and returns whether it did, and gives the connection back
+// (or destroys it if the unlock did not certainly succeed: a pooled
+// connection never carries a hold).
+func (b *Backend) releaseHold(ctx context.Context, kind, name, token string, q string, args ...any) error {
+	if err := b.closedError("release", name); err != nil {
+		return err
+	}
+	p := b.lookup(holdKey(kind, name), token)
+	if p == nil {
+		return fmt.Errorf("pglock: release %s %q: %w", kind, name, driver.ErrNotHeld)
+	}
+	if err := p.lock(ctx); err != nil {
+		return fmt.Errorf("pglock: release %s %q: %w", kind, name, err)
+	}
+	defer p.unlock()
+	if p.done {
+		return fmt.Errorf("pglock: release %s %q: %w", kind, name, driver.ErrNotHeld)
+	}
+	b.forget(p)
+	p.done = true
+	qctx, done := b.reqBound.within(ctx)
+	defer done()
+	var unlocked bool
+	err := p.conn.QueryRow(qctx, q, args...).Scan(&unlocked)
+	if err == nil && unlocked {
+		p.conn.Release()
+		return nil
+	}
+	destroy(p.conn)
+	if err == nil {
+		return fmt.Errorf("pglock: release %s %q: %w: the session did not hold it", kind, name, driver.ErrNotHeld)
+	}
+	return fmt.Errorf("pglock: release %s %q: %w; the connection is closed, so the server frees the hold once it sees the session end", kind, name, err)
+}
+
+// watchChannel returns a channel that fires when a notice on the
+// PostgreSQL channel carries name, listening on a connection of the pool of
+// its own until stop: a waiter of the client is the only one of its handle
+// to watch a name at a time. It returns once LISTEN is in effect, so that no
+// notice after it is missed. If the connection fails, the channel fires and
+// the client's poll takes over.
+func (b *Backend) watchChannel(ctx context.Context, channel, name string) (<-chan struct{}, func(), error) {
+	if err := b.closedError("watch", name); err != nil {
+		return nil, nil, err
+	}
+	conn, err := b.pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pglock: watch %q: connection: %w", name, err)
+	}
+	qctx, done := b.reqBound.within(ctx)
+	_, err = conn.Exec(qctx, "LISTEN "+channel)
+	done()
+	if err != nil {
+		destroy(conn) // the LISTEN may be in effect
+		return nil, nil, fmt.Errorf("pglock: watch %q: %w", name, err)
+	}
+	w := &listener{conn: conn, name: name, wake: make(chan struct{}, 1), exited: make(chan struct{})}
+	go w.run()
+	return w.wake, w.stop, nil
+}
+
+// listener delivers one name's notices to one waiter.
+type listener struct {
+	conn   *pgxpool.Conn
+	name   string
+	wake   chan struct{}
+	exited chan struct{}
+
+	mu      sync.Mutex
+	stopped bool
+}
+
+// run reads notices until stop or the connection fails, then gives the
+// connection back without its LISTEN, or destroys it.
+func (w *listener) run() {
+	defer close(w.exited)
+	for {
+		n, err := w.conn.Conn().WaitForNotification(context.Background())
+		if err == nil {
+			if n.Payload == w.name {
+				w.notify()
+			}
+			continue
+		}
+		w.mu.Lock()
+		stopped := w.stopped
+		w.mu.Unlock()
+		var ne net.Error
+		if stopped && errors.As(err, &ne) && ne.Timeout() && !w.conn.Conn().IsClosed() {
+			_ = w.netConn().SetReadDeadline(time.Time{})
+			ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+			_, err = w.conn.Exec(ctx, "UNLISTEN *")
+			cancel()
+			if err == nil {
+				w.conn.Release()
+				return
+			}
+		}
+		w.notify() // lost: the waiter looks again
+		destroy(w.conn)
+		return
+	}
+}
+
+func (w *listener) notify() {
+	select {
+	case w.wake <- struct{}{}:
+	default: // a wake is pending already
+	}
+}
+
+func (w *listener) netConn() net.Conn { return w.conn.Conn().PgConn().Conn() }
+
+// stop ends the read with a deadline in the past, which pgx reports as a
+// timeout and survives, and waits for run to give the connection back.
+func (w *listener) stop() {
+	w.mu.Lock()
+	first := !w.stopped
+	w.stopped = true
+	w.mu.Unlock()
+	if first {
+		_ = w.netConn().SetReadDeadline(time.Unix(1, 0))
+	}
+	<-w.exited
+}
