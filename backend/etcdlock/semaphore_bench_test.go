@@ -41,21 +41,20 @@ func BenchmarkSyncPrimitives(b *testing.B) {
 				}
 				return p.Release(ctx)
 			}}
-			hold := func(name string, take func(*distlock.RWMutex) func(context.Context, ...distlock.Option) (*distlock.Lock, error)) locktest.Op {
+			hold := func(name string, take func(*distlock.RWMutex, context.Context, ...distlock.Option) (*distlock.Lock, error)) locktest.Op {
 				return locktest.Op{Name: name, Do: func(ctx context.Context, key string) error {
 					m, err := rws(key)
 					if err != nil {
 						return err
 					}
-					l, err := take(m)(ctx)
+					l, err := take(m, ctx)
 					if err != nil {
 						return err
 					}
 					return l.Release(ctx)
 				}}
 			}
-			rlock := hold("rlock", func(m *distlock.RWMutex) func(context.Context, ...distlock.Option) (*distlock.Lock, error) { return m.RLock })
-			wlock := hold("wlock", func(m *distlock.RWMutex) func(context.Context, ...distlock.Option) (*distlock.Lock, error) { return m.Lock })
+			rlock, wlock := hold("rlock", (*distlock.RWMutex).RLock), hold("wlock", (*distlock.RWMutex).Lock)
 			for _, mode := range []string{"serial", "parallel"} {
 				b.Run(mode, func(b *testing.B) { locktest.Compare(b, mode, lock, sem, rlock, wlock) })
 			}
