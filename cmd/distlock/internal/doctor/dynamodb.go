@@ -128,7 +128,13 @@ func dynamoClient(ctx context.Context, region, endpoint string, timeout time.Dur
 	if cfg.Region == "" {
 		return nil, nil, errors.New("no region (set region in the URL or AWS_REGION)")
 	}
-	tr := awshttp.NewBuildableClient().GetTransport()
+	// The SDK's transport, with the configuration's CA bundle if one is
+	// set (AWS_CA_BUNDLE), its dial bounded by timeout.
+	bc, _ := cfg.HTTPClient.(*awshttp.BuildableClient)
+	if bc == nil {
+		bc = awshttp.NewBuildableClient()
+	}
+	tr := bc.GetTransport()
 	tr.DialContext = (&net.Dialer{Timeout: timeout}).DialContext
 	cfg.HTTPClient = &http.Client{Transport: tr}
 	db := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
