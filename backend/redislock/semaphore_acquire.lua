@@ -14,9 +14,11 @@ elseif limit ~= ARGV[3] then
 	return {'limit', limit}
 end
 dropExpired(now)
-local holder = redis.call('HGET', KEYS[2], ARGV[1])
-if holder and redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-	return {'granted', string.match(holder, '^%S*')}
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+	local holder = redis.call('HGET', KEYS[2], ARGV[1])
+	if holder then
+		return {'granted', string.match(holder, '^%S*')}
+	end
 end
 local held = redis.call('ZCARD', KEYS[1])
 if held >= tonumber(limit) then
