@@ -214,3 +214,50 @@ func TestSyncPrimitivesAfterClose(t *testing.T) {
 		}
 	}
 }
+
+// After SetPermits lowers the limit, the permits held over it stay, and
+// nobody is granted until fewer than the new limit are held.
+func TestLoweredLimitGrantsNoneUntilBelow(t *testing.T) {
+	eps := []string{testserver.EtcdEndpoint(testserver.Etcd(t))}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := distlock.New(dial(t, eps, uniquePrefix(t)))
+	defer c.Close()
+	three, err := c.Semaphore("s", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []*distlock.Lock
+	for range 3 {
+		p, err := three.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, p)
+	}
+	one, err := c.Semaphore("s", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := one.SetPermits(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range held {
+		if _, err := one.TryAcquire(ctx); !errors.Is(err, distlock.ErrNotAcquired) {
+			t.Fatalf("a permit of 1 while %d are held: %v, want ErrNotAcquired", len(held)-i, err)
+		}
+		if err := p.Release(ctx); err != nil {
+			t.Fatalf("a permit held over the lowered limit: %v", err)
+		}
+	}
+	p, err := one.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("the permit of 1 once none is held: %v", err)
+	}
+	if p.Fence() <= held[2].Fence() {
+		t.Errorf("fence %d after %d: not increasing", p.Fence(), held[2].Fence())
+	}
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
