@@ -1,0 +1,370 @@
+package pglock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/backend/pglock"
+	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/testserver"
+)
+
+// The read-write lock and semaphore cases pglock adds to locktest's.
+func TestRWLocksAndSemaphores(t *testing.T) {
+	s := testserver.Postgres(t)
+	admin := newPool(t, s, 4)
+	t.Run("NoHoldReturnsToPool", func(t *testing.T) { noHoldReturnsToPool(t, s) })
+	t.Run("WriteIntentLapsesOrIsWithdrawn", func(t *testing.T) { writeIntentLapses(t, s) })
+	t.Run("LoweredLimitGrantsNothingOverIt", func(t *testing.T) { loweredLimit(t, s, admin) })
+	t.Run("LockAndRWLockOfANameExclude", func(t *testing.T) { lockAndRWLock(t, s) })
+	t.Run("KilledReaderSessionReportedLost", func(t *testing.T) { killedReader(t, s, admin) })
+	t.Run("CallsAfterClose", func(t *testing.T) { rwCallsAfterClose(t, s) })
+}
+
+// cleanSession fails t unless the session of the one connection of pool
+// holds no advisory lock and listens on no channel, and returns its pid.
+func cleanSession(t *testing.T, ctx context.Context, pool *pgxpool.Pool, what string) (pid int32) {
+	t.Helper()
+	var locks, channels int
+	err := pool.QueryRow(ctx, `SELECT pg_backend_pid(),
+		(SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()),
+		(SELECT count(*) FROM pg_listening_channels())`).Scan(&pid, &locks, &channels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if locks != 0 || channels != 0 {
+		t.Fatalf("after %s the pooled connection holds %d advisory locks and listens on %d channels", what, locks, channels)
+	}
+	return pid
+}
+
+// A released hold of either mode and a released permit give their
+// connection back unlocked and alive; an expired one leaves none locked in
+// the pool; a watch gives its connection back without its LISTEN.
+func noHoldReturnsToPool(t *testing.T, s *testserver.Server) {
+	ctx := testContext(t, time.Minute)
+	pool := newPool(t, s, 1)
+	c := distlock.New(newBackend(t, pool))
+	defer c.Close()
+	name := uniqueKey(t)
+	m, err := c.RWMutex(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem, err := c.Semaphore(name, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first use creates the tables: an attempt that found them missing
+	// ends its session, as any failed attempt does.
+	if _, err := m.Inspect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pid := cleanSession(t, ctx, pool, "nothing")
+	for _, take := range []struct {
+		what string
+		f    func(...distlock.Option) (*distlock.Lock, error)
+	}{
+		{"a read hold", func(o ...distlock.Option) (*distlock.Lock, error) { return m.TryRLock(ctx, o...) }},
+		{"a write hold", func(o ...distlock.Option) (*distlock.Lock, error) { return m.TryLock(ctx, o...) }},
+		{"a permit", func(o ...distlock.Option) (*distlock.Lock, error) { return sem.TryAcquire(ctx, o...) }},
+	} {
+		l, err := take.f()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := cleanSession(t, ctx, pool, "the release of "+take.what); got != pid {
+			t.Errorf("the release of %s ended the session %d (now %d): an unlock must give it back", take.what, pid, got)
+		}
+		l, err = take.f(distlock.WithLease(100 * time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-l.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("a lease of 100ms of %s did not end within 10s", take.what)
+		}
+		// The pool has one connection: it is free only once the keepalive
+		// round ended the hold.
+		pid = cleanSession(t, ctx, pool, "the expiry of "+take.what)
+	}
+	be := newBackend(t, pool)
+	defer be.Close()
+	for _, watch := range []func(context.Context, string) (<-chan struct{}, func(), error){be.WatchRW, be.WatchPermits} {
+		_, stop, err := watch(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop()
+		if got := cleanSession(t, ctx, pool, "a watch"); got != pid {
+			t.Errorf("a watch ended the session %d (now %d)", pid, got)
+		}
+	}
+}
+
+// tryRead makes one read attempt for a fresh token and releases what it got.
+func tryRead(ctx context.Context, be *pglock.Backend, name string) error {
+	req := driver.AcquireRequest{Key: name, Token: uniqueToken(), TTL: time.Minute}
+	if _, err := be.AcquireRW(ctx, req, driver.Shared, ""); err != nil {
+		return err
+	}
+	return be.ReleaseRW(ctx, name, req.Token)
+}
+
+// uniqueToken returns a token no other attempt uses.
+func uniqueToken() string { return fmt.Sprintf("token-%d-%d", time.Now().UnixNano(), seq.Add(1)) }
+
+// A writer refused behind a reader records its intent, which keeps readers
+// out until WriteIntentTTL after its last attempt, or until withdrawn,
+// which wakes a watcher.
+func writeIntentLapses(t *testing.T, s *testserver.Server) {
+	ctx := testContext(t, time.Minute)
+	be := newBackend(t, newPool(t, s, 4))
+	defer be.Close()
+	name := uniqueKey(t)
+	reader := driver.AcquireRequest{Key: name, Token: uniqueToken(), TTL: time.Minute}
+	if _, err := be.AcquireRW(ctx, reader, driver.Shared, ""); err != nil {
+		t.Fatal(err)
+	}
+	writer := driver.AcquireRequest{Key: name, Token: uniqueToken(), TTL: time.Minute}
+	if _, err := be.AcquireRW(ctx, writer, driver.Exclusive, "vanished"); !errors.Is(err, driver.ErrNotAcquired) {
+		t.Fatalf("a writer behind a reader: %v, want ErrNotAcquired", err)
+	}
+	recorded := time.Now()
+	if _, _, n, err := be.InspectRW(ctx, name); err != nil || n != 1 {
+		t.Fatalf("InspectRW after a refused writer with an intent: %d intents, %v; want 1", n, err)
+	}
+	for {
+		err := tryRead(ctx, be, name)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, driver.ErrNotAcquired) {
+			t.Fatal(err)
+		}
+		if time.Since(recorded) > 10*time.Second {
+			t.Fatal("a vanished writer's intent kept readers out for 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The server's clock started the intent's life before the reply left.
+	if d := time.Since(recorded); d < driver.WriteIntentTTL-100*time.Millisecond {
+		t.Errorf("readers came in %v after the intent, before WriteIntentTTL (%v)", d, driver.WriteIntentTTL)
+	}
+	if _, _, n, err := be.InspectRW(ctx, name); err != nil || n != 0 {
+		t.Fatalf("InspectRW after the intent lapsed: %d intents, %v; want 0", n, err)
+	}
+
+	if _, err := be.AcquireRW(ctx, writer, driver.Exclusive, "waiting"); !errors.Is(err, driver.ErrNotAcquired) {
+		t.Fatalf("a writer behind a reader: %v, want ErrNotAcquired", err)
+	}
+	if err := tryRead(ctx, be, name); !errors.Is(err, driver.ErrNotAcquired) {
+		t.Fatalf("a reader behind a waiting writer: %v, want ErrNotAcquired", err)
+	}
+	wake, stop, err := be.WatchRW(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if err := be.WithdrawIntent(ctx, name, "waiting"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-wake:
+	case <-time.After(5 * time.Second):
+		t.Fatal("withdrawing an intent woke no watcher")
+	}
+	if err := tryRead(ctx, be, name); err != nil {
+		t.Fatalf("a reader once the intent was withdrawn: %v", err)
+	}
+	if err := be.ReleaseRW(ctx, name, reader.Token); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Lowered under the permits held, a semaphore grants none until fewer than
+// its new limit are held, then works at the new limit; raised, it grants up
+// to it.
+func loweredLimit(t *testing.T, s *testserver.Server, admin *pgxpool.Pool) {
+	ctx := testContext(t, time.Minute)
+	c := distlock.New(newBackend(t, newPool(t, s, 8)))
+	defer c.Close()
+	name := uniqueKey(t)
+	three, err := c.Semaphore(name, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []*distlock.Lock
+	for range 3 {
+		l, err := three.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	one, err := c.Semaphore(name, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := one.SetPermits(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range held {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		p, err := one.TryAcquire(ctx)
+		if i < len(held)-1 {
+			if !errors.Is(err, distlock.ErrNotAcquired) {
+				t.Fatalf("a permit of 1 while %d are held: %v, want ErrNotAcquired", len(held)-1-i, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("a permit of 1 once none is held: %v", err)
+		}
+		if _, err := one.TryAcquire(ctx); !errors.Is(err, distlock.ErrNotAcquired) {
+			t.Fatalf("a second permit of 1: %v, want ErrNotAcquired", err)
+		}
+		if err := p.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var slots int
+	if err := admin.QueryRow(ctx, `SELECT slots FROM distlock_pg_semaphores WHERE name = $1`, name).Scan(&slots); err != nil || slots != 1 {
+		t.Errorf("slots after the lowering ended: %d, %v; want 1", slots, err)
+	}
+	four, err := c.Semaphore(name, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := four.SetPermits(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		l, err := four.TryAcquire(ctx)
+		if err != nil {
+			t.Fatalf("permit %d of 4 after raising: %v", i+1, err)
+		}
+		defer l.Release(ctx)
+	}
+	if _, err := four.TryAcquire(ctx); !errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatalf("a fifth permit of 4: %v, want ErrNotAcquired", err)
+	}
+}
+
+// A read-write lock takes the advisory lock of its name, as a lock of the
+// same name does: a writer and a lock exclude each other, a reader is kept
+// out by a lock.
+func lockAndRWLock(t *testing.T, s *testserver.Server) {
+	ctx := testContext(t, time.Minute)
+	c := distlock.New(newBackend(t, newPool(t, s, 4)))
+	defer c.Close()
+	name := uniqueKey(t)
+	m, err := c.RWMutex(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.TryLock(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.TryRLock(ctx); !errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatalf("a reader while a lock of the name is held: %v, want ErrNotAcquired", err)
+	}
+	if _, err := m.TryLock(ctx); !errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatalf("a writer while a lock of the name is held: %v, want ErrNotAcquired", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := m.TryRLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryLock(ctx, name); !errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatalf("a lock while a reader holds the name: %v, want ErrNotAcquired", err)
+	}
+	if err := r.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A reader whose session the server ends is told at once, and a writer gets
+// in.
+func killedReader(t *testing.T, s *testserver.Server, admin *pgxpool.Pool) {
+	ctx := testContext(t, time.Minute)
+	c := distlock.New(newBackend(t, newPool(t, s, 4)))
+	defer c.Close()
+	name := uniqueKey(t)
+	m, err := c.RWMutex(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := m.TryRLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := terminateHolder(t, admin, pglock.KeyID(name)); n != 1 {
+		t.Fatalf("terminated %d sessions, want 1", n)
+	}
+	select {
+	case <-r.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a reader whose session ended was not told within 10s")
+	}
+	w, err := m.Lock(ctx, distlock.WithWait(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Fence() <= r.Fence() {
+		t.Errorf("the writer's fence %d is not above the lost reader's %d", w.Fence(), r.Fence())
+	}
+	if err := w.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Every read-write lock and semaphore call after Close returns ErrClosed.
+func rwCallsAfterClose(t *testing.T, s *testserver.Server) {
+	ctx := testContext(t, time.Minute)
+	be := newBackend(t, newPool(t, s, 2))
+	if err := be.Close(); err != nil {
+		t.Fatal(err)
+	}
+	req := driver.AcquireRequest{Key: "k", Token: "t", TTL: time.Minute}
+	_, _, werr := be.WatchRW(ctx, "k")
+	_, _, perr := be.WatchPermits(ctx, "k")
+	_, _, _, ierr := be.InspectRW(ctx, "k")
+	_, _, sierr := be.InspectPermits(ctx, "k")
+	_, aerr := be.AcquireRW(ctx, req, driver.Shared, "")
+	_, perm := be.AcquirePermit(ctx, req, 1)
+	for what, err := range map[string]error{
+		"AcquireRW":      aerr,
+		"RenewRW":        be.RenewRW(ctx, "k", "t", time.Second),
+		"ReleaseRW":      be.ReleaseRW(ctx, "k", "t"),
+		"WithdrawIntent": be.WithdrawIntent(ctx, "k", "i"),
+		"InspectRW":      ierr,
+		"WatchRW":        werr,
+		"AcquirePermit":  perm,
+		"RenewPermit":    be.RenewPermit(ctx, "k", "t", time.Second),
+		"ReleasePermit":  be.ReleasePermit(ctx, "k", "t"),
+		"SetPermits":     be.SetPermits(ctx, "k", 2),
+		"InspectPermits": sierr,
+		"WatchPermits":   perr,
+	} {
+		if !errors.Is(err, driver.ErrClosed) {
+			t.Errorf("%s after Close: %v, want ErrClosed", what, err)
+		}
+	}
+}
