@@ -185,3 +185,68 @@ func TestSemaphoreCallsAfterClose(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitersDoNotWakeEachOther keeps three waiters on other clients
+// behind a held permit for a second: a refused attempt creates and deletes
+// a node, which must not wake the other waiters, else they would wake each
+// other in a loop for as long as the permit is held. The parent's cversion
+// counts the creates and deletes of permit nodes.
+func TestWaitersDoNotWakeEachOther(t *testing.T) {
+	const waiters, wait = 3, time.Second
+	srv := testserver.ZooKeeper(t)
+	conn := admin(t, srv.Addr())
+	root := uniqueRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	holder := distlock.New(dial(t, srv.Addr(), root))
+	defer holder.Close()
+	const name = "busy"
+	s, err := holder.Semaphore(name, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cversion := func() int32 {
+		_, st, err := conn.Get(semPathOf(root, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Cversion
+	}
+	before := cversion()
+	errs := make(chan error, waiters)
+	for range waiters {
+		c := distlock.New(dial(t, srv.Addr(), root))
+		defer c.Close()
+		ws, err := c.Semaphore(name, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			_, err := ws.Acquire(ctx, distlock.WithWait(wait))
+			errs <- err
+		}()
+	}
+	for range waiters {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, distlock.ErrNotAcquired) {
+				t.Fatalf("a wait behind a held permit: %v, want ErrNotAcquired", err)
+			}
+		case <-time.After(wait + 10*time.Second):
+			t.Fatal("a wait did not end")
+		}
+	}
+	// Each waiter polls at most every 5ms at first, then backs off to 100ms.
+	attempts := int(cversion()-before) / 2
+	t.Logf("%d attempts by %d waiters in %v", attempts, waiters, wait)
+	if most := waiters * 40; attempts > most {
+		t.Errorf("%d attempts by %d waiters in %v, want at most %d: the waiters wake each other", attempts, waiters, wait, most)
+	}
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
