@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -236,19 +237,10 @@ func (b *Backend) InspectRW(ctx context.Context, name string) (driver.Mode, []dr
 	defer stop()
 	mode, intents := driver.Shared, 0
 	held, err := b.nodesInfo(ctx, name, b.rwPath(name), func(queue []string) []string {
-		var holders []string
-		ahead := map[string]bool{}
-		for _, c := range queue {
-			k := kindOf(c)
-			switch {
-			case k == intentKind:
-				intents++
-			case k == readKind && !ahead[writeKind] && !ahead[intentKind]:
-				holders = append(holders, c)
-			case k == writeKind && !ahead[readKind] && !ahead[writeKind]:
-				holders, mode = append(holders, c), driver.Exclusive
-			}
-			ahead[k] = true
+		holders, in := rwHolders(queue)
+		intents = len(in)
+		if len(holders) > 0 && kindOf(holders[0]) == writeKind {
+			mode = driver.Exclusive
 		}
 		return holders
 	})
@@ -261,10 +253,36 @@ func (b *Backend) InspectRW(ctx context.Context, name string) (driver.Mode, []dr
 	return mode, held, intents, nil
 }
 
+// rwHolders returns the nodes of a queue (by sequence) that hold by its
+// rules, and its intents.
+func rwHolders(queue []string) (holders, intents []string) {
+	var ahead []string // the kinds ahead
+	for _, c := range queue {
+		k := kindOf(c)
+		mode := driver.Exclusive
+		if k == readKind {
+			mode = driver.Shared
+		}
+		switch {
+		case k == intentKind:
+			intents = append(intents, c)
+		case !slices.ContainsFunc(ahead, func(a string) bool { return blocks(a, mode) }):
+			holders = append(holders, c)
+		}
+		if !slices.Contains(ahead, k) {
+			ahead = append(ahead, k)
+		}
+	}
+	return holders, intents
+}
+
 // WatchRW fires wake when name's queue changes: a hold released or
 // expired, an intent withdrawn.
 func (b *Backend) WatchRW(ctx context.Context, name string) (<-chan struct{}, func(), error) {
-	wake, stop, err := b.watchChildren(ctx, b.rwPath(name), "")
+	wake, stop, err := b.watchQueue(ctx, b.rwPath(name), "", func(queue []string, _ int) []string {
+		holders, intents := rwHolders(queue)
+		return append(holders, intents...)
+	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("zklock: watch read-write lock %q: %w", name, err)
 	}

@@ -343,11 +343,14 @@ func (b *Backend) nodesInfo(ctx context.Context, key, parent string, pick func(q
 	return out, nil
 }
 
-// WatchPermits fires wake when name's permits change (one may have been
-// released or expired) or its limit does.
+// WatchPermits fires wake when one of name's first limit permits is
+// released or expired, or its limit changes.
 func (b *Backend) WatchPermits(ctx context.Context, name string) (<-chan struct{}, func(), error) {
 	sp := b.semPath(name)
-	wake, stop, err := b.watchChildren(ctx, sp, sp+"/"+limitNode)
+	// The first limit permits hold; with a lowered limit, more may.
+	wake, stop, err := b.watchQueue(ctx, sp, sp+"/"+limitNode, func(queue []string, limit int) []string {
+		return queue[:min(len(queue), max(limit, 1))]
+	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("zklock: watch semaphore %q: %w", name, err)
 	}

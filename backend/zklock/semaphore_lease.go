@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -240,11 +242,16 @@ func (b *Backend) releaseIn(ctx context.Context, parent, token string, janitor b
 	return nil
 }
 
-// watchChildren fires wake whenever parent's children change, or node's
-// data (if node is not ""), until stop is called or the backend closes. A
-// missing parent is watched for its creation. After a failed watch it
+// watchQueue fires wake when a node of parent's queue that counts goes,
+// or when limit (if not "") changes, until stop is called or the backend
+// closes. counts picks, from a listing of the queue by sequence and the
+// limit read with it (0 if none), the nodes whose going may let a waiter
+// in: holders, intents. A refused attempt's node comes and goes without
+// waking anyone, else waiters would wake each other for as long as the
+// name is held; a hold that comes and goes between two listings wakes
+// nobody either, which the client's poll catches. After a failed watch it
 // fires once and tries again after a pause.
-func (b *Backend) watchChildren(ctx context.Context, parent, node string) (<-chan struct{}, func(), error) {
+func (b *Backend) watchQueue(ctx context.Context, parent, limit string, counts func(queue []string, limit int) []string) (<-chan struct{}, func(), error) {
 	ctx, cancel, err := b.op(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -269,23 +276,29 @@ func (b *Backend) watchChildren(ctx context.Context, parent, node string) (<-cha
 		defer b.bg.Done()
 		defer close(done)
 		pause := retryPause{next: 50 * time.Millisecond}
+		var last *queueWatch
 		for ctx.Err() == nil {
-			chs, err := b.armWatches(ctx, parent, node)
+			w, err := b.armWatches(ctx, parent, limit)
 			if err != nil {
 				fire()
+				last = nil
 				if pause.wait(ctx) != nil {
 					return
 				}
 				continue
 			}
 			pause = retryPause{next: 50 * time.Millisecond}
+			w.counted = counts(w.queue, w.limit)
+			if last != nil && last.freed(w) {
+				fire()
+			}
+			last = w
 			select {
 			case <-ctx.Done():
 				return
-			case <-chs[0]:
-			case <-chs[1]:
+			case <-w.chs[0]:
+			case <-w.chs[1]:
 			}
-			fire()
 		}
 	}()
 	var once sync.Once
@@ -297,30 +310,61 @@ func (b *Backend) watchChildren(ctx context.Context, parent, node string) (<-cha
 	}, nil
 }
 
-// armWatches sets the watches of watchChildren: on parent's children (or
-// its existence) and on node's data (or its existence), if any.
-func (b *Backend) armWatches(ctx context.Context, parent, node string) ([2]<-chan zk.Event, error) {
-	var chs [2]<-chan zk.Event
-	ch, err := call(ctx, b, func() (<-chan zk.Event, error) {
-		_, _, ch, err := b.conn.ChildrenW(parent)
+// queueWatch is one look of watchQueue: the queue, by sequence, and the
+// limit, with watches on both.
+type queueWatch struct {
+	queue   []string
+	limit   int
+	counted []string
+	chs     [2]<-chan zk.Event
+}
+
+// freed reports whether, from w to next, a counted node went or the limit
+// changed.
+func (w *queueWatch) freed(next *queueWatch) bool {
+	if w.limit != next.limit {
+		return true
+	}
+	for _, c := range w.counted {
+		if !slices.Contains(next.queue, c) {
+			return true
+		}
+	}
+	return false
+}
+
+// armWatches lists parent's queue and reads limit (if not ""), setting a
+// watch on each, or on their creation if missing.
+func (b *Backend) armWatches(ctx context.Context, parent, limit string) (*queueWatch, error) {
+	type look struct {
+		children []string
+		ch       <-chan zk.Event
+	}
+	l, err := call(ctx, b, func() (look, error) {
+		c, _, ch, err := b.conn.ChildrenW(parent)
 		if errors.Is(err, zk.ErrNoNode) {
 			_, _, ch, err = b.conn.ExistsW(parent)
 		}
-		return ch, err
+		return look{c, ch}, err
 	}, nil)
 	if err != nil {
-		return chs, err
+		return nil, err
 	}
-	chs[0] = ch
-	if node != "" {
-		ch, err := call(ctx, b, func() (<-chan zk.Event, error) {
-			_, _, ch, err := b.conn.ExistsW(node)
-			return ch, err
+	w := &queueWatch{queue: sortQueue(l.children)}
+	w.chs[0] = l.ch
+	if limit != "" {
+		got, err := call(ctx, b, func() (watched, error) {
+			raw, _, ch, err := b.conn.GetW(limit)
+			if errors.Is(err, zk.ErrNoNode) {
+				_, _, ch, err = b.conn.ExistsW(limit)
+			}
+			return watched{raw: raw, ch: ch}, err
 		}, nil)
 		if err != nil {
-			return chs, err
+			return nil, err
 		}
-		chs[1] = ch
+		w.limit, _ = strconv.Atoi(string(got.raw)) // 0 if missing
+		w.chs[1] = got.ch
 	}
-	return chs, nil
+	return w, nil
 }
