@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/internal/testserver"
 )
@@ -16,10 +18,13 @@ import (
 // Client.Lock+Release, through the same backend and client, alternating in
 // short rounds so that both see the same load:
 //
-//	<adapter>/g<N>  sem-ns/op and lock-ns/op, and sem/lock, the ratio of
-//	                their times
+//	<adapter>/g<N>  sem-ns/op and lock-ns/op, sem/lock, the ratio of their
+//	                times, and <kind>-redis-cpu-ns/op, the server's CPU time
+//	                per operation
 func BenchmarkSemaphore(b *testing.B) {
 	s := testserver.Redis(b)
+	stats := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer stats.Close()
 	for _, a := range benchAdapters(s.Addr()) {
 		for _, g := range []int{1, 16} {
 			b.Run(fmt.Sprintf("%s/g%d", a.name, g), func(b *testing.B) {
@@ -49,17 +54,27 @@ func BenchmarkSemaphore(b *testing.B) {
 					}
 					return l.Release(ctx)
 				}
-				var semTime, lockTime time.Duration
+				kinds := []struct {
+					name      string // metric prefix
+					op        func(ctx context.Context, key, token string) error
+					wall, cpu time.Duration
+				}{{name: "sem", op: permit}, {name: "lock", op: lock}}
 				b.ResetTimer()
 				for done := 0; done < b.N; {
 					n := min(b.N-done, 50*g)
-					semTime += runParallel(b, g, n, "sem", permit)
-					lockTime += runParallel(b, g, n, "lock", lock)
+					for i := range kinds {
+						k := &kinds[i]
+						cpu := redisCPU(b, stats)
+						k.wall += runParallel(b, g, n, k.name, k.op)
+						k.cpu += redisCPU(b, stats) - cpu
+					}
 					done += n
 				}
-				b.ReportMetric(float64(semTime.Nanoseconds())/float64(b.N), "sem-ns/op")
-				b.ReportMetric(float64(lockTime.Nanoseconds())/float64(b.N), "lock-ns/op")
-				b.ReportMetric(semTime.Seconds()/lockTime.Seconds(), "sem/lock")
+				for _, k := range kinds {
+					b.ReportMetric(float64(k.wall.Nanoseconds())/float64(b.N), k.name+"-ns/op")
+					b.ReportMetric(float64(k.cpu.Nanoseconds())/float64(b.N), k.name+"-redis-cpu-ns/op")
+				}
+				b.ReportMetric(kinds[0].wall.Seconds()/kinds[1].wall.Seconds(), "sem/lock")
 			})
 		}
 	}
