@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -256,6 +257,69 @@ func TestLoweredLimitGrantsNoneUntilBelow(t *testing.T) {
 	}
 	if p.Fence() <= held[2].Fence() {
 		t.Errorf("fence %d after %d: not increasing", p.Fence(), held[2].Fence())
+	}
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// attempts counts the single attempts a backend makes on permits.
+type attempts struct {
+	*etcdlock.Backend
+	n *atomic.Int64
+}
+
+func (a attempts) AcquirePermit(ctx context.Context, req driver.AcquireRequest, limit int) (driver.Grant, error) {
+	a.n.Add(1)
+	return a.Backend.AcquirePermit(ctx, req, limit)
+}
+
+// Waiters for a full semaphore do not wake each other with their refused
+// attempts: each attempt's entry is deleted again, and only the deletion
+// of a held permit (or a new limit) is a notice. Three waiters on their
+// own clients, for 1.5s while the one permit stays held, make about as
+// many attempts as the client's poll alone would.
+func TestRefusedAttemptsWakeNobody(t *testing.T) {
+	const waiters, wait = 3, 1500 * time.Millisecond
+	eps := []string{testserver.EtcdEndpoint(testserver.Etcd(t))}
+	prefix := uniquePrefix(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	holder := distlock.New(dial(t, eps, prefix))
+	defer holder.Close()
+	sem, err := holder.Semaphore("s", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := sem.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int64
+	errs := make(chan error, waiters)
+	for range waiters {
+		c := distlock.New(attempts{dial(t, eps, prefix), &n})
+		defer c.Close()
+		s, err := c.Semaphore("s", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			_, err := s.Acquire(ctx, distlock.WithWait(wait))
+			errs <- err
+		}()
+	}
+	for range waiters {
+		if err := <-errs; !errors.Is(err, distlock.ErrNotAcquired) {
+			t.Fatalf("a waiter while the permit stays held: %v, want ErrNotAcquired", err)
+		}
+	}
+	// The client's poll (capped at 100ms once it watches) makes about 20
+	// attempts in 1.5s; waking each other, waiters make hundreds.
+	if got := n.Load(); got > waiters*40 {
+		t.Errorf("%d attempts by %d waiters in %v: refused attempts wake the other waiters", got, waiters, wait)
+	} else {
+		t.Logf("%d attempts by %d waiters in %v", got, waiters, wait)
 	}
 	if err := p.Release(ctx); err != nil {
 		t.Fatal(err)
