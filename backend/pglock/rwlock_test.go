@@ -25,6 +25,59 @@ func TestRWLocksAndSemaphores(t *testing.T) {
 	t.Run("LockAndRWLockOfANameExclude", func(t *testing.T) { lockAndRWLock(t, s) })
 	t.Run("KilledReaderSessionReportedLost", func(t *testing.T) { killedReader(t, s, admin) })
 	t.Run("CallsAfterClose", func(t *testing.T) { rwCallsAfterClose(t, s) })
+	t.Run("RenewalMovesTheTimeToLive", func(t *testing.T) { renewalMovesTTL(t, s) })
+}
+
+// Inspect of another backend reports a renewed hold's new time to live.
+func renewalMovesTTL(t *testing.T, s *testserver.Server) {
+	ctx := testContext(t, time.Minute)
+	c := distlock.New(newBackend(t, newPool(t, s, 4)))
+	defer c.Close()
+	other := distlock.New(newBackend(t, newPool(t, s, 2)))
+	defer other.Close()
+	name := uniqueKey(t)
+	m, err := c.RWMutex(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem, err := c.Semaphore(name, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	om, err := other.RWMutex(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	osem, err := other.Semaphore(name, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := m.TryRLock(ctx, distlock.WithLease(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := sem.TryAcquire(ctx, distlock.WithLease(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []*distlock.Lock{r, p} {
+		if err := l.Extend(ctx, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	info, err := om.Inspect(ctx)
+	if err != nil || len(info.Held) != 1 || info.Held[0].TTL < 50*time.Second {
+		t.Errorf("Inspect of a read hold renewed for a minute: %+v, %v", info, err)
+	}
+	sinfo, err := osem.Inspect(ctx)
+	if err != nil || len(sinfo.Held) != 1 || sinfo.Held[0].TTL < 50*time.Second {
+		t.Errorf("Inspect of a permit renewed for a minute: %+v, %v", sinfo, err)
+	}
+	for _, l := range []*distlock.Lock{r, p} {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // cleanSession fails t unless the session of the one connection of pool
