@@ -78,9 +78,10 @@ func holdMeta(m driver.Meta) ([]byte, error) {
 
 // holdKey is the key under which the backend keeps a read-write lock's or a
 // semaphore's hold of name among its pinned connections: never a lock's
-// key, which cannot contain a NUL byte, so a lock's Renew, Release and
-// Inspect never meet it.
-func holdKey(kind, name string) string { return "\x00" + kind + "\x00" + name }
+// key, which cannot contain a control character, so a lock's Renew, Release
+// and Inspect never meet it. Not NUL, which PostgreSQL refuses in text: a
+// renewal sends the key.
+func holdKey(kind, name string) string { return "\x1f" + kind + "\x1f" + name }
 
 // tryHold makes one attempt to take a hold (what, in errors) with q, which returns the fence
 // as its only column and no row if the hold was refused, on a connection
@@ -125,8 +126,9 @@ func (b *Backend) pinHold(conn *pgxpool.Conn, req driver.AcquireRequest, kind st
 }
 
 // renewHold confirms the session of token's hold of name and moves its
-// lease, then the row's time to live with q (the row is only described by
-// it: a failure there leaves the hold renewed).
+// lease, then the row's time to live with q on the same session (the row
+// only describes the hold: a failure there leaves it renewed, and a session
+// found ended there loses it, as a renewal would).
 func (b *Backend) renewHold(ctx context.Context, kind, name, token string, ttl time.Duration, q string) error {
 	if err := b.closedError("renew", name); err != nil {
 		return err
@@ -138,9 +140,18 @@ func (b *Backend) renewHold(ctx context.Context, kind, name, token string, ttl t
 	if err := p.renew(ctx, ttl); err != nil {
 		return err
 	}
-	if conn, qctx, done, err := b.pooled(ctx); err == nil {
-		_, _ = conn.Exec(qctx, q, name, token, ttl.Milliseconds())
-		done()
+	if p.lock(ctx) != nil {
+		return nil
+	}
+	defer p.unlock()
+	if p.done {
+		return nil
+	}
+	// Not cancelled midway: pgx would close the connection, and the hold.
+	qctx, done := b.reqBound.within(context.WithoutCancel(ctx))
+	defer done()
+	if _, err := p.conn.Exec(qctx, q, name, token, ttl.Milliseconds()); err != nil && p.conn.Conn().IsClosed() {
+		p.dieLocked()
 	}
 	return nil
 }
