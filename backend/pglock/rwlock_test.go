@@ -26,6 +26,47 @@ func TestRWLocksAndSemaphores(t *testing.T) {
 	t.Run("KilledReaderSessionReportedLost", func(t *testing.T) { killedReader(t, s, admin) })
 	t.Run("CallsAfterClose", func(t *testing.T) { rwCallsAfterClose(t, s) })
 	t.Run("RenewalMovesTheTimeToLive", func(t *testing.T) { renewalMovesTTL(t, s) })
+	t.Run("NamespacesKeptApart", func(t *testing.T) { rwNamespaces(t, s) })
+}
+
+// Under two namespaces one name is two read-write locks and two
+// semaphores: a writer's intent, a limit and the holds of one are not the
+// other's.
+func rwNamespaces(t *testing.T, s *testserver.Server) {
+	ctx := testContext(t, time.Minute)
+	one := newBackend(t, newPool(t, s, 4), pglock.WithNamespace(1))
+	defer one.Close()
+	two := newBackend(t, newPool(t, s, 4), pglock.WithNamespace(2))
+	defer two.Close()
+	name := uniqueKey(t)
+	reader := driver.AcquireRequest{Key: name, Token: uniqueToken(), TTL: time.Minute}
+	if _, err := one.AcquireRW(ctx, reader, driver.Shared, ""); err != nil {
+		t.Fatal(err)
+	}
+	writer := driver.AcquireRequest{Key: name, Token: uniqueToken(), TTL: time.Minute}
+	if _, err := one.AcquireRW(ctx, writer, driver.Exclusive, "waiting"); !errors.Is(err, driver.ErrNotAcquired) {
+		t.Fatalf("a writer behind a reader: %v, want ErrNotAcquired", err)
+	}
+	if err := tryRead(ctx, two, name); err != nil {
+		t.Errorf("a reader under another namespace than a waiting writer's: %v", err)
+	}
+	if _, held, n, err := two.InspectRW(ctx, name); err != nil || len(held) != 0 || n != 0 {
+		t.Errorf("InspectRW under another namespace: %d held, %d intents, %v; want none", len(held), n, err)
+	}
+	if err := one.ReleaseRW(ctx, name, reader.Token); err != nil {
+		t.Fatal(err)
+	}
+	permit := driver.AcquireRequest{Key: name, Token: uniqueToken(), TTL: time.Minute}
+	if _, err := one.AcquirePermit(ctx, permit, 1); err != nil {
+		t.Fatal(err)
+	}
+	defer one.ReleasePermit(ctx, name, permit.Token)
+	if _, err := two.AcquirePermit(ctx, driver.AcquireRequest{Key: name, Token: uniqueToken(), TTL: time.Minute}, 3); err != nil {
+		t.Errorf("a semaphore of 3 under another namespace than one of 1: %v", err)
+	}
+	if limit, held, err := two.InspectPermits(ctx, name); err != nil || limit != 3 || len(held) != 1 {
+		t.Errorf("InspectPermits under another namespace: limit %d, %d held, %v; want 3 and its one", limit, len(held), err)
+	}
 }
 
 // Inspect of another backend reports a renewed hold's new time to live.
