@@ -200,7 +200,7 @@ func (b *Backend) InspectRW(ctx context.Context, name string) (driver.Mode, []dr
 // WatchRW fires when a hold of name or an intent on it is deleted
 // (released, expired, withdrawn, granted).
 func (b *Backend) WatchRW(ctx context.Context, name string) (<-chan struct{}, func(), error) {
-	return b.watchPrefix(ctx, name, b.prefix+escape(rwBase(name)), func(ev *clientv3.Event) bool {
+	return b.watchPrefix(ctx, name, b.prefix+escape(rwBase(name)), func(_ context.Context, ev *clientv3.Event) bool {
 		return ev.Type == mvccpb.DELETE
 	})
 }

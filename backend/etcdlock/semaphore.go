@@ -191,27 +191,60 @@ func (b *Backend) infos(ctx context.Context, name string, kvs []*mvccpb.KeyValue
 	return held, nil
 }
 
-// WatchPermits fires when a permit of name is deleted (released, expired,
-// refused) or its limit is stored.
+// WatchPermits fires when a held permit of name is deleted (released,
+// expired) or its limit is stored. The deletion of a refused attempt's
+// entry is no notice: waiters would otherwise wake each other with their
+// own refusals, each refusal making the others' attempts that are refused
+// in turn.
 func (b *Backend) WatchPermits(ctx context.Context, name string) (<-chan struct{}, func(), error) {
 	lk := b.limitKey(name)
-	return b.watchPrefix(ctx, name, b.prefix+escape(semBase(name)), func(ev *clientv3.Event) bool {
-		return ev.Type == mvccpb.DELETE || string(ev.Kv.Key) == lk
-	})
+	return b.watchPrefix(ctx, name, b.prefix+escape(semBase(name)), func(ctx context.Context, ev *clientv3.Event) bool {
+		switch {
+		case string(ev.Kv.Key) == lk:
+			return true
+		case ev.Type != mvccpb.DELETE:
+			return false
+		}
+		return ev.PrevKv == nil || b.heldPermit(ctx, name, ev.PrevKv.CreateRevision)
+	}, clientv3.WithPrevKV())
 }
 
-// watchPrefix watches the keys under prefix, which belong to name, and
-// fires wake on every event for which fires holds. It returns once the
+// heldPermit reports whether the permit entry of name created at rev was
+// granted: whether fewer entries than the limit were older at rev. A
+// failed read (a compacted revision, say) counts as granted: a needless
+// wake-up costs one attempt, a missed one a poll interval.
+func (b *Backend) heldPermit(ctx context.Context, name string, rev int64) bool {
+	ctx, cancel := b.request(ctx)
+	defer cancel()
+	resp, err := b.cli.Txn(ctx).Then(
+		clientv3.OpGet(b.limitKey(name), clientv3.WithRev(rev)),
+		clientv3.OpGet(b.dir(permitKey(name)), clientv3.WithPrefix(), clientv3.WithRev(rev), clientv3.WithKeysOnly(),
+			clientv3.WithMaxCreateRev(rev-1)),
+	).Commit()
+	if err != nil {
+		return true
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return true
+	}
+	limit, err := strconv.Atoi(string(kvs[0].Value))
+	return err != nil || len(resp.Responses[1].GetResponseRange().Kvs) < limit
+}
+
+// watchPrefix watches the keys under prefix, which belong to name, with
+// opts, and fires wake on every event for which fires holds. It returns once the
 // watch is in place, so nothing after the call is missed. A watch that
 // breaks is opened again, and wake fires then, since an event may have
 // been missed meanwhile. stop must be called once.
-func (b *Backend) watchPrefix(ctx context.Context, name, prefix string, fires func(*clientv3.Event) bool) (<-chan struct{}, func(), error) {
+func (b *Backend) watchPrefix(ctx context.Context, name, prefix string, fires func(context.Context, *clientv3.Event) bool, opts ...clientv3.OpOption) (<-chan struct{}, func(), error) {
 	if err := b.checkOpen("watch", name); err != nil {
 		return nil, nil, err
 	}
 	wctx, cancel := context.WithCancel(waitWatchContext(ctx))
 	unhook := context.AfterFunc(b.closing, cancel)
-	wch := b.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	opts = append(opts, clientv3.WithPrefix())
+	wch := b.cli.Watch(wctx, prefix, append(opts, clientv3.WithCreatedNotify())...)
 	stop := func() { unhook(); cancel() }
 	rctx, rcancel := b.request(ctx)
 	defer rcancel()
@@ -240,7 +273,7 @@ func (b *Backend) watchPrefix(ctx context.Context, name, prefix string, fires fu
 				if wr.Err() != nil {
 					break
 				}
-				if slices.ContainsFunc(wr.Events, fires) {
+				if slices.ContainsFunc(wr.Events, func(ev *clientv3.Event) bool { return fires(wctx, ev) }) {
 					notify()
 				}
 			}
@@ -248,7 +281,7 @@ func (b *Backend) watchPrefix(ctx context.Context, name, prefix string, fires fu
 				return
 			}
 			notify() // the broken watch may have missed an event
-			wch = b.cli.Watch(wctx, prefix, clientv3.WithPrefix())
+			wch = b.cli.Watch(wctx, prefix, opts...)
 		}
 	}()
 	return wake, func() { stop(); <-done }, nil
