@@ -54,8 +54,9 @@ func (b *Backend) limitKey(name string) string { return b.prefix + escape(semBas
 //
 // While a refused entry lives (between its put and its deletion), it takes
 // a place in the order: an attempt then may be refused although fewer than
-// limit permits are held, never the other way round. Its deletion wakes the
-// watchers, who try again.
+// limit permits are held, never the other way round. Its deletion wakes
+// nobody (see WatchPermits); a waiter refused so tries again at its next
+// poll.
 func (b *Backend) AcquirePermit(ctx context.Context, req driver.AcquireRequest, limit int) (driver.Grant, error) {
 	if err := b.checkOpen("acquire permit of", req.Key); err != nil {
 		return driver.Grant{}, err
