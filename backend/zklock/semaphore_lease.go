@@ -22,9 +22,10 @@ import (
 // host's clock, from the moment this backend first saw each node's current
 // version: a node whose version stays the same for its whole TTL is
 // deleted, by that version, so that a renewal in between wins. A vanished
-// holder is thus freed at most about twice its lease after its last write
-// by a waiter that keeps trying (the client's waits try at least every
-// 100 ms), and at the latest when its session ends.
+// holder is thus freed one TTL after a waiter first saw its last version:
+// about a poll after its lease by a waiter that was already trying (the
+// client's waits try at least every 100 ms), a TTL after a later waiter's
+// first attempt, and at the latest when its session ends.
 
 // syncState is what a backend remembers between the single attempts of its
 // semaphores and read-write locks.
