@@ -46,7 +46,7 @@ func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode
 		return driver.Grant{}, fmt.Errorf("pglock: %s lock %q: metadata: %w", mode, req.Key, err)
 	}
 	id := b.ID(req.Key)
-	q, args := rwAcquireSharedSQL, []any{id, req.Key, req.Token, req.TTL.Milliseconds(), meta}
+	q, args := rwAcquireSharedSQL, []any{id, b.rowName(req.Key), req.Token, req.TTL.Milliseconds(), meta}
 	if mode == driver.Exclusive {
 		q, args = rwAcquireExclusiveSQL, append(args, intent, driver.WriteIntentTTL.Milliseconds())
 	}
@@ -66,7 +66,7 @@ func (b *Backend) RenewRW(ctx context.Context, name, token string, ttl time.Dura
 // ReleaseRW unlocks token's hold of name in its mode, deletes its row and
 // wakes the name's waiters (NOTIFY distlock_pg_rw).
 func (b *Backend) ReleaseRW(ctx context.Context, name, token string) error {
-	return b.releaseHold(ctx, rwKind, name, token, rwReleaseSQL, b.ID(name), name, token)
+	return b.releaseHold(ctx, rwKind, name, token, rwReleaseSQL, b.ID(name), b.rowName(name), token)
 }
 
 // WithdrawIntent removes a waiting writer's intent on name and, if it was
@@ -81,7 +81,7 @@ func (b *Backend) WithdrawIntent(ctx context.Context, name, intent string) error
 			return err
 		}
 		defer done()
-		_, err = conn.Exec(qctx, rwWithdrawSQL, name, intent)
+		_, err = conn.Exec(qctx, rwWithdrawSQL, b.rowName(name), intent)
 		return err
 	})
 	if err != nil {
@@ -104,7 +104,7 @@ func (b *Backend) InspectRW(ctx context.Context, name string) (driver.Mode, []dr
 			return err
 		}
 		defer done()
-		rows, err := conn.Query(qctx, rwInspectSQL, b.ID(name), name)
+		rows, err := conn.Query(qctx, rwInspectSQL, b.ID(name), b.rowName(name))
 		if err != nil {
 			return err
 		}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -66,6 +67,18 @@ func (b *Backend) withTables(ctx context.Context, f func() error) error {
 		return err
 	}
 	return f()
+}
+
+// rowName is name as the tables and notices of read-write locks and
+// semaphores carry it: under WithNamespace, the namespace, a control
+// character (which no name has) and name, so that applications sharing a
+// database keep their intents, limits and holds apart, as their advisory
+// locks are.
+func (b *Backend) rowName(name string) string {
+	if b.opts.ns == nil {
+		return name
+	}
+	return strconv.Itoa(int(*b.opts.ns)) + "\x1f" + name
 }
 
 // holdMeta encodes a hold's metadata for its row.
@@ -150,7 +163,7 @@ func (b *Backend) renewHold(ctx context.Context, kind, name, token string, ttl t
 	// Not cancelled midway: pgx would close the connection, and the hold.
 	qctx, done := b.reqBound.within(context.WithoutCancel(ctx))
 	defer done()
-	if _, err := p.conn.Exec(qctx, q, name, token, ttl.Milliseconds()); err != nil && p.conn.Conn().IsClosed() {
+	if _, err := p.conn.Exec(qctx, q, b.rowName(name), token, ttl.Milliseconds()); err != nil && p.conn.Conn().IsClosed() {
 		p.dieLocked()
 	}
 	return nil
@@ -213,7 +226,7 @@ func (b *Backend) watchChannel(ctx context.Context, channel, name string) (<-cha
 		destroy(conn) // the LISTEN may be in effect
 		return nil, nil, fmt.Errorf("pglock: watch %q: %w", name, err)
 	}
-	w := &listener{conn: conn, name: name, wake: make(chan struct{}, 1), exited: make(chan struct{})}
+	w := &listener{conn: conn, name: b.rowName(name), wake: make(chan struct{}, 1), exited: make(chan struct{})}
 	go w.run()
 	return w.wake, w.stop, nil
 }

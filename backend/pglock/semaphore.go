@@ -83,7 +83,7 @@ func (b *Backend) tryPermit(ctx context.Context, req driver.AcquireRequest, limi
 		stored *int32
 		fence  *int64
 	)
-	err = conn.QueryRow(qctx, semAcquireSQL, req.Key, limit, b.slotKey(req.Key), req.Token, req.TTL.Milliseconds(), meta).Scan(&stored, &fence)
+	err = conn.QueryRow(qctx, semAcquireSQL, b.rowName(req.Key), limit, b.slotKey(req.Key), req.Token, req.TTL.Milliseconds(), meta).Scan(&stored, &fence)
 	done()
 	switch {
 	case err != nil:
@@ -110,7 +110,7 @@ func (b *Backend) RenewPermit(ctx context.Context, name, token string, ttl time.
 // ReleasePermit unlocks token's permit slot and wakes the name's waiters
 // (NOTIFY distlock_pg_sem).
 func (b *Backend) ReleasePermit(ctx context.Context, name, token string) error {
-	return b.releaseHold(ctx, semKind, name, token, semReleaseSQL, b.slotKey(name), name, token)
+	return b.releaseHold(ctx, semKind, name, token, semReleaseSQL, b.slotKey(name), b.rowName(name), token)
 }
 
 // SetPermits stores n as name's limit and wakes its waiters.
@@ -127,7 +127,7 @@ func (b *Backend) SetPermits(ctx context.Context, name string, n int) error {
 			return err
 		}
 		defer done()
-		_, err = conn.Exec(qctx, semSetSQL, name, n)
+		_, err = conn.Exec(qctx, semSetSQL, b.rowName(name), n)
 		return err
 	})
 	if err != nil {
@@ -152,7 +152,7 @@ func (b *Backend) InspectPermits(ctx context.Context, name string) (int, []drive
 			return err
 		}
 		defer done()
-		rows, err := conn.Query(qctx, semInspectSQL, name, b.slotKey(name))
+		rows, err := conn.Query(qctx, semInspectSQL, b.rowName(name), b.slotKey(name))
 		if err != nil {
 			return err
 		}
