@@ -250,3 +250,67 @@ func TestWaitersDoNotWakeEachOther(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSemaphoreBadInput checks that a limit under 1 and an unknown mode
+// fail with ErrInvalidOption and create nothing.
+func TestSemaphoreBadInput(t *testing.T) {
+	srv := testserver.ZooKeeper(t)
+	conn := admin(t, srv.Addr())
+	root := uniqueRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b := dial(t, srv.Addr(), root)
+	defer b.Close()
+	req := driver.AcquireRequest{Key: "bad", Token: "0123456789abcdef0123456789abcdef", TTL: time.Minute}
+	for _, n := range []int{0, -1} {
+		if _, err := b.AcquirePermit(ctx, req, n); !errors.Is(err, driver.ErrInvalidOption) {
+			t.Errorf("AcquirePermit with a limit of %d: %v, want ErrInvalidOption", n, err)
+		}
+		if err := b.SetPermits(ctx, req.Key, n); !errors.Is(err, driver.ErrInvalidOption) {
+			t.Errorf("SetPermits(%d): %v, want ErrInvalidOption", n, err)
+		}
+	}
+	if _, err := b.AcquireRW(ctx, req, driver.Mode(7), ""); !errors.Is(err, driver.ErrInvalidOption) {
+		t.Errorf("AcquireRW in mode 7: %v, want ErrInvalidOption", err)
+	}
+	if c := children(t, conn, root); len(c) != 0 {
+		t.Errorf("bad input created %q", c)
+	}
+}
+
+// TestPermitLostWhenNodeDeleted deletes a held permit's node behind its
+// holder's back, as an operator would: the permit is reported lost, and
+// its release says it was not held.
+func TestPermitLostWhenNodeDeleted(t *testing.T) {
+	srv := testserver.ZooKeeper(t)
+	conn := admin(t, srv.Addr())
+	root := uniqueRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := distlock.New(dial(t, srv.Addr(), root))
+	defer c.Close()
+	const name = "lost"
+	s, err := c.Semaphore(name, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range children(t, conn, semPathOf(root, name)) {
+		if n != "limit" {
+			if err := conn.Delete(semPathOf(root, name)+"/"+n, -1); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	select {
+	case <-p.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the permit whose node was deleted is not reported lost")
+	}
+	if err := p.Release(ctx); err == nil {
+		t.Error("releasing a lost permit succeeded")
+	}
+}
