@@ -27,6 +27,40 @@ func TestRWLocksAndSemaphores(t *testing.T) {
 	t.Run("CallsAfterClose", func(t *testing.T) { rwCallsAfterClose(t, s) })
 	t.Run("RenewalMovesTheTimeToLive", func(t *testing.T) { renewalMovesTTL(t, s) })
 	t.Run("NamespacesKeptApart", func(t *testing.T) { rwNamespaces(t, s) })
+	t.Run("CloseEndsWatches", func(t *testing.T) { closeEndsWatches(t, s) })
+}
+
+// Close of a backend that owns its pool returns promptly while a watch is
+// open, and the watch's stop returns after it.
+func closeEndsWatches(t *testing.T, s *testserver.Server) {
+	ctx := testContext(t, time.Minute)
+	be, err := pglock.Open(ctx, testserver.PostgresDSN(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, stop, err := be.WatchRW(ctx, uniqueKey(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- be.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Error(err)
+		}
+	case <-time.After(5 * time.Second):
+		stop() // lets Close return, so that nothing leaks
+		<-closed
+		t.Fatal("Close did not return within 5s of a watch left open")
+	}
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a watch's stop after Close did not return within 5s")
+	}
 }
 
 // Under two namespaces one name is two read-write locks and two
