@@ -61,6 +61,9 @@ func blocks(kind string, mode driver.Mode) bool {
 // lock's; otherwise the attempt lists the queue and times the leases of the
 // nodes that refuse it (see expire). The fence is the node's czxid.
 func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode driver.Mode, intent string) (driver.Grant, error) {
+	if mode != driver.Shared && mode != driver.Exclusive {
+		return driver.Grant{}, fmt.Errorf("zklock: lock %q in mode %d: %w", req.Key, mode, driver.ErrInvalidOption)
+	}
 	ctx, stop, err := b.op(ctx)
 	if err != nil {
 		return driver.Grant{}, fmt.Errorf("zklock: %s lock of %q: %w", mode, req.Key, err)
@@ -80,10 +83,7 @@ func (b *Backend) acquireRW(ctx context.Context, req driver.AcquireRequest, mode
 	}
 	kind := writeKind
 	if mode == driver.Shared {
-		kind = readKind
-	}
-	if mode != driver.Exclusive {
-		intent = ""
+		kind, intent = readKind, ""
 	}
 	rp := b.rwPath(req.Key)
 	data := encodeValue(req.Token, req.TTL, req.Meta)

@@ -44,6 +44,9 @@ type storedLimit struct {
 // permits, times the leases of those ahead (see expire), and deletes its
 // node again.
 func (b *Backend) AcquirePermit(ctx context.Context, req driver.AcquireRequest, limit int) (driver.Grant, error) {
+	if limit < 1 {
+		return driver.Grant{}, fmt.Errorf("zklock: acquire permit of %q: %d permits: want at least 1: %w", req.Key, limit, driver.ErrInvalidOption)
+	}
 	ctx, stop, err := b.op(ctx)
 	if err != nil {
 		return driver.Grant{}, fmt.Errorf("zklock: acquire permit of %q: %w", req.Key, err)
