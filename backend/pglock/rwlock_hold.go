@@ -209,15 +209,17 @@ func (b *Backend) releaseHold(ctx context.Context, kind, name, token string, q s
 // PostgreSQL channel carries name, listening on a connection of the pool of
 // its own until stop: a waiter of the client is the only one of its handle
 // to watch a name at a time. It returns once LISTEN is in effect, so that no
-// notice after it is missed. If the connection fails, the channel fires and
-// the client's poll takes over.
+// notice after it is missed. It waits for a free connection as an attempt
+// does (WithPoolWait); the client polls instead if none comes. If the
+// connection fails, or the backend closes, the channel fires and the
+// client's poll takes over.
 func (b *Backend) watchChannel(ctx context.Context, channel, name string) (<-chan struct{}, func(), error) {
 	if err := b.closedError("watch", name); err != nil {
 		return nil, nil, err
 	}
-	conn, err := b.pool.Acquire(ctx)
+	conn, err := b.conn(ctx, name, &b.poolBound)
 	if err != nil {
-		return nil, nil, fmt.Errorf("pglock: watch %q: connection: %w", name, err)
+		return nil, nil, fmt.Errorf("pglock: watch %q: %w", name, err)
 	}
 	qctx, done := b.reqBound.within(ctx)
 	_, err = conn.Exec(qctx, "LISTEN "+channel)
@@ -226,27 +228,39 @@ func (b *Backend) watchChannel(ctx context.Context, channel, name string) (<-cha
 		destroy(conn) // the LISTEN may be in effect
 		return nil, nil, fmt.Errorf("pglock: watch %q: %w", name, err)
 	}
-	w := &listener{conn: conn, name: b.rowName(name), wake: make(chan struct{}, 1), exited: make(chan struct{})}
+	w := &listener{b: b, conn: conn, name: b.rowName(name), wake: make(chan struct{}, 1), exited: make(chan struct{})}
 	go w.run()
 	return w.wake, w.stop, nil
 }
 
+// closedLook is how often an open watch looks whether its backend closed:
+// Close does not wait for watches, and a pool that Open created closes only
+// once every connection is back.
+const closedLook = time.Second
+
 // listener delivers one name's notices to one waiter.
 type listener struct {
+	b      *Backend
 	conn   *pgxpool.Conn
 	name   string
 	wake   chan struct{}
 	exited chan struct{}
 
 	mu      sync.Mutex
-	stopped bool
+	stopped bool // under mu, as the read deadline: stop's is never overwritten, nor set once run ends
 }
 
-// run reads notices until stop or the connection fails, then gives the
-// connection back without its LISTEN, or destroys it.
+// run reads notices until stop, the backend's Close or a failure of the
+// connection; stopped, it gives the connection back without its LISTEN,
+// otherwise it destroys it.
 func (w *listener) run() {
 	defer close(w.exited)
 	for {
+		w.mu.Lock()
+		if !w.stopped {
+			_ = w.netConn().SetReadDeadline(time.Now().Add(closedLook))
+		}
+		w.mu.Unlock()
 		n, err := w.conn.Conn().WaitForNotification(context.Background())
 		if err == nil {
 			if n.Payload == w.name {
@@ -254,11 +268,18 @@ func (w *listener) run() {
 			}
 			continue
 		}
+		var ne net.Error
+		timeout := errors.As(err, &ne) && ne.Timeout() && !w.conn.Conn().IsClosed()
+		closed := w.b.closed.Load()
 		w.mu.Lock()
 		stopped := w.stopped
+		ending := !timeout || stopped || closed
+		w.stopped = w.stopped || ending // from here stop leaves the connection alone
 		w.mu.Unlock()
-		var ne net.Error
-		if stopped && errors.As(err, &ne) && ne.Timeout() && !w.conn.Conn().IsClosed() {
+		if !ending {
+			continue
+		}
+		if timeout && !closed {
 			_ = w.netConn().SetReadDeadline(time.Time{})
 			ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 			_, err = w.conn.Exec(ctx, "UNLISTEN *")
@@ -268,7 +289,7 @@ func (w *listener) run() {
 				return
 			}
 		}
-		w.notify() // lost: the waiter looks again
+		w.notify() // the waiter looks again
 		destroy(w.conn)
 		return
 	}
@@ -287,11 +308,10 @@ func (w *listener) netConn() net.Conn { return w.conn.Conn().PgConn().Conn() }
 // timeout and survives, and waits for run to give the connection back.
 func (w *listener) stop() {
 	w.mu.Lock()
-	first := !w.stopped
-	w.stopped = true
-	w.mu.Unlock()
-	if first {
+	if !w.stopped {
+		w.stopped = true
 		_ = w.netConn().SetReadDeadline(time.Unix(1, 0))
 	}
+	w.mu.Unlock()
 	<-w.exited
 }
