@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/backend/etcdlock"
 	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/testserver"
 )
@@ -126,5 +129,69 @@ func TestRWHoldByTokenOnAnotherBackend(t *testing.T) {
 		if err := a.RenewRW(ctx, "rw", token, 5*time.Second); !errors.Is(err, driver.ErrNotHeld) {
 			t.Fatalf("%s hold renewed after its release: %v, want ErrNotHeld", mode, err)
 		}
+	}
+}
+
+// rwAttempts counts the single attempts a backend makes on read-write
+// locks.
+type rwAttempts struct {
+	*etcdlock.Backend
+	n *atomic.Int64
+}
+
+func (a rwAttempts) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode driver.Mode, intent string) (driver.Grant, error) {
+	a.n.Add(1)
+	return a.Backend.AcquireRW(ctx, req, mode, intent)
+}
+
+// Readers and a writer waiting behind a writer's hold do not wake each
+// other with their refused attempts or the writer's intent: they make
+// about as many attempts as the client's poll alone would.
+func TestRefusedRWAttemptsWakeNobody(t *testing.T) {
+	const waiters, wait = 4, 1500 * time.Millisecond
+	eps := []string{testserver.EtcdEndpoint(testserver.Etcd(t))}
+	prefix := uniquePrefix(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	holder := distlock.New(dial(t, eps, prefix))
+	defer holder.Close()
+	m, err := holder.RWMutex("rw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := m.TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int64
+	errs := make(chan error, waiters)
+	for i := range waiters {
+		c := distlock.New(rwAttempts{dial(t, eps, prefix), &n})
+		defer c.Close()
+		m, err := c.RWMutex("rw")
+		if err != nil {
+			t.Fatal(err)
+		}
+		take := m.RLock
+		if i == 0 {
+			take = m.Lock
+		}
+		go func() {
+			_, err := take(ctx, distlock.WithWait(wait))
+			errs <- err
+		}()
+	}
+	for range waiters {
+		if err := <-errs; !errors.Is(err, distlock.ErrNotAcquired) {
+			t.Fatalf("a waiter while the writer holds: %v, want ErrNotAcquired", err)
+		}
+	}
+	if got := n.Load(); got > waiters*60 {
+		t.Errorf("%d attempts by %d waiters in %v: refused attempts wake the other waiters", got, waiters, wait)
+	} else {
+		t.Logf("%d attempts by %d waiters in %v", got, waiters, wait)
+	}
+	if err := w.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
