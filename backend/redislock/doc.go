@@ -60,6 +60,13 @@
 // minute, and nothing grows without bound. Counters written by earlier
 // versions of this package have no expiry until their name is locked again.
 //
+// The backend keeps semaphores natively (driver.Semaphores, for
+// distlock's Client.Semaphore): a semaphore S's permits are a sorted set by
+// expiry under the tag {S}, with its holders, fence counter and watchers
+// beside it; each operation is one script on the server's clock. Its
+// number of permits (<prefix>{S}:sem:limit) stays until deleted: it is the
+// semaphore's setting, not a hold.
+//
 // # Requests
 //
 // Each request is one Lua script, run by its SHA1 (EVALSHA) and loaded on

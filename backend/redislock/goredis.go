@@ -60,26 +60,32 @@ func contextTimeoutEnabled(c redis.UniversalClient) bool {
 	return false
 }
 
-// run runs one request within ctx even if the client ignores its deadline.
+// run runs the lock script s within ctx even if the client ignores its
+// deadline.
 func (g *goRedis) run(ctx context.Context, s script, keys []string, args []string) *redis.Cmd {
+	return g.runScript(ctx, g.scripts[s], keys, args)
+}
+
+// runScript runs sc within ctx even if the client ignores its deadline.
+func (g *goRedis) runScript(ctx context.Context, sc *redis.Script, keys []string, args []string) *redis.Cmd {
 	vals := make([]any, len(args))
 	for i, a := range args {
 		vals[i] = a
 	}
 	if g.bounded || ctx.Done() == nil {
-		return g.scripts[s].Run(ctx, g.c, keys, vals...)
+		return sc.Run(ctx, g.c, keys, vals...)
 	}
 	g.mu.Lock()
 	if g.closing {
 		g.mu.Unlock()
-		return g.scripts[s].Run(ctx, g.c, keys, vals...)
+		return sc.Run(ctx, g.c, keys, vals...)
 	}
 	g.late.Add(1)
 	g.mu.Unlock()
 	done := make(chan *redis.Cmd, 1)
 	go func() {
 		defer g.late.Done()
-		done <- g.scripts[s].Run(ctx, g.c, keys, vals...)
+		done <- sc.Run(ctx, g.c, keys, vals...)
 	}()
 	select {
 	case cmd := <-done:

@@ -89,37 +89,5 @@ func (r *rueidisStore) evalSem(ctx context.Context, s semScript, keys, args []st
 	return semScripts[s].rueidis.Exec(ctx, r.c, keys, args).AsStrSlice()
 }
 
-// runScript runs sc within ctx even if the client ignores its deadline, as
-// run does for the lock scripts.
-func (g *goRedis) runScript(ctx context.Context, sc *redis.Script, keys []string, args []string) *redis.Cmd {
-	vals := make([]any, len(args))
-	for i, a := range args {
-		vals[i] = a
-	}
-	if g.bounded || ctx.Done() == nil {
-		return sc.Run(ctx, g.c, keys, vals...)
-	}
-	g.mu.Lock()
-	if g.closing {
-		g.mu.Unlock()
-		return sc.Run(ctx, g.c, keys, vals...)
-	}
-	g.late.Add(1)
-	g.mu.Unlock()
-	done := make(chan *redis.Cmd, 1)
-	go func() {
-		defer g.late.Done()
-		done <- sc.Run(ctx, g.c, keys, vals...)
-	}()
-	select {
-	case cmd := <-done:
-		return cmd
-	case <-ctx.Done():
-		cmd := redis.NewCmd(ctx)
-		cmd.SetErr(ctx.Err())
-		return cmd
-	}
-}
-
 // semReplyErr is the error of a script reply of an unexpected shape.
 func semReplyErr(r []string) error { return fmt.Errorf("semaphore script returned %q", r) }
