@@ -141,32 +141,17 @@ func (b *Backend) inspectPermits(ctx context.Context, name string) (int, []drive
 	if err != nil {
 		return 0, nil, err
 	}
-	if len(r)%3 != 1 {
+	if len(r) < 1 {
 		return 0, nil, semReplyErr(r)
 	}
 	limit, err := strconv.Atoi(r[0])
 	if err != nil {
 		return 0, nil, fmt.Errorf("limit: %w", err)
 	}
-	held := make([]driver.Info, 0, len(r)/3)
-	for p := r[1:]; len(p) > 0; p = p[3:] {
-		info := driver.Info{Key: name, Held: true}
-		if info.Fence, err = strconv.ParseUint(p[0], 10, 64); err != nil {
-			return 0, nil, fmt.Errorf("fence: %w", err)
-		}
-		ms, err := strconv.ParseInt(p[1], 10, 64)
-		if err != nil {
-			return 0, nil, fmt.Errorf("time to live: %w", err)
-		}
-		info.TTL = time.Duration(ms) * time.Millisecond
-		if p[2] != "" {
-			if err := json.Unmarshal([]byte(p[2]), &info.Meta); err != nil {
-				return 0, nil, fmt.Errorf("metadata: %w", err)
-			}
-		}
-		held = append(held, info)
+	held, err := parseHolds(name, r[1:])
+	if err != nil {
+		return 0, nil, err
 	}
-	slices.SortFunc(held, func(a, b driver.Info) int { return cmp.Compare(a.Fence, b.Fence) })
 	return limit, held, nil
 }
 
@@ -181,11 +166,18 @@ func (b *Backend) inspectPermits(ctx context.Context, name string) (int, []drive
 // lost, since a notice may have been missed. A permit whose holder vanished
 // frees no notice: the caller's poll finds it.
 func (b *Backend) WatchPermits(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+	return b.watchKeys(ctx, "watch permits of", name, b.semKeysFor)
+}
+
+// watchKeys is WatchPermits and WatchRW: it enters a watcher in the fifth
+// of keysFor(name), the watchers of a semaphore or a read-write lock, whose
+// scripts wake it alike. op names the call in errors.
+func (b *Backend) watchKeys(ctx context.Context, op, name string, keysFor func(string) []string) (<-chan struct{}, func(), error) {
 	if err := driver.ValidateKey(name); err != nil {
-		return nil, nil, fmt.Errorf("redislock: watch permits of %q: %w", name, err)
+		return nil, nil, fmt.Errorf("redislock: %s %q: %w", op, name, err)
 	}
 	if !b.enterWait() {
-		return nil, nil, fmt.Errorf("redislock: watch permits of %q: %w", name, driver.ErrClosed)
+		return nil, nil, fmt.Errorf("redislock: %s %q: %w", op, name, driver.ErrClosed)
 	}
 	var id [8]byte
 	_, _ = crand.Read(id[:]) // crypto/rand.Read never fails
@@ -195,13 +187,13 @@ func (b *Backend) WatchPermits(ctx context.Context, name string) (<-chan struct{
 	mb, err := b.inbox.join("\x00sem\x00"+token, nextWaiter{token: token})
 	if err != nil {
 		b.waits.Done()
-		return nil, nil, fmt.Errorf("redislock: watch permits of %q: %w", name, err)
+		return nil, nil, fmt.Errorf("redislock: %s %q: %w", op, name, err)
 	}
-	w := &semWatcher{b: b, keys: b.semKeysFor(name), member: b.id + "|" + token, mb: mb}
+	w := &semWatcher{b: b, keys: keysFor(name), member: b.id + "|" + token, mb: mb}
 	if err := w.enter(ctx); err != nil {
 		b.inbox.leave(mb, false)
 		b.waits.Done()
-		return nil, nil, fmt.Errorf("redislock: watch permits of %q: %w", name, err)
+		return nil, nil, fmt.Errorf("redislock: %s %q: %w", op, name, err)
 	}
 	b.inbox.listen(ctx)
 	wctx, cancel := context.WithCancel(ctx)
@@ -215,7 +207,7 @@ func (b *Backend) WatchPermits(ctx context.Context, name string) (<-chan struct{
 	return mb.wake, func() { once.Do(cancel) }, nil
 }
 
-// semWatcher is one WatchPermits.
+// semWatcher is one WatchPermits or WatchRW.
 type semWatcher struct {
 	b      *Backend
 	keys   []string
@@ -251,4 +243,34 @@ func (w *semWatcher) keep(ctx context.Context) {
 		_ = w.enter(ctx) // a failed refresh: the next one, or the poll, makes up for it
 		w.b.inbox.listen(ctx)
 	}
+}
+
+// parseHolds reads the holds of name that an inspect script reports, as
+// fence, ms to live and metadata JSON ("" if none) each, and returns them
+// by fence.
+func parseHolds(name string, p []string) ([]driver.Info, error) {
+	if len(p)%3 != 0 {
+		return nil, semReplyErr(p)
+	}
+	held := make([]driver.Info, 0, len(p)/3)
+	for ; len(p) > 0; p = p[3:] {
+		info := driver.Info{Key: name, Held: true}
+		var err error
+		if info.Fence, err = strconv.ParseUint(p[0], 10, 64); err != nil {
+			return nil, fmt.Errorf("fence: %w", err)
+		}
+		ms, err := strconv.ParseInt(p[1], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("time to live: %w", err)
+		}
+		info.TTL = time.Duration(ms) * time.Millisecond
+		if p[2] != "" {
+			if err := json.Unmarshal([]byte(p[2]), &info.Meta); err != nil {
+				return nil, fmt.Errorf("metadata: %w", err)
+			}
+		}
+		held = append(held, info)
+	}
+	slices.SortFunc(held, func(a, b driver.Info) int { return cmp.Compare(a.Fence, b.Fence) })
+	return held, nil
 }

@@ -9,7 +9,8 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// semScript names one of the semaphore scripts.
+// semScript names one of the scripts of semaphores and read-write locks,
+// whose keys are laid out alike (semaphore.lua, rwlock.lua).
 type semScript int
 
 const (
@@ -19,6 +20,9 @@ const (
 	semSetPermits
 	semInspect
 	semWatch
+	rwAcquire
+	rwWithdraw
+	rwInspect
 	numSemScripts
 )
 
@@ -37,10 +41,20 @@ var (
 	semInspectLua string
 	//go:embed semaphore_watch.lua
 	semWatchLua string
+	//go:embed rwlock.lua
+	rwlockLua string
+	//go:embed rwlock_acquire.lua
+	rwAcquireLua string
+	//go:embed rwlock_withdraw.lua
+	rwWithdrawLua string
+	//go:embed rwlock_inspect.lua
+	rwInspectLua string
 )
 
-// semScripts holds each semaphore script compiled for both clients. Each
-// takes counter.lua and semaphore.lua before its own source. The compiled
+// semScripts holds each script compiled for both clients. Each takes
+// counter.lua and semaphore.lua before its own source, and a read-write
+// lock's own scripts rwlock.lua after them; a read-write lock renews,
+// releases and watches with the semaphore's scripts. The compiled
 // scripts hold nothing but their source and its hash, so every backend
 // shares them.
 var semScripts = func() (s [numSemScripts]struct {
@@ -54,6 +68,9 @@ var semScripts = func() (s [numSemScripts]struct {
 		semSetPermits: semSetPermitsLua,
 		semInspect:    semInspectLua,
 		semWatch:      semWatchLua,
+		rwAcquire:     rwlockLua + rwAcquireLua,
+		rwWithdraw:    rwlockLua + rwWithdrawLua,
+		rwInspect:     rwlockLua + rwInspectLua,
 	} {
 		src = counterLua + semaphoreLua + src
 		s[i].goRedis, s[i].rueidis = redis.NewScript(src), rueidis.NewLuaScript(src)
@@ -61,7 +78,7 @@ var semScripts = func() (s [numSemScripts]struct {
 	return s
 }()
 
-// evalSem runs the semaphore script s over a semaphore's keys within the
+// evalSem runs script s over a semaphore's or read-write lock's keys within the
 // request timeout (see call) and returns its reply, an array of strings.
 func (b *Backend) evalSem(ctx context.Context, s semScript, keys []string, args ...string) (r []string, err error) {
 	err = b.call(ctx, func(ctx context.Context) error {
@@ -90,4 +107,4 @@ func (r *rueidisStore) evalSem(ctx context.Context, s semScript, keys, args []st
 }
 
 // semReplyErr is the error of a script reply of an unexpected shape.
-func semReplyErr(r []string) error { return fmt.Errorf("semaphore script returned %q", r) }
+func semReplyErr(r []string) error { return fmt.Errorf("script returned %q", r) }
