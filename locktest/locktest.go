@@ -97,6 +97,7 @@ func Run(t *testing.T, h Harness) {
 		{"Reentrancy", s.reentrancy},
 		{"Do", s.do},
 		{"InspectAndList", s.inspectAndList},
+		{"ListShowsOnlyLocks", s.listShowsOnlyLocks},
 		{"InvalidInputTouchesNoStore", s.invalidInput},
 		{"ReleaseAndRenewAfterRelease", s.afterRelease},
 		{"CloseEndsWait", s.closeEndsWait},
@@ -727,6 +728,50 @@ func (s *suite) do(t *testing.T) {
 		t.Fatalf("Do did not release: %v", err)
 	}
 	_ = l.Release(ctx)
+}
+
+// listShowsOnlyLocks: List reports locks only, never the entries the
+// backend keeps for semaphores or read-write locks, which are no lock's and
+// whose internal names are no valid key.
+func (s *suite) listShowsOnlyLocks(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	a := s.client(t)
+	if _, ok := a.Backend().(driver.Lister); !ok {
+		t.Skip("the backend does not list")
+	}
+	prefix := s.key(t)
+	l := mustLock(t, ctx, a, prefix+"/lock")
+	defer l.Release(ctx)
+	if sem, err := a.Semaphore(prefix+"/sem", 2); err == nil {
+		p, err := sem.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Release(ctx)
+	}
+	if m, err := a.RWMutex(prefix + "/rw"); err == nil {
+		r, err := m.TryRLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Release(ctx)
+	}
+	infos, err := a.List(ctx, prefix+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 1 || infos[0].Key != l.Key() {
+		t.Fatalf("List(%q) = %+v, want the lock %q alone", prefix+"/", infos, l.Key())
+	}
+	all, err := a.List(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, info := range all {
+		if err := distlock.ValidateKey(info.Key); err != nil {
+			t.Fatalf("List(\"\") reports %q, which is no lock's key: %v", info.Key, err)
+		}
+	}
 }
 
 func (s *suite) inspectAndList(t *testing.T) {

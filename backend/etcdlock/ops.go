@@ -339,8 +339,8 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 	var out []driver.Info
 	for _, kv := range resp.Kvs {
 		key, _, err := b.splitEntry(string(kv.Key))
-		if err != nil || seen[key] || !strings.HasPrefix(key, prefix) {
-			continue // not a lock entry, or a waiter behind the holder
+		if err != nil || seen[key] || !strings.HasPrefix(key, prefix) || driver.ValidateKey(key) != nil {
+			continue // not a lock entry (a semaphore's, a read-write lock's), or a waiter behind the holder
 		}
 		seen[key] = true
 		info, err := b.info(ctx, key, kv)
