@@ -226,17 +226,24 @@ func TestSemaphoreBesideLock(t *testing.T) {
 }
 
 // TestSemaphoreKeysShareSlot checks on a Cluster that the names of a
-// semaphore, whatever characters its name has, share one slot, and that its
-// scripts run there on both clients, a release waking a watcher.
+// semaphore and of a read-write lock, whatever characters the name has,
+// share one slot, and that their scripts run there on both clients, a
+// release waking a watcher.
 func TestSemaphoreKeysShareSlot(t *testing.T) {
 	c := testserver.RedisCluster(t, 3)
 	addrs := c.Addrs()
-	for _, name := range []string{"plain", "a}b{c", `back\]`} {
-		base := redislock.DefaultPrefix + "{" + strings.NewReplacer(`\`, `\\`, `}`, `\]`).Replace(name) + "}:sem"
-		slot := rawCommand(t, addrs[:1], "CLUSTER", "KEYSLOT", base)
-		for _, n := range []string{base + ":holders", base + ":limit", base + ":fence", base + ":watchers"} {
-			if s := rawCommand(t, addrs[:1], "CLUSTER", "KEYSLOT", n); s != slot {
-				t.Errorf("%s in slot %s, %s in %s", n, s, base, slot)
+	names := []string{"plain", "a}b{c", `back\]`}
+	for _, name := range names {
+		tag := redislock.DefaultPrefix + "{" + strings.NewReplacer(`\`, `\\`, `}`, `\]`).Replace(name) + "}"
+		for base, rest := range map[string][]string{
+			tag + ":sem": {":holders", ":limit", ":fence", ":watchers"},
+			tag + ":rw":  {":holders", ":intents", ":fence", ":watchers"},
+		} {
+			slot := rawCommand(t, addrs[:1], "CLUSTER", "KEYSLOT", base)
+			for _, suffix := range rest {
+				if s := rawCommand(t, addrs[:1], "CLUSTER", "KEYSLOT", base+suffix); s != slot {
+					t.Errorf("%s in slot %s, %s in %s", base+suffix, s, base, slot)
+				}
 			}
 		}
 	}
@@ -245,8 +252,8 @@ func TestSemaphoreKeysShareSlot(t *testing.T) {
 		newGoRedis(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})),
 	} {
 		ctx := testContext(t)
-		sem := b.(driver.Semaphores)
-		for _, name := range []string{"plain", "a}b{c", `back\]`} {
+		sem, rw := b.(driver.Semaphores), b.(driver.RWLocks)
+		for _, name := range names {
 			req := driver.AcquireRequest{Key: name, Token: "tok", TTL: time.Minute}
 			if _, err := sem.AcquirePermit(ctx, req, 3); err != nil {
 				t.Fatalf("acquire a permit of %q: %v", name, err)
@@ -263,6 +270,34 @@ func TestSemaphoreKeysShareSlot(t *testing.T) {
 			}
 			if !awaitWake(wake, 5*time.Second) {
 				t.Errorf("watch of %q: no wake after the release", name)
+			}
+			stop()
+
+			if _, err := rw.AcquireRW(ctx, req, driver.Shared, ""); err != nil {
+				t.Fatalf("read-lock %q: %v", name, err)
+			}
+			w := driver.AcquireRequest{Key: name, Token: "w", TTL: time.Minute}
+			if _, err := rw.AcquireRW(ctx, w, driver.Exclusive, "intent"); !errors.Is(err, driver.ErrNotAcquired) {
+				t.Fatalf("write-lock %q while read: %v, want ErrNotAcquired", name, err)
+			}
+			wake, stop, err = rw.WatchRW(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := rw.RenewRW(ctx, name, req.Token, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			if mode, held, intents, err := rw.InspectRW(ctx, name); err != nil || mode != driver.Shared || len(held) != 1 || intents != 1 {
+				t.Fatalf("inspect read-write lock %q: %v, %+v, %d, %v", name, mode, held, intents, err)
+			}
+			if err := rw.ReleaseRW(ctx, name, req.Token); err != nil {
+				t.Fatal(err)
+			}
+			if !awaitWake(wake, 5*time.Second) {
+				t.Errorf("watch of read-write lock %q: no wake after the release", name)
+			}
+			if err := rw.WithdrawIntent(ctx, name, "intent"); err != nil {
+				t.Fatal(err)
 			}
 			stop()
 		}
