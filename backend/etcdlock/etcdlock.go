@@ -35,6 +35,14 @@
 // nothing that outlives the locks, apart from etcd's own history of deleted
 // keys, which its compaction removes.
 //
+// The backend also keeps semaphores (driver.Semaphores: permits as entries
+// under the name's own prefix, the first limit by create revision holding)
+// and read-write locks (driver.RWLocks: readers', writers' and waiting
+// writers' entries in three directories, granted by one transaction that
+// compares them), under internal names no lock key can have. A semaphore
+// keeps its limit key until deleted; a write intent's key expires within
+// driver.WriteIntentTTL. See docs/etcd-zookeeper.md.
+//
 // Every call after Close, or after the etcd client passed to New was closed,
 // returns an error matching driver.ErrClosed.
 package etcdlock

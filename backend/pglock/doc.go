@@ -84,6 +84,13 @@
 // XactLock and TryXactLock take transaction-level locks in the same id space
 // for code that already runs in a pgx transaction.
 //
+// The backend also keeps read-write locks (driver.RWLocks: shared and
+// exclusive advisory locks of the name's id, so a lock and a read-write lock
+// of one name exclude each other; waiting writers' intents in a table
+// readers check in the same statement) and semaphores (driver.Semaphores:
+// permit i is the two-key advisory lock (slot key, i) below the limit), with
+// their rows in the tables Migrate makes; see docs/sql.md.
+//
 // Open registers the schemes "postgres" and "postgresql": the URL is a pgx
 // connection string for a pool that the backend owns and closes.
 package pglock

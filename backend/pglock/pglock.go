@@ -163,9 +163,11 @@ func (b *Backend) ID(key string) int64 {
 	return KeyID(key)
 }
 
-// Migrate creates the fence sequence and the holder table if they do not
-// exist. Backends also do it on first use; call it at deployment when the
-// locking role may not create objects.
+// Migrate creates the fence sequence, the holder table and the tables of
+// read-write locks and semaphores (distlock_pg_rw_holds,
+// distlock_pg_rw_intents, distlock_pg_semaphores, distlock_pg_permits) if
+// they do not exist. Backends also do it on first use; call it at
+// deployment when the locking role may not create objects.
 func (b *Backend) Migrate(ctx context.Context) error {
 	if b.closed.Load() {
 		return fmt.Errorf("pglock: migrate: %w", driver.ErrClosed)
@@ -179,7 +181,10 @@ func (b *Backend) Migrate(ctx context.Context) error {
 		if _, err := tx.Exec(qctx, xactLockSQL, migrateLockID); err != nil {
 			return err
 		}
-		_, err := tx.Exec(qctx, migrateSQL)
+		if _, err := tx.Exec(qctx, migrateSQL); err != nil {
+			return err
+		}
+		_, err := tx.Exec(qctx, rwsemMigrateSQL)
 		return err
 	})
 	if err != nil {

@@ -24,37 +24,11 @@ import (
 //go:embed sql/rwsem_migrate.sql
 var rwsemMigrateSQL string
 
-// MigrateRWLocks creates the tables of read-write locks and semaphores
-// (distlock_pg_rw_holds, distlock_pg_rw_intents, distlock_pg_semaphores,
-// distlock_pg_permits) if they do not exist, and what Migrate creates.
-// Backends also do it on first use; call it at deployment when the locking
-// role may not create objects.
-func (b *Backend) MigrateRWLocks(ctx context.Context) error {
-	if err := b.Migrate(ctx); err != nil {
-		return err
-	}
-	conn, qctx, done, err := b.pooled(ctx)
-	if err != nil {
-		return fmt.Errorf("pglock: migrate: %w", err)
-	}
-	defer done()
-	err = pgx.BeginFunc(qctx, conn, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(qctx, xactLockSQL, migrateLockID); err != nil {
-			return err
-		}
-		_, err := tx.Exec(qctx, rwsemMigrateSQL)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("pglock: migrate: %w", err)
-	}
-	return nil
-}
-
 // withTables runs f, which uses the tables of read-write locks and
-// semaphores, after the fence sequence exists; if a table is missing
-// (undefined_table, raised before a statement runs) it creates them and
-// runs f again. So the common call costs no check.
+// semaphores, after the schema was migrated once; if a table is missing
+// all the same (undefined_table, raised before a statement runs: dropped
+// since, or made by an earlier version's Migrate) it migrates again and runs
+// f again. So the common call costs no check.
 func (b *Backend) withTables(ctx context.Context, f func() error) error {
 	if err := b.ensureSchema(ctx); err != nil {
 		return err
@@ -63,7 +37,7 @@ func (b *Backend) withTables(ctx context.Context, f func() error) error {
 	if pe := (*pgconn.PgError)(nil); !errors.As(err, &pe) || pe.Code != "42P01" {
 		return err
 	}
-	if err := b.MigrateRWLocks(ctx); err != nil {
+	if err := b.Migrate(ctx); err != nil {
 		return err
 	}
 	return f()

@@ -60,6 +60,14 @@
 // removes empty ones (about once a minute by default) if the backend's
 // process ended before it could. What remains is the root and the nodes on
 // its path, created once; locking many distinct keys grows nothing.
+//
+// # Semaphores and read-write locks
+//
+// The backend also keeps semaphores (driver.Semaphores: permit nodes under
+// ROOT/sem.<name>, the first limit by sequence holding) and read-write locks
+// (driver.RWLocks: reader, writer and write-intent nodes in one queue under
+// ROOT/rw.<name>). A semaphore's node and its limit node stay, one small pair
+// per name. See docs/zookeeper-sync.md.
 package zklock
 
 import (
