@@ -48,30 +48,14 @@ type sighting struct {
 // only delays an expiry or costs a read.
 const maxRemembered = 1024
 
-// syncStates holds each open backend's syncState, which Backend has no
-// field for; an entry goes when its backend closes.
-var syncStates sync.Map // *Backend -> *syncState
-
-// state returns b's syncState, made on first use, or ErrClosed.
+// state returns b's syncState, or ErrClosed.
 func (b *Backend) state() (*syncState, error) {
-	if st, ok := syncStates.Load(b); ok {
-		return st.(*syncState), nil
-	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return nil, driver.ErrClosed
 	}
-	st, loaded := syncStates.LoadOrStore(b, &syncState{seen: make(map[string]map[string]sighting), limits: make(map[string]storedLimit)})
-	if !loaded {
-		b.bg.Add(1)
-		go func() {
-			defer b.bg.Done()
-			<-b.life.Done()
-			syncStates.Delete(b)
-		}()
-	}
-	return st.(*syncState), nil
+	return b.syncMemory, nil
 }
 
 // keep forgets the sightings under parent of the children not in queue.

@@ -107,6 +107,8 @@ type Backend struct {
 	holds  map[string]*hold // by token
 	closed bool
 	bg     sync.WaitGroup // session watcher, janitor, hold watchers, cleanups
+
+	syncMemory *syncState // semaphores' and read-write locks' memory (semaphore_lease.go)
 }
 
 var (
@@ -141,7 +143,8 @@ func New(conn *zk.Conn, events <-chan zk.Event, opts ...Option) (*Backend, error
 // newBackend starts the backend's session watcher and janitor. A non-nil
 // log marks a connection of the backend's own.
 func newBackend(conn *zk.Conn, events <-chan zk.Event, cfg config, log *connLog) *Backend {
-	b := &Backend{config: cfg, conn: conn, owned: log != nil, log: log, connGone: make(chan struct{}), holds: make(map[string]*hold)}
+	b := &Backend{config: cfg, conn: conn, owned: log != nil, log: log, connGone: make(chan struct{}), holds: make(map[string]*hold),
+		syncMemory: &syncState{seen: make(map[string]map[string]sighting), limits: make(map[string]storedLimit)}}
 	b.life, b.end = context.WithCancelCause(context.Background())
 	b.janitor = newJanitor(b)
 	b.bg.Add(2)
