@@ -67,6 +67,14 @@
 // number of permits (<prefix>{S}:sem:limit) stays until deleted: it is the
 // semaphore's setting, not a hold.
 //
+// The backend keeps read-write locks natively too (driver.RWLocks, for
+// distlock's Client.RWMutex): a lock R's holds are a sorted set by expiry
+// under the tag {R} (<prefix>{R}:rw), with holders, write intents, fence
+// counter and watchers beside it; each operation is one script on the
+// server's clock. Nothing stays after release but the fence counter, which
+// expires a minute after the last lease, and intents, which lapse within
+// driver.WriteIntentTTL.
+//
 // # Requests
 //
 // Each request is one Lua script, run by its SHA1 (EVALSHA) and loaded on

@@ -9,6 +9,9 @@
 -- KEYS[5] watchers: "<backend id>|<watch token>", scored by the server time
 --         (ms) at which the entry expires unless its backend refreshes it.
 -- A permit whose expiry is not after now has expired.
+-- Also prepended to the read-write lock scripts (rwlock.lua), whose keys take
+-- the same places, but for KEYS[3], the waiting writers' intents, and whose
+-- holders' values begin with the mode.
 
 -- nowMs returns the server's time in ms, and TIME's reply (for nextFence).
 local function nowMs()
