@@ -8,10 +8,12 @@ import (
 	"github.com/distlock/distlock/driver"
 )
 
-// Cleanup deletes at most WithCleanupBatch holder rows whose lease ended
-// more than WithRetention ago and whose session no longer holds the lock, and
-// returns how many it deleted. Fences stay increasing: they come from the
-// sequence, not from the rows.
+// Cleanup deletes at most WithCleanupBatch rows, and returns how many it
+// deleted: holder rows whose lease ended more than WithRetention ago and
+// whose session no longer holds the lock, then, while the batch allows,
+// what read-write locks and semaphores leave likewise (hold and permit rows
+// of holds that ended without a release, lapsed write intents). Fences stay
+// increasing: they come from the sequence, not from the rows.
 func (b *Backend) Cleanup(ctx context.Context) (int64, error) {
 	if b.closed.Load() {
 		return 0, fmt.Errorf("pglock: cleanup: %w", driver.ErrClosed)
@@ -24,11 +26,19 @@ func (b *Backend) Cleanup(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("pglock: cleanup: %w", err)
 	}
 	defer done()
-	tag, err := conn.Exec(qctx, cleanupSQL, b.opts.retention.Milliseconds(), b.opts.cleanupBatch)
-	if err != nil {
-		return 0, fmt.Errorf("pglock: cleanup: %w", err)
+	var n int64
+	for _, q := range []string{cleanupSQL, cleanupRWHoldsSQL, cleanupPermitsSQL, cleanupIntentsSQL} {
+		left := int64(b.opts.cleanupBatch) - n
+		if left == 0 {
+			break
+		}
+		tag, err := conn.Exec(qctx, q, b.opts.retention.Milliseconds(), left)
+		if err != nil {
+			return n, fmt.Errorf("pglock: cleanup: %w", err)
+		}
+		n += tag.RowsAffected()
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // cleanupLoop runs Cleanup every interval until ctx ends; a full batch runs

@@ -28,6 +28,60 @@ func TestRWLocksAndSemaphores(t *testing.T) {
 	t.Run("RenewalMovesTheTimeToLive", func(t *testing.T) { renewalMovesTTL(t, s) })
 	t.Run("NamespacesKeptApart", func(t *testing.T) { rwNamespaces(t, s) })
 	t.Run("CloseEndsWatches", func(t *testing.T) { closeEndsWatches(t, s) })
+	t.Run("CleanupSweepsLeftRows", func(t *testing.T) { cleanupSweepsRWRows(t, s, admin) })
+}
+
+// Cleanup deletes what read-write locks and semaphores leave when a hold
+// ends without a release (its session ended): hold and permit rows past
+// their lease and retention whose session no longer holds, and lapsed write
+// intents; a live hold's row stays.
+func cleanupSweepsRWRows(t *testing.T, s *testserver.Server, admin *pgxpool.Pool) {
+	ctx := testContext(t, time.Minute)
+	be := newBackend(t, newPool(t, s, 4), pglock.WithCleanupInterval(0), pglock.WithRetention(time.Millisecond))
+	c := distlock.New(be)
+	defer c.Close()
+	live, err := c.RWMutex(uniqueKey(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := live.TryRLock(ctx, distlock.WithLease(50*time.Millisecond), distlock.WithWatchdog(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Release(ctx)
+	left := uniqueKey(t)
+	for _, q := range []string{
+		`INSERT INTO distlock_pg_rw_holds VALUES ($1, 0, 7, true, 'gone', 1, now() - interval '1 minute', '{}')`,
+		`INSERT INTO distlock_pg_rw_intents VALUES ($1, 'gone', now() - interval '1 minute')`,
+		`INSERT INTO distlock_pg_permits VALUES ($1, 0, 0, 'gone', 1, now() - interval '1 minute', '{}')`,
+	} {
+		if _, err := admin.Exec(ctx, q, left); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // past the live hold's first lease and the retention: its watchdog renews it
+	for range 100 {                    // earlier tests left rows too
+		n, err := be.Cleanup(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	var holds, intents, permits int
+	if err := admin.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM distlock_pg_rw_holds WHERE name = $1),
+		(SELECT count(*) FROM distlock_pg_rw_intents WHERE name = $1),
+		(SELECT count(*) FROM distlock_pg_permits WHERE name = $1)`, left).Scan(&holds, &intents, &permits); err != nil {
+		t.Fatal(err)
+	}
+	if holds+intents+permits != 0 {
+		t.Fatalf("after cleanup: %d hold, %d intent and %d permit rows left, want none", holds, intents, permits)
+	}
+	if info, err := live.Inspect(ctx); err != nil || len(info.Held) != 1 || info.Held[0].Fence != r.Fence() {
+		t.Fatalf("cleanup touched a live hold: %+v, %v", info, err)
+	}
 }
 
 // Close of a backend that owns its pool returns promptly while a watch is

@@ -25,6 +25,12 @@ var (
 	listSQL string
 	//go:embed sql/cleanup.sql
 	cleanupSQL string
+	//go:embed sql/cleanup_rw_holds.sql
+	cleanupRWHoldsSQL string
+	//go:embed sql/cleanup_permits.sql
+	cleanupPermitsSQL string
+	//go:embed sql/cleanup_intents.sql
+	cleanupIntentsSQL string
 	//go:embed sql/force_release.sql
 	forceReleaseSQL string
 	//go:embed sql/xact_lock.sql
