@@ -51,7 +51,8 @@
 // # Observability
 //
 // Stats counts executions, replays, conflicts, waits, recorded failures and
-// superseded results; WithLogger warns of conflicts and superseded results.
+// superseded results (telemetry.NewIdemCollector exports them to
+// Prometheus); WithLogger warns of conflicts and superseded results.
 // The attempts' locks go through the distlock.Client, so its Observer
 // (package telemetry) sees their acquisitions, waits, losses and store calls
 // under the keys KeyPrefix+key.

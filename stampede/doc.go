@@ -80,8 +80,9 @@
 // # Counters
 //
 // Stats counts hits, stale serves, misses, misses that joined a rebuild of
-// their process, rebuilds that waited for another's lock, loads, load failures and
-// refused writes since New.
+// their process, rebuilds that waited for another's lock, loads, load
+// failures and refused writes since New; telemetry.NewStampedeCollector
+// exports them to Prometheus.
 //
 // # Lifetime
 //
