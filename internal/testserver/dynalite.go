@@ -16,9 +16,11 @@ import (
 var dynaliteCLI = filepath.Join("node_modules", "dynalite", "cli.js")
 
 // Dynalite starts dynalite, a DynamoDB-compatible server that keeps its
-// tables in memory (a restart empties it). Tables are usable as soon as
-// CreateTable returns. Its endpoint is DynamoEndpoint(s); it accepts any
-// credentials.
+// tables in memory (a restart empties it). A new table is ACTIVE on the
+// server's next turn after CreateTable returns (it starts with
+// --createTableMs 0), so wait for ACTIVE as with DynamoDB
+// (dynamolock.CreateTable does). Its endpoint is DynamoEndpoint(s); it
+// accepts any credentials.
 func Dynalite(t testing.TB) *Server {
 	t.Helper()
 	node := lookBinary(t, "nodejs", "node")

@@ -13,7 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// TestDynalite: the server answers DynamoDB's API at once after CreateTable,
+// TestDynalite: the server answers DynamoDB's API once a new table is active,
 // keeps nothing across a restart (it runs in memory), and answers nothing
 // while paused.
 func TestDynalite(t *testing.T) {
@@ -32,6 +32,13 @@ func TestDynalite(t *testing.T) {
 		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("k"), KeyType: types.KeyTypeHash}},
 		BillingMode:          types.BillingModePayPerRequest,
 	}); err != nil {
+		t.Fatal(err)
+	}
+	// As with DynamoDB, a table is usable once ACTIVE: dynalite makes it so
+	// on its next turn, which a request sent at once may come before.
+	if err := dynamodb.NewTableExistsWaiter(db, func(o *dynamodb.TableExistsWaiterOptions) {
+		o.MinDelay, o.MaxDelay = 10*time.Millisecond, 100*time.Millisecond
+	}).Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String("tbl")}, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	put := &dynamodb.PutItemInput{
