@@ -38,7 +38,8 @@ func dynalite(t *testing.T, table string) (*dynamodb.Client, string) {
 }
 
 // createTable makes a table keyed by the given attributes (name, type S or
-// N; the first the partition key, a second the sort key).
+// N; the first the partition key, a second the sort key) and waits until it
+// is active.
 func createTable(t *testing.T, db *dynamodb.Client, in *dynamodb.CreateTableInput, keys ...string) {
 	t.Helper()
 	for i := 0; i < len(keys); i += 2 {
@@ -52,6 +53,12 @@ func createTable(t *testing.T, db *dynamodb.Client, in *dynamodb.CreateTableInpu
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := db.CreateTable(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	// A new table is usable once ACTIVE, on dynalite's next turn.
+	if err := dynamodb.NewTableExistsWaiter(db, func(o *dynamodb.TableExistsWaiterOptions) {
+		o.MinDelay, o.MaxDelay = 10*time.Millisecond, 100*time.Millisecond
+	}).Wait(ctx, &dynamodb.DescribeTableInput{TableName: in.TableName}, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 }
