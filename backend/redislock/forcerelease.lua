@@ -2,7 +2,8 @@
 -- it held as inspect.lua does: {held "1"/"0", fence, ms to live, metadata
 -- JSON}. A free key is left as it is. If waiters may be queued, the key
 -- passes to the first live one, as release.lua does for another client. The
--- fence counter stays, so the next grant gets a higher fence.
+-- key's watchers are woken. The fence counter stays, so the next grant gets
+-- a higher fence.
 -- KEYS and ARGV[1] as in queue.lua
 --[[queue.lua]]
 local holder = redis.call('GET', KEYS[1])
@@ -15,4 +16,5 @@ if string.byte(holder, -1) == 10 then
 	local now, t = clockMs()
 	passOn(now, t, nil)
 end
+wakeWatchers(KEYS[7], ARGV[1])
 return held

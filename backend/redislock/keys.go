@@ -18,27 +18,30 @@ type keys struct {
 	// The waiters' queue (queue.lua): members by arrival, the same members by
 	// expiry, and the metadata of those that have some.
 	queue, expiry, waiterMeta string
+	watchers                  string // the watchers a release wakes (watchers.lua)
 }
 
 // keysFor maps a lock key to its Redis names: prefix + "{" + escaped key + "}",
-// plus ":fence", ":meta", ":q", ":qt" and ":qm" for the companions.
+// plus ":fence", ":meta", ":q", ":qt", ":qm" and ":watchers" for the
+// companions.
 func (b *Backend) keysFor(key string) keys {
 	base := b.prefix + "{" + escapeKey(key) + "}"
 	n := len(base)
-	// One allocation for all the names: "B:fence" + "B:meta" + "B:qt" + "B:qm".
-	all := base + ":fence" + base + ":meta" + base + ":qt" + base + ":qm"
+	// One allocation for all the names: "B:fence" + "B:meta" + "B:qt" + "B:qm" + "B:watchers".
+	all := base + ":fence" + base + ":meta" + base + ":qt" + base + ":qm" + base + ":watchers"
 	meta := n + len(":fence")
 	qt := meta + n + len(":meta")
 	qm := qt + n + len(":qt")
+	watchers := qm + n + len(":qm")
 	return keys{
 		lock: all[:n], fence: all[:meta], meta: all[meta:qt],
-		queue: all[qt : qm-1], expiry: all[qt:qm], waiterMeta: all[qm:],
+		queue: all[qt : qm-1], expiry: all[qt:qm], waiterMeta: all[qm:watchers], watchers: all[watchers:],
 	}
 }
 
 // all returns the names in the order of queue.lua's KEYS.
 func (k keys) all() []string {
-	return []string{k.lock, k.fence, k.meta, k.queue, k.expiry, k.waiterMeta}
+	return []string{k.lock, k.fence, k.meta, k.queue, k.expiry, k.waiterMeta, k.watchers}
 }
 
 // escapeKey makes key safe inside a hash tag: "}" would end the tag early

@@ -20,7 +20,7 @@ func TestEscapeKeyRoundTrip(t *testing.T) {
 			t.Errorf("keyFromLockName(%q) = %q, %v; want %q", k.lock, got, ok, key)
 		}
 		base := DefaultPrefix + "{" + e + "}"
-		if want := (keys{lock: base, fence: base + ":fence", meta: base + ":meta", queue: base + ":q", expiry: base + ":qt", waiterMeta: base + ":qm"}); k != want {
+		if want := (keys{lock: base, fence: base + ":fence", meta: base + ":meta", queue: base + ":q", expiry: base + ":qt", waiterMeta: base + ":qm", watchers: base + ":watchers"}); k != want {
 			t.Errorf("keysFor(%q) = %+v, want %+v", key, k, want)
 		}
 		for _, other := range k.all()[1:] {

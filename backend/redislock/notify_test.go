@@ -2,6 +2,7 @@ package redislock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -293,4 +294,66 @@ func TestHandoffKeepsWaitersMark(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestWatchNotices watches a lock from one backend while another holds it:
+// its release, and after a new grant a force release, must each wake the
+// watcher by a notice on the watcher's backend channel (nothing else wakes
+// it within the wait), and stop must take the watcher's entry out of Redis.
+func TestWatchNotices(t *testing.T) {
+	s := testserver.Redis(t)
+	for _, a := range adapters {
+		t.Run(a.name, func(t *testing.T) {
+			ctx := testContext(t)
+			watcher, holder := a.new(t, s.Addr()), a.new(t, s.Addr())
+			defer watcher.Close()
+			defer holder.Close()
+			key := "watch/" + a.name
+			take := func(token string) {
+				t.Helper()
+				if _, err := holder.Acquire(ctx, driver.AcquireRequest{Key: key, Token: token, TTL: time.Minute}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			take("first")
+			wake, stop, err := watcher.(driver.Notifier).Watch(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stop()
+			if !awaitWake(wake, 5*time.Second) {
+				t.Fatal("no wake when the subscription was confirmed")
+			}
+			if awaitWake(wake, 100*time.Millisecond) {
+				t.Fatal("woken while the key is held")
+			}
+			if err := holder.Release(ctx, key, "first"); err != nil {
+				t.Fatal(err)
+			}
+			if !awaitWake(wake, 2*time.Second) {
+				t.Fatal("no notice of the release within 2s")
+			}
+			take("second")
+			if awaitWake(wake, 100*time.Millisecond) {
+				t.Fatal("woken by a grant")
+			}
+			if _, err := holder.(driver.ForceReleaser).ForceRelease(ctx, key); err != nil {
+				t.Fatal(err)
+			}
+			if !awaitWake(wake, 2*time.Second) {
+				t.Fatal("no notice of the force release within 2s")
+			}
+			w := lockName(key) + ":watchers"
+			if n := rawCommand(t, []string{s.Addr()}, "ZCARD", w); n != "1" {
+				t.Fatalf("%s watchers entered, want 1", n)
+			}
+			stop()
+			eventually(t, "the watcher's entry taken out after stop", func() error {
+				if n := rawCommand(t, []string{s.Addr()}, "ZCARD", w); n != "0" {
+					return errors.New(n + " watchers left")
+				}
+				return nil
+			})
+		})
+	}
 }

@@ -6,7 +6,9 @@
 -- KEYS[4] queue: a sorted set of members, scored by arrival (1, 2, ...),
 -- KEYS[5] expiries: the same members, scored by the server time (ms) at
 --         which they expire unless their waiter refreshes them,
--- KEYS[6] the queued waiters' metadata, by member (only those that have some).
+-- KEYS[6] the queued waiters' metadata, by member (only those that have some),
+-- KEYS[7] the lock's watchers (watchers.lua), woken by every release that
+--         frees the key or passes it to a queued waiter.
 -- Their first argument is the same too: ARGV[1], the prefix of the clients'
 -- channels.
 -- A member is "<client id>|<time to live in ms>|<token>". The client id names

@@ -10,7 +10,8 @@
 -- Otherwise the lock and its metadata are deleted and, if waiters may be
 -- queued, the key passes to the first live one (passOn): granted, and for
 -- the releasing client's own waiter returned as {"2", its token, fence,
--- "0"}. Returns {"1"} once released. The fence counter stays.
+-- "0"}. Returns {"1"} once released or passed to another client's waiter,
+-- having woken the key's watchers (watchers.lua). The fence counter stays.
 -- KEYS and ARGV[1] as in queue.lua; ARGV[2] token, ARGV[3] the releasing
 -- client's id; optionally the next waiter: ARGV[4] token, ARGV[5] time to
 -- live in ms, ARGV[6] metadata JSON or "", ARGV[7] member, ARGV[8] "1" if it
@@ -18,6 +19,7 @@
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[2] and not ARGV[4] then -- nobody waits: the common case
 	redis.call('DEL', KEYS[1], KEYS[3])
+	wakeWatchers(KEYS[7], ARGV[1])
 	return {'1'}
 end
 local marked = holder == ARGV[2] .. '\n'
@@ -34,12 +36,13 @@ if ARGV[4] and (not marked or ARGV[8] == '1') then
 	return {'2', ARGV[4], string.format('%.0f', grant(ARGV[4], ARGV[5], ARGV[6], ARGV[7], nil, marked)), over}
 end
 redis.call('DEL', KEYS[1], KEYS[3])
-if not marked then
-	return {'1'}
+local first
+if marked then
+	local now, t = clockMs()
+	first = passOn(now, t, ARGV[3])
 end
-local now, t = clockMs()
-local first = passOn(now, t, ARGV[3])
 if not first then
+	wakeWatchers(KEYS[7], ARGV[1])
 	return {'1'}
 end
 local _, ttl, token = parseMember(first)

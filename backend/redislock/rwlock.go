@@ -15,9 +15,9 @@ var _ driver.RWLocks = (*Backend)(nil)
 // of rwlock.lua's KEYS: prefix + "{" + escaped name + "}:rw", then that
 // plus ":holders", ":intents", ":fence" and ":watchers". They share the
 // hash tag of the name, so they live in one Cluster slot. A lock's names
-// are the tag alone or followed by ":fence", ":meta", ":q", ":qt" or ":qm",
-// a semaphore's by ":sem" and more, so none is ever a lock's or a
-// semaphore's, and List never finds a read-write lock.
+// are the tag alone or followed by ":fence", ":meta", ":q", ":qt", ":qm" or
+// ":watchers", a semaphore's by ":sem" and more, so none is ever a lock's or
+// a semaphore's, and List never finds a read-write lock.
 func (b *Backend) rwKeysFor(name string) []string {
 	base := b.prefix + "{" + escapeKey(name) + "}:rw"
 	return []string{base, base + ":holders", base + ":intents", base + ":fence", base + ":watchers"}
@@ -144,5 +144,5 @@ func (b *Backend) inspectRW(ctx context.Context, name string) (driver.Mode, []dr
 // vanished, or an intent that lapsed, frees no notice: the caller's poll
 // finds it.
 func (b *Backend) WatchRW(ctx context.Context, name string) (<-chan struct{}, func(), error) {
-	return b.watchKeys(ctx, "watch read-write lock", name, b.rwKeysFor)
+	return b.watchKeys(ctx, "watch read-write lock", name, b.rwKeysFor(name)[4])
 }

@@ -1,8 +1,8 @@
--- Prepended, after counter.lua and semaphore.lua, to every read-write lock
--- script. A read-write lock's keys share the hash tag of its name (see
--- rwlock.go), in the places of a semaphore's, so semaphore.lua's
--- dropExpired, keepPermits and wakeWatchers, and its renew, release and
--- watch scripts, serve it unchanged:
+-- Prepended, after counter.lua, watchers.lua and semaphore.lua, to every
+-- read-write lock script. A read-write lock's keys share the hash tag of its
+-- name (see rwlock.go), in the places of a semaphore's, so semaphore.lua's
+-- dropExpired and keepPermits, and its renew and release scripts, serve it
+-- unchanged:
 -- KEYS[1] holds: the holders' tokens, scored by the server time (ms) at
 --         which their hold expires; all live holds are of one mode,
 -- KEYS[2] holders: by token, "<mode> <fence> <metadata JSON>" (mode

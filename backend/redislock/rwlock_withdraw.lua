@@ -3,6 +3,6 @@
 -- KEYS as in rwlock.lua; ARGV[1] intent, ARGV[2] prefix of the backends'
 -- channels
 if redis.call('ZREM', KEYS[3], ARGV[1]) == 1 then
-	wakeWatchers(ARGV[2], (nowMs()))
+	wakeWatchers(KEYS[5], ARGV[2], (nowMs()))
 end
 return {'1'}

@@ -16,6 +16,7 @@ const (
 	scriptForceRelease
 	scriptWait
 	scriptLeave
+	scriptWatch
 	numScripts
 )
 
@@ -38,21 +39,27 @@ var (
 	waitLua string
 	//go:embed leave.lua
 	leaveLua string
+	//go:embed watchers.lua
+	watchersLua string
+	//go:embed watch.lua
+	watchLua string
 )
 
 // scriptSources holds each script's source, indexed by script. The scripts
 // that write the fence counter take counter.lua, which says how long the
 // counter lives and how it is written; those that use the waiters' queue
 // take queue.lua, which says what the queue holds, where they say
-// --[[queue.lua]].
+// --[[queue.lua]]; those that free a key take watchers.lua, to wake its
+// watchers. Watch scripts serve semaphores and read-write locks too.
 var scriptSources = [numScripts]string{
 	scriptAcquire:      counterLua + acquireLua,
 	scriptRenew:        counterLua + renewLua,
-	scriptRelease:      withQueue(releaseLua, counterLua), // an uncontended release needs neither
+	scriptRelease:      watchersLua + withQueue(releaseLua, counterLua), // an uncontended release needs neither
 	scriptInspect:      inspectLua,
-	scriptForceRelease: counterLua + withQueue(forceReleaseLua, ""),
+	scriptForceRelease: counterLua + watchersLua + withQueue(forceReleaseLua, ""),
 	scriptWait:         counterLua + withQueue(waitLua, ""),
 	scriptLeave:        counterLua + withQueue(leaveLua, ""),
+	scriptWatch:        watchLua,
 }
 
 // withQueue puts lib and queue.lua where src says --[[queue.lua]]. Lua

@@ -3,13 +3,10 @@ package redislock
 import (
 	"cmp"
 	"context"
-	crand "crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/distlock/distlock/driver"
@@ -21,9 +18,9 @@ var _ driver.Semaphores = (*Backend)(nil)
 // semaphore.lua's KEYS: prefix + "{" + escaped name + "}:sem", then that
 // plus ":holders", ":limit", ":fence" and ":watchers". They share the hash
 // tag of the name, so they live in one Cluster slot. A lock's names are the
-// same tag alone or followed by ":fence", ":meta", ":q", ":qt" or ":qm", so
-// no semaphore name is ever a lock's, and List, which looks for names that
-// end with the tag, never finds a semaphore.
+// same tag alone or followed by ":fence", ":meta", ":q", ":qt", ":qm" or
+// ":watchers", so no semaphore name is ever a lock's, and List, which looks
+// for names that end with the tag, never finds a semaphore.
 func (b *Backend) semKeysFor(name string) []string {
 	base := b.prefix + "{" + escapeKey(name) + "}:sem"
 	return []string{base, base + ":holders", base + ":limit", base + ":fence", base + ":watchers"}
@@ -166,83 +163,7 @@ func (b *Backend) inspectPermits(ctx context.Context, name string) (int, []drive
 // lost, since a notice may have been missed. A permit whose holder vanished
 // frees no notice: the caller's poll finds it.
 func (b *Backend) WatchPermits(ctx context.Context, name string) (<-chan struct{}, func(), error) {
-	return b.watchKeys(ctx, "watch permits of", name, b.semKeysFor)
-}
-
-// watchKeys is WatchPermits and WatchRW: it enters a watcher in the fifth
-// of keysFor(name), the watchers of a semaphore or a read-write lock, whose
-// scripts wake it alike. op names the call in errors.
-func (b *Backend) watchKeys(ctx context.Context, op, name string, keysFor func(string) []string) (<-chan struct{}, func(), error) {
-	if err := driver.ValidateKey(name); err != nil {
-		return nil, nil, fmt.Errorf("redislock: %s %q: %w", op, name, err)
-	}
-	if !b.enterWait() {
-		return nil, nil, fmt.Errorf("redislock: %s %q: %w", op, name, driver.ErrClosed)
-	}
-	var id [8]byte
-	_, _ = crand.Read(id[:]) // crypto/rand.Read never fails
-	token := "sem-" + hex.EncodeToString(id[:])
-	// Each watch has a line of its own in the inbox, under a name that no
-	// lock key can have (control characters are refused).
-	mb, err := b.inbox.join("\x00sem\x00"+token, nextWaiter{token: token})
-	if err != nil {
-		b.waits.Done()
-		return nil, nil, fmt.Errorf("redislock: %s %q: %w", op, name, err)
-	}
-	w := &semWatcher{b: b, keys: keysFor(name), member: b.id + "|" + token, mb: mb}
-	if err := w.enter(ctx); err != nil {
-		b.inbox.leave(mb, false)
-		b.waits.Done()
-		return nil, nil, fmt.Errorf("redislock: %s %q: %w", op, name, err)
-	}
-	b.inbox.listen(ctx)
-	wctx, cancel := context.WithCancel(ctx)
-	stopClose := context.AfterFunc(b.closing, cancel)
-	go func() {
-		defer b.waits.Done()
-		defer stopClose()
-		w.keep(wctx)
-	}()
-	var once sync.Once
-	return mb.wake, func() { once.Do(cancel) }, nil
-}
-
-// semWatcher is one WatchPermits or WatchRW.
-type semWatcher struct {
-	b      *Backend
-	keys   []string
-	member string
-	mb     *mailbox
-}
-
-// enter enters or refreshes the watcher's entry for the waiter timeout.
-func (w *semWatcher) enter(ctx context.Context) error {
-	_, err := w.b.evalSem(ctx, semWatch, w.keys, w.member, millis(w.b.waiterTimeout))
-	return err
-}
-
-// keep refreshes the entry until ctx ends, and subscribes again if the
-// subscription was lost; then it takes the entry out, within the request
-// timeout even while Close waits for it, and closes the mailbox.
-func (w *semWatcher) keep(ctx context.Context) {
-	defer w.b.inbox.leave(w.mb, false)
-	for {
-		t := time.NewTimer(w.b.refresh())
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.b.timeout)
-			defer cancel()
-			_ = w.b.runClosing(lctx, func(ctx context.Context) error {
-				_, err := w.b.st.(semStore).evalSem(ctx, semWatch, w.keys, []string{w.member, "0"})
-				return err // a stale entry expires with the waiter timeout
-			})
-			return
-		case <-t.C:
-		}
-		_ = w.enter(ctx) // a failed refresh: the next one, or the poll, makes up for it
-		w.b.inbox.listen(ctx)
-	}
+	return b.watchKeys(ctx, "watch permits of", name, b.semKeysFor(name)[4])
 }
 
 // parseHolds reads the holds of name that an inspect script reports, as

@@ -1,13 +1,12 @@
--- Prepended, after counter.lua, to every semaphore script. A semaphore's
--- keys share the hash tag of its name (see semaphore.go):
+-- Prepended, after counter.lua and watchers.lua, to every semaphore script. A
+-- semaphore's keys share the hash tag of its name (see semaphore.go):
 -- KEYS[1] permits: the holders' tokens, scored by the server time (ms) at
 --         which their permit expires,
 -- KEYS[2] holders: by token, "<fence> <metadata JSON>" (metadata may be
 --         empty),
 -- KEYS[3] limit: the number of permits, kept until deleted,
 -- KEYS[4] fence counter (counter.lua),
--- KEYS[5] watchers: "<backend id>|<watch token>", scored by the server time
---         (ms) at which the entry expires unless its backend refreshes it.
+-- KEYS[5] watchers (watchers.lua).
 -- A permit whose expiry is not after now has expired.
 -- Also prepended to the read-write lock scripts (rwlock.lua), whose keys take
 -- the same places, but for KEYS[3], the waiting writers' intents, and whose
@@ -37,15 +36,5 @@ local function keepPermits()
 	if last then
 		redis.call('PEXPIREAT', KEYS[1], last)
 		redis.call('PEXPIREAT', KEYS[2], last)
-	end
-end
-
--- wakeWatchers drops the expired watchers and tells every other one, on its
--- backend's channel (channels .. backend id), its watch token.
-local function wakeWatchers(channels, now)
-	redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
-	for _, w in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do
-		local id, token = string.match(w, '^([^|]*)|(.*)$')
-		redis.call('PUBLISH', channels .. id, token)
 	end
 end

@@ -9,7 +9,7 @@ if not expires then
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
-wakeWatchers(ARGV[2], now)
+wakeWatchers(KEYS[5], ARGV[2], now)
 if tonumber(expires) <= now then
 	return {'0'}
 end

@@ -19,7 +19,6 @@ const (
 	semRelease
 	semSetPermits
 	semInspect
-	semWatch
 	rwAcquire
 	rwWithdraw
 	rwInspect
@@ -39,8 +38,6 @@ var (
 	semSetPermitsLua string
 	//go:embed semaphore_inspect.lua
 	semInspectLua string
-	//go:embed semaphore_watch.lua
-	semWatchLua string
 	//go:embed rwlock.lua
 	rwlockLua string
 	//go:embed rwlock_acquire.lua
@@ -52,9 +49,10 @@ var (
 )
 
 // semScripts holds each script compiled for both clients. Each takes
-// counter.lua and semaphore.lua before its own source, and a read-write
-// lock's own scripts rwlock.lua after them; a read-write lock renews,
-// releases and watches with the semaphore's scripts. The compiled
+// counter.lua, watchers.lua and semaphore.lua before its own source, and a
+// read-write lock's own scripts rwlock.lua after them; a read-write lock
+// renews and releases with the semaphore's scripts, and both watch with
+// watch.lua. The compiled
 // scripts hold nothing but their source and its hash, so every backend
 // shares them.
 var semScripts = func() (s [numSemScripts]struct {
@@ -67,12 +65,11 @@ var semScripts = func() (s [numSemScripts]struct {
 		semRelease:    semReleaseLua,
 		semSetPermits: semSetPermitsLua,
 		semInspect:    semInspectLua,
-		semWatch:      semWatchLua,
 		rwAcquire:     rwlockLua + rwAcquireLua,
 		rwWithdraw:    rwlockLua + rwWithdrawLua,
 		rwInspect:     rwlockLua + rwInspectLua,
 	} {
-		src = counterLua + semaphoreLua + src
+		src = counterLua + watchersLua + semaphoreLua + src
 		s[i].goRedis, s[i].rueidis = redis.NewScript(src), rueidis.NewLuaScript(src)
 	}
 	return s

@@ -2,5 +2,5 @@
 -- KEYS as in semaphore.lua; ARGV[1] limit, ARGV[2] prefix of the backends'
 -- channels
 redis.call('SET', KEYS[3], ARGV[1])
-wakeWatchers(ARGV[2], (nowMs()))
+wakeWatchers(KEYS[5], ARGV[2], (nowMs()))
 return {'1'}

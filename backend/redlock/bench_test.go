@@ -19,7 +19,7 @@ import (
 
 // redislockScript reads the source of one of redislock's scripts, as its
 // backend sends it (the acquire script after counter.lua; the release
-// script's fast path, which ends before its queue library).
+// script after watchers.lua, whose fast path ends before its queue library).
 func redislockScript(b *testing.B, names ...string) *rueidis.Lua {
 	var src []byte
 	for _, n := range names {
@@ -56,7 +56,7 @@ func BenchmarkRedlock(b *testing.B) {
 	}
 	c := distlock.New(be)
 	defer c.Close()
-	acquire, release := redislockScript(b, "counter.lua", "acquire.lua"), redislockScript(b, "release.lua")
+	acquire, release := redislockScript(b, "counter.lua", "acquire.lua"), redislockScript(b, "watchers.lua", "release.lua")
 	// onAll runs one request per node, one in this goroutine and the others
 	// in their own, as Redlock does.
 	onAll := func(do func(rueidis.Client) error) error {
@@ -77,7 +77,7 @@ func BenchmarkRedlock(b *testing.B) {
 	floor := func(ctx context.Context, key, token string) error {
 		name := "distlock:{" + key + "}"
 		lockKeys := []string{name, name + ":fence"}
-		relKeys := []string{name, name + ":fence", name + ":meta", name + ":q", name + ":qt", name + ":qm"}
+		relKeys := []string{name, name + ":fence", name + ":meta", name + ":q", name + ":qt", name + ":qm", name + ":watchers"}
 		args := []string{token, "30000"} // the default lease
 		if err := onAll(func(c rueidis.Client) error { return acquire.Exec(ctx, c, lockKeys, args).Error() }); err != nil {
 			return err
