@@ -646,6 +646,7 @@ func (s *suite) checkWakes(t *testing.T, what string, wakes []time.Duration) {
 	t.Helper()
 	slices.Sort(wakes)
 	median, slowest := wakes[len(wakes)/2], wakes[len(wakes)-1]
+	t.Logf("%s: median %v, slowest %v over %d rounds", what, median, slowest, len(wakes))
 	if median > s.h.NotifyLatency || slowest > s.h.NotifyLatency+time.Second {
 		t.Fatalf("%s: median %v, slowest %v over %d rounds; want the median under %v and none over %v: waiters must be woken by the store, not a poll interval",
 			what, median, slowest, len(wakes), s.h.NotifyLatency, s.h.NotifyLatency+time.Second)
