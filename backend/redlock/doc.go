@@ -43,13 +43,20 @@
 // # Waiting
 //
 // A Redlock grant exists only across a majority, so no node's own queue
-// can grant it: Backend implements neither driver.Waiter nor
-// driver.Notifier, and a waiter polls. distlock's client lines up its own
-// waiters for a key, so only the first one polls, with fully jittered
-// exponential backoff between 1 and 50ms (no two clients retry in step),
-// and a release by the same client wakes its next waiter at once. A waiter
-// in another process learns of a release by its next poll: up to 50ms
-// later.
+// can grant it, and Backend does not implement driver.Waiter. It
+// implements driver.Notifier (Watch): a waiter enters a watch of the key on
+// every node (redislock's Watch), and every node publishes a notice when
+// the key is released or force released there. distlock's client lines up
+// its own waiters for a key, so only the first one watches and tries; a
+// release by the same client wakes its next waiter at once.
+//
+// Every process waiting for a key hears the same release, so Watch guards
+// against a herd: it fires once a majority of the nodes sent a notice (the
+// undoing of an attempt without a majority frees the key on fewer, and is
+// left to a later, random wake), after a random delay of up to four round
+// trips of an acquire, so that the first to try usually wins every node
+// before the next asks. Between notices the client polls, 5 to 100ms fully
+// jittered, for a holder whose lease ran out, which frees no notice.
 //
 // # Fencing
 //

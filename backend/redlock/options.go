@@ -104,6 +104,17 @@ func (c config) nodeOptions() []redislock.Option {
 		redislock.WithDialTimeout(c.dialTimeout)}
 }
 
+// watchWait is how long Watch waits for a majority of the nodes to take the
+// watch: the node timeout, or MinNodeTimeout if it is not set, at most the
+// request timeout.
+func (c config) watchWait() time.Duration {
+	w := c.nodeTimeout
+	if w == 0 {
+		w = MinNodeTimeout
+	}
+	return min(w, c.requestTimeout)
+}
+
 // drift is the margin taken off the validity of a grant of ttl.
 func (c config) drift(ttl time.Duration) time.Duration {
 	return time.Duration(float64(ttl)*c.driftRate) + c.driftMargin
