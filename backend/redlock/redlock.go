@@ -25,14 +25,16 @@ type Backend struct {
 	cfg    config
 	closed atomic.Bool
 	// lastRoundTrip is the time, in ns, the last Acquire that every node
-	// answered took; Watch spreads its notices over twice that.
+	// answered took; Watch spreads its notices over four times that.
 	lastRoundTrip atomic.Int64
 }
 
-// node is one Redis node: its address (for errors) and its backend.
+// node is one Redis node: its address (for errors), its backend, and the
+// workers that send it requests (see each).
 type node struct {
 	addr string
 	b    *redislock.Backend
+	work *workers
 }
 
 var (
@@ -120,7 +122,7 @@ func newBackend(ctx context.Context, cfg config, addrs []string, open func(ctx c
 	var wg sync.WaitGroup
 	for i, a := range addrs {
 		wg.Go(func() {
-			b.nodes[i] = node{addr: a}
+			b.nodes[i] = node{addr: a, work: newWorkers()}
 			b.nodes[i].b, errs[i] = open(ctx, i)
 		})
 	}
@@ -130,6 +132,7 @@ func newBackend(ctx context.Context, cfg config, addrs []string, open func(ctx c
 			if n.b != nil {
 				_ = n.b.Close()
 			}
+			n.work.close()
 		}
 		return nil, fmt.Errorf("redlock: %w", err)
 	}
@@ -148,13 +151,18 @@ func (b *Backend) Nodes() []string {
 	return addrs
 }
 
-// each runs op on every node at once, op(ctx, i, node i's backend), and
+// each runs op on every node at once, op(ctx, i, node i's backend), the
+// first in the calling goroutine and the others on their workers, and
 // returns the nodes' errors in node order.
 func (b *Backend) each(ctx context.Context, op func(ctx context.Context, i int, n *redislock.Backend) error) []error {
 	errs := make([]error, len(b.nodes))
 	var wg sync.WaitGroup
+	wg.Add(len(b.nodes) - 1)
 	for i := 1; i < len(b.nodes); i++ {
-		wg.Go(func() { errs[i] = op(ctx, i, b.nodes[i].b) })
+		b.nodes[i].work.run(func() {
+			defer wg.Done()
+			errs[i] = op(ctx, i, b.nodes[i].b)
+		})
 	}
 	errs[0] = op(ctx, 0, b.nodes[0].b)
 	wg.Wait()
@@ -496,6 +504,7 @@ func (b *Backend) Close() error {
 	errs := make([]error, len(b.nodes))
 	for i, n := range b.nodes {
 		errs[i] = n.b.Close()
+		n.work.close()
 	}
 	if err := b.nodeErrors(errs); err != nil {
 		return fmt.Errorf("redlock: close: %w", err)
