@@ -1,0 +1,44 @@
+package redlock
+
+import (
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestWorkersRunAtOnce: jobs given to the pool while others are still
+// running must not wait for them (a bound would queue one node's requests
+// behind another's), and close must wait for every worker to leave, which
+// the package's leak check then confirms.
+func TestWorkersRunAtOnce(t *testing.T) {
+	w := newWorkers()
+	for round := range 3 { // later rounds run on the workers of the first
+		const jobs = 8
+		var started, release sync.WaitGroup
+		started.Add(jobs)
+		release.Add(1)
+		done := make(chan struct{}, jobs)
+		for range jobs {
+			w.run(func() {
+				started.Done()
+				release.Wait()
+				done <- struct{}{}
+			})
+		}
+		all := make(chan struct{})
+		go func() { started.Wait(); close(all) }()
+		select {
+		case <-all:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("round %d: %d jobs given at once did not all start", round, jobs)
+		}
+		release.Done()
+		for range jobs {
+			<-done
+		}
+	}
+	w.close()
+	ran := make(chan struct{})
+	w.run(func() { close(ran) })
+	<-ran // after close, a job still runs
+}
