@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -102,24 +103,36 @@ func BenchmarkRedlock(b *testing.B) {
 	for _, g := range []int{1, 16, 64} {
 		b.Run(fmt.Sprintf("g%d", g), func(b *testing.B) {
 			kinds := []struct {
-				name string
-				op   func(ctx context.Context, key, token string) error
-				wall time.Duration
+				name      string
+				op        func(ctx context.Context, key, token string) error
+				wall, cpu time.Duration
 			}{{name: "lock", op: lock}, {name: "floor", op: floor}, {name: "backend", op: direct}}
 			b.ResetTimer()
 			for done := 0; done < b.N; {
 				n := min(b.N-done, 50*g)
 				for i := range kinds {
+					cpu := processCPU(b)
 					kinds[i].wall += spread(b, g, n, kinds[i].name, kinds[i].op)
+					kinds[i].cpu += processCPU(b) - cpu
 				}
 				done += n
 			}
 			for _, k := range kinds {
 				b.ReportMetric(float64(k.wall.Nanoseconds())/float64(b.N), k.name+"-ns/op")
+				b.ReportMetric(float64(k.cpu.Nanoseconds())/float64(b.N), k.name+"-cpu-ns/op")
 			}
 			b.ReportMetric(kinds[1].wall.Seconds()/kinds[0].wall.Seconds(), "lock/floor-throughput")
 		})
 	}
+}
+
+// processCPU is the CPU time, user and system, this process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // spread makes n calls of op over g goroutines, each on a key of its own,

@@ -27,14 +27,13 @@ type Backend struct {
 	// lastRoundTrip is the time, in ns, the last Acquire that every node
 	// answered took; Watch spreads its notices over four times that.
 	lastRoundTrip atomic.Int64
+	work          *workers // send the requests to all nodes but the first
 }
 
-// node is one Redis node: its address (for errors), its backend, and the
-// workers that send it requests (see each).
+// node is one Redis node: its address (for errors) and its backend.
 type node struct {
 	addr string
 	b    *redislock.Backend
-	work *workers
 }
 
 var (
@@ -117,12 +116,12 @@ func newBackend(ctx context.Context, cfg config, addrs []string, open func(ctx c
 			return nil, fmt.Errorf("redlock: node %s given twice: %w: the nodes must be independent", a, driver.ErrInvalidOption)
 		}
 	}
-	b := &Backend{nodes: make([]node, len(addrs)), quorum: len(addrs)/2 + 1, cfg: cfg}
+	b := &Backend{nodes: make([]node, len(addrs)), quorum: len(addrs)/2 + 1, cfg: cfg, work: newWorkers()}
 	errs := make([]error, len(addrs))
 	var wg sync.WaitGroup
 	for i, a := range addrs {
 		wg.Go(func() {
-			b.nodes[i] = node{addr: a, work: newWorkers()}
+			b.nodes[i] = node{addr: a}
 			b.nodes[i].b, errs[i] = open(ctx, i)
 		})
 	}
@@ -132,8 +131,8 @@ func newBackend(ctx context.Context, cfg config, addrs []string, open func(ctx c
 			if n.b != nil {
 				_ = n.b.Close()
 			}
-			n.work.close()
 		}
+		b.work.close()
 		return nil, fmt.Errorf("redlock: %w", err)
 	}
 	return b, nil
@@ -152,14 +151,14 @@ func (b *Backend) Nodes() []string {
 }
 
 // each runs op on every node at once, op(ctx, i, node i's backend), the
-// first in the calling goroutine and the others on their workers, and
-// returns the nodes' errors in node order.
+// first in the calling goroutine and the others on workers, and returns the
+// nodes' errors in node order.
 func (b *Backend) each(ctx context.Context, op func(ctx context.Context, i int, n *redislock.Backend) error) []error {
 	errs := make([]error, len(b.nodes))
 	var wg sync.WaitGroup
 	wg.Add(len(b.nodes) - 1)
 	for i := 1; i < len(b.nodes); i++ {
-		b.nodes[i].work.run(func() {
+		b.work.run(func() {
 			defer wg.Done()
 			errs[i] = op(ctx, i, b.nodes[i].b)
 		})
@@ -504,8 +503,8 @@ func (b *Backend) Close() error {
 	errs := make([]error, len(b.nodes))
 	for i, n := range b.nodes {
 		errs[i] = n.b.Close()
-		n.work.close()
 	}
+	b.work.close()
 	if err := b.nodeErrors(errs); err != nil {
 		return fmt.Errorf("redlock: close: %w", err)
 	}

@@ -8,8 +8,9 @@ import (
 
 // TestWorkersRunAtOnce: jobs given to the pool while others are still
 // running must not wait for them (a bound would queue one node's requests
-// behind another's), and close must wait for every worker to leave, which
-// the package's leak check then confirms.
+// behind another's); workers idle from one sweep to the next must leave;
+// close must wait for every worker to leave, which the package's leak
+// check then confirms.
 func TestWorkersRunAtOnce(t *testing.T) {
 	w := newWorkers()
 	for round := range 3 { // later rounds run on the workers of the first
@@ -36,6 +37,16 @@ func TestWorkersRunAtOnce(t *testing.T) {
 		for range jobs {
 			<-done
 		}
+	}
+	// The workers stayed idle since the first sweep: the second retires them.
+	w.retireIdle()
+	w.retireIdle()
+	deadline := time.Now().Add(5 * time.Second)
+	for w.idle.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d idle workers left after a sweep, want 0", w.idle.Load())
+		}
+		time.Sleep(time.Millisecond)
 	}
 	w.close()
 	ran := make(chan struct{})
