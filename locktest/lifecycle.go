@@ -113,29 +113,64 @@ func (s *suite) closeEndsWait(t *testing.T) {
 	_ = next.Release(ctx)
 }
 
+// needProxy skips t unless the harness lets the suite put fault proxies
+// in front of the store.
+func (s *suite) needProxy(t *testing.T) {
+	if (s.h.NewBackendAt == nil || s.h.StoreAddr == "") && (s.h.NewBackendAtAll == nil || len(s.h.StoreAddrs) == 0) {
+		t.Skip("the harness sets neither StoreAddr/NewBackendAt nor StoreAddrs/NewBackendAtAll: no fault proxy test")
+	}
+}
+
+// proxies are the fault proxies in front of every node of the store.
+type proxies []*faultproxy.Proxy
+
+func (ps proxies) blackhole() { ps.each((*faultproxy.Proxy).Blackhole) }
+func (ps proxies) cut()       { ps.each((*faultproxy.Proxy).Cut) }
+func (ps proxies) restore()   { ps.each((*faultproxy.Proxy).Restore) }
+
+func (ps proxies) each(f func(*faultproxy.Proxy)) {
+	for _, p := range ps {
+		f(p)
+	}
+}
+
+// backendThroughProxy returns a new backend that reaches the store through
+// fault proxies, one per node, and the proxies.
+func (s *suite) backendThroughProxy(t *testing.T) (driver.Backend, proxies) {
+	if s.h.NewBackendAtAll == nil || len(s.h.StoreAddrs) == 0 {
+		p := faultproxy.Start(t, s.h.StoreAddr)
+		return s.h.NewBackendAt(t, p.Addr()), proxies{p}
+	}
+	ps := make(proxies, len(s.h.StoreAddrs))
+	addrs := make([]string, len(ps))
+	for i, a := range s.h.StoreAddrs {
+		ps[i] = faultproxy.Start(t, a)
+		addrs[i] = ps[i].Addr()
+	}
+	return s.h.NewBackendAtAll(t, addrs), ps
+}
+
 // releaseThroughDeadLink: Release returns within a bound when the store
 // stops answering (blackhole) or refuses connections (cut), and the key is
 // free once its lease runs out.
 func (s *suite) releaseThroughDeadLink(t *testing.T) {
-	if s.h.NewBackendAt == nil || s.h.StoreAddr == "" {
-		t.Skip("the harness sets no StoreAddr/NewBackendAt: no fault proxy test")
-	}
+	s.needProxy(t)
 	faults := []struct {
 		name  string
-		apply func(*faultproxy.Proxy)
-	}{{"blackhole", (*faultproxy.Proxy).Blackhole}, {"cut", (*faultproxy.Proxy).Cut}}
+		apply func(proxies)
+	}{{"blackhole", proxies.blackhole}, {"cut", proxies.cut}}
 	for _, f := range faults {
 		t.Run(f.name, func(t *testing.T) {
 			ctx := testContext(t, time.Minute)
-			proxy := faultproxy.Start(t, s.h.StoreAddr)
-			c := distlock.New(s.h.NewBackendAt(t, proxy.Addr()))
+			bb, links := s.backendThroughProxy(t)
+			c := distlock.New(bb)
 			key := s.key(t)
 			const lease = time.Second
 			l, err := c.TryLock(ctx, key, distlock.WithLease(lease))
 			if err != nil {
 				t.Fatal(err)
 			}
-			f.apply(proxy)
+			f.apply(links)
 			relErr := make(chan error, 1)
 			start := time.Now()
 			go func() { relErr <- l.Release(context.Background()) }()
@@ -156,7 +191,7 @@ func (s *suite) releaseThroughDeadLink(t *testing.T) {
 			case <-time.After(bound):
 				t.Fatalf("Close through a %s link still blocked after %v", f.name, bound)
 			}
-			proxy.Restore()
+			links.restore()
 			// The store frees the key when the lease runs out.
 			l2 := mustLock(t, ctx, s.client(t), key, distlock.WithWait(lease+10*time.Second))
 			_ = l2.Release(ctx)
@@ -169,15 +204,12 @@ func (s *suite) releaseThroughDeadLink(t *testing.T) {
 // a store failure during a wait is retried while the wait lasts, not
 // returned at once.
 func (s *suite) waitOutlastsCutLink(t *testing.T) {
-	if s.h.NewBackendAt == nil || s.h.StoreAddr == "" {
-		t.Skip("the harness sets no StoreAddr/NewBackendAt: no fault proxy test")
-	}
+	s.needProxy(t)
 	ctx := testContext(t, time.Minute)
 	key := s.key(t)
 	l := mustLock(t, ctx, s.client(t), key)
-	proxy := faultproxy.Start(t, s.h.StoreAddr)
 	seen := newStartSeen()
-	bb := s.h.NewBackendAt(t, proxy.Addr())
+	bb, links := s.backendThroughProxy(t)
 	b := distlock.New(bb, distlock.WithObserver(seen))
 	defer b.Close()
 	type result struct {
@@ -190,9 +222,9 @@ func (s *suite) waitOutlastsCutLink(t *testing.T) {
 		got <- result{l2, err}
 	}()
 	seen.queued(t, isWaiter(bb))
-	proxy.Cut()
+	links.cut()
 	time.Sleep(500 * time.Millisecond) // not synchronisation: the outage
-	proxy.Restore()
+	links.restore()
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

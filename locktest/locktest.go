@@ -55,6 +55,11 @@ type Harness struct {
 	// NewBackendAt returns a backend like NewBackend that reaches the store at
 	// addr (host:port) instead of StoreAddr.
 	NewBackendAt func(t testing.TB, addr string) driver.Backend
+	// StoreAddrs and NewBackendAtAll are StoreAddr and NewBackendAt for a
+	// store of independent nodes (Redlock): the suite puts a fault proxy in
+	// front of each node, and faults them all at once.
+	StoreAddrs      []string
+	NewBackendAtAll func(t testing.TB, addrs []string) driver.Backend
 	// DeleteWaiters removes the queue entries of every waiter of key (not of
 	// its holder) behind their backs, as a revoked lease or an operator would.
 	// Only backends with a native queue (driver.Waiter) set it; nil skips the

@@ -113,6 +113,10 @@ func TestConformance(t *testing.T) {
 			locktest.Run(t, locktest.Harness{
 				NewBackend: nb,
 				DeleteKey:  func(t testing.TB, key string) { deleteKey(t, addrs, key) },
+				StoreAddrs: addrs,
+				NewBackendAtAll: func(t testing.TB, addrs []string) driver.Backend {
+					return open(t, addrs, "")
+				},
 				// A waiter in another process hears a release from the nodes
 				// (Watch): about 2ms here, where a poll of 5-100ms takes 13-23ms.
 				NotifyLatency: 10 * time.Millisecond,
