@@ -153,6 +153,13 @@
 //     A broken subscription connection is re-established and every waiter
 //     looks again.
 //
+// Backend also implements driver.Notifier (Watch), for callers that cannot
+// queue, such as Redlock, whose grant no one node can give: a watch enters
+// "<backend id>|<watch token>" in <prefix>{K}:watchers, refreshed as a
+// queued entry is, and every release and force release of K publishes each
+// watch token on its backend's channel, over the same subscription. A
+// release that nobody watches costs one ZRANGE of an absent key more.
+//
 // What a dead waiter costs: a waiter whose process died is passed over at
 // once. One whose host vanished without closing its connections (or whose
 // process froze) at the moment its turn comes is still heard and is granted

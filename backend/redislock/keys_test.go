@@ -23,6 +23,9 @@ func TestEscapeKeyRoundTrip(t *testing.T) {
 		if want := (keys{lock: base, fence: base + ":fence", meta: base + ":meta", queue: base + ":q", expiry: base + ":qt", waiterMeta: base + ":qm", watchers: base + ":watchers"}); k != want {
 			t.Errorf("keysFor(%q) = %+v, want %+v", key, k, want)
 		}
+		if lock, fence, meta := b.lockNames(key); lock != k.lock || fence != k.fence || meta != k.meta {
+			t.Errorf("lockNames(%q) = %q, %q, %q; want keysFor's %q, %q, %q", key, lock, fence, meta, k.lock, k.fence, k.meta)
+		}
 		for _, other := range k.all()[1:] {
 			if _, ok := b.keyFromLockName(other); ok {
 				t.Errorf("keyFromLockName(%q) took a companion name for a lock", other)

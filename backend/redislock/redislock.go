@@ -172,11 +172,11 @@ func (b *Backend) grant(ctx context.Context, req driver.AcquireRequest, from str
 	if err != nil {
 		return 0, err
 	}
-	k := b.keysFor(req.Key)
+	lock, fence, metaName := b.lockNames(req.Key)
 	if meta == "" && from == "" { // the common case: a shorter request
-		return b.evalInt(ctx, scriptAcquire, []string{k.lock, k.fence}, req.Token, millis(req.TTL))
+		return b.evalInt(ctx, scriptAcquire, []string{lock, fence}, req.Token, millis(req.TTL))
 	}
-	return b.evalInt(ctx, scriptAcquire, []string{k.lock, k.fence, k.meta}, req.Token, millis(req.TTL), meta, from)
+	return b.evalInt(ctx, scriptAcquire, []string{lock, fence, metaName}, req.Token, millis(req.TTL), meta, from)
 }
 
 // Renew resets key's time to live to ttl if token holds it, and keeps its
@@ -185,8 +185,8 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 	if err := validRequest(key, token, &ttl); err != nil {
 		return fmt.Errorf("redislock: renew %q: %w", key, err)
 	}
-	k := b.keysFor(key)
-	ok, err := b.evalInt(ctx, scriptRenew, []string{k.lock, k.meta, k.fence}, token, millis(ttl))
+	lock, fence, meta := b.lockNames(key)
+	ok, err := b.evalInt(ctx, scriptRenew, []string{lock, meta, fence}, token, millis(ttl))
 	return held("renew", key, ok, err)
 }
 
@@ -253,8 +253,8 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 	if err := driver.ValidateKey(key); err != nil {
 		return driver.Info{}, fmt.Errorf("redislock: inspect: %w", err)
 	}
-	k := b.keysFor(key)
-	r, err := b.evalStrings(ctx, scriptInspect, []string{k.lock, k.fence, k.meta})
+	lock, fence, meta := b.lockNames(key)
+	r, err := b.evalStrings(ctx, scriptInspect, []string{lock, fence, meta})
 	info, err := parseInfo(key, r, err)
 	if err != nil {
 		return driver.Info{}, fmt.Errorf("redislock: inspect %q: %w", key, err)
