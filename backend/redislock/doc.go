@@ -156,9 +156,11 @@
 // Backend also implements driver.Notifier (Watch), for callers that cannot
 // queue, such as Redlock, whose grant no one node can give: a watch enters
 // "<backend id>|<watch token>" in <prefix>{K}:watchers, refreshed as a
-// queued entry is, and every release and force release of K publishes each
-// watch token on its backend's channel, over the same subscription. A
-// release that nobody watches costs one ZRANGE of an absent key more.
+// queued entry is, and every release of K through a backend built
+// WithWatchedReleases (Redlock's nodes), every force release and every
+// release to a queued waiter publishes each watch token on its backend's
+// channel, over the same subscription. WithWatchedReleases costs each
+// release one ZRANGE of an absent key more while nobody watches.
 //
 // What a dead waiter costs: a waiter whose process died is passed over at
 // once. One whose host vanished without closing its connections (or whose

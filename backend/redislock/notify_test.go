@@ -13,8 +13,10 @@ import (
 	"time"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/backend/redislock"
 	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/testserver"
+	"github.com/redis/go-redis/v9"
 )
 
 var subCount = regexp.MustCompile(`\bsub=(\d+)`)
@@ -296,26 +298,41 @@ func TestHandoffKeepsWaitersMark(t *testing.T) {
 	})
 }
 
-// TestWatchNotices watches a lock from one backend while another holds it:
-// its release, and after a new grant a force release, must each wake the
-// watcher by a notice on the watcher's backend channel (nothing else wakes
-// it within the wait), and stop must take the watcher's entry out of Redis.
+// TestWatchNotices watches a lock from one backend while others hold it:
+// a release through a backend built WithWatchedReleases, and a force
+// release, must each wake the watcher by a notice on the watcher's backend
+// channel (nothing else wakes it within the wait); a release through a
+// backend without the option must not, as its doc says; and stop must take
+// the watcher's entry out of Redis.
 func TestWatchNotices(t *testing.T) {
 	s := testserver.Redis(t)
-	for _, a := range adapters {
-		t.Run(a.name, func(t *testing.T) {
+	libs := map[string]func(opts ...redislock.Option) driver.Backend{
+		"rueidis": func(opts ...redislock.Option) driver.Backend { return openURL(t, "redis://"+s.Addr(), opts...) },
+		"go-redis": func(opts ...redislock.Option) driver.Backend {
+			return newGoRedis(t, redis.NewClient(&redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true}), opts...)
+		},
+	}
+	for name, open := range libs {
+		t.Run(name, func(t *testing.T) {
 			ctx := testContext(t)
-			watcher, holder := a.new(t, s.Addr()), a.new(t, s.Addr())
+			watcher, watched, plain := open(), open(redislock.WithWatchedReleases()), open()
 			defer watcher.Close()
-			defer holder.Close()
-			key := "watch/" + a.name
-			take := func(token string) {
+			defer watched.Close()
+			defer plain.Close()
+			key := "watch/" + name
+			take := func(b driver.Backend, token string) {
 				t.Helper()
-				if _, err := holder.Acquire(ctx, driver.AcquireRequest{Key: key, Token: token, TTL: time.Minute}); err != nil {
+				if _, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Token: token, TTL: time.Minute}); err != nil {
 					t.Fatal(err)
 				}
 			}
-			take("first")
+			release := func(b driver.Backend, token string) {
+				t.Helper()
+				if err := b.Release(ctx, key, token); err != nil {
+					t.Fatal(err)
+				}
+			}
+			take(watched, "first")
 			wake, stop, err := watcher.(driver.Notifier).Watch(ctx, key)
 			if err != nil {
 				t.Fatal(err)
@@ -327,17 +344,17 @@ func TestWatchNotices(t *testing.T) {
 			if awaitWake(wake, 100*time.Millisecond) {
 				t.Fatal("woken while the key is held")
 			}
-			if err := holder.Release(ctx, key, "first"); err != nil {
-				t.Fatal(err)
-			}
+			release(watched, "first")
 			if !awaitWake(wake, 2*time.Second) {
-				t.Fatal("no notice of the release within 2s")
+				t.Fatal("no notice of a watched release within 2s")
 			}
-			take("second")
-			if awaitWake(wake, 100*time.Millisecond) {
-				t.Fatal("woken by a grant")
+			take(plain, "second")
+			release(plain, "second")
+			if awaitWake(wake, 200*time.Millisecond) {
+				t.Fatal("woken by the release of a backend without WithWatchedReleases")
 			}
-			if _, err := holder.(driver.ForceReleaser).ForceRelease(ctx, key); err != nil {
+			take(plain, "third")
+			if _, err := plain.(driver.ForceReleaser).ForceRelease(ctx, key); err != nil {
 				t.Fatal(err)
 			}
 			if !awaitWake(wake, 2*time.Second) {

@@ -24,6 +24,7 @@ type Backend struct {
 	prefix        string
 	timeout       time.Duration // per request
 	waiterTimeout time.Duration
+	release       script // scriptRelease, or scriptReleaseWatched (WithWatchedReleases)
 	// id names the backend among the waiters of every key, and its notice
 	// channel, channels + id.
 	id       string
@@ -58,7 +59,10 @@ func newBackend(ctx context.Context, st store, cfg config) (*Backend, error) {
 	var id [8]byte
 	_, _ = crand.Read(id[:]) // crypto/rand.Read never fails
 	b := &Backend{st: st, prefix: cfg.prefix, timeout: cfg.requestTimeout, waiterTimeout: cfg.waiterTimeout,
-		id: hex.EncodeToString(id[:]), channels: cfg.prefix + "notify:"}
+		release: scriptRelease, id: hex.EncodeToString(id[:]), channels: cfg.prefix + "notify:"}
+	if cfg.watchedReleases {
+		b.release = scriptReleaseWatched
+	}
 	b.inbox = newInbox(st, b.channels+b.id, cfg.requestTimeout)
 	b.closing, b.stopWaits = context.WithCancel(context.Background())
 	return b, nil
@@ -210,7 +214,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 		}
 	}
 	sent := time.Now() // no later than a grant to a waiter of ours
-	r, err := b.evalStrings(ctx, scriptRelease, k, args...)
+	r, err := b.evalStrings(ctx, b.release, k, args...)
 	if err == nil && (len(r) == 0 || r[0] == "2" && len(r) != 4) {
 		err = fmt.Errorf("release script returned %q", r)
 	}

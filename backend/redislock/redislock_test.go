@@ -47,9 +47,9 @@ func (o ownedBackend) Close() error { return errors.Join(o.Backend.Close(), o.cl
 
 // newGoRedis returns a backend on a new go-redis client that the backend's
 // Close also closes.
-func newGoRedis(t testing.TB, client redis.UniversalClient) driver.Backend {
+func newGoRedis(t testing.TB, client redis.UniversalClient, opts ...redislock.Option) driver.Backend {
 	t.Helper()
-	b, err := redislock.New(client)
+	b, err := redislock.New(client, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,9 +57,9 @@ func newGoRedis(t testing.TB, client redis.UniversalClient) driver.Backend {
 }
 
 // openURL returns a backend from redislock.Open.
-func openURL(t testing.TB, rawURL string) *redislock.Backend {
+func openURL(t testing.TB, rawURL string, opts ...redislock.Option) *redislock.Backend {
 	t.Helper()
-	b, err := redislock.Open(context.Background(), rawURL)
+	b, err := redislock.Open(context.Background(), rawURL, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,8 @@
 -- queued, the key passes to the first live one (passOn): granted, and for
 -- the releasing client's own waiter returned as {"2", its token, fence,
 -- "0"}. Returns {"1"} once released or passed to another client's waiter,
--- having woken the key's watchers (watchers.lua). The fence counter stays.
+-- having woken the key's watchers (watchers.lua), which the common case
+-- does only where it says so. The fence counter stays.
 -- KEYS and ARGV[1] as in queue.lua; ARGV[2] token, ARGV[3] the releasing
 -- client's id; optionally the next waiter: ARGV[4] token, ARGV[5] time to
 -- live in ms, ARGV[6] metadata JSON or "", ARGV[7] member, ARGV[8] "1" if it
@@ -19,7 +20,8 @@
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[2] and not ARGV[4] then -- nobody waits: the common case
 	redis.call('DEL', KEYS[1], KEYS[3])
-	wakeWatchers(KEYS[7], ARGV[1])
+	-- WithWatchedReleases wakes the watchers here:
+	--[[wake]]
 	return {'1'}
 end
 local marked = holder == ARGV[2] .. '\n'

@@ -12,6 +12,7 @@ const (
 	scriptAcquire script = iota
 	scriptRenew
 	scriptRelease
+	scriptReleaseWatched
 	scriptInspect
 	scriptForceRelease
 	scriptWait
@@ -50,16 +51,33 @@ var (
 // counter lives and how it is written; those that use the waiters' queue
 // take queue.lua, which says what the queue holds, where they say
 // --[[queue.lua]]; those that free a key take watchers.lua, to wake its
-// watchers. Watch scripts serve semaphores and read-write locks too.
+// watchers. The release script wakes them on its fast path, where it says
+// --[[wake]], only as scriptReleaseWatched (WithWatchedReleases). Watch
+// scripts serve semaphores and read-write locks too.
 var scriptSources = [numScripts]string{
-	scriptAcquire:      counterLua + acquireLua,
-	scriptRenew:        counterLua + renewLua,
-	scriptRelease:      watchersLua + withQueue(releaseLua, counterLua), // an uncontended release needs neither
-	scriptInspect:      inspectLua,
-	scriptForceRelease: counterLua + watchersLua + withQueue(forceReleaseLua, ""),
-	scriptWait:         counterLua + withQueue(waitLua, ""),
-	scriptLeave:        counterLua + withQueue(leaveLua, ""),
-	scriptWatch:        watchLua,
+	scriptAcquire:        counterLua + acquireLua,
+	scriptRenew:          counterLua + renewLua,
+	scriptRelease:        releaseSource(false),
+	scriptReleaseWatched: releaseSource(true),
+	scriptInspect:        inspectLua,
+	scriptForceRelease:   counterLua + watchersLua + withQueue(forceReleaseLua, ""),
+	scriptWait:           counterLua + withQueue(waitLua, ""),
+	scriptLeave:          counterLua + withQueue(leaveLua, ""),
+	scriptWatch:          watchLua,
+}
+
+// releaseSource is release.lua as scriptRelease, or, watched, with the
+// watchers woken on its fast path, as scriptReleaseWatched. An uncontended
+// release needs neither counter.lua nor queue.lua, nor watchers.lua unless
+// it wakes them.
+func releaseSource(watched bool) string {
+	if !watched {
+		return withQueue(releaseLua, watchersLua+counterLua)
+	}
+	if strings.Count(releaseLua, wakeMarker) != 1 {
+		panic("redislock: the release script must say " + wakeMarker + " once")
+	}
+	return watchersLua + withQueue(strings.Replace(releaseLua, wakeMarker, wakeLine, 1), counterLua)
 }
 
 // withQueue puts lib and queue.lua where src says --[[queue.lua]]. Lua
@@ -73,3 +91,10 @@ func withQueue(src, lib string) string {
 }
 
 const queueMarker = "--[[queue.lua]]"
+
+// wakeMarker is where the release script's fast path wakes the watchers,
+// with wakeLine, in scriptReleaseWatched.
+const (
+	wakeMarker = "--[[wake]]"
+	wakeLine   = "wakeWatchers(KEYS[7], ARGV[1])"
+)

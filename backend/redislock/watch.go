@@ -13,10 +13,11 @@ import (
 
 var _ driver.Notifier = (*Backend)(nil)
 
-// Watch returns a channel that fires when key is released or force
-// released, by any client: the watch enters itself in the key's watchers,
-// which those scripts notify on the watching backend's channel, as
-// WatchPermits does for a semaphore. A key whose holder's lease ran out
+// Watch returns a channel that fires when key is released through a
+// backend built WithWatchedReleases (by any client), or force released, or
+// released to a waiter queued for it: the watch enters itself in the key's
+// watchers, which those scripts notify on the watching backend's channel,
+// as WatchPermits does for a semaphore. A key whose holder's lease ran out
 // frees no notice: the caller's poll finds it. The channel also fires when
 // the subscription is confirmed or lost, since a notice may have been
 // missed. stop must be called once.
