@@ -494,8 +494,10 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 }
 
 // Close closes every node's backend, and the clients if Open built them;
-// clients passed to New and NewRueidis stay open. Every call after Close
-// returns an error matching driver.ErrClosed. Closing twice is harmless.
+// clients passed to New and NewRueidis stay open. It returns once the
+// requests in flight to the nodes ended, each within the request timeout.
+// Every call after Close returns an error matching driver.ErrClosed.
+// Closing twice is harmless.
 func (b *Backend) Close() error {
 	if b.closed.Swap(true) {
 		return nil
