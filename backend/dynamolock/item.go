@@ -22,13 +22,26 @@ const (
 	// garbage collection only; no lock decision reads it.
 	ExpiresAttribute = "expires_at"
 
-	attrToken   = "token"    // the holder's token; absent while the key is free
-	attrVersion = "rvn"      // record version number: new with every grant and renewal
-	attrLease   = "lease_ms" // the lease of the current version, in milliseconds
+	// LeaseAttribute is the lease of the current version, in milliseconds:
+	// a number that Time to Live on it would misread as Unix seconds.
+	LeaseAttribute = "lease_ms"
+
+	attrToken   = "token" // the holder's token; absent while the key is free
+	attrVersion = "rvn"   // record version number: new with every grant and renewal
+	attrLease   = LeaseAttribute
 	attrFence   = "fence"    // the fence of the last grant
 	attrMeta    = "meta"     // the holder's driver.Meta as JSON; absent if empty
 	attrFreedBy = "freed_by" // the token of the last release, which a repeat of it recognises
 )
+
+// LockAttributes returns every attribute dynamolock writes in a lock's
+// item with a meaning other than garbage collection (all but
+// ExpiresAttribute), each with the type of its values: "string" or
+// "number". A tool that checks a table's Time to Live needs them.
+func LockAttributes() map[string]string {
+	return map[string]string{KeyAttribute: "string", attrToken: "string", attrVersion: "string", attrLease: "number",
+		attrFence: "number", attrMeta: "string", attrFreedBy: "string"}
+}
 
 // lock is what an item says.
 type lock struct {

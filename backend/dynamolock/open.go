@@ -20,7 +20,7 @@ import (
 
 func init() {
 	distlock.Register("dynamodb", func(ctx context.Context, u *url.URL) (driver.Backend, error) {
-		cfg, opts, err := parseURL(u)
+		cfg, opts, err := ParseURL(u)
 		if err != nil {
 			return nil, err
 		}
@@ -49,55 +49,16 @@ type Config struct {
 // request over that).
 const maxIdlePerHost = 100
 
-// Open builds a DynamoDB client of its own, with credentials from the SDK's
-// standard chain (environment, shared files and profiles, SSO, web
-// identity, then the container's or the instance's role) as every AWS tool
-// finds them, checks with one DescribeTable, bounded by ctx and the request
-// timeout and not retried, that the table exists with the right key schema,
-// and returns a backend over it. An unreachable endpoint fails at once with
-// the dial error. Close closes the client's idle connections.
+// Open builds a DynamoDB client of its own (NewClient), checks with one
+// DescribeTable, bounded by ctx and the request timeout and not retried,
+// that the table exists with the right key schema, and returns a backend
+// over it. An unreachable endpoint fails at once with the dial error. Close
+// closes the client's idle connections.
 func Open(ctx context.Context, cfg Config, opts ...Option) (*Backend, error) {
-	if err := validTable(cfg.Table); err != nil {
+	db, tr, err := NewClient(ctx, cfg)
+	if err != nil {
 		return nil, err
 	}
-	connect := cfg.ConnectTimeout
-	switch {
-	case connect < 0:
-		return nil, fmt.Errorf("dynamolock: connect timeout %v: %w: must not be negative", connect, driver.ErrInvalidOption)
-	case connect == 0:
-		connect = DefaultConnectTimeout
-	}
-	if cfg.Endpoint != "" {
-		if u, err := url.Parse(cfg.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("dynamolock: endpoint %q: %w: want http://host:port or https://host", cfg.Endpoint, driver.ErrInvalidOption)
-		}
-	}
-	var load []func(*config.LoadOptions) error
-	if cfg.Region != "" {
-		load = append(load, config.WithRegion(cfg.Region))
-	}
-	awsCfg, err := config.LoadDefaultConfig(ctx, load...)
-	if err != nil {
-		return nil, fmt.Errorf("dynamolock: open: AWS configuration: %w", err)
-	}
-	// The SDK's transport, with a CA bundle from the configuration if one
-	// is set (AWS_CA_BUNDLE), made a plain one the backend can close.
-	bc, _ := awsCfg.HTTPClient.(*awshttp.BuildableClient)
-	if bc == nil {
-		bc = awshttp.NewBuildableClient()
-	}
-	tr := bc.GetTransport()
-	tr.DialContext = (&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}).DialContext
-	tr.MaxIdleConnsPerHost = maxIdlePerHost
-	awsCfg.HTTPClient = &http.Client{Transport: tr}
-	if awsCfg.Region == "" {
-		return nil, fmt.Errorf("dynamolock: open: %w: no region (set region in the URL, Config.Region or AWS_REGION)", driver.ErrInvalidOption)
-	}
-	db := dynamodb.NewFromConfig(awsCfg, func(o *dynamodb.Options) {
-		if cfg.Endpoint != "" {
-			o.BaseEndpoint = aws.String(cfg.Endpoint)
-		}
-	})
 	b, err := New(db, cfg.Table, opts...)
 	if err != nil {
 		return nil, err
@@ -113,8 +74,71 @@ func Open(ctx context.Context, cfg Config, opts ...Option) (*Backend, error) {
 	return b, nil
 }
 
-// parseURL reads dynamodb://TABLE?region=R&endpoint=E&connect_timeout=D&request_timeout=D&retention=D.
-func parseURL(u *url.URL) (Config, []Option, error) {
+// NewClient checks cfg and builds the DynamoDB client Open uses, with
+// credentials from the SDK's standard chain (environment, shared files and
+// profiles, SSO, web identity, then the container's or the instance's role)
+// as every AWS tool finds them, and connections bounded by
+// cfg.ConnectTimeout. It returns the client's transport too, whose
+// CloseIdleConnections the caller calls when done with the client. It
+// makes no request.
+func NewClient(ctx context.Context, cfg Config) (*dynamodb.Client, *http.Transport, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, nil, err
+	}
+	connect := cfg.ConnectTimeout
+	if connect == 0 {
+		connect = DefaultConnectTimeout
+	}
+	var load []func(*config.LoadOptions) error
+	if cfg.Region != "" {
+		load = append(load, config.WithRegion(cfg.Region))
+	}
+	awsCfg, err := config.LoadDefaultConfig(ctx, load...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("dynamolock: open: AWS configuration: %w", err)
+	}
+	if awsCfg.Region == "" {
+		return nil, nil, fmt.Errorf("dynamolock: open: %w: no region (set region in the URL, Config.Region or AWS_REGION)", driver.ErrInvalidOption)
+	}
+	// The SDK's transport, with a CA bundle from the configuration if one
+	// is set (AWS_CA_BUNDLE), made a plain one the caller can close.
+	bc, _ := awsCfg.HTTPClient.(*awshttp.BuildableClient)
+	if bc == nil {
+		bc = awshttp.NewBuildableClient()
+	}
+	tr := bc.GetTransport()
+	tr.DialContext = (&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}).DialContext
+	tr.MaxIdleConnsPerHost = maxIdlePerHost
+	awsCfg.HTTPClient = &http.Client{Transport: tr}
+	db := dynamodb.NewFromConfig(awsCfg, func(o *dynamodb.Options) {
+		if cfg.Endpoint != "" {
+			o.BaseEndpoint = aws.String(cfg.Endpoint)
+		}
+	})
+	return db, tr, nil
+}
+
+// validate checks what can be checked of cfg without a connection.
+func (c Config) validate() error {
+	if err := validTable(c.Table); err != nil {
+		return err
+	}
+	if c.ConnectTimeout < 0 {
+		return fmt.Errorf("dynamolock: connect timeout %v: %w: must not be negative", c.ConnectTimeout, driver.ErrInvalidOption)
+	}
+	if c.Endpoint != "" {
+		if u, err := url.Parse(c.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("dynamolock: endpoint %q: %w: want http://host:port or https://host", c.Endpoint, driver.ErrInvalidOption)
+		}
+	}
+	return nil
+}
+
+// ParseURL reads the URL distlock.Open takes,
+// dynamodb://TABLE?region=R&endpoint=E&connect_timeout=D&request_timeout=D&retention=D,
+// as Open's Config and options, and checks the Config as NewClient does
+// (the options are checked by New). It makes no connection.
+func ParseURL(u *url.URL) (Config, []Option, error) {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("dynamolock: URL %q: %w: %s", u.Redacted(), driver.ErrInvalidOption, fmt.Sprintf(format, a...))
 	}
@@ -157,6 +181,9 @@ func parseURL(u *url.URL) (Config, []Option, error) {
 				return Config{}, nil, bad("parameter %s=%q: %v", name, v, err)
 			}
 		}
+	}
+	if err := cfg.validate(); err != nil {
+		return Config{}, nil, err
 	}
 	return cfg, opts, nil
 }

@@ -367,8 +367,9 @@ func TestInvalidURLs(t *testing.T) {
 		"%zz", "mem://", "foo://" + a, "redis-sentinel://" + a, "redis-sentinel://" + a + "/m/x", "redis://" + a + "/abc",
 		"redis-cluster:///", "etcd:///x", "zk:///", "zk://" + a + "?session_timeout=soon", "mysql:///db",
 		"postgres://" + a + "/db?connect_timeout=x",
-		"dynamodb://", "dynamodb://t:8000", "dynamodb://t/x", "dynamodb://t?region=us-east-1&endpoint=" + a,
-		"dynamodb://t?region=us-east-1&timeout=1s", "dynamodb://t?region=us-east-1&region=eu-west-1",
+		"dynamodb://", "dynamodb://tbl:8000", "dynamodb://tbl/x", "dynamodb://tbl?region=us-east-1&endpoint=" + a,
+		"dynamodb://tbl?region=us-east-1&timeout=1s", "dynamodb://tbl?region=us-east-1&region=eu-west-1",
+		"dynamodb://tbl?region=us-east-1&retention=soon", "dynamodb://ab?region=us-east-1",
 	} {
 		_, err := Check(context.Background(), u, Options{})
 		if !errors.Is(err, ErrInvalidURL) {
@@ -388,7 +389,7 @@ func TestUnreachable(t *testing.T) {
 	a := net.JoinHostPort(testserver.Host, strconv.Itoa(port))
 	for _, u := range []string{"redis://" + a, "redis-cluster://" + a, "redis-sentinel://" + a + "/m", "etcd://" + a,
 		"postgres://postgres@" + a + "/postgres", "zk://" + a, "mysql://root@" + a + "/db",
-		"dynamodb://t?region=us-east-1&endpoint=http://" + a} {
+		"dynamodb://tbl?region=us-east-1&endpoint=http://" + a} {
 		start := time.Now()
 		_, err := Check(context.Background(), u, Options{Timeout: time.Second})
 		if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "refused") {

@@ -4,15 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"net/url"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
-	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -24,19 +20,6 @@ import (
 // each waiter's polls are all writes.
 const dynamoLowWCU = 5
 
-// dynamoLockAttributes are the attributes dynamolock writes with a meaning
-// other than garbage collection (backend/dynamolock's doc, "Table"), and
-// the type of their values.
-var dynamoLockAttributes = map[string]string{
-	dynamolock.KeyAttribute: "string",
-	"token":                 "string",
-	"rvn":                   "string",
-	"lease_ms":              "number",
-	"fence":                 "number",
-	"meta":                  "string",
-	"freed_by":              "string",
-}
-
 // dynamoCreateTable is the AWS CLI command that makes the table dynamolock
 // needs, with %s for the table's name.
 const dynamoCreateTable = "aws dynamodb create-table --table-name %s --attribute-definitions AttributeName=" + dynamolock.KeyAttribute +
@@ -46,18 +29,20 @@ const dynamoCreateTable = "aws dynamodb create-table --table-name %s --attribute
 // that it exists with the key schema dynamolock needs, its status, its
 // billing mode and write capacity, and its Time to Live.
 func checkDynamoDB(ctx context.Context, u *url.URL, o Options, r *Report) error {
-	table, region, endpoint, err := dynamoURL(u)
-	if err != nil {
-		return err
-	}
-	db, closeIdle, err := dynamoClient(ctx, region, endpoint, o.Timeout)
+	cfg, _, err := dynamolock.ParseURL(u)
 	if err != nil {
 		return invalid(u, "%v", err)
 	}
-	defer closeIdle()
+	cfg.ConnectTimeout = o.Timeout
+	db, tr, err := dynamolock.NewClient(ctx, cfg)
+	if err != nil {
+		return invalid(u, "%v", err)
+	}
+	defer tr.CloseIdleConnections()
+	table, region, endpoint := cfg.Table, cfg.Region, cfg.Endpoint
 	node := table
 	dctx, cancel := context.WithTimeout(ctx, o.Timeout)
-	out, err := db.DescribeTable(dctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)})
+	out, err := db.DescribeTable(dctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)}, once)
 	cancel()
 	var missing *types.ResourceNotFoundException
 	switch {
@@ -75,7 +60,7 @@ func checkDynamoDB(ctx context.Context, u *url.URL, o Options, r *Report) error 
 	r.add(dynamoStatusFinding(node, t.TableStatus))
 	r.add(dynamoCapacityFinding(node, t))
 	tctx, cancel := context.WithTimeout(ctx, o.Timeout)
-	ttl, err := db.DescribeTimeToLive(tctx, &dynamodb.DescribeTimeToLiveInput{TableName: aws.String(table)})
+	ttl, err := db.DescribeTimeToLive(tctx, &dynamodb.DescribeTimeToLiveInput{TableName: aws.String(table)}, once)
 	cancel()
 	if err != nil {
 		r.add(unread("time-to-live", node, fmt.Errorf("could not check Time to Live: %w", err),
@@ -86,65 +71,9 @@ func checkDynamoDB(ctx context.Context, u *url.URL, o Options, r *Report) error 
 	return nil
 }
 
-// dynamoURL reads the table, region and endpoint of a dynamodb:// URL; the
-// backend's other parameters are accepted and not used.
-func dynamoURL(u *url.URL) (table, region, endpoint string, err error) {
-	if u.Host == "" || u.User != nil || u.Path != "" || u.Port() != "" {
-		return "", "", "", invalid(u, "want dynamodb://TABLE?region=REGION[&endpoint=URL]")
-	}
-	q := u.Query()
-	for name, vs := range q {
-		switch name {
-		case "region", "endpoint", "connect_timeout", "request_timeout", "retention":
-		default:
-			return "", "", "", invalid(u, "unknown parameter %s (known: region, endpoint, connect_timeout, request_timeout, retention)", name)
-		}
-		if len(vs) != 1 {
-			return "", "", "", invalid(u, "parameter %s given %d times", name, len(vs))
-		}
-	}
-	endpoint = q.Get("endpoint")
-	if endpoint != "" {
-		e, err := url.Parse(endpoint)
-		if err != nil || (e.Scheme != "http" && e.Scheme != "https") || e.Host == "" {
-			return "", "", "", invalid(u, "endpoint %q: want http://host:port or https://host", endpoint)
-		}
-	}
-	return u.Host, q.Get("region"), endpoint, nil
-}
-
-// dynamoClient builds a DynamoDB client as dynamolock.Open does (the SDK's
-// credential chain and region), whose connections are bounded by timeout,
-// and a function that closes its idle connections.
-func dynamoClient(ctx context.Context, region, endpoint string, timeout time.Duration) (*dynamodb.Client, func(), error) {
-	var load []func(*config.LoadOptions) error
-	if region != "" {
-		load = append(load, config.WithRegion(region))
-	}
-	cfg, err := config.LoadDefaultConfig(ctx, load...)
-	if err != nil {
-		return nil, nil, fmt.Errorf("AWS configuration: %w", err)
-	}
-	if cfg.Region == "" {
-		return nil, nil, errors.New("no region (set region in the URL or AWS_REGION)")
-	}
-	// The SDK's transport, with the configuration's CA bundle if one is
-	// set (AWS_CA_BUNDLE), its dial bounded by timeout.
-	bc, _ := cfg.HTTPClient.(*awshttp.BuildableClient)
-	if bc == nil {
-		bc = awshttp.NewBuildableClient()
-	}
-	tr := bc.GetTransport()
-	tr.DialContext = (&net.Dialer{Timeout: timeout}).DialContext
-	cfg.HTTPClient = &http.Client{Transport: tr}
-	db := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
-		if endpoint != "" {
-			o.BaseEndpoint = aws.String(endpoint)
-		}
-		o.RetryMaxAttempts = 1 // a refused connection is named at once
-	})
-	return db, tr.CloseIdleConnections, nil
-}
+// once makes a request without retries: a refused connection is named at
+// once.
+func once(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }
 
 // dynamoWhere names where the table was looked for.
 func dynamoWhere(region, endpoint string) string {
@@ -243,9 +172,9 @@ func dynamoTTLFinding(node string, d *types.TimeToLiveDescription, now time.Time
 	}
 	fix := "turn Time to Live off (aws dynamodb update-time-to-live --time-to-live-specification Enabled=false,AttributeName=" + attr +
 		"), then on for " + dynamolock.ExpiresAttribute + " (dynamolock.CreateTable with TableOptions{TimeToLive: true}, or Enabled=true,AttributeName=" + dynamolock.ExpiresAttribute + ")"
-	kind, written := dynamoLockAttributes[attr]
+	kind, written := dynamolock.LockAttributes()[attr]
 	switch {
-	case attr == "lease_ms":
+	case attr == dynamolock.LeaseAttribute:
 		day := float64(24 * time.Hour / time.Millisecond)
 		from, to := float64(now.AddDate(-5, 0, 0).Unix())/day, float64(now.Unix())/day
 		f.Severity = Danger
