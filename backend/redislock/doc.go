@@ -42,7 +42,7 @@
 //	<prefix>{K}:q      the waiters' queue: a sorted set of entries by arrival
 //	<prefix>{K}:qt     the same entries by the time they expire unless refreshed
 //	<prefix>{K}:qm     the metadata of queued waiters that have some
-//	<prefix>{K}:watchers  the watches of the key (Watch), woken by every release
+//	<prefix>{K}:watchers  the watches of the key (Watch, below)
 //
 // The lock's value is the holder's token, followed by "\n" once a waiter
 // queued for the key (its release then passes the key on). An entry of the

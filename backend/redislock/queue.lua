@@ -7,8 +7,8 @@
 -- KEYS[5] expiries: the same members, scored by the server time (ms) at
 --         which they expire unless their waiter refreshes them,
 -- KEYS[6] the queued waiters' metadata, by member (only those that have some),
--- KEYS[7] the lock's watchers (watchers.lua), woken by every release that
---         frees the key or passes it to a queued waiter.
+-- KEYS[7] the lock's watchers (watchers.lua), woken by the releases that
+--         release.lua names.
 -- Their first argument is the same too: ARGV[1], the prefix of the clients'
 -- channels.
 -- A member is "<client id>|<time to live in ms>|<token>". The client id names
