@@ -85,6 +85,7 @@ func Run(t *testing.T, h Harness) {
 	s := &suite{h: h}
 	tests := []subtest{
 		{"MutualExclusion", s.mutualExclusion},
+		{"ReleasesWhileOthersWait", s.releasesWhileOthersWait},
 		{"FenceIncreases", s.fenceIncreases},
 		{"IndependentKeys", s.independentKeys},
 		{"ReleaseWrongToken", s.releaseWrongToken},
@@ -258,6 +259,42 @@ func (s *suite) mutualExclusion(t *testing.T) {
 	}
 	if want := goroutines * s.h.Iterations; counter != want {
 		t.Errorf("counter = %d, want %d: an update was lost to a concurrent holder", counter, want)
+	}
+}
+
+// releasesWhileOthersWait: every holder's release succeeds while waiters of
+// its own client and of others wait for the key, each turn followed by a
+// pause outside the lock, as work between turns leaves a client with no
+// waiter of its own at a release while the others' still wait.
+func (s *suite) releasesWhileOthersWait(t *testing.T) {
+	const clients, goroutines, turns = 3, 2, 200
+	ctx := testContext(t, 2*time.Minute)
+	key := s.key(t)
+	errs := make(chan error, clients*goroutines)
+	var wg sync.WaitGroup
+	for range clients {
+		c := s.client(t)
+		for range goroutines {
+			wg.Go(func() {
+				for range turns {
+					l, err := c.Lock(ctx, key, distlock.WithWait(time.Minute))
+					if err != nil {
+						errs <- err
+						return
+					}
+					if err := l.Release(ctx); err != nil {
+						errs <- fmt.Errorf("a holder's release while others waited: %w", err)
+						return
+					}
+					time.Sleep(time.Millisecond)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
 
