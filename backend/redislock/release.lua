@@ -38,9 +38,10 @@ if ARGV[4] and (not marked or ARGV[8] == '1') then
 	return {'2', ARGV[4], string.format('%.0f', grant(ARGV[4], ARGV[5], ARGV[6], ARGV[7], nil, marked)), over}
 end
 redis.call('DEL', KEYS[1], KEYS[3])
-local first
+local first, t
 if marked then
-	local now, t = clockMs()
+	local now
+	now, t = clockMs()
 	first = passOn(now, t, ARGV[3])
 end
 if not first then
