@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the store servers the tests start, and the headless browser the
-# dashboard's tests drive (Debian/Ubuntu), skipping what is already present;
+# Installs the store servers the tests start, the headless browser the
+# dashboard's tests drive, and Lua 5.1's compiler, with which a test checks
+# the Redis scripts (Debian/Ubuntu), skipping what is already present;
 # then dynalite, the DynamoDB-compatible server, from npm at the version
 # package-lock.json pins, into node_modules at the repository root. Safe to
 # run again.
@@ -22,6 +23,7 @@ ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
 want setpriv util-linux
 want chromium chromium
 want /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf fonts-dejavu-core
+want luac5.1 lua5.1
 want node nodejs
 want npm npm
 

@@ -48,17 +48,11 @@ var (
 	rwInspectLua string
 )
 
-// semScripts holds each script compiled for both clients. Each takes
-// counter.lua, watchers.lua and semaphore.lua before its own source, and a
-// read-write lock's own scripts rwlock.lua after them; a read-write lock
-// renews and releases with the semaphore's scripts, and both watch with
-// watch.lua. The compiled
-// scripts hold nothing but their source and its hash, so every backend
-// shares them.
-var semScripts = func() (s [numSemScripts]struct {
-	goRedis *redis.Script
-	rueidis *rueidis.Lua
-}) {
+// semScriptSources holds each script's source: counter.lua, watchers.lua
+// and semaphore.lua, then its own, and for a read-write lock's own scripts
+// rwlock.lua before that; a read-write lock renews and releases with the
+// semaphore's scripts, and both watch with watch.lua.
+var semScriptSources = func() (s [numSemScripts]string) {
 	for i, src := range [numSemScripts]string{
 		semAcquire:    semAcquireLua,
 		semRenew:      semRenewLua,
@@ -69,7 +63,19 @@ var semScripts = func() (s [numSemScripts]struct {
 		rwWithdraw:    rwlockLua + rwWithdrawLua,
 		rwInspect:     rwlockLua + rwInspectLua,
 	} {
-		src = counterLua + watchersLua + semaphoreLua + src
+		s[i] = counterLua + watchersLua + semaphoreLua + src
+	}
+	return s
+}()
+
+// semScripts holds each script compiled for both clients. The compiled
+// scripts hold nothing but their source and its hash, so every backend
+// shares them.
+var semScripts = func() (s [numSemScripts]struct {
+	goRedis *redis.Script
+	rueidis *rueidis.Lua
+}) {
+	for i, src := range semScriptSources {
 		s[i].goRedis, s[i].rueidis = redis.NewScript(src), rueidis.NewLuaScript(src)
 	}
 	return s
