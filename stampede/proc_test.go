@@ -1,13 +1,9 @@
 package stampede_test
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/internal/childproc"
 	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/stampede"
 	"github.com/distlock/distlock/stampede/redisstore"
@@ -38,25 +35,6 @@ type childResult struct {
 	Values []string
 	Errors []string
 	Stats  stampede.Stats
-}
-
-// runChild runs the job in childEnv, if any, and reports whether it did: the
-// process then exits with code instead of running tests.
-func runChild() (code int, child bool) {
-	spec := os.Getenv(childEnv)
-	if spec == "" {
-		return 0, false
-	}
-	var job childJob
-	if err := json.Unmarshal([]byte(spec), &job); err != nil {
-		fmt.Fprintln(os.Stderr, "child job:", err)
-		return 2, true
-	}
-	if err := job.run(); err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		return 1, true
-	}
-	return 0, true
 }
 
 func (job childJob) run() error {
@@ -101,9 +79,9 @@ func (job childJob) run() error {
 		}
 		return []byte(fmt.Sprintf("load %d by %d", n, os.Getpid())), nil
 	}
-	fmt.Println("ready")
-	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
-		return fmt.Errorf("waiting for go: %w", err)
+	childproc.Ready()
+	if err := childproc.AwaitGo(); err != nil {
+		return err
 	}
 	var (
 		mu  sync.Mutex
@@ -128,7 +106,7 @@ func (job childJob) run() error {
 	}
 	wg.Wait()
 	res.Stats = cache.Stats()
-	return json.NewEncoder(os.Stdout).Encode(res)
+	return childproc.Report(res)
 }
 
 // 64 concurrent misses over three replica processes run load once, and all
@@ -139,79 +117,24 @@ func TestConcurrentMissesAcrossProcesses(t *testing.T) {
 	}
 	rds := testserver.Redis(t)
 	const procs, callers = 3, 64
-	type proc struct {
-		cmd   *exec.Cmd
-		stdin io.WriteCloser
-		out   *bufio.Reader
-	}
-	var ps []proc
-	for i := range procs {
-		n := callers / procs
+	jobs := make([]childJob, procs)
+	for i := range jobs {
+		jobs[i] = childJob{Addr: rds.Addr(), Key: "procs", Goroutines: callers / procs, Callers: callers}
 		if i < callers%procs {
-			n++
+			jobs[i].Goroutines++
 		}
-		job, _ := json.Marshal(childJob{Addr: rds.Addr(), Key: "procs", Goroutines: n, Callers: callers})
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), childEnv+"="+string(job))
-		cmd.Stderr = os.Stderr
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		ps = append(ps, proc{cmd, stdin, bufio.NewReader(stdout)})
 	}
-	lines := make(chan string, procs)
-	errs := make(chan error, procs)
-	readLine := func(p proc) {
-		go func() {
-			l, err := p.out.ReadString('\n')
-			if err != nil {
-				errs <- err
-				return
-			}
-			lines <- l
-		}()
-	}
-	next := func() string {
-		select {
-		case l := <-lines:
-			return l
-		case err := <-errs:
-			t.Fatalf("replica: %v", err)
-		case <-time.After(bound):
-			t.Fatalf("no word from a replica within %v", bound)
-		}
-		return ""
-	}
+	ps := childproc.StartAll(t, childEnv, jobs, bound)
 	for _, p := range ps {
-		readLine(p)
-	}
-	for range procs {
-		if l := next(); l != "ready\n" {
-			t.Fatalf("replica said %q", l)
-		}
-	}
-	for _, p := range ps {
-		if _, err := io.WriteString(p.stdin, "go\n"); err != nil {
+		if err := p.Go(); err != nil {
 			t.Fatal(err)
 		}
-		readLine(p)
 	}
 	values := map[string]int{}
 	var loads uint64
-	for range procs {
+	for _, p := range ps {
 		var r childResult
-		if err := json.Unmarshal([]byte(next()), &r); err != nil {
-			t.Fatal(err)
-		}
+		p.Result(t, &r)
 		for _, e := range r.Errors {
 			t.Errorf("caller: %s", e)
 		}

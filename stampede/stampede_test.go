@@ -17,13 +17,14 @@ import (
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/memlock"
 	_ "github.com/distlock/distlock/backend/redislock"
+	"github.com/distlock/distlock/internal/childproc"
 	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/stampede"
 	"github.com/distlock/distlock/stampede/redisstore"
 )
 
 func TestMain(m *testing.M) {
-	if code, ok := runChild(); ok { // a replica process of a test
+	if code, ok := childproc.Main(childEnv, childJob.run); ok { // a replica process of a test
 		os.Exit(code)
 	}
 	redis.SetLogger(quietLogger{}) // go-redis logs every failed dial of TestUnreachableStore

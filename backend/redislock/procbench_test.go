@@ -1,16 +1,12 @@
 package redislock_test
 
 import (
-	"bufio"
 	"context"
 	_ "embed"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"regexp"
 	"slices"
 	"strconv"
@@ -22,6 +18,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/internal/childproc"
 	"github.com/distlock/distlock/internal/testserver"
 )
 
@@ -40,7 +37,7 @@ const childEnv = "REDISLOCK_TEST_CHILD"
 
 // childJob is what a client process does.
 type childJob struct {
-	Mode       string   // "distlock", "spin" or "wait" (lock once, say so, hold until killed)
+	Mode       string   // "distlock", "spin" or "wait" (lock once, hold until stdin closes)
 	URL        string   // for distlock.Open
 	Addrs      []string // for the raw rueidis client of spin
 	MasterSet  string   // Sentinel's master name, for spin
@@ -59,25 +56,6 @@ type childResult struct {
 	Errors []string
 }
 
-// runChild runs the job in childEnv, if any, and reports whether it did: the
-// process then exits with code instead of running tests.
-func runChild() (code int, child bool) {
-	spec := os.Getenv(childEnv)
-	if spec == "" {
-		return 0, false
-	}
-	var job childJob
-	if err := json.Unmarshal([]byte(spec), &job); err != nil {
-		fmt.Fprintln(os.Stderr, "child job:", err)
-		return 2, true
-	}
-	if err := job.run(); err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		return 1, true
-	}
-	return 0, true
-}
-
 func (job childJob) run() error {
 	ctx := context.Background()
 	var op func(ctx context.Context, token string) (time.Duration, error)
@@ -94,12 +72,11 @@ func (job childJob) run() error {
 			return time.Since(start), l, err
 		}
 		if job.Mode == "wait" {
-			fmt.Println("ready")
+			childproc.Ready()
 			_, l, err := lock(ctx, job.Key)
 			if err != nil {
 				return err
 			}
-			fmt.Println("locked")
 			_, _ = io.Copy(io.Discard, os.Stdin) // until the parent closes stdin
 			return l.Release(ctx)
 		}
@@ -156,10 +133,9 @@ func (job childJob) run() error {
 		return fmt.Errorf("unknown mode %q", job.Mode)
 	}
 
-	fmt.Println("ready")
-	in := bufio.NewScanner(os.Stdin)
-	if !in.Scan() || in.Text() != "go" {
-		return fmt.Errorf("no go from the parent")
+	childproc.Ready()
+	if err := childproc.AwaitGo(); err != nil {
+		return err
 	}
 	end := time.Now().Add(job.Round)
 	res := childResult{Waits: make([][]int64, job.Goroutines)}
@@ -186,99 +162,16 @@ func (job childJob) run() error {
 		}()
 	}
 	wg.Wait()
-	return json.NewEncoder(os.Stdout).Encode(res)
+	return childproc.Report(res)
 }
 
-// child is a running client process.
-type child struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	out   *bufio.Reader
-}
-
-// startChild starts the test binary as a client process doing job and waits
-// until it says ready.
-func startChild(tb testing.TB, job childJob) *child {
-	tb.Helper()
-	c, err := launchChild(job)
-	if c != nil {
-		tb.Cleanup(c.kill)
-	}
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return c
-}
-
-// launchChild starts a client process and waits up to a minute until it says
-// ready. The caller kills it (kill) in any case once it is not nil.
-func launchChild(job childJob) (*child, error) {
-	spec, err := json.Marshal(job)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	c := &child{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout)}
-	return c, c.await("ready", time.Minute)
-}
-
-// kill ends the process, if it still runs, and reaps it.
-func (c *child) kill() {
-	_ = c.cmd.Process.Kill()
-	_ = c.cmd.Wait()
-}
-
-// expect waits up to within for the line want from the child.
-func (c *child) expect(tb testing.TB, want string, within time.Duration) {
-	tb.Helper()
-	if err := c.await(want, within); err != nil {
-		tb.Fatal(err)
-	}
-}
-
-// await waits up to within for the line want from the child.
-func (c *child) await(want string, within time.Duration) error {
-	line := make(chan string, 1)
-	go func() {
-		s, _ := c.out.ReadString('\n')
-		line <- strings.TrimSpace(s)
-	}()
-	select {
-	case got := <-line:
-		if got != want {
-			return fmt.Errorf("child said %q, want %q", got, want)
-		}
-		return nil
-	case <-time.After(within):
-		return fmt.Errorf("child did not say %q within %v", want, within)
-	}
-}
-
-// result reads the child's report once it has run its round.
-func (c *child) result(tb testing.TB) childResult {
+// result reads a client process's report once it has run its round.
+func result(tb testing.TB, c *childproc.Child) childResult {
 	tb.Helper()
 	var r childResult
-	if err := json.NewDecoder(c.out).Decode(&r); err != nil {
-		tb.Fatalf("child's result: %v", err)
-	}
-	if err := c.cmd.Wait(); err != nil {
-		tb.Fatalf("child: %v", err)
-	}
+	c.Result(tb, &r)
 	if len(r.Errors) > 0 {
-		tb.Fatalf("child failed: %v", r.Errors)
+		tb.Fatalf("client process failed: %v", r.Errors)
 	}
 	return r
 }
@@ -359,35 +252,17 @@ type procRun struct {
 func (d procDeployment) round(b *testing.B, r *procRun, mode, key string, clients, g int) {
 	job := childJob{Mode: mode, URL: d.url, Addrs: d.addrs, MasterSet: d.masterSet, Key: key, Goroutines: g,
 		Work: time.Millisecond, Wait: 10 * time.Second, Lease: 30 * time.Second, Round: *procRound}
-	cs := make([]*child, clients)
-	errs := make([]error, clients)
-	var wg sync.WaitGroup
-	for i := range cs {
-		wg.Add(1)
-		go func() { // in parallel: each takes a while to connect
-			defer wg.Done()
-			cs[i], errs[i] = launchChild(job)
-		}()
-	}
-	wg.Wait()
-	for _, c := range cs {
-		if c != nil {
-			b.Cleanup(c.kill)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		b.Fatalf("starting clients: %v", err)
-	}
+	cs := childproc.StartAll(b, childEnv, slices.Repeat([]childJob{job}, clients), time.Minute)
 	before := d.stats(b)
 	for _, c := range cs {
-		if _, err := io.WriteString(c.stdin, "go\n"); err != nil {
+		if err := c.Go(); err != nil {
 			b.Fatal(err)
 		}
 	}
 	start := time.Now()
 	results := make([]childResult, len(cs))
 	for i, c := range cs {
-		results[i] = c.result(b)
+		results[i] = result(b, c)
 	}
 	r.elapsed += time.Since(start) - time.Millisecond // the last iteration's work is not Redis's
 	after := d.stats(b)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/childproc"
 	"github.com/distlock/distlock/internal/testserver"
 )
 
@@ -204,7 +205,7 @@ func deadWaiterProcess(t *testing.T, url string, addrs func() []string) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p := startChild(t, childJob{Mode: "wait", URL: url, Key: key, Wait: time.Minute, Lease: lease})
+			p := childproc.Start(t, childEnv, childJob{Mode: "wait", URL: url, Key: key, Wait: time.Minute, Lease: lease}, time.Minute)
 			waitQueued(t, addrs(), key, 1)
 			got := make(chan error, 1)
 			other := newClient(t, openURL(t, url))
@@ -217,8 +218,8 @@ func deadWaiterProcess(t *testing.T, url string, addrs func() []string) {
 			}()
 			waitQueued(t, addrs(), key, 2)
 			if how == "killed" {
-				p.kill()
-			} else if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+				p.Kill()
+			} else if err := p.Process().Signal(syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
 			time.Sleep(50 * time.Millisecond) // the server sees the connections close

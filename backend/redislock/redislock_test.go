@@ -16,12 +16,13 @@ import (
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/redislock"
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/childproc"
 	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/locktest"
 )
 
 func TestMain(m *testing.M) {
-	if code, ok := runChild(); ok { // a client process of a test or benchmark
+	if code, ok := childproc.Main(childEnv, childJob.run); ok { // a client process of a test or benchmark
 		os.Exit(code)
 	}
 	redis.SetLogger(quietLogger{}) // go-redis logs every Sentinel lookup

@@ -5,7 +5,6 @@ package chaos
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -29,13 +28,14 @@ import (
 	_ "github.com/distlock/distlock/backend/sqllock"
 	_ "github.com/distlock/distlock/backend/zklock"
 	"github.com/distlock/distlock/fence"
+	"github.com/distlock/distlock/internal/childproc"
 	"github.com/distlock/distlock/occ"
 )
 
 // childEnv carries a client process's job (JSON).
 const childEnv = "DISTLOCK_CHAOS_CHILD"
 
-func init() { runChild = childMain }
+func init() { runChild = func() (int, bool) { return childproc.Main(childEnv, (*job).run) } }
 
 // job is what one client process does: up to Ops acquisitions within Run,
 // each followed by Writes entries into the in-memory resource (Work long
@@ -78,23 +78,6 @@ func (j *job) stall() {
 		time.Sleep(j.Delay) // the fault itself: a client stopped at this point
 		j.frozen.Unlock()
 	}
-}
-
-func childMain() (int, bool) {
-	spec := os.Getenv(childEnv)
-	if spec == "" {
-		return 0, false
-	}
-	var j job
-	if err := json.Unmarshal([]byte(spec), &j); err != nil {
-		fmt.Fprintln(os.Stderr, "chaos child:", err)
-		return 2, true
-	}
-	if err := j.run(); err != nil {
-		fmt.Fprintln(os.Stderr, "chaos child:", err)
-		return 1, true
-	}
-	return 0, true
 }
 
 func (j *job) run() error {
