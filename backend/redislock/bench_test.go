@@ -5,8 +5,6 @@ import (
 	_ "embed"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -198,22 +196,11 @@ func BenchmarkRedis(b *testing.B) {
 
 // redisCPU returns the CPU time the server has used (user + system).
 func redisCPU(b *testing.B, c *redis.Client) time.Duration {
-	info, err := c.Info(context.Background(), "cpu").Result()
+	cpu, err := testserver.RedisCPU(context.Background(), c.Options().Addr)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var total float64
-	for line := range strings.SplitSeq(info, "\r\n") {
-		name, value, _ := strings.Cut(line, ":")
-		if name == "used_cpu_sys" || name == "used_cpu_user" {
-			seconds, err := strconv.ParseFloat(value, 64)
-			if err != nil {
-				b.Fatalf("INFO cpu: %s: %v", line, err)
-			}
-			total += seconds
-		}
-	}
-	return time.Duration(total * float64(time.Second))
+	return cpu
 }
 
 // runParallel runs n calls of op over g goroutines, each on its own key, and

@@ -217,19 +217,14 @@ func (d procDeployment) stats(tb testing.TB) serverStats {
 	tb.Helper()
 	st := serverStats{calls: make(map[string]int)}
 	for _, addr := range d.nodes {
-		info, err := testserver.RedisCommand(context.Background(), addr, "INFO", "all")
+		cpu, err := testserver.RedisCPU(context.Background(), addr)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		for line := range strings.SplitSeq(info, "\r\n") {
-			name, value, _ := strings.Cut(line, ":")
-			if name == "used_cpu_sys" || name == "used_cpu_user" {
-				s, err := strconv.ParseFloat(value, 64)
-				if err != nil {
-					tb.Fatal(err)
-				}
-				st.cpu += time.Duration(s * float64(time.Second))
-			}
+		st.cpu += cpu
+		info, err := testserver.RedisCommand(context.Background(), addr, "INFO", "commandstats")
+		if err != nil {
+			tb.Fatal(err)
 		}
 		for _, m := range cmdstatCalls.FindAllStringSubmatch(info, -1) {
 			n, _ := strconv.Atoi(m[2])

@@ -3,12 +3,8 @@ package redlock_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,19 +14,6 @@ import (
 	"github.com/distlock/distlock/backend/redlock"
 	"github.com/distlock/distlock/driver"
 )
-
-// redislockSource reads the source of redislock's scripts, concatenated.
-func redislockSource(b *testing.B, names ...string) string {
-	var src []byte
-	for _, n := range names {
-		s, err := os.ReadFile(filepath.Join("..", "redislock", n))
-		if err != nil {
-			b.Fatal(err)
-		}
-		src = append(src, s...)
-	}
-	return string(src)
-}
 
 // BenchmarkRedlock: Lock+Release through distlock.Client over Redlock on
 // five nodes, g goroutines on distinct keys, against the floor: the same
@@ -56,44 +39,15 @@ func BenchmarkRedlock(b *testing.B) {
 	}
 	c := distlock.New(be)
 	defer c.Close()
-	// The scripts as the nodes' backends send them: the acquire script after
-	// counter.lua; the release script after watchers.lua, waking the
-	// watchers on its fast path (WithWatchedReleases), which ends before its
-	// queue library.
-	acquire := rueidis.NewLuaScript(redislockSource(b, "counter.lua", "acquire.lua"))
-	releaseSrc := redislockSource(b, "watchers.lua", "release.lua")
-	if !strings.Contains(releaseSrc, "--[[wake]]") {
-		b.Fatal("release.lua no longer says where it wakes the watchers: update the floor")
-	}
-	release := rueidis.NewLuaScript(strings.Replace(releaseSrc, "--[[wake]]", "wakeWatchers(KEYS[7], ARGV[1])", 1))
-	// onAll runs one request per node, one in this goroutine and the others
-	// in their own, as Redlock does.
-	onAll := func(do func(rueidis.Client) error) error {
-		errs := make([]error, len(clients))
-		var wg sync.WaitGroup
-		for i := 1; i < len(clients); i++ {
-			wg.Go(func() { errs[i] = do(clients[i]) })
-		}
-		errs[0] = do(clients[0])
-		wg.Wait()
-		for _, err := range errs {
-			if err != nil {
-				return err
-			}
-		}
-		return nil
+	raw, err := newRawRedlock(clients)
+	if err != nil {
+		b.Fatal(err)
 	}
 	floor := func(ctx context.Context, key, token string) error {
-		name := "distlock:{" + key + "}"
-		lockKeys := []string{name, name + ":fence"}
-		relKeys := []string{name, name + ":fence", name + ":meta", name + ":q", name + ":qt", name + ":qm", name + ":watchers"}
-		args := []string{token, "30000"} // the default lease
-		if err := onAll(func(c rueidis.Client) error { return acquire.Exec(ctx, c, lockKeys, args).Error() }); err != nil {
+		if _, err := raw.lock(ctx, key, token); err != nil {
 			return err
 		}
-		return onAll(func(c rueidis.Client) error {
-			return release.Exec(ctx, c, relKeys, []string{"distlock:notify:", token, "bench"}).Error()
-		})
+		return raw.unlock(ctx, key, token)
 	}
 	lock := func(ctx context.Context, key, _ string) error {
 		l, err := c.Lock(ctx, key)
@@ -136,11 +90,11 @@ func BenchmarkRedlock(b *testing.B) {
 
 // processCPU is the CPU time, user and system, this process has used.
 func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	cpu, err := cpuTime()
+	if err != nil {
 		b.Fatal(err)
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return cpu
 }
 
 // spread makes n calls of op over g goroutines, each on a key of its own,

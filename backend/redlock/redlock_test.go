@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -16,11 +17,17 @@ import (
 	"github.com/distlock/distlock/backend/redislock"
 	"github.com/distlock/distlock/backend/redlock"
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/childproc"
 	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/locktest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if code, child := childproc.Main(childEnv, procJob.run); child { // a client process of a benchmark
+		os.Exit(code)
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // nodes starts n redis-server processes.
 func nodes(t testing.TB, n int) []*testserver.Server {

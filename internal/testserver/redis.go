@@ -63,6 +63,27 @@ func RedisCommand(ctx context.Context, addr string, args ...string) (string, err
 	return readReply(bufio.NewReader(c))
 }
 
+// RedisCPU returns the CPU time, user and system, that the Redis server at
+// addr has used, from INFO cpu.
+func RedisCPU(ctx context.Context, addr string) (time.Duration, error) {
+	info, err := RedisCommand(ctx, addr, "INFO", "cpu")
+	if err != nil {
+		return 0, err
+	}
+	var total time.Duration
+	for line := range strings.SplitSeq(info, "\r\n") {
+		name, value, _ := strings.Cut(line, ":")
+		if name == "used_cpu_sys" || name == "used_cpu_user" {
+			seconds, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				return 0, fmt.Errorf("INFO cpu: %s: %w", line, err)
+			}
+			total += time.Duration(seconds * float64(time.Second))
+		}
+	}
+	return total, nil
+}
+
 func readReply(r *bufio.Reader) (string, error) {
 	line, err := r.ReadString('\n')
 	if err != nil {
