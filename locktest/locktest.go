@@ -267,7 +267,7 @@ func (s *suite) mutualExclusion(t *testing.T) {
 // pause outside the lock, as work between turns leaves a client with no
 // waiter of its own at a release while the others' still wait.
 func (s *suite) releasesWhileOthersWait(t *testing.T) {
-	const clients, goroutines, turns = 3, 2, 200
+	const clients, goroutines, turns = 3, 3, 60
 	ctx := testContext(t, 2*time.Minute)
 	key := s.key(t)
 	errs := make(chan error, clients*goroutines)
