@@ -26,7 +26,8 @@ type faulty struct {
 	driver.Backend
 	acquireAfter func(driver.Grant, error) (driver.Grant, error)
 	renewErr     atomic.Pointer[error]
-	releaseFails atomic.Int32
+	releaseFails atomic.Int32 // releases that fail without reaching the store
+	releaseLost  atomic.Int32 // releases done in the store whose reply is lost
 	releases     atomic.Int32
 }
 
@@ -50,7 +51,11 @@ func (f *faulty) Release(ctx context.Context, key, token string) error {
 	if f.releaseFails.Add(-1) >= 0 {
 		return errTransient
 	}
-	return f.Backend.Release(ctx, key, token)
+	err := f.Backend.Release(ctx, key, token)
+	if err == nil && f.releaseLost.Add(-1) >= 0 {
+		return errTransient
+	}
+	return err
 }
 
 var errTransient = errors.New("i/o timeout")
@@ -138,6 +143,32 @@ func TestReleaseRetriedByToken(t *testing.T) {
 	}
 	if info, _ := store.Inspect(ctx, "rel"); info.Held {
 		t.Fatal("key still held after release")
+	}
+}
+
+// A release whose first attempt freed the key but lost its reply is retried,
+// finds the key free within the lease, where only a release could have
+// freed it, and reports the key released, not a lease that ran out.
+func TestReleaseWithLostReplyWithinLease(t *testing.T) {
+	ctx := context.Background()
+	store := memlock.New()
+	f := &faulty{Backend: store}
+	rec := &recorder{}
+	c := distlock.New(f, distlock.WithObserver(rec))
+	defer c.Close()
+	l, err := c.TryLock(ctx, "lost-reply")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.releaseLost.Store(1)
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("release whose first reply was lost: %v; want success", err)
+	}
+	if n := f.releases.Load(); n != 2 {
+		t.Fatalf("release attempts = %d, want 2", n)
+	}
+	if e, ok := rec.find(distlock.EventReleased); !ok || e.Reason != distlock.ReleaseReleased || e.Err != nil {
+		t.Fatalf("release event %+v (found %v); want reason %q without an error", e, ok, distlock.ReleaseReleased)
 	}
 }
 
