@@ -146,12 +146,19 @@ const (
 	ReleaseBudget   = 5 * time.Second
 )
 
+// errMayHaveReleased joins ErrNotHeld from a release retried after an
+// attempt that failed: the store may have done that attempt and lost only
+// its reply.
+var errMayHaveReleased = errors.New("an earlier attempt that failed may have released it")
+
 // releaseByToken releases key for token, retrying failures within the bounds
-// above and ctx. It never releases by bare key.
+// above and ctx. It never releases by bare key. ErrNotHeld after a failed
+// attempt comes joined with errMayHaveReleased.
 func (c *Client) releaseByToken(ctx context.Context, r *Request, token string) error {
 	var (
 		bo     = backoff{min: 5 * time.Millisecond, max: 200 * time.Millisecond}
 		first  = time.Now() // the budget counts from the first attempt
+		failed error        // the last attempt's failure
 		cancel context.CancelFunc
 	)
 	for attempt := 1; ; attempt++ {
@@ -162,8 +169,12 @@ func (c *Client) releaseByToken(ctx context.Context, r *Request, token string) e
 		err := c.backend.Release(ctx, r.Key, token)
 		c.observeCall(ctx, r, "release", start, err)
 		if err == nil || errors.Is(err, ErrNotHeld) {
+			if err != nil && failed != nil {
+				return fmt.Errorf("%w: %w (%v)", err, errMayHaveReleased, failed)
+			}
 			return err
 		}
+		failed = err
 		if attempt == 1 { // a timer only once a retry may be needed
 			ctx, cancel = context.WithDeadline(ctx, first.Add(ReleaseBudget))
 			defer cancel()

@@ -102,7 +102,9 @@ var errAlreadyReleased = fmt.Errorf("%w: already released", ErrNotHeld)
 // matching ErrNotHeld and touches no store. Releasing a lock that was lost
 // returns an error matching ErrLockLost; if the store may still hold it, it is
 // released by token first. A lock that expired and is now held by someone else
-// is left alone, with an error matching ErrNotHeld.
+// is left alone, with an error matching ErrNotHeld. A release retried after a
+// failure whose reply never came, that finds the key free while the lease
+// still runs, succeeds: the failed attempt released it.
 func (l *Lock) Release(ctx context.Context) error {
 	if !l.released.CompareAndSwap(false, true) {
 		return keyErr("release", l.h.r.Key, errAlreadyReleased)
@@ -470,7 +472,7 @@ func (h *hold) markLost(reason string) {
 // release frees the lock in the store by token.
 func (h *hold) release(ctx context.Context) error {
 	h.mu.Lock()
-	state, reason := h.state, h.lossReason
+	state, reason, deadline := h.state, h.lossReason, h.deadline
 	var lostErr error
 	switch state {
 	case stateHeld:
@@ -507,6 +509,13 @@ func (h *hold) release(ctx context.Context) error {
 	h.unregister(true)
 	reason = ReleaseReleased
 	switch {
+	case errors.Is(err, errMayHaveReleased) && time.Now().Before(deadline):
+		// Within the lease only a release frees the key: the attempt whose
+		// reply was lost (or an operator's ForceRelease).
+		err = nil
+	case errors.Is(err, errMayHaveReleased):
+		reason = ReleaseExpired
+		err = keyErr("release", h.r.Key, err)
 	case errors.Is(err, ErrNotHeld):
 		reason = ReleaseExpired
 		err = keyErr("release", h.r.Key, fmt.Errorf("%w: the lease had expired", err))
