@@ -28,7 +28,6 @@ type Backend struct {
 	// answered took; Watch spreads its notices over four times that.
 	lastRoundTrip atomic.Int64
 	work          *workers // send the requests to all nodes but the first
-	watches       watches  // Watch's, by key
 }
 
 // node is one Redis node: its address (for errors) and its backend.
@@ -117,8 +116,7 @@ func newBackend(ctx context.Context, cfg config, addrs []string, open func(ctx c
 			return nil, fmt.Errorf("redlock: node %s given twice: %w: the nodes must be independent", a, driver.ErrInvalidOption)
 		}
 	}
-	b := &Backend{nodes: make([]node, len(addrs)), quorum: len(addrs)/2 + 1, cfg: cfg, work: newWorkers(),
-		watches: watches{nodes: len(addrs)}}
+	b := &Backend{nodes: make([]node, len(addrs)), quorum: len(addrs)/2 + 1, cfg: cfg, work: newWorkers()}
 	errs := make([]error, len(addrs))
 	var wg sync.WaitGroup
 	for i, a := range addrs {
@@ -504,7 +502,6 @@ func (b *Backend) Close() error {
 	if b.closed.Swap(true) {
 		return nil
 	}
-	b.watches.close() // before the nodes, so that the watches leave them
 	errs := make([]error, len(b.nodes))
 	for i, n := range b.nodes {
 		errs[i] = n.b.Close()
