@@ -107,3 +107,33 @@ func TestHandoffByStaleTokenChangesNothing(t *testing.T) {
 		t.Fatal("the waiter was handed a grant that does not exist")
 	}
 }
+
+// lostHandoff hands the key over in the store, then loses the reply.
+type lostHandoff struct{ *oneKey }
+
+func (s lostHandoff) Handoff(ctx context.Context, key, token string, next driver.AcquireRequest) (driver.Grant, error) {
+	if _, err := s.oneKey.Handoff(ctx, key, token, next); err != nil {
+		return driver.Grant{}, err
+	}
+	return driver.Grant{}, errors.New("i/o timeout")
+}
+
+// A release whose handoff happened in the store but lost its reply finds
+// the key gone from its token: its ErrNotHeld says that the failed handoff
+// may have freed it, which Lock.Release, within the lease, takes for done.
+func TestReleaseAfterLostHandoff(t *testing.T) {
+	ctx := context.Background()
+	store := lostHandoff{newOneKey()}
+	c := New(store)
+	defer c.Close()
+	if _, err := store.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "holder", TTL: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	waiter := c.lines.join(driver.AcquireRequest{Key: "k", TTL: time.Second}, false)
+	defer c.lines.leave("k", waiter, false)
+	<-waiter.head
+	err := c.releaseOrHand(ctx, &Request{Key: "k"}, "holder")
+	if !errors.Is(err, ErrNotHeld) || !errors.Is(err, errMayHaveReleased) {
+		t.Fatalf("release after a lost handoff: %v; want ErrNotHeld saying the handoff may have released it", err)
+	}
+}
