@@ -133,7 +133,7 @@ func (c *Client) releaseAbandoned(r *Request, token string) {
 	c.goBackground(func() {
 		ctx, cancel := context.WithTimeout(c.bgCtx, ReleaseBudget)
 		defer cancel()
-		_ = c.releaseByToken(ctx, r, token)
+		_ = c.releaseByToken(ctx, r, token, nil)
 	})
 }
 
@@ -152,13 +152,14 @@ const (
 var errMayHaveReleased = errors.New("an earlier attempt that failed may have released it")
 
 // releaseByToken releases key for token, retrying failures within the bounds
-// above and ctx. It never releases by bare key. ErrNotHeld after a failed
-// attempt comes joined with errMayHaveReleased.
-func (c *Client) releaseByToken(ctx context.Context, r *Request, token string) error {
+// above and ctx. It never releases by bare key. failed, if not nil, is an
+// earlier call's failure that may have freed the key (a handoff whose reply
+// was lost). ErrNotHeld after a failed attempt comes joined with
+// errMayHaveReleased.
+func (c *Client) releaseByToken(ctx context.Context, r *Request, token string, failed error) error {
 	var (
 		bo     = backoff{min: 5 * time.Millisecond, max: 200 * time.Millisecond}
 		first  = time.Now() // the budget counts from the first attempt
-		failed error        // the last attempt's failure
 		cancel context.CancelFunc
 	)
 	for attempt := 1; ; attempt++ {

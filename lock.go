@@ -490,7 +490,7 @@ func (h *hold) release(ctx context.Context) error {
 	if state == stateLost {
 		if storeMayHold(reason) {
 			// The store may still hold our token; free the key for others.
-			_ = h.c.releaseByToken(ctx, &h.r, h.token)
+			_ = h.c.releaseByToken(ctx, &h.r, h.token, nil)
 		}
 		h.unregister(true)
 		e := Event{Kind: EventReleased, Reason: ReleaseLost, Hold: time.Since(h.acquired)}

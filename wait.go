@@ -199,17 +199,20 @@ func (c *Client) untilClosed(ctx context.Context) (_ context.Context, stop func(
 // waiter if the backend can, else releases it by token and wakes that
 // waiter.
 func (c *Client) releaseOrHand(ctx context.Context, r *Request, token string) error {
+	var failed error // a handoff whose outcome is unknown
 	if hb, ok := c.backend.(driver.Handoff); ok {
 		if t := c.lines.next(r.Key); t != nil && !t.keepsToken {
-			if done, err := c.handOff(ctx, hb, r, token, t); done {
+			done, err := c.handOff(ctx, hb, r, token, t)
+			if done {
 				if err != nil {
 					c.lines.released(r.Key) // the lease had run out: the key may be free
 				}
 				return err
 			}
+			failed = err
 		}
 	}
-	err := c.releaseByToken(ctx, r, token)
+	err := c.releaseByToken(ctx, r, token, failed)
 	if err == nil || errors.Is(err, ErrNotHeld) {
 		c.lines.released(r.Key)
 	}
