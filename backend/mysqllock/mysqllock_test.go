@@ -246,7 +246,9 @@ func cancelledWait(t *testing.T, s *testserver.Server, admin *sql.DB) {
 		go func() {
 			opt := distlock.WithWait(time.Minute)
 			if how == "deadline" {
-				opt = distlock.WithWait(700 * time.Millisecond)
+				// Long enough for a loaded machine to connect and show the
+				// waiting statement before the wait ends.
+				opt = distlock.WithWait(2 * time.Second)
 			}
 			_, err := b.Lock(wctx, key, opt)
 			errc <- err
