@@ -37,7 +37,7 @@ const childEnv = "REDISLOCK_TEST_CHILD"
 
 // childJob is what a client process does.
 type childJob struct {
-	Mode       string   // "distlock", "spin" or "wait" (lock once, hold until stdin closes)
+	Mode       string   // "distlock", "spin" or "wait" (lock once, hold until killed)
 	URL        string   // for distlock.Open
 	Addrs      []string // for the raw rueidis client of spin
 	MasterSet  string   // Sentinel's master name, for spin

@@ -52,10 +52,7 @@ func Main[J any](env string, run func(J) error) (code int, child bool) {
 }
 
 // Ready tells the parent that the child is set up and waits for its go.
-func Ready() { Say("ready") }
-
-// Say writes one line for the parent, which reads it with Expect.
-func Say(line string) { fmt.Println(line) }
+func Ready() { fmt.Println("ready") }
 
 // AwaitGo waits until the parent says go.
 func AwaitGo() error {
@@ -153,24 +150,13 @@ func (c *Child) Go() error {
 	return err
 }
 
-// CloseStdin closes the child's standard input, which a child that waits
-// for its end takes as the word to stop.
-func (c *Child) CloseStdin() error { return c.stdin.Close() }
-
 // Kill ends the child, if it still runs, and reaps it.
 func (c *Child) Kill() {
 	_ = c.cmd.Process.Kill()
 	_ = c.cmd.Wait()
 }
 
-// Expect waits up to within for the line want from the child.
-func (c *Child) Expect(tb testing.TB, want string, within time.Duration) {
-	tb.Helper()
-	if err := c.await(want, within); err != nil {
-		tb.Fatal(err)
-	}
-}
-
+// await waits up to within for the line want from the child.
 func (c *Child) await(want string, within time.Duration) error {
 	line := make(chan string, 1)
 	go func() {
