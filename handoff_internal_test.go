@@ -86,16 +86,24 @@ func TestHandedGrantReleasedWhenWaiterLeft(t *testing.T) {
 	}
 }
 
-func TestHandoffByStaleTokenChangesNothing(t *testing.T) {
-	ctx := context.Background()
-	store := newOneKey()
+// heldWithWaiter has "holder" take "k" in store, and a client over store
+// with a waiter in its line for "k"; the test ends both.
+func heldWithWaiter(t *testing.T, store driver.Backend) (*Client, *turn) {
+	t.Helper()
 	c := New(store)
-	defer c.Close()
-	if _, err := store.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "holder", TTL: time.Second}); err != nil {
+	t.Cleanup(func() { _ = c.Close() })
+	if _, err := store.Acquire(context.Background(), driver.AcquireRequest{Key: "k", Token: "holder", TTL: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	waiter := c.lines.join(driver.AcquireRequest{Key: "k", TTL: time.Second}, false)
-	defer c.lines.leave("k", waiter, false)
+	t.Cleanup(func() { c.lines.leave("k", waiter, false) })
+	return c, waiter
+}
+
+func TestHandoffByStaleTokenChangesNothing(t *testing.T) {
+	ctx := context.Background()
+	store := newOneKey()
+	c, waiter := heldWithWaiter(t, store)
 	done, err := c.handOff(ctx, store, &Request{Key: "k"}, "stale", waiter)
 	if !done || !errors.Is(err, ErrNotHeld) {
 		t.Fatalf("handOff = %v, %v; want done with ErrNotHeld", done, err)
@@ -122,17 +130,10 @@ func (s lostHandoff) Handoff(ctx context.Context, key, token string, next driver
 // the key gone from its token: its ErrNotHeld says that the failed handoff
 // may have freed it, which Lock.Release, within the lease, takes for done.
 func TestReleaseAfterLostHandoff(t *testing.T) {
-	ctx := context.Background()
 	store := lostHandoff{newOneKey()}
-	c := New(store)
-	defer c.Close()
-	if _, err := store.Acquire(ctx, driver.AcquireRequest{Key: "k", Token: "holder", TTL: time.Second}); err != nil {
-		t.Fatal(err)
-	}
-	waiter := c.lines.join(driver.AcquireRequest{Key: "k", TTL: time.Second}, false)
-	defer c.lines.leave("k", waiter, false)
+	c, waiter := heldWithWaiter(t, store)
 	<-waiter.head
-	err := c.releaseOrHand(ctx, &Request{Key: "k"}, "holder")
+	err := c.releaseOrHand(context.Background(), &Request{Key: "k"}, "holder")
 	if !errors.Is(err, ErrNotHeld) || !errors.Is(err, errMayHaveReleased) {
 		t.Fatalf("release after a lost handoff: %v; want ErrNotHeld saying the handoff may have released it", err)
 	}
