@@ -156,6 +156,7 @@ func TestCallsAfterClose(t *testing.T) {
 	defer checker.Close()
 	backends := map[string]*pglock.Backend{"Open": opened, "New": newBackend(t, newPool(t, s, 2))}
 	for name, b := range backends {
+		t.Cleanup(func() { _ = b.Close() }) // also when -run skips the subtest that closes it
 		t.Run(name, func(t *testing.T) {
 			key := uniqueKey(t)
 			req := driver.AcquireRequest{Key: key, Token: "0123456789abcdef0123456789abcdef", TTL: time.Minute}
