@@ -325,3 +325,40 @@ func TestRefusedAttemptsWakeNobody(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The errors of a permit's or a read-write hold's renewal and release name
+// the semaphore or lock as its caller knows it, not the backend's internal
+// key.
+func TestErrorsNameSyncPrimitives(t *testing.T) {
+	eps := []string{testserver.EtcdEndpoint(testserver.Etcd(t))}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b := dial(t, eps, uniquePrefix(t))
+	defer b.Close()
+	req := driver.AcquireRequest{Key: "jobs", Token: "0123456789abcdef0123456789abcdef", TTL: 10 * time.Second}
+	if _, err := b.AcquirePermit(ctx, req, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ReleasePermit(ctx, "jobs", req.Token); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.AcquireRW(ctx, req, driver.Shared, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ReleaseRW(ctx, "jobs", req.Token); err != nil {
+		t.Fatal(err)
+	}
+	for what, c := range map[string]struct {
+		err  error
+		want string
+	}{
+		"renewed permit":   {b.RenewPermit(ctx, "jobs", req.Token, time.Minute), `etcdlock: renew permit of "jobs": `},
+		"released permit":  {b.ReleasePermit(ctx, "jobs", req.Token), `etcdlock: release permit of "jobs": `},
+		"renewed rw hold":  {b.RenewRW(ctx, "jobs", req.Token, time.Minute), `etcdlock: renew read-write lock "jobs": `},
+		"released rw hold": {b.ReleaseRW(ctx, "jobs", req.Token), `etcdlock: release read-write lock "jobs": `},
+	} {
+		if !errors.Is(c.err, driver.ErrNotHeld) || !strings.HasPrefix(c.err.Error(), c.want) || strings.Contains(c.err.Error(), `\x00`) {
+			t.Errorf("%s after its release: %q; want ErrNotHeld, starting %q", what, c.err, c.want)
+		}
+	}
+}
