@@ -52,6 +52,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -223,7 +224,7 @@ func (b *Backend) request(ctx context.Context) (context.Context, context.CancelF
 // once the backend or its etcd client is closed.
 func (b *Backend) checkOpen(op, key string) error {
 	if b.closed.Load() || b.cli.Ctx().Err() != nil {
-		return fmt.Errorf("etcdlock: %s %q: %w", op, key, driver.ErrClosed)
+		return fmt.Errorf("etcdlock: %s %s: %w", op, shown(key), driver.ErrClosed)
 	}
 	return nil
 }
@@ -244,7 +245,24 @@ func (b *Backend) fail(op, key string, err error) error {
 			err = fmt.Errorf("%w: etcd unreachable: %w", err, perr)
 		}
 	}
-	return fmt.Errorf("etcdlock: %s %q: %w", op, key, err)
+	return fmt.Errorf("etcdlock: %s %s: %w", op, shown(key), err)
+}
+
+// shown is how errors name key: quoted, or for the internal key of a
+// semaphore's permits or a read-write lock's holds (keys a caller cannot
+// make: they hold NULs), the semaphore or lock as its caller knows it.
+func shown(key string) string {
+	if rest, ok := strings.CutPrefix(key, semPrefix); ok {
+		if name, ok := strings.CutSuffix(rest, permitSuffix); ok {
+			return "permit of " + strconv.Quote(name)
+		}
+	}
+	if rest, ok := strings.CutPrefix(key, rwPrefix); ok {
+		if i := strings.LastIndexByte(rest, 0); i >= 0 {
+			return "read-write lock " + strconv.Quote(rest[:i])
+		}
+	}
+	return strconv.Quote(key)
 }
 
 // probeTimeout bounds the look at the connection after a timed-out request.

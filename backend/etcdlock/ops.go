@@ -82,7 +82,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 	}
 	kept := b.forget(key, token) != nil
 	if err != nil {
-		return fmt.Errorf("etcdlock: release %q: %w", key, err)
+		return fmt.Errorf("etcdlock: release %s: %w", shown(key), err)
 	}
 	if h != nil {
 		// Read only now: a move that finished meanwhile has recorded the
@@ -141,7 +141,7 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 	ka, err := b.cli.KeepAliveOnce(ctx, lease)
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			return fmt.Errorf("etcdlock: renew %q: %w: lease expired", key, driver.ErrNotHeld)
+			return fmt.Errorf("etcdlock: renew %s: %w: lease expired", shown(key), driver.ErrNotHeld)
 		}
 		return b.fail("renew", key, err)
 	}
@@ -186,7 +186,7 @@ func (b *Backend) move(ctx context.Context, key, token string, h *holding, ttl t
 	if sec == oldTTL {
 		t = &ticket{id: old, ttl: oldTTL, confirmed: oldConfirmed}
 		if err = b.leases.keepAlive(ctx, t); errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			return fmt.Errorf("etcdlock: renew %q: %w: lease expired", key, driver.ErrNotHeld)
+			return fmt.Errorf("etcdlock: renew %s: %w: lease expired", shown(key), driver.ErrNotHeld)
 		}
 	} else {
 		t, err = b.confirmedLease(ctx, ttl)
@@ -213,7 +213,7 @@ func (b *Backend) move(ctx context.Context, key, token string, h *holding, ttl t
 		if t.id != old {
 			b.leases.put(t.id, t.ttl, t.confirmed) // the entry never got on it
 		}
-		return fmt.Errorf("etcdlock: renew %q: %w", key, driver.ErrNotHeld)
+		return fmt.Errorf("etcdlock: renew %s: %w", shown(key), driver.ErrNotHeld)
 	}
 	var drop []clientv3.LeaseID
 	b.mu.Lock()
@@ -249,7 +249,7 @@ func (b *Backend) moveOther(ctx context.Context, key, entry string, lease client
 		return b.fail("renew", key, err) // the entry may be on either lease: both expire by themselves
 	case !resp.Succeeded:
 		b.leases.put(t.id, t.ttl, t.confirmed)
-		return fmt.Errorf("etcdlock: renew %q: %w", key, driver.ErrNotHeld)
+		return fmt.Errorf("etcdlock: renew %s: %w", shown(key), driver.ErrNotHeld)
 	}
 	_, _ = b.cli.Revoke(ctx, lease)
 	return nil

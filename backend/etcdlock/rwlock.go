@@ -30,7 +30,10 @@ import (
 var _ driver.RWLocks = (*Backend)(nil)
 
 // rwBase is the internal name every key of read-write lock name starts with.
-func rwBase(name string) string { return "\x00rw\x00" + name + "\x00" }
+func rwBase(name string) string { return rwPrefix + name + "\x00" }
+
+// rwPrefix starts every read-write lock's internal names.
+const rwPrefix = "\x00rw\x00"
 
 // rwHoldKey is the internal lock key whose queue holds name's holds of mode.
 func rwHoldKey(name string, mode driver.Mode) string {
@@ -147,10 +150,7 @@ func (b *Backend) eachHoldKey(name, token string, fn func(key string) error) err
 			break
 		}
 	}
-	if err != nil {
-		return fmt.Errorf("etcdlock: read-write lock %q: %w", name, err)
-	}
-	return nil
+	return err
 }
 
 // WithdrawIntent deletes intent's key, which wakes name's watchers. Its

@@ -35,10 +35,14 @@ import (
 var _ driver.Semaphores = (*Backend)(nil)
 
 // semBase is the internal name every key of semaphore name starts with.
-func semBase(name string) string { return "\x00sem\x00" + name + "\x00" }
+func semBase(name string) string { return semPrefix + name + "\x00" }
+
+// semPrefix starts every semaphore's internal names; permitSuffix ends the
+// internal lock key of its permits.
+const semPrefix, permitSuffix = "\x00sem\x00", "\x00p"
 
 // permitKey is the internal lock key whose queue holds name's permits.
-func permitKey(name string) string { return semBase(name) + "p" }
+func permitKey(name string) string { return semPrefix + name + permitSuffix }
 
 // limitKey is the store key of name's number of permits.
 func (b *Backend) limitKey(name string) string { return b.prefix + escape(semBase(name)) + "limit" }
@@ -122,19 +126,13 @@ func (b *Backend) limitDiffers(name string, kvs []*mvccpb.KeyValue, limit int) e
 
 // RenewPermit renews token's permit of name as Renew renews a lock.
 func (b *Backend) RenewPermit(ctx context.Context, name, token string, ttl time.Duration) error {
-	if err := b.Renew(ctx, permitKey(name), token, ttl); err != nil {
-		return fmt.Errorf("etcdlock: semaphore %q: %w", name, err)
-	}
-	return nil
+	return b.Renew(ctx, permitKey(name), token, ttl)
 }
 
 // ReleasePermit deletes token's permit of name as Release deletes a lock's
 // entry; the deletion wakes name's watchers.
 func (b *Backend) ReleasePermit(ctx context.Context, name, token string) error {
-	if err := b.Release(ctx, permitKey(name), token); err != nil {
-		return fmt.Errorf("etcdlock: semaphore %q: %w", name, err)
-	}
-	return nil
+	return b.Release(ctx, permitKey(name), token)
 }
 
 // SetPermits stores n as name's limit, which wakes name's watchers.
