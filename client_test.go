@@ -172,6 +172,35 @@ func TestReleaseWithLostReplyWithinLease(t *testing.T) {
 	}
 }
 
+// stallsAfterFailing fails the first attempt with errStore at once and
+// holds every later one until its context ends: a slow store whose last
+// attempt the end of a wait cuts short.
+type stallsAfterFailing struct {
+	driver.Backend
+	calls atomic.Int32
+}
+
+var errStore = errors.New("the row of the floor is missing")
+
+func (s *stallsAfterFailing) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
+	if s.calls.Add(1) == 1 {
+		return driver.Grant{}, errStore
+	}
+	<-ctx.Done()
+	return driver.Grant{}, ctx.Err()
+}
+
+// A wait that ends while an attempt is in flight names the last store
+// failure it met, not the deadline that cut that attempt short.
+func TestWaitNamesLastStoreFailure(t *testing.T) {
+	c := distlock.New(&stallsAfterFailing{Backend: memlock.New()})
+	defer c.Close()
+	_, err := c.Lock(context.Background(), "k", distlock.WithWait(200*time.Millisecond))
+	if !errors.Is(err, distlock.ErrNotAcquired) || !errors.Is(err, errStore) {
+		t.Fatalf("wait that ended during an attempt: %v; want ErrNotAcquired naming %q", err, errStore)
+	}
+}
+
 func TestTransientRenewFailureIsNotLoss(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
