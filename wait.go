@@ -45,10 +45,15 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req *driver.Acq
 		return c.waitNatively(wctx, r, req, w, notAcquired)
 	}
 
+	var lastErr error // the last store failure met
 	if c.lines.empty(r.Key) {
 		// Nobody of ours waits: try before paying for a place in the line.
-		if g, sent, err := c.attempt(wctx, r, req); err == nil {
+		g, sent, err := c.attempt(wctx, r, req)
+		switch {
+		case err == nil:
 			return g, sent, nil
+		case !errors.Is(err, ErrNotAcquired):
+			lastErr = err
 		}
 	}
 	wctx, stopOnClose = c.untilClosed(wctx) // only now: a free key costs no registration
@@ -81,7 +86,6 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req *driver.Acq
 	var (
 		notices <-chan struct{}
 		watched bool // Watch is tried once: a backend that cannot notify is polled
-		lastErr error
 		// The waiter before us left with the key, which our client hands
 		// over on release: an attempt now would only load the store.
 		awaitHandoff = handsOff && turn.behindGrant
@@ -97,7 +101,11 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req *driver.Acq
 				if r.keepToken {
 					return driver.Grant{}, sent, err // the caller decides about its token
 				}
-				lastErr = err // a store failure: keep trying while the wait lasts
+				if lastErr == nil || wctx.Err() == nil {
+					// A store failure: keep trying while the wait lasts. One
+					// the wait's end cut short says nothing of the store.
+					lastErr = err
+				}
 			}
 			if g, sent, ok := handed(); ok {
 				return g, sent, nil
@@ -169,7 +177,10 @@ func (c *Client) waitNatively(wctx context.Context, r *Request, req *driver.Acqu
 		case errors.Is(context.Cause(wctx), ErrClosed):
 			return driver.Grant{}, sent, notAcquired(nil)
 		case wctx.Err() != nil:
-			return driver.Grant{}, sent, notAcquired(err)
+			if lastErr == nil { // else err is likely the wait's end itself
+				lastErr = err
+			}
+			return driver.Grant{}, sent, notAcquired(lastErr)
 		case permanent(err):
 			return driver.Grant{}, sent, err
 		}
