@@ -90,6 +90,7 @@ func Run(t *testing.T, h Harness) {
 		{"IndependentKeys", s.independentKeys},
 		{"ReleaseWrongToken", s.releaseWrongToken},
 		{"StaleReleaseChangesNothing", s.staleRelease},
+		{"RepeatGrantRenews", s.repeatGrant},
 		{"Handoff", s.handoff},
 		{"LeaseExpires", s.leaseExpires},
 		{"WatchdogKeepsLock", s.watchdogKeepsLock},
