@@ -43,9 +43,12 @@ const (
 // whose outcome is unknown therefore ends the call with its error, even
 // within a wait, and the token may hold the key: retry with the same token
 // or release it. An attempt cut short by the end of the wait is one such
-// failure: its error matches context.DeadlineExceeded, not ErrNotAcquired. Acquiring under the token that holds the key is granted
-// again or refused with ErrNotAcquired, as the store has it; RenewToken
-// with the token succeeds if it holds the key.
+// failure: its error matches context.DeadlineExceeded, not ErrNotAcquired.
+//
+// Acquiring under the token that holds the key is refused with
+// ErrNotAcquired or granted again, as the store has it; a repeated grant has
+// the same fence and renews the hold in the store, so its lease counts from
+// the repeat. RenewToken with the token succeeds if it holds the key.
 func (c *Client) AcquireToken(ctx context.Context, key, token string, opts ...Option) (Grant, error) {
 	if err := validToken(token); err != nil {
 		return Grant{}, keyErr("lock", key, err)

@@ -25,6 +25,12 @@ type Backend interface {
 	// time to live of req.TTL. If another token holds the key it returns an
 	// error matching ErrNotAcquired. The returned fence must be greater than
 	// every fence granted before for the same key.
+	//
+	// An attempt by the token that already holds the key (a retry whose
+	// first reply was lost) is either refused with ErrNotAcquired or granted
+	// again with the same fence, and then renews the hold: the store keeps
+	// the key for req.TTL from this request, as Renew would, so that the
+	// lease the caller counts from the repeat is one the store gave.
 	Acquire(ctx context.Context, req AcquireRequest) (Grant, error)
 	// Renew resets the time to live of key to ttl if token holds it, and
 	// returns an error matching ErrNotHeld otherwise. It must be idempotent.

@@ -2,6 +2,7 @@ package dynamolock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -98,8 +99,16 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			fence = uint64(now.UnixMicro()) + 1
 		}
 	case held.token == req.Token:
-		// The SDK repeated a grant whose reply was lost: the repeat was
-		// refused, but the first attempt holds the key.
+		// A repeat by the holding token (a retry whose first reply was lost,
+		// by the SDK or the caller): the hold is renewed from now, as the
+		// caller counts it, by a write conditional on the token still
+		// holding.
+		switch err := b.Renew(ctx, req.Key, req.Token, req.TTL); {
+		case errors.Is(err, driver.ErrNotHeld):
+			return driver.Grant{}, fmt.Errorf("dynamolock: acquire %q: %w: the repeated grant ended meanwhile", req.Key, driver.ErrNotAcquired)
+		case err != nil:
+			return driver.Grant{}, err
+		}
 		fence = held.fence
 	default:
 		if held.held {

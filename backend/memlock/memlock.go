@@ -125,8 +125,9 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if e := b.live(req.Key, now); e != nil {
-		if e.token == req.Token {
-			return driver.Grant{Fence: e.fence}, nil // a retried request that already won
+		if e.token == req.Token { // a retried request that already won: renewed from now
+			e.expires = now.Add(req.TTL)
+			return driver.Grant{Fence: e.fence}, nil
 		}
 		return driver.Grant{}, fmt.Errorf("memlock: %q: %w", req.Key, driver.ErrNotAcquired)
 	}

@@ -1,6 +1,7 @@
 -- Takes the lock for a token and returns its fence, or 0 if it cannot: one
 -- attempt, that never queues (wait.lua queues). A retry by the token that
--- already holds returns the same fence. With a handing token, the lock
+-- already holds renews the lock for the time to live and returns the same
+-- fence. With a handing token, the lock
 -- passes from that token, which must hold it, to the new one in this one
 -- step (a handoff), and the key is never free between.
 -- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] metadata
@@ -28,14 +29,20 @@ else
 	if holder and holder ~= ARGV[1] and holder ~= ARGV[1] .. '\n' then
 		return 0 -- held
 	end
-	if holder then -- the token holds already
+	if holder then
+		-- The token holds already (a retry whose first reply was lost): its
+		-- lease counts from this request, as the caller counts it.
+		redis.call('PEXPIRE', KEYS[1], ARGV[2])
+		if KEYS[3] then
+			redis.call('PEXPIRE', KEYS[3], ARGV[2])
+		end
 		local fence = redis.call('GET', KEYS[2])
 		if fence then
+			keepCounter(KEYS[2], ARGV[2])
 			return tonumber(fence)
 		end
-		-- The counter is gone while the token holds: renew the lock and
-		-- grant a fresh fence below.
-		redis.call('PEXPIRE', KEYS[1], ARGV[2])
+		-- The counter is gone while the token holds: grant a fresh fence
+		-- below.
 	end
 end
 local fence = nextFence(KEYS[2], ARGV[2])
