@@ -8,13 +8,18 @@ import (
 
 // Report is what Check found in a history.
 type Report struct {
-	Ops           int // grants
-	Writes        int // writes accepted by a resource
-	Overlaps      int // holders that another holder joined inside a resource's critical section
-	Regressions   int // grants whose fence did not exceed the fence of an earlier grant
-	StaleRejected int // writes a resource refused for a stale fence
-	StaleAccepted int // writes a resource accepted with a stale fence
-	LateLoss      int // holders told of their loss only after a later holder wrote (or never)
+	Ops      int // grants
+	Writes   int // writes accepted by a resource
+	Overlaps int // holders that another holder joined inside a resource's critical section
+	// OverlapsUntold counts the overlaps whose earlier holder had not been
+	// told of its loss when the later one entered: two holders, neither
+	// knowing. The rest were told in time (a lease that ended, noticed,
+	// while its holder was still finishing its work inside).
+	OverlapsUntold int
+	Regressions    int // grants whose fence did not exceed the fence of an earlier grant
+	StaleRejected  int // writes a resource refused for a stale fence
+	StaleAccepted  int // writes a resource accepted with a stale fence
+	LateLoss       int // holders told of their loss only after a later holder wrote (or never)
 	// Findings describes each violation, for the log.
 	Findings []string
 }
@@ -25,7 +30,8 @@ type acq struct {
 	fence       uint64
 	end         int64 // release sent or loss noticed, whichever first; MaxInt64 if neither
 	loss        int64
-	firstWrite  int64 // first accepted write at any resource; 0 if none
+	reason      string // of the loss
+	firstWrite  int64  // first accepted write at any resource; 0 if none
 	granted     bool
 }
 
@@ -75,7 +81,7 @@ func Check(h []Event) Report {
 			a.end = min(a.end, e.T)
 		case LossNoticed:
 			a := get(e)
-			a.loss = e.T
+			a.loss, a.reason = e.T, e.Reason
 			a.end = min(a.end, e.T)
 		case WriteRejected:
 			r.StaleRejected++
@@ -86,8 +92,14 @@ func Check(h []Event) Report {
 				if o.resource == w.resource && o.key == w.key && o.nonce != w.nonce && !o.overtaken {
 					o.overtaken = true
 					r.Overlaps++
-					r.Findings = append(r.Findings, fmt.Sprintf("overlap: %s key %q: %s (fence %d) entered while %s (fence %d) was inside",
-						w.resource, w.key, w.nonce, w.fence, o.nonce, o.fence))
+					told := "not told of its loss"
+					if a := acqs[o.nonce]; a != nil && a.loss != 0 && a.loss <= w.in {
+						told = fmt.Sprintf("told of its loss %v before (%s)", nsDuration(w.in-a.loss), a.reason)
+					} else {
+						r.OverlapsUntold++
+					}
+					r.Findings = append(r.Findings, fmt.Sprintf("overlap: %s key %q: %s (fence %d) entered while %s (fence %d) was inside, %s",
+						w.resource, w.key, w.nonce, w.fence, o.nonce, o.fence, told))
 				}
 			}
 			open = append(open, w)

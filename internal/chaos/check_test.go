@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -69,12 +70,37 @@ func TestCheckCatchesOverlap(t *testing.T) {
 		Event{Kind: ReleaseSent, Key: "k", Nonce: "a"},
 		Event{Kind: ReleaseSent, Key: "k", Nonce: "b"},
 	))
-	if r.Overlaps != 1 {
-		t.Errorf("overlaps = %d, want 1: %+v", r.Overlaps, r)
+	if r.Overlaps != 1 || r.OverlapsUntold != 1 {
+		t.Errorf("overlaps = %d, untold %d, want 1 and 1: %+v", r.Overlaps, r.OverlapsUntold, r)
 	}
 	// a never noticed that b overtook it before b wrote.
 	if r.LateLoss != 1 {
 		t.Errorf("late loss = %d, want 1: %+v", r.LateLoss, r)
+	}
+}
+
+// An overlap whose earlier holder was told of its loss before the later one
+// entered (its lease ended while it finished its work) is counted apart from
+// one where nobody was told, and its finding says why the lock was lost.
+func TestCheckSeparatesToldOverlap(t *testing.T) {
+	r := Check(hist(
+		Event{Kind: AcquireSent, Key: "k", Nonce: "a"},
+		Event{Kind: Granted, Key: "k", Nonce: "a", Fence: 1},
+		Event{Kind: WriteAccepted, Key: "k", Nonce: "a", Fence: 1, Resource: "mem"},
+		Event{Kind: LossNoticed, Key: "k", Nonce: "a", Reason: "lease expired"},
+		Event{Kind: AcquireSent, Key: "k", Nonce: "b"},
+		Event{Kind: Granted, Key: "k", Nonce: "b", Fence: 2},
+		Event{Kind: WriteAccepted, Key: "k", Nonce: "b", Fence: 2, Resource: "mem"},
+		Event{Kind: WriteDone, Key: "k", Nonce: "a", Fence: 1, Resource: "mem"},
+		Event{Kind: WriteDone, Key: "k", Nonce: "b", Fence: 2, Resource: "mem"},
+		Event{Kind: ReleaseSent, Key: "k", Nonce: "a"},
+		Event{Kind: ReleaseSent, Key: "k", Nonce: "b"},
+	))
+	if r.Overlaps != 1 || r.OverlapsUntold != 0 || r.LateLoss != 0 {
+		t.Errorf("overlaps = %d, untold %d, late loss %d; want 1, 0, 0: %+v", r.Overlaps, r.OverlapsUntold, r.LateLoss, r)
+	}
+	if len(r.Findings) != 1 || !strings.Contains(r.Findings[0], "told of its loss") || !strings.Contains(r.Findings[0], "lease expired") {
+		t.Errorf("findings %q do not say the holder was told, and why", r.Findings)
 	}
 }
 

@@ -138,8 +138,8 @@ func (j *job) hold(ctx context.Context, rec *Recorder, hc *http.Client, db *sql.
 	go func() {
 		defer close(watched)
 		<-l.Done()
-		if errors.Is(l.Err(), distlock.ErrLockLost) {
-			rec.Record(Event{Kind: LossNoticed, Key: key, Nonce: nonce})
+		if err := l.Err(); errors.Is(err, distlock.ErrLockLost) {
+			rec.Record(Event{Kind: LossNoticed, Key: key, Nonce: nonce, Reason: err.Error()})
 		}
 	}()
 	for range j.Writes {

@@ -50,6 +50,8 @@ type Event struct {
 	Nonce    string `json:"nonce"` // one acquisition attempt, unique in a run
 	Fence    uint64 `json:"fence,omitempty"`
 	Resource string `json:"resource,omitempty"`
+	// Reason is why a lock was lost (LossNoticed): the lock's error.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Now returns CLOCK_MONOTONIC in nanoseconds.

@@ -22,7 +22,10 @@ import (
 	"github.com/distlock/distlock/internal/testserver"
 )
 
-var tableOut = flag.String("chaos.table", "", "write the table of results (Markdown) to this file too")
+var (
+	tableOut = flag.String("chaos.table", "", "write the table of results (Markdown) to this file too")
+	keepDir  = flag.String("chaos.keep", "", "keep each scenario's histories (JSON lines) in a directory of its own under this one")
+)
 
 // The shape of every scenario: a short lease so that faults outlast it.
 const (
@@ -112,8 +115,8 @@ func TestChaos(t *testing.T) {
 
 func formatTable(rows []row) string {
 	var b strings.Builder
-	b.WriteString("| backend | fault | ops | overlaps at the resource | stale writes rejected | stale writes accepted | fence regressions | late loss notices | promised |\n")
-	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---|\n")
+	b.WriteString("| backend | fault | ops | overlaps, holder not told | overlaps, holder told | stale writes rejected | stale writes accepted | fence regressions | late loss notices | promised |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, r := range rows {
 		promise := []string{}
 		if r.exclusive {
@@ -122,8 +125,8 @@ func formatTable(rows []row) string {
 		if r.fenceSafe {
 			promise = append(promise, "fences")
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %s |\n", r.backend, r.fault, r.r.Ops, r.r.Overlaps,
-			r.r.StaleRejected, r.r.StaleAccepted, r.r.Regressions, r.r.LateLoss, strings.Join(promise, ", "))
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %d | %s |\n", r.backend, r.fault, r.r.Ops,
+			r.r.OverlapsUntold, r.r.Overlaps-r.r.OverlapsUntold, r.r.StaleRejected, r.r.StaleAccepted, r.r.Regressions, r.r.LateLoss, strings.Join(promise, ", "))
 	}
 	return b.String()
 }
@@ -131,6 +134,12 @@ func formatTable(rows []row) string {
 func runScenario(t *testing.T, db *sql.DB, dsn, table string, sc scenario) Report {
 	dep := sc.deploy(t)
 	dir := t.TempDir()
+	if *keepDir != "" {
+		dir = filepath.Join(*keepDir, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	runFor := 12 * time.Second
 	if testing.Short() {
 		runFor = 6 * time.Second
