@@ -183,3 +183,27 @@ func TestHistoryRoundTrip(t *testing.T) {
 		t.Errorf("time %d is not CLOCK_MONOTONIC before now", h[0].T)
 	}
 }
+
+// A holder whose exit from the resource was never recorded (its request
+// lost at the end of the run) but that released is not an overlap of the
+// lock: the checker says so and counts it apart, as an error of the run.
+func TestCheckFlagsExitNeverRecorded(t *testing.T) {
+	r := Check(hist(
+		Event{Kind: AcquireSent, Key: "k", Nonce: "a"},
+		Event{Kind: Granted, Key: "k", Nonce: "a", Fence: 1},
+		Event{Kind: WriteAccepted, Key: "k", Nonce: "a", Fence: 1, Resource: "mem"},
+		Event{Kind: ReleaseSent, Key: "k", Nonce: "a"},
+		Event{Kind: ReleaseDone, Key: "k", Nonce: "a"},
+		Event{Kind: AcquireSent, Key: "k", Nonce: "b"},
+		Event{Kind: Granted, Key: "k", Nonce: "b", Fence: 2},
+		Event{Kind: WriteAccepted, Key: "k", Nonce: "b", Fence: 2, Resource: "mem"},
+		Event{Kind: WriteDone, Key: "k", Nonce: "b", Fence: 2, Resource: "mem"},
+		Event{Kind: ReleaseSent, Key: "k", Nonce: "b"},
+	))
+	if r.Unfinished != 1 || r.OverlapsUntold != 0 || r.LateLoss != 0 {
+		t.Errorf("unfinished = %d, untold %d, late loss %d; want 1, 0, 0: %+v", r.Unfinished, r.OverlapsUntold, r.LateLoss, r)
+	}
+	if len(r.Findings) != 1 || !strings.Contains(r.Findings[0], "harness error") {
+		t.Errorf("findings %q do not name the harness error", r.Findings)
+	}
+}

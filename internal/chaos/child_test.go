@@ -150,6 +150,11 @@ func (j *job) hold(ctx context.Context, rec *Recorder, hc *http.Client, db *sql.
 			j.stall()
 		}
 		if !j.memEnter(ctx, hc, key, fc, nonce) {
+			// Refused, or a reply that never came (the run ended while the
+			// request was on its way): the resource may have let the holder
+			// in, so it leaves, or the resource counts it inside for ever
+			// and the next holder as an overlap.
+			j.memExit(ctx, hc, key, nonce)
 			break
 		}
 		time.Sleep(j.Work) // the work inside the critical section
@@ -174,6 +179,7 @@ func (j *job) memEnter(ctx context.Context, hc *http.Client, key string, fc uint
 	return j.post(ctx, hc, "/enter", q)
 }
 
+// memExit leaves the resource; leaving when not inside changes nothing.
 func (j *job) memExit(ctx context.Context, hc *http.Client, key, nonce string) {
 	j.post(context.WithoutCancel(ctx), hc, "/exit", url.Values{"key": {key}, "nonce": {nonce}})
 }
