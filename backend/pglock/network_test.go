@@ -18,10 +18,10 @@ func TestNetworkFaults(t *testing.T) {
 	s := testserver.Postgres(t)
 	direct := distlock.New(newBackend(t, newPool(t, s, 2)))
 	defer direct.Close()
-	viaProxy := func(t *testing.T) (*distlock.Client, *faultproxy.Proxy) {
+	viaProxy := func(t *testing.T, opts ...pglock.Option) (*distlock.Client, *faultproxy.Proxy) {
 		p := faultproxy.Start(t, s.Addr())
 		dsn := strings.Replace(testserver.PostgresDSN(s), s.Addr(), p.Addr(), 1)
-		b, err := pglock.Open(context.Background(), dsn+"&pool_max_conns=2", pglock.WithKeepalive(100*time.Millisecond))
+		b, err := pglock.Open(context.Background(), dsn+"&pool_max_conns=2", append([]pglock.Option{pglock.WithKeepalive(100 * time.Millisecond)}, opts...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,5 +86,59 @@ func TestNetworkFaults(t *testing.T) {
 			t.Fatalf("fence %d not above %d", l2.Fence(), l.Fence())
 		}
 		_ = l2.Release(ctx)
+	})
+
+	// A slow link that still answers within the lease (1.2s round trips
+	// for a 3s lease) keeps the hold: the backend's own keepalive query may
+	// take until the lease ends, as a renewal to any store may. It used to
+	// be cut after a second, which ended the session and the lock while
+	// the lease had two seconds to run.
+	t.Run("SlowKeepaliveWithinLease", func(t *testing.T) {
+		ctx := testContext(t, time.Minute)
+		c, p := viaProxy(t)
+		key := uniqueKey(t)
+		const lease = 3 * time.Second
+		l, err := c.TryLock(ctx, key, distlock.WithLease(lease))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.SetLatency(600 * time.Millisecond)
+		time.Sleep(lease * 8 / 10)
+		if err := l.Err(); err != nil {
+			t.Fatalf("the hold ended within its lease on a slow link: %v", err)
+		}
+		if _, err := direct.TryLock(ctx, key); !errors.Is(err, distlock.ErrNotAcquired) {
+			t.Fatalf("another client's TryLock within the lease: %v, want ErrNotAcquired", err)
+		}
+		p.Restore()
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("release: %v", err)
+		}
+	})
+
+	// A renewal that takes longer than the request timeout on a slow link,
+	// but ends within the lease, renews: the session is not cut while the
+	// lease it holds still runs.
+	t.Run("SlowRenewalWithinLease", func(t *testing.T) {
+		ctx := testContext(t, time.Minute)
+		c, p := viaProxy(t, pglock.WithRequestTimeout(time.Second), pglock.WithKeepalive(time.Minute))
+		key := uniqueKey(t)
+		const lease = 4 * time.Second
+		l, err := c.TryLock(ctx, key, distlock.WithLease(lease))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond) // the holder row is written
+		p.SetLatency(700 * time.Millisecond)
+		if err := l.Renew(ctx); err != nil {
+			t.Fatalf("a renewal within the lease on a slow link: %v", err)
+		}
+		p.Restore()
+		if err := l.Err(); err != nil {
+			t.Fatalf("the hold ended: %v", err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("release: %v", err)
+		}
 	})
 }
