@@ -22,8 +22,12 @@
 // milliseconds and reported through Grant.Lost. A session that ended during
 // the delay is noticed when the watch starts, at most 1.25 delays after the
 // grant; a lock released within the delay never pays for the goroutine. A
-// keepalive (a trivial query every third of the lease, at most WithKeepalive
-// apart) finds a connection that stopped answering. The hard truth:
+// keepalive (a trivial query a third of the lease after the last renewal, at
+// most WithKeepalive) finds a connection that broke. No statement on the
+// pinned connection is cut before the lease ends, however slow the link
+// (pgx closes a connection whose statement is cut, which would end a
+// healthy session and its lock): a renewal that arrives within the lease
+// renews, as on any store. The hard truth:
 // PostgreSQL frees an advisory lock the instant its session ends, so another
 // client may take the key a few milliseconds before the old holder is told
 // (up to the watch delay more if the session ended within it); no lease
@@ -43,7 +47,8 @@
 // within it, naming the dial error, even under context.Background(). Every
 // request is bounded by WithRequestTimeout (5s by default; the
 // request_timeout URL parameter), except a waiting acquisition, which waits
-// as long as its context.
+// as long as its context, and a statement on a held lock's connection,
+// which has the request timeout beyond the end of the lease.
 //
 // Keys map to the 64-bit advisory lock id with KeyID, FNV-1a 64 over the key's
 // bytes, stable across versions and processes. Two keys that collide share

@@ -87,11 +87,14 @@ func WithPoolWait(d time.Duration) Option {
 }
 
 // WithKeepalive caps the interval of the keepalive query on each pinned
-// connection; the interval is a third of the lease, at most d. A session the
-// server ended is noticed on an idle connection as soon as it is watched
-// (WithWatchDelay); the keepalive finds a connection that stopped answering
-// (a partition) within it. d must be at least MinKeepalive (10ms). The
-// default is 5s.
+// connection; the interval is a third of the lease, at most d, counted from
+// the last renewal, which confirms the session as well. A session the server
+// ended is noticed on an idle connection as soon as it is watched
+// (WithWatchDelay), and a failing keepalive reports one that broke; a
+// connection that merely stopped answering (a partition) is given until the
+// lease ends, plus the request timeout, before it is closed: cutting it
+// sooner would end a healthy session on a slow link. d must be at least
+// MinKeepalive (10ms). The default is 5s.
 func WithKeepalive(d time.Duration) Option {
 	return func(o *options) error {
 		if d < MinKeepalive {
@@ -124,7 +127,9 @@ func WithWatchDelay(d time.Duration) Option {
 // WithRequestTimeout bounds each request the backend sends to the server
 // (an acquisition attempt, a renewal, an unlock, Inspect, List, Cleanup,
 // ForceRelease) when the caller's context allows longer; a waiting
-// acquisition (driver.Waiter) waits as long as its context instead. An
+// acquisition (driver.Waiter) waits as long as its context instead, and a
+// statement on a held lock's connection (a renewal, a keepalive) is never
+// cut before the lease ends: it has d beyond the lease's end. An
 // attempt whose request ran out may have taken the lock, so its connection
 // is closed, which frees the lock on the server. d must be positive; Open
 // also reads it from the URL parameter request_timeout (e.g. "2s"). The

@@ -187,8 +187,8 @@ func (p *pinned) publishThenArm() {
 // publishLocked writes the holder row, with the lease ending at deadline.
 // The caller holds use.
 func (p *pinned) publishLocked(ctx context.Context, deadline time.Time) error {
-	ctx, done := p.b.reqBound.within(ctx)
-	defer done()
+	ctx, cancel := p.statementContext(ctx)
+	defer cancel()
 	left := max(time.Until(deadline).Milliseconds(), 0)
 	if _, err := p.conn.Exec(ctx, publishSQL, p.id, p.key, p.token, p.fence, left, p.meta); err != nil {
 		return fmt.Errorf("pglock: holder row of %q: %w", p.key, err)
@@ -240,9 +240,7 @@ func (p *pinned) tick() {
 		p.lose()
 		return
 	}
-	// A ping slower than this means a dead or unreachable session. At least a
-	// second, so that a busy machine does not end a healthy hold.
-	ctx, cancel := context.WithTimeout(context.Background(), max(p.interval(), time.Second))
+	ctx, cancel := p.statementContext(context.Background())
 	err := p.conn.Ping(ctx)
 	cancel()
 	if err != nil {
@@ -287,8 +285,8 @@ func (p *pinned) renewLocked(ctx context.Context, sent time.Time, ttl time.Durat
 	if p.done || !sent.Before(p.deadline) {
 		return fmt.Errorf("pglock: renew %q: %w", p.key, driver.ErrNotHeld)
 	}
-	ctx, done := p.b.reqBound.within(ctx)
-	defer done()
+	ctx, cancel := p.statementContext(ctx)
+	defer cancel()
 	var err error
 	switch {
 	case p.b.opts.rowMode() == rowsNone:
@@ -308,11 +306,29 @@ func (p *pinned) renewLocked(ctx context.Context, sent time.Time, ttl time.Durat
 	p.deadline, p.ttl = sent.Add(ttl), ttl
 	p.deadlineNS.Store(p.deadline.UnixNano())
 	p.b.mu.Lock()
-	if !p.due.IsZero() { // a shorter lease may end before the next round
-		p.b.scheduleLocked(p, p.due)
+	if !p.due.IsZero() {
+		// The renewal confirmed the session: the next keepalive round can
+		// wait an interval from it, so that renewals on time leave the
+		// connection to themselves. A shorter lease may end sooner.
+		p.b.scheduleLocked(p, sent.Add(p.interval()))
 	}
 	p.b.mu.Unlock()
 	return nil
+}
+
+// statementContext bounds a statement on the pinned connection while the
+// lock is held. pgx closes a connection whose statement is cut short, which
+// ends the session and frees the lock, so a statement is never cut before
+// the lease ends, however slow the link: it has the request timeout beyond
+// the lease's end (or beyond now, if later). A lock whose lease ran out
+// during a slow statement is unlocked by the keepalive round that follows.
+// The caller holds use.
+func (p *pinned) statementContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	end := p.deadline
+	if now := time.Now(); end.Before(now) {
+		end = now
+	}
+	return context.WithDeadline(ctx, end.Add(p.b.opts.requestTimeout))
 }
 
 // release unlocks the key and gives the connection back. If ctx ends while
