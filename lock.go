@@ -170,9 +170,10 @@ func drift(lease time.Duration) time.Duration { return lease/100 + 2*time.Millis
 // unregister the hold) before the hold is registered and acquired.
 func (c *Client) newHold(obsCtx context.Context, r Request, token string, g driver.Grant, sent time.Time) (*hold, error) {
 	now := time.Now()
+	valid := r.grantedLease(r.Lease, g.TTL)
 	h := &hold{
 		c: c, r: r, token: token, fence: g.Fence, acquired: now, ttl: r.Lease + r.LockDelay,
-		deadline: sent.Add(r.Lease - drift(r.Lease)), refs: 1, slot: -1,
+		deadline: sent.Add(valid - drift(valid)), refs: 1, slot: -1,
 	}
 	if !h.deadline.After(now) {
 		c.releaseAbandoned(&h.r, token)
@@ -287,7 +288,7 @@ func (h *hold) tick() {
 	h.mu.Unlock()
 	failpoint("renew", h.r.Key)
 	sent := time.Now()
-	err := h.c.backend.Renew(rctx, h.r.Key, h.token, ttl)
+	granted, err := h.c.renewStore(rctx, h.r.Key, h.token, ttl)
 	h.renewMu.Unlock()
 	h.c.observeCall(rctx, &h.r, "renew", sent, err) // with the renewals let go: an observer may renew
 	cancel()
@@ -305,7 +306,7 @@ func (h *hold) tick() {
 		return
 	}
 	if err == nil {
-		h.extendLocked(sent, lease)
+		h.confirmLocked(sent, lease, granted)
 		h.nextRenew = sent.Add(h.r.renewInterval())
 		h.retry.n = 0
 	} else {
@@ -402,12 +403,38 @@ func (h *hold) validUntil() time.Time {
 	return h.deadline
 }
 
-// extendLocked moves the validity deadline after a renewal with lease sent
-// at sent.
-func (h *hold) extendLocked(sent time.Time, lease time.Duration) {
+// confirmLocked moves the validity deadline after a renewal with lease sent
+// at sent, which the store kept for granted: later, or closer if the store
+// gave less than the lease and lock-delay asked (a lock service's hold cap),
+// since the renewal replaced the time the store had left.
+func (h *hold) confirmLocked(sent time.Time, lease, granted time.Duration) {
+	if valid := h.r.grantedLease(lease, granted); valid < lease {
+		h.deadline = sent.Add(valid - drift(valid))
+		return
+	}
 	if d := sent.Add(lease - drift(lease)); d.After(h.deadline) {
 		h.deadline = d
 	}
+}
+
+// grantedLease is the validity a store's time to live leaves of lease: all
+// of it, unless the store gave less than lease plus the lock-delay (ttl,
+// zero if the store did not say).
+func (r *Request) grantedLease(lease, ttl time.Duration) time.Duration {
+	if ttl > 0 && ttl-r.LockDelay < lease {
+		return ttl - r.LockDelay
+	}
+	return lease
+}
+
+// renewStore renews key for token with ttl and returns the time to live the
+// store gave: ttl, or less from a backend whose store may give less
+// (driver.TTLRenewer).
+func (c *Client) renewStore(ctx context.Context, key, token string, ttl time.Duration) (time.Duration, error) {
+	if tr, ok := c.backend.(driver.TTLRenewer); ok {
+		return tr.RenewTTL(ctx, key, token, ttl)
+	}
+	return ttl, c.backend.Renew(ctx, key, token, ttl)
 }
 
 func (h *hold) addRef() bool {
@@ -566,16 +593,17 @@ func (h *hold) renewOnce(ctx context.Context, lease time.Duration) (sent bool, a
 	ttl := lease + h.r.LockDelay
 	h.mu.Unlock()
 	at = time.Now()
-	err := h.c.backend.Renew(ctx, h.r.Key, h.token, ttl)
+	granted, err := h.c.renewStore(ctx, h.r.Key, h.token, ttl)
 
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch {
-	case err == nil && lease != current:
-		h.r.Lease, h.ttl = lease, ttl
-		h.deadline = at.Add(lease - drift(lease)) // a shorter lease moves it closer
 	case err == nil:
-		h.extendLocked(at, lease)
+		if lease != current {
+			h.r.Lease, h.ttl = lease, ttl
+			h.deadline = at // a shorter lease moves it closer
+		}
+		h.confirmLocked(at, lease, granted)
 	case lease < current && !errors.Is(err, ErrNotHeld):
 		// The store may have taken the shorter lease: count with it.
 		if d := at.Add(lease - drift(lease)); d.Before(h.deadline) {

@@ -65,7 +65,7 @@ func (c *Client) AcquireToken(ctx context.Context, key, token string, opts ...Op
 	req := driver.AcquireRequest{Key: key, Token: token, TTL: r.Lease + r.LockDelay, Meta: r.Meta}
 	var granted Grant
 	_, err = c.take(ctx, &r, &req, func(_ context.Context, g driver.Grant, sent time.Time) (string, error) {
-		granted = Grant{Key: key, Token: token, Fence: g.Fence, Lease: r.Lease, LockDelay: r.LockDelay, Sent: sent}
+		granted = Grant{Key: key, Token: token, Fence: g.Fence, Lease: r.grantedLease(r.Lease, g.TTL), LockDelay: r.LockDelay, Sent: sent}
 		return tokenID(token), nil
 	})
 	return granted, err

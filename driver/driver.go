@@ -83,6 +83,18 @@ type Grant struct {
 	// last lease confirmation before the grant. Zero means the client uses the
 	// time it sent the acquire request.
 	Sent time.Time
+	// TTL, if not zero, is the time to live the store gave when it gave less
+	// than req.TTL (a lock service that caps how long a key may be held):
+	// the client's validity then counts with it.
+	TTL time.Duration
+}
+
+// TTLRenewer is implemented by backends whose store may renew for less
+// than asked (a lock service's hold cap). RenewTTL is Renew that returns the
+// time to live the store gave, which the client's validity then counts
+// with; a backend that gives what it is asked does not need it.
+type TTLRenewer interface {
+	RenewTTL(ctx context.Context, key, token string, ttl time.Duration) (time.Duration, error)
 }
 
 // Info describes a key's state in the store.
