@@ -8,6 +8,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/cmd/distlock/internal/auth"
 	"github.com/distlock/distlock/cmd/distlock/internal/server"
 	distlockv1 "github.com/distlock/distlock/gen/distlock/v1"
@@ -73,5 +74,55 @@ func TestMaxHold(t *testing.T) {
 	})
 	if !inspect(t, api, "free/job").GetHeld() {
 		t.Error("the lock without a cap ended")
+	}
+}
+
+// The Go client takes the lease the service answers as the truth: a lock
+// whose lease the cap cut is reported lost before the store frees the key,
+// with an explicit lease and with the watchdog's renewals, and another
+// client gets the key only then.
+func TestMaxHoldThroughGoClient(t *testing.T) {
+	const limit = time.Second
+	st := stores(t)[1]
+	e := newEnvConfig(t, server.Config{Client: st.open(t), MaxHold: func(sk string) time.Duration {
+		if strings.HasPrefix(sk, "tenants/alpha/capped/") {
+			return limit
+		}
+		return 0
+	}})
+	addr := strings.TrimPrefix(e.url, "http://")
+	for _, tc := range []struct {
+		name string
+		opts []distlock.Option
+	}{
+		{"explicit lease", []distlock.Option{distlock.WithLease(3 * time.Second)}},
+		{"watchdog", []distlock.Option{distlock.WithLease(600 * time.Millisecond), distlock.WithWatchdog(true)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := ctx(t)
+			holder := distlock.New(remoteBackendAt(t, addr, alphaClient))
+			other := distlock.New(remoteBackendAt(t, addr, alphaClient))
+			defer holder.Close()
+			defer other.Close()
+			key := "capped/" + strings.ReplaceAll(tc.name, " ", "-")
+			start := time.Now()
+			l, err := holder.TryLock(c, key, tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if end := start.Add(limit); l.ExpiresAt().After(end) {
+				t.Errorf("ExpiresAt is %v after the cap ends the hold", l.ExpiresAt().Sub(end))
+			}
+			l2, err := other.Lock(c, key, distlock.WithWait(10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l2.Release(c)
+			select {
+			case <-l.Done():
+			default:
+				t.Fatalf("another client got the key %v after the grant while the capped holder was not told", time.Since(start))
+			}
+		})
 	}
 }
