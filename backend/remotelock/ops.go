@@ -33,7 +33,17 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		}
 		return driver.Grant{}, b.fail(c, "acquire", req.Key, err)
 	}
-	return driver.Grant{Fence: resp.Msg.GetFence(), Lost: b.keep(req, resp.Msg, sent)}, nil
+	return driver.Grant{Fence: resp.Msg.GetFence(), Lost: b.keep(req, resp.Msg, sent), TTL: given(req.TTL, resp.Msg.GetLease())}, nil
+}
+
+// given is the time to live the service answered when it is less than
+// asked (a policy's hold cap cut it), else 0: the core counts the lock's
+// validity with the lease the service gave, never the one asked.
+func given(asked time.Duration, answered *durationpb.Duration) time.Duration {
+	if d := answered.AsDuration(); answered != nil && d < asked {
+		return max(d, time.Nanosecond)
+	}
+	return 0
 }
 
 // AcquireWait takes req.Key, waiting in the service until it is granted,
@@ -126,18 +136,22 @@ const confirmAfter = 10
 // again says that the lock was gone by then, so the wait should go on.
 func (b *Backend) grantedAfterWait(c *call, req driver.AcquireRequest, resp *distlockv1.AcquireResponse, sent time.Time) (g driver.Grant, again bool, err error) {
 	lost := b.keep(req, resp, sent)
-	g = driver.Grant{Fence: resp.GetFence(), Lost: lost, Sent: sent}
-	if time.Since(sent) <= req.TTL/confirmAfter {
+	g = driver.Grant{Fence: resp.GetFence(), Lost: lost, Sent: sent, TTL: given(req.TTL, resp.GetLease())}
+	ttl := req.TTL
+	if g.TTL > 0 {
+		ttl = g.TTL
+	}
+	if time.Since(sent) <= ttl/confirmAfter {
 		return g, false, nil
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), b.requestTimeout)
 	defer cancel()
 	renewSent := time.Now()
-	_, rerr := b.rpc.Renew(ctx, connect.NewRequest(&distlockv1.RenewRequest{Key: req.Key, Token: resp.GetToken(), Lease: durationpb.New(req.TTL)}))
+	rr, rerr := b.rpc.Renew(ctx, connect.NewRequest(&distlockv1.RenewRequest{Key: req.Key, Token: resp.GetToken(), Lease: durationpb.New(req.TTL)}))
 	switch {
 	case rerr == nil:
+		g.Sent, g.TTL = renewSent, given(req.TTL, rr.Msg.GetLease())
 		b.confirmed(req.Key, req.Token, renewSent, req.TTL)
-		g.Sent = renewSent
 	case connect.CodeOf(rerr) == connect.CodeNotFound:
 		b.drop(lockID{req.Key, req.Token}, true)
 		if c.ctx.Err() == nil {
@@ -192,34 +206,50 @@ func (b *Backend) abandon(ctx context.Context, req driver.AcquireRequest) error 
 }
 
 // Renew resets key's TTL to ttl if token, an acquisition of this backend,
-// still holds it. Renew and Release go on through the tenant's rate limit
-// within the request timeout (see throughRate). A token this backend did not acquire gets an error
-// matching driver.ErrNotHeld without a call; so does one the service no
-// longer knows, whose grant's Lost context then ends.
+// still holds it: see RenewTTL.
 func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
+	_, err := b.RenewTTL(ctx, key, token, ttl)
+	return err
+}
+
+// RenewTTL resets key's TTL to ttl if token, an acquisition of this backend,
+// still holds it, and returns the lease the service gave: ttl, or less when
+// a policy's hold cap cut it (driver.TTLRenewer). Renew and Release go on
+// through the tenant's rate limit within the request timeout (see
+// throughRate). A token this backend did not acquire gets an error matching
+// driver.ErrNotHeld without a call; so does one the service no longer
+// knows, whose grant's Lost context then ends.
+func (b *Backend) RenewTTL(ctx context.Context, key, token string, ttl time.Duration) (time.Duration, error) {
 	c, err := b.begin(ctx, "renew", key, b.requestTimeout)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer c.end()
 	server, ok := b.serverToken(key, token)
 	if !ok {
-		return fmt.Errorf("remotelock: renew %q: %w", key, driver.ErrNotHeld)
+		return 0, fmt.Errorf("remotelock: renew %q: %w", key, driver.ErrNotHeld)
 	}
-	var sent time.Time
+	var (
+		sent time.Time
+		resp *connect.Response[distlockv1.RenewResponse]
+	)
 	err = throughRate(c.ctx, func() error {
 		sent = time.Now()
-		_, err := b.rpc.Renew(c.ctx, connect.NewRequest(&distlockv1.RenewRequest{Key: key, Token: server, Lease: durationpb.New(ttl)}))
+		var err error
+		resp, err = b.rpc.Renew(c.ctx, connect.NewRequest(&distlockv1.RenewRequest{Key: key, Token: server, Lease: durationpb.New(ttl)}))
 		return err
 	})
 	if err != nil {
 		if connect.CodeOf(err) == connect.CodeNotFound {
 			b.drop(lockID{key, token}, true)
 		}
-		return b.fail(c, "renew", key, err)
+		return 0, b.fail(c, "renew", key, err)
+	}
+	if g := given(ttl, resp.Msg.GetLease()); g > 0 {
+		ttl = g
 	}
 	b.confirmed(key, token, sent, ttl)
-	return nil
+	return ttl, nil
 }
 
 // Release frees key if token, an acquisition of this backend, holds it. A

@@ -50,6 +50,7 @@ var (
 	_ driver.Lister        = (*Backend)(nil)
 	_ driver.ForceReleaser = (*Backend)(nil)
 	_ driver.Namer         = (*Backend)(nil)
+	_ driver.TTLRenewer    = (*Backend)(nil)
 )
 
 // lockID names one acquisition: the key and the token the core gave it.
