@@ -32,16 +32,18 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// The tokens of the test keyring: two tenants with clients, a viewer, and an
-// admin of a third.
+// The tokens of the test keyring: two tenants with clients (two in alpha),
+// a viewer, and an admin of a third.
 const (
 	alphaClient = "alpha-client-token-0001"
+	alphaOther  = "alpha-client-token-0002"
 	alphaViewer = "alpha-viewer-token-0001"
 	betaClient  = "beta-client-token-00001"
 	opsAdmin    = "ops-admin-token-0000001"
 )
 
 const tokenFile = alphaClient + " alpha client\n" +
+	alphaOther + " alpha client\n" +
 	alphaViewer + " alpha viewer\n" +
 	betaClient + " beta client\n" +
 	opsAdmin + " ops admin\n"
