@@ -19,6 +19,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"regexp"
@@ -41,6 +42,11 @@ func ValidTenant(name string) bool { return tenantRE.MatchString(name) }
 type Identity struct {
 	Tenant string
 	Role   Role
+	// Credential stands for the bearer token itself (a hex digest of it,
+	// "" without one): what only the token's holder can present, to which
+	// the server binds what a caller may claim again, such as its request
+	// ids. It is never shown.
+	Credential string
 }
 
 // Keyring is a set of bearer tokens, each with its Identity. It is immutable
@@ -103,7 +109,7 @@ func parse(data []byte) (*Keyring, error) {
 			return nil, fmt.Errorf("%d: the token of line %d again", n, first)
 		}
 		lineOf[h] = n
-		k.byHash[h] = entry{digest: h, id: Identity{Tenant: tenant, Role: role}}
+		k.byHash[h] = entry{digest: h, id: Identity{Tenant: tenant, Role: role, Credential: hex.EncodeToString(h[:])}}
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("%d: %w", n+1, err)

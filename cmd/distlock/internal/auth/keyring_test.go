@@ -41,6 +41,7 @@ func TestLoadAndLookup(t *testing.T) {
 	if k.Len() != 3 {
 		t.Errorf("Len = %d, want 3", k.Len())
 	}
+	credentials := map[string]bool{}
 	for _, c := range []struct {
 		token string
 		want  auth.Identity
@@ -50,9 +51,13 @@ func TestLoadAndLookup(t *testing.T) {
 		{opsToken, auth.Identity{Tenant: "ops", Role: auth.Admin}},
 	} {
 		got, ok := k.Lookup(c.token)
-		if !ok || got != c.want {
+		if !ok || got.Tenant != c.want.Tenant || got.Role != c.want.Role {
 			t.Errorf("Lookup(%s) = %+v, %v; want %+v, true", c.token[:8], got, ok, c.want)
 		}
+		if got.Credential == "" || strings.Contains(got.Credential, c.token) || credentials[got.Credential] {
+			t.Errorf("Lookup(%s): credential %q is empty, shows the token, or is another token's", c.token[:8], got.Credential)
+		}
+		credentials[got.Credential] = true
 	}
 	for _, miss := range []string{"", payToken[:len(payToken)-1], payToken + "x", strings.ToUpper(payToken), "payments"} {
 		if id, ok := k.Lookup(miss); ok {

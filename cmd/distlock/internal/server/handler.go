@@ -34,11 +34,15 @@ func (h *service) Acquire(ctx context.Context, req *connect.Request[distlockv1.A
 	if err != nil {
 		return nil, err
 	}
-	tenant := callOf(ctx).id.Tenant
+	id := callOf(ctx).id
+	tenant := id.Tenant
 	sk := storeKey(tenant, a.key)
 	labels := maps.Clone(a.labels)
 	if labels == nil {
 		labels = make(map[string]string, 3)
+	}
+	if a.requestID != "" {
+		labels[labelRequest] = requestLabel(tenant, a.key, a.requestID)
 	}
 	var token string
 	switch {
@@ -53,7 +57,7 @@ func (h *service) Acquire(ctx context.Context, req *connect.Request[distlockv1.A
 		labels[labelNonce] = nonce
 		token = sessionLockToken(a.sessionID, a.key, nonce)
 	case a.requestID != "":
-		token = requestToken(tenant, a.key, a.requestID)
+		token = requestToken(tenant, id.Credential, a.owner, a.key, a.requestID)
 	default:
 		token = randomHex(tokenLen)
 	}
@@ -70,11 +74,11 @@ func (h *service) Acquire(ctx context.Context, req *connect.Request[distlockv1.A
 		// before waiting. A first try that finds the key free pays nothing.
 		g, stamped, err := s.acquireToken(ctx, sk, token, opts...)
 		if err == nil {
-			return s.granted(tenant, a, stamped, g), nil
+			return s.grantedOnce(ctx, tenant, a, sk, stamped, g)
 		}
 		if errors.Is(err, distlock.ErrNotAcquired) {
-			if rg, ok := s.regrant(ctx, sk, token, a.lease); ok {
-				return acquired(rg), nil
+			if rg, ok, err := s.regrant(ctx, a, sk, token, labels[labelRequest]); ok {
+				return regranted(rg, err)
 			}
 		}
 	}
@@ -94,9 +98,9 @@ func (h *service) Acquire(ctx context.Context, req *connect.Request[distlockv1.A
 			err = distlock.ErrNotAcquired // the wait's end cut the last attempt short
 		}
 	}
-	if errors.Is(err, distlock.ErrNotAcquired) && a.requestID != "" { // lost a race to a concurrent retry
-		if rg, ok := s.regrant(ctx, sk, token, a.lease); ok {
-			return acquired(rg), nil
+	if errors.Is(err, distlock.ErrNotAcquired) && a.requestID != "" { // a retry, or lost a race to a concurrent one
+		if rg, ok, err := s.regrant(ctx, a, sk, token, labels[labelRequest]); ok {
+			return regranted(rg, err)
 		}
 	}
 	if errors.Is(err, distlock.ErrNotAcquired) && !s.stopping.Load() {
@@ -105,7 +109,38 @@ func (h *service) Acquire(ctx context.Context, req *connect.Request[distlockv1.A
 	if err != nil {
 		return nil, s.storeError(ctx, "acquire", a.key, sk, err)
 	}
-	return s.granted(tenant, a, stamped, g), nil
+	return s.grantedOnce(ctx, tenant, a, sk, stamped, g)
+}
+
+// grantedOnce answers a grant. A grant of a request id under a hold cap may
+// be a store's repeat of an earlier grant to the same token, which renews
+// it: it then gets no more than what is left of the cap of its first grant,
+// as a Renew would, and at the cap it ends.
+func (s *Server) grantedOnce(ctx context.Context, tenant string, a acquireArgs, sk string, labels map[string]string, g distlock.Grant) (*connect.Response[distlockv1.AcquireResponse], error) {
+	if a.requestID == "" || s.maxHold(sk) <= 0 {
+		return s.granted(tenant, a, labels, g), nil
+	}
+	info, err := s.client.Inspect(ctx, sk)
+	if err != nil {
+		return nil, s.storeError(ctx, "acquire", a.key, sk, err)
+	}
+	first := labelTime(info.Meta.Labels)
+	if !info.Held || info.Fence != g.Fence || first.IsZero() || !first.Before(labelTime(labels)) {
+		return s.granted(tenant, a, labels, g), nil // a grant of its own
+	}
+	lease, err := s.capLease(sk, info, g.Lease, time.Now())
+	if err != nil {
+		_ = s.client.ReleaseToken(ctx, sk, g.Token) // the repeat renewed it past its cap
+		return nil, s.storeError(ctx, "acquire", a.key, sk, err)
+	}
+	if lease < g.Lease {
+		sent := time.Now()
+		if err := s.client.RenewToken(ctx, sk, g.Token, lease); err != nil {
+			return nil, s.storeError(ctx, "acquire", a.key, sk, err)
+		}
+		g.Lease, g.Sent = lease, sent
+	}
+	return acquired(g), nil
 }
 
 // granted tells this server's watchers of a grant and answers it.
@@ -121,6 +156,15 @@ func (s *Server) granted(tenant string, a acquireArgs, labels map[string]string,
 func acquired(g distlock.Grant) *connect.Response[distlockv1.AcquireResponse] {
 	lease, at := expiry(g.Lease, g.Sent)
 	return connect.NewResponse(&distlockv1.AcquireResponse{Token: g.Token, Fence: g.Fence, Lease: lease, ExpiresAt: at})
+}
+
+// regranted is the answer of a regrant that found the grant of its request
+// id: the grant, or err.
+func regranted(g distlock.Grant, err error) (*connect.Response[distlockv1.AcquireResponse], error) {
+	if err != nil {
+		return nil, err
+	}
+	return acquired(g), nil
 }
 
 // ambiguous reports whether an Acquire's error leaves its outcome unknown:
@@ -148,19 +192,38 @@ func (s *Server) abandon(ctx context.Context, sk, token string) {
 	_ = s.client.ReleaseToken(ctx, sk, token) // ErrNotHeld: it was not granted
 }
 
-// regrant renews sk for token if token holds it: an idempotent Acquire's
-// retry, which gets the grant it already has. It reports false if token
-// does not hold sk, or if the store cannot tell (the acquisition then says).
-func (s *Server) regrant(ctx context.Context, sk, token string, lease time.Duration) (distlock.Grant, bool) {
+// regrant answers the retry of an Acquire whose request id (label
+// reqLabel) holds sk, on a store that refuses a repeated grant: it renews
+// the grant the retry already has, within what is left of its group's hold
+// cap, as a Renew would, and answers the grant's own fence. ok is false if
+// no grant of this request id holds sk, or the store cannot tell (the
+// acquisition then says); with ok, err says that the cap ended the grant,
+// or that another caller holds the key under this request id.
+func (s *Server) regrant(ctx context.Context, a acquireArgs, sk, token, reqLabel string) (_ distlock.Grant, ok bool, _ error) {
+	info, err := s.client.Inspect(ctx, sk)
+	if err != nil || !info.Held || reqLabel == "" || info.Meta.Labels[labelRequest] != reqLabel {
+		return distlock.Grant{}, false, nil
+	}
+	lease, err := s.capLease(sk, info, a.lease, time.Now())
+	if err != nil {
+		return distlock.Grant{}, true, s.storeError(ctx, "acquire", a.key, sk, err)
+	}
 	sent := time.Now()
 	if err := s.client.RenewToken(ctx, sk, token, lease); err != nil {
-		return distlock.Grant{}, false
+		if errors.Is(err, distlock.ErrNotHeld) {
+			return distlock.Grant{}, true, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+				"acquire %q: another caller (owner %q) holds the key under this request_id: a request id makes only its own caller's retry idempotent, so give each caller ids of its own",
+				a.key, info.Meta.Owner))
+		}
+		return distlock.Grant{}, false, nil
 	}
-	info, err := s.client.Inspect(ctx, sk)
-	if err != nil || !info.Held {
-		return distlock.Grant{}, false
+	// A fence the same before and after the renewal is the grant's own:
+	// fences never repeat, so no other grant could come between.
+	after, err := s.client.Inspect(ctx, sk)
+	if err != nil || !after.Held || after.Fence != info.Fence {
+		return distlock.Grant{}, false, nil
 	}
-	return distlock.Grant{Key: sk, Token: token, Fence: info.Fence, Lease: lease, Sent: sent}, true
+	return distlock.Grant{Key: sk, Token: token, Fence: info.Fence, Lease: lease, Sent: sent}, true, nil
 }
 
 // waitContext returns the context of an Acquire's wait: ctx, also ended by

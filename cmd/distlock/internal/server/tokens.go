@@ -32,10 +32,20 @@ func digest(n int, label string, parts ...string) string {
 	return hex.EncodeToString(h.Sum(nil))[:n]
 }
 
-// requestToken is the token of tenant's Acquire of key with a request id: a
-// retry computes the same one, and nobody without the id can.
-func requestToken(tenant, key, requestID string) string {
-	return digest(tokenLen, "distlock-request", tenant, key, requestID)
+// requestToken is the token of an Acquire of key with a request id, by a
+// caller of tenant presenting credential for owner: the same caller's retry
+// computes the same one, and nobody without the caller's bearer token can,
+// whoever reads the request id in a log. Without auth every caller is an
+// admin of one tenant and credential is empty.
+func requestToken(tenant, credential, owner, key, requestID string) string {
+	return digest(tokenLen, "distlock-request", tenant, credential, owner, key, requestID)
+}
+
+// requestLabel marks a lock granted under a request id (labelRequest), so
+// that a retry can tell a grant of its own id from another's without the
+// id being shown.
+func requestLabel(tenant, key, requestID string) string {
+	return digest(nonceLen, "distlock-request-id", tenant, key, requestID)
 }
 
 // sessionHandle is the public name of the session whose secret is secret: it

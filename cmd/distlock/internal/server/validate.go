@@ -24,6 +24,7 @@ const (
 	labelLease   = "distlock.lease"   // the lease an Acquire asked for: Renew's default
 	labelSession = "distlock.session" // the handle of the lock's session
 	labelNonce   = "distlock.nonce"   // with the session's secret, makes the lock's token
+	labelRequest = "distlock.request" // which request id granted the lock (requestLabel)
 	labelTTL     = "distlock.ttl"     // a session's TTL
 )
 
