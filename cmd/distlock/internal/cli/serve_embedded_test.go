@@ -128,6 +128,7 @@ func TestServeRefusals(t *testing.T) {
 	missing := filepath.Join(dir, "missing")
 	noTokens := writeFile(t, dir, "no-tokens", "# no token yet\n")
 	emptyPolicy := writeFile(t, dir, "empty.yaml", "\n")
+	strayPolicy := writeFile(t, dir, "stray.yaml", "groups:\n  - name: orders\n    prefixes: [orders/]\n    max_hold: 1m\n")
 	for _, c := range []struct {
 		name string
 		args []string
@@ -143,6 +144,7 @@ func TestServeRefusals(t *testing.T) {
 		{"tokens file without a token", []string{"--tokens", noTokens}, "has no token"},
 		{"empty policy file", []string{"--insecure-no-auth", "--config", emptyPolicy}, "is empty"},
 		{"bad policy", []string{"--insecure-no-auth", "--config", policyFile}, "line 3"},
+		{"policy prefix no key has", []string{"--insecure-no-auth", "--config", strayPolicy}, "tenants/<tenant>/orders/"},
 		{"cert without key", []string{"--insecure-no-auth", "--tls-cert", tokens}, "--tls-cert and --tls-key"},
 		{"bad certificate", []string{"--insecure-no-auth", "--tls-cert", tokens, "--tls-key", tokens}, "tokens"},
 		{"backend and data dir", []string{"--insecure-no-auth", "--backend", "redis://127.0.0.1:1", "--data-dir", dir}, "choose one"},

@@ -132,3 +132,41 @@ func TestServePolicyReload(t *testing.T) {
 		t.Errorf("exit %d", code)
 	}
 }
+
+// TestServePolicyLease serves with a policy whose groups set a lease: an
+// Acquire that names none gets its group's lease (not the service's own
+// default, which max_lease would refuse), and one that names a lease keeps
+// it.
+func TestServePolicyLease(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	dir := t.TempDir()
+	policyFile := writeFile(t, dir, "policy.yaml", `default:
+  lease: 10s
+  max_lease: 10s
+groups:
+  - name: payments
+    prefixes: [tenants/default/payments/]
+    lease: 2s
+    max_lease: 3s
+`)
+	p := startServe(t, nil, "--insecure-no-auth", "--config", policyFile, "--listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "state"))
+	a := apiOf(p, "")
+	for _, c := range []struct{ key, lease, want string }{
+		{"payments/1", "", "2s"},
+		{"reports/1", "", "10s"},
+		{"payments/2", "3s", "3s"},
+	} {
+		req := map[string]any{"key": c.key}
+		if c.lease != "" {
+			req["lease"] = c.lease
+		}
+		r := a.call(ctx, "Acquire", req)
+		mustOK(t, "Acquire "+c.key, r)
+		if got := r.body["lease"]; got != c.want {
+			t.Errorf("Acquire %s with lease %q: lease %v, want %s", c.key, c.lease, got, c.want)
+		}
+	}
+	if code := p.stop(); code != 0 {
+		t.Errorf("exit %d", code)
+	}
+}
