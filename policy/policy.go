@@ -109,6 +109,11 @@ func (p *Policy) lookup(key string) *group {
 // this, as the watchdog does for a Lock.
 func (p *Policy) MaxHold(key string) time.Duration { return p.lookup(key).MaxHold }
 
+// Lease returns the lease of the group that governs key for requests that
+// name none: zero if the group sets none. A lock service that fills in a
+// lease before the policy sees the request takes it from here.
+func (p *Policy) Lease(key string) time.Duration { return p.lookup(key).Lease }
+
 // Degraded reports whether group fails its requests fast right now.
 func (p *Policy) Degraded(group string) bool {
 	g := p.groups[group]

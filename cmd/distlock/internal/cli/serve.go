@@ -308,7 +308,7 @@ func (cfg *serveConfig) run(ctx context.Context) error {
 		Limits: cfg.limits, Logger: cfg.log, Registerer: reg,
 	}
 	if cfg.policy != nil {
-		sc.MaxHold = cfg.policy.MaxHold
+		sc.MaxHold, sc.Lease = cfg.policy.MaxHold, cfg.policy.Lease
 	}
 	srv, err := server.New(sc)
 	if err != nil {

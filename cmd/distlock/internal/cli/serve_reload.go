@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -144,6 +146,9 @@ func (l *livePolicy) load(data []byte) error {
 	if err != nil {
 		return err
 	}
+	if err := servesKeys(cfg); err != nil {
+		return err
+	}
 	lp := &loadedPolicy{cfg: cfg}
 	// Only the policy in force reports degradation: one replaced while it
 	// evaluated its window must not set a gauge the new one owns.
@@ -194,6 +199,15 @@ func (l *livePolicy) Apply(ctx context.Context, r *distlock.Request) error {
 	return nil
 }
 
+// Lease is the lease of key's group in the policy in force, for requests
+// that name none; zero if it sets none.
+func (l *livePolicy) Lease(key string) time.Duration {
+	if cur := l.cur.Load(); cur != nil {
+		return cur.p.Lease(key)
+	}
+	return 0
+}
+
 // MaxHold is the max_hold of key's group in the policy in force.
 func (l *livePolicy) MaxHold(key string) time.Duration {
 	if cur := l.cur.Load(); cur != nil {
@@ -213,4 +227,24 @@ func (l *livePolicy) Observe(ctx context.Context, e distlock.Event) {
 	if cur := l.cur.Load(); cur != nil {
 		cur.p.Observe(ctx, e)
 	}
+}
+
+// The service keeps tenant T's key K as "tenants/T/K" and a session's as
+// "sessions/T/...": a policy's prefixes match those.
+var serviceRoots = []string{"tenants/", "sessions/"}
+
+// servesKeys refuses a policy with a group prefix that no key of the
+// service can have (orders/, written as a client names its keys): its
+// group would silently govern nothing.
+func servesKeys(cfg policy.Config) error {
+	for _, g := range cfg.Groups {
+		for _, p := range g.Prefixes {
+			if !slices.ContainsFunc(serviceRoots, func(root string) bool {
+				return strings.HasPrefix(p, root) || strings.HasPrefix(root, p)
+			}) {
+				return fmt.Errorf("group %q: prefix %q matches no key of the service, which keeps tenant T's key K as tenants/T/K: write tenants/<tenant>/%s", g.Name, p, p)
+			}
+		}
+	}
+	return nil
 }

@@ -37,6 +37,11 @@ func (h *service) Acquire(ctx context.Context, req *connect.Request[distlockv1.A
 	id := callOf(ctx).id
 	tenant := id.Tenant
 	sk := storeKey(tenant, a.key)
+	if !a.leaseGiven && s.lease != nil {
+		if d := s.lease(sk); d > 0 {
+			a.lease = d // the group's, which its max_lease allows
+		}
+	}
 	labels := maps.Clone(a.labels)
 	if labels == nil {
 		labels = make(map[string]string, 3)

@@ -61,6 +61,10 @@ type Config struct {
 	// store ends the lock there, as the watchdog lets a Lock go at its cap;
 	// Renew then fails with NotFound. nil sets no cap.
 	MaxHold func(storeKey string) time.Duration
+	// Lease, if not nil, is the lease of an Acquire that names none, by
+	// store key (a policy group's lease: see policy.Policy.Lease); zero
+	// keeps Limits.DefaultLease.
+	Lease func(storeKey string) time.Duration
 }
 
 // DefaultTenant is the tenant of every call under InsecureNoAuth.
@@ -83,6 +87,7 @@ type Server struct {
 	metrics  *metrics
 	ready    func(ctx context.Context) error
 	maxHold  func(storeKey string) time.Duration // never nil
+	lease    func(storeKey string) time.Duration // nil: Limits.DefaultLease
 	limiters *limiters
 	events   *broadcaster
 	mon      monitor // the dashboard's view of the locks (monitor.go)
@@ -114,6 +119,7 @@ func New(cfg Config) (*Server, error) {
 		log:      cfg.Logger,
 		ready:    cfg.Ready,
 		maxHold:  cfg.MaxHold,
+		lease:    cfg.Lease,
 		limiters: newLimiters(limits.rateLimit(), limits.Burst),
 		events:   newBroadcaster(),
 	}

@@ -42,6 +42,7 @@ type acquireArgs struct {
 	key        string
 	wait       time.Duration
 	lease      time.Duration // the default if the request has none
+	leaseGiven bool          // the request named its lease
 	lockDelay  time.Duration
 	owner      string
 	businessID string
@@ -64,6 +65,7 @@ func (l Limits) checkAcquire(req *distlockv1.AcquireRequest) (acquireArgs, error
 		return a, err
 	}
 	if req.GetLease() != nil && a.sessionID == "" {
+		a.leaseGiven = true
 		if a.lease, err = checkDuration(a.key, "lease", req.GetLease(), distlock.MinLease, l.MaxLease); err != nil {
 			return a, err
 		}
