@@ -36,6 +36,7 @@ type queue struct {
 	mu        sync.Mutex
 	byKey     map[string]int // places held, by key
 	unlocking map[string]*unlocks
+	conns     int // connections taken for places: waiting, held or being given up
 }
 
 // unlocks are the places in one key's queue being given up.
@@ -96,9 +97,12 @@ func (q *queue) heads(key string) bool {
 
 // join takes a place in key's queue and returns once it is at the head, or
 // when ctx ends or the backend closes. leave gives the place up. Without
-// release notices (MariaDB) there is no queue, and join returns at once.
-func (q *queue) join(ctx context.Context, b *Backend, key string) (leave func(), err error) {
-	if !b.d.notifies || b.opts.noQueue {
+// release notices (MariaDB) there is no queue, and join returns at once; so
+// it does when a place's connection would leave the database handle none
+// for the attempts, besides the listener's (limit, its MaxOpenConns, 0 for
+// none): the waiter then waits on release notices alone.
+func (q *queue) join(ctx context.Context, b *Backend, key string, limit int) (leave func(), err error) {
+	if !b.d.notifies || b.opts.noQueue || !q.takeConn(limit) {
 		return func() {}, nil
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -107,10 +111,12 @@ func (q *queue) join(ctx context.Context, b *Backend, key string) (leave func(),
 	defer stop()
 	conn, err := b.db.Conn(ctx)
 	if err != nil {
+		q.giveConn()
 		return nil, err
 	}
 	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1, hashtext($2))", queueClass, key); err != nil {
 		discard(conn) // the lock may have been granted as the wait ended
+		q.giveConn()
 		return nil, err
 	}
 	q.mu.Lock()
@@ -130,6 +136,7 @@ func (q *queue) join(ctx context.Context, b *Backend, key string) (leave func(),
 			q.unlockStarted(key)
 			unlock := func() {
 				defer q.unlockEnded(key)
+				defer q.giveConn()
 				ctx, cancel := context.WithTimeout(context.Background(), b.opts.requestTimeout)
 				defer cancel()
 				var unlocked bool
@@ -158,6 +165,25 @@ func (q *queue) join(ctx context.Context, b *Backend, key string) (leave func(),
 			}()
 		})
 	}, nil
+}
+
+// takeConn counts a connection taken for a place if, with it, the
+// listener's and one for the attempts, the handle's limit allows it.
+func (q *queue) takeConn(limit int) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if limit > 0 && q.conns+3 > limit {
+		return false
+	}
+	q.conns++
+	return true
+}
+
+// giveConn counts a place's connection given back.
+func (q *queue) giveConn() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.conns--
 }
 
 // discard closes conn's session instead of returning it to the pool.

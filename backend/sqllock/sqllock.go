@@ -287,9 +287,20 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 // client try, and clients are served in the order they began to wait.
 // MariaDB has no notification, so there waiters poll and Watch returns an
 // error matching errors.ErrUnsupported.
+//
+// Listening pins a connection of the database handle for the backend, and
+// each place in a queue one more while it is held; a wait takes them only
+// if one is left for the attempts (sql.DB.SetMaxOpenConns): a handle of one
+// connection polls (Watch returns an error matching errors.ErrUnsupported),
+// and one too small for a queue place waits on notices alone.
 func (b *Backend) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	if b.notices == nil {
 		return nil, nil, fmt.Errorf("sqllock: %s sends no release notices: %w", b.d.name, errors.ErrUnsupported)
+	}
+	limit := b.db.Stats().MaxOpenConnections // 0: no limit
+	if limit == 1 {
+		return nil, nil, fmt.Errorf("sqllock: watch %q: a database handle of one connection has none to listen for releases with: waiters poll (release notices need 2, a wait queue 3): %w",
+			key, errors.ErrUnsupported)
 	}
 	var (
 		wake <-chan struct{}
@@ -302,7 +313,7 @@ func (b *Backend) Watch(ctx context.Context, key string) (<-chan struct{}, func(
 	if err != nil {
 		return nil, nil, b.fail("watch", key, err)
 	}
-	leave, err := b.queue.join(ctx, b, key)
+	leave, err := b.queue.join(ctx, b, key, limit)
 	if err != nil {
 		stop()
 		return nil, nil, b.fail("watch", key, err)
