@@ -108,3 +108,54 @@ func TestLostLock(t *testing.T) {
 		t.Fatalf("%+v, %v; want a fresh run", r, err)
 	}
 }
+
+// An operator's ForceRelease while an attempt runs lets a duplicate run fn
+// too; the first to finish records, and the other's result is refused
+// rather than recorded over it: one key, one result, for every caller.
+func TestForceReleaseMidRunRecordsOnce(t *testing.T) {
+	ctx := context.Background()
+	store := memlock.New()
+	c := distlock.New(store)
+	defer c.Close()
+	k, err := idem.New(c, idem.NewMemoryStore(), idem.WithLockOptions(distlock.WithLease(time.Minute), distlock.WithWatchdog(true)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inFirst, inSecond, finishSecond := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		_, err := k.Do(ctx, "charge-7", []byte("pay 10"), func(context.Context, uint64) ([]byte, error) {
+			close(inFirst)
+			<-inSecond // the duplicate runs too
+			return []byte("first"), nil
+		})
+		first <- err
+	}()
+	<-inFirst
+	if _, err := store.ForceRelease(ctx, idem.KeyPrefix+"charge-7"); err != nil {
+		t.Fatal(err)
+	}
+	second := make(chan idem.Result, 1)
+	go func() {
+		r, err := k.Do(ctx, "charge-7", []byte("pay 10"), func(context.Context, uint64) ([]byte, error) {
+			close(inSecond)
+			<-finishSecond
+			return []byte("second"), nil
+		})
+		if err != nil {
+			r.Value = []byte(err.Error())
+		}
+		second <- r
+	}()
+	if err := <-first; err != nil {
+		t.Fatalf("the first attempt to finish: %v", err)
+	}
+	close(finishSecond)
+	if r := <-second; string(r.Value) == "second" {
+		t.Fatal("the second attempt's result was recorded over the first's: two callers got two results")
+	}
+	r, err := k.Do(ctx, "charge-7", []byte("pay 10"), func(context.Context, uint64) ([]byte, error) { return []byte("third"), nil })
+	if err != nil || string(r.Value) != "first" {
+		t.Fatalf("a later duplicate got %q, %v; want the recorded %q", r.Value, err, "first")
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/backend/memlock"
 	"github.com/distlock/distlock/idem"
 )
 
@@ -21,8 +22,9 @@ const Duplicates = 16
 
 // Run checks k: concurrent duplicates run fn once and share its result, later
 // duplicates replay it, a different request is refused, recorded failures
-// replay, unrecorded errors leave the key free, and a result recorded under a
-// higher fence refuses a late one. Every key is unique to the run.
+// replay, unrecorded errors leave the key free, and a live record is never
+// replaced, even by attempts that ran at once (a lost lock). Every key is
+// unique to the run.
 func Run(t *testing.T, k *idem.Keeper, store idem.Store) {
 	prefix := fmt.Sprintf("%s/%d/", t.Name(), time.Now().UnixNano())
 	t.Run("Duplicates", func(t *testing.T) { testDuplicates(t, k, prefix+"dup") })
@@ -30,7 +32,8 @@ func Run(t *testing.T, k *idem.Keeper, store idem.Store) {
 	t.Run("Failure", func(t *testing.T) { testFailure(t, k, prefix+"failure") })
 	t.Run("Retryable", func(t *testing.T) { testRetryable(t, k, prefix+"retry") })
 	t.Run("WaitBounded", func(t *testing.T) { testWaitBounded(t, k, prefix+"wait") })
-	t.Run("FencedPut", func(t *testing.T) { testFencedPut(t, store, prefix+"fenced") })
+	t.Run("OnePutPerKey", func(t *testing.T) { testOnePut(t, store, prefix+"oneput") })
+	t.Run("LostLockRecordsOnce", func(t *testing.T) { testLostLockRecordsOnce(t, k, store, prefix+"lost") })
 }
 
 func testDuplicates(t *testing.T, k *idem.Keeper, key string) {
@@ -180,35 +183,102 @@ func testWaitBounded(t *testing.T, k *idem.Keeper, key string) {
 	}
 }
 
-func testFencedPut(t *testing.T, s idem.Store, key string) {
+// testOnePut: a live record is never replaced, whatever the fence of the
+// write that comes after it; once its retention ends, a write records again.
+func testOnePut(t *testing.T, s idem.Store, key string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	// Fences beyond 2^53 (a float64's exact integers) and 2^63 (int64) must
-	// still compare exactly.
+	// still be kept exactly.
 	const base = 1<<63 + 1<<62
-	put := func(fence uint64, v string) bool {
+	put := func(key string, fence uint64, v string, keep time.Duration) bool {
 		t.Helper()
-		ok, err := s.Put(ctx, key, idem.Record{Value: []byte(v), Fence: base + fence}, time.Minute)
+		ok, err := s.Put(ctx, key, idem.Record{Value: []byte(v), Fence: base + fence}, keep)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return ok
 	}
-	if !put(5, "new") {
+	if !put(key, 5, "first", time.Minute) {
 		t.Fatal("first put refused")
 	}
-	if put(4, "late") || put(5, "again") {
-		t.Fatal("a put with a fence at most the recorded one was accepted")
-	}
-	if !put(6, "newer") {
-		t.Fatal("a put with a higher fence was refused")
+	if put(key, 4, "lower", time.Minute) || put(key, 5, "same", time.Minute) || put(key, 6, "higher", time.Minute) {
+		t.Fatal("a put over a live record was accepted")
 	}
 	r, ok, err := s.Get(ctx, key)
-	if err != nil || !ok || string(r.Value) != "newer" || r.Fence != base+6 {
-		t.Fatalf("get: %+v, %v, %v; want newer at fence 6", r, ok, err)
+	if err != nil || !ok || string(r.Value) != "first" || r.Fence != base+5 {
+		t.Fatalf("get: %+v, %v, %v; want first at fence 5", r, ok, err)
 	}
 	if _, ok, err := s.Get(ctx, key+"/absent"); ok || err != nil {
 		t.Fatalf("get of an absent key: %v, %v", ok, err)
+	}
+	expiring := key + "/expiring"
+	if !put(expiring, 7, "short", 50*time.Millisecond) {
+		t.Fatal("first put of a short record refused")
+	}
+	time.Sleep(100 * time.Millisecond)
+	if !put(expiring, 3, "after", time.Minute) {
+		t.Fatal("a put after the record's retention ended was refused")
+	}
+}
+
+// testLostLockRecordsOnce: two attempts of one key run at once, as they do
+// when the first one's lock is lost behind its back (an operator's
+// ForceRelease, a pause past its lease) and a duplicate takes the key.
+// Whichever records first, with whatever fences, the other's result is
+// refused with ErrSuperseded and never recorded over it: every caller that
+// gets a result gets the same one, and so do later duplicates. The second
+// attempt here takes its locks from a store of its own, which is what the
+// lost lock amounts to.
+func testLostLockRecordsOnce(t *testing.T, k *idem.Keeper, store idem.Store, key string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	other := distlock.New(memlock.New())
+	defer other.Close()
+	k2, err := idem.New(other, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, order := range [][2]*idem.Keeper{{k, k2}, {k2, k}} {
+		key := fmt.Sprintf("%s/%d", key, i)
+		slow, fast := order[0], order[1]
+		inFn, finish := make(chan struct{}), make(chan struct{})
+		type outcome struct {
+			r   idem.Result
+			err error
+		}
+		slowDone := make(chan outcome, 1)
+		go func() {
+			r, err := slow.Do(ctx, key, []byte("pay 10"), func(ctx context.Context, fence uint64) ([]byte, error) {
+				close(inFn)
+				<-finish
+				return []byte("slow"), nil
+			})
+			slowDone <- outcome{r, err}
+		}()
+		<-inFn
+		r, err := fast.Do(ctx, key, []byte("pay 10"), func(ctx context.Context, fence uint64) ([]byte, error) {
+			return []byte("fast"), nil
+		})
+		if err != nil || string(r.Value) != "fast" {
+			t.Fatalf("order %d: the attempt that finished first: %q, %v", i, r.Value, err)
+		}
+		close(finish)
+		o := <-slowDone
+		if o.err == nil {
+			t.Fatalf("order %d: the attempt that finished second got %q recorded over %q: two callers, two results", i, o.r.Value, r.Value)
+		}
+		if !errors.Is(o.err, idem.ErrSuperseded) {
+			t.Fatalf("order %d: the attempt that finished second: %v, want ErrSuperseded", i, o.err)
+		}
+		for _, kp := range order {
+			replay, err := kp.Do(ctx, key, []byte("pay 10"), func(context.Context, uint64) ([]byte, error) {
+				return nil, errors.New("fn ran for a recorded key")
+			})
+			if err != nil || string(replay.Value) != "fast" || !replay.Replayed {
+				t.Fatalf("order %d: a later duplicate got %q (replayed %v), %v; want the recorded %q", i, replay.Value, replay.Replayed, err, "fast")
+			}
+		}
 	}
 }
 
