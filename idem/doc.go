@@ -20,8 +20,8 @@
 //
 // Do reads the record; on a miss it takes the key's lock, reads again, runs
 // fn with the lock's fence and a context that ends if the lock is lost, and
-// records the result with a conditional write that refuses to replace a live
-// record with a fence at least its own; then it releases the lock. So:
+// records the result with a conditional write that refuses to replace any
+// live record; then it releases the lock. So:
 //
 //   - At most one completed result is recorded per key and retention, and
 //     every caller that gets a result gets that one.

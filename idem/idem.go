@@ -32,8 +32,9 @@ var (
 	// failure (see Fail), first run and replays alike.
 	ErrFailed = errors.New("idem: request failed")
 	// ErrSuperseded is matched by the error of an attempt whose result was
-	// not recorded: its lock was lost during fn, or a later attempt of the
-	// same key (a higher fence) recorded its result first.
+	// not recorded: its lock was lost during fn, or another attempt of the
+	// same key, which a lost lock let run at the same time, recorded its
+	// result first.
 	ErrSuperseded = errors.New("idem: attempt superseded")
 	// ErrPanicked is matched by the error of an fn that panicked; nothing is
 	// recorded and a retry may run.
@@ -149,7 +150,7 @@ func (k *Keeper) Retention() time.Duration { return k.retention }
 //     result (an unrecorded error, a crash past its lease), Do runs fn itself.
 //   - Otherwise Do runs fn under the key's lock and records its result, or its
 //     failure if fn returned Fail. Any other error of fn is returned and
-//     nothing is recorded. If the lock was lost during fn, or a later attempt
+//     nothing is recorded. If the lock was lost during fn, or another attempt
 //     recorded first, the result is not recorded and the error matches
 //     ErrSuperseded.
 func (k *Keeper) Do(ctx context.Context, key string, request []byte, fn Func) (Result, error) {
@@ -159,7 +160,7 @@ func (k *Keeper) Do(ctx context.Context, key string, request []byte, fn Func) (R
 }
 
 // Commit records r for its key and reports whether it did; false means a
-// live record with a fence at least r.Fence was there and nothing changed.
+// live record was there and nothing changed.
 // Stores use it to write a record in the caller's transaction.
 type Commit func(ctx context.Context, r Record) (bool, error)
 
@@ -248,7 +249,7 @@ func (k *Keeper) run(ctx context.Context, key string, hash [32]byte, l *distlock
 		return Result{}, keyErr("do", key, fmt.Errorf("record: %w", cerr))
 	case !ok:
 		k.superseded.Add(1)
-		k.warn(ctx, "idem: result not recorded: a later attempt recorded first", key, l.Fence(), ErrSuperseded)
+		k.warn(ctx, "idem: result not recorded: another attempt recorded first", key, l.Fence(), ErrSuperseded)
 		return Result{}, keyErr("do", key, ErrSuperseded)
 	}
 	r := Result{Value: v, Failed: f != nil, Fence: l.Fence()}
@@ -290,7 +291,7 @@ type Stats struct {
 	Conflicts  uint64 // calls refused for a different request under a recorded key
 	Waits      uint64 // calls that found an attempt in progress and waited for it
 	Failures   uint64 // fn runs that returned Fail
-	Superseded uint64 // results not recorded: lock lost, or a later attempt recorded first
+	Superseded uint64 // results not recorded: lock lost, or another attempt recorded first
 }
 
 // Stats returns the counts so far.

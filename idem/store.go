@@ -27,8 +27,10 @@ type Store interface {
 	// retention has ended.
 	Get(ctx context.Context, key string) (Record, bool, error)
 	// Put records r under key for keep and reports true, unless a live
-	// record with a fence at least r.Fence is there: then it changes nothing
-	// and reports false. The check and the write are one atomic step.
+	// record is there, whatever its fence: then it changes nothing and
+	// reports false. The check and the write are one atomic step, so that
+	// of attempts that ran at once (a lost lock lets them), only the first
+	// to finish is recorded.
 	Put(ctx context.Context, key string, r Record, keep time.Duration) (bool, error)
 }
 
@@ -73,8 +75,7 @@ func (s *MemoryStore) Get(ctx context.Context, key string) (Record, bool, error)
 	return r.Record, true, nil
 }
 
-// Put records a copy of r unless a live record with a fence at least r.Fence
-// is there.
+// Put records a copy of r unless a live record is there.
 func (s *MemoryStore) Put(ctx context.Context, key string, r Record, keep time.Duration) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
@@ -82,7 +83,7 @@ func (s *MemoryStore) Put(ctx context.Context, key string, r Record, keep time.D
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old, ok := s.m[key]; ok && now.Before(old.until) && old.Fence >= r.Fence {
+	if old, ok := s.m[key]; ok && now.Before(old.until) {
 		return false, nil
 	}
 	r.Value = bytes.Clone(r.Value)

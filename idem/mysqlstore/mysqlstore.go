@@ -17,8 +17,7 @@
 //		expires_at   DATETIME(6) NOT NULL)
 //
 // A read is one SELECT by key of a live row; a write is one INSERT ... ON
-// DUPLICATE KEY UPDATE that replaces a row only if it has expired or holds a
-// lower fence. Expired rows stay until a write of the same key replaces them
+// DUPLICATE KEY UPDATE that replaces a row only once it has expired. Expired rows stay until a write of the same key replaces them
 // or the caller deletes them.
 //
 // Every request is bounded by WithRequestTimeout (default 5s) and the
@@ -90,7 +89,7 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	s.put = "INSERT INTO " + s.table + " (`key`, request_hash, result, failed, fence, expires_at)" + `
 VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
 ON DUPLICATE KEY UPDATE
-	request_hash = IF(@idem_ok := (fence < VALUES(fence) OR expires_at <= UTC_TIMESTAMP(6)), VALUES(request_hash), request_hash),
+	request_hash = IF(@idem_ok := (expires_at <= UTC_TIMESTAMP(6)), VALUES(request_hash), request_hash),
 	result = IF(@idem_ok, VALUES(result), result),
 	failed = IF(@idem_ok, VALUES(failed), failed),
 	expires_at = IF(@idem_ok, VALUES(expires_at), expires_at),
@@ -133,7 +132,7 @@ func (s *Store) Get(ctx context.Context, key string) (idem.Record, bool, error) 
 	return r, true, nil
 }
 
-// Put records r unless a live record with a fence at least r.Fence is there.
+// Put records r unless a live record is there.
 func (s *Store) Put(ctx context.Context, key string, r idem.Record, keep time.Duration) (bool, error) {
 	// The user variable lives in the session: the statement needs one
 	// connection throughout.
@@ -176,7 +175,7 @@ type TxFunc func(ctx context.Context, tx *sql.Tx, fence uint64) ([]byte, error)
 // still held, so a duplicate never sees the business write without the record
 // or the record without the business write. A recorded failure (idem.Fail)
 // commits tx as fn left it. Every other outcome rolls tx back: a replay, a
-// conflict, an error of fn, a lost lock, a record of a later attempt (the
+// conflict, an error of fn, a lost lock, a record of another attempt (the
 // error matches idem.ErrSuperseded) or a failed write. k must keep its records
 // in s.
 func (s *Store) DoTx(ctx context.Context, k *idem.Keeper, tx *sql.Tx, key string, request []byte, fn TxFunc) (idem.Result, error) {

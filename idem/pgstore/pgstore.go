@@ -17,7 +17,7 @@
 //		expires_at   timestamptz NOT NULL)
 //
 // A read is one SELECT by key of a live row; a write is one conditional
-// upsert that replaces a row only if it has expired or holds a lower fence.
+// upsert that replaces a row only once it has expired.
 // Expired rows stay until a write of the same key replaces them or the
 // caller deletes them (DELETE FROM idem_records WHERE expires_at < now()).
 //
@@ -92,7 +92,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 VALUES ($1, $2, $3, $4, $5, now() + $6 * interval '1 millisecond')
 ON CONFLICT (key) DO UPDATE SET request_hash = EXCLUDED.request_hash, result = EXCLUDED.result,
 	failed = EXCLUDED.failed, fence = EXCLUDED.fence, expires_at = EXCLUDED.expires_at
-WHERE r.fence < EXCLUDED.fence OR r.expires_at <= now()`
+WHERE r.expires_at <= now()`
 	return s, nil
 }
 
@@ -134,7 +134,7 @@ func (s *Store) Get(ctx context.Context, key string) (idem.Record, bool, error) 
 	return r, true, nil
 }
 
-// Put records r unless a live record with a fence at least r.Fence is there.
+// Put records r unless a live record is there.
 func (s *Store) Put(ctx context.Context, key string, r idem.Record, keep time.Duration) (bool, error) {
 	return s.putWith(ctx, s.pool, key, r, keep)
 }
@@ -166,7 +166,7 @@ type TxFunc func(ctx context.Context, tx pgx.Tx, fence uint64) ([]byte, error)
 // still held, so a duplicate never sees the business write without the record
 // or the record without the business write. A recorded failure (idem.Fail)
 // commits tx as fn left it. Every other outcome rolls tx back: a replay, a
-// conflict, an error of fn, a lost lock, a record of a later attempt (the
+// conflict, an error of fn, a lost lock, a record of another attempt (the
 // error matches idem.ErrSuperseded) or a failed write. k must keep its records
 // in s.
 func (s *Store) DoTx(ctx context.Context, k *idem.Keeper, tx pgx.Tx, key string, request []byte, fn TxFunc) (idem.Result, error) {

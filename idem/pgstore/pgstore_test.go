@@ -181,7 +181,8 @@ func TestDoTx(t *testing.T) {
 			if err := insert(ctx, tx, "c"); err != nil {
 				return nil, err
 			}
-			// A later attempt records its result while this one still runs.
+			// Another attempt, which a lost lock let run, records its result
+			// while this one still runs.
 			if ok, err := s.Put(ctx, "c", idem.Record{Value: []byte("later"), Fence: f + 1}, time.Minute); !ok || err != nil {
 				return nil, errors.Join(errors.New("later record refused"), err)
 			}

@@ -1,10 +1,8 @@
 -- KEYS[1]: the record's hash. ARGV: request hash, value, failed (0/1), fence,
--- retention ms. Writes unless a live record holds a fence at least ARGV[4];
--- the record expires after its retention, by the server's clock. Fences are
--- decimal uint64 without leading zeros, compared as strings (length first):
--- Lua's numbers are doubles, exact only up to 2^53.
-local f = redis.call('HGET', KEYS[1], 'n')
-if f and (#f > #ARGV[4] or (#f == #ARGV[4] and f >= ARGV[4])) then
+-- retention ms. Writes unless a live record is there (the hash expires with
+-- its retention, by the server's clock): one result per key, whatever the
+-- fences of attempts that ran at once.
+if redis.call('EXISTS', KEYS[1]) == 1 then
   return 0
 end
 redis.call('HSET', KEYS[1], 'h', ARGV[1], 'v', ARGV[2], 'x', ARGV[3], 'n', ARGV[4])

@@ -4,11 +4,9 @@
 // A record is one hash, prefix+key, with the request's SHA-256, the result,
 // the failed flag and the fence of the attempt that wrote it; the hash
 // expires (PEXPIRE) when its retention ends, by the server's clock. A read is
-// one HMGET; a write is one script that refuses to replace a live record
-// whose fence is at least the writer's. Nothing else stays in Redis: every
-// hash expires. Fences of the lock store, not of this one, order the
-// records; without AOF a restarted Redis forgets its records, and a retried
-// request then runs again.
+// one HMGET; a write is one script that refuses to replace a live record.
+// Nothing else stays in Redis: every hash expires. Without AOF a restarted
+// Redis forgets its records, and a retried request then runs again.
 //
 // Every request is bounded by WithRequestTimeout (default 5s) and the
 // caller's context; dial timeouts are those of the client passed to New.
@@ -103,7 +101,7 @@ func (s *Store) Get(ctx context.Context, key string) (idem.Record, bool, error) 
 	return rec, true, nil
 }
 
-// Put records r unless a live record with a fence at least r.Fence is there.
+// Put records r unless a live record is there.
 func (s *Store) Put(ctx context.Context, key string, r idem.Record, keep time.Duration) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
