@@ -14,18 +14,24 @@ import (
 	distlockv1 "github.com/distlock/distlock/gen/distlock/v1"
 )
 
+// cappedEnv is a server over st whose policy caps holds of alpha's keys
+// under capped/ at limit.
+func cappedEnv(t *testing.T, st store, limit time.Duration) *env {
+	return newEnvConfig(t, server.Config{Client: st.open(t), MaxHold: func(sk string) time.Duration {
+		if strings.HasPrefix(sk, "tenants/alpha/capped/") {
+			return limit
+		}
+		return 0
+	}})
+}
+
 // A policy's max hold caps a lock held by hand: Acquire and Renew shorten
 // the lease to what is left of the cap, the lock ends there, a renewal after it is
 // refused, and the dashboard's view shows the cap and the loss.
 func TestMaxHold(t *testing.T) {
 	const limit = 1500 * time.Millisecond
 	st := stores(t)[1]
-	e := newEnvConfig(t, server.Config{Client: st.open(t), MaxHold: func(sk string) time.Duration {
-		if strings.HasPrefix(sk, "tenants/alpha/capped/") {
-			return limit
-		}
-		return 0
-	}})
+	e := cappedEnv(t, st, limit)
 	api := e.api(alphaClient)
 	c := ctx(t)
 	lease := durationpb.New(10 * time.Second)
@@ -85,12 +91,7 @@ func TestMaxHold(t *testing.T) {
 func TestMaxHoldThroughGoClient(t *testing.T) {
 	const limit = time.Second
 	st := stores(t)[1]
-	e := newEnvConfig(t, server.Config{Client: st.open(t), MaxHold: func(sk string) time.Duration {
-		if strings.HasPrefix(sk, "tenants/alpha/capped/") {
-			return limit
-		}
-		return 0
-	}})
+	e := cappedEnv(t, st, limit)
 	addr := strings.TrimPrefix(e.url, "http://")
 	for _, tc := range []struct {
 		name string

@@ -20,12 +20,7 @@ import (
 func TestRetriedAcquireKeepsTheCap(t *testing.T) {
 	const limit = 1500 * time.Millisecond
 	forEachStore(t, func(t *testing.T, st store) {
-		e := newEnvConfig(t, server.Config{Client: st.open(t), MaxHold: func(sk string) time.Duration {
-			if strings.HasPrefix(sk, "tenants/alpha/capped/") {
-				return limit
-			}
-			return 0
-		}})
+		e := cappedEnv(t, st, limit)
 		api := e.api(alphaClient)
 		c := ctx(t)
 		req := &distlockv1.AcquireRequest{Key: "capped/retried", Lease: durationpb.New(10 * time.Second),
