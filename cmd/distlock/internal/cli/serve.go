@@ -318,7 +318,7 @@ func (cfg *serveConfig) run(ctx context.Context) error {
 
 	mux := http.NewServeMux()
 	mux.Handle("/", srv.Handler())
-	dash, err := dashboard.New(dashboard.Config{Server: srv, Logger: cfg.log})
+	dash, err := dashboard.New(dashboard.Config{Server: srv, Logger: cfg.log, Addr: ln.Addr().String()})
 	if err != nil {
 		return exit(ExitError, &opError{op: "serve: dashboard", err: err})
 	}
@@ -327,7 +327,11 @@ func (cfg *serveConfig) run(ctx context.Context) error {
 	// are on the default registry; the service's are on reg.
 	mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{reg, prometheus.DefaultGatherer},
 		promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(cfg.log.Handler(), slog.LevelWarn)}))
-	hs := cfg.httpServer(mux)
+	var h http.Handler = mux
+	if cfg.flags.insecureNoAuth {
+		h = server.LoopbackHostsOnly(mux) // no DNS rebinding into an API without auth
+	}
+	hs := cfg.httpServer(h)
 	var serveErr error
 	served := make(chan struct{}) // closed when Serve returned, with serveErr
 	go func() {

@@ -72,12 +72,16 @@ type Config struct {
 	// Logger receives the page's own failures (a template that fails to
 	// render, say); never a token. nil discards them.
 	Logger *slog.Logger
+	// Addr is the service's address (host:port) that the page's example
+	// command calls; the page never repeats a request's Host header.
+	Addr string
 }
 
 // Dashboard is the lock service's web page. Create it with New.
 type Dashboard struct {
 	srv      *server.Server
 	log      *slog.Logger
+	addr     string // the service's, for the example command
 	tmpl     *template.Template
 	assetVer string // a digest of the static files, for cache busting
 	handler  http.Handler
@@ -88,7 +92,7 @@ func New(cfg Config) (*Dashboard, error) {
 	if cfg.Server == nil {
 		return nil, errors.New("dashboard: Config.Server is nil")
 	}
-	d := &Dashboard{srv: cfg.Server, log: cfg.Logger}
+	d := &Dashboard{srv: cfg.Server, log: cfg.Logger, addr: cfg.Addr}
 	if d.log == nil {
 		d.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}

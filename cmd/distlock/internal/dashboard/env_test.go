@@ -85,14 +85,14 @@ func newService(t *testing.T) *service {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dash, err := dashboard.New(dashboard.Config{Server: s.srv})
+	mux := http.NewServeMux()
+	mux.Handle("/", s.srv.Handler())
+	s.http = httptest.NewUnstartedServer(mux)
+	dash, err := dashboard.New(dashboard.Config{Server: s.srv, Addr: s.http.Listener.Addr().String()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/", s.srv.Handler())
 	dash.Register(mux)
-	s.http = httptest.NewUnstartedServer(mux)
 	var p http.Protocols
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)

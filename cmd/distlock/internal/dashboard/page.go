@@ -88,7 +88,7 @@ func (d *Dashboard) dashboardData(w http.ResponseWriter, r *http.Request, id aut
 	return &pageData{Refresh: refresh,
 		Title: "distlock: locks", CSRF: csrfToken(w, r), Now: time.Now(),
 		Tenant: id.Tenant, Role: id.Role.String(), Admin: v.AllTenants, AuthOff: d.authOff(),
-		Prefix: prefix, Events: events, Curl: curlLine(r, d.authOff()), View: v,
+		Prefix: prefix, Events: events, Curl: curlLine(r, d.addr, d.authOff()), View: v,
 	}
 }
 
@@ -124,8 +124,8 @@ func (d *Dashboard) view(ctx context.Context, id auth.Identity, prefix string) s
 }
 
 // curlLine is a command that takes a lock through the API of the service
-// the page came from.
-func curlLine(r *http.Request, authOff bool) string {
+// at addr, which the page came from.
+func curlLine(r *http.Request, addr string, authOff bool) string {
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
@@ -135,7 +135,7 @@ func curlLine(r *http.Request, authOff bool) string {
 		bearer = ""
 	}
 	return fmt.Sprintf(`curl -sS -H 'Content-Type: application/json'%s -d '{"key":"demo","lease":"30s"}' %s://%s/distlock.v1.LockService/Acquire`,
-		bearer, scheme, r.Host)
+		bearer, scheme, addr)
 }
 
 // funcs are the template's functions: the same formatting the script does.
