@@ -13,14 +13,18 @@
 -- read the floor and was descheduled before inserting finds the row of any
 -- grant made meanwhile and takes it over with that grant's fence + 1.
 -- The assignments run left to right on the updated row: token decides, the
--- others follow it.
+-- others follow it. A repeat by the token that holds the key (its lease not
+-- yet over: expires_at is still the old one when fence is assigned) keeps
+-- its fence and renews the lease.
 INSERT INTO distlock_leases (lock_key, token, fence, expires_at, owner, metadata)
 SELECT ?, ?, LAST_INSERT_ID(f.n + 1), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?, ?
 FROM distlock_fence_floor f WHERE f.id = 1
 LOCK IN SHARE MODE
 ON DUPLICATE KEY UPDATE
 	token = IF(expires_at <= UTC_TIMESTAMP(6), VALUES(token), token),
-	fence = IF(token = VALUES(token), LAST_INSERT_ID(fence + 1), fence + LAST_INSERT_ID(9223372036854775807) - 9223372036854775807),
+	fence = IF(token = VALUES(token),
+		IF(expires_at <= UTC_TIMESTAMP(6), LAST_INSERT_ID(fence + 1), LAST_INSERT_ID(fence)),
+		fence + LAST_INSERT_ID(9223372036854775807) - 9223372036854775807),
 	expires_at = IF(token = VALUES(token), VALUES(expires_at), expires_at),
 	owner = IF(token = VALUES(token), VALUES(owner), owner),
 	metadata = IF(token = VALUES(token), VALUES(metadata), metadata)
