@@ -215,7 +215,7 @@ func (s *Server) regrant(ctx context.Context, a acquireArgs, sk, token, reqLabel
 	}
 	sent := time.Now()
 	if err := s.client.RenewToken(ctx, sk, token, lease); err != nil {
-		if errors.Is(err, distlock.ErrNotHeld) {
+		if errors.Is(err, distlock.ErrNotHeld) && s.stillHeld(ctx, sk, info.Fence) {
 			return distlock.Grant{}, true, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
 				"acquire %q: another caller (owner %q) holds the key under this request_id: a request id makes only its own caller's retry idempotent, so give each caller ids of its own",
 				a.key, info.Meta.Owner))
@@ -224,11 +224,17 @@ func (s *Server) regrant(ctx context.Context, a acquireArgs, sk, token, reqLabel
 	}
 	// A fence the same before and after the renewal is the grant's own:
 	// fences never repeat, so no other grant could come between.
-	after, err := s.client.Inspect(ctx, sk)
-	if err != nil || !after.Held || after.Fence != info.Fence {
+	if !s.stillHeld(ctx, sk, info.Fence) {
 		return distlock.Grant{}, false, nil
 	}
 	return distlock.Grant{Key: sk, Token: token, Fence: info.Fence, Lease: lease, Sent: sent}, true, nil
+}
+
+// stillHeld reports whether the grant of sk with fence still holds it, as
+// far as the store can tell.
+func (s *Server) stillHeld(ctx context.Context, sk string, fence uint64) bool {
+	info, err := s.client.Inspect(ctx, sk)
+	return err == nil && info.Held && info.Fence == fence
 }
 
 // waitContext returns the context of an Acquire's wait: ctx, also ended by
