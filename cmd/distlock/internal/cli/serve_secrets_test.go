@@ -1,0 +1,46 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/distlock/distlock/internal/testserver"
+)
+
+// TestServeHidesSecrets gives serve store URLs whose passwords sit in
+// every place one can (the user information, a query parameter, a
+// key=value connection string) and checks that none is printed: not in a
+// refusal, not in the banner, not in the log.
+func TestServeHidesSecrets(t *testing.T) {
+	for _, backend := range []string{
+		"redis://:Secret-userinfo@127.0.0.1:1/0",
+		"redis://127.0.0.1:1/0?password=Secret-query",
+		"host=127.0.0.1 port=1 password=Secret-keyvalue",
+		"postgres://app:p%zzSecret-unparsed@127.0.0.1:1/app",
+	} {
+		cmd := serveCommandLine(nil, "serve", "--insecure-no-auth", "--listen", "127.0.0.1:0", "--backend", backend)
+		stop := time.AfterFunc(time.Minute, func() { _ = cmd.Process.Kill() }) // a store that should refuse, served
+		out, _ := cmd.CombinedOutput()
+		stop.Stop()
+		if strings.Contains(string(out), "Secret") {
+			t.Errorf("serve --backend %q printed the password:\n%s", backend, out)
+		}
+	}
+
+	pg := testserver.Postgres(t) // trusts every password: serve starts
+	backend := "postgres://postgres@" + pg.Addr() + "/postgres?sslmode=disable&password=Secret-served"
+	p := startServe(t, nil, "--insecure-no-auth", "--listen", "127.0.0.1:0", "--backend", backend)
+	if strings.Contains(p.banner.Store, "Secret") || strings.Contains(p.banner.Curl, "Secret") {
+		t.Errorf("the banner shows the password: %+v", p.banner)
+	}
+	if !p.waitLog(10*time.Second, `"serving"`) {
+		t.Fatalf("no serving line:\n%s", p.stderr.String())
+	}
+	if code := p.stop(); code != 0 {
+		t.Errorf("exit %d", code)
+	}
+	if strings.Contains(p.stderr.String(), "Secret") {
+		t.Errorf("the log shows the password:\n%s", p.stderr.String())
+	}
+}
