@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/url"
 	"sort"
-	"strings"
 	"sync"
 
 	"github.com/distlock/distlock/driver"
@@ -54,7 +53,7 @@ func Open(ctx context.Context, rawURL string, opts ...ClientOption) (*Client, er
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme == "" || u.Opaque != "" {
 		return nil, fmt.Errorf("distlock: open %q: not a URL with a scheme, such as redis://127.0.0.1:6379 (registered schemes: %v)",
-			redactedInput(rawURL), Schemes())
+			driver.Redact(rawURL), Schemes())
 	}
 	registryMu.RLock()
 	open := registry[u.Scheme]
@@ -64,19 +63,7 @@ func Open(ctx context.Context, rawURL string, opts ...ClientOption) (*Client, er
 	}
 	b, err := open(ctx, u)
 	if err != nil {
-		return nil, fmt.Errorf("distlock: open %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("distlock: open %s: %w", driver.RedactURL(u), err)
 	}
 	return New(b, opts...), nil
-}
-
-// redactedInput is rawURL for an error message, without a password if it
-// parses far enough to tell.
-func redactedInput(rawURL string) string {
-	if u, err := url.Parse(rawURL); err == nil {
-		return u.Redacted()
-	}
-	if i := strings.LastIndex(rawURL, "@"); i >= 0 {
-		return "…" + rawURL[i:]
-	}
-	return rawURL
 }

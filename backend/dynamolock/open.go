@@ -140,7 +140,7 @@ func (c Config) validate() error {
 // (the options are checked by New). It makes no connection.
 func ParseURL(u *url.URL) (Config, []Option, error) {
 	bad := func(format string, a ...any) error {
-		return fmt.Errorf("dynamolock: URL %q: %w: %s", u.Redacted(), driver.ErrInvalidOption, fmt.Sprintf(format, a...))
+		return fmt.Errorf("dynamolock: URL %q: %w: %s", driver.RedactURL(u), driver.ErrInvalidOption, fmt.Sprintf(format, a...))
 	}
 	if u.User != nil || u.Path != "" || u.Port() != "" {
 		return Config{}, nil, bad("want dynamodb://TABLE?region=...&endpoint=...")

@@ -167,7 +167,7 @@ func probe(ctx context.Context, cli *clientv3.Client) error {
 // open builds a backend for etcd://HOST:PORT[,HOST:PORT...]/PREFIX?params.
 func open(ctx context.Context, u *url.URL) (driver.Backend, error) {
 	if u.Host == "" {
-		return nil, fmt.Errorf("etcdlock: the URL %q names no endpoint: %w", u.Redacted(), driver.ErrInvalidOption)
+		return nil, fmt.Errorf("etcdlock: the URL %q names no endpoint: %w", driver.RedactURL(u), driver.ErrInvalidOption)
 	}
 	var eps []string
 	for _, h := range strings.Split(u.Host, ",") {

@@ -139,7 +139,7 @@ func parseURL(rawURL string) (*mysql.Config, []Option, int, error) {
 		return nil, nil, 0, bad("%v", err)
 	}
 	if u.Scheme != "mysql" || u.Host == "" {
-		return nil, nil, 0, bad("%s: want mysql://user:password@host:port/database", u.Redacted())
+		return nil, nil, 0, bad("%s: want mysql://user:password@host:port/database", driver.RedactURL(u))
 	}
 	q := u.Query()
 	var opts []Option
@@ -174,7 +174,7 @@ func parseURL(rawURL string) (*mysql.Config, []Option, int, error) {
 	u.RawQuery = q.Encode() // less the parameters read above
 	cfg, err := mysqlurl.Config(u)
 	if err != nil {
-		return nil, nil, 0, bad("%s: %v", u.Redacted(), err)
+		return nil, nil, 0, bad("%s: %v", driver.RedactURL(u), err)
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultConnectTimeout

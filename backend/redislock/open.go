@@ -56,7 +56,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Backend, error) 
 	q := u.Query()
 	urlOpts, err := queryOptions(q)
 	if err != nil {
-		return nil, fmt.Errorf("redislock: %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("redislock: %s: %w", driver.RedactURL(u), err)
 	}
 	cfg, err := newConfig(append(urlOpts, opts...))
 	if err != nil {
@@ -64,7 +64,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Backend, error) 
 	}
 	master, err := normalizeURL(u, q)
 	if err != nil {
-		return nil, fmt.Errorf("redislock: %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("redislock: %s: %w", driver.RedactURL(u), err)
 	}
 	opt, err := rueidis.ParseURL(u.String())
 	if err != nil {
@@ -77,11 +77,11 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Backend, error) 
 		opt.Dialer.Timeout = max(min(opt.Dialer.Timeout, time.Until(d)), time.Millisecond)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("redislock: connect %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("redislock: connect %s: %w", driver.RedactURL(u), err)
 	}
 	client, err := rueidis.NewClient(opt)
 	if err != nil {
-		return nil, fmt.Errorf("redislock: connect %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("redislock: connect %s: %w", driver.RedactURL(u), err)
 	}
 	b, err := newRueidis(ctx, client, true, cfg)
 	if err != nil {

@@ -59,7 +59,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Backend, error) 
 		err = fmt.Errorf("%w: database %q is not a number", driver.ErrInvalidOption, db)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("redlock: %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("redlock: %s: %w", driver.RedactURL(u), err)
 	}
 	cfg, err := newConfig(append(urlOpts, opts...))
 	if err != nil {

@@ -30,10 +30,10 @@ const TokenEnv = "DISTLOCK_TOKEN"
 // or distlocks://... (HTTPS) and checks that the service answers.
 func open(ctx context.Context, u *url.URL) (driver.Backend, error) {
 	if u.Host == "" {
-		return nil, fmt.Errorf("remotelock: the URL %q names no host: %w", u.Redacted(), driver.ErrInvalidOption)
+		return nil, fmt.Errorf("remotelock: the URL %q names no host: %w", driver.RedactURL(u), driver.ErrInvalidOption)
 	}
 	if u.User != nil {
-		return nil, fmt.Errorf("remotelock: the URL %q carries credentials: %w: give the token in token_file or $%s", u.Redacted(), driver.ErrInvalidOption, TokenEnv)
+		return nil, fmt.Errorf("remotelock: the URL %q carries credentials: %w: give the token in token_file or $%s", driver.RedactURL(u), driver.ErrInvalidOption, TokenEnv)
 	}
 	p, err := urlParams(u.Query())
 	if err != nil {

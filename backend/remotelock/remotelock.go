@@ -110,7 +110,7 @@ func parseBase(baseURL string) (_ *url.URL, err error) {
 		shown.RawQuery, shown.Fragment, shown.RawFragment = "", "", ""
 		defer func() {
 			if err != nil {
-				err = fmt.Errorf("remotelock: base URL %q: %w", shown.Redacted(), err)
+				err = fmt.Errorf("remotelock: base URL %q: %w", driver.RedactURL(&shown), err)
 			}
 		}()
 	}

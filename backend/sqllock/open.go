@@ -60,7 +60,7 @@ func Open(ctx context.Context, driverName, dsn string, d *Dialect, opts ...Optio
 func mysqlDSN(u *url.URL) (string, error) {
 	cfg, err := mysqlurl.Config(u)
 	if err != nil {
-		return "", fmt.Errorf("sqllock: %s: %w", u.Redacted(), err)
+		return "", fmt.Errorf("sqllock: %s: %w", driver.RedactURL(u), err)
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultDialTimeout

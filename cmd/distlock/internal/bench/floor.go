@@ -75,7 +75,7 @@ func openFloor(ctx context.Context, cfg Config, first *distlock.Client) (target,
 	}
 	t, err := open(ctx, u, cfg, first)
 	if err != nil {
-		return nil, fmt.Errorf("bench: open the floor of %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("bench: open the floor of %s: %w", driver.RedactURL(u), err)
 	}
 	return t, nil
 }

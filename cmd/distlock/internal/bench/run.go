@@ -14,6 +14,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/memlock"
+	"github.com/distlock/distlock/driver"
 )
 
 // roundPerWorker is how many attempts each worker makes per round when the
@@ -348,7 +349,7 @@ func ratio(lock, floor Side) *Ratio {
 // redact returns rawURL without its password.
 func redact(rawURL string) string {
 	if u, err := url.Parse(rawURL); err == nil && u.User != nil {
-		return u.Redacted()
+		return driver.RedactURL(u)
 	}
 	return rawURL
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/etcdlock"
 	"github.com/distlock/distlock/cmd/distlock/internal/embedetcd"
+	"github.com/distlock/distlock/driver"
 )
 
 // storeSpec is the store serve runs on: a store URL, or else the embedded
@@ -84,7 +85,7 @@ func (s storeSpec) open(ctx context.Context, log *slog.Logger, opts ...distlock.
 		if err != nil {
 			return nil, err
 		}
-		return &serveStore{client: c, describe: redactURL(s.url)}, nil
+		return &serveStore{client: c, describe: driver.Redact(s.url)}, nil
 	}
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return nil, exit(ExitUsage, &opError{op: "serve: --data-dir", err: err})
@@ -99,14 +100,6 @@ func (s storeSpec) open(ctx context.Context, log *slog.Logger, opts ...distlock.
 		return nil, exit(ExitUnavailable, &opError{op: "serve: embedded etcd", err: err})
 	}
 	return &serveStore{client: distlock.New(b, opts...), etcd: e, describe: "embedded etcd in " + e.Dir()}, nil
-}
-
-// redactURL returns u without its password.
-func redactURL(u string) string {
-	if p, err := url.Parse(u); err == nil {
-		return p.Redacted()
-	}
-	return "(a store URL)"
 }
 
 // failed returns a channel that receives an error if the embedded store

@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"net/url"
 	"time"
+
+	"github.com/distlock/distlock/driver"
 )
 
 // Severity ranks a finding.
@@ -159,9 +161,9 @@ func Check(ctx context.Context, rawURL string, o Options) (*Report, error) {
 	}
 	c, ok := checkers[u.Scheme]
 	if !ok {
-		return nil, fmt.Errorf("%w: %q: unknown scheme %q (doctor checks %s)", ErrInvalidURL, u.Redacted(), u.Scheme, Schemes)
+		return nil, fmt.Errorf("%w: %q: unknown scheme %q (doctor checks %s)", ErrInvalidURL, driver.RedactURL(u), u.Scheme, Schemes)
 	}
-	r := &Report{URL: u.Redacted(), Store: c.store, Findings: []Finding{}}
+	r := &Report{URL: driver.RedactURL(u), Store: c.store, Findings: []Finding{}}
 	if err := c.check(ctx, u, o, r); err != nil {
 		return nil, err
 	}
@@ -170,7 +172,7 @@ func Check(ctx context.Context, rawURL string, o Options) (*Report, error) {
 
 // invalid returns an ErrInvalidURL error about u.
 func invalid(u *url.URL, format string, args ...any) error {
-	return fmt.Errorf("%w: %s: %s", ErrInvalidURL, u.Redacted(), fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: %s: %s", ErrInvalidURL, driver.RedactURL(u), fmt.Sprintf(format, args...))
 }
 
 // unreachable returns an ErrUnreachable error naming what failed.
