@@ -358,3 +358,24 @@ func TestWaitWithinDeadline(t *testing.T) {
 		}
 	})
 }
+
+// /readyz answers anyone, so a store that does not answer is reported
+// without what its error says of the store (address, user, database); the
+// log, which only the operator reads, has it.
+func TestReadyzTellsNothingOfTheStore(t *testing.T) {
+	st := stores(t)[1]
+	storeErr := errors.New("failed to connect to `user=payments database=ledger`: dial tcp 10.20.30.40:5432: connection refused")
+	e := newEnvConfig(t, server.Config{Client: st.open(t), Ready: func(context.Context) error { return storeErr }})
+	code, body := get(t, e, "/readyz")
+	if code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz with the store down: %d, want 503", code)
+	}
+	for _, secret := range []string{"payments", "ledger", "10.20.30.40"} {
+		if strings.Contains(body, secret) {
+			t.Errorf("/readyz tells an unauthenticated caller %q: %q", secret, body)
+		}
+	}
+	if !strings.Contains(e.logs.String(), "10.20.30.40") {
+		t.Errorf("the log does not say why the store is not ready:\n%s", e.logs.String())
+	}
+}
