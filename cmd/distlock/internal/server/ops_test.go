@@ -278,7 +278,7 @@ func TestSetKeysAndHealth(t *testing.T) {
 		}
 		rec := httptest.NewRecorder()
 		down.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
-		if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "store unreachable") {
+		if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "the store does not answer") {
 			t.Errorf("/readyz of a server whose probe fails: %d %q", rec.Code, rec.Body.String())
 		}
 		if _, err := server.New(server.Config{Client: e.client}); err == nil {

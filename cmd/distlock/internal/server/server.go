@@ -17,7 +17,6 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -196,14 +195,17 @@ func (s *Server) routes() http.Handler {
 }
 
 // serveReady answers /readyz: 200 while the store answers the probe and the
-// server is not shutting down, else 503 with the reason.
+// server is not shutting down, else 503 with the reason. Anyone may ask, so
+// a failed probe is answered without its error, which names the store
+// (address, user, database): the log has it.
 func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
-	err := s.ready(r.Context())
-	if err == nil && s.stopping.Load() {
-		err = errors.New("shutting down")
+	if s.stopping.Load() {
+		http.Error(w, "not ready: shutting down", http.StatusServiceUnavailable)
+		return
 	}
-	if err != nil {
-		http.Error(w, fmt.Sprintf("not ready: %v", err), http.StatusServiceUnavailable)
+	if err := s.ready(r.Context()); err != nil {
+		s.log.WarnContext(r.Context(), "not ready: the store does not answer", "err", err)
+		http.Error(w, "not ready: the store does not answer (the log says why)", http.StatusServiceUnavailable)
 		return
 	}
 	_, _ = io.WriteString(w, "ready\n")
