@@ -6,6 +6,9 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -353,4 +356,54 @@ func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
 // quote is s as a JavaScript string literal.
 func quote(s string) string {
 	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`
+}
+
+// TestReleasedNoticeNotForged: a link to the dashboard with ?released=
+// and any text, sent to an operator, must not put that text on the page as
+// if the service said it; only the redirect after the operator's own force
+// release shows its notice.
+func TestReleasedNoticeNotForged(t *testing.T) {
+	s := newService(t)
+	forged := "jobs/x. URGENT: the service moved, sign in at evil.example"
+	code, body := get(t, s.url+"/?released="+url.QueryEscape(forged), opsAdmin)
+	if code != http.StatusOK {
+		t.Fatalf("GET /: %d", code)
+	}
+	if strings.Contains(body, "evil.example") {
+		t.Errorf("the page shows text from its link as the service's notice")
+	}
+
+	// The operator's own release still says so, after the redirect.
+	key := keyFor(t, "released")
+	g := acquire(t, s.api(alphaClient), &distlockv1.AcquireRequest{Key: key, Lease: durationpb.New(time.Minute)})
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, _ := url.Parse(s.url)
+	jar.SetCookies(base, []*http.Cookie{{Name: "distlock_token", Value: base64.RawURLEncoding.EncodeToString([]byte(opsAdmin))}})
+	hc := &http.Client{Jar: jar, Timeout: 10 * time.Second}
+	q := url.Values{"tenant": {"alpha"}, "key": {key}, "fence": {itoa(g.GetFence())}}
+	res, err := hc.Get(s.url + "/dashboard/force-release?" + q.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	form, _ := io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	m := regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`).FindSubmatch(form)
+	if m == nil {
+		t.Fatalf("no CSRF field in the confirmation page:\n%s", form)
+	}
+	q.Set("csrf", string(m[1]))
+	q.Set("reason", "test")
+	q.Set("confirm", "yes")
+	res, err = hc.PostForm(s.url+"/dashboard/force-release", q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	if res.StatusCode != http.StatusOK || !strings.Contains(string(page), "Force-released alpha/"+key) {
+		t.Errorf("after the operator's own force release: HTTP %d, and the page has no notice of it", res.StatusCode)
+	}
 }
