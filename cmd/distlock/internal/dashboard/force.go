@@ -1,6 +1,9 @@
 package dashboard
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -80,7 +83,23 @@ func (d *Dashboard) force(w http.ResponseWriter, r *http.Request) {
 		d.renderConfirm(w, r, id, c, http.StatusConflict, "The key was free already: nothing was released.")
 		return
 	}
-	http.Redirect(w, r, "/?released="+url.QueryEscape(c.Tenant+"/"+c.Key), http.StatusSeeOther)
+	target := c.Tenant + "/" + c.Key
+	http.Redirect(w, r, "/?released="+url.QueryEscape(target)+"&proof="+releaseProof(r, target), http.StatusSeeOther)
+}
+
+// releaseProof is what the redirect after a forced release of target
+// carries for the page to show its notice: a MAC of target under this
+// browser's CSRF secret, which no other site can read (an HttpOnly,
+// SameSite=Strict cookie), so that a link with ?released=<any text> shows
+// nothing. "" without the cookie.
+func releaseProof(r *http.Request, target string) string {
+	c, err := r.Cookie(csrfCookie)
+	if err != nil || c.Value == "" {
+		return ""
+	}
+	m := hmac.New(sha256.New, []byte(c.Value))
+	m.Write([]byte("distlock-released\x00" + target))
+	return hex.EncodeToString(m.Sum(nil))
 }
 
 // admin returns the request's identity if it is an admin's; otherwise it

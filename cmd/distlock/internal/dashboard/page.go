@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"crypto/hmac"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -66,7 +67,8 @@ func (d *Dashboard) page(w http.ResponseWriter, r *http.Request) {
 		prefix = prefix[:maxPrefixLen]
 	}
 	data := d.dashboardData(w, r, id, prefix)
-	if k := r.URL.Query().Get("released"); k != "" {
+	if k, proof := r.URL.Query().Get("released"), r.URL.Query().Get("proof"); k != "" && proof != "" &&
+		hmac.Equal([]byte(proof), []byte(releaseProof(r, k))) {
 		data.Notice = "Force-released " + k + ". Its holder learns at its next renewal (or at once, if it watches its locks); the audit log has the reason."
 	}
 	d.render(w, r, http.StatusOK, data)
