@@ -71,6 +71,7 @@ func TestBadInput(t *testing.T) {
 			{"negative lease", "application/json", `{"key":"` + prefix + `k","lease":"-1s"}`, 400, "invalid_argument", "lease -1s is negative"},
 			{"zero lease", "application/json", `{"key":"` + prefix + `k","lease":"0s"}`, 400, "invalid_argument", "under the minimum"},
 			{"lease over the max", "application/json", `{"key":"` + prefix + `k","lease":"7200s"}`, 400, "invalid_argument", "over the maximum 1h0m0s"},
+			{"lease past any duration", "application/json", `{"key":"` + prefix + `k","lease":"99999999999s"}`, 400, "invalid_argument", "lease 99999999999s is over the maximum"},
 			{"negative wait", "application/json", `{"key":"` + prefix + `k","wait":"-0.5s"}`, 400, "invalid_argument", "wait -500ms is negative"},
 			{"wait over the max", "application/json", `{"key":"` + prefix + `k","wait":"3600s"}`, 400, "invalid_argument", "wait 1h0m0s is over the maximum"},
 			{"negative lock delay", "application/json", `{"key":"` + prefix + `k","lockDelay":"-1s"}`, 400, "invalid_argument", "lock_delay"},
