@@ -1,6 +1,7 @@
 package server
 
 import (
+	"math"
 	"strings"
 	"time"
 	"unicode"
@@ -140,6 +141,11 @@ func checkDuration(key, field string, d *durationpb.Duration, lo, hi time.Durati
 	}
 	if err := d.CheckValid(); err != nil {
 		return 0, invalid("key %q: %s: %w", key, field, err)
+	}
+	if secs := d.GetSeconds(); secs > int64(math.MaxInt64/time.Second) {
+		// Past what a time.Duration holds, AsDuration would name another
+		// value: name the one sent.
+		return 0, invalid("key %q: %s %ds is over the maximum %v", key, field, secs, hi)
 	}
 	v := d.AsDuration()
 	switch {
