@@ -44,3 +44,21 @@ func TestServeHidesSecrets(t *testing.T) {
 		t.Errorf("the log shows the password:\n%s", p.stderr.String())
 	}
 }
+
+// TestServeUnreachableStoreExits: serve over a store it cannot reach exits
+// 69 at start, naming the store, whatever the store (a PostgreSQL pool
+// connects lazily, and served, failing every call, until this test).
+func TestServeUnreachableStoreExits(t *testing.T) {
+	for _, backend := range []string{
+		"postgres://postgres@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=2",
+		"redis://127.0.0.1:1/0",
+	} {
+		cmd := serveCommandLine(nil, "serve", "--insecure-no-auth", "--listen", "127.0.0.1:0", "--backend", backend)
+		stop := time.AfterFunc(time.Minute, func() { _ = cmd.Process.Kill() }) // it served
+		out, err := cmd.CombinedOutput()
+		stop.Stop()
+		if code := exitCode(err); code != ExitUnavailable || !strings.Contains(string(out), "127.0.0.1:1") {
+			t.Errorf("serve --backend %q: exit %d, want %d naming the store; output:\n%s", backend, code, ExitUnavailable, out)
+		}
+	}
+}
