@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -70,6 +71,13 @@ func defaultDataDir() (string, error) {
 	return filepath.Join(home, ".local", "state", "distlock"), nil
 }
 
+// The store's first answer at start: an Inspect of a key no one holds,
+// within startProbeTimeout.
+const (
+	startProbeKey     = "distlock/serve/start-probe"
+	startProbeTimeout = 15 * time.Second
+)
+
 // serveStore is the open store of a running serve.
 type serveStore struct {
 	client   *distlock.Client
@@ -84,6 +92,15 @@ func (s storeSpec) open(ctx context.Context, log *slog.Logger, opts ...distlock.
 		c, err := openClient(ctx, &globals{backend: s.url}, "serve", opts...)
 		if err != nil {
 			return nil, err
+		}
+		// Some stores connect lazily (a PostgreSQL pool): one that does not
+		// answer now is refused now, as one whose dial fails is.
+		pctx, cancel := context.WithTimeout(ctx, startProbeTimeout)
+		_, err = c.Inspect(pctx, startProbeKey)
+		cancel()
+		if err != nil {
+			_ = c.Close()
+			return nil, exit(ExitUnavailable, &opError{op: "serve: the store " + driver.Redact(s.url) + " does not answer", err: err})
 		}
 		return &serveStore{client: c, describe: driver.Redact(s.url)}, nil
 	}
