@@ -66,7 +66,9 @@ store act as one service.
 
 Every call needs a bearer token from --tokens (lines of "<token> <tenant>
 <role>", role client, admin or viewer). --insecure-no-auth serves every
-call as tenant "default" with role admin, and only on a loopback address.
+call as tenant "default" with role admin, only on a loopback address and
+only to requests addressed to a loopback name (Host localhost, 127.0.0.1
+or [::1]), so that no web page can reach it through DNS rebinding.
 --tls-cert and --tls-key serve TLS; --tls-client-ca also requires a client
 certificate signed by that CA.
 
@@ -97,7 +99,7 @@ the embedded store failed.`,
 	fl.StringVar(&f.listen, "listen", DefaultListen, "address to listen on, HOST:PORT (port 0 picks a free one)")
 	fl.StringVar(&f.dataDir, "data-dir", "", "directory of the embedded etcd store (default $XDG_STATE_HOME/distlock or ~/.local/state/distlock); not with --backend")
 	fl.StringVar(&f.tokens, "tokens", "", "token file: one \"<token> <tenant> <role>\" a line (required unless --insecure-no-auth)")
-	fl.BoolVar(&f.insecureNoAuth, "insecure-no-auth", false, "serve every call as tenant \"default\", role admin, without tokens (loopback addresses only)")
+	fl.BoolVar(&f.insecureNoAuth, "insecure-no-auth", false, "serve every call as tenant \"default\", role admin, without tokens (loopback addresses and Host names only)")
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "PEM certificate (chain) to serve TLS with; needs --tls-key")
 	fl.StringVar(&f.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
 	fl.StringVar(&f.tlsClientCA, "tls-client-ca", "", "PEM CA certificates: require a client certificate signed by one (mTLS); needs --tls-cert")
