@@ -19,10 +19,7 @@ func TestServeHidesSecrets(t *testing.T) {
 		"host=127.0.0.1 port=1 password=Secret-keyvalue",
 		"postgres://app:p%zzSecret-unparsed@127.0.0.1:1/app",
 	} {
-		cmd := serveCommandLine(nil, "serve", "--insecure-no-auth", "--listen", "127.0.0.1:0", "--backend", backend)
-		stop := time.AfterFunc(time.Minute, func() { _ = cmd.Process.Kill() }) // a store that should refuse, served
-		out, _ := cmd.CombinedOutput()
-		stop.Stop()
+		out, _ := serveRefused(backend)
 		if strings.Contains(string(out), "Secret") {
 			t.Errorf("serve --backend %q printed the password:\n%s", backend, out)
 		}
@@ -53,12 +50,19 @@ func TestServeUnreachableStoreExits(t *testing.T) {
 		"postgres://postgres@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=2",
 		"redis://127.0.0.1:1/0",
 	} {
-		cmd := serveCommandLine(nil, "serve", "--insecure-no-auth", "--listen", "127.0.0.1:0", "--backend", backend)
-		stop := time.AfterFunc(time.Minute, func() { _ = cmd.Process.Kill() }) // it served
-		out, err := cmd.CombinedOutput()
-		stop.Stop()
+		out, err := serveRefused(backend)
 		if code := exitCode(err); code != ExitUnavailable || !strings.Contains(string(out), "127.0.0.1:1") {
 			t.Errorf("serve --backend %q: exit %d, want %d naming the store; output:\n%s", backend, code, ExitUnavailable, out)
 		}
 	}
+}
+
+// serveRefused runs serve without auth over backend, which it should
+// refuse, and returns its output and exit; a serve that serves instead is
+// killed after a minute.
+func serveRefused(backend string) ([]byte, error) {
+	cmd := serveCommandLine(nil, "serve", "--insecure-no-auth", "--listen", "127.0.0.1:0", "--backend", backend)
+	stop := time.AfterFunc(time.Minute, func() { _ = cmd.Process.Kill() })
+	defer stop.Stop()
+	return cmd.CombinedOutput()
 }
