@@ -109,6 +109,10 @@ func FuzzAcquireRequest(f *testing.F) {
 		}
 		switch code {
 		case "ok", "aborted", "not_found":
+		case "failed_precondition": // a request id that an earlier input's other owner holds the key under
+			if !bytes.Contains(rec.Body.Bytes(), []byte("request_id")) {
+				t.Fatalf("FailedPrecondition not about a request id: %s", rec.Body.Bytes())
+			}
 		case "invalid_argument":
 			if stored != 0 {
 				t.Fatalf("InvalidArgument after %d store requests: %s", stored, rec.Body.Bytes())
