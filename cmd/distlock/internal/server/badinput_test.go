@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -67,6 +68,8 @@ func TestBadInput(t *testing.T) {
 			{"empty key", "application/json", `{"key":""}`, 400, "invalid_argument", "empty"},
 			{"no key", "application/json", `{}`, 400, "invalid_argument", "empty"},
 			{"10 KiB key", "application/json", `{"key":"` + prefix + strings.Repeat("k", 10<<10) + `"}`, 400, "invalid_argument", "the maximum is 439"},
+			{"lone surrogate", "application/json", `{"key":"` + prefix + `a\ud800b"}`, 400, "invalid_argument", `\ud800 is half of a UTF-16 pair`},
+			{"invalid UTF-8 in protobuf", "application/proto", string(protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), prefix+"a\xffb")), 400, "invalid_argument", "invalid UTF-8"},
 			{"control character", "application/json", `{"key":"` + prefix + `a\u0007b"}`, 400, "invalid_argument", "control character"},
 			{"negative lease", "application/json", `{"key":"` + prefix + `k","lease":"-1s"}`, 400, "invalid_argument", "lease -1s is negative"},
 			{"zero lease", "application/json", `{"key":"` + prefix + `k","lease":"0s"}`, 400, "invalid_argument", "under the minimum"},
