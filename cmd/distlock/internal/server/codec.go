@@ -3,6 +3,8 @@ package server
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"unicode/utf16"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -47,7 +49,43 @@ func (strictJSON) Unmarshal(data []byte, msg any) error {
 		return errors.New("an empty body is not a JSON object")
 	}
 	if err := protojson.Unmarshal(data, m); err != nil {
+		if esc, ok := loneSurrogate(data); ok {
+			// protojson calls this "unexpected EOF", which misleads.
+			return fmt.Errorf("the request is not a %s: the escape %s is half of a UTF-16 pair, not a character: a string must be valid UTF-8",
+				m.ProtoReflect().Descriptor().FullName(), esc)
+		}
 		return fmt.Errorf("the request is not a %s: %w", m.ProtoReflect().Descriptor().FullName(), err)
 	}
 	return nil
+}
+
+// loneSurrogate returns the first \uXXXX escape in data that is a UTF-16
+// surrogate without its other half.
+func loneSurrogate(data []byte) (string, bool) {
+	unit := func(i int) (rune, bool) { // the \uXXXX escape at data[i:], if any
+		if i+6 > len(data) || data[i] != '\\' || data[i+1] != 'u' {
+			return 0, false
+		}
+		v, err := strconv.ParseUint(string(data[i+2:i+6]), 16, 16)
+		return rune(v), err == nil
+	}
+	for i := 0; i < len(data); i++ {
+		if data[i] != '\\' {
+			continue
+		}
+		r, ok := unit(i)
+		if !ok {
+			i++ // an escaped character such as \\ or \"
+			continue
+		}
+		if utf16.IsSurrogate(r) {
+			if low, ok := unit(i + 6); r < 0xdc00 && ok && low >= 0xdc00 && low <= 0xdfff {
+				i += 11
+				continue
+			}
+			return string(data[i : i+6]), true
+		}
+		i += 5
+	}
+	return "", false
 }
