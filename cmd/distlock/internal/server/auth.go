@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -47,10 +48,19 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			return
 		}
 		c := newCall(p.name)
-		if err := s.admit(r, p, c); err != nil {
+		err := s.admit(r, p, c)
+		if err == nil && unaryConnect(r) {
+			err = boundBody(r, s.limits.MaxRequestBytes)
+		}
+		var large errTooLarge
+		switch {
+		case errors.As(err, &large):
+			c.code = connect.CodeResourceExhausted.String()
+			writeTooLarge(w, r, large)
+		case err != nil:
 			c.code = codeOf(err)
 			_ = errw.Write(w, r, err)
-		} else {
+		default:
 			rec := &recorder{ResponseWriter: w}
 			c.live = func() {
 				rec.Header().Set(liveHeader, "1")

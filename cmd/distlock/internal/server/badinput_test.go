@@ -64,7 +64,7 @@ func TestBadInput(t *testing.T) {
 			{"empty body", "application/json", ``, 400, "invalid_argument", "empty"},
 			{"malformed protobuf", "application/proto", "\x0a\xff\x01" + prefix, 400, "invalid_argument", "unmarshal"},
 			{"protobuf cut short", "application/proto", string(protoBody[:len(protoBody)-3]), 400, "invalid_argument", "unmarshal"},
-			{"10 MiB body", "application/json", `{"key":"` + big + `"}`, 429, "resource_exhausted", "larger than"},
+			{"10 MiB body", "application/json", `{"key":"` + big + `"}`, 413, "resource_exhausted", "over the limit of 1048576 bytes"},
 			{"empty key", "application/json", `{"key":""}`, 400, "invalid_argument", "empty"},
 			{"no key", "application/json", `{}`, 400, "invalid_argument", "empty"},
 			{"10 KiB key", "application/json", `{"key":"` + prefix + strings.Repeat("k", 10<<10) + `"}`, 400, "invalid_argument", "the maximum is 439"},

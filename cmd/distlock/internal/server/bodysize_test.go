@@ -8,8 +8,11 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	
+
+	"connectrpc.com/connect"
+
 	"github.com/distlock/distlock/cmd/distlock/internal/server"
+	distlockv1 "github.com/distlock/distlock/gen/distlock/v1"
 	"github.com/distlock/distlock/gen/distlock/v1/distlockv1connect"
 )
 
@@ -75,11 +78,20 @@ func TestOversizedBody(t *testing.T) {
 			}
 		})
 	}
+	// gRPC frames its messages: Connect bounds each, and a compressed one
+	// is not inflated past the limit.
+	grpc := e.api(alphaClient, connect.WithGRPC(), connect.WithSendCompression("gzip"))
+	var small []byte
+	_, err := grpc.Acquire(ctx(t), connect.NewRequest(&distlockv1.AcquireRequest{Key: key + strings.Repeat("x", 4<<20)}))
+	wantCode(t, "a gzip message of 4 MiB over gRPC", err, connect.CodeResourceExhausted)
+	if err == nil || !strings.Contains(err.Error(), "inflates past the limit of 65536 bytes") {
+		t.Errorf("a gzip message of 4 MiB over gRPC: %v, want it to say it inflates past the limit", err)
+	}
 	if l := inspect(t, e.api(alphaClient), key); l.GetHeld() {
 		t.Errorf("an oversized request took the key: %v", l)
 	}
 	// A compressed request within the limit is served.
-	small, err := json.Marshal(map[string]string{"key": key})
+	small, err = json.Marshal(map[string]string{"key": key})
 	if err != nil {
 		t.Fatal(err)
 	}

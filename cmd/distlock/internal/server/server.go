@@ -15,6 +15,7 @@
 package server
 
 import (
+	"compress/gzip"
 	"context"
 	"errors"
 	"io"
@@ -178,6 +179,8 @@ func (s *Server) SetKeys(k *auth.Keyring) { s.keys.Store(k) }
 func (s *Server) routes() http.Handler {
 	opts := append(jsonCodecs(),
 		connect.WithReadMaxBytes(s.limits.MaxRequestBytes),
+		connect.WithCompression("gzip", newBoundedGzip(s.limits.MaxRequestBytes),
+			func() connect.Compressor { return gzip.NewWriter(nil) }),
 		// Answers are a few dozen bytes: gzip would cost more than it saves
 		// (it was a tenth of the service's CPU). Large List pages still go
 		// compressed to a client that accepts it.
