@@ -49,6 +49,11 @@ const lockName = "distlock.lock"
 // gets a loopback TCP port instead.
 const maxSocketPath = 100
 
+// closeAfterFatal bounds how long Close waits for etcd to stop once it
+// logged a fatal error: the goroutine that logged it was ended, and what
+// waited for it may wait forever.
+const closeAfterFatal = 10 * time.Second
+
 // Etcd is a running embedded etcd. Create it with Start; Close stops it.
 type Etcd struct {
 	e         *embed.Etcd
@@ -56,6 +61,8 @@ type Etcd struct {
 	endpoints []string
 	lock      *os.File
 	closing   *atomic.Bool // tells the log core that Close began
+	fatal     *fatalHook
+	forwarded chan struct{} // closed when etcd's error channel was drained
 
 	closeOnce sync.Once
 	closeErr  error
@@ -68,8 +75,13 @@ type Etcd struct {
 // nil discards them.
 //
 // Start fails if another process uses dir, if the store does not become
-// ready in time, or if etcd refuses the directory (a corrupt log, say); the
-// error names dir.
+// ready in time, or if etcd refuses the directory (a corrupt log, say) or
+// logs a fatal error while it starts; the error names dir.
+//
+// etcd ends the process (os.Exit(1)) when it logs a fatal error, such as a
+// write-ahead log it cannot write for want of file descriptors. The store
+// started here never does: the error goes to the function given to
+// OnFatal, else to Err, and the goroutine that logged it ends.
 func Start(ctx context.Context, dir string, logger *slog.Logger) (*Etcd, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -128,7 +140,8 @@ func start(ctx context.Context, dir string, logger *slog.Logger) (*Etcd, error) 
 
 func startOnce(ctx context.Context, dir string, logger *slog.Logger) (*Etcd, error) {
 	closing := new(atomic.Bool)
-	cfg, err := config(dir, logger, closing)
+	fatal := newFatalHook()
+	cfg, err := config(dir, logger, closing, fatal)
 	if err != nil {
 		return nil, err
 	}
@@ -142,18 +155,50 @@ func startOnce(ctx context.Context, dir string, logger *slog.Logger) (*Etcd, err
 	case <-ee.Server.ReadyNotify():
 	case err := <-ee.Err():
 		closing.Store(true)
-		ee.Close()
+		stopEtcd(ee, fatal)
+		return nil, fmt.Errorf("embedetcd: start in %s: %w", dir, err)
+	case err := <-fatal.errc:
+		closing.Store(true)
+		stopEtcd(ee, fatal)
 		return nil, fmt.Errorf("embedetcd: start in %s: %w", dir, err)
 	case <-ctx.Done():
 		closing.Store(true)
-		ee.Close()
+		stopEtcd(ee, fatal)
 		return nil, fmt.Errorf("embedetcd: start in %s: not ready: %w", dir, context.Cause(ctx))
 	}
 	eps := make([]string, len(cfg.AdvertiseClientUrls))
 	for i, u := range cfg.AdvertiseClientUrls {
 		eps[i] = u.String()
 	}
-	return &Etcd{e: ee, dir: dir, endpoints: eps, closing: closing}, nil
+	e := &Etcd{e: ee, dir: dir, endpoints: eps, closing: closing, fatal: fatal, forwarded: make(chan struct{})}
+	// Err tells of both: etcd's own errors, and fatal ones (see fatalHook).
+	go func() {
+		defer close(e.forwarded)
+		for err := range ee.Err() { // closed by ee.Close
+			fatal.report(err)
+		}
+	}()
+	return e, nil
+}
+
+// stopEtcd stops ee and waits for it, at most closeAfterFatal once it
+// logged a fatal error, and reports whether it stopped.
+func stopEtcd(ee *embed.Etcd, fatal *fatalHook) bool {
+	if !fatal.happened.Load() {
+		ee.Close()
+		return true
+	}
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		ee.Close()
+	}()
+	select {
+	case <-stopped:
+		return true
+	case <-time.After(closeAfterFatal):
+		return false
+	}
 }
 
 // addrInUse reports whether err is a listener's port taken by another.
@@ -162,8 +207,9 @@ func addrInUse(err error) bool {
 }
 
 // config returns the embedded server's configuration for dir. Its log
-// records go to logger; closing tells them apart once Close began.
-func config(dir string, logger *slog.Logger, closing *atomic.Bool) (*embed.Config, error) {
+// records go to logger; closing tells them apart once Close began; its
+// fatal records go to fatal as well, instead of ending the process.
+func config(dir string, logger *slog.Logger, closing *atomic.Bool, fatal *fatalHook) (*embed.Config, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = "distlock"
 	cfg.Dir = dir
@@ -188,7 +234,7 @@ func config(dir string, logger *slog.Logger, closing *atomic.Bool) (*embed.Confi
 	cfg.AutoCompactionMode = embed.CompactorModePeriodic
 	cfg.AutoCompactionRetention = "1h"
 	core := &slogCore{l: logger, level: zapcore.WarnLevel, closing: closing}
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(core))
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(core, zap.WithFatalHook(fatal)))
 	return cfg, nil
 }
 
@@ -224,16 +270,33 @@ func (e *Etcd) Endpoints() []string { return append([]string(nil), e.endpoints..
 func (e *Etcd) Dir() string { return e.dir }
 
 // Err returns a channel that receives an error if the store fails after it
-// started; a service should stop then, as its store is gone.
-func (e *Etcd) Err() <-chan error { return e.e.Err() }
+// started: an error of its servers, or a *FatalError if etcd logged one and
+// no function was given to OnFatal. A service should stop then, as its
+// store is gone. The channel holds the first error; later ones are dropped.
+func (e *Etcd) Err() <-chan error { return e.fatal.errc }
+
+// OnFatal makes fn what a fatal error of etcd calls, from then on: an
+// error etcd does not go on after (its log or database cannot be written,
+// say), which would otherwise end the process with exit code 1. fn runs in
+// the goroutine of etcd that logged the error, which ends when fn returns,
+// so the store no longer works: fn should stop the process, or tell it to
+// stop and Close the store. Without OnFatal, the error goes to Err.
+func (e *Etcd) OnFatal(fn func(*FatalError)) { e.fatal.fn.Store(&fn) }
 
 // Close stops the store, waiting for the requests it is serving, and lets
 // the directory go. What it stores stays in the directory for the next
-// Start. Closing twice is harmless.
+// Start. Closing twice is harmless. After a fatal error, Close waits for
+// etcd at most 10s, then gives up with an error and leaves the directory
+// locked until the process ends.
 func (e *Etcd) Close() error {
 	e.closeOnce.Do(func() {
 		e.closing.Store(true)
-		e.e.Close()
+		if !stopEtcd(e.e, e.fatal) {
+			// The directory stays locked: etcd may still write to it.
+			e.closeErr = fmt.Errorf("embedetcd: etcd in %s did not stop within %v of its fatal error", e.dir, closeAfterFatal)
+			return
+		}
+		<-e.forwarded
 		if err := e.lock.Close(); err != nil {
 			e.closeErr = fmt.Errorf("embedetcd: unlock data dir %s: %w", e.dir, err)
 		}

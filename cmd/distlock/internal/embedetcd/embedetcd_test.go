@@ -262,3 +262,93 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 	defer w.mu.Unlock()
 	return w.w.Write(p)
 }
+
+// TestFatalDoesNotExit logs a fatal error through etcd's own logger, as
+// etcd does when it cannot go on (a WAL file it cannot purge for want of
+// file descriptors, say): the process does not exit; without OnFatal the
+// error reaches Err, with OnFatal it reaches the function given, and in
+// both cases the record is logged and the code after the Fatal call never
+// runs. The store then closes as usual.
+func TestFatalDoesNotExit(t *testing.T) {
+	rec := &recorder{}
+	e, err := Start(testContext(t, 2*time.Minute), filepath.Join(t.TempDir(), "data"), slog.New(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cause := errors.New("open member/wal: too many open files")
+	// fatal logs msg as fatal from a goroutine of its own, and reports
+	// whether the call returned.
+	fatal := func(msg string) (returned bool) {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			e.e.GetLogger().Fatal(msg, zap.Error(cause), zap.String("path", "member/wal"))
+			returned = true
+		}()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Fatal still runs after 10s")
+		}
+		return returned
+	}
+	check := func(how string, got error) {
+		t.Helper()
+		var fe *FatalError
+		if !errors.As(got, &fe) {
+			t.Fatalf("%s: %v (%T), want a *FatalError", how, got, got)
+		}
+		if want := "embedetcd: etcd failed: failed to purge wal file: " + cause.Error(); fe.Error() != want {
+			t.Errorf("%s: %q, want %q", how, fe.Error(), want)
+		}
+		attrs := map[string]string{}
+		for _, a := range fe.Attrs {
+			attrs[a.Key] = a.Value.String()
+		}
+		if attrs["error"] != cause.Error() || attrs["path"] != "member/wal" {
+			t.Errorf("%s: attributes %v", how, fe.Attrs)
+		}
+	}
+
+	if fatal("failed to purge wal file") {
+		t.Error("without OnFatal: the code after Fatal ran")
+	}
+	select {
+	case err := <-e.Err():
+		check("Err", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("without OnFatal: nothing on Err")
+	}
+
+	got := make(chan *FatalError, 1)
+	e.OnFatal(func(fe *FatalError) { got <- fe })
+	if fatal("failed to purge wal file") {
+		t.Error("with OnFatal: the code after Fatal ran")
+	}
+	select {
+	case fe := <-got:
+		check("OnFatal", fe)
+	default:
+		t.Fatal("OnFatal's function was not called")
+	}
+	select {
+	case err := <-e.Err():
+		t.Errorf("with OnFatal, Err got %v too", err)
+	default:
+	}
+
+	rec.mu.Lock()
+	var logged int
+	for _, r := range rec.records {
+		if r.Message == "failed to purge wal file" && r.Level == slog.LevelError {
+			logged++
+		}
+	}
+	rec.mu.Unlock()
+	if logged != 2 {
+		t.Errorf("the fatal record was logged %d times at error, want 2", logged)
+	}
+	if err := e.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}
