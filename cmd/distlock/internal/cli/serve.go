@@ -21,6 +21,7 @@ import (
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/cmd/distlock/internal/auth"
 	"github.com/distlock/distlock/cmd/distlock/internal/dashboard"
+	"github.com/distlock/distlock/cmd/distlock/internal/embedetcd"
 	"github.com/distlock/distlock/cmd/distlock/internal/server"
 	"github.com/distlock/distlock/telemetry"
 )
@@ -47,6 +48,10 @@ type serveFlags struct {
 	maxWait         time.Duration
 	shutdownTimeout time.Duration
 	logLevel        string
+	maxConns        int
+	maxConnsPerIP   int
+	perIPSet        bool // --max-connections-per-ip was given
+	bodyTimeout     time.Duration
 }
 
 func newServeCommand(g *globals) *cobra.Command {
@@ -80,6 +85,16 @@ waiting Acquires get UNAVAILABLE, calls in progress get --shutdown-timeout to
 finish, and no lock is released: holders renew them through another
 instance, or after a restart.
 
+No caller can take what the process needs to live. It holds at most
+--max-connections connections (by default its open-file limit less 512,
+or half of it if that is more: the store keeps the rest), and at most
+--max-connections-per-ip of one address (an IPv6 /64; by default 256, or
+half of --max-connections if that is less), before any token is checked.
+A connection over either cap is closed as soon as it is accepted, counted
+in distlock_server_connections_refused_total and logged (every 10s at
+most). A request has --body-timeout to send its body. The serving log line
+shows the open-file limit and the caps.
+
 Exit codes: 0 stopped by a signal; 1 the address cannot be listened on or
 serving failed; 2 bad flags or files; 69 the store could not be reached or
 the embedded store failed.`,
@@ -109,6 +124,9 @@ the embedded store failed.`,
 	fl.DurationVar(&f.maxWait, "max-wait", server.DefaultMaxWait, "longest wait an Acquire may ask")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGTERM or SIGINT, how long calls in progress may take to finish")
 	fl.StringVar(&f.logLevel, "log-level", "info", "least level of the JSON log on stderr: debug, info, warn or error")
+	fl.IntVar(&f.maxConns, "max-connections", 0, "most connections open at once; over it a new one is closed at once (0: the open-file limit less 512, or half of it if that is more)")
+	fl.IntVar(&f.maxConnsPerIP, "max-connections-per-ip", DefaultMaxConnectionsPerIP, "most connections open at once from one remote IP (IPv6: one /64), before auth; not given, at most half of --max-connections; behind a proxy, raise it to --max-connections")
+	fl.DurationVar(&f.bodyTimeout, "body-timeout", DefaultBodyTimeout, "how long a request may take to send its body, from its start; then the request fails and, with HTTP/1, its connection is closed")
 	return c
 }
 
@@ -127,6 +145,7 @@ type serveConfig struct {
 	limits  server.Limits
 	reloads []*watchedFile
 	srv     *server.Server // once it runs: a reloaded token file goes to it
+	exit    func(code int) // ends the process on a fatal store error; nil: os.Exit
 }
 
 // prepare checks the flags and loads the files they name. Nothing here
@@ -158,6 +177,7 @@ func (f *serveFlags) prepare(cmd *cobra.Command, g *globals) (*serveConfig, erro
 	if err := f.checkLimits(); err != nil {
 		return nil, err
 	}
+	f.perIPSet = cmd.Flags().Changed("max-connections-per-ip")
 	cfg.limits = server.Limits{DefaultLease: f.defaultLease, MaxLease: f.maxLease, MaxWait: f.maxWait}
 	if cfg.store, err = f.storeSpec(cmd, g); err != nil {
 		return nil, err
@@ -267,7 +287,8 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// checkLimits checks the lease and wait flags against each other.
+// checkLimits checks the lease and wait flags against each other, and the
+// connection and body limits.
 func (f *serveFlags) checkLimits() error {
 	switch {
 	case f.maxLease < distlock.MinLease:
@@ -278,6 +299,12 @@ func (f *serveFlags) checkLimits() error {
 		return usage("serve: --max-wait %v cannot be negative", f.maxWait)
 	case f.shutdownTimeout < 0:
 		return usage("serve: --shutdown-timeout %v cannot be negative", f.shutdownTimeout)
+	case f.maxConns < 0:
+		return usage("serve: --max-connections %d cannot be negative (0 is the default)", f.maxConns)
+	case f.maxConnsPerIP < 0:
+		return usage("serve: --max-connections-per-ip %d cannot be negative (0 is the default)", f.maxConnsPerIP)
+	case f.bodyTimeout <= 0:
+		return usage("serve: --body-timeout %v: want more than 0", f.bodyTimeout)
 	}
 	return nil
 }
@@ -288,13 +315,25 @@ func (cfg *serveConfig) run(ctx context.Context) error {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
-	ln, err := net.Listen("tcp", cfg.flags.listen)
+	openFiles, err := openFileLimit()
+	if err != nil {
+		return exit(ExitError, &opError{op: "serve: the open-file limit", err: err})
+	}
+	caps, warn := cfg.flags.connCaps(openFiles)
+	if warn != "" {
+		cfg.log.Warn(warn, "open_files", openFiles, "max_connections", caps.max)
+	}
+	raw, err := net.Listen("tcp", cfg.flags.listen)
 	if err != nil {
 		return exit(ExitError, &opError{op: "serve", err: err})
 	}
-	defer ln.Close()
+	defer raw.Close()
 
 	reg := prometheus.NewRegistry()
+	ln, err := limitConns(raw, caps, cfg.log, reg)
+	if err != nil {
+		return exit(ExitError, &opError{op: "serve", err: err})
+	}
 	obs, err := cfg.observers(reg)
 	if err != nil {
 		return exit(ExitError, &opError{op: "serve", err: err})
@@ -304,6 +343,9 @@ func (cfg *serveConfig) run(ctx context.Context) error {
 		return err
 	}
 	defer st.close(cfg.log)
+	if st.etcd != nil {
+		st.etcd.OnFatal(cfg.storeFatal)
+	}
 
 	sc := server.Config{
 		Client: st.client, Keys: cfg.keys, InsecureNoAuth: cfg.flags.insecureNoAuth,
@@ -347,7 +389,9 @@ func (cfg *serveConfig) run(ctx context.Context) error {
 	if err := cfg.banner(ln.Addr().String(), st.describe); err != nil {
 		cfg.log.Warn("write the start banner", "err", err)
 	}
-	cfg.log.Info("serving", "addr", ln.Addr().String(), "store", st.describe, "tls", cfg.tlsMode(), "auth", cfg.authMode())
+	cfg.log.Info("serving", "addr", ln.Addr().String(), "store", st.describe, "tls", cfg.tlsMode(), "auth", cfg.authMode(),
+		"open_files", caps.openFiles, "max_connections", caps.max, "max_connections_per_ip", caps.perIP,
+		"body_timeout", cfg.flags.bodyTimeout.String())
 
 	err = cfg.loop(ctx, hup, served, func() error { return serveErr }, st)
 	cfg.stop(srv, hs, served)
@@ -388,8 +432,12 @@ func (cfg *serveConfig) clientOptions(o *observers) []distlock.ClientOption {
 
 // httpServer returns the HTTP server: HTTP/1.1 and HTTP/2 (in cleartext
 // too, for gRPC without TLS), no write timeout (Acquire waits and Watch
-// streams last), bounded headers and idle connections.
+// streams last), bounded headers, request bodies (--body-timeout, see
+// bodyDeadline) and idle connections.
 func (cfg *serveConfig) httpServer(h http.Handler) *http.Server {
+	if cfg.flags.bodyTimeout > 0 {
+		h = bodyDeadline(h, cfg.flags.bodyTimeout)
+	}
 	var p http.Protocols
 	p.SetHTTP1(true)
 	p.SetHTTP2(true)
@@ -420,6 +468,7 @@ func (cfg *serveConfig) loop(ctx context.Context, hup <-chan os.Signal, served <
 		case <-served:
 			return exit(ExitError, &opError{op: "serve", err: serveErr()})
 		case err := <-st.failed():
+			cfg.log.Error("stopping", "reason", "the embedded etcd failed", "err", err)
 			return exit(ExitUnavailable, &opError{op: "serve: embedded etcd", err: err})
 		case <-hup:
 			cfg.log.Info("SIGHUP: reloading files")
@@ -432,6 +481,20 @@ func (cfg *serveConfig) loop(ctx context.Context, hup <-chan os.Signal, served <
 			}
 		}
 	}
+}
+
+// storeFatal is what a fatal error of the embedded etcd calls, in place of
+// etcd's exit with code 1: it logs why serve stops, and exits at once with
+// ExitUnavailable. The store no longer works (the goroutine of etcd that
+// failed is gone, and stopping it may never end); what it committed is on
+// disk, and holders renew their locks after a restart or elsewhere.
+func (cfg *serveConfig) storeFatal(err *embedetcd.FatalError) {
+	cfg.log.Error("stopping", "reason", "the embedded etcd failed", "err", err.Error())
+	exitNow := cfg.exit
+	if exitNow == nil {
+		exitNow = os.Exit
+	}
+	exitNow(ExitUnavailable)
 }
 
 // stop shuts down in order: the service refuses new calls and ends waits
