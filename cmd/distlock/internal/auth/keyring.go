@@ -5,12 +5,14 @@
 //	# token                              tenant    role
 //	4f1c0e8b9d2a7c6e5f3b1a0d9c8e7f6a     payments  client
 //	b7e3d1f9a2c4e6b8d0f2a4c6e8b0d2f4     payments  viewer
+//	5d2e8a1c7f4b9e3a6c0d8f2b5e1a7c4d     payments  tenant-admin
 //	9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d     ops       admin
 //
 // Fields are separated by spaces or tabs; "#" starts a comment line; blank
 // lines are ignored. A token is at least MinTokenLen characters, a tenant
-// matches ^[a-z0-9][a-z0-9_-]{0,62}$, a role is client, admin or viewer. A
-// token may appear once. Nothing in this package logs or prints a token, not
+// matches ^[a-z0-9][a-z0-9_-]{0,62}$, a role is viewer, client,
+// tenant-admin (a client that may also force-release its own tenant's keys)
+// or admin (every tenant). A token may appear once. Nothing in this package logs or prints a token, not
 // even in the errors of a bad file.
 package auth
 
@@ -131,6 +133,20 @@ func (k *Keyring) Lookup(bearer string) (Identity, bool) {
 		return Identity{}, false
 	}
 	return e.id, true
+}
+
+// Identity returns the identity of the token whose Credential is
+// credential, if the keyring holds it.
+func (k *Keyring) Identity(credential string) (Identity, bool) {
+	var h [sha256.Size]byte
+	if k == nil || hex.DecodedLen(len(credential)) != len(h) {
+		return Identity{}, false
+	}
+	if _, err := hex.Decode(h[:], []byte(credential)); err != nil {
+		return Identity{}, false
+	}
+	e, ok := k.byHash[h]
+	return e.id, ok
 }
 
 // Len returns the number of tokens in the keyring.

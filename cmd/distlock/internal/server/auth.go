@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -19,7 +20,8 @@ type procedure struct {
 }
 
 // procedures maps each RPC's path to its name and action. List's all_tenants
-// needs auth.Administer too, which List checks once it has read the request.
+// and ForceRelease of another tenant's key need auth.Administer too, which
+// they check once they have read the request.
 var procedures = map[string]procedure{
 	distlockv1connect.LockServiceAcquireProcedure:      {"Acquire", auth.Write},
 	distlockv1connect.LockServiceRenewProcedure:        {"Renew", auth.Write},
@@ -27,7 +29,7 @@ var procedures = map[string]procedure{
 	distlockv1connect.LockServiceInspectProcedure:      {"Inspect", auth.Read},
 	distlockv1connect.LockServiceListProcedure:         {"List", auth.Read},
 	distlockv1connect.LockServiceWatchProcedure:        {"Watch", auth.Read},
-	distlockv1connect.LockServiceForceReleaseProcedure: {"ForceRelease", auth.Administer},
+	distlockv1connect.LockServiceForceReleaseProcedure: {"ForceRelease", auth.Force},
 	distlockv1connect.LockServiceOpenSessionProcedure:  {"OpenSession", auth.Write},
 	distlockv1connect.LockServiceKeepAliveProcedure:    {"KeepAlive", auth.Write},
 	distlockv1connect.LockServiceCloseSessionProcedure: {"CloseSession", auth.Write},
@@ -61,6 +63,13 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			c.code = codeOf(err)
 			_ = errw.Write(w, r, err)
 		default:
+			if !s.insecure {
+				ctx, end := context.WithCancelCause(r.Context())
+				defer end(nil)
+				defer s.live.add(&liveCall{id: c.id, action: p.action, end: end})()
+				s.live.recheck(s.keys.Load(), c.id, p.action, end) // a reload since admit
+				r = r.WithContext(ctx)
+			}
 			rec := &recorder{ResponseWriter: w}
 			c.live = func() {
 				rec.Header().Set(liveHeader, "1")

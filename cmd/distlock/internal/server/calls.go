@@ -79,6 +79,9 @@ type outcome struct{}
 func (outcome) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		res, err := next(ctx, req)
+		if ended, ok := endedBy(ctx); ok && err != nil {
+			err = ended
+		}
 		callOf(ctx).code = codeOf(err)
 		return res, err
 	}
@@ -93,6 +96,9 @@ func (outcome) WrapStreamingClient(next connect.StreamingClientFunc) connect.Str
 func (outcome) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
 		err := next(ctx, conn)
+		if ended, ok := endedBy(ctx); ok && err != nil {
+			err = ended
+		}
 		callOf(ctx).code = codeOf(err)
 		return err
 	}

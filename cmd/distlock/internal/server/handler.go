@@ -90,6 +90,11 @@ func (h *service) Acquire(ctx context.Context, req *connect.Request[distlockv1.A
 	wctx, cancel := s.waitContext(ctx, &a.wait)
 	defer cancel()
 	if a.wait > 0 {
+		done, err := s.waiters.take(tenant)
+		if err != nil {
+			return nil, err
+		}
+		defer done()
 		s.metrics.wait(1)
 		defer s.metrics.wait(-1)
 	}

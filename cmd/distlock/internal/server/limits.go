@@ -26,6 +26,9 @@ const (
 	DefaultPageSize        = 100
 	DefaultMaxPageSize     = 1000
 	DefaultWatchInterval   = 250 * time.Millisecond
+	DefaultMaxWaiters      = 1000
+	DefaultMaxStreams      = 64
+	DefaultMaxStreamLife   = time.Hour
 )
 
 // Limits bounds what a request may ask. A zero field takes its default.
@@ -61,6 +64,17 @@ type Limits struct {
 	MaxPageSize int
 	// WatchInterval is how often a Watch polls the store. The default is 250ms.
 	WatchInterval time.Duration
+	// MaxWaitersPerTenant is the most Acquire calls that wait at once per
+	// tenant; one more is refused with ResourceExhausted. The default is
+	// 1000.
+	MaxWaitersPerTenant int
+	// MaxStreamsPerTenant is the most Watch streams open at once per
+	// tenant; one more is refused with ResourceExhausted. The default is 64.
+	MaxStreamsPerTenant int
+	// MaxStreamLifetime is how long a Watch stream may stay open; it then
+	// ends with Unavailable, and the client opens it again, authenticated
+	// anew. The default is 1h.
+	MaxStreamLifetime time.Duration
 }
 
 // withDefaults fills in the zero fields and checks the others.
@@ -89,6 +103,9 @@ func (l Limits) withDefaults() (Limits, error) {
 	setInt(&l.MaxPageSize, DefaultMaxPageSize)
 	setInt(&l.PageSize, min(DefaultPageSize, l.MaxPageSize))
 	setDur(&l.WatchInterval, DefaultWatchInterval)
+	setInt(&l.MaxWaitersPerTenant, DefaultMaxWaiters)
+	setInt(&l.MaxStreamsPerTenant, DefaultMaxStreams)
+	setDur(&l.MaxStreamLifetime, DefaultMaxStreamLife)
 
 	bad := func(format string, args ...any) (Limits, error) {
 		return Limits{}, fmt.Errorf("server: limits: "+format+": %w", append(args, distlock.ErrInvalidOption)...)
@@ -96,7 +113,8 @@ func (l Limits) withDefaults() (Limits, error) {
 	switch {
 	case l.MaxKeyLen < 0 || l.MaxKeyLen > DefaultMaxKeyLen:
 		return bad("max key length %d is outside 1..%d", l.MaxKeyLen, DefaultMaxKeyLen)
-	case l.MaxLabels < 0, l.MaxLabelLen < 0, l.MaxRequestBytes < 0, l.Burst < 0, l.PageSize < 0, l.MaxPageSize < 0:
+	case l.MaxLabels < 0, l.MaxLabelLen < 0, l.MaxRequestBytes < 0, l.Burst < 0, l.PageSize < 0, l.MaxPageSize < 0,
+		l.MaxWaitersPerTenant < 0, l.MaxStreamsPerTenant < 0:
 		return bad("a count is negative")
 	case l.MaxLease < distlock.MinLease:
 		return bad("max lease %v is under the minimum lease %v", l.MaxLease, distlock.MinLease)
@@ -106,6 +124,8 @@ func (l Limits) withDefaults() (Limits, error) {
 		return bad("max wait %v is negative", l.MaxWait)
 	case l.PageSize > l.MaxPageSize:
 		return bad("page size %d is over the max page size %d", l.PageSize, l.MaxPageSize)
+	case l.MaxStreamLifetime < 0:
+		return bad("max stream lifetime %v is negative", l.MaxStreamLifetime)
 	case l.WatchInterval < 0:
 		return bad("watch interval %v is negative", l.WatchInterval)
 	case math.IsNaN(l.RatePerTenant) || l.RatePerTenant < 0:

@@ -91,6 +91,9 @@ type Server struct {
 	limiters *limiters
 	events   *broadcaster
 	mon      monitor // the dashboard's view of the locks (monitor.go)
+	live     liveCalls
+	waiters  tenantCaps // Acquire calls waiting, per tenant
+	streams  tenantCaps // Watch streams, per tenant
 
 	stopping atomic.Bool
 	stopCtx  context.Context    // cancelled by Shutdown: ends waits and watches
@@ -122,6 +125,8 @@ func New(cfg Config) (*Server, error) {
 		lease:    cfg.Lease,
 		limiters: newLimiters(limits.rateLimit(), limits.Burst),
 		events:   newBroadcaster(),
+		waiters:  tenantCaps{what: "waiting Acquire calls", max: limits.MaxWaitersPerTenant},
+		streams:  tenantCaps{what: "Watch streams", max: limits.MaxStreamsPerTenant},
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.NewJSONHandler(io.Discard, nil))
@@ -173,7 +178,13 @@ func (s *Server) Shutdown() {
 // SetKeys replaces the keyring, atomically: calls that began before keep the
 // identity they were given, later ones use k. A nil k refuses every token
 // (unless the server runs with InsecureNoAuth).
-func (s *Server) SetKeys(k *auth.Keyring) { s.keys.Store(k) }
+// Calls in progress whose token k lacks, or whose role under k no longer
+// allows them, end at once: a Watch stream or an Acquire's wait ends with
+// Unauthenticated or PermissionDenied.
+func (s *Server) SetKeys(k *auth.Keyring) {
+	s.keys.Store(k)
+	s.live.revoke(k)
+}
 
 // routes builds the handler tree.
 func (s *Server) routes() http.Handler {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -23,7 +24,8 @@ import (
 //
 // The response headers are sent once the watch has read the store's state:
 // a caller that waits for them knows that every change after is reported.
-// The stream ends with Unavailable at Shutdown or when the store fails.
+// The stream ends with Unavailable at Shutdown, when the store fails, or
+// when it has lasted Limits.MaxStreamLifetime.
 func (h *service) Watch(ctx context.Context, req *connect.Request[distlockv1.WatchRequest], stream *connect.ServerStream[distlockv1.WatchResponse]) error {
 	s := h.s
 	prefix := req.Msg.GetPrefix()
@@ -32,7 +34,13 @@ func (h *service) Watch(ctx context.Context, req *connect.Request[distlockv1.Wat
 		return err
 	}
 	tenant := callOf(ctx).id.Tenant
-	ctx, cancel := context.WithCancel(ctx)
+	done, err := s.streams.take(tenant)
+	if err != nil {
+		return err
+	}
+	defer done()
+	ctx, cancel := context.WithTimeoutCause(ctx, s.limits.MaxStreamLifetime, errEnded{connect.NewError(connect.CodeUnavailable,
+		fmt.Errorf("the stream reached its lifetime of %v: open it again", s.limits.MaxStreamLifetime))})
 	defer cancel()
 	defer context.AfterFunc(s.stopCtx, cancel)()
 
@@ -46,8 +54,8 @@ func (h *service) Watch(ctx context.Context, req *connect.Request[distlockv1.Wat
 		start := time.Now()
 		infos, err := s.client.List(ctx, w.root)
 		if err != nil {
-			if s.stopping.Load() {
-				return nil, start, errShutdown()
+			if ended := watchEnded(ctx, s); ended != nil {
+				return nil, start, ended
 			}
 			return nil, start, s.storeError(ctx, "watch", prefix, w.root, err)
 		}
@@ -71,10 +79,7 @@ func (h *service) Watch(ctx context.Context, req *connect.Request[distlockv1.Wat
 		var events []*distlockv1.Event
 		select {
 		case <-ctx.Done():
-			if s.stopping.Load() {
-				return errShutdown()
-			}
-			return ctx.Err()
+			return watchEnded(ctx, s)
 		case c := <-sub.ch:
 			events = w.apply(c, time.Now())
 		case <-tick.C:
@@ -90,6 +95,18 @@ func (h *service) Watch(ctx context.Context, req *connect.Request[distlockv1.Wat
 			}
 		}
 	}
+}
+
+// watchEnded returns why a Watch's context ended, if it did: Shutdown, its
+// lifetime, its token's removal, or its caller.
+func watchEnded(ctx context.Context, s *Server) error {
+	switch ended, ok := endedBy(ctx); {
+	case s.stopping.Load():
+		return errShutdown()
+	case ok:
+		return ended
+	}
+	return ctx.Err()
 }
 
 // liveHeader is the response header of a Watch that has begun.
