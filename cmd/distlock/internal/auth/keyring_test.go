@@ -118,13 +118,14 @@ func TestEmptyFile(t *testing.T) {
 
 func TestRoles(t *testing.T) {
 	want := map[auth.Role][]auth.Action{
-		auth.Viewer: {auth.Read},
-		auth.Client: {auth.Read, auth.Write},
-		auth.Admin:  {auth.Read, auth.Write, auth.Administer},
-		0:           nil,
+		auth.Viewer:      {auth.Read},
+		auth.Client:      {auth.Read, auth.Write},
+		auth.TenantAdmin: {auth.Read, auth.Write, auth.Force},
+		auth.Admin:       {auth.Read, auth.Write, auth.Force, auth.Administer},
+		0:                nil,
 	}
 	for role, allowed := range want {
-		for _, a := range []auth.Action{auth.Read, auth.Write, auth.Administer, 0} {
+		for _, a := range []auth.Action{auth.Read, auth.Write, auth.Force, auth.Administer, 0} {
 			in := false
 			for _, b := range allowed {
 				in = in || a == b
@@ -134,7 +135,7 @@ func TestRoles(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{"viewer", "client", "admin"} {
+	for _, name := range []string{"viewer", "client", "tenant-admin", "admin"} {
 		r, err := auth.ParseRole(name)
 		if err != nil || r.String() != name {
 			t.Errorf("ParseRole(%q) = %v, %v", name, r, err)

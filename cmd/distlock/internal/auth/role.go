@@ -11,6 +11,8 @@ const (
 	Viewer Role = iota + 1
 	// Client also takes locks: Acquire, Renew, Release and sessions.
 	Client
+	// TenantAdmin also force-releases its own tenant's keys.
+	TenantAdmin
 	// Admin also force-releases any tenant's keys and lists every tenant.
 	Admin
 )
@@ -24,21 +26,26 @@ const (
 	Read Action = iota + 1
 	// Write is Acquire, Renew, Release, OpenSession, KeepAlive and CloseSession.
 	Write
+	// Force is ForceRelease within the caller's tenant.
+	Force
 	// Administer is ForceRelease and List across tenants.
 	Administer
 )
 
-// ParseRole returns the Role named s: "viewer", "client" or "admin".
+// ParseRole returns the Role named s: "viewer", "client", "tenant-admin" or
+// "admin".
 func ParseRole(s string) (Role, error) {
 	switch s {
 	case "viewer":
 		return Viewer, nil
 	case "client":
 		return Client, nil
+	case "tenant-admin":
+		return TenantAdmin, nil
 	case "admin":
 		return Admin, nil
 	}
-	return 0, fmt.Errorf("auth: unknown role %q (want client, admin or viewer)", s)
+	return 0, fmt.Errorf("auth: unknown role %q (want viewer, client, tenant-admin or admin)", s)
 }
 
 // String returns the role's name as a token file spells it.
@@ -48,6 +55,8 @@ func (r Role) String() string {
 		return "viewer"
 	case Client:
 		return "client"
+	case TenantAdmin:
+		return "tenant-admin"
 	case Admin:
 		return "admin"
 	}
@@ -58,9 +67,11 @@ func (r Role) String() string {
 func (r Role) Allows(a Action) bool {
 	switch a {
 	case Read:
-		return r == Viewer || r == Client || r == Admin
+		return r >= Viewer && r <= Admin
 	case Write:
-		return r == Client || r == Admin
+		return r >= Client && r <= Admin
+	case Force:
+		return r == TenantAdmin || r == Admin
 	case Administer:
 		return r == Admin
 	}
@@ -74,8 +85,10 @@ func (a Action) String() string {
 		return "read"
 	case Write:
 		return "write"
+	case Force:
+		return "force-release"
 	case Administer:
-		return "administer"
+		return "administer other tenants"
 	}
 	return fmt.Sprintf("action(%d)", uint8(a))
 }

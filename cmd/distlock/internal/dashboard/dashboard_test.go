@@ -376,14 +376,47 @@ func TestReleasedNoticeNotForged(t *testing.T) {
 	// The operator's own release still says so, after the redirect.
 	key := keyFor(t, "released")
 	g := acquire(t, s.api(alphaClient), &distlockv1.AcquireRequest{Key: key, Lease: durationpb.New(time.Minute)})
+	status, page := forceByForm(t, s, opsAdmin, "alpha", key, g.GetFence())
+	if status != http.StatusOK || !strings.Contains(page, "Force-released alpha/"+key) {
+		t.Errorf("after the operator's own force release: HTTP %d, and the page has no notice of it", status)
+	}
+}
+
+// A tenant admin's dashboard offers to force-release its own tenant's locks,
+// and the release of another tenant's key is refused, the key still held.
+func TestTenantAdminDashboard(t *testing.T) {
+	s := newService(t)
+	key := keyFor(t, "k")
+	acquire(t, s.api(alphaClient), &distlockv1.AcquireRequest{Key: key, Lease: durationpb.New(time.Minute)})
+	g := acquire(t, s.api(betaClient), &distlockv1.AcquireRequest{Key: key, Lease: durationpb.New(time.Minute)})
+	if code, body := get(t, s.url+"/", alphaAdmin); code != http.StatusOK || !strings.Contains(body, `data-force="1"`) {
+		t.Errorf("a tenant admin's dashboard: HTTP %d, force-release links offered: %v", code, strings.Contains(body, `data-force="1"`))
+	}
+	if code, body := get(t, s.url+"/", alphaClient); code != http.StatusOK || strings.Contains(body, `data-force="1"`) {
+		t.Errorf("a client's dashboard: HTTP %d, force-release links offered: %v", code, strings.Contains(body, `data-force="1"`))
+	}
+	if status, page := forceByForm(t, s, alphaAdmin, "beta", key, g.GetFence()); status != http.StatusForbidden || !strings.Contains(page, "only its own tenant") {
+		t.Errorf("a tenant admin's release of another tenant's key: HTTP %d", status)
+	}
+	res, err := s.api(betaClient).Inspect(callCtx(t), connect.NewRequest(&distlockv1.InspectRequest{Key: key}))
+	if err != nil || !res.Msg.GetLock().GetHeld() {
+		t.Errorf("the other tenant's key after the refused release: %v, %v", res, err)
+	}
+}
+
+// forceByForm force-releases tenant's key held with fence through the
+// dashboard's two forms, signed in with token, and returns the final page.
+func forceByForm(t *testing.T, s *service, token, tenant, key string, fence uint64) (int, string) {
+	t.Helper()
 	jar, err := cookiejar.New(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	base, _ := url.Parse(s.url)
-	jar.SetCookies(base, []*http.Cookie{{Name: "distlock_token", Value: base64.RawURLEncoding.EncodeToString([]byte(opsAdmin))}})
+	jar.SetCookies(base, []*http.Cookie{{Name: "distlock_token", Value: base64.RawURLEncoding.EncodeToString([]byte(token))}})
 	hc := &http.Client{Jar: jar, Timeout: 10 * time.Second}
-	q := url.Values{"tenant": {"alpha"}, "key": {key}, "fence": {itoa(g.GetFence())}}
+	defer hc.CloseIdleConnections()
+	q := url.Values{"tenant": {tenant}, "key": {key}, "fence": {itoa(fence)}}
 	res, err := hc.Get(s.url + "/dashboard/force-release?" + q.Encode())
 	if err != nil {
 		t.Fatal(err)
@@ -403,7 +436,5 @@ func TestReleasedNoticeNotForged(t *testing.T) {
 	}
 	page, _ := io.ReadAll(res.Body)
 	_ = res.Body.Close()
-	if res.StatusCode != http.StatusOK || !strings.Contains(string(page), "Force-released alpha/"+key) {
-		t.Errorf("after the operator's own force release: HTTP %d, and the page has no notice of it", res.StatusCode)
-	}
+	return res.StatusCode, string(page)
 }

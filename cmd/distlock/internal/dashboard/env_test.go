@@ -33,18 +33,21 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // The tokens of the test keyring: a client and a viewer of tenant alpha, a
-// client of tenant beta, and an admin of tenant ops.
+// client of tenant beta, an admin of tenant ops, and a tenant admin of
+// alpha.
 const (
 	alphaClient = "alpha-client-token-0001"
 	alphaViewer = "alpha-viewer-token-0001"
 	betaClient  = "beta-client-token-00001"
 	opsAdmin    = "ops-admin-token-0000001"
+	alphaAdmin  = "alpha-tenant-admin-0001"
 )
 
 const tokenFile = alphaClient + " alpha client\n" +
 	alphaViewer + " alpha viewer\n" +
 	betaClient + " beta client\n" +
-	opsAdmin + " ops admin\n"
+	opsAdmin + " ops admin\n" +
+	alphaAdmin + " alpha tenant-admin\n"
 
 // chromium is the browser the tests drive (the Debian package, installed
 // by make deps).

@@ -110,9 +110,9 @@ func (d *Dashboard) admin(w http.ResponseWriter, r *http.Request) (auth.Identity
 	case !ok:
 		d.render(w, r, http.StatusUnauthorized, d.loginData(w, r, "Sign in with an admin token to force-release a lock."))
 		return id, false
-	case !id.Role.Allows(auth.Administer):
+	case !id.Role.Allows(auth.Force):
 		data := d.dashboardData(w, r, id, "")
-		data.Error = "Only an admin token may force-release a lock; this one is a " + id.Role.String() + "'s."
+		data.Error = "Only an admin or tenant-admin token may force-release a lock; this one is a " + id.Role.String() + "'s."
 		d.render(w, r, http.StatusForbidden, data)
 		return id, false
 	}

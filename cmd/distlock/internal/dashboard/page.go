@@ -28,16 +28,19 @@ type pageData struct {
 	Confirm *confirmData
 
 	// The dashboard, as of Now.
-	Now     time.Time
-	Tenant  string
-	Role    string
-	Admin   bool
-	AuthOff bool
-	Prefix  string
-	Events  string // the event stream's URL
-	Refresh string // the meta refresh without JavaScript
-	Curl    string // the empty state's example
-	View    server.View
+	Now    time.Time
+	Tenant string
+	Role   string
+	Admin  bool // sees every tenant
+	// CanForce shows force-release links: an admin's, or a tenant admin's
+	// of its own tenant.
+	CanForce bool
+	AuthOff  bool
+	Prefix   string
+	Events   string // the event stream's URL
+	Refresh  string // the meta refresh without JavaScript
+	Curl     string // the empty state's example
+	View     server.View
 }
 
 // confirmData is the confirmation of a forced release.
@@ -89,7 +92,7 @@ func (d *Dashboard) dashboardData(w http.ResponseWriter, r *http.Request, id aut
 	}
 	return &pageData{Refresh: refresh,
 		Title: "distlock: locks", CSRF: csrfToken(w, r), Now: time.Now(),
-		Tenant: id.Tenant, Role: id.Role.String(), Admin: v.AllTenants, AuthOff: d.authOff(),
+		Tenant: id.Tenant, Role: id.Role.String(), Admin: v.AllTenants, CanForce: id.Role.Allows(auth.Force), AuthOff: d.authOff(),
 		Prefix: prefix, Events: events, Curl: curlLine(r, d.addr, d.authOff()), View: v,
 	}
 }

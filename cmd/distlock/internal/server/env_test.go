@@ -40,13 +40,15 @@ const (
 	alphaViewer = "alpha-viewer-token-0001"
 	betaClient  = "beta-client-token-00001"
 	opsAdmin    = "ops-admin-token-0000001"
+	alphaAdmin  = "alpha-tenant-admin-0001"
 )
 
 const tokenFile = alphaClient + " alpha client\n" +
 	alphaOther + " alpha client\n" +
 	alphaViewer + " alpha viewer\n" +
 	betaClient + " beta client\n" +
-	opsAdmin + " ops admin\n"
+	opsAdmin + " ops admin\n" +
+	alphaAdmin + " alpha tenant-admin\n"
 
 // store is a running store server that tests open clients on.
 type store struct {

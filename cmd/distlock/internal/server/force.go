@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -36,6 +37,9 @@ func (h *service) ForceRelease(ctx context.Context, req *connect.Request[distloc
 	case !auth.ValidTenant(tenant):
 		return nil, invalid("force release %q: tenant %q is not a tenant name", key, short(tenant))
 	}
+	if err := mayForce(c.id, tenant); err != nil {
+		return nil, err
+	}
 	sk := storeKey(tenant, key)
 	info, err := s.forceRelease(ctx, sk, reason)
 	switch {
@@ -60,4 +64,14 @@ func (h *service) ForceRelease(ctx context.Context, req *connect.Request[distloc
 		s.events.publish(tenant, change{typ: distlockv1.Event_TYPE_FORCE_RELEASED, at: time.Now(), info: info})
 	}
 	return connect.NewResponse(&distlockv1.ForceReleaseResponse{Lock: lockOf(key, tenant, info)}), nil
+}
+
+// mayForce refuses a force release of tenant's keys by id unless id's role
+// administers every tenant or tenant is id's own.
+func mayForce(id auth.Identity, tenant string) error {
+	if tenant == id.Tenant || id.Role.Allows(auth.Administer) {
+		return nil
+	}
+	return connect.NewError(connect.CodePermissionDenied,
+		fmt.Errorf("ForceRelease: role %s of tenant %q may force-release only its own tenant's keys, not tenant %q's", id.Role, id.Tenant, tenant))
 }

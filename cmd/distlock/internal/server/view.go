@@ -162,9 +162,9 @@ func (s *Server) ForceReleaseAs(ctx context.Context, id auth.Identity, tenant, k
 	switch {
 	case s.stopping.Load():
 		return false, errShutdown()
-	case !id.Role.Allows(auth.Administer):
+	case !id.Role.Allows(auth.Force):
 		return false, connect.NewError(connect.CodePermissionDenied,
-			fmt.Errorf("ForceRelease: role %s of tenant %q may not %s", id.Role, id.Tenant, auth.Administer))
+			fmt.Errorf("ForceRelease: role %s of tenant %q may not %s", id.Role, id.Tenant, auth.Force))
 	case !s.limiters.allow(id.Tenant):
 		return false, connect.NewError(connect.CodeResourceExhausted,
 			fmt.Errorf("ForceRelease: tenant %q is over its rate of %v calls a second", id.Tenant, s.limits.RatePerTenant))
@@ -177,6 +177,9 @@ func (s *Server) ForceReleaseAs(ctx context.Context, id auth.Identity, tenant, k
 	}
 	if !auth.ValidTenant(tenant) {
 		return false, invalid("force release %q: tenant %q is not a tenant name", key, short(tenant))
+	}
+	if err := mayForce(id, tenant); err != nil {
+		return false, err
 	}
 	if fence != 0 {
 		sk := storeKey(tenant, key)

@@ -10,6 +10,7 @@
     return; // the login form, or an old browser: the static page stays
   }
   const admin = body.dataset.admin === '1';
+  const canForce = body.dataset.force === '1';
   let prefix = body.dataset.prefix || '';
   let view = null;
   let skew = Date.parse(body.dataset.now) - Date.now(); // server clock minus ours
@@ -110,7 +111,7 @@
     left.dataset.expires = l.expires;
     left.dataset.leaseMs = String(l.leaseMs);
     tr.append(since, left, td('Fence', l.fence, 'num'), td('Waiters', String(l.waiters), l.waiters ? 'num hot' : 'num'));
-    if (admin) {
+    if (canForce) {
       const act = td('', '', 'act');
       const a = document.createElement('a');
       a.className = 'force';
