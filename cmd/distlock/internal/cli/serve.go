@@ -52,6 +52,9 @@ type serveFlags struct {
 	maxConnsPerIP   int
 	perIPSet        bool // --max-connections-per-ip was given
 	bodyTimeout     time.Duration
+	maxWaiters      int
+	maxStreams      int
+	streamLifetime  time.Duration
 }
 
 func newServeCommand(g *globals) *cobra.Command {
@@ -70,7 +73,7 @@ several serve processes over one etcd cluster, Redis Cluster or other shared
 store act as one service.
 
 Every call needs a bearer token from --tokens (lines of "<token> <tenant>
-<role>", role client, admin or viewer). --insecure-no-auth serves every
+<role>", role viewer, client, tenant-admin or admin). --insecure-no-auth serves every
 call as tenant "default" with role admin, only on a loopback address and
 only to requests addressed to a loopback name (Host localhost, 127.0.0.1
 or [::1]), so that no web page can reach it through DNS rebinding.
@@ -93,7 +96,12 @@ half of --max-connections if that is less), before any token is checked.
 A connection over either cap is closed as soon as it is accepted, counted
 in distlock_server_connections_refused_total and logged (every 10s at
 most). A request has --body-timeout to send its body. The serving log line
-shows the open-file limit and the caps.
+shows the open-file limit and the caps. Each tenant may keep at most
+--max-waiters-per-tenant Acquire calls waiting and --max-streams-per-tenant
+Watch streams open (one more gets RESOURCE_EXHAUSTED), and a Watch stream
+ends after --max-stream-lifetime (UNAVAILABLE: clients open it again). A
+token removed from --tokens, or whose role no longer allows a call, ends its
+calls in progress at the reload.
 
 Exit codes: 0 stopped by a signal; 1 the address cannot be listened on or
 serving failed; 2 bad flags or files; 69 the store could not be reached or
@@ -127,6 +135,9 @@ the embedded store failed.`,
 	fl.IntVar(&f.maxConns, "max-connections", 0, "most connections open at once; over it a new one is closed at once (0: the open-file limit less 512, or half of it if that is more)")
 	fl.IntVar(&f.maxConnsPerIP, "max-connections-per-ip", DefaultMaxConnectionsPerIP, "most connections open at once from one remote IP (IPv6: one /64), before auth; not given, at most half of --max-connections; behind a proxy, raise it to --max-connections")
 	fl.DurationVar(&f.bodyTimeout, "body-timeout", DefaultBodyTimeout, "how long a request may take to send its body, from its start; then the request fails and, with HTTP/1, its connection is closed")
+	fl.IntVar(&f.maxWaiters, "max-waiters-per-tenant", server.DefaultMaxWaiters, "most Acquire calls of one tenant waiting at once; one more gets RESOURCE_EXHAUSTED")
+	fl.IntVar(&f.maxStreams, "max-streams-per-tenant", server.DefaultMaxStreams, "most Watch streams of one tenant open at once; one more gets RESOURCE_EXHAUSTED")
+	fl.DurationVar(&f.streamLifetime, "max-stream-lifetime", server.DefaultMaxStreamLife, "how long a Watch stream may stay open; it then ends with UNAVAILABLE and the client opens it again")
 	return c
 }
 
@@ -178,7 +189,8 @@ func (f *serveFlags) prepare(cmd *cobra.Command, g *globals) (*serveConfig, erro
 		return nil, err
 	}
 	f.perIPSet = cmd.Flags().Changed("max-connections-per-ip")
-	cfg.limits = server.Limits{DefaultLease: f.defaultLease, MaxLease: f.maxLease, MaxWait: f.maxWait}
+	cfg.limits = server.Limits{DefaultLease: f.defaultLease, MaxLease: f.maxLease, MaxWait: f.maxWait,
+		MaxWaitersPerTenant: f.maxWaiters, MaxStreamsPerTenant: f.maxStreams, MaxStreamLifetime: f.streamLifetime}
 	if cfg.store, err = f.storeSpec(cmd, g); err != nil {
 		return nil, err
 	}
@@ -288,7 +300,7 @@ func isLoopback(host string) bool {
 }
 
 // checkLimits checks the lease and wait flags against each other, and the
-// connection and body limits.
+// connection, body and per-tenant limits.
 func (f *serveFlags) checkLimits() error {
 	switch {
 	case f.maxLease < distlock.MinLease:
@@ -305,6 +317,12 @@ func (f *serveFlags) checkLimits() error {
 		return usage("serve: --max-connections-per-ip %d cannot be negative (0 is the default)", f.maxConnsPerIP)
 	case f.bodyTimeout <= 0:
 		return usage("serve: --body-timeout %v: want more than 0", f.bodyTimeout)
+	case f.maxWaiters < 1:
+		return usage("serve: --max-waiters-per-tenant %d: want at least 1", f.maxWaiters)
+	case f.maxStreams < 1:
+		return usage("serve: --max-streams-per-tenant %d: want at least 1", f.maxStreams)
+	case f.streamLifetime <= 0:
+		return usage("serve: --max-stream-lifetime %v: want more than 0", f.streamLifetime)
 	}
 	return nil
 }

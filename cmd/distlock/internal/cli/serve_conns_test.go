@@ -497,8 +497,8 @@ func TestServeStoreFatal(t *testing.T) {
 	}
 }
 
-// TestServeConnFlags refuses bad connection and body flags with exit code
-// 2, and --help shows them with their defaults.
+// TestServeConnFlags refuses bad connection, body and per-tenant flags with
+// exit code 2, and --help shows them with their defaults.
 func TestServeConnFlags(t *testing.T) {
 	for _, c := range []struct {
 		args []string
@@ -508,6 +508,9 @@ func TestServeConnFlags(t *testing.T) {
 		{[]string{"--max-connections-per-ip", "-5"}, "--max-connections-per-ip -5"},
 		{[]string{"--body-timeout", "0s"}, "--body-timeout 0s"},
 		{[]string{"--body-timeout", "-1s"}, "--body-timeout -1s"},
+		{[]string{"--max-waiters-per-tenant", "0"}, "--max-waiters-per-tenant 0"},
+		{[]string{"--max-streams-per-tenant", "-1"}, "--max-streams-per-tenant -1"},
+		{[]string{"--max-stream-lifetime", "0s"}, "--max-stream-lifetime 0s"},
 	} {
 		var stdout, stderr strings.Builder
 		code := Main(append([]string{"serve", "--insecure-no-auth"}, c.args...), strings.NewReader(""), &stdout, &stderr)
@@ -519,7 +522,8 @@ func TestServeConnFlags(t *testing.T) {
 	if code := Main([]string{"serve", "--help"}, strings.NewReader(""), &stdout, &stderr); code != 0 {
 		t.Fatalf("--help: exit %d", code)
 	}
-	for _, want := range []string{"--max-connections int", "--max-connections-per-ip int", "(default 256)", "--body-timeout duration", "(default 30s)"} {
+	for _, want := range []string{"--max-connections int", "--max-connections-per-ip int", "(default 256)", "--body-timeout duration", "(default 30s)",
+		"--max-waiters-per-tenant int", "(default 1000)", "--max-streams-per-tenant int", "(default 64)", "--max-stream-lifetime duration", "(default 1h0m0s)"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("--help has no %q", want)
 		}
