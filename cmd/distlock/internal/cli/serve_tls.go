@@ -4,8 +4,10 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync/atomic"
+	"time"
 )
 
 // certificate is the server's TLS certificate, replaced when its files
@@ -13,14 +15,34 @@ import (
 // connections.
 type certificate struct {
 	certFile, keyFile string
+	log               *slog.Logger
+	now               func() time.Time
 	cur               atomic.Pointer[tls.Certificate]
 }
 
-// load reads the certificate and key files and puts the pair in force.
+// certExpiryWarning is how long before its end a certificate is warned of.
+const certExpiryWarning = 14 * 24 * time.Hour
+
+// load reads the certificate and key files and puts the pair in force. A
+// certificate past its end, or before its start, is refused: every client
+// would refuse it, and a reload would hide the outage behind a served port.
+// One that ends within certExpiryWarning is put in force with a warning.
 func (c *certificate) load([]byte) error {
 	pair, err := tls.LoadX509KeyPair(c.certFile, c.keyFile)
 	if err != nil {
 		return fmt.Errorf("%s, %s: %w", c.certFile, c.keyFile, err)
+	}
+	now, leaf := c.now(), pair.Leaf
+	switch {
+	case now.After(leaf.NotAfter):
+		return fmt.Errorf("%s: the certificate expired at %s, %s ago: renew it",
+			c.certFile, leaf.NotAfter.UTC().Format(time.RFC3339), now.Sub(leaf.NotAfter).Round(time.Second))
+	case now.Before(leaf.NotBefore):
+		return fmt.Errorf("%s: the certificate is not valid before %s, in %s: check the clock",
+			c.certFile, leaf.NotBefore.UTC().Format(time.RFC3339), leaf.NotBefore.Sub(now).Round(time.Second))
+	case leaf.NotAfter.Sub(now) < certExpiryWarning:
+		c.log.Warn("the TLS certificate expires soon: renew it", "file", c.certFile,
+			"not_after", leaf.NotAfter.UTC().Format(time.RFC3339), "in", leaf.NotAfter.Sub(now).Round(time.Second).String())
 	}
 	c.cur.Store(&pair)
 	return nil
@@ -39,7 +61,7 @@ func (cfg *serveConfig) prepareTLS() error {
 	case f.tlsCert == "" || f.tlsKey == "":
 		return usage("serve: --tls-cert and --tls-key go together")
 	}
-	cfg.certs = &certificate{certFile: f.tlsCert, keyFile: f.tlsKey}
+	cfg.certs = &certificate{certFile: f.tlsCert, keyFile: f.tlsKey, log: cfg.log, now: time.Now}
 	// Both files are watched: a renewal that writes one and then the other
 	// fails on the first (a mismatched pair, logged) and takes on the second.
 	for _, path := range []string{f.tlsCert, f.tlsKey} {

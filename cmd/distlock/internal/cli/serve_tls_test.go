@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -55,7 +56,8 @@ func newPKI(t *testing.T, dir string) *pki {
 	return p
 }
 
-// newCert returns a new key and tmpl signed by parent's key (itself if nil).
+// newCert returns a new key and tmpl signed by parent's key (itself if nil),
+// valid from an hour ago for two hours unless tmpl says otherwise.
 func newCert(t *testing.T, tmpl, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*ecdsa.PrivateKey, []byte) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -67,7 +69,9 @@ func newCert(t *testing.T, tmpl, parent *x509.Certificate, parentKey *ecdsa.Priv
 		t.Fatal(err)
 	}
 	tmpl.SerialNumber = serial
-	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
+	if tmpl.NotAfter.IsZero() {
+		tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
+	}
 	if parent == nil {
 		parent, parentKey = tmpl, key
 	}
@@ -172,4 +176,52 @@ func TestServeTLS(t *testing.T) {
 			t.Errorf("exit %d", code)
 		}
 	})
+}
+
+// A certificate past its end or before its start is refused, at start (exit
+// 2, nothing served) and at a reload (the one in force stays); one that ends
+// within two weeks is served with a warning.
+func TestServeCertificateValidity(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+	write := func(name string, notBefore, notAfter time.Time) (string, string) {
+		key, der := newCert(t, &x509.Certificate{Subject: pkix.Name{CommonName: name}, DNSNames: []string{"localhost"},
+			NotBefore: notBefore, NotAfter: notAfter}, nil, nil)
+		return writePEM(t, dir, name+".pem", "CERTIFICATE", der), writePEM(t, dir, name+"-key.pem", "PRIVATE KEY", marshalKey(t, key))
+	}
+	for _, c := range []struct {
+		name                string
+		notBefore, notAfter time.Time
+		err, warn           string
+	}{
+		{"expired", now.Add(-48 * time.Hour), now.Add(-time.Hour), "the certificate expired at", ""},
+		{"future", now.Add(time.Hour), now.Add(48 * time.Hour), "the certificate is not valid before", ""},
+		{"soon", now.Add(-time.Hour), now.Add(72 * time.Hour), "", "the TLS certificate expires soon"},
+		{"fine", now.Add(-time.Hour), now.Add(90 * 24 * time.Hour), "", ""},
+	} {
+		certFile, keyFile := write(c.name, c.notBefore, c.notAfter)
+		var logs syncBuffer
+		cert := &certificate{certFile: certFile, keyFile: keyFile, log: slog.New(slog.NewJSONHandler(&logs, nil)), now: time.Now}
+		err := cert.load(nil)
+		switch {
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("%s: load = %v, want an error saying %q", c.name, err, c.err)
+		case c.err != "" && cert.cur.Load() != nil:
+			t.Errorf("%s: the refused certificate was put in force", c.name)
+		case c.err == "" && err != nil:
+			t.Errorf("%s: load = %v", c.name, err)
+		case c.warn != "" && !strings.Contains(logs.String(), c.warn):
+			t.Errorf("%s: no warning %q in the log: %s", c.name, c.warn, logs.String())
+		case c.warn == "" && logs.String() != "":
+			t.Errorf("%s: logged %s", c.name, logs.String())
+		}
+	}
+
+	certFile, keyFile := write("expired-at-start", now.Add(-48*time.Hour), now.Add(-time.Hour))
+	var stdout, stderr strings.Builder
+	code := Main([]string{"serve", "--insecure-no-auth", "--listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data"),
+		"--tls-cert", certFile, "--tls-key", keyFile}, strings.NewReader(""), &stdout, &stderr)
+	if code != ExitUsage || !strings.Contains(stderr.String(), "the certificate expired at") {
+		t.Errorf("serve with an expired certificate: exit %d, stderr %q; want %d and the expiry", code, stderr.String(), ExitUsage)
+	}
 }
