@@ -438,3 +438,33 @@ func forceByForm(t *testing.T, s *service, token, tenant, key string, fence uint
 	_ = res.Body.Close()
 	return res.StatusCode, string(page)
 }
+
+// Keys that look alike but differ (a zero-width space, NFD against NFC)
+// show apart, escaped, on the page and in its event stream; the link that
+// names the key back still carries the key itself.
+func TestLookalikeKeysShowApart(t *testing.T) {
+	s := newService(t)
+	prefix := keyFor(t, "")
+	for _, k := range []string{"ab", "a\u200bb", "café", "cafe\u0301"} {
+		acquire(t, s.api(alphaClient), &distlockv1.AcquireRequest{Key: prefix + k, Lease: durationpb.New(time.Minute)})
+	}
+	var page string
+	for deadline := time.Now().Add(5 * time.Second); strings.Count(page, `data-label="Key" class="key"`) < 4; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the four locks are not on the page within 5s:\n%s", page)
+		}
+		time.Sleep(50 * time.Millisecond)
+		_, page = get(t, s.url+"/?prefix="+url.QueryEscape(prefix), alphaClient)
+	}
+	for _, want := range []string{`a\u{200B}b`, `cafe\u{0301}`, "café<", "ab<"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page does not show %q", want)
+		}
+	}
+	_, stream := get(t, s.url+"/dashboard/events?prefix="+url.QueryEscape(prefix), alphaClient)
+	for _, want := range []string{`"shown":"` + prefix + `a\\u{200B}b"`, `"key":"` + prefix + "a\u200bb" + `"`} {
+		if !strings.Contains(stream, want) {
+			t.Errorf("the event stream has no %s", want)
+		}
+	}
+}

@@ -32,9 +32,13 @@ type wireView struct {
 	Losses    []wireLoss      `json:"losses"`
 }
 
+// The wire forms carry a key as it is (key), to name it back, and as the
+// page shows it (shown: see shownKey).
+
 type wireLock struct {
 	Tenant     string `json:"tenant"`
 	Key        string `json:"key"`
+	Shown      string `json:"shown"`
 	Owner      string `json:"owner"`
 	BusinessID string `json:"businessId"`
 	Fence      string `json:"fence"`
@@ -50,6 +54,7 @@ type wireLock struct {
 type wireContended struct {
 	Tenant  string `json:"tenant"`
 	Key     string `json:"key"`
+	Shown   string `json:"shown"`
 	Waiters int    `json:"waiters"`
 	Waited  int    `json:"waited"`
 	GaveUp  int    `json:"gaveUp"`
@@ -61,6 +66,7 @@ type wireLoss struct {
 	Kind       string `json:"kind"`
 	Tenant     string `json:"tenant"`
 	Key        string `json:"key"`
+	Shown      string `json:"shown"`
 	Owner      string `json:"owner"`
 	BusinessID string `json:"businessId"`
 	Fence      string `json:"fence"`
@@ -83,7 +89,7 @@ func wire(v server.View, now time.Time) wireView {
 	}
 	for _, l := range v.Locks {
 		w.Locks = append(w.Locks, wireLock{
-			Tenant: l.Tenant, Key: l.Key, Owner: l.Owner, BusinessID: l.BusinessID,
+			Tenant: l.Tenant, Key: l.Key, Shown: shownKey(l.Key), Owner: shownKey(l.Owner), BusinessID: shownKey(l.BusinessID),
 			Fence: strconv.FormatUint(l.Fence, 10), Since: rfc3339(l.Since), Expires: rfc3339(l.Expires),
 			LeaseMs: l.Lease.Milliseconds(), Waiters: l.Waiters, Failing: l.RenewFailing, Session: l.Session,
 			MaxHoldMs: l.MaxHold.Milliseconds(),
@@ -91,7 +97,7 @@ func wire(v server.View, now time.Time) wireView {
 	}
 	for _, c := range v.Contended {
 		w.Contended = append(w.Contended, wireContended{
-			Tenant: c.Tenant, Key: c.Key, Waiters: c.Waiters, Waited: c.Waited, GaveUp: c.GaveUp,
+			Tenant: c.Tenant, Key: c.Key, Shown: shownKey(c.Key), Waiters: c.Waiters, Waited: c.Waited, GaveUp: c.GaveUp,
 			TotalMs: c.TotalWait.Milliseconds(), MaxMs: c.MaxWait.Milliseconds(),
 		})
 	}
@@ -101,7 +107,7 @@ func wire(v server.View, now time.Time) wireView {
 			fence = strconv.FormatUint(l.Fence, 10)
 		}
 		w.Losses = append(w.Losses, wireLoss{
-			Kind: string(l.Kind), Tenant: l.Tenant, Key: l.Key, Owner: l.Owner, BusinessID: l.BusinessID,
+			Kind: string(l.Kind), Tenant: l.Tenant, Key: l.Key, Shown: shownKey(l.Key), Owner: shownKey(l.Owner), BusinessID: shownKey(l.BusinessID),
 			Fence: fence, At: rfc3339(l.At), Reason: l.Reason, By: l.By,
 		})
 	}

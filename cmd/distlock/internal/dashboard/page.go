@@ -153,6 +153,7 @@ var funcs = template.FuncMap{
 	"dur":       func(d time.Duration) string { return human(d) },
 	"wait":      waitTime,
 	"key":       keyHTML,
+	"shown":     shownKey,
 	"rfc3339":   func(t time.Time) string { return rfc3339(t) },
 	"ms":        func(d time.Duration) int64 { return d.Milliseconds() },
 	"fence":     func(f uint64) string { return strconv.FormatUint(f, 10) },
@@ -204,10 +205,11 @@ func waitTime(d time.Duration) string {
 	return human(d)
 }
 
-// keyHTML is a key, escaped, with a line break opportunity after each
-// slash, so that long keys wrap at their path separators.
+// keyHTML is a key as shownKey shows it, HTML-escaped, with a line break
+// opportunity after each slash, so that long keys wrap at their path
+// separators.
 func keyHTML(key string) template.HTML {
-	parts := strings.Split(key, "/")
+	parts := strings.Split(shownKey(key), "/")
 	for i, p := range parts {
 		parts[i] = template.HTMLEscapeString(p)
 	}

@@ -43,7 +43,9 @@
     return human(ms);
   }
 
-  // keyCell is a key's cell, with a line break opportunity after each slash.
+  // keyCell is a key's cell, as the server says to show it (invisible and
+  // unnormalised characters escaped), with a line break opportunity after
+  // each slash.
   function keyCell(key) {
     const c = td('Key', '', 'key');
     key.split('/').forEach((part, i) => {
@@ -94,7 +96,7 @@
     tr.dataset.key = l.tenant + '/' + l.key;
     const cls = lockClass(l);
     if (cls) tr.className = cls;
-    const key = keyCell(l.key);
+    const key = keyCell(l.shown);
     if (l.failing) key.append(' ', badge('renewals failing', 'fail'));
     if (l.maxHoldMs > 0) { // shown by tick once near
       const b = badge('near max hold ' + human(l.maxHoldMs), 'warn near');
@@ -127,7 +129,7 @@
   function contendedRow(c) {
     const tr = document.createElement('tr');
     tr.dataset.key = c.tenant + '/' + c.key;
-    tr.append(keyCell(c.key));
+    tr.append(keyCell(c.shown));
     if (admin) tr.append(td('Tenant', c.tenant));
     tr.append(
       td('Waiting now', String(c.waiters), c.waiters ? 'num hot' : 'num'),
@@ -147,7 +149,7 @@
     at.dataset.at = l.at;
     const what = td('What', '');
     what.append(badge(l.kind, 'kind'));
-    tr.append(at, what, keyCell(l.key));
+    tr.append(at, what, keyCell(l.shown));
     if (admin) tr.append(td('Tenant', l.tenant));
     const reason = td('Reason', l.reason);
     if (l.by) {
