@@ -90,6 +90,7 @@ type Server struct {
 	lease    func(storeKey string) time.Duration // nil: Limits.DefaultLease
 	limiters *limiters
 	events   *broadcaster
+	polls    polls   // the Watch streams' shared polls of each tenant
 	mon      monitor // the dashboard's view of the locks (monitor.go)
 	live     liveCalls
 	waiters  tenantCaps // Acquire calls waiting, per tenant
@@ -143,6 +144,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.stopCtx, s.stop = context.WithCancel(context.Background())
+	s.polls = polls{client: s.client, interval: limits.WatchInterval, stopCtx: s.stopCtx}
 	s.handler = s.routes()
 	return s, nil
 }

@@ -14,8 +14,9 @@ import (
 	distlockv1 "github.com/distlock/distlock/gen/distlock/v1"
 )
 
-// Watch streams the changes of the caller's keys under a prefix. It polls
-// the store's List every Limits.WatchInterval and reports the difference by
+// Watch streams the changes of the caller's keys under a prefix. It reads
+// the store once when it begins, then takes the tenant's polls, which all
+// its streams share (polls), every Limits.WatchInterval, and reports the difference by
 // (key, fence): a new one was ACQUIRED; one gone EXPIRED if the TTL it had
 // when last seen has run out by now (give or take an interval), else was
 // RELEASED. The grants, releases and forced releases made through this
@@ -46,24 +47,21 @@ func (h *service) Watch(ctx context.Context, req *connect.Request[distlockv1.Wat
 
 	sub := s.events.subscribe(tenant)
 	defer s.events.unsubscribe(sub)
+	feed := s.polls.subscribe(tenant)
+	defer s.polls.unsubscribe(tenant, feed)
 	w := &watcher{
 		root: namespace(tenant) + prefix, interval: s.limits.WatchInterval, since: time.Now(),
 		seen: make(map[string]sighting), ended: make(map[string]tombstone),
 	}
-	poll := func() ([]distlock.Info, time.Time, error) {
-		start := time.Now()
-		infos, err := s.client.List(ctx, w.root)
-		if err != nil {
-			if ended := watchEnded(ctx, s); ended != nil {
-				return nil, start, ended
-			}
-			return nil, start, s.storeError(ctx, "watch", prefix, w.root, err)
+	failed := func(err error) error {
+		if ended := watchEnded(ctx, s); ended != nil {
+			return ended
 		}
-		return infos, start, nil
+		return s.storeError(ctx, "watch", prefix, w.root, err)
 	}
-	infos, _, err := poll()
+	infos, err := s.client.List(ctx, w.root)
 	if err != nil {
-		return err
+		return failed(err)
 	}
 	w.baseline(infos, time.Now())
 	// Tell the caller it is live: a stream's headers go out with its first
@@ -73,8 +71,6 @@ func (h *service) Watch(ctx context.Context, req *connect.Request[distlockv1.Wat
 	// headers already sent.
 	stream.ResponseHeader().Set(liveHeader, "1")
 	callOf(ctx).live()
-	tick := time.NewTicker(s.limits.WatchInterval)
-	defer tick.Stop()
 	for {
 		var events []*distlockv1.Event
 		select {
@@ -82,12 +78,14 @@ func (h *service) Watch(ctx context.Context, req *connect.Request[distlockv1.Wat
 			return watchEnded(ctx, s)
 		case c := <-sub.ch:
 			events = w.apply(c, time.Now())
-		case <-tick.C:
-			infos, start, err := poll()
-			if err != nil {
-				return err
+		case r := <-feed.ch:
+			switch {
+			case r.err != nil:
+				return failed(r.err)
+			case r.start.Before(w.since):
+				continue // older than the baseline: it may show holds since ended
 			}
-			events = w.diff(infos, start, time.Now())
+			events = w.diff(r.infos, r.start, time.Now())
 		}
 		for _, e := range events {
 			if err := stream.Send(&distlockv1.WatchResponse{Event: e}); err != nil {
@@ -187,9 +185,9 @@ func (w *watcher) apply(c change, now time.Time) []*distlockv1.Event {
 	return nil
 }
 
-// diff turns a poll begun at start into events, in key order.
+// diff turns a poll begun at start, sorted by key, into events, in key
+// order. It does not change infos.
 func (w *watcher) diff(infos []distlock.Info, start, now time.Time) []*distlockv1.Event {
-	slices.SortFunc(infos, func(a, b distlock.Info) int { return strings.Compare(a.Key, b.Key) })
 	var events []*distlockv1.Event
 	held := make(map[string]bool, len(infos))
 	for _, i := range infos {
