@@ -50,19 +50,38 @@
 // as long as its context, and a statement on a held lock's connection,
 // which has the request timeout beyond the end of the lease.
 //
-// Keys map to the 64-bit advisory lock id with KeyID, FNV-1a 64 over the key's
-// bytes, stable across versions and processes. Two keys that collide share
-// one lock: they serialise each other, exclusion is never broken. With
-// WithNamespace the high 32 bits are the namespace and the low 32 bits a
-// 32-bit FNV-1a hash of the key (pg_locks shows them as classid and objid).
+// Keys map to the 64-bit advisory lock id with KeyID, the first 8 bytes of
+// the SHA-256 of the key's bytes, stable across versions and processes. Two
+// keys that collide share one lock: they serialise each other, exclusion is
+// never broken, but the holder of one blocks the other and sees it held.
+// Finding a key that collides with a given key takes about 2^64 hashes, so
+// keys may come from untrusted input (a tenant's, say); a caller can still
+// make two keys it chooses share one lock, with a birthday search of about
+// 2^32 hashes, which blocks only its own keys. With WithNamespace
+// the high 32 bits are the namespace and the low 32 bits the first 4 bytes
+// of the key's SHA-256 (pg_locks shows them as classid and objid); the slot
+// key of a semaphore's permits is 32 bits too. A key colliding with a given
+// one in 32 bits is found in about 2^32 hashes, minutes of one CPU: do not
+// use a namespace, or semaphores, with names from untrusted input.
+//
+// Versions before the SHA-256 ids mapped keys with FNV-1a (LegacyKeyID),
+// which a caller who chooses keys can collide at will; clients of the two
+// schemes lock different ids for one key and would not exclude each other.
+// So each database records its scheme (KeyIDs) in the table
+// distlock_pg_settings, and every backend uses the recorded one: a new
+// database gets KeyIDsSHA256, one an older version used keeps KeyIDsFNV1a
+// until an operator moves it with every client stopped (see docs/sql.md),
+// and a backend given another scheme than the database's (WithKeyIDs, the
+// URL parameter key_ids) takes nothing and fails with ErrKeyIDsMismatch.
+// Backend.KeyIDs tells which scheme a backend uses.
 //
 // Fences come from the logged sequence distlock_pg_fence, so they keep
 // increasing across restarts. The holder's token, fence, session pid, time to
 // live and metadata are written to the unlogged table distlock_pg_locks in
 // the statement that takes the lock. Release is the bare pg_advisory_unlock:
 // the row stays, and Inspect and List trust a row only while pg_locks shows
-// its session holding the lock. Both objects are created by Migrate, or on
-// first use.
+// its session holding the lock. Both objects, and the settings table, are
+// created by Migrate, or on first use.
 //
 // What stays in the database: the sequence (one row) and, for each distinct
 // key, one row of distlock_pg_locks until the periodic cleanup deletes it,
@@ -86,8 +105,9 @@
 // (pg_terminate_backend), and only with WithTerminateOnForceRelease(true);
 // otherwise it returns an error matching errors.ErrUnsupported.
 //
-// XactLock and TryXactLock take transaction-level locks in the same id space
-// for code that already runs in a pgx transaction.
+// Backend.XactLock and Backend.TryXactLock take transaction-level locks in
+// the backend's id space (its namespace and the database's scheme) for code
+// that already runs in a pgx transaction.
 //
 // The backend also keeps read-write locks (driver.RWLocks: shared and
 // exclusive advisory locks of the name's id, so a lock and a read-write lock

@@ -34,13 +34,19 @@ func ExampleOpen() {
 }
 
 // A transaction-level lock for code that already runs in a pgx transaction:
-// commit or rollback releases it.
-func ExampleXactLock() {
+// commit or rollback releases it. It maps the key as the backend's locks do.
+func ExampleBackend_XactLock() {
 	ctx := context.Background()
 	var pool *pgxpool.Pool // pgxpool.New(ctx, dsn)
+	b, err := pglock.New(pool)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer b.Close()
 
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if err := pglock.XactLock(ctx, tx, "account:7"); err != nil {
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := b.XactLock(ctx, tx, "account:7"); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, "UPDATE accounts SET balance = balance - 10 WHERE id = 7")

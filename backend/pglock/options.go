@@ -17,6 +17,7 @@ type options struct {
 	watchDelay     time.Duration
 	requestTimeout time.Duration
 	ns             *int32
+	keyIDs         KeyIDs // "" unless WithKeyIDs: the database's recorded scheme
 	rows           rowMode
 	forceTerminate bool
 	cleanupEvery   time.Duration
@@ -144,12 +145,37 @@ func WithRequestTimeout(d time.Duration) Option {
 	}
 }
 
-// WithNamespace maps keys with NamespacedKeyID(ns, key) instead of KeyID, so
-// that applications sharing a database can keep their locks apart. The
-// default is no namespace.
+// WithNamespace maps keys with NamespacedKeyID(ns, key) instead of KeyID
+// (LegacyNamespacedKeyID under KeyIDsFNV1a), so that applications sharing a
+// database can keep their locks apart. The namespace takes the high 32 bits
+// of the id and leaves 32 to the key: anyone who chooses keys finds one
+// whose id equals a given key's in about 2^32 hashes (minutes of one CPU),
+// and then blocks that key and learns whether it is held. So do not use a
+// namespace with keys from untrusted input. The default is no namespace.
 func WithNamespace(ns int32) Option {
 	return func(o *options) error {
 		o.ns = &ns
+		return nil
+	}
+}
+
+// WithKeyIDs sets the scheme that maps keys to advisory lock ids
+// (KeyIDsSHA256 or KeyIDsFNV1a) and asserts it to the database. Without it a
+// backend adopts the scheme the database records, and a database that
+// records none gets KeyIDsSHA256 if it is new, KeyIDsFNV1a if an older
+// version of pglock used it (its table distlock_pg_locks exists), since
+// those versions lock FNV-1a ids. With it, a database that records another
+// scheme makes Migrate, and so the first call, fail with
+// ErrKeyIDsMismatch; one that records none gets k: WithKeyIDs(KeyIDsSHA256)
+// on a database an older version used asserts that no client of such a
+// version runs any more. Open also reads it from the URL parameter key_ids
+// ("sha256" or "fnv1a"). The default is to adopt the database's scheme.
+func WithKeyIDs(k KeyIDs) Option {
+	return func(o *options) error {
+		if k.valid() != nil {
+			return invalidOption("WithKeyIDs", fmt.Sprintf("%q", string(k)), fmt.Sprintf("want %q or %q", KeyIDsSHA256, KeyIDsFNV1a))
+		}
+		o.keyIDs = k
 		return nil
 	}
 }

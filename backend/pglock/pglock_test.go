@@ -413,7 +413,8 @@ func noLockReturnsToPool(t *testing.T, s *testserver.Server) {
 func xactLock(t *testing.T, s *testserver.Server) {
 	ctx := testContext(t, time.Minute)
 	pool := newPool(t, s, 4)
-	c := distlock.New(newBackend(t, pool))
+	be := newBackend(t, pool)
+	c := distlock.New(be)
 	defer c.Close()
 	key := uniqueKey(t)
 	tx1, err := pool.Begin(ctx)
@@ -421,10 +422,10 @@ func xactLock(t *testing.T, s *testserver.Server) {
 		t.Fatal(err)
 	}
 	defer tx1.Rollback(ctx)
-	if err := pglock.XactLock(ctx, tx1, key); err != nil {
+	if err := be.XactLock(ctx, tx1, key); err != nil {
 		t.Fatal(err)
 	}
-	err = pgx.BeginFunc(ctx, pool, func(tx2 pgx.Tx) error { return pglock.TryXactLock(ctx, tx2, key) })
+	err = pgx.BeginFunc(ctx, pool, func(tx2 pgx.Tx) error { return be.TryXactLock(ctx, tx2, key) })
 	if !errors.Is(err, distlock.ErrNotAcquired) {
 		t.Fatalf("TryXactLock on a key locked by another transaction: %v, want ErrNotAcquired", err)
 	}
@@ -439,7 +440,7 @@ func xactLock(t *testing.T, s *testserver.Server) {
 		t.Fatalf("commit did not release the transaction lock: %v", err)
 	}
 	_ = l.Release(ctx)
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return pglock.XactLock(ctx, tx, "bad\x00key") })
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return be.XactLock(ctx, tx, "bad\x00key") })
 	if !errors.Is(err, distlock.ErrInvalidKey) {
 		t.Fatalf("XactLock with an invalid key: %v, want ErrInvalidKey", err)
 	}
@@ -474,13 +475,21 @@ func namespace(t *testing.T, s *testserver.Server, admin *pgxpool.Pool) {
 }
 
 func TestKeyIDIsStable(t *testing.T) {
-	// FNV-1a 64 of "orders/42", computed independently; a change here re-maps
-	// every deployed key.
-	if got, want := uint64(pglock.KeyID("orders/42")), uint64(0xa62399f64f6961df); got != want {
-		t.Fatalf("KeyID = %#x, want %#x", got, want)
-	}
-	if got := pglock.NamespacedKeyID(3, "orders/42"); got>>32 != 3 {
-		t.Fatalf("NamespacedKeyID high bits = %d, want 3", got>>32)
+	// Computed independently (sha256sum, an FNV-1a reference); a change here
+	// re-maps every deployed key of its scheme.
+	for _, c := range []struct {
+		name      string
+		got, want uint64
+	}{
+		{"KeyID", uint64(pglock.KeyID("orders/42")), 0xc4dd165f06c35f87},
+		{"NamespacedKeyID(3)", uint64(pglock.NamespacedKeyID(3, "orders/42")), 0x00000003c4dd165f},
+		{"NamespacedKeyID(-1)", uint64(pglock.NamespacedKeyID(-1, "orders/42")), 0xffffffffc4dd165f},
+		{"LegacyKeyID", uint64(pglock.LegacyKeyID("orders/42")), 0xa62399f64f6961df},
+		{"LegacyNamespacedKeyID(3)", uint64(pglock.LegacyNamespacedKeyID(3, "orders/42")), 0x00000003d7e52b5f},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s of %q = %#x, want %#x", c.name, "orders/42", c.got, c.want)
+		}
 	}
 }
 

@@ -45,13 +45,13 @@ func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode
 	if err != nil {
 		return driver.Grant{}, fmt.Errorf("pglock: %s lock %q: metadata: %w", mode, req.Key, err)
 	}
-	id := b.ID(req.Key)
-	q, args := rwAcquireSharedSQL, []any{id, b.rowName(req.Key), req.Token, req.TTL.Milliseconds(), meta}
-	if mode == driver.Exclusive {
-		q, args = rwAcquireExclusiveSQL, append(args, intent, driver.WriteIntentTTL.Milliseconds())
-	}
 	var g driver.Grant
 	err = b.withTables(ctx, func() (err error) {
+		id := b.ID(req.Key) // the key-id scheme is known from here
+		q, args := rwAcquireSharedSQL, []any{id, b.rowName(req.Key), req.Token, req.TTL.Milliseconds(), meta}
+		if mode == driver.Exclusive {
+			q, args = rwAcquireExclusiveSQL, append(args, intent, driver.WriteIntentTTL.Milliseconds())
+		}
 		g, err = b.tryHold(ctx, req, rwKind, mode.String()+" lock", id, q, args...)
 		return err
 	})
@@ -66,7 +66,7 @@ func (b *Backend) RenewRW(ctx context.Context, name, token string, ttl time.Dura
 // ReleaseRW unlocks token's hold of name in its mode, deletes its row and
 // wakes the name's waiters (NOTIFY distlock_pg_rw).
 func (b *Backend) ReleaseRW(ctx context.Context, name, token string) error {
-	return b.releaseHold(ctx, rwKind, name, token, rwReleaseSQL, b.ID(name), b.rowName(name), token)
+	return b.releaseHold(ctx, rwKind, name, token, rwReleaseSQL, func(p *pinned) []any { return []any{p.id, b.rowName(name), token} })
 }
 
 // WithdrawIntent removes a waiting writer's intent on name and, if it was

@@ -143,11 +143,12 @@ func (b *Backend) renewHold(ctx context.Context, kind, name, token string, ttl t
 	return nil
 }
 
-// releaseHold frees token's hold of name with q, which unlocks it on the
-// pinned session and returns whether it did, and gives the connection back
-// (or destroys it if the unlock did not certainly succeed: a pooled
-// connection never carries a hold).
-func (b *Backend) releaseHold(ctx context.Context, kind, name, token string, q string, args ...any) error {
+// releaseHold frees token's hold of name with q and the arguments args
+// gives for the hold, which unlocks it on the pinned session and returns
+// whether it did, and gives the connection back (or destroys it if the
+// unlock did not certainly succeed: a pooled connection never carries a
+// hold).
+func (b *Backend) releaseHold(ctx context.Context, kind, name, token string, q string, args func(p *pinned) []any) error {
 	if err := b.closedError("release", name); err != nil {
 		return err
 	}
@@ -167,7 +168,7 @@ func (b *Backend) releaseHold(ctx context.Context, kind, name, token string, q s
 	qctx, done := b.reqBound.within(ctx)
 	defer done()
 	var unlocked bool
-	err := p.conn.QueryRow(qctx, q, args...).Scan(&unlocked)
+	err := p.conn.QueryRow(qctx, q, args(p)...).Scan(&unlocked)
 	if err == nil && unlocked {
 		p.conn.Release()
 		return nil

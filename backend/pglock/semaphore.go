@@ -35,10 +35,17 @@ const semKind = "sem"
 // advisory lock (slotKey, i), the two-key form, which no lock's id (the
 // one-key form) can meet. It folds the name's id under the backend's
 // namespace to 32 bits, so two names may share their slots: they then
-// refuse each other permits at times, never grant too many.
+// refuse each other permits at times, never grant too many. 32 bits do not
+// resist a search (about 2^32 hashes finds a name sharing a given name's
+// slots), so semaphore names must not come from untrusted input.
 func (b *Backend) slotKey(name string) int32 {
-	id := uint64(b.ID(holdKey(semKind, name)))
-	return int32(uint32(id ^ id>>32))
+	return slotKeyOf(b.ID(holdKey(semKind, name)))
+}
+
+// slotKeyOf is the slot key of the name whose hold id is id.
+func slotKeyOf(id int64) int32 {
+	u := uint64(id)
+	return int32(uint32(u ^ u>>32))
 }
 
 // AcquirePermit makes one attempt to take a permit of req.Key: the first
@@ -110,7 +117,7 @@ func (b *Backend) RenewPermit(ctx context.Context, name, token string, ttl time.
 // ReleasePermit unlocks token's permit slot and wakes the name's waiters
 // (NOTIFY distlock_pg_sem).
 func (b *Backend) ReleasePermit(ctx context.Context, name, token string) error {
-	return b.releaseHold(ctx, semKind, name, token, semReleaseSQL, b.slotKey(name), b.rowName(name), token)
+	return b.releaseHold(ctx, semKind, name, token, semReleaseSQL, func(p *pinned) []any { return []any{slotKeyOf(p.id), b.rowName(name), token} })
 }
 
 // SetPermits stores n as name's limit and wakes its waiters.

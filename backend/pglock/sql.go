@@ -37,8 +37,16 @@ var (
 	xactLockSQL string
 	//go:embed sql/try_xact_lock.sql
 	tryXactLockSQL string
+	//go:embed sql/used_before.sql
+	usedBeforeSQL string
+	//go:embed sql/settings_migrate.sql
+	settingsMigrateSQL string
+	//go:embed sql/key_ids.sql
+	keyIDsSQL string
 )
 
 // migrateLockID serialises concurrent migrations: CREATE ... IF NOT EXISTS
-// can still fail when two sessions run it at once.
-var migrateLockID = KeyID("distlock/pglock/migrate")
+// can still fail when two sessions run it at once, and a database's key-id
+// scheme is read and written under it. It is the id every version used, so
+// that migrations of old and new versions serialise: never change it.
+var migrateLockID = LegacyKeyID("distlock/pglock/migrate")

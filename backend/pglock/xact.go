@@ -10,14 +10,18 @@ import (
 )
 
 // XactLock waits for key's transaction-level advisory lock in tx
-// (pg_advisory_xact_lock(KeyID(key))); commit or rollback releases it. It
-// excludes session locks of the same key taken by a Backend without a
-// namespace. The wait ends with ctx.
-func XactLock(ctx context.Context, tx pgx.Tx, key string) error {
-	if err := driver.ValidateKey(key); err != nil {
-		return fmt.Errorf("pglock: xact lock: %w", err)
+// (pg_advisory_xact_lock(b.ID(key))); commit or rollback releases it. It
+// excludes the locks of the same key taken by backends with b's namespace on
+// the same database, since it follows the database's key-id scheme: the
+// backend's first call (this one, or any other) learns it with Migrate on a
+// connection of b's pool, not tx's, so the pool needs a free connection
+// then. The wait ends with ctx.
+func (b *Backend) XactLock(ctx context.Context, tx pgx.Tx, key string) error {
+	id, err := b.xactID(ctx, key)
+	if err != nil {
+		return err
 	}
-	if _, err := tx.Exec(ctx, xactLockSQL, KeyID(key)); err != nil {
+	if _, err := tx.Exec(ctx, xactLockSQL, id); err != nil {
 		return fmt.Errorf("pglock: xact lock %q: %w", key, err)
 	}
 	return nil
@@ -25,16 +29,33 @@ func XactLock(ctx context.Context, tx pgx.Tx, key string) error {
 
 // TryXactLock takes key's transaction-level advisory lock in tx if it is
 // free, and returns an error matching driver.ErrNotAcquired if it is not.
-func TryXactLock(ctx context.Context, tx pgx.Tx, key string) error {
-	if err := driver.ValidateKey(key); err != nil {
-		return fmt.Errorf("pglock: xact lock: %w", err)
+// It maps key as XactLock does.
+func (b *Backend) TryXactLock(ctx context.Context, tx pgx.Tx, key string) error {
+	id, err := b.xactID(ctx, key)
+	if err != nil {
+		return err
 	}
 	var ok bool
-	if err := tx.QueryRow(ctx, tryXactLockSQL, KeyID(key)).Scan(&ok); err != nil {
+	if err := tx.QueryRow(ctx, tryXactLockSQL, id).Scan(&ok); err != nil {
 		return fmt.Errorf("pglock: xact lock %q: %w", key, err)
 	}
 	if !ok {
 		return fmt.Errorf("pglock: xact lock %q: %w", key, driver.ErrNotAcquired)
 	}
 	return nil
+}
+
+// xactID validates key and returns its lock id once the backend knows the
+// database's key-id scheme.
+func (b *Backend) xactID(ctx context.Context, key string) (int64, error) {
+	if err := driver.ValidateKey(key); err != nil {
+		return 0, fmt.Errorf("pglock: xact lock: %w", err)
+	}
+	if err := b.closedError("xact lock", key); err != nil {
+		return 0, err
+	}
+	if err := b.ensureSchema(ctx); err != nil {
+		return 0, fmt.Errorf("pglock: xact lock %q: %w", key, err)
+	}
+	return b.ID(key), nil
 }

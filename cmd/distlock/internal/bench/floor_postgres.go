@@ -16,7 +16,9 @@ import (
 // postgresFloor is pg_try_advisory_lock and pg_advisory_unlock on one
 // connection, taken from the pool for the hold and given back after the
 // unlock, as a lock that pins a connection does. Each client has a pool of
-// its own, sized by the URL as the backend's is.
+// its own, sized by the URL as the backend's is. The id is pglock.KeyID's,
+// the scheme a new database gets, whatever the database records: the floor
+// costs the same under either scheme, and its keys are its own.
 type postgresFloor struct{ pools []*pgxpool.Pool }
 
 // openPostgresFloor opens cfg.Clients pools on the URL; the backend's own
@@ -29,8 +31,9 @@ func openPostgresFloor(ctx context.Context, u *url.URL, cfg Config, _ *distlock.
 	if pc.ConnConfig.ConnectTimeout == 0 {
 		pc.ConnConfig.ConnectTimeout = pglock.DefaultConnectTimeout
 	}
-	delete(pc.ConnConfig.RuntimeParams, "request_timeout")
-	delete(pc.ConnConfig.RuntimeParams, "terminate_on_force_release")
+	for _, p := range []string{"request_timeout", "terminate_on_force_release", "key_ids"} {
+		delete(pc.ConnConfig.RuntimeParams, p)
+	}
 	f := &postgresFloor{}
 	for range cfg.Clients {
 		p, err := pgxpool.NewWithConfig(ctx, pc.Copy())
