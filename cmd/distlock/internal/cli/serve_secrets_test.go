@@ -40,6 +40,26 @@ func TestServeHidesSecrets(t *testing.T) {
 	if strings.Contains(p.stderr.String(), "Secret") {
 		t.Errorf("the log shows the password:\n%s", p.stderr.String())
 	}
+	if strings.Contains(p.stderr.String(), "FNV-1a") {
+		t.Errorf("a new database, on SHA-256 ids, was warned of:\n%s", p.stderr.String())
+	}
+}
+
+// TestServeWarnsOfFNVKeyIDs: over a PostgreSQL database whose lock ids are
+// FNV-1a (one an older version used), which a caller can collide, serve
+// says so at start.
+func TestServeWarnsOfFNVKeyIDs(t *testing.T) {
+	pg := testserver.Postgres(t)
+	p := startServe(t, nil, "--insecure-no-auth", "--listen", "127.0.0.1:0", "--backend", testserver.PostgresDSN(pg)+"&key_ids=fnv1a")
+	if !p.waitLog(10*time.Second, `"serving"`) {
+		t.Fatalf("no serving line:\n%s", p.stderr.String())
+	}
+	if code := p.stop(); code != 0 {
+		t.Errorf("exit %d", code)
+	}
+	if !strings.Contains(p.stderr.String(), `"level":"WARN","msg":"this PostgreSQL database maps keys to lock ids with FNV-1a`) {
+		t.Errorf("no warning of the FNV-1a ids in the log:\n%s", p.stderr.String())
+	}
 }
 
 // TestServeUnreachableStoreExits: serve over a store it cannot reach exits

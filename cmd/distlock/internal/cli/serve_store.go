@@ -15,6 +15,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/etcdlock"
+	"github.com/distlock/distlock/backend/pglock"
 	"github.com/distlock/distlock/cmd/distlock/internal/embedetcd"
 	"github.com/distlock/distlock/driver"
 )
@@ -101,6 +102,11 @@ func (s storeSpec) open(ctx context.Context, log *slog.Logger, opts ...distlock.
 		if err != nil {
 			_ = c.Close()
 			return nil, exit(ExitUnavailable, &opError{op: "serve: the store " + driver.Redact(s.url) + " does not answer", err: err})
+		}
+		if k, ok := c.Backend().(interface{ KeyIDs() pglock.KeyIDs }); ok && k.KeyIDs() == pglock.KeyIDsFNV1a {
+			log.Warn("this PostgreSQL database maps keys to lock ids with FNV-1a, which a caller can collide: "+
+				"one tenant can block another's key and see whether it is held. Move it to SHA-256 ids once every "+
+				"client is upgraded (docs/sql.md, \"Keys\")", "store", driver.Redact(s.url), "key_ids", k.KeyIDs())
 		}
 		return &serveStore{client: c, describe: driver.Redact(s.url)}, nil
 	}

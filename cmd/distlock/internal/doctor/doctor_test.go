@@ -231,7 +231,7 @@ func pgExec(t *testing.T, dsn string, stmts ...string) {
 func TestPostgresTimeouts(t *testing.T) {
 	s := testserver.Postgres(t)
 	dsn := testserver.PostgresDSN(s)
-	r := run(t, dsn+"&request_timeout=2s", Options{})
+	r := run(t, dsn+"&request_timeout=2s&key_ids=sha256", Options{})
 	want(t, r, "fsync", Warning, "fsync off")
 	want(t, r, "synchronous_commit", Warning, "synchronous_commit off")
 	want(t, r, "idle_session_timeout", Info, "0 (off)")

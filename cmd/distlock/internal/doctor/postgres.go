@@ -31,7 +31,7 @@ func checkPostgres(ctx context.Context, u *url.URL, o Options, r *Report) error 
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidURL, err)
 	}
-	for _, p := range []string{"request_timeout", "terminate_on_force_release"} { // pglock's, not the server's
+	for _, p := range []string{"request_timeout", "terminate_on_force_release", "key_ids"} { // pglock's, not the server's
 		delete(cfg.RuntimeParams, p)
 	}
 	if cfg.ConnectTimeout == 0 {
