@@ -2,8 +2,6 @@ package server_test
 
 import (
 	"bytes"
-	"encoding/json"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -33,21 +31,8 @@ func TestBadInput(t *testing.T) {
 
 		raw := func(contentType string, body []byte) (int, string, string) {
 			t.Helper()
-			req, err := http.NewRequestWithContext(ctx(t), http.MethodPost, e.url+distlockv1connect.LockServiceAcquireProcedure, bytes.NewReader(body))
-			if err != nil {
-				t.Fatal(err)
-			}
-			req.Header.Set("Content-Type", contentType)
-			req.Header.Set("Authorization", "Bearer "+alphaClient)
-			res, err := e.h1.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer res.Body.Close()
-			data, _ := io.ReadAll(res.Body)
-			var v struct{ Code, Message string }
-			_ = json.Unmarshal(data, &v)
-			return res.StatusCode, v.Code, v.Message
+			return e.post(t, distlockv1connect.LockServiceAcquireProcedure, bytes.NewReader(body), int64(len(body)),
+				http.Header{"Content-Type": {contentType}, "Authorization": {"Bearer " + alphaClient}})
 		}
 		big := strings.Repeat("x", 10<<20)
 		protoBody, err := proto.Marshal(&distlockv1.AcquireRequest{Key: prefix + "p"})

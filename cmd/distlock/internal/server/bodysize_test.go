@@ -29,23 +29,9 @@ func TestOversizedBody(t *testing.T) {
 
 	post := func(t *testing.T, body io.Reader, length int64, header http.Header) (int, string, string) {
 		t.Helper()
-		req, err := http.NewRequestWithContext(ctx(t), http.MethodPost, e.url+distlockv1connect.LockServiceAcquireProcedure, body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.ContentLength = length
-		req.Header = header
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+alphaClient)
-		res, err := e.h1.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		data, _ := io.ReadAll(res.Body)
-		var v struct{ Code, Message string }
-		_ = json.Unmarshal(data, &v)
-		return res.StatusCode, v.Code, v.Message
+		header.Set("Content-Type", "application/json")
+		header.Set("Authorization", "Bearer "+alphaClient)
+		return e.post(t, distlockv1connect.LockServiceAcquireProcedure, body, length, header)
 	}
 	for _, c := range []struct {
 		name    string

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -154,6 +155,27 @@ func newEnvConfig(t *testing.T, cfg server.Config) *env {
 		}
 	})
 	return e
+}
+
+// post sends body (of length bytes, -1 if unknown) with header to
+// procedure over HTTP/1.1 and returns the HTTP status and the Connect error
+// code and message of the answer ("" if none).
+func (e *env) post(t *testing.T, procedure string, body io.Reader, length int64, header http.Header) (int, string, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx(t), http.MethodPost, e.url+procedure, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength, req.Header = length, header
+	res, err := e.h1.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	data, _ := io.ReadAll(res.Body)
+	var v struct{ Code, Message string }
+	_ = json.Unmarshal(data, &v)
+	return res.StatusCode, v.Code, v.Message
 }
 
 // api returns a Connect client of the service speaking as token, with more
