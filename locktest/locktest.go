@@ -91,6 +91,7 @@ func Run(t *testing.T, h Harness) {
 		{"ReleaseWrongToken", s.releaseWrongToken},
 		{"StaleReleaseChangesNothing", s.staleRelease},
 		{"RepeatGrantRenews", s.repeatGrant},
+		{"TokensOfEveryLength", s.tokensOfEveryLength},
 		{"Handoff", s.handoff},
 		{"LeaseExpires", s.leaseExpires},
 		{"WatchdogKeepsLock", s.watchdogKeepsLock},

@@ -3,6 +3,7 @@ package locktest
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,5 +61,33 @@ func (s *suite) repeatGrant(t *testing.T) {
 	}
 	if w.l.Fence() <= first.Fence {
 		t.Errorf("the waiter's fence %d is not above the repeated grant's %d", w.l.Fence(), first.Fence)
+	}
+}
+
+// tokensOfEveryLength: AcquireToken takes a token of any length from
+// distlock.MinTokenLen to distlock.MaxTokenLen, of letters, digits, '-'
+// and '_', and the store keeps it whole: the holder renews and releases
+// with it, and no other token of the same start does.
+func (s *suite) tokensOfEveryLength(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	c := s.client(t)
+	for _, n := range []int{distlock.MinTokenLen, 33, 65, distlock.MaxTokenLen} {
+		key := s.key(t)
+		token := strings.Repeat("T-k_", distlock.MaxTokenLen)[:n-1] + "z"
+		if _, err := c.AcquireToken(ctx, key, token, distlock.WithLease(time.Minute)); err != nil {
+			t.Fatalf("AcquireToken with a token of %d bytes: %v", n, err)
+		}
+		if err := c.RenewToken(ctx, key, token[:n-1]+"x", time.Minute); !errors.Is(err, distlock.ErrNotHeld) {
+			t.Errorf("RenewToken with another token of %d bytes, same but the last byte: %v, want ErrNotHeld", n, err)
+		}
+		if err := c.RenewToken(ctx, key, token, time.Minute); err != nil {
+			t.Errorf("RenewToken with the token of %d bytes: %v", n, err)
+		}
+		if err := c.ReleaseToken(ctx, key, token); err != nil {
+			t.Errorf("ReleaseToken with the token of %d bytes: %v", n, err)
+		}
+		if info, err := c.Inspect(ctx, key); err != nil || info.Held {
+			t.Errorf("after the release of a token of %d bytes: %+v, %v", n, info, err)
+		}
 	}
 }
