@@ -236,6 +236,15 @@ func (b *Backend) migrate(ctx context.Context) error {
 	if _, err := b.db.ExecContext(qctx, migrateSQL); err != nil {
 		return fmt.Errorf("mysqllock: migrate: %w", err)
 	}
+	var width int
+	if err := b.db.QueryRowContext(qctx, tokenWidthSQL).Scan(&width); err != nil {
+		return fmt.Errorf("mysqllock: migrate: token width: %w", err)
+	}
+	if width < distlock.MaxTokenLen { // an earlier schema's VARCHAR(64)
+		if _, err := b.db.ExecContext(qctx, widenTokenSQL); err != nil {
+			return fmt.Errorf("mysqllock: migrate: widen the token column: %w", err)
+		}
+	}
 	return nil
 }
 

@@ -145,6 +145,35 @@ func TestMariaDB(t *testing.T) {
 	t.Run("PoolExhausted", func(t *testing.T) { poolExhausted(t, s) })
 	t.Run("Cleanup", func(t *testing.T) { cleanup(t, s, admin) })
 	t.Run("OpenURL", func(t *testing.T) { openURL(t, s) })
+	t.Run("MigrateWidensToken", func(t *testing.T) { widensToken(t, s, admin) }) // last: it alters the table
+}
+
+// widensToken: Migrate widens the token column of an earlier schema,
+// VARCHAR(64), so that a token of distlock.MaxTokenLen bytes is kept whole.
+func widensToken(t *testing.T, s *testserver.Server, admin *sql.DB) {
+	ctx := testContext(t, time.Minute)
+	for _, q := range []string{
+		"DELETE FROM distlock_mysql_locks WHERE CHAR_LENGTH(token) > 64", // rows of the long tokens of the tests before
+		"ALTER TABLE distlock_mysql_locks MODIFY token VARCHAR(64) NOT NULL",
+	} {
+		if _, err := admin.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	b := newBackend(t, openDB(t, s, 2))
+	for range 2 { // Migrate is idempotent
+		if err := b.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := distlock.New(b)
+	key, long := uniqueKey(t), strings.Repeat("t", distlock.MaxTokenLen)
+	if _, err := c.AcquireToken(ctx, key, long); err != nil {
+		t.Fatalf("a token of %d bytes after Migrate: %v", len(long), err)
+	}
+	if err := c.ReleaseToken(ctx, key, long); err != nil {
+		t.Fatalf("release with a token of %d bytes after Migrate: %v", len(long), err)
+	}
 }
 
 // killedHolder: KILL of the holder's session from an admin connection is

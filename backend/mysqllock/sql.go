@@ -8,6 +8,10 @@ import (
 var (
 	//go:embed sql/migrate.sql
 	migrateSQL string
+	//go:embed sql/token_width.sql
+	tokenWidthSQL string
+	//go:embed sql/widen_token.sql
+	widenTokenSQL string
 	//go:embed sql/acquire.sql
 	acquireSQL string
 	//go:embed sql/renew.sql
@@ -23,7 +27,7 @@ var (
 )
 
 func init() {
-	for _, q := range []*string{&migrateSQL, &acquireSQL, &renewSQL, &releaseSQL, &inspectSQL, &listSQL, &cleanupSQL} {
+	for _, q := range []*string{&migrateSQL, &tokenWidthSQL, &widenTokenSQL, &acquireSQL, &renewSQL, &releaseSQL, &inspectSQL, &listSQL, &cleanupSQL} {
 		*q = stripComments(*q)
 	}
 }

@@ -39,6 +39,11 @@ type Dialect struct {
 	// above it; both empty where the schema never had one.
 	hasFenceSequence    string
 	migrateFromSequence string
+	// tokenWidth (-> width) reads the token column's width, and widenToken
+	// widens it to distlock.MaxTokenLen when an earlier schema made it
+	// narrower; both empty where the column has no width.
+	tokenWidth string
+	widenToken string
 }
 
 var (
@@ -86,6 +91,8 @@ func loadDialect(name string, grant func(context.Context, *Backend, string, ...a
 	if name == "mariadb" {
 		d.hasFenceSequence = read("has_fence_sequence.sql")
 		d.migrateFromSequence = read("migrate_from_sequence.sql")
+		d.tokenWidth = read("token_width.sql")
+		d.widenToken = read("widen_token.sql")
 	}
 	return d
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
 )
 
@@ -86,12 +87,20 @@ func (b *Backend) Migrate(ctx context.Context) error {
 	if b.d.hasFenceSequence == "" {
 		return nil
 	}
-	var n int
+	var n, width int
 	err := b.run(ctx, func(ctx context.Context) error {
 		return b.db.QueryRowContext(ctx, b.d.hasFenceSequence).Scan(&n)
 	})
 	if err == nil && n > 0 {
 		err = b.execUnprepared(ctx, b.d.migrateFromSequence)
+	}
+	if err == nil {
+		err = b.run(ctx, func(ctx context.Context) error {
+			return b.db.QueryRowContext(ctx, b.d.tokenWidth).Scan(&width)
+		})
+	}
+	if err == nil && width < distlock.MaxTokenLen {
+		err = b.execUnprepared(ctx, b.d.widenToken)
 	}
 	if err != nil {
 		return b.fail("migrate", "", err)

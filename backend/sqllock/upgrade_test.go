@@ -1,16 +1,19 @@
 package sqllock_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
 )
 
 // TestMariaDBUpgradeFromSequence migrates a schema of the earlier version,
 // whose fences came from the sequence distlock_fence: keys released back
 // then have no row, yet their next fence must be above every fence the
-// sequence handed out.
+// sequence handed out. Its token column, CHAR(32), is widened to take the
+// longest token.
 func TestMariaDBUpgradeFromSequence(t *testing.T) {
 	st := mariadb(t)
 	ctx := testContext(t, time.Minute)
@@ -49,5 +52,12 @@ func TestMariaDBUpgradeFromSequence(t *testing.T) {
 		if g.Fence <= above {
 			t.Errorf("%s: fence %d after the upgrade, want above %d", key, g.Fence, above)
 		}
+	}
+	long := strings.Repeat("t", distlock.MaxTokenLen)
+	if _, err := b.Acquire(ctx, driver.AcquireRequest{Key: "long-token", Token: long, TTL: time.Minute}); err != nil {
+		t.Fatalf("a token of %d bytes after the upgrade: %v", len(long), err)
+	}
+	if err := b.Release(ctx, "long-token", long); err != nil {
+		t.Fatalf("release with a token of %d bytes after the upgrade: %v", len(long), err)
 	}
 }

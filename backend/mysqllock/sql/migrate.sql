@@ -7,7 +7,7 @@ CREATE TABLE IF NOT EXISTS distlock_mysql_locks (
 	lock_name   VARBINARY(64) NOT NULL PRIMARY KEY,
 	lock_key    VARBINARY(512) NOT NULL,
 	fence       BIGINT NOT NULL,
-	token       VARCHAR(64) NOT NULL,
+	token       VARCHAR(128) NOT NULL,
 	conn_id     BIGINT UNSIGNED NOT NULL,
 	since       DATETIME(6) NOT NULL,
 	expires_at  DATETIME(6) NOT NULL,

@@ -1,7 +1,7 @@
 -- Keys are compared byte for byte: no collation folds two keys into one.
 CREATE TABLE IF NOT EXISTS distlock_leases (
 	lock_key   VARBINARY(512) NOT NULL PRIMARY KEY,
-	token      CHAR(32) NOT NULL,
+	token      VARCHAR(128) NOT NULL,
 	fence      BIGINT NOT NULL,
 	expires_at DATETIME(6) NOT NULL,
 	owner      TEXT NOT NULL,
