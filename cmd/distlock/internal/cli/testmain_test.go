@@ -1,16 +1,19 @@
 package cli
 
 // Helpers for tests that drive the distlock binary as a user would: build
-// it once per test, start it with os/exec, collect its exit code and output.
+// it once per test binary, start it with os/exec, collect its exit code and
+// output.
 
 import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,17 +22,33 @@ import (
 // processTimeout bounds every distlock process a test starts.
 const processTimeout = 60 * time.Second
 
-// buildDistlock builds the distlock binary with the race detector into a
-// temporary directory of t and returns its path. Build it once per
-// top-level test and share it with the subtests.
+// built is the distlock binary the tests drive, built once per test binary
+// (a race build links for about 8 s) into a directory TestMain removes.
+var built struct {
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
+}
+
+// buildDistlock returns the path of the distlock binary built with the race
+// detector, building it on the first call.
 func buildDistlock(t testing.TB) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "distlock")
-	out, err := exec.Command("go", "build", "-race", "-o", bin, "github.com/distlock/distlock/cmd/distlock").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build distlock: %v\n%s", err, out)
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "distlock-test-"); built.err != nil {
+			return
+		}
+		built.bin = filepath.Join(built.dir, "distlock")
+		out, err := exec.Command("go", "build", "-race", "-o", built.bin, "github.com/distlock/distlock/cmd/distlock").CombinedOutput()
+		if err != nil {
+			built.err = fmt.Errorf("%w\n%s", err, out)
+		}
+	})
+	if built.err != nil {
+		t.Fatalf("go build distlock: %v", built.err)
 	}
-	return bin
+	return built.bin
 }
 
 // result is how a distlock process ended.
