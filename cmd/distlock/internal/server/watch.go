@@ -15,13 +15,14 @@ import (
 )
 
 // Watch streams the changes of the caller's keys under a prefix. It reads
-// the store once when it begins, then takes the tenant's polls, which all
-// its streams share (polls), every Limits.WatchInterval, and reports the difference by
-// (key, fence): a new one was ACQUIRED; one gone EXPIRED if the TTL it had
-// when last seen has run out by now (give or take an interval), else was
-// RELEASED. The grants, releases and forced releases made through this
-// server come at once, and the polls do not report them again. A change
-// that comes and goes between two polls through another server is not seen.
+// the store once when it begins, then takes the poll of the tenant's keys
+// that all its streams share (polls) every Limits.WatchInterval, and
+// reports the difference by (key, fence): a new one was ACQUIRED; one gone
+// EXPIRED if the TTL it had when last seen has run out by now (give or take
+// an interval), else was RELEASED. The grants, releases and forced releases
+// made through this server come at once, and the polls do not report them
+// again. A change that comes and goes between two polls through another
+// server is not seen.
 //
 // The response headers are sent once the watch has read the store's state:
 // a caller that waits for them knows that every change after is reported.
