@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -174,7 +175,7 @@ func (c *Client) ForceRelease(ctx context.Context, key, reason string) (Info, er
 // List returns the held locks whose keys start with prefix. It returns an
 // error matching errors.ErrUnsupported if the backend cannot enumerate locks.
 func (c *Client) List(ctx context.Context, prefix string) ([]Info, error) {
-	if strings.ContainsFunc(prefix, func(r rune) bool { return r < 0x20 || r == 0x7f }) || len(prefix) > MaxKeyLen {
+	if !validPrefix(prefix) {
 		return nil, fmt.Errorf("distlock: list %q: %w", prefix, ErrInvalidKey)
 	}
 	l, ok := c.backend.(driver.Lister)
@@ -190,6 +191,63 @@ func (c *Client) List(ctx context.Context, prefix string) ([]Info, error) {
 		return nil, fmt.Errorf("distlock: list %q: %w", prefix, err)
 	}
 	return infos, nil
+}
+
+// ListPage returns, in key order (bytewise, as strings.Compare orders them),
+// at most limit held locks whose keys start with prefix and sort after after
+// ("" for the first page). Pass the last key of a page as after to get the
+// next; a page shorter than limit is the last.
+//
+// On a backend that implements driver.PageLister a page costs about one
+// page: the store reads the locks of the page (and, on some stores, the
+// names of every lock under prefix, see the backend's ListPage). On any
+// other backend that can list, ListPage calls List and keeps one page of its
+// answer, so every page costs as much as listing every lock under prefix.
+//
+// It returns an error matching ErrInvalidKey if prefix or after has a control
+// character or is longer than MaxKeyLen, ErrInvalidOption if limit is under 1,
+// and errors.ErrUnsupported if the backend cannot enumerate locks.
+func (c *Client) ListPage(ctx context.Context, prefix, after string, limit int) ([]Info, error) {
+	switch {
+	case !validPrefix(prefix):
+		return nil, fmt.Errorf("distlock: list %q: %w", prefix, ErrInvalidKey)
+	case !validPrefix(after):
+		return nil, fmt.Errorf("distlock: list %q: after %q: %w", prefix, after, ErrInvalidKey)
+	case limit < 1:
+		return nil, fmt.Errorf("distlock: list %q: %w: limit %d, want at least 1", prefix, ErrInvalidOption, limit)
+	}
+	var page func() ([]Info, error)
+	switch b := c.backend.(type) {
+	case driver.PageLister:
+		page = func() ([]Info, error) { return b.ListPage(ctx, prefix, after, limit) }
+	case driver.Lister:
+		page = func() ([]Info, error) {
+			infos, err := b.List(ctx, prefix)
+			if err != nil {
+				return nil, err
+			}
+			infos = slices.DeleteFunc(infos, func(i Info) bool { return i.Key <= after })
+			slices.SortFunc(infos, func(x, y Info) int { return strings.Compare(x.Key, y.Key) })
+			return infos[:min(len(infos), limit)], nil
+		}
+	default:
+		return nil, fmt.Errorf("distlock: list: backend %s: %w", c.backendName, errors.ErrUnsupported)
+	}
+	var infos []Info
+	err := c.call(ctx, nil, "list_page", func() (err error) {
+		infos, err = page()
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("distlock: list %q: %w", prefix, err)
+	}
+	return infos, nil
+}
+
+// validPrefix reports whether p may start keys: no control character, at
+// most MaxKeyLen bytes. "" is one.
+func validPrefix(p string) bool {
+	return !strings.ContainsFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f }) && len(p) <= MaxKeyLen
 }
 
 // Close ends every wait of the client with ErrClosed, releases every lock it

@@ -82,7 +82,7 @@ type Event struct {
 	// Hold is how long the lock was held.
 	Hold time.Duration
 	// Op and Latency describe a store call: "acquire", "renew", "release",
-	// "handoff", "inspect", "list" or "force_release".
+	// "handoff", "inspect", "list", "list_page" or "force_release".
 	Op      string
 	Latency time.Duration
 	Reason  string

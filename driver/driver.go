@@ -1,8 +1,8 @@
 // Package driver is what a distlock backend implements, as database/sql/driver
 // is for database/sql. Applications use package distlock; a backend author
 // implements Backend, adds the optional capabilities its store allows (Waiter,
-// Handoff, Notifier, Lister, ForceReleaser, Namer), returns errors that match
-// the sentinels below, and runs the locktest conformance suite.
+// Handoff, Notifier, Lister, PageLister, ForceReleaser, Namer), returns errors
+// that match the sentinels below, and runs the locktest conformance suite.
 //
 // The sentinel errors are the same values as distlock's, so errors.Is matches
 // them on either side.
@@ -143,6 +143,16 @@ type Notifier interface {
 type Lister interface {
 	// List returns the held locks whose keys start with prefix.
 	List(ctx context.Context, prefix string) ([]Info, error)
+}
+
+// PageLister is implemented by backends that can list one page of held locks
+// without reading the details of every lock under the prefix.
+type PageLister interface {
+	// ListPage returns, in key order (bytewise), at most limit held locks whose
+	// keys start with prefix and sort after `after` ("" for the first page).
+	// It returns fewer than limit only when no more held locks follow, as
+	// far as the store's reads saw. limit is at least 1.
+	ListPage(ctx context.Context, prefix, after string, limit int) ([]Info, error)
 }
 
 // ForceReleaser is implemented by backends that can free a key whoever

@@ -106,6 +106,7 @@ func Run(t *testing.T, h Harness) {
 		{"Do", s.do},
 		{"InspectAndList", s.inspectAndList},
 		{"ListShowsOnlyLocks", s.listShowsOnlyLocks},
+		{"ListPages", s.listPages},
 		{"InvalidInputTouchesNoStore", s.invalidInput},
 		{"ReleaseAndRenewAfterRelease", s.afterRelease},
 		{"CloseEndsWait", s.closeEndsWait},
@@ -816,6 +817,115 @@ func (s *suite) listShowsOnlyLocks(t *testing.T) {
 		if err := distlock.ValidateKey(info.Key); err != nil {
 			t.Fatalf("List(\"\") reports %q, which is no lock's key: %v", info.Key, err)
 		}
+	}
+}
+
+// listPages: ListPage pages through the held locks under a prefix in byte
+// order, as strings.Compare orders keys, whatever order the store's
+// collation or encoding would give (uppercase before lowercase, every ASCII
+// byte before a byte of 0x80 or more, U+FB00 before U+1F600, which UTF-16
+// puts the other way round). A page never shows a key outside the prefix,
+// the entry of a waiter, nor a semaphore's or read-write lock's entries. It
+// runs through the client, so that a backend without driver.PageLister is
+// held to it too, by the client's fallback on List.
+func (s *suite) listPages(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	a := s.client(t)
+	base := s.key(t)
+	if _, ok := a.Backend().(driver.Lister); !ok {
+		if _, err := a.ListPage(ctx, base, "", 2); !errors.Is(err, errors.ErrUnsupported) {
+			t.Fatalf("ListPage on a backend that does not list: %v, want errors.ErrUnsupported", err)
+		}
+		t.Skip("the backend does not list")
+	}
+	prefix := base + "/"
+	names := []string{"B", "a", "z", "\ufb00", "\U0001f600"} // in byte order
+	keys := make([]string, len(names))
+	for i, n := range names {
+		keys[i] = prefix + n
+	}
+	for _, i := range []int{3, 0, 4, 2, 1} {
+		l := mustLock(t, ctx, a, keys[i])
+		defer l.Release(ctx)
+	}
+	// Outside the prefix, after every key in it.
+	outside := mustLock(t, ctx, a, base+"~")
+	defer outside.Release(ctx)
+	if sem, err := a.Semaphore(prefix+"sem", 2); err == nil {
+		p, err := sem.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Release(ctx)
+	}
+	if m, err := a.RWMutex(prefix + "rw"); err == nil {
+		r, err := m.TryRLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Release(ctx)
+	}
+	// A waiter in line for the third key.
+	seen := newStartSeen()
+	wb := s.h.NewBackend(t)
+	w := distlock.New(wb, distlock.WithObserver(seen))
+	waited := make(chan error, 1)
+	go func() {
+		l, err := w.Lock(ctx, keys[2], distlock.WithWait(time.Minute))
+		if err == nil {
+			_ = l.Release(ctx)
+			err = errors.New("the waiter got the key while it was held")
+		}
+		waited <- err
+	}()
+	stopWaiter := sync.OnceValue(func() error {
+		_ = w.Close()
+		return <-waited
+	})
+	t.Cleanup(func() { _ = stopWaiter() })
+	seen.queued(t, isWaiter(wb))
+
+	// page returns the keys of a page, without the prefix where they have it.
+	page := func(after string, limit int) []string {
+		t.Helper()
+		infos, err := a.ListPage(ctx, prefix, after, limit)
+		if err != nil {
+			t.Fatalf("ListPage(%q, %q, %d): %v", prefix, after, limit, err)
+		}
+		var got []string
+		for _, in := range infos {
+			if !in.Held {
+				t.Errorf("ListPage(%q, %q, %d) reports %q not held", prefix, after, limit, in.Key)
+			}
+			got = append(got, strings.TrimPrefix(in.Key, prefix))
+		}
+		return got
+	}
+	var pages [][]string
+	after := ""
+	for range len(keys) + 1 {
+		got := page(after, 2)
+		pages = append(pages, got)
+		if len(got) == 0 {
+			break
+		}
+		after = prefix + got[len(got)-1]
+	}
+	if want := [][]string{names[0:2], names[2:4], names[4:5], nil}; !slices.EqualFunc(pages, want, slices.Equal) {
+		t.Fatalf("pages of 2 under %q: %q, want %q", prefix, pages, want)
+	}
+	// A page may start after a key that is not held, and hold them all.
+	if got, want := page(prefix+"b", 2), names[2:4]; !slices.Equal(got, want) {
+		t.Fatalf("the page of 2 after %q: %q, want %q", prefix+"b", got, want)
+	}
+	if got := page("", 10); !slices.Equal(got, names) {
+		t.Fatalf("the page of 10 under %q: %q, want %q", prefix, got, names)
+	}
+	if _, err := a.ListPage(ctx, prefix, "", 0); !errors.Is(err, distlock.ErrInvalidOption) {
+		t.Fatalf("ListPage with a limit of 0: %v, want ErrInvalidOption", err)
+	}
+	if err := stopWaiter(); !errors.Is(err, distlock.ErrClosed) {
+		t.Fatalf("the waiter: %v, want ErrClosed from its client's Close", err)
 	}
 }
 
