@@ -23,6 +23,9 @@ const (
 	// fdReserve is how many open files the default --max-connections
 	// leaves to the store and the files of the process.
 	fdReserve = 512
+	// DefaultMaxStreamsPerConnection is --max-streams-per-connection's
+	// default: requests open at once on one HTTP/2 connection.
+	DefaultMaxStreamsPerConnection = 100
 	// DefaultMaxConnectionsPerIP is --max-connections-per-ip's default.
 	DefaultMaxConnectionsPerIP = 256
 	// DefaultBodyTimeout is --body-timeout's default.
