@@ -77,11 +77,12 @@ type entry struct {
 }
 
 var (
-	_ driver.Backend  = (*Backend)(nil)
-	_ driver.Notifier = (*Backend)(nil)
-	_ driver.Lister   = (*Backend)(nil)
-	_ driver.Namer    = (*Backend)(nil)
-	_ driver.Handoff  = (*Backend)(nil)
+	_ driver.Backend    = (*Backend)(nil)
+	_ driver.Notifier   = (*Backend)(nil)
+	_ driver.Lister     = (*Backend)(nil)
+	_ driver.PageLister = (*Backend)(nil)
+	_ driver.Namer      = (*Backend)(nil)
+	_ driver.Handoff    = (*Backend)(nil)
 
 	_ driver.ForceReleaser = (*Backend)(nil)
 )
@@ -258,6 +259,33 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 		}
 	}
 	slices.SortFunc(out, func(a, b driver.Info) int { return strings.Compare(a.Key, b.Key) })
+	return out, nil
+}
+
+// ListPage returns, sorted by key, at most limit held locks whose keys start
+// with prefix and sort after after. It looks at every key of the store, but
+// sorts and describes only those of the prefix after after.
+func (b *Backend) ListPage(ctx context.Context, prefix, after string, limit int) ([]driver.Info, error) {
+	if err := b.check(ctx); err != nil {
+		return nil, err
+	}
+	if limit < 1 {
+		return nil, fmt.Errorf("memlock: list %q: %w: limit %d, want at least 1", prefix, driver.ErrInvalidOption, limit)
+	}
+	now := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var keys []string
+	for key := range b.locks {
+		if key > after && strings.HasPrefix(key, prefix) && b.live(key, now) != nil {
+			keys = append(keys, key)
+		}
+	}
+	slices.Sort(keys)
+	out := make([]driver.Info, 0, min(len(keys), limit))
+	for _, key := range keys[:min(len(keys), limit)] {
+		out = append(out, b.locks[key].info(key, now))
+	}
 	return out, nil
 }
 
