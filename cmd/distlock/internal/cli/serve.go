@@ -51,6 +51,7 @@ type serveFlags struct {
 	maxConns        int
 	maxConnsPerIP   int
 	perIPSet        bool // --max-connections-per-ip was given
+	maxConnStreams  int
 	bodyTimeout     time.Duration
 	maxWaiters      int
 	maxStreams      int
@@ -92,7 +93,9 @@ No caller can take what the process needs to live. It holds at most
 --max-connections connections (by default its open-file limit less 512,
 or half of it if that is more: the store keeps the rest), and at most
 --max-connections-per-ip of one address (an IPv6 /64; by default 256, or
-half of --max-connections if that is less), before any token is checked.
+half of --max-connections if that is less), before any token is checked,
+and at most --max-streams-per-connection requests at once on one HTTP/2
+connection (100).
 A connection over either cap is closed as soon as it is accepted, counted
 in distlock_server_connections_refused_total and logged (every 10s at
 most). A request has --body-timeout to send its body. The serving log line
@@ -134,6 +137,7 @@ the embedded store failed.`,
 	fl.StringVar(&f.logLevel, "log-level", "info", "least level of the JSON log on stderr: debug, info, warn or error")
 	fl.IntVar(&f.maxConns, "max-connections", 0, "most connections open at once; over it a new one is closed at once (0: the open-file limit less 512, or half of it if that is more)")
 	fl.IntVar(&f.maxConnsPerIP, "max-connections-per-ip", DefaultMaxConnectionsPerIP, "most connections open at once from one remote IP (IPv6: one /64), before auth; not given, at most half of --max-connections; behind a proxy, raise it to --max-connections")
+	fl.IntVar(&f.maxConnStreams, "max-streams-per-connection", DefaultMaxStreamsPerConnection, "most requests open at once on one HTTP/2 connection (gRPC calls and streams); the client is told, and one more is refused")
 	fl.DurationVar(&f.bodyTimeout, "body-timeout", DefaultBodyTimeout, "how long a request may take to send its body, from its start; then the request fails and, with HTTP/1, its connection is closed")
 	fl.IntVar(&f.maxWaiters, "max-waiters-per-tenant", server.DefaultMaxWaiters, "most Acquire calls of one tenant waiting at once; one more gets RESOURCE_EXHAUSTED")
 	fl.IntVar(&f.maxStreams, "max-streams-per-tenant", server.DefaultMaxStreams, "most Watch streams of one tenant open at once; one more gets RESOURCE_EXHAUSTED")
@@ -315,6 +319,8 @@ func (f *serveFlags) checkLimits() error {
 		return usage("serve: --max-connections %d cannot be negative (0 is the default)", f.maxConns)
 	case f.maxConnsPerIP < 0:
 		return usage("serve: --max-connections-per-ip %d cannot be negative (0 is the default)", f.maxConnsPerIP)
+	case f.maxConnStreams < 1:
+		return usage("serve: --max-streams-per-connection %d: want at least 1", f.maxConnStreams)
 	case f.bodyTimeout <= 0:
 		return usage("serve: --body-timeout %v: want more than 0", f.bodyTimeout)
 	case f.maxWaiters < 1:
@@ -409,6 +415,7 @@ func (cfg *serveConfig) run(ctx context.Context) error {
 	}
 	cfg.log.Info("serving", "addr", ln.Addr().String(), "store", st.describe, "tls", cfg.tlsMode(), "auth", cfg.authMode(),
 		"open_files", caps.openFiles, "max_connections", caps.max, "max_connections_per_ip", caps.perIP,
+		"max_streams_per_connection", cfg.flags.maxConnStreams,
 		"body_timeout", cfg.flags.bodyTimeout.String())
 
 	err = cfg.loop(ctx, hup, served, func() error { return serveErr }, st)
@@ -451,7 +458,8 @@ func (cfg *serveConfig) clientOptions(o *observers) []distlock.ClientOption {
 // httpServer returns the HTTP server: HTTP/1.1 and HTTP/2 (in cleartext
 // too, for gRPC without TLS), no write timeout (Acquire waits and Watch
 // streams last), bounded headers, request bodies (--body-timeout, see
-// bodyDeadline) and idle connections.
+// bodyDeadline), idle connections and requests open at once on one HTTP/2
+// connection (--max-streams-per-connection).
 func (cfg *serveConfig) httpServer(h http.Handler) *http.Server {
 	if cfg.flags.bodyTimeout > 0 {
 		h = bodyDeadline(h, cfg.flags.bodyTimeout)
@@ -465,6 +473,7 @@ func (cfg *serveConfig) httpServer(h http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		Protocols:         &p,
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: cfg.flags.maxConnStreams},
 		TLSConfig:         cfg.tls,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
