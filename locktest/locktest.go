@@ -844,8 +844,9 @@ func (s *suite) listPages(t *testing.T) {
 	for i, n := range names {
 		keys[i] = prefix + n
 	}
+	h := s.client(t) // another client holds them, which a knows of from the store only
 	for _, i := range []int{3, 0, 4, 2, 1} {
-		l := mustLock(t, ctx, a, keys[i])
+		l := mustLock(t, ctx, h, keys[i])
 		defer l.Release(ctx)
 	}
 	// Outside the prefix, after every key in it.
