@@ -29,6 +29,7 @@ type Dialect struct {
 	release       string   // key, token
 	inspect       string   // key -> held, fence, owner, metadata, ttl µs
 	list          string   // prefix, prefix -> key, fence, owner, metadata, ttl µs
+	listPage      string   // after, prefix, end of prefix, prefix, prefix, limit -> as list
 	cleanup       []string // each: retention µs, batch; the last one deletes
 
 	inspectForUpdate string // key -> as inspect, locking the row
@@ -81,6 +82,7 @@ func loadDialect(name string, grant func(context.Context, *Backend, string, ...a
 		release:          read("release.sql"),
 		inspect:          read("inspect.sql"),
 		list:             read("list.sql"),
+		listPage:         read("list_page.sql"),
 		cleanup:          splitStatements(read("cleanup.sql")),
 		inspectForUpdate: read("inspect_for_update.sql"),
 		forceRelease:     read("force_release.sql"),

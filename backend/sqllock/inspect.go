@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/keyrange"
 )
 
 // Inspect reports key's row. A key whose lease expired (or, on MariaDB and
@@ -30,11 +31,12 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 }
 
 // List returns the held locks whose keys start with prefix, sorted by key.
+// It reads every row of the table.
 func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
 	var infos []driver.Info
 	err := b.run(ctx, func(ctx context.Context) error {
 		var err error
-		infos, err = b.list(ctx, prefix)
+		infos, err = b.list(ctx, b.d.list, prefix, prefix)
 		return err
 	})
 	if err != nil {
@@ -43,12 +45,36 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 	return infos, nil
 }
 
-func (b *Backend) list(ctx context.Context, prefix string) ([]driver.Info, error) {
-	s, err := b.stmt(ctx, b.d.list)
+// ListPage returns, sorted by key byte for byte, at most limit held locks
+// whose keys start with prefix and sort after after. It reads the rows of an
+// index of the keys in byte order from after (or prefix) on, until the page
+// is full or the prefix's keys end: about a page of rows, plus those of
+// expired leases that cleanup has not deleted yet. On PostgreSQL that index
+// is distlock_leases_key_bytes, which Migrate creates; without it the
+// database reads the whole table, as for List, and sorts the prefix's rows.
+func (b *Backend) ListPage(ctx context.Context, prefix, after string, limit int) ([]driver.Info, error) {
+	if limit < 1 {
+		return nil, b.fail("list", prefix, fmt.Errorf("%w: limit %d, want at least 1", driver.ErrInvalidOption, limit))
+	}
+	var infos []driver.Info
+	err := b.run(ctx, func(ctx context.Context) error {
+		var err error
+		infos, err = b.list(ctx, b.d.listPage, after, prefix, keyrange.End(prefix), prefix, prefix, limit)
+		return err
+	})
+	if err != nil {
+		return nil, b.fail("list", prefix, err)
+	}
+	return infos, nil
+}
+
+// list runs q, a listing statement, with args.
+func (b *Backend) list(ctx context.Context, q string, args ...any) ([]driver.Info, error) {
+	s, err := b.stmt(ctx, q)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.QueryContext(ctx, prefix, prefix)
+	rows, err := s.QueryContext(ctx, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -35,6 +35,7 @@ type Backend struct {
 var (
 	_ driver.Backend       = (*Backend)(nil)
 	_ driver.Lister        = (*Backend)(nil)
+	_ driver.PageLister    = (*Backend)(nil)
 	_ driver.Namer         = (*Backend)(nil)
 	_ driver.Notifier      = (*Backend)(nil)
 	_ driver.ForceReleaser = (*Backend)(nil)

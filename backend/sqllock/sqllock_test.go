@@ -194,6 +194,7 @@ func runStore(t *testing.T, st store) {
 	t.Run("RequestTimeout", func(t *testing.T) { requestTimeout(t, st) })
 	t.Run("Restart", func(t *testing.T) { restart(t, st) })
 	t.Run("SmallPool", func(t *testing.T) { smallPool(t, st) })
+	t.Run("ListPageInByteOrder", func(t *testing.T) { listPageInByteOrder(t, st) })
 }
 
 // deleteRow removes key's row behind its holder's back, as an operator

@@ -10,3 +10,6 @@ CREATE TABLE IF NOT EXISTS distlock_leases (
 	metadata   text NOT NULL
 );
 CREATE INDEX IF NOT EXISTS distlock_leases_expires_at ON distlock_leases (expires_at);
+-- Keys in byte order, as Go compares strings, whatever the database's
+-- collation: ListPage reads a page of it.
+CREATE INDEX IF NOT EXISTS distlock_leases_key_bytes ON distlock_leases (lock_key COLLATE "C");
