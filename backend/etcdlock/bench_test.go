@@ -103,3 +103,35 @@ func BenchmarkContended(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkList lists a namespace of 1000 held keys: all of it with List,
+// and its first page of 100 with ListPage, as the service's List RPC does.
+func BenchmarkList(b *testing.B) {
+	for _, srv := range servers {
+		b.Run(srv.name, func(b *testing.B) {
+			eps := srv.start(b)
+			c := distlock.New(dial(b, eps, uniquePrefix(b)))
+			b.Cleanup(func() { _ = c.Close() })
+			ctx := context.Background()
+			for i := range 1000 {
+				if _, err := c.Lock(ctx, fmt.Sprintf("orders/%04d", i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.Run("List", func(b *testing.B) {
+				for b.Loop() {
+					if infos, err := c.List(ctx, "orders/"); err != nil || len(infos) != 1000 {
+						b.Fatalf("List = %d holders, %v; want 1000", len(infos), err)
+					}
+				}
+			})
+			b.Run("ListPage100", func(b *testing.B) {
+				for b.Loop() {
+					if infos, err := c.ListPage(ctx, "orders/", "", 100); err != nil || len(infos) != 100 {
+						b.Fatalf("ListPage = %d holders, %v; want 100", len(infos), err)
+					}
+				}
+			})
+		})
+	}
+}

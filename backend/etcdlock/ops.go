@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -321,36 +319,6 @@ func (b *Backend) info(ctx context.Context, key string, kv *mvccpb.KeyValue) (dr
 	}
 	info.TTL = time.Duration(max(ttl.TTL, 0)) * time.Second
 	return info, nil
-}
-
-// List returns the holders of the keys that start with prefix, sorted by key.
-func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
-	if err := b.checkOpen("list", prefix); err != nil {
-		return nil, err
-	}
-	ctx, cancel := b.request(ctx)
-	defer cancel()
-	resp, err := b.cli.Get(ctx, b.prefix+escape(prefix), clientv3.WithPrefix(),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
-	if err != nil {
-		return nil, b.fail("list", prefix, err)
-	}
-	seen := make(map[string]bool)
-	var out []driver.Info
-	for _, kv := range resp.Kvs {
-		key, _, err := b.splitEntry(string(kv.Key))
-		if err != nil || seen[key] || !strings.HasPrefix(key, prefix) || driver.ValidateKey(key) != nil {
-			continue // not a lock entry (a semaphore's, a read-write lock's), or a waiter behind the holder
-		}
-		seen[key] = true
-		info, err := b.info(ctx, key, kv)
-		if err != nil {
-			return nil, fmt.Errorf("etcdlock: list %q: %w", prefix, err)
-		}
-		out = append(out, info)
-	}
-	slices.SortFunc(out, func(a, b driver.Info) int { return strings.Compare(a.Key, b.Key) })
-	return out, nil
 }
 
 // ForceRelease deletes key's holder entry, whatever token it carries, in a
