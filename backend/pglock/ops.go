@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/keyrange"
 )
 
 // Renew confirms that the pinned session of token is alive and moves the
@@ -107,8 +108,35 @@ func (p *pinned) describe() driver.Info {
 
 // List returns the locks taken through pglock whose keys start with prefix
 // and whose session still holds them, sorted by key: those with a holder row
-// (see Inspect), and this backend's own.
+// (see Inspect), and this backend's own. It reads every holder row.
 func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+	infos, err := b.list(ctx, prefix, listSQL, prefix)
+	if err != nil {
+		return nil, err
+	}
+	return b.withOwn(infos, prefix, ""), nil
+}
+
+// ListPage returns, sorted by key byte for byte, at most limit of the locks
+// List would return whose keys sort after after. It reads the holder rows
+// from an index of their keys in byte order, from after (or prefix) on,
+// until the page is full of rows whose session holds their lock, or the
+// prefix's keys end; and, as List does, the server's table of locks
+// (pg_locks) once.
+func (b *Backend) ListPage(ctx context.Context, prefix, after string, limit int) ([]driver.Info, error) {
+	if limit < 1 {
+		return nil, fmt.Errorf("pglock: list %q: %w: limit %d, want at least 1", prefix, driver.ErrInvalidOption, limit)
+	}
+	infos, err := b.list(ctx, prefix, listPageSQL, after, prefix, keyrange.End(prefix), limit)
+	if err != nil {
+		return nil, err
+	}
+	infos = b.withOwn(infos, prefix, after)
+	return infos[:min(len(infos), limit)], nil
+}
+
+// list returns the holders that q, a listing statement, reads with args.
+func (b *Backend) list(ctx context.Context, prefix, q string, args ...any) ([]driver.Info, error) {
 	if err := b.closedError("list", prefix); err != nil {
 		return nil, err
 	}
@@ -120,7 +148,7 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 		return nil, fmt.Errorf("pglock: list %q: %w", prefix, err)
 	}
 	defer done()
-	rows, err := conn.Query(qctx, listSQL, prefix)
+	rows, err := conn.Query(qctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("pglock: list %q: %w", prefix, err)
 	}
@@ -140,19 +168,19 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 	if err != nil {
 		return nil, fmt.Errorf("pglock: list %q: %w", prefix, err)
 	}
-	return b.withOwn(infos, prefix), nil
+	return infos, nil
 }
 
 // withOwn adds to infos, sorted by key, this backend's holds of keys with
-// prefix that have no holder row yet.
-func (b *Backend) withOwn(infos []driver.Info, prefix string) []driver.Info {
+// prefix after after that have no holder row yet.
+func (b *Backend) withOwn(infos []driver.Info, prefix, after string) []driver.Info {
 	listed := make(map[string]bool, len(infos))
 	for _, in := range infos {
 		listed[in.Key] = true
 	}
 	b.mu.Lock()
 	for _, p := range b.held {
-		if !p.published.Load() && !listed[p.key] && strings.HasPrefix(p.key, prefix) {
+		if !p.published.Load() && !listed[p.key] && strings.HasPrefix(p.key, prefix) && p.key > after {
 			infos = append(infos, p.describe())
 			listed[p.key] = true
 		}

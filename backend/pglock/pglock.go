@@ -127,10 +127,11 @@ type Backend struct {
 }
 
 var (
-	_ driver.Backend = (*Backend)(nil)
-	_ driver.Waiter  = (*Backend)(nil)
-	_ driver.Lister  = (*Backend)(nil)
-	_ driver.Namer   = (*Backend)(nil)
+	_ driver.Backend    = (*Backend)(nil)
+	_ driver.Waiter     = (*Backend)(nil)
+	_ driver.Lister     = (*Backend)(nil)
+	_ driver.PageLister = (*Backend)(nil)
+	_ driver.Namer      = (*Backend)(nil)
 
 	_ driver.ForceReleaser = (*Backend)(nil)
 )

@@ -112,6 +112,8 @@ func TestPostgres(t *testing.T) {
 	t.Run("DeferredHolderRows", func(t *testing.T) { deferredRows(t, s) })
 	t.Run("KeepaliveLoop", func(t *testing.T) { keepaliveLoop(t, s) })
 	t.Run("OpenURL", func(t *testing.T) { openURL(t, s) })
+	t.Run("ListPageInByteOrder", func(t *testing.T) { listPageInByteOrder(t, s, admin) })
+	t.Run("KeyIndexWaitsForNoOne", func(t *testing.T) { keyIndexWaitsForNoOne(t, s, admin) })
 }
 
 func openURL(t *testing.T, s *testserver.Server) {

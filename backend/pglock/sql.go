@@ -23,6 +23,8 @@ var (
 	inspectSQL string
 	//go:embed sql/list.sql
 	listSQL string
+	//go:embed sql/list_page.sql
+	listPageSQL string
 	//go:embed sql/cleanup.sql
 	cleanupSQL string
 	//go:embed sql/cleanup_rw_holds.sql
