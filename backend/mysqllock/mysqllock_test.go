@@ -145,6 +145,7 @@ func TestMariaDB(t *testing.T) {
 	t.Run("PoolExhausted", func(t *testing.T) { poolExhausted(t, s) })
 	t.Run("Cleanup", func(t *testing.T) { cleanup(t, s, admin) })
 	t.Run("OpenURL", func(t *testing.T) { openURL(t, s) })
+	t.Run("ListPageReadsKeyIndex", func(t *testing.T) { listPageReadsKeyIndex(t, s, admin) })
 	t.Run("MigrateWidensToken", func(t *testing.T) { widensToken(t, s, admin) }) // last: it alters the table
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/keyrange"
 )
 
 // Renew confirms that the pinned session of token is alive and moves the
@@ -112,6 +113,24 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 // prefix and whose session still holds them, sorted by key. It reads every
 // row of the holder table whose key starts with prefix.
 func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+	return b.list(ctx, prefix, listSQL, prefix, prefix)
+}
+
+// ListPage returns, sorted by key byte for byte, at most limit of the locks
+// List would return whose keys sort after after. It reads the rows of the
+// holder table from an index of their keys (VARBINARY, in byte order) from
+// after (or prefix) on, until the page holds limit rows whose session holds
+// the lock, or the prefix's keys end: a page of rows, plus those of released
+// keys in between.
+func (b *Backend) ListPage(ctx context.Context, prefix, after string, limit int) ([]driver.Info, error) {
+	if limit < 1 {
+		return nil, fmt.Errorf("mysqllock: list %q: %w: limit %d, want at least 1", prefix, driver.ErrInvalidOption, limit)
+	}
+	return b.list(ctx, prefix, listPageSQL, after, prefix, keyrange.End(prefix), prefix, prefix, limit)
+}
+
+// list returns the holders that q, a listing statement, reads with args.
+func (b *Backend) list(ctx context.Context, prefix, q string, args ...any) ([]driver.Info, error) {
 	if err := b.enter("list", prefix); err != nil {
 		return nil, err
 	}
@@ -121,7 +140,7 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 	}
 	qctx, cancel := context.WithTimeout(ctx, b.opts.requestTimeout)
 	defer cancel()
-	rows, err := b.db.QueryContext(qctx, listSQL, prefix, prefix)
+	rows, err := b.db.QueryContext(qctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("mysqllock: list %q: %w", prefix, err)
 	}

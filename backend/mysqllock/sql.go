@@ -22,12 +22,14 @@ var (
 	inspectSQL string
 	//go:embed sql/list.sql
 	listSQL string
+	//go:embed sql/list_page.sql
+	listPageSQL string
 	//go:embed sql/cleanup.sql
 	cleanupSQL string
 )
 
 func init() {
-	for _, q := range []*string{&migrateSQL, &tokenWidthSQL, &widenTokenSQL, &acquireSQL, &renewSQL, &releaseSQL, &inspectSQL, &listSQL, &cleanupSQL} {
+	for _, q := range []*string{&migrateSQL, &tokenWidthSQL, &widenTokenSQL, &acquireSQL, &renewSQL, &releaseSQL, &inspectSQL, &listSQL, &listPageSQL, &cleanupSQL} {
 		*q = stripComments(*q)
 	}
 }
