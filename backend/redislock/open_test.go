@@ -190,6 +190,10 @@ func TestClosedBackendReturnsErrClosed(t *testing.T) {
 				"release": func() error { return b.Release(ctx, key, "tok") },
 				"inspect": func() error { _, err := b.Inspect(ctx, key); return err },
 				"list":    func() error { _, err := b.(driver.Lister).List(ctx, "closed/"); return err },
+				"list page": func() error {
+					_, err := b.(driver.PageLister).ListPage(ctx, "closed/", "", 1)
+					return err
+				},
 				"handoff": func() error {
 					_, err := b.(driver.Handoff).Handoff(ctx, key, "tok", driver.AcquireRequest{Key: key, Token: "next", TTL: time.Minute})
 					return err

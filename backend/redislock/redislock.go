@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,11 +40,12 @@ type Backend struct {
 }
 
 var (
-	_ driver.Backend = (*Backend)(nil)
-	_ driver.Waiter  = (*Backend)(nil)
-	_ driver.Lister  = (*Backend)(nil)
-	_ driver.Namer   = (*Backend)(nil)
-	_ driver.Handoff = (*Backend)(nil)
+	_ driver.Backend    = (*Backend)(nil)
+	_ driver.Waiter     = (*Backend)(nil)
+	_ driver.Lister     = (*Backend)(nil)
+	_ driver.PageLister = (*Backend)(nil)
+	_ driver.Namer      = (*Backend)(nil)
+	_ driver.Handoff    = (*Backend)(nil)
 
 	_ driver.ForceReleaser = (*Backend)(nil)
 )
@@ -316,15 +318,46 @@ func parseInfo(key string, r []string, err error) (driver.Info, error) {
 }
 
 // List returns the held locks whose keys start with prefix, sorted by key. It
-// SCANs every master for the lock names (glob characters in prefix are
-// escaped), then inspects each; it is meant for operators, not hot paths.
-// The SCAN loop is bounded by ctx and the client's own timeouts; each
-// Inspect by the request timeout as well.
+// SCANs every master for the lock names (Keys), then inspects each; it is
+// meant for operators, not hot paths. The SCAN loop is bounded by ctx and the
+// client's own timeouts; each Inspect by the request timeout as well.
 func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+	keys, err := b.Keys(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	return b.inspectHeld(ctx, keys, len(keys))
+}
+
+// ListPage returns, sorted by key, at most limit held locks whose keys start
+// with prefix and sort after after. Redis keeps no order of names to read a
+// page from, so it SCANs the lock names of the prefix as List does (Keys),
+// then inspects the keys after after in order until limit are held: one
+// Inspect per lock of the page, plus one per key freed since the SCAN,
+// where List inspects every key of the prefix.
+func (b *Backend) ListPage(ctx context.Context, prefix, after string, limit int) ([]driver.Info, error) {
+	if limit < 1 {
+		return nil, fmt.Errorf("redislock: list %q: %w: limit %d, want at least 1", prefix, driver.ErrInvalidOption, limit)
+	}
+	keys, err := b.Keys(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	i, found := slices.BinarySearch(keys, after)
+	if found {
+		i++
+	}
+	return b.inspectHeld(ctx, keys[i:], limit)
+}
+
+// Keys returns, sorted bytewise, the keys starting with prefix that have a
+// lock name in Redis, found by one SCAN of every master (glob characters in
+// prefix are escaped), without reading any lock: a key it returns may have
+// been released since. The SCAN loop is bounded by ctx and the client's own
+// timeouts, not by the request timeout.
+func (b *Backend) Keys(ctx context.Context, prefix string) ([]string, error) {
 	match := globEscape(b.prefix+"{"+escapeKey(prefix)) + "*}"
 	seen := make(map[string]bool)
-	// One SCAN loop over the whole keyspace: bounded by ctx and the client's
-	// own timeouts, not by the request timeout.
 	err := b.run(ctx, func(ctx context.Context) error {
 		return b.st.scan(ctx, match, func(name string) {
 			if key, ok := b.keyFromLockName(name); ok && strings.HasPrefix(key, prefix) {
@@ -335,8 +368,17 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 	if err != nil {
 		return nil, fmt.Errorf("redislock: list %q: %w", prefix, err)
 	}
-	infos := make([]driver.Info, 0, len(seen))
-	for key := range seen {
+	return slices.Sorted(maps.Keys(seen)), nil
+}
+
+// inspectHeld inspects keys in order and returns the first limit that are
+// held.
+func (b *Backend) inspectHeld(ctx context.Context, keys []string, limit int) ([]driver.Info, error) {
+	infos := make([]driver.Info, 0, min(len(keys), limit))
+	for _, key := range keys {
+		if len(infos) == limit {
+			break
+		}
 		info, err := b.Inspect(ctx, key)
 		if err != nil {
 			return nil, err
@@ -345,7 +387,6 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 			infos = append(infos, info)
 		}
 	}
-	slices.SortFunc(infos, func(a, b driver.Info) int { return strings.Compare(a.Key, b.Key) })
 	return infos, nil
 }
 
