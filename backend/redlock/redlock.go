@@ -39,6 +39,7 @@ type node struct {
 var (
 	_ driver.Backend       = (*Backend)(nil)
 	_ driver.Lister        = (*Backend)(nil)
+	_ driver.PageLister    = (*Backend)(nil)
 	_ driver.ForceReleaser = (*Backend)(nil)
 	_ driver.Namer         = (*Backend)(nil)
 )
@@ -490,6 +491,55 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 		}
 	}
 	slices.SortFunc(out, func(x, y driver.Info) int { return strings.Compare(x.Key, y.Key) })
+	return out, nil
+}
+
+// ListPage returns, sorted by key, at most limit of the locks List would
+// return whose keys sort after after. It SCANs every node for the lock
+// names of the prefix (redislock's Keys), fails unless a majority answered,
+// and inspects the keys after after in order, each as Inspect does (every
+// node, merged), until limit are held: an inspection per lock of the page,
+// plus one per key that no majority holds, where List inspects every key
+// of the prefix on every node. A key a majority holds has its name on at
+// least one node of any majority, so the nodes that answered know it.
+func (b *Backend) ListPage(ctx context.Context, prefix, after string, limit int) ([]driver.Info, error) {
+	if b.closed.Load() {
+		return nil, fmt.Errorf("redlock: list %q: %w", prefix, driver.ErrClosed)
+	}
+	if limit < 1 {
+		return nil, fmt.Errorf("redlock: list %q: %w: limit %d, want at least 1", prefix, driver.ErrInvalidOption, limit)
+	}
+	names := make([][]string, len(b.nodes))
+	errs := b.each(ctx, func(ctx context.Context, i int, n *redislock.Backend) (err error) {
+		names[i], err = n.Keys(ctx, prefix)
+		return err
+	})
+	if ok, _ := count(errs); ok < b.quorum {
+		return nil, fmt.Errorf("redlock: list %q: %d of %d nodes answered: %w", prefix, ok, len(b.nodes), b.nodeErrors(errs))
+	}
+	var keys []string
+	for _, ks := range names {
+		for _, k := range ks {
+			if k > after {
+				keys = append(keys, k)
+			}
+		}
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	out := make([]driver.Info, 0, min(len(keys), limit))
+	for _, key := range keys {
+		if len(out) == limit {
+			break
+		}
+		info, err := b.Inspect(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		if info.Held {
+			out = append(out, info)
+		}
+	}
 	return out, nil
 }
 

@@ -256,8 +256,9 @@ func TestClosed(t *testing.T) {
 	_, ierr := b.Inspect(ctx, "k")
 	_, ferr := b.ForceRelease(ctx, "k")
 	_, lerr := b.List(ctx, "")
+	_, perr := b.ListPage(ctx, "", "", 1)
 	for name, err := range map[string]error{"Acquire": aerr, "Renew": b.Renew(ctx, "k", "t", time.Second),
-		"Release": b.Release(ctx, "k", "t"), "Inspect": ierr, "ForceRelease": ferr, "List": lerr} {
+		"Release": b.Release(ctx, "k", "t"), "Inspect": ierr, "ForceRelease": ferr, "List": lerr, "ListPage": perr} {
 		if !errors.Is(err, driver.ErrClosed) {
 			t.Errorf("%s after Close = %v, want ErrClosed", name, err)
 		}
