@@ -257,20 +257,47 @@ func (b *Backend) forceRelease(ctx context.Context, key string) (driver.Info, er
 }
 
 // List returns the holders of the keys that start with prefix, sorted by key.
+// It reads the names of every key under the root, then the holder of each
+// key of the prefix.
 func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
 	ctx, stop, err := b.op(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("zklock: list %q: %w", prefix, err)
 	}
 	defer stop()
-	out, err := b.listHolders(ctx, prefix)
+	out, err := b.listHolders(ctx, prefix, "", -1)
 	if err != nil {
 		return nil, fmt.Errorf("zklock: list %q: %w", prefix, err)
 	}
 	return out, nil
 }
 
-func (b *Backend) listHolders(ctx context.Context, prefix string) ([]driver.Info, error) {
+// ListPage returns, sorted by key, at most limit holders of the keys that
+// start with prefix and sort after after. ZooKeeper keeps no order of a
+// node's children to read a page from, so it reads the names of every key
+// under the root, as List does, then the holders of the keys after after,
+// in order, until limit are held: one holder read per lock of the page,
+// plus one per key without a holder, where List reads the holder of every
+// key of the prefix.
+func (b *Backend) ListPage(ctx context.Context, prefix, after string, limit int) ([]driver.Info, error) {
+	if limit < 1 {
+		return nil, fmt.Errorf("zklock: list %q: %w: limit %d, want at least 1", prefix, driver.ErrInvalidOption, limit)
+	}
+	ctx, stop, err := b.op(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("zklock: list %q: %w", prefix, err)
+	}
+	defer stop()
+	out, err := b.listHolders(ctx, prefix, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("zklock: list %q: %w", prefix, err)
+	}
+	return out, nil
+}
+
+// listHolders returns, sorted by key, the first limit holders (all if
+// limit < 0) of the keys that start with prefix and sort after after.
+func (b *Backend) listHolders(ctx context.Context, prefix, after string, limit int) ([]driver.Info, error) {
 	names, err := call(ctx, b, func() ([]string, error) {
 		c, _, err := b.conn.Children(b.root)
 		return c, err
@@ -281,20 +308,26 @@ func (b *Backend) listHolders(ctx context.Context, prefix string) ([]driver.Info
 	if err != nil {
 		return nil, err
 	}
-	var out []driver.Info
+	type child struct{ key, name string }
+	var keys []child
 	for _, name := range names {
-		key, ok := keyOf(name)
-		if !ok || !strings.HasPrefix(key, prefix) {
-			continue
+		if key, ok := keyOf(name); ok && strings.HasPrefix(key, prefix) && key > after {
+			keys = append(keys, child{key, name})
 		}
-		h, err := b.holder(ctx, b.root+"/"+name)
+	}
+	slices.SortFunc(keys, func(a, b child) int { return strings.Compare(a.key, b.key) })
+	var out []driver.Info
+	for _, c := range keys {
+		if len(out) == limit {
+			break
+		}
+		h, err := b.holder(ctx, b.root+"/"+c.name)
 		if err != nil {
 			return nil, err
 		}
 		if h.node != "" {
-			out = append(out, h.info(key))
+			out = append(out, h.info(c.key))
 		}
 	}
-	slices.SortFunc(out, func(a, b driver.Info) int { return strings.Compare(a.Key, b.Key) })
 	return out, nil
 }

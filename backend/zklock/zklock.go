@@ -115,6 +115,7 @@ var (
 	_ driver.Backend       = (*Backend)(nil)
 	_ driver.Waiter        = (*Backend)(nil)
 	_ driver.Lister        = (*Backend)(nil)
+	_ driver.PageLister    = (*Backend)(nil)
 	_ driver.ForceReleaser = (*Backend)(nil)
 	_ driver.Namer         = (*Backend)(nil)
 )
