@@ -166,6 +166,7 @@ func checkClosed(t *testing.T, b *sqllock.Backend) {
 		"Release":      func() error { return b.Release(ctx, key, tok) },
 		"Inspect":      func() error { _, err := b.Inspect(ctx, key); return err },
 		"List":         func() error { _, err := b.List(ctx, key); return err },
+		"ListPage":     func() error { _, err := b.ListPage(ctx, key, "", 1); return err },
 		"ForceRelease": func() error { _, err := b.ForceRelease(ctx, key); return err },
 		"Cleanup":      func() error { _, err := b.Cleanup(ctx); return err },
 		"Migrate":      func() error { return b.Migrate(ctx) },
