@@ -161,6 +161,7 @@ func (s *suite) releaseThroughDeadLink(t *testing.T) {
 	}{{"blackhole", proxies.blackhole}, {"cut", proxies.cut}}
 	for _, f := range faults {
 		t.Run(f.name, func(t *testing.T) {
+			t.Parallel() // each waits out the release budget on its own links
 			ctx := testContext(t, time.Minute)
 			bb, links := s.backendThroughProxy(t)
 			c := distlock.New(bb)

@@ -123,8 +123,46 @@ func Run(t *testing.T, h Harness) {
 		{"RWLock", s.rwlock},
 		{"NoGoroutineLeak", s.noLeak},
 	}
+	runAll(t, tests)
+}
+
+// serial names the subtests that run alone, after the others: they measure
+// contention, wake latency, a short lease's renewals or goroutines, which
+// other subtests would disturb. NoGoroutineLeak runs last.
+var serial = map[string]bool{
+	"MutualExclusion":    true,
+	"WaitWokenOnRelease": true,
+	"WatchdogKeepsLock":  true,
+	"NoGoroutineLeak":    true,
+}
+
+// concurrent is how many of the other subtests run at once. Most of their
+// time is spent waiting for leases to run out and stores to answer, so
+// running them together shortens the suite several times over on a small
+// machine without starving any of them.
+const concurrent = 8
+
+// runAll runs tests under t with their own names: those not in serial
+// concurrently, at most concurrent at a time, then those in serial one by
+// one, in order.
+func runAll(t *testing.T, tests []subtest) {
+	slots := make(chan struct{}, concurrent)
+	var wg sync.WaitGroup
 	for _, tc := range tests {
-		t.Run(tc.name, tc.fn)
+		if serial[tc.name] {
+			continue
+		}
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			t.Run(tc.name, tc.fn)
+		})
+	}
+	wg.Wait()
+	for _, tc := range tests {
+		if serial[tc.name] {
+			t.Run(tc.name, tc.fn)
+		}
 	}
 }
 
