@@ -327,3 +327,38 @@ func percentile(d []time.Duration, p int) time.Duration {
 	slices.Sort(s)
 	return s[min(len(s)-1, len(s)*p/100)]
 }
+
+// BenchmarkList lists a namespace of 1000 held keys: all of it with List,
+// and its first page of 100 with ListPage, as the service's List RPC does.
+//
+//	go test -run '^$' -bench '^BenchmarkList$' -count 3 ./backend/redislock/
+func BenchmarkList(b *testing.B) {
+	addr := testserver.Redis(b).Addr()
+	for _, a := range benchAdapters(addr) {
+		b.Run(a.name, func(b *testing.B) {
+			c := distlock.New(a.backend(b))
+			b.Cleanup(func() { _ = c.Close() })
+			ctx := context.Background()
+			prefix := fmt.Sprintf("bench-list/%s/", a.name)
+			for i := range 1000 {
+				if _, err := c.Lock(ctx, fmt.Sprintf("%s%04d", prefix, i), distlock.WithLease(10*time.Minute)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.Run("List", func(b *testing.B) {
+				for b.Loop() {
+					if infos, err := c.List(ctx, prefix); err != nil || len(infos) != 1000 {
+						b.Fatalf("List = %d holders, %v; want 1000", len(infos), err)
+					}
+				}
+			})
+			b.Run("ListPage100", func(b *testing.B) {
+				for b.Loop() {
+					if infos, err := c.ListPage(ctx, prefix, "", 100); err != nil || len(infos) != 100 {
+						b.Fatalf("ListPage = %d holders, %v; want 100", len(infos), err)
+					}
+				}
+			})
+		})
+	}
+}
