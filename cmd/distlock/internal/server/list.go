@@ -52,14 +52,27 @@ func (h *service) List(ctx context.Context, req *connect.Request[distlockv1.List
 	if req.Msg.GetAllTenants() {
 		storePrefix = root
 	}
-	infos, err := s.client.List(ctx, storePrefix)
-	if err != nil {
-		return nil, s.storeError(ctx, "list", prefix, storePrefix, err)
+	// The page and one lock more, to know whether another page follows,
+	// from pages of the store (client.ListPage: on most stores about a page
+	// of reads, not the namespace). Across tenants the prefix is each
+	// tenant's, which the store cannot match: its pages may keep few locks,
+	// and the next begins after the last lock of the one before.
+	var infos []distlock.Info
+	for from := after; len(infos) <= size; {
+		page, err := s.client.ListPage(ctx, storePrefix, from, size+1)
+		if err != nil {
+			return nil, s.storeError(ctx, "list", prefix, storePrefix, err)
+		}
+		for _, i := range page {
+			if _, key, ok := splitStoreKey(i.Key); ok && strings.HasPrefix(key, prefix) && i.Key > after && strings.HasPrefix(i.Key, root) {
+				infos = append(infos, i)
+			}
+		}
+		if len(page) <= size || page[len(page)-1].Key <= from {
+			break // the last page, or a store that does not move on
+		}
+		from = page[len(page)-1].Key
 	}
-	infos = slices.DeleteFunc(infos, func(i distlock.Info) bool {
-		_, key, ok := splitStoreKey(i.Key)
-		return !ok || !strings.HasPrefix(key, prefix) || i.Key <= after || !strings.HasPrefix(i.Key, root)
-	})
 	slices.SortFunc(infos, func(a, b distlock.Info) int { return strings.Compare(a.Key, b.Key) })
 	res := &distlockv1.ListResponse{}
 	if len(infos) > size {
