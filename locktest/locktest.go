@@ -73,6 +73,41 @@ type Harness struct {
 
 // Run runs the conformance suite.
 func Run(t *testing.T, h Harness) {
+	runAll(t, cases(h))
+}
+
+// RunTopology runs the part of the suite whose outcome depends on how the
+// store is deployed rather than on the client that reaches it: exclusion,
+// fences, expiry and renewal, waking a waiter, listing, forcing, and the
+// primitives that span several store keys. Use it for a deployment (Redis
+// Cluster or Sentinel) or a second client library that another test already
+// runs the whole suite against with the same code.
+func RunTopology(t *testing.T, h Harness) {
+	runAll(t, slices.DeleteFunc(cases(h), func(tc subtest) bool { return !topology[tc.name] }))
+}
+
+// topology names the subtests RunTopology runs.
+var topology = map[string]bool{
+	"MutualExclusion":         true,
+	"ReleasesWhileOthersWait": true,
+	"FenceIncreases":          true,
+	"FencesInGrantOrder":      true,
+	"LeaseExpires":            true,
+	"WatchdogKeepsLock":       true,
+	"LostLockReported":        true,
+	"WaitWokenOnRelease":      true,
+	"CloseEndsWait":           true,
+	"WaiterEntryDeleted":      true,
+	"InspectAndList":          true,
+	"ListPages":               true,
+	"ForceRelease":            true,
+	"Semaphore":               true,
+	"RWLock":                  true,
+	"NoGoroutineLeak":         true,
+}
+
+// cases returns the suite's subtests for h, in order.
+func cases(h Harness) []subtest {
 	if h.Iterations == 0 {
 		h.Iterations = 200
 	}
@@ -83,7 +118,7 @@ func Run(t *testing.T, h Harness) {
 		h.NotifyLatency = 50 * time.Millisecond
 	}
 	s := &suite{h: h}
-	tests := []subtest{
+	return []subtest{
 		{"MutualExclusion", s.mutualExclusion},
 		{"ReleasesWhileOthersWait", s.releasesWhileOthersWait},
 		{"FenceIncreases", s.fenceIncreases},
@@ -123,7 +158,6 @@ func Run(t *testing.T, h Harness) {
 		{"RWLock", s.rwlock},
 		{"NoGoroutineLeak", s.noLeak},
 	}
-	runAll(t, tests)
 }
 
 // serial names the subtests that run alone, after the others: they measure

@@ -129,11 +129,14 @@ func TestConformanceRueidis(t *testing.T) {
 	}))
 }
 
+// TestConformanceCluster runs the part of the suite that a Redis Cluster
+// can change (TestConformanceGoRedis and TestConformanceRueidis run the
+// whole suite with the same code on one node).
 func TestConformanceCluster(t *testing.T) {
 	c := testserver.RedisCluster(t, 3)
 	addrs := c.Addrs()
 	t.Run("go-redis", func(t *testing.T) {
-		locktest.Run(t, locktest.Harness{
+		locktest.RunTopology(t, locktest.Harness{
 			NewBackend: func(t testing.TB) driver.Backend {
 				return newGoRedis(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true}))
 			},
@@ -151,7 +154,7 @@ func TestConformanceCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(client.Close)
-		locktest.Run(t, locktest.Harness{
+		locktest.RunTopology(t, locktest.Harness{
 			NewBackend: func(t testing.TB) driver.Backend {
 				b, err := redislock.NewRueidis(client)
 				if err != nil {
@@ -260,12 +263,14 @@ func specialKeys(t *testing.T, b *redislock.Backend) {
 	}
 }
 
+// TestConformanceSentinel runs the part of the suite that a Sentinel
+// deployment can change, with each client library.
 func TestConformanceSentinel(t *testing.T) {
 	s := testserver.RedisSentinel(t)
 	sentinels := s.SentinelAddrs()
 	primary := func() []string { return []string{s.Primary().Addr()} }
 	t.Run("go-redis", func(t *testing.T) {
-		locktest.Run(t, locktest.Harness{
+		locktest.RunTopology(t, locktest.Harness{
 			NewBackend: func(t testing.TB) driver.Backend {
 				return newGoRedis(t, redis.NewFailoverClient(&redis.FailoverOptions{
 					MasterName: testserver.SentinelMaster, SentinelAddrs: sentinels, ContextTimeoutEnabled: true}))
@@ -276,7 +281,7 @@ func TestConformanceSentinel(t *testing.T) {
 	})
 	t.Run("rueidis", func(t *testing.T) {
 		url := "redis-sentinel://" + sentinels[0] + "/" + testserver.SentinelMaster + "?addr=" + sentinels[1] + "&addr=" + sentinels[2]
-		locktest.Run(t, locktest.Harness{
+		locktest.RunTopology(t, locktest.Harness{
 			NewBackend:    func(t testing.TB) driver.Backend { return openURL(t, url) },
 			DeleteKey:     deleteKey(primary),
 			DeleteWaiters: deleteWaiters(primary),
