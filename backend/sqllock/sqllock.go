@@ -200,6 +200,10 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	q := b.d.acquire
 	if b.d.acquireQueued != "" && (b.opts.noQueue || b.queue.heads(req.Key)) {
 		q = b.d.acquireQueued
+	} else {
+		// A place this backend is giving up in the background (a wait that
+		// ended) would make its own attempt fail as a barge-in.
+		b.queue.settled(ctx, req.Key)
 	}
 	fence, err := b.d.grant(ctx, b, q, req.Key, req.Token, req.TTL.Microseconds(), req.Meta.Owner, meta)
 	switch {
