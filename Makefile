@@ -1,10 +1,11 @@
 # make deps  installs the store servers the tests need (idempotent).
 # make test  ensures deps, then checks formatting, vets, and runs every test
-#            with the race detector against real servers, one package at a
-#            time so that timing-sensitive fault tests do not starve each other
-#            on small machines: the library's module, then the distlock
-#            binary's own module (cmd/distlock, kept apart so that a program
-#            importing one backend does not pull the CLI's dependencies).
+#            with the race detector against real servers (scripts/test.sh):
+#            the library's module, the distlock binary's own module
+#            (cmd/distlock, kept apart so that a program importing one
+#            backend does not pull the CLI's dependencies), the service's Go
+#            client and the short chaos run, side by side; then it prints the
+#            slowest packages and the time taken.
 
 GO ?= go
 
@@ -14,10 +15,7 @@ deps:
 	./scripts/deps.sh
 
 test: deps fmt-check generate-check vet
-	$(GO) test -race -count=1 -p 1 -timeout 30m ./...
-	cd cmd/distlock && $(GO) test -race -count=1 -p 1 -timeout 20m ./...
-	cd backend/remotelock && $(GO) test -race -count=1 -p 1 -timeout 5m ./...
-	$(GO) test -tags chaos -short -race -count=1 -timeout 5m ./internal/chaos/
+	GO=$(GO) ./scripts/test.sh
 
 # make chaos  runs every backend under every fault that applies to it (client
 #             processes paused, links cut, stores killed, failed over) and

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Runs every test of the repository with the race detector against real
+# servers: the library's module, the distlock binary's module
+# (cmd/distlock), the service's Go client (backend/remotelock) and the
+# short form of the chaos run. The modules run side by side, two packages
+# of each at a time: most of the suite's time is spent waiting for leases to
+# run out and stores to answer, not on the CPU. Each module's output is
+# printed whole once it ends, then the slowest packages and the time taken.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+start=$(date +%s)
+
+run() { # name dir args...
+	local name=$1 dir=$2
+	shift 2
+	(cd "$dir" && "$GO" test -race -count=1 "$@") >"$logs/$name.log" 2>&1
+	echo $? >"$logs/$name.rc"
+}
+
+run library . -p 2 -timeout 30m ./... &
+run cmd cmd/distlock -p 2 -timeout 20m ./... &
+run remotelock backend/remotelock -p 1 -timeout 5m ./... &
+run chaos . -tags chaos -short -timeout 5m ./internal/chaos/ &
+wait
+
+status=0
+for name in library cmd remotelock chaos; do
+	echo "=== $name"
+	cat "$logs/$name.log"
+	[ "$(cat "$logs/$name.rc")" = 0 ] || status=1
+done
+echo "=== slowest packages"
+cat "$logs"/*.log | awk -F'\t' '$1 ~ /^(ok|FAIL)/ {print $3 "\t" $2}' | sort -rn | head -10
+echo "=== all tests took $(($(date +%s) - start))s; $([ $status = 0 ] && echo PASS || echo FAIL)"
+exit $status
