@@ -9,6 +9,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/mysqllock"
+	"github.com/distlock/distlock/internal/sqltest"
 	"github.com/distlock/distlock/internal/testserver"
 )
 
@@ -30,55 +31,16 @@ func listPageReadsKeyIndex(t *testing.T, s *testserver.Server, admin *sql.DB) {
 		}
 		defer l.Release(ctx)
 	}
-	var got []string
-	for after := ""; ; {
-		infos, err := lister.ListPage(ctx, prefix, after, 3)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, in := range infos {
-			got = append(got, strings.TrimPrefix(in.Key, prefix))
-		}
-		if len(infos) < 3 {
-			break
-		}
-		after = infos[len(infos)-1].Key
-	}
+	got := sqltest.PageKeys(ctx, t, lister, prefix, 3)
 	if !slices.Equal(got, names) {
 		t.Fatalf("ListPage in pages of 3: %q, want %q", got, names)
 	}
 
 	// admin interpolates the arguments, so EXPLAIN sees them.
-	rows, err := admin.QueryContext(ctx, "EXPLAIN "+mysqllock.ListPageSQL,
+	plan := sqltest.Rows(ctx, t, admin, "EXPLAIN "+mysqllock.ListPageSQL,
 		prefix+"a", prefix, strings.TrimSuffix(prefix, "/")+"0", prefix, prefix, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	cols, err := rows.Columns()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var plan strings.Builder
-	for rows.Next() {
-		vals := make([]sql.NullString, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			t.Fatal(err)
-		}
-		for i, v := range vals {
-			plan.WriteString(cols[i] + "=" + v.String + "\t")
-		}
-		plan.WriteString("\n")
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("the plan of a page:\n%s", plan.String())
-	if p := plan.String(); !strings.Contains(p, "key=distlock_mysql_locks_key\t") || strings.Contains(p, "filesort") {
-		t.Fatalf("the plan of a page:\n%s\nwant it to read the index distlock_mysql_locks_key, without a filesort", p)
+	t.Logf("the plan of a page:\n%s", plan)
+	if !strings.Contains(plan, "key=distlock_mysql_locks_key\t") || strings.Contains(plan, "filesort") {
+		t.Fatalf("the plan of a page:\n%s\nwant it to read the index distlock_mysql_locks_key, without a filesort", plan)
 	}
 }

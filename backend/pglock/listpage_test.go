@@ -12,6 +12,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/pglock"
+	"github.com/distlock/distlock/internal/sqltest"
 	"github.com/distlock/distlock/internal/testserver"
 )
 
@@ -60,20 +61,7 @@ func listPageInByteOrder(t *testing.T, s *testserver.Server, admin *pgxpool.Pool
 	if slices.Equal(byCollation, names) {
 		t.Fatalf("the database orders keys %q, byte for byte: it cannot tell a byte order from another", byCollation)
 	}
-	var got []string
-	for after := ""; ; {
-		infos, err := lister.ListPage(ctx, prefix, after, 3)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, in := range infos {
-			got = append(got, strings.TrimPrefix(in.Key, prefix))
-		}
-		if len(infos) < 3 {
-			break
-		}
-		after = infos[len(infos)-1].Key
-	}
+	got := sqltest.PageKeys(ctx, t, lister, prefix, 3)
 	if !slices.Equal(got, names) {
 		t.Fatalf("ListPage in pages of 3: %q, want %q (the database's collation orders them %q)", got, names, byCollation)
 	}

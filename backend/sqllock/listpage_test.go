@@ -1,7 +1,6 @@
 package sqllock_test
 
 import (
-	"context"
 	"database/sql"
 	"os"
 	"slices"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/sqllock"
+	"github.com/distlock/distlock/internal/sqltest"
 )
 
 // listPageInByteOrder: ListPage orders keys byte for byte where the
@@ -66,20 +66,7 @@ func listPageInByteOrder(t *testing.T, st store) {
 	if st.dialect == sqllock.Postgres && slices.Equal(byCollation, names) {
 		t.Fatalf("the database orders keys %q, byte for byte: it cannot tell a byte order from another", byCollation)
 	}
-	var got []string
-	for after := ""; ; {
-		infos, err := c.ListPage(ctx, prefix, after, 3)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, in := range infos {
-			got = append(got, strings.TrimPrefix(in.Key, prefix))
-		}
-		if len(infos) < 3 {
-			break
-		}
-		after = infos[len(infos)-1].Key
-	}
+	got := sqltest.PageKeys(ctx, t, c, prefix, 3)
 	if !slices.Equal(got, names) {
 		t.Fatalf("ListPage in pages of 3: %q, want %q (the database's collation orders them %q)", got, names, byCollation)
 	}
@@ -118,7 +105,7 @@ func listPageInByteOrder(t *testing.T, st store) {
 			}
 		}
 	}
-	plan := explain(ctx, t, conn, "EXPLAIN "+text)
+	plan := sqltest.Rows(ctx, t, conn, "EXPLAIN "+text)
 	want := "Index Scan using distlock_leases_key_bytes"
 	if st.dialect != sqllock.Postgres {
 		want = "PRIMARY"
@@ -127,37 +114,4 @@ func listPageInByteOrder(t *testing.T, st store) {
 	if !strings.Contains(plan, want) || strings.Contains(strings.ToLower(plan), "sort") {
 		t.Fatalf("the plan of a page:\n%s\nwant it to read %q, without a sort", plan, want)
 	}
-}
-
-// explain returns the rows of q, one a line, their columns joined by tabs.
-func explain(ctx context.Context, t *testing.T, conn *sql.Conn, q string) string {
-	t.Helper()
-	rows, err := conn.QueryContext(ctx, q)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	cols, err := rows.Columns()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	for rows.Next() {
-		vals := make([]sql.NullString, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			t.Fatal(err)
-		}
-		for i, v := range vals {
-			out.WriteString(cols[i] + "=" + v.String + "\t")
-		}
-		out.WriteString("\n")
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out.String()
 }
