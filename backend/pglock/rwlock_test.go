@@ -44,7 +44,7 @@ func cleanupSweepsRWRows(t *testing.T, s *testserver.Server, admin *pgxpool.Pool
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := live.TryRLock(ctx, distlock.WithLease(50*time.Millisecond), distlock.WithWatchdog(true))
+	r, err := live.TryRLock(ctx, distlock.WithLease(time.Second), distlock.WithWatchdog(true))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,8 +59,11 @@ func cleanupSweepsRWRows(t *testing.T, s *testserver.Server, admin *pgxpool.Pool
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(100 * time.Millisecond) // past the live hold's first lease and the retention: its watchdog renews it
-	for range 100 {                    // earlier tests left rows too
+	// Past the live hold's first lease and the retention: its watchdog
+	// renews it (every third of the lease, which leaves a busy machine
+	// two thirds of a second to do it).
+	time.Sleep(1300 * time.Millisecond)
+	for range 100 { // earlier tests left rows too
 		n, err := be.Cleanup(ctx)
 		if err != nil {
 			t.Fatal(err)
