@@ -174,7 +174,7 @@ var serial = map[string]bool{
 // time is spent waiting for leases to run out and stores to answer, so
 // running them together shortens the suite several times over on a small
 // machine without starving any of them.
-const concurrent = 8
+const concurrent = 6
 
 // runAll runs tests under t with their own names: those not in serial
 // concurrently, at most concurrent at a time, then those in serial one by
