@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/backend/memlock"
 	"github.com/distlock/distlock/cmd/distlock/internal/auth"
 	"github.com/distlock/distlock/cmd/distlock/internal/server"
 	distlockv1 "github.com/distlock/distlock/gen/distlock/v1"
@@ -213,6 +216,38 @@ func TestRateLimit(t *testing.T) {
 			t.Errorf("another tenant's call: %v", err)
 		}
 	})
+}
+
+// With default limits no tenant is rate-limited: 32 callers of one tenant
+// make 8 000 calls as fast as the service answers (in memory, several
+// thousand a second), four times what a former default of 1 000 a second
+// with bursts of 2 000 let through in that time, and every call is served.
+func TestNoRateLimitByDefault(t *testing.T) {
+	e := newEnvClient(t, distlock.New(memlock.New()), server.Limits{})
+	api := e.api(alphaClient)
+	key := keyFor(t, "k")
+	var refused, failed atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range 32 {
+		wg.Go(func() {
+			for range 250 {
+				_, err := api.Inspect(ctx(t), connect.NewRequest(&distlockv1.InspectRequest{Key: key}))
+				switch {
+				case connect.CodeOf(err) == connect.CodeResourceExhausted:
+					refused.Add(1)
+				case err != nil:
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	t.Logf("8000 calls in %v (%.0f a second)", took.Round(time.Millisecond), 8000/took.Seconds())
+	if refused.Load() > 0 || failed.Load() > 0 {
+		t.Errorf("%d calls refused as over a rate and %d failed, with default limits; want none", refused.Load(), failed.Load())
+	}
 }
 
 // The request metrics count calls by method and code, and time them.
