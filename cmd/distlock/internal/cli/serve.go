@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -52,6 +53,8 @@ type serveFlags struct {
 	maxConnsPerIP   int
 	perIPSet        bool // --max-connections-per-ip was given
 	maxConnStreams  int
+	ratePerTenant   float64
+	burstPerTenant  int
 	bodyTimeout     time.Duration
 	maxWaiters      int
 	maxStreams      int
@@ -104,7 +107,8 @@ shows the open-file limit and the caps. Each tenant may keep at most
 Watch streams open (one more gets RESOURCE_EXHAUSTED), and a Watch stream
 ends after --max-stream-lifetime (UNAVAILABLE: clients open it again). A
 token removed from --tokens, or whose role no longer allows a call, ends its
-calls in progress at the reload.
+calls in progress at the reload. No tenant's calls are limited in rate
+unless --rate-per-tenant says so.
 
 Exit codes: 0 stopped by a signal; 1 the address cannot be listened on or
 serving failed; 2 bad flags or files; 69 the store could not be reached or
@@ -139,6 +143,8 @@ the embedded store failed.`,
 	fl.IntVar(&f.maxConnsPerIP, "max-connections-per-ip", DefaultMaxConnectionsPerIP, "most connections open at once from one remote IP (IPv6: one /64), before auth; not given, at most half of --max-connections; behind a proxy, raise it to --max-connections")
 	fl.IntVar(&f.maxConnStreams, "max-streams-per-connection", DefaultMaxStreamsPerConnection, "most requests open at once on one HTTP/2 connection (gRPC calls and streams); the client is told, and one more is refused")
 	fl.DurationVar(&f.bodyTimeout, "body-timeout", DefaultBodyTimeout, "how long a request may take to send its body, from its start; then the request fails and, with HTTP/1, its connection is closed")
+	fl.Float64Var(&f.ratePerTenant, "rate-per-tenant", 0, "calls a second each tenant may make, on average; over it a call gets RESOURCE_EXHAUSTED (HTTP 429) naming the limit (0: no limit)")
+	fl.IntVar(&f.burstPerTenant, "burst-per-tenant", 0, "calls a tenant over --rate-per-tenant may make at once (0: twice the rate)")
 	fl.IntVar(&f.maxWaiters, "max-waiters-per-tenant", server.DefaultMaxWaiters, "most Acquire calls of one tenant waiting at once; one more gets RESOURCE_EXHAUSTED")
 	fl.IntVar(&f.maxStreams, "max-streams-per-tenant", server.DefaultMaxStreams, "most Watch streams of one tenant open at once; one more gets RESOURCE_EXHAUSTED")
 	fl.DurationVar(&f.streamLifetime, "max-stream-lifetime", server.DefaultMaxStreamLife, "how long a Watch stream may stay open; it then ends with UNAVAILABLE and the client opens it again")
@@ -194,7 +200,8 @@ func (f *serveFlags) prepare(cmd *cobra.Command, g *globals) (*serveConfig, erro
 	}
 	f.perIPSet = cmd.Flags().Changed("max-connections-per-ip")
 	cfg.limits = server.Limits{DefaultLease: f.defaultLease, MaxLease: f.maxLease, MaxWait: f.maxWait,
-		MaxWaitersPerTenant: f.maxWaiters, MaxStreamsPerTenant: f.maxStreams, MaxStreamLifetime: f.streamLifetime}
+		MaxWaitersPerTenant: f.maxWaiters, MaxStreamsPerTenant: f.maxStreams, MaxStreamLifetime: f.streamLifetime,
+		RatePerTenant: f.ratePerTenant, Burst: f.burstPerTenant}
 	if cfg.store, err = f.storeSpec(cmd, g); err != nil {
 		return nil, err
 	}
@@ -323,6 +330,12 @@ func (f *serveFlags) checkLimits() error {
 		return usage("serve: --max-streams-per-connection %d: want at least 1", f.maxConnStreams)
 	case f.bodyTimeout <= 0:
 		return usage("serve: --body-timeout %v: want more than 0", f.bodyTimeout)
+	case f.ratePerTenant < 0 || math.IsNaN(f.ratePerTenant) || math.IsInf(f.ratePerTenant, 0):
+		return usage("serve: --rate-per-tenant %v: want a number of calls a second, or 0 for no limit", f.ratePerTenant)
+	case f.burstPerTenant < 0:
+		return usage("serve: --burst-per-tenant %d cannot be negative (0 is twice the rate)", f.burstPerTenant)
+	case f.burstPerTenant > 0 && f.ratePerTenant == 0:
+		return usage("serve: --burst-per-tenant %d needs --rate-per-tenant", f.burstPerTenant)
 	case f.maxWaiters < 1:
 		return usage("serve: --max-waiters-per-tenant %d: want at least 1", f.maxWaiters)
 	case f.maxStreams < 1:
@@ -415,7 +428,7 @@ func (cfg *serveConfig) run(ctx context.Context) error {
 	}
 	cfg.log.Info("serving", "addr", ln.Addr().String(), "store", st.describe, "tls", cfg.tlsMode(), "auth", cfg.authMode(),
 		"open_files", caps.openFiles, "max_connections", caps.max, "max_connections_per_ip", caps.perIP,
-		"max_streams_per_connection", cfg.flags.maxConnStreams,
+		"max_streams_per_connection", cfg.flags.maxConnStreams, "rate_per_tenant", cfg.flags.ratePerTenant,
 		"body_timeout", cfg.flags.bodyTimeout.String())
 
 	err = cfg.loop(ctx, hup, served, func() error { return serveErr }, st)

@@ -511,6 +511,11 @@ func TestServeConnFlags(t *testing.T) {
 		{[]string{"--max-waiters-per-tenant", "0"}, "--max-waiters-per-tenant 0"},
 		{[]string{"--max-streams-per-tenant", "-1"}, "--max-streams-per-tenant -1"},
 		{[]string{"--max-stream-lifetime", "0s"}, "--max-stream-lifetime 0s"},
+		{[]string{"--max-streams-per-connection", "0"}, "--max-streams-per-connection 0"},
+		{[]string{"--rate-per-tenant", "-1"}, "--rate-per-tenant -1"},
+		{[]string{"--rate-per-tenant", "NaN"}, "--rate-per-tenant NaN"},
+		{[]string{"--burst-per-tenant", "-1"}, "--burst-per-tenant -1"},
+		{[]string{"--burst-per-tenant", "10"}, "--burst-per-tenant 10 needs --rate-per-tenant"},
 	} {
 		var stdout, stderr strings.Builder
 		code := Main(append([]string{"serve", "--insecure-no-auth"}, c.args...), strings.NewReader(""), &stdout, &stderr)
@@ -523,7 +528,8 @@ func TestServeConnFlags(t *testing.T) {
 		t.Fatalf("--help: exit %d", code)
 	}
 	for _, want := range []string{"--max-connections int", "--max-connections-per-ip int", "(default 256)", "--body-timeout duration", "(default 30s)",
-		"--max-waiters-per-tenant int", "(default 1000)", "--max-streams-per-tenant int", "(default 64)", "--max-stream-lifetime duration", "(default 1h0m0s)"} {
+		"--max-waiters-per-tenant int", "(default 1000)", "--max-streams-per-tenant int", "(default 64)", "--max-stream-lifetime duration", "(default 1h0m0s)",
+		"--max-streams-per-connection int", "(default 100)", "--rate-per-tenant float", "(0: no limit)", "--burst-per-tenant int"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("--help has no %q", want)
 		}

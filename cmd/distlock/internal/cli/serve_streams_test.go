@@ -2,8 +2,11 @@ package cli
 
 import (
 	"bytes"
+	"io"
 	"net"
+	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,5 +111,31 @@ func readServerSettings(t *testing.T, fr *http2.Framer) int {
 			return int(v)
 		}
 		return -1
+	}
+}
+
+// TestServeRatePerTenant: --rate-per-tenant and --burst-per-tenant reach the
+// service. With a rate of 1 a second and bursts of 2, the third call in a
+// row gets HTTP 429 naming the limit.
+func TestServeRatePerTenant(t *testing.T) {
+	p := startServe(t, nil, "--insecure-no-auth", "--listen", "127.0.0.1:0",
+		"--data-dir", filepath.Join(t.TempDir(), "state"), "--rate-per-tenant", "1", "--burst-per-tenant", "2")
+	hc := &http.Client{Timeout: 10 * time.Second}
+	for i, want := range []int{http.StatusOK, http.StatusOK, http.StatusTooManyRequests} {
+		resp, err := hc.Post(p.banner.URL+"/distlock.v1.LockService/List", "application/json", strings.NewReader(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("call %d: %d %s, want %d", i+1, resp.StatusCode, body, want)
+		}
+		if want == http.StatusTooManyRequests && !strings.Contains(string(body), "rate limit of 1 calls a second per tenant, bursts of 2") {
+			t.Errorf("the refusal does not name the limit: %s", body)
+		}
+	}
+	if code := p.stop(); code != 0 {
+		t.Errorf("serve exited with %d on SIGTERM", code)
 	}
 }

@@ -98,11 +98,18 @@ func (s *Server) admit(r *http.Request, p procedure, c *call) error {
 		return connect.NewError(connect.CodePermissionDenied,
 			fmt.Errorf("%s: role %s of tenant %q may not %s", p.name, id.Role, id.Tenant, p.action))
 	}
-	if !s.limiters.allow(id.Tenant) {
-		return connect.NewError(connect.CodeResourceExhausted,
-			fmt.Errorf("%s: tenant %q is over its rate of %v calls a second", p.name, id.Tenant, s.limits.RatePerTenant))
+	return s.checkRate(p.name, id.Tenant)
+}
+
+// checkRate takes one call from tenant's rate limit, and refuses it with
+// RESOURCE_EXHAUSTED, naming the limit, if the tenant is over it.
+func (s *Server) checkRate(op, tenant string) error {
+	if s.limiters.allow(tenant) {
+		return nil
 	}
-	return nil
+	return connect.NewError(connect.CodeResourceExhausted,
+		fmt.Errorf("%s: tenant %q is over the rate limit of %v calls a second per tenant, bursts of %d",
+			op, tenant, s.limits.RatePerTenant, s.limits.Burst))
 }
 
 // identify returns the identity of an Authorization header's bearer token.

@@ -21,8 +21,6 @@ const (
 	DefaultMaxRequestBytes = 1 << 20
 	DefaultMaxLease        = time.Hour
 	DefaultMaxWait         = 5 * time.Minute
-	DefaultRatePerTenant   = 1000
-	DefaultBurst           = 2000
 	DefaultPageSize        = 100
 	DefaultMaxPageSize     = 1000
 	DefaultWatchInterval   = 250 * time.Millisecond
@@ -51,11 +49,13 @@ type Limits struct {
 	// DefaultLease is the lease of an Acquire, and the TTL of a session, that
 	// names none. The default is distlock.DefaultLease (30s).
 	DefaultLease time.Duration
-	// RatePerTenant is the calls per second each tenant may make, on average;
-	// math.Inf(1) sets no limit. The default is 1000.
+	// RatePerTenant is the calls per second each tenant may make, on average.
+	// Zero or math.Inf(1) sets no limit, the default: the caps on waiters and
+	// streams bound what a tenant holds, and a limit on rate is a choice for
+	// a deployment that shares one store among tenants.
 	RatePerTenant float64
-	// Burst is how many calls a tenant may make at once beyond its rate. The
-	// default is 2000.
+	// Burst is how many calls a tenant over RatePerTenant may make at once.
+	// The default is twice the rate, and at least 1.
 	Burst int
 	// PageSize is a List page's size when the request names none. The
 	// default is 100, or MaxPageSize if that is less.
@@ -97,9 +97,11 @@ func (l Limits) withDefaults() (Limits, error) {
 	setDur(&l.MaxWait, DefaultMaxWait)
 	setDur(&l.DefaultLease, distlock.DefaultLease)
 	if l.RatePerTenant == 0 {
-		l.RatePerTenant = DefaultRatePerTenant
+		l.RatePerTenant = math.Inf(1)
 	}
-	setInt(&l.Burst, DefaultBurst)
+	if !math.IsInf(l.RatePerTenant, 1) && l.RatePerTenant > 0 {
+		setInt(&l.Burst, max(int(math.Ceil(2*l.RatePerTenant)), 1))
+	}
 	setInt(&l.MaxPageSize, DefaultMaxPageSize)
 	setInt(&l.PageSize, min(DefaultPageSize, l.MaxPageSize))
 	setDur(&l.WatchInterval, DefaultWatchInterval)

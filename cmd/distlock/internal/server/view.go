@@ -165,9 +165,9 @@ func (s *Server) ForceReleaseAs(ctx context.Context, id auth.Identity, tenant, k
 	case !id.Role.Allows(auth.Force):
 		return false, connect.NewError(connect.CodePermissionDenied,
 			fmt.Errorf("ForceRelease: role %s of tenant %q may not %s", id.Role, id.Tenant, auth.Force))
-	case !s.limiters.allow(id.Tenant):
-		return false, connect.NewError(connect.CodeResourceExhausted,
-			fmt.Errorf("ForceRelease: tenant %q is over its rate of %v calls a second", id.Tenant, s.limits.RatePerTenant))
+	}
+	if err := s.checkRate("ForceRelease", id.Tenant); err != nil {
+		return false, err
 	}
 	if err := s.limits.checkKey(key); err != nil {
 		return false, err
