@@ -177,9 +177,13 @@ func (h holding) info(key string) driver.Info {
 	return driver.Info{Key: key, Held: true, Fence: uint64(h.stat.Czxid), TTL: left, Meta: h.val.Meta}
 }
 
-// holder reads the holder of the queue under parent.
+// holder reads the holder of the queue under parent: the first entry of the
+// listed queue that is still there when read. Entries are never inserted
+// ahead of others, so once the entries before it are gone, it holds. The
+// queue is listed again, at most three times, only if every listed entry
+// went before it was read.
 func (b *Backend) holder(ctx context.Context, parent string) (holding, error) {
-	for range 3 { // the holder may go between the listing and the read
+	for range 3 {
 		children, err := call(ctx, b, func() ([]string, error) {
 			c, _, err := b.conn.Children(parent)
 			return c, err
@@ -194,22 +198,24 @@ func (b *Backend) holder(ctx context.Context, parent string) (holding, error) {
 		if len(q) == 0 {
 			return holding{}, nil
 		}
-		node := parent + "/" + q[0]
-		w, err := call(ctx, b, func() (watched, error) {
-			raw, st, err := b.conn.Get(node)
-			return watched{raw: raw, stat: st}, err
-		}, nil)
-		if errors.Is(err, zk.ErrNoNode) {
-			continue
+		for _, name := range q {
+			node := parent + "/" + name
+			w, err := call(ctx, b, func() (watched, error) {
+				raw, st, err := b.conn.Get(node)
+				return watched{raw: raw, stat: st}, err
+			}, nil)
+			if errors.Is(err, zk.ErrNoNode) {
+				continue // it went: the next one holds, if it is still there
+			}
+			if err != nil {
+				return holding{}, err
+			}
+			v, err := decodeValue(node, w.raw)
+			if err != nil {
+				return holding{}, err
+			}
+			return holding{node: node, val: v, stat: w.stat}, nil
 		}
-		if err != nil {
-			return holding{}, err
-		}
-		v, err := decodeValue(node, w.raw)
-		if err != nil {
-			return holding{}, err
-		}
-		return holding{node: node, val: v, stat: w.stat}, nil
 	}
 	return holding{}, errors.New("the queue kept changing")
 }
