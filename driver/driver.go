@@ -1,8 +1,18 @@
 // Package driver is what a distlock backend implements, as database/sql/driver
 // is for database/sql. Applications use package distlock; a backend author
-// implements Backend, adds the optional capabilities its store allows (Waiter,
-// Handoff, Notifier, Lister, PageLister, ForceReleaser, Namer), returns errors
-// that match the sentinels below, and runs the locktest conformance suite.
+// implements Backend, adds the optional capabilities its store allows,
+// returns errors that match the sentinels below, and runs the locktest
+// conformance suite. The capabilities, each found by a type assertion:
+//
+//   - TTLRenewer: a renewal that says how long the store kept the hold;
+//   - Waiter: waiting for a key in the store's own queue;
+//   - Handoff: passing a held key straight to a waiting token;
+//   - Notifier: a notice when a key is released, for the client's wait loop;
+//   - Lister and PageLister: the held locks under a prefix, all or a page;
+//   - ForceReleaser: freeing a key whoever holds it;
+//   - Namer: a short name for metrics and logs;
+//   - Semaphores: leased permits (distlock.Semaphore);
+//   - RWLocks: read-write locks (distlock.RWMutex).
 //
 // The sentinel errors are the same values as distlock's, so errors.Is matches
 // them on either side.
