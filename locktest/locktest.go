@@ -11,6 +11,9 @@
 // Each subtest uses its own keys, bounds every wait, and checks behaviour
 // across several clients of the same store, so each backend returned by
 // NewBackend should be its own connection, as separate processes would have.
+// Most subtests run at the same time as others, so the Harness's functions
+// must be safe for concurrent use; those that measure timing or goroutines
+// run alone.
 //
 // Contend and Compare are the shared benchmarks: a contended handoff on one
 // key, and Lock+Release against a store's raw floor, serially or in
