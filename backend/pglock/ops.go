@@ -108,9 +108,10 @@ func (p *pinned) describe() driver.Info {
 
 // List returns the locks taken through pglock whose keys start with prefix
 // and whose session still holds them, sorted by key: those with a holder row
-// (see Inspect), and this backend's own. It reads every holder row.
+// (see Inspect), and this backend's own. It reads every holder row of the
+// prefix: ListPage's statement without a limit.
 func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
-	infos, err := b.list(ctx, prefix, listSQL, prefix)
+	infos, err := b.list(ctx, prefix, listPageSQL, "", prefix, keyrange.End(prefix), nil)
 	if err != nil {
 		return nil, err
 	}

@@ -21,8 +21,6 @@ var (
 	releaseSQL string
 	//go:embed sql/inspect.sql
 	inspectSQL string
-	//go:embed sql/list.sql
-	listSQL string
 	//go:embed sql/list_page.sql
 	listPageSQL string
 	//go:embed sql/cleanup.sql

@@ -1,5 +1,5 @@
 -- $1 the key the page starts after, $2 the key prefix, $3 the end of the
--- prefix's range of keys, $4 the page size. The rows whose session holds
+-- prefix's range of keys, $4 the page size (NULL: every row, for List). The rows whose session holds
 -- their advisory lock, keys compared byte for byte (COLLATE "C"), as Go
 -- compares strings, whatever the database's collation: on the index
 -- distlock_pg_locks_key_bytes, read from the page's first key to its last,
