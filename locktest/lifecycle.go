@@ -167,7 +167,10 @@ func (s *suite) releaseThroughDeadLink(t *testing.T) {
 			c := distlock.New(bb)
 			key := s.key(t)
 			const lease = time.Second
-			l, err := c.TryLock(ctx, key, distlock.WithLease(lease))
+			// A wait, though the key is free: the first attempt on new
+			// links may miss a short lease's reply budget on a busy
+			// machine, and the subject here is the release.
+			l, err := c.Lock(ctx, key, distlock.WithLease(lease), distlock.WithWait(10*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -249,7 +252,8 @@ func (s *suite) releaseAfterBackendClosed(t *testing.T) {
 	b := s.h.NewBackend(t)
 	c := distlock.New(b)
 	key := s.key(t)
-	l, err := c.TryLock(ctx, key, distlock.WithLease(time.Second))
+	// A wait, though the key is free: see releaseThroughDeadLink.
+	l, err := c.Lock(ctx, key, distlock.WithLease(time.Second), distlock.WithWait(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
