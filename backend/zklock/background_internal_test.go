@@ -18,7 +18,7 @@ import (
 // still run, none may start after Close returned, and the race detector
 // must see no WaitGroup reuse.
 func TestBackgroundDuringClose(t *testing.T) {
-	srv := testserver.ZooKeeper(t)
+	srv := testserver.Shared(t, "zookeeper", testserver.ZooKeeper) // see zkServer
 	for round := range 20 {
 		conn, events, err := zk.Connect([]string{srv.Addr()}, 4*time.Second, zk.WithLogger(quietLog{}))
 		if err != nil {

@@ -9,14 +9,13 @@ import (
 
 	"github.com/distlock/distlock"
 	_ "github.com/distlock/distlock/backend/zklock"
-	"github.com/distlock/distlock/internal/testserver"
 )
 
 // TestAbandonedWaitAndEmptyParent opens a client from a zk:// URL, checks
 // that a waiter whose wait ends deletes its node before returning, and that
 // the key's parent is deleted once the queue is empty.
 func TestAbandonedWaitAndEmptyParent(t *testing.T) {
-	srv := testserver.ZooKeeper(t)
+	srv := zkServer(t)
 	conn := admin(t, srv.Addr())
 	root := uniqueRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -51,7 +50,7 @@ func TestAbandonedWaitAndEmptyParent(t *testing.T) {
 // left under the root, so the store does not grow with the number of keys.
 func TestManyKeysLeaveNothing(t *testing.T) {
 	const keys = 500
-	srv := testserver.ZooKeeper(t)
+	srv := zkServer(t)
 	conn := admin(t, srv.Addr())
 	root := uniqueRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

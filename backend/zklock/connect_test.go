@@ -14,7 +14,6 @@ import (
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/zklock"
 	"github.com/distlock/distlock/driver"
-	"github.com/distlock/distlock/internal/testserver"
 )
 
 // TestOpenUnreachable opens zk:// URLs whose address has no listener, with
@@ -136,7 +135,7 @@ func TestInvalidOptions(t *testing.T) {
 // connection is closed the backend's calls fail with ErrClosed and its
 // holds are lost.
 func TestNewOverOwnConnection(t *testing.T) {
-	srv := testserver.ZooKeeper(t)
+	srv := zkServer(t)
 	adm := admin(t, srv.Addr())
 	root := uniqueRoot(t) + "/nested"
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -190,7 +189,7 @@ func TestNewOverOwnConnection(t *testing.T) {
 // TestCallsAfterClose closes backends, made by Dial and by New, and checks
 // that every call then fails at once with ErrClosed.
 func TestCallsAfterClose(t *testing.T) {
-	srv := testserver.ZooKeeper(t)
+	srv := zkServer(t)
 	root := uniqueRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -237,7 +236,7 @@ func TestCallsAfterClose(t *testing.T) {
 // their waits is queued: the wait must end at once with ErrClosed, and its
 // node must be gone.
 func TestCloseEndsWait(t *testing.T) {
-	srv := testserver.ZooKeeper(t)
+	srv := zkServer(t)
 	adm := admin(t, srv.Addr())
 	root := uniqueRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

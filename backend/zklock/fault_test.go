@@ -13,14 +13,13 @@ import (
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/zklock"
 	"github.com/distlock/distlock/internal/faultproxy"
-	"github.com/distlock/distlock/internal/testserver"
 )
 
 // TestSessionExpiryReportsLostFirst partitions the holder from ZooKeeper past
 // its session timeout: the holder must hear that its lock is lost before the
 // server expires the session and grants the lock to the waiter.
 func TestSessionExpiryReportsLostFirst(t *testing.T) {
-	srv := testserver.ZooKeeper(t)
+	srv := zkServer(t)
 	proxy := faultproxy.Start(t, srv.Addr())
 	conn := admin(t, srv.Addr())
 	root := uniqueRoot(t)
@@ -100,7 +99,7 @@ func TestSessionExpiryReportsLostFirst(t *testing.T) {
 // a time.
 func TestFIFO(t *testing.T) {
 	const waiters, conns = 50, 5
-	srv := testserver.ZooKeeper(t)
+	srv := zkServer(t)
 	conn := admin(t, srv.Addr())
 	root := uniqueRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

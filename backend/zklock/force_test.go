@@ -8,7 +8,6 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
-	"github.com/distlock/distlock/internal/testserver"
 )
 
 // TestForceRelease frees a held key from a third session: it returns what
@@ -17,7 +16,7 @@ import (
 // free nothing, and the old holder is told. A free key returns ErrNotHeld;
 // a key forced free with nobody waiting can be taken at once.
 func TestForceRelease(t *testing.T) {
-	srv := testserver.ZooKeeper(t)
+	srv := zkServer(t)
 	conn := admin(t, srv.Addr())
 	root := uniqueRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/distlock/distlock"
-	"github.com/distlock/distlock/internal/testserver"
 )
 
 // TestInspectBusyKey: Inspect and List of a key whose holders come and go
@@ -16,7 +15,7 @@ import (
 // finds the head of the queue gone looks at the next entry, instead of
 // listing the queue again and giving up after three tries.
 func TestInspectBusyKey(t *testing.T) {
-	s := testserver.ZooKeeper(t)
+	s := zkServer(t)
 	root := uniqueRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -16,6 +16,7 @@ import (
 // nothing appears outside the root, and that keys which are path prefixes of
 // each other do not exclude each other.
 func TestKeysStayUnderRoot(t *testing.T) {
+	// A server of its own: the test counts the top-level nodes.
 	srv := testserver.ZooKeeper(t)
 	conn := admin(t, srv.Addr())
 	root := uniqueRoot(t)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
-	"github.com/distlock/distlock/internal/testserver"
 )
 
 func rwPathOf(root, name string) string {
@@ -22,7 +21,7 @@ func rwPathOf(root, name string) string {
 // renewed for driver.WriteIntentTTL. The intent is a node of its own,
 // left in place of the refused attempt's.
 func TestWriteIntentExpires(t *testing.T) {
-	srv := testserver.ZooKeeper(t)
+	srv := zkServer(t)
 	conn := admin(t, srv.Addr())
 	root := uniqueRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -74,7 +73,7 @@ func TestWriteIntentExpires(t *testing.T) {
 // writer waiting meanwhile, and checks that the lock's parent is deleted
 // once its queue is empty and that List shows no read-write lock.
 func TestRWLockLeavesNothing(t *testing.T) {
-	srv := testserver.ZooKeeper(t)
+	srv := zkServer(t)
 	conn := admin(t, srv.Addr())
 	root := uniqueRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

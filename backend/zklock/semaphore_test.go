@@ -13,7 +13,6 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
-	"github.com/distlock/distlock/internal/testserver"
 )
 
 func semPathOf(root, name string) string {
@@ -38,7 +37,7 @@ func children(t testing.TB, conn *zk.Conn, node string) []string {
 // attempt leaves no node, a released permit neither, the limit stays; and
 // that a lock of the same name is another thing, which List shows alone.
 func TestSemaphoreNodes(t *testing.T) {
-	srv := testserver.ZooKeeper(t)
+	srv := zkServer(t)
 	conn := admin(t, srv.Addr())
 	root := uniqueRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -98,7 +97,7 @@ func TestSemaphoreNodes(t *testing.T) {
 // stop, the permit is freed at its lease.
 func TestPermitRenewedIsNotExpired(t *testing.T) {
 	const lease = 300 * time.Millisecond
-	srv := testserver.ZooKeeper(t)
+	srv := zkServer(t)
 	root := uniqueRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -150,7 +149,7 @@ func TestPermitRenewedIsNotExpired(t *testing.T) {
 // TestSemaphoreCallsAfterClose checks that every semaphore and read-write
 // lock call fails at once with ErrClosed after Close.
 func TestSemaphoreCallsAfterClose(t *testing.T) {
-	srv := testserver.ZooKeeper(t)
+	srv := zkServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	b := dial(t, srv.Addr(), uniqueRoot(t))
@@ -193,7 +192,7 @@ func TestSemaphoreCallsAfterClose(t *testing.T) {
 // counts the creates and deletes of permit nodes.
 func TestWaitersDoNotWakeEachOther(t *testing.T) {
 	const waiters, wait = 3, time.Second
-	srv := testserver.ZooKeeper(t)
+	srv := zkServer(t)
 	conn := admin(t, srv.Addr())
 	root := uniqueRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -254,7 +253,7 @@ func TestWaitersDoNotWakeEachOther(t *testing.T) {
 // TestSemaphoreBadInput checks that a limit under 1 and an unknown mode
 // fail with ErrInvalidOption and create nothing.
 func TestSemaphoreBadInput(t *testing.T) {
-	srv := testserver.ZooKeeper(t)
+	srv := zkServer(t)
 	conn := admin(t, srv.Addr())
 	root := uniqueRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -282,7 +281,7 @@ func TestSemaphoreBadInput(t *testing.T) {
 // holder's back, as an operator would: the permit is reported lost, and
 // its release says it was not held.
 func TestPermitLostWhenNodeDeleted(t *testing.T) {
-	srv := testserver.ZooKeeper(t)
+	srv := zkServer(t)
 	conn := admin(t, srv.Addr())
 	root := uniqueRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -11,7 +11,6 @@ import (
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/zklock"
 	"github.com/distlock/distlock/internal/faultproxy"
-	"github.com/distlock/distlock/internal/testserver"
 )
 
 // granted is the outcome of a Lock in a goroutine.
@@ -68,7 +67,7 @@ func holdsWithNode(t *testing.T, q []string, l *distlock.Lock, who string) {
 // queue again, keep waiting, and each be granted with its own node first in
 // the queue, one after the other.
 func TestWaitersQueueAgainWhenTheirNodesVanish(t *testing.T) {
-	srv := testserver.ZooKeeper(t)
+	srv := zkServer(t)
 	conn := admin(t, srv.Addr())
 	root := uniqueRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -124,7 +123,7 @@ func TestWaitersQueueAgainWhenTheirNodesVanish(t *testing.T) {
 // wait run out: the error matches ErrNotAcquired and nothing of the waiter
 // stays in the queue.
 func TestWaitWithoutNodeEndsNotAcquired(t *testing.T) {
-	srv := testserver.ZooKeeper(t)
+	srv := zkServer(t)
 	conn := admin(t, srv.Addr())
 	root := uniqueRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -153,7 +152,7 @@ func TestWaitWithoutNodeEndsNotAcquired(t *testing.T) {
 // opens a new session. The waiter must queue again on it and be granted
 // when the holder releases.
 func TestWaiterSessionExpired(t *testing.T) {
-	srv := testserver.ZooKeeper(t)
+	srv := zkServer(t)
 	proxy := faultproxy.Start(t, srv.Addr())
 	conn := admin(t, srv.Addr())
 	root := uniqueRoot(t)
@@ -203,7 +202,7 @@ func mustLock(t *testing.T, ctx context.Context, c *distlock.Client, key string)
 // still take over once the lease has run out (the holder touches its node
 // after a wait, which tells the waiter it is next), and not before.
 func TestLeaseOfHolderGrantedAfterWait(t *testing.T) {
-	srv := testserver.ZooKeeper(t)
+	srv := zkServer(t)
 	conn := admin(t, srv.Addr())
 	root := uniqueRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -19,7 +19,13 @@ import (
 	"github.com/distlock/distlock/locktest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(testserver.WithShared(m)) }
+
+// zkServer returns the ZooKeeper server the package's tests share: none of
+// them stops it, and each keeps to a root node of its own.
+func zkServer(t testing.TB) *testserver.Server {
+	return testserver.Shared(t, "zookeeper", testserver.ZooKeeper)
+}
 
 var seq atomic.Int64
 
@@ -126,7 +132,7 @@ func watchQueue(t testing.TB, conn *zk.Conn, parent string) ([]string, <-chan zk
 func queueLen(n int) func([]string) bool { return func(q []string) bool { return len(q) == n } }
 
 func TestConformance(t *testing.T) {
-	srv := testserver.ZooKeeper(t)
+	srv := zkServer(t)
 	conn := admin(t, srv.Addr())
 	root := uniqueRoot(t)
 	locktest.Run(t, locktest.Harness{
