@@ -54,10 +54,18 @@ generate:
 	PATH="$(CURDIR)/bin/tools:$$PATH" bin/tools/buf lint
 	rm -rf gen/distlock
 	PATH="$(CURDIR)/bin/tools:$$PATH" bin/tools/buf generate
+	./scripts/proto-sum.sh >gen/proto.sum
 
 # generate-check fails if the committed gen/ differs from what generate makes.
-generate-check: generate
-	@out="$$(git status --porcelain -- gen)"; if [ -n "$$out" ]; then echo "gen/ is not what make generate makes; run make generate and commit:"; echo "$$out"; git diff --stat -- gen; exit 1; fi
+# It regenerates only when gen/proto.sum, the checksum of the protos, the
+# generators' versions and gen/ that generate recorded, no longer matches.
+generate-check:
+	@if [ "$$(./scripts/proto-sum.sh)" = "$$(cat gen/proto.sum 2>/dev/null)" ]; then \
+		echo "gen/ is what make generate made of proto/ (gen/proto.sum matches)"; \
+	else \
+		$(MAKE) --no-print-directory generate && \
+		out="$$(git status --porcelain -- gen)"; if [ -n "$$out" ]; then echo "gen/ is not what make generate makes; run make generate and commit:"; echo "$$out"; git diff --stat -- gen; exit 1; fi; \
+	fi
 
 # make build  builds the distlock binary into bin/.
 build:
