@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3lock/v3lockpb"
+
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/remotelock"
 )
@@ -18,14 +21,19 @@ import (
 // BenchmarkRemote measures Lock+Release through the service (remotelock,
 // h2c, Connect protocol) against the same store's backend used directly,
 // on etcd and on Redis, at 1, 16 and 64 concurrent callers, each on a key
-// of its own. remote is remotelock's default transport (h2c, one
-// connection); remote-h1 is remotelock over HTTP/1.1 (a connection per
-// concurrent call). The paths run in alternating rounds, so that all see
-// the same load on a shared machine. It reports for each path its
-// throughput (ops/s) and median latency (p50-µs), the ratio of a remote
-// path's throughput to the direct one's (remote/direct), and the median of
-// a bare HTTP/2 round trip to the service on loopback (rtt-p50-µs), the
-// yardstick of the service's overhead:
+// of its own, and at 16 callers on one key (contended). remote is
+// remotelock's default transport (h2c, one connection); remote-h1 is
+// remotelock over HTTP/1.1 (a connection per concurrent call). On etcd it
+// also runs etcd's own lock service (etcd-lock: the v3lock Lock and Unlock
+// calls etcdctl lock makes, served by the same etcd, each caller with a
+// lease of its own, as etcdctl's session has), the peer a user would pick
+// instead of the service. The paths run in alternating rounds, so that all
+// see the same load on a shared machine. It reports for each path its
+// throughput (ops/s) and median latency (p50-µs), the ratio of the
+// service's throughput to the direct path's (remote/direct) and to etcd's
+// lock service (remote/etcd-lock), and the median of a bare HTTP/2 round
+// trip to the service on loopback (rtt-p50-µs), the yardstick of the
+// service's overhead:
 //
 //	cd cmd/distlock && go test -run '^$' -bench BenchmarkRemote -benchtime 2000x ./internal/server
 func BenchmarkRemote(b *testing.B) {
@@ -46,17 +54,27 @@ func BenchmarkRemote(b *testing.B) {
 				_ = remote1.Close()
 				h1.CloseIdleConnections()
 			})
+			paths := []benchPath{clientPath("direct", direct), clientPath("remote", remote), clientPath("remote-h1", remote1)}
+			if st.name == "etcd" {
+				paths = append(paths, etcdLockPath(b, st.addr, 64))
+			}
 			rtt := remoteRTT(b, svc.url)
-			for _, callers := range []int{1, 16, 64} {
-				b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
-					paths := []*distlock.Client{direct, remote, remote1}
+			for _, shape := range []struct {
+				callers   int
+				contended bool
+			}{{1, false}, {16, false}, {64, false}, {16, true}} {
+				name := fmt.Sprintf("callers=%d", shape.callers)
+				if shape.contended {
+					name += "/one-key"
+				}
+				b.Run(name, func(b *testing.B) {
 					lat := make([][]time.Duration, len(paths))
 					took := make([]time.Duration, len(paths))
 					b.ResetTimer()
 					for done := 0; done < b.N; {
-						n := min(b.N-done, 50*callers)
-						for i, c := range paths {
-							d, l := remoteRound(b, c, st.name, callers, n)
+						n := min(b.N-done, 50*shape.callers)
+						for i, p := range paths {
+							d, l := remoteRound(b, p, st.name, shape.callers, n, shape.contended)
 							took[i] += d
 							lat[i] = append(lat[i], l...)
 						}
@@ -66,12 +84,13 @@ func BenchmarkRemote(b *testing.B) {
 						done += n
 					}
 					b.StopTimer()
-					for i, name := range []string{"direct", "remote", "remote-h1"} {
-						b.ReportMetric(float64(b.N)/took[i].Seconds(), name+"-ops/s")
-						b.ReportMetric(float64(median(lat[i]).Nanoseconds())/1e3, name+"-p50-µs")
+					for i, p := range paths {
+						b.ReportMetric(float64(b.N)/took[i].Seconds(), p.name+"-ops/s")
+						b.ReportMetric(float64(median(lat[i]).Nanoseconds())/1e3, p.name+"-p50-µs")
+						if i != 1 { // the service's throughput over this path's
+							b.ReportMetric(took[i].Seconds()/took[1].Seconds(), "remote/"+p.name)
+						}
 					}
-					b.ReportMetric(took[0].Seconds()/took[1].Seconds(), "remote/direct")
-					b.ReportMetric(took[0].Seconds()/took[2].Seconds(), "remote-h1/direct")
 					b.ReportMetric(float64(rtt.Nanoseconds())/1e3, "rtt-p50-µs")
 					b.ReportMetric(0, "ns/op") // the paths' own metrics say it
 				})
@@ -80,10 +99,65 @@ func BenchmarkRemote(b *testing.B) {
 	}
 }
 
-// remoteRound makes n Lock+Release calls on c from callers goroutines,
-// caller i on a key of its own, and returns the wall time they took and
-// the latency of each.
-func remoteRound(b *testing.B, c *distlock.Client, store string, callers, n int) (time.Duration, []time.Duration) {
+// benchPath is one way of taking and releasing a lock in BenchmarkRemote.
+type benchPath struct {
+	name string
+	// cycle locks key, waiting for it, and releases it, as caller.
+	cycle func(ctx context.Context, caller int, key string) error
+}
+
+// clientPath is Lock+Release through c.
+func clientPath(name string, c *distlock.Client) benchPath {
+	return benchPath{name: name, cycle: func(ctx context.Context, _ int, key string) error {
+		l, err := c.Lock(ctx, key, distlock.WithWait(5*time.Second))
+		if err != nil {
+			return err
+		}
+		return l.Release(ctx)
+	}}
+}
+
+// etcdLockPath is Lock+Unlock through etcd's own lock service at endpoint,
+// over one client connection, for up to callers callers, each with a lease
+// of its own kept alive while b runs.
+func etcdLockPath(b *testing.B, endpoint string, callers int) benchPath {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(func() {
+		cancel()
+		_ = cli.Close()
+	})
+	leases := make([]clientv3.LeaseID, callers)
+	for i := range leases {
+		g, err := cli.Grant(ctx, 60)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := cli.KeepAlive(ctx, g.ID); err != nil {
+			b.Fatal(err)
+		}
+		leases[i] = g.ID
+	}
+	locks := v3lockpb.NewLockClient(cli.ActiveConnection())
+	return benchPath{name: "etcd-lock", cycle: func(ctx context.Context, caller int, key string) error {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		l, err := locks.Lock(wctx, &v3lockpb.LockRequest{Name: []byte(key), Lease: int64(leases[caller])})
+		if err != nil {
+			return err
+		}
+		_, err = locks.Unlock(ctx, &v3lockpb.UnlockRequest{Key: l.Key})
+		return err
+	}}
+}
+
+// remoteRound makes n Lock+Release cycles on p from callers goroutines,
+// caller i on a key of its own unless contended, and returns the wall time
+// they took and the latency of each.
+func remoteRound(b *testing.B, p benchPath, store string, callers, n int, contended bool) (time.Duration, []time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var (
@@ -95,7 +169,10 @@ func remoteRound(b *testing.B, c *distlock.Client, store string, callers, n int)
 	start := time.Now()
 	for i := range callers {
 		wg.Go(func() {
-			key := fmt.Sprintf("bench/%s/%d", store, i)
+			key := fmt.Sprintf("bench/%s/%s/%d", p.name, store, i)
+			if contended {
+				key = fmt.Sprintf("bench/%s/%s/one", p.name, store)
+			}
 			mine := make([]time.Duration, 0, n/callers+1)
 			defer func() {
 				mu.Lock()
@@ -104,13 +181,8 @@ func remoteRound(b *testing.B, c *distlock.Client, store string, callers, n int)
 			}()
 			for next.Add(1) <= int64(n) {
 				t0 := time.Now()
-				l, err := c.Lock(ctx, key, distlock.WithWait(5*time.Second))
-				if err != nil {
-					b.Errorf("lock %s: %v", key, err)
-					return
-				}
-				if err := l.Release(ctx); err != nil {
-					b.Errorf("release %s: %v", key, err)
+				if err := p.cycle(ctx, i, key); err != nil {
+					b.Errorf("%s: lock and release %s: %v", p.name, key, err)
 					return
 				}
 				mine = append(mine, time.Since(t0))
