@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"testing"
@@ -121,6 +122,10 @@ const (
 	remoteServeEnv = "DISTLOCK_TEST_REMOTE_SERVE" // store name and address: "redis 127.0.0.1:6379"
 	remoteRateEnv  = "DISTLOCK_TEST_REMOTE_RATE"  // "rate burst"; unset: no rate limit
 	remoteTLSEnv   = "DISTLOCK_TEST_REMOTE_TLS"   // "cert.pem key.pem": serve HTTPS; unset: h2c
+	// A file for the service process's CPU profile, to see where a
+	// benchmark's time goes on the service's side:
+	//	DISTLOCK_TEST_SERVICE_CPUPROFILE=/tmp/svc.pprof go test -run '^$' -bench BenchmarkRemote ./internal/server
+	remoteProfileEnv = "DISTLOCK_TEST_SERVICE_CPUPROFILE"
 )
 
 // startRemoteService starts a service over st with the keyring of the
@@ -240,6 +245,19 @@ func TestRemoteServiceProcess(t *testing.T) {
 		t.Skip("the service process of the remote tests, started by them")
 	}
 	name, addr, _ := strings.Cut(spec, " ")
+	if path := os.Getenv(remoteProfileEnv); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		}()
+	}
 	limits := server.Limits{RatePerTenant: math.Inf(1)}
 	if r := os.Getenv(remoteRateEnv); r != "" {
 		if _, err := fmt.Sscan(r, &limits.RatePerTenant, &limits.Burst); err != nil {
