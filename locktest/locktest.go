@@ -145,6 +145,7 @@ func cases(h Harness) []subtest {
 		{"InspectAndList", s.inspectAndList},
 		{"ListShowsOnlyLocks", s.listShowsOnlyLocks},
 		{"ListPages", s.listPages},
+		{"PrefixWatch", s.prefixWatch},
 		{"InvalidInputTouchesNoStore", s.invalidInput},
 		{"ReleaseAndRenewAfterRelease", s.afterRelease},
 		{"CloseEndsWait", s.closeEndsWait},
