@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/pinned"
 )
 
 // holder is what a grant writes to the holder table besides the key.
@@ -53,10 +54,10 @@ func grab(ctx context.Context, conn *sql.Conn, req driver.AcquireRequest, h hold
 // the lock is granted. The fence and the holder record are written by the
 // same statement, once the lock is taken.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	if err := b.enter("acquire", req.Key); err != nil {
+	if err := b.holds.Enter("acquire", req.Key); err != nil {
 		return driver.Grant{}, err
 	}
-	defer b.wg.Done()
+	defer b.holds.Leave()
 	h, err := b.prepare(ctx, req)
 	if err != nil {
 		return driver.Grant{}, err
@@ -86,9 +87,6 @@ func (b *Backend) try(ctx context.Context, conn *sql.Conn, req driver.AcquireReq
 	return b.pin(conn, req, h.name, fence, sent)
 }
 
-// errSessionEnded marks a wait whose session the server ended.
-var errSessionEnded = errors.New("the waiting session ended")
-
 // AcquireWait waits for the lock in GET_LOCK, in the server's own queue of
 // the name, until ctx ends; a free key is granted at once. When
 // ctx ends (or Close begins) the wait is ended from another connection of
@@ -98,10 +96,10 @@ var errSessionEnded = errors.New("the waiting session ended")
 // operator) is replaced by a new one that waits on, at the back of the
 // queue.
 func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	if err := b.enter("acquire", req.Key); err != nil {
+	if err := b.holds.Enter("acquire", req.Key); err != nil {
 		return driver.Grant{}, err
 	}
-	defer b.wg.Done()
+	defer b.holds.Leave()
 	h, err := b.prepare(ctx, req)
 	if err != nil {
 		return driver.Grant{}, err
@@ -111,10 +109,10 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 	defer context.AfterFunc(b.closing, cancel)()
 	for {
 		g, err := b.waitOnce(wctx, req, h)
-		if b.closed.Load() && err != nil {
+		if b.holds.Closed() && err != nil {
 			return g, errors.Join(fmt.Errorf("mysqllock: acquire %q: %w", req.Key, driver.ErrClosed), err)
 		}
-		if !errors.Is(err, errSessionEnded) || wctx.Err() != nil {
+		if !errors.Is(err, pinned.ErrSessionEnded) || wctx.Err() != nil {
 			return g, err
 		}
 	}
@@ -170,7 +168,7 @@ func (b *Backend) waitOnce(ctx context.Context, req driver.AcquireRequest, h hol
 	if err != nil {
 		destroy(conn)
 		if !sessionLives(err) {
-			return driver.Grant{}, fmt.Errorf("mysqllock: acquire %q: %w: %w", req.Key, errSessionEnded, err)
+			return driver.Grant{}, fmt.Errorf("mysqllock: acquire %q: %w: %w", req.Key, pinned.ErrSessionEnded, err)
 		}
 		return driver.Grant{}, fmt.Errorf("mysqllock: acquire %q: %w", req.Key, err)
 	}
@@ -217,7 +215,7 @@ func (b *Backend) killQuery(ctx context.Context, id uint64, finished <-chan stru
 	}
 	select {
 	case <-finished:
-	case <-time.After(cleanupTimeout):
+	case <-time.After(pinned.CleanupTimeout):
 		drop()
 		<-finished
 	}
@@ -237,11 +235,7 @@ func (b *Backend) conn(ctx context.Context, key string, bound time.Duration) (*s
 		return c, nil
 	}
 	if st := b.db.Stats(); actx.Err() != nil && st.MaxOpenConnections > 0 && st.InUse >= st.MaxOpenConnections {
-		b.mu.Lock()
-		n := len(b.held)
-		b.mu.Unlock()
-		return nil, fmt.Errorf("mysqllock: acquire %q: %w: all %d connections in use, %d pinned by locks this backend holds: %w",
-			key, ErrPoolExhausted, st.MaxOpenConnections, n, err)
+		return nil, b.holds.PoolExhausted(key, ErrPoolExhausted, st.MaxOpenConnections, err)
 	}
 	return nil, fmt.Errorf("mysqllock: acquire %q: connection: %w", key, err)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/mysqlurl"
+	"github.com/distlock/distlock/internal/pinned"
 )
 
 func init() {
@@ -34,21 +35,15 @@ type Backend struct {
 	ownDB bool
 	opts  options
 
-	closed  atomic.Bool        // set under mu by Close: every call returns driver.ErrClosed
-	closing context.Context    // done once Close begins: ends every wait
-	endAll  context.CancelFunc // ends closing
+	holds   *pinned.Holds[*session] // calls in flight enter it
+	closing context.Context         // done once Close begins: ends every wait
+	endAll  context.CancelFunc      // ends closing
 
 	schemaMu sync.Mutex
 	schemaOK atomic.Bool
 
-	mu   sync.Mutex
-	held map[string]*pinned // by token
-	wg   sync.WaitGroup     // calls in flight, keepalive rounds, the cleanup loop
-
 	idMu sync.Mutex
 	ids  map[any]uint64 // session ids by the driver's connection, see connID
-
-	stopCleanup context.CancelFunc
 }
 
 var (
@@ -76,13 +71,11 @@ func New(db *sql.DB, opts ...Option) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{db: db, opts: o, held: make(map[string]*pinned), ids: make(map[any]uint64)}
+	b := &Backend{db: db, opts: o, ids: make(map[any]uint64),
+		holds: pinned.New[*session](pinned.Config{Name: "mysqllock", Keepalive: o.keepalive})}
 	b.closing, b.endAll = context.WithCancel(context.Background())
 	if o.cleanupEvery > 0 {
-		var ctx context.Context
-		ctx, b.stopCleanup = context.WithCancel(context.Background())
-		b.wg.Add(1)
-		go b.cleanupLoop(ctx)
+		b.holds.StartCleanup(o.cleanupEvery, o.cleanupBatch, b.Cleanup)
 	}
 	return b, nil
 }
@@ -200,34 +193,14 @@ func durationParam(opts *[]Option, with func(time.Duration) Option) func(string)
 // Name returns "mysql".
 func (b *Backend) Name() string { return "mysql" }
 
-// closedError is the error of operation op on key once Close was called.
-func (b *Backend) closedError(op, key string) error {
-	if !b.closed.Load() {
-		return nil
-	}
-	return fmt.Errorf("mysqllock: %s %q: %w", op, key, driver.ErrClosed)
-}
-
-// enter registers a call or background work unless the backend is closed;
-// the caller calls b.wg.Done when it ends.
-func (b *Backend) enter(op, key string) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed.Load() {
-		return fmt.Errorf("mysqllock: %s %q: %w", op, key, driver.ErrClosed)
-	}
-	b.wg.Add(1)
-	return nil
-}
-
 // Migrate creates the holder table if it does not exist. Backends also do it
 // on first use; call it at deployment when the locking user may not create
 // tables.
 func (b *Backend) Migrate(ctx context.Context) error {
-	if err := b.enter("migrate", ""); err != nil {
+	if err := b.holds.Enter("migrate", ""); err != nil {
 		return err
 	}
-	defer b.wg.Done()
+	defer b.holds.Leave()
 	return b.migrate(ctx)
 }
 
@@ -271,54 +244,10 @@ func (b *Backend) ensureSchema(ctx context.Context) error {
 // and closes the handle if Open created it. Every call after Close returns an
 // error matching driver.ErrClosed.
 func (b *Backend) Close() error {
-	b.mu.Lock()
-	if b.closed.Load() {
-		b.mu.Unlock()
-		return nil
-	}
-	b.closed.Store(true)
-	held := make([]*pinned, 0, len(b.held))
-	for _, p := range b.held {
-		held = append(held, p)
-	}
-	b.mu.Unlock()
-	b.endAll()
-	if b.stopCleanup != nil {
-		b.stopCleanup()
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-	defer cancel()
-	var errs []error
-	for _, p := range held {
-		if err := p.release(ctx); err != nil && !errors.Is(err, driver.ErrNotHeld) {
-			errs = append(errs, err)
+	return b.holds.Close(b.endAll, func() error {
+		if b.ownDB {
+			return b.db.Close()
 		}
-	}
-	b.wg.Wait()
-	if b.ownDB {
-		errs = append(errs, b.db.Close())
-	}
-	return errors.Join(errs...)
-}
-
-// cleanupTimeout bounds work the backend does on its own behalf.
-const cleanupTimeout = 5 * time.Second
-
-// lookup returns the pinned connection of token if it holds key.
-func (b *Backend) lookup(key, token string) *pinned {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if p := b.held[token]; p != nil && p.key == key {
-		return p
-	}
-	return nil
-}
-
-// forget drops p from the table once its lock ends.
-func (b *Backend) forget(p *pinned) {
-	b.mu.Lock()
-	if b.held[p.token] == p {
-		delete(b.held, p.token)
-	}
-	b.mu.Unlock()
+		return nil
+	})
 }

@@ -16,29 +16,29 @@ import (
 // lease to ttl from now, in the holder record too. The named lock lives as
 // long as the session.
 func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := b.closedError("renew", key); err != nil {
+	if err := b.holds.ClosedError("renew", key); err != nil {
 		return err
 	}
-	p := b.lookup(key, token)
+	p := b.holds.Lookup(key, token)
 	if p == nil {
 		return fmt.Errorf("mysqllock: renew %q: %w", key, driver.ErrNotHeld)
 	}
-	return p.renew(ctx, ttl)
+	return p.Renew(ctx, ttl)
 }
 
 // Release frees key (RELEASE_LOCK) if token holds it through this backend,
 // and returns its connection to the pool, or closes it if the release failed.
 // A renewal or keepalive in flight on the connection finishes first.
 func (b *Backend) Release(ctx context.Context, key, token string) error {
-	if err := b.enter("release", key); err != nil {
+	if err := b.holds.Enter("release", key); err != nil {
 		return err
 	}
-	defer b.wg.Done()
-	p := b.lookup(key, token)
+	defer b.holds.Leave()
+	p := b.holds.Lookup(key, token)
 	if p == nil {
 		return fmt.Errorf("mysqllock: release %q: %w", key, driver.ErrNotHeld)
 	}
-	return p.release(ctx)
+	return p.Release(ctx)
 }
 
 // record is a row of the holder table as Inspect, List and ForceRelease read it.
@@ -85,10 +85,10 @@ func (b *Backend) inspect(ctx context.Context, key string) (state, error) {
 // grant while its row remains. A lock taken on key's name outside mysqllock
 // (SELECT GET_LOCK(LockName(key), ...)) is reported held, without the rest.
 func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
-	if err := b.enter("inspect", key); err != nil {
+	if err := b.holds.Enter("inspect", key); err != nil {
 		return driver.Info{}, err
 	}
-	defer b.wg.Done()
+	defer b.holds.Leave()
 	if err := b.ensureSchema(ctx); err != nil {
 		return driver.Info{}, fmt.Errorf("mysqllock: inspect %q: %w", key, err)
 	}
@@ -131,10 +131,10 @@ func (b *Backend) ListPage(ctx context.Context, prefix, after string, limit int)
 
 // list returns the holders that q, a listing statement, reads with args.
 func (b *Backend) list(ctx context.Context, prefix, q string, args ...any) ([]driver.Info, error) {
-	if err := b.enter("list", prefix); err != nil {
+	if err := b.holds.Enter("list", prefix); err != nil {
 		return nil, err
 	}
-	defer b.wg.Done()
+	defer b.holds.Leave()
 	if err := b.ensureSchema(ctx); err != nil {
 		return nil, fmt.Errorf("mysqllock: list %q: %w", prefix, err)
 	}
@@ -178,10 +178,10 @@ func (b *Backend) list(ctx context.Context, prefix, q string, args ...any) ([]dr
 // errors.ErrUnsupported that says why. If no session holds key it returns an
 // error matching driver.ErrNotHeld and ends nothing.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
-	if err := b.enter("force release", key); err != nil {
+	if err := b.holds.Enter("force release", key); err != nil {
 		return driver.Info{}, err
 	}
-	defer b.wg.Done()
+	defer b.holds.Leave()
 	if err := driver.ValidateKey(key); err != nil {
 		return driver.Info{}, fmt.Errorf("mysqllock: force release: %w", err)
 	}
@@ -232,10 +232,10 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, er
 // and returns how many it deleted. A later grant of such a key draws a fence
 // above every one the row had (see the package doc).
 func (b *Backend) Cleanup(ctx context.Context) (int64, error) {
-	if err := b.enter("cleanup", ""); err != nil {
+	if err := b.holds.Enter("cleanup", ""); err != nil {
 		return 0, err
 	}
-	defer b.wg.Done()
+	defer b.holds.Leave()
 	if err := b.ensureSchema(ctx); err != nil {
 		return 0, fmt.Errorf("mysqllock: cleanup: %w", err)
 	}
@@ -246,27 +246,4 @@ func (b *Backend) Cleanup(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("mysqllock: cleanup: %w", err)
 	}
 	return res.RowsAffected()
-}
-
-// cleanupLoop runs Cleanup every interval until ctx ends; a full batch runs
-// the next one at once, at most 100 in a row.
-func (b *Backend) cleanupLoop(ctx context.Context) {
-	defer b.wg.Done()
-	t := time.NewTicker(b.opts.cleanupEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		for range 100 {
-			cctx, cancel := context.WithTimeout(ctx, b.opts.cleanupEvery)
-			n, err := b.Cleanup(cctx)
-			cancel()
-			if err != nil || n < int64(b.opts.cleanupBatch) {
-				break
-			}
-		}
-	}
 }

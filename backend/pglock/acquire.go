@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/pinned"
 )
 
 // Acquire makes one attempt with pg_try_advisory_lock on a connection it pins
@@ -46,9 +47,6 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	return b.pin(conn, req, id, fence, sent, meta)
 }
 
-// errSessionEnded marks a wait whose session the server ended.
-var errSessionEnded = errors.New("the waiting session ended")
-
 // AcquireWait waits for the lock with pg_advisory_lock, in the database's own
 // queue, until ctx ends. Cancellation sends PostgreSQL a cancel request, so
 // the session leaves the queue at once; the connection is then destroyed, so
@@ -65,7 +63,7 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 	}
 	for {
 		g, err := b.waitOnce(ctx, req, meta)
-		if !errors.Is(err, errSessionEnded) || ctx.Err() != nil {
+		if !errors.Is(err, pinned.ErrSessionEnded) || ctx.Err() != nil {
 			return g, err
 		}
 	}
@@ -89,7 +87,7 @@ func (b *Backend) waitOnce(ctx context.Context, req driver.AcquireRequest, meta 
 	cancelDone := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		defer close(cancelDone)
-		cctx, cancel := context.WithTimeout(qctx, cleanupTimeout)
+		cctx, cancel := context.WithTimeout(qctx, pinned.CleanupTimeout)
 		defer cancel()
 		_ = conn.Conn().PgConn().CancelRequest(cctx)
 		<-cctx.Done() // the query ended, or the server ignored the cancel
@@ -109,7 +107,7 @@ func (b *Backend) waitOnce(ctx context.Context, req driver.AcquireRequest, meta 
 		ended := conn.Conn().IsClosed()
 		destroy(conn)
 		if ended {
-			return driver.Grant{}, fmt.Errorf("pglock: acquire %q: %w: %w", req.Key, errSessionEnded, err)
+			return driver.Grant{}, fmt.Errorf("pglock: acquire %q: %w: %w", req.Key, pinned.ErrSessionEnded, err)
 		}
 		return driver.Grant{}, fmt.Errorf("pglock: acquire %q: %w", req.Key, err)
 	}
@@ -161,11 +159,7 @@ func (b *Backend) conn(ctx context.Context, key string, bound *sharedBound) (*pg
 		return c, nil
 	}
 	if st := b.pool.Stat(); actx.Err() != nil && st.AcquiredConns() >= st.MaxConns() {
-		b.mu.Lock()
-		n := len(b.held)
-		b.mu.Unlock()
-		return nil, fmt.Errorf("pglock: acquire %q: %w: all %d connections in use, %d pinned by locks this backend holds: %w",
-			key, ErrPoolExhausted, st.MaxConns(), n, err)
+		return nil, b.holds.PoolExhausted(key, ErrPoolExhausted, int(st.MaxConns()), err)
 	}
 	if actx.Err() != nil && ctx.Err() == nil {
 		cfg := b.pool.Config().ConnConfig

@@ -3,7 +3,6 @@ package pglock
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/distlock/distlock/driver"
 )
@@ -15,7 +14,7 @@ import (
 // of holds that ended without a release, lapsed write intents). Fences stay
 // increasing: they come from the sequence, not from the rows.
 func (b *Backend) Cleanup(ctx context.Context) (int64, error) {
-	if b.closed.Load() {
+	if b.holds.Closed() {
 		return 0, fmt.Errorf("pglock: cleanup: %w", driver.ErrClosed)
 	}
 	if err := b.ensureSchema(ctx); err != nil {
@@ -39,27 +38,4 @@ func (b *Backend) Cleanup(ctx context.Context) (int64, error) {
 		n += tag.RowsAffected()
 	}
 	return n, nil
-}
-
-// cleanupLoop runs Cleanup every interval until ctx ends; a full batch runs
-// the next one at once, at most 100 in a row.
-func (b *Backend) cleanupLoop(ctx context.Context) {
-	defer b.wg.Done()
-	t := time.NewTicker(b.opts.cleanupEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		for range 100 {
-			cctx, cancel := context.WithTimeout(ctx, b.opts.cleanupEvery)
-			n, err := b.Cleanup(cctx)
-			cancel()
-			if err != nil || n < int64(b.opts.cleanupBatch) {
-				break
-			}
-		}
-	}
 }

@@ -21,11 +21,11 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 	if err := b.closedError("renew", key); err != nil {
 		return err
 	}
-	p := b.lookup(key, token)
+	p := b.holds.Lookup(key, token)
 	if p == nil {
 		return fmt.Errorf("pglock: renew %q: %w", key, driver.ErrNotHeld)
 	}
-	return p.renew(ctx, ttl)
+	return p.Renew(ctx, ttl)
 }
 
 // Release unlocks key if token holds it through this backend, and returns
@@ -35,11 +35,11 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 	if err := b.closedError("release", key); err != nil {
 		return err
 	}
-	p := b.lookup(key, token)
+	p := b.holds.Lookup(key, token)
 	if p == nil {
 		return fmt.Errorf("pglock: release %q: %w", key, driver.ErrNotHeld)
 	}
-	return p.release(ctx)
+	return p.Release(ctx)
 }
 
 // Inspect reports whether any session holds key's advisory lock (pg_locks)
@@ -80,7 +80,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 		}
 	case held:
 		if p := b.heldBy(key, uint32(pid)); p != nil {
-			info = p.describe()
+			info = p.Info()
 		}
 	case b.opts.rowMode() == rowsAtGrant:
 		info.Fence = uint64(fence)
@@ -89,21 +89,14 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 }
 
 // heldBy returns this backend's hold of key on the session pid, if any.
-func (b *Backend) heldBy(key string, pid uint32) *pinned {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, p := range b.held {
-		if p.key == key && p.pid == pid {
-			return p
+func (b *Backend) heldBy(key string, pid uint32) (held *session) {
+	b.holds.Range(func(p *session) bool {
+		if p.Key == key && p.pid == pid {
+			held = p
 		}
-	}
-	return nil
-}
-
-// describe is what this backend knows of its hold p.
-func (p *pinned) describe() driver.Info {
-	ttl := max(time.Until(time.Unix(0, p.deadlineNS.Load())), 0)
-	return driver.Info{Key: p.key, Held: true, Fence: uint64(p.fence), TTL: ttl, Meta: p.info}
+		return held == nil
+	})
+	return held
 }
 
 // List returns the locks taken through pglock whose keys start with prefix
@@ -179,14 +172,13 @@ func (b *Backend) withOwn(infos []driver.Info, prefix, after string) []driver.In
 	for _, in := range infos {
 		listed[in.Key] = true
 	}
-	b.mu.Lock()
-	for _, p := range b.held {
-		if !p.published.Load() && !listed[p.key] && strings.HasPrefix(p.key, prefix) && p.key > after {
-			infos = append(infos, p.describe())
-			listed[p.key] = true
+	b.holds.Range(func(p *session) bool {
+		if !p.published.Load() && !listed[p.Key] && strings.HasPrefix(p.Key, prefix) && p.Key > after {
+			infos = append(infos, p.Info())
+			listed[p.Key] = true
 		}
-	}
-	b.mu.Unlock()
+		return true
+	})
 	slices.SortFunc(infos, func(a, b driver.Info) int { return strings.Compare(a.Key, b.Key) })
 	return infos
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/pinned"
 )
 
 func init() {
@@ -105,25 +106,13 @@ type Backend struct {
 	ownPool bool
 	opts    options
 
-	closed    atomic.Bool // set under mu by Close: every call returns driver.ErrClosed
+	holds     *pinned.Holds[*session]
 	poolBound sharedBound // see WithPoolWait
 	reqBound  sharedBound // see WithRequestTimeout
 
 	schemaMu sync.Mutex
 	schemaOK atomic.Bool
 	keyIDs   atomic.Pointer[KeyIDs] // the database's scheme; nil until Migrate read it
-
-	mu        sync.Mutex
-	held      map[string]*pinned // by token
-	kaRunning bool               // the keepalive loop runs
-	kaNext    time.Time          // when the keepalive loop looks next
-	kaDue     time.Time          // no keepalive round is due before; zero: look
-	kaWake    chan struct{}      // wakes the keepalive loop early
-	fresh     []*pinned          // held locks not yet armed, in the order taken
-	tookLock  bool               // a lock was taken since the loop last looked
-	wg        sync.WaitGroup     // keepalive loop and rounds, the cleanup loop
-
-	stopCleanup context.CancelFunc
 }
 
 var (
@@ -147,24 +136,17 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{pool: pool, opts: o, held: make(map[string]*pinned), kaWake: make(chan struct{}, 1)}
+	b := &Backend{pool: pool, opts: o,
+		holds: pinned.New[*session](pinned.Config{Name: "pglock", Keepalive: o.keepalive, WatchDelay: o.watchDelay})}
 	b.poolBound.d, b.reqBound.d = o.poolWait, o.requestTimeout
 	if o.cleanupEvery > 0 {
-		var ctx context.Context
-		ctx, b.stopCleanup = context.WithCancel(context.Background())
-		b.wg.Add(1)
-		go b.cleanupLoop(ctx)
+		b.holds.StartCleanup(o.cleanupEvery, o.cleanupBatch, b.Cleanup)
 	}
 	return b, nil
 }
 
 // closedError is the error of operation op on key once Close was called.
-func (b *Backend) closedError(op, key string) error {
-	if !b.closed.Load() {
-		return nil
-	}
-	return fmt.Errorf("pglock: %s %q: %w", op, key, driver.ErrClosed)
-}
+func (b *Backend) closedError(op, key string) error { return b.holds.ClosedError(op, key) }
 
 // Name returns "postgres".
 func (b *Backend) Name() string { return "postgres" }
@@ -213,7 +195,7 @@ func (b *Backend) KeyIDs() KeyIDs {
 // do it on first use; call it at deployment when the locking role may not
 // create objects.
 func (b *Backend) Migrate(ctx context.Context) error {
-	if b.closed.Load() {
+	if b.holds.Closed() {
 		return fmt.Errorf("pglock: migrate: %w", driver.ErrClosed)
 	}
 	conn, qctx, done, err := b.pooled(ctx)
@@ -296,63 +278,10 @@ func (b *Backend) ensureSchema(ctx context.Context) error {
 // connections, stops the cleanup, and closes the pool if Open created it.
 // Every call after Close returns an error matching driver.ErrClosed.
 func (b *Backend) Close() error {
-	b.mu.Lock()
-	if b.closed.Load() {
-		b.mu.Unlock()
-		return nil
-	}
-	b.closed.Store(true)
-	held := make([]*pinned, 0, len(b.held))
-	for _, p := range b.held {
-		held = append(held, p)
-	}
-	b.wakeKeepaliveLocked()
-	b.mu.Unlock()
-
-	if b.stopCleanup != nil {
-		b.stopCleanup()
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-	defer cancel()
-	var errs []error
-	for _, p := range held {
-		if err := p.release(ctx); err != nil && !errors.Is(err, driver.ErrNotHeld) {
-			errs = append(errs, err)
+	return b.holds.Close(nil, func() error {
+		if b.ownPool {
+			b.pool.Close()
 		}
-	}
-	b.wg.Wait()
-	if b.ownPool {
-		b.pool.Close()
-	}
-	return errors.Join(errs...)
-}
-
-// enter registers background work unless the backend is closing.
-func (b *Backend) enter() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed.Load() {
-		return false
-	}
-	b.wg.Add(1)
-	return true
-}
-
-// lookup returns the pinned connection of token if it holds key.
-func (b *Backend) lookup(key, token string) *pinned {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if p := b.held[token]; p != nil && p.key == key {
-		return p
-	}
-	return nil
-}
-
-// forget drops p from the table once its lock ends.
-func (b *Backend) forget(p *pinned) {
-	b.mu.Lock()
-	if b.held[p.token] == p {
-		delete(b.held, p.token)
-	}
-	b.mu.Unlock()
+		return nil
+	})
 }

@@ -66,7 +66,7 @@ func (b *Backend) RenewRW(ctx context.Context, name, token string, ttl time.Dura
 // ReleaseRW unlocks token's hold of name in its mode, deletes its row and
 // wakes the name's waiters (NOTIFY distlock_pg_rw).
 func (b *Backend) ReleaseRW(ctx context.Context, name, token string) error {
-	return b.releaseHold(ctx, rwKind, name, token, rwReleaseSQL, func(p *pinned) []any { return []any{p.id, b.rowName(name), token} })
+	return b.releaseHold(ctx, rwKind, name, token, rwReleaseSQL, func(p *session) []any { return []any{p.id, b.rowName(name), token} })
 }
 
 // WithdrawIntent removes a waiting writer's intent on name and, if it was

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/pinned"
 )
 
 // What read-write locks and semaphores share: their tables, holds pinned as
@@ -106,7 +107,7 @@ func (b *Backend) pinHold(conn *pgxpool.Conn, req driver.AcquireRequest, kind st
 	if err != nil {
 		return driver.Grant{}, fmt.Errorf("pglock: %s %q: %w", kind, name, err)
 	}
-	if p := b.lookup(req.Key, req.Token); p != nil {
+	if p := b.holds.Lookup(req.Key, req.Token); p != nil {
 		p.published.Store(true)
 	}
 	return g, nil
@@ -120,25 +121,25 @@ func (b *Backend) renewHold(ctx context.Context, kind, name, token string, ttl t
 	if err := b.closedError("renew", name); err != nil {
 		return err
 	}
-	p := b.lookup(holdKey(kind, name), token)
+	p := b.holds.Lookup(holdKey(kind, name), token)
 	if p == nil {
 		return fmt.Errorf("pglock: renew %s %q: %w", kind, name, driver.ErrNotHeld)
 	}
-	if err := p.renew(ctx, ttl); err != nil {
+	if err := p.Renew(ctx, ttl); err != nil {
 		return err
 	}
-	if p.lock(ctx) != nil {
+	if p.Lock(ctx) != nil {
 		return nil
 	}
-	defer p.unlock()
-	if p.done {
+	defer p.Unlock()
+	if p.Ended() {
 		return nil
 	}
 	// Not cancelled midway: pgx would close the connection, and the hold.
 	qctx, done := b.reqBound.within(context.WithoutCancel(ctx))
 	defer done()
 	if _, err := p.conn.Exec(qctx, q, b.rowName(name), token, ttl.Milliseconds()); err != nil && p.conn.Conn().IsClosed() {
-		p.dieLocked()
+		p.DieLocked()
 	}
 	return nil
 }
@@ -148,23 +149,22 @@ func (b *Backend) renewHold(ctx context.Context, kind, name, token string, ttl t
 // whether it did, and gives the connection back (or destroys it if the
 // unlock did not certainly succeed: a pooled connection never carries a
 // hold).
-func (b *Backend) releaseHold(ctx context.Context, kind, name, token string, q string, args func(p *pinned) []any) error {
+func (b *Backend) releaseHold(ctx context.Context, kind, name, token string, q string, args func(p *session) []any) error {
 	if err := b.closedError("release", name); err != nil {
 		return err
 	}
-	p := b.lookup(holdKey(kind, name), token)
+	p := b.holds.Lookup(holdKey(kind, name), token)
 	if p == nil {
 		return fmt.Errorf("pglock: release %s %q: %w", kind, name, driver.ErrNotHeld)
 	}
-	if err := p.lock(ctx); err != nil {
+	if err := p.Lock(ctx); err != nil {
 		return fmt.Errorf("pglock: release %s %q: %w", kind, name, err)
 	}
-	defer p.unlock()
-	if p.done {
+	defer p.Unlock()
+	if p.Ended() {
 		return fmt.Errorf("pglock: release %s %q: %w", kind, name, driver.ErrNotHeld)
 	}
-	b.forget(p)
-	p.done = true
+	p.EndLocked()
 	qctx, done := b.reqBound.within(ctx)
 	defer done()
 	var unlocked bool
@@ -245,7 +245,7 @@ func (w *listener) run() {
 		}
 		var ne net.Error
 		timeout := errors.As(err, &ne) && ne.Timeout() && !w.conn.Conn().IsClosed()
-		closed := w.b.closed.Load()
+		closed := w.b.holds.Closed()
 		w.mu.Lock()
 		stopped := w.stopped
 		ending := !timeout || stopped || closed
@@ -256,7 +256,7 @@ func (w *listener) run() {
 		}
 		if timeout && !closed {
 			_ = w.netConn().SetReadDeadline(time.Time{})
-			ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), pinned.CleanupTimeout)
 			_, err = w.conn.Exec(ctx, "UNLISTEN *")
 			cancel()
 			if err == nil {

@@ -117,7 +117,7 @@ func (b *Backend) RenewPermit(ctx context.Context, name, token string, ttl time.
 // ReleasePermit unlocks token's permit slot and wakes the name's waiters
 // (NOTIFY distlock_pg_sem).
 func (b *Backend) ReleasePermit(ctx context.Context, name, token string) error {
-	return b.releaseHold(ctx, semKind, name, token, semReleaseSQL, func(p *pinned) []any { return []any{slotKeyOf(p.id), b.rowName(name), token} })
+	return b.releaseHold(ctx, semKind, name, token, semReleaseSQL, func(p *session) []any { return []any{slotKeyOf(p.id), b.rowName(name), token} })
 }
 
 // SetPermits stores n as name's limit and wakes its waiters.
