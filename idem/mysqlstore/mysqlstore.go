@@ -30,11 +30,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"regexp"
 	"time"
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/idem"
+	"github.com/distlock/distlock/internal/storeopt"
 )
 
 // DefaultTable is the table's name unless WithTable says otherwise.
@@ -42,7 +42,7 @@ const DefaultTable = "idem_records"
 
 // DefaultRequestTimeout bounds each request unless WithRequestTimeout says
 // otherwise.
-const DefaultRequestTimeout = 5 * time.Second
+const DefaultRequestTimeout = storeopt.DefaultRequestTimeout
 
 // Store is an idem.Store in MySQL or MariaDB.
 type Store struct {
@@ -56,34 +56,27 @@ type Store struct {
 var _ idem.Store = (*Store)(nil)
 
 // Option configures a Store.
-type Option func(*Store)
+type Option func(*storeopt.Config)
 
 // WithTable sets the table's name, optionally database-qualified. The
 // default is DefaultTable; it must be an identifier (letters, digits,
 // underscores, one optional dot).
-func WithTable(name string) Option { return func(s *Store) { s.table = name } }
+func WithTable(name string) Option { return func(c *storeopt.Config) { c.Table = name } }
 
 // WithRequestTimeout bounds each request. The default is
 // DefaultRequestTimeout; it must be positive.
-func WithRequestTimeout(d time.Duration) Option { return func(s *Store) { s.timeout = d } }
-
-var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)
+func WithRequestTimeout(d time.Duration) Option { return func(c *storeopt.Config) { c.Timeout = d } }
 
 // New returns a store over db, which stays the caller's to close.
 func New(db *sql.DB, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("mysqlstore: %w: db is nil", distlock.ErrInvalidOption)
 	}
-	s := &Store{db: db, table: DefaultTable, timeout: DefaultRequestTimeout}
-	for _, o := range opts {
-		o(s)
+	cfg, err := storeopt.Apply("mysqlstore", storeopt.Config{Table: DefaultTable, Timeout: DefaultRequestTimeout}, opts)
+	if err != nil {
+		return nil, err
 	}
-	switch {
-	case s.timeout <= 0:
-		return nil, fmt.Errorf("mysqlstore: %w: request timeout %v must be positive", distlock.ErrInvalidOption, s.timeout)
-	case !tableName.MatchString(s.table):
-		return nil, fmt.Errorf("mysqlstore: %w: table name %q is not an identifier", distlock.ErrInvalidOption, s.table)
-	}
+	s := &Store{db: db, table: cfg.Table, timeout: cfg.Timeout}
 	s.get = "SELECT request_hash, result, failed, fence FROM " + s.table + " WHERE `key` = ? AND expires_at > UTC_TIMESTAMP(6)"
 	// The condition is taken once, into @idem_ok, before any column changes.
 	s.put = "INSERT INTO " + s.table + " (`key`, request_hash, result, failed, fence, expires_at)" + `

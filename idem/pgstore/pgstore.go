@@ -29,7 +29,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -38,6 +37,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/idem"
+	"github.com/distlock/distlock/internal/storeopt"
 )
 
 // DefaultTable is the table's name unless WithTable says otherwise.
@@ -45,7 +45,7 @@ const DefaultTable = "idem_records"
 
 // DefaultRequestTimeout bounds each request unless WithRequestTimeout says
 // otherwise.
-const DefaultRequestTimeout = 5 * time.Second
+const DefaultRequestTimeout = storeopt.DefaultRequestTimeout
 
 // Store is an idem.Store in PostgreSQL.
 type Store struct {
@@ -59,34 +59,27 @@ type Store struct {
 var _ idem.Store = (*Store)(nil)
 
 // Option configures a Store.
-type Option func(*Store)
+type Option func(*storeopt.Config)
 
 // WithTable sets the table's name, optionally schema-qualified. The default
 // is DefaultTable; it must be an identifier (letters, digits, underscores,
 // one optional dot).
-func WithTable(name string) Option { return func(s *Store) { s.table = name } }
+func WithTable(name string) Option { return func(c *storeopt.Config) { c.Table = name } }
 
 // WithRequestTimeout bounds each request. The default is
 // DefaultRequestTimeout; it must be positive.
-func WithRequestTimeout(d time.Duration) Option { return func(s *Store) { s.timeout = d } }
-
-var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)
+func WithRequestTimeout(d time.Duration) Option { return func(c *storeopt.Config) { c.Timeout = d } }
 
 // New returns a store over pool, which stays the caller's to close.
 func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("pgstore: %w: pool is nil", distlock.ErrInvalidOption)
 	}
-	s := &Store{pool: pool, table: DefaultTable, timeout: DefaultRequestTimeout}
-	for _, o := range opts {
-		o(s)
+	cfg, err := storeopt.Apply("pgstore", storeopt.Config{Table: DefaultTable, Timeout: DefaultRequestTimeout}, opts)
+	if err != nil {
+		return nil, err
 	}
-	switch {
-	case s.timeout <= 0:
-		return nil, fmt.Errorf("pgstore: %w: request timeout %v must be positive", distlock.ErrInvalidOption, s.timeout)
-	case !tableName.MatchString(s.table):
-		return nil, fmt.Errorf("pgstore: %w: table name %q is not an identifier", distlock.ErrInvalidOption, s.table)
-	}
+	s := &Store{pool: pool, table: cfg.Table, timeout: cfg.Timeout}
 	s.get = `SELECT request_hash, result, failed, fence FROM ` + s.table + ` WHERE key = $1 AND expires_at > now()`
 	s.put = `INSERT INTO ` + s.table + ` AS r (key, request_hash, result, failed, fence, expires_at)
 VALUES ($1, $2, $3, $4, $5, now() + $6 * interval '1 millisecond')

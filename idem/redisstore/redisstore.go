@@ -24,6 +24,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/idem"
+	"github.com/distlock/distlock/internal/storeopt"
 )
 
 var (
@@ -37,7 +38,7 @@ const DefaultPrefix = "idem:"
 
 // DefaultRequestTimeout bounds each request unless WithRequestTimeout says
 // otherwise.
-const DefaultRequestTimeout = 5 * time.Second
+const DefaultRequestTimeout = storeopt.DefaultRequestTimeout
 
 // Store is an idem.Store in Redis.
 type Store struct {
@@ -49,29 +50,26 @@ type Store struct {
 var _ idem.Store = (*Store)(nil)
 
 // Option configures a Store.
-type Option func(*Store)
+type Option func(*storeopt.Config)
 
 // WithPrefix sets the prefix of the records' keys. The default is
 // DefaultPrefix.
-func WithPrefix(p string) Option { return func(s *Store) { s.prefix = p } }
+func WithPrefix(p string) Option { return func(c *storeopt.Config) { c.Prefix = p } }
 
 // WithRequestTimeout bounds each request. The default is
 // DefaultRequestTimeout; it must be positive.
-func WithRequestTimeout(d time.Duration) Option { return func(s *Store) { s.timeout = d } }
+func WithRequestTimeout(d time.Duration) Option { return func(c *storeopt.Config) { c.Timeout = d } }
 
 // New returns a store over client, which stays the caller's to close.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("redisstore: %w: client is nil", distlock.ErrInvalidOption)
 	}
-	s := &Store{c: client, prefix: DefaultPrefix, timeout: DefaultRequestTimeout}
-	for _, o := range opts {
-		o(s)
+	cfg, err := storeopt.Apply("redisstore", storeopt.Config{Prefix: DefaultPrefix, Timeout: DefaultRequestTimeout}, opts)
+	if err != nil {
+		return nil, err
 	}
-	if s.timeout <= 0 {
-		return nil, fmt.Errorf("redisstore: %w: request timeout %v must be positive", distlock.ErrInvalidOption, s.timeout)
-	}
-	return s, nil
+	return &Store{c: client, prefix: cfg.Prefix, timeout: cfg.Timeout}, nil
 }
 
 // Get reads key's record in one request.
