@@ -18,8 +18,9 @@ type Conn interface {
 	// bounds ctx.
 	Ping(ctx context.Context) error
 	// Extend confirms the session and moves the lease in the store to ttl
-	// from sent, when the renewal was sent; the Conn bounds ctx. A
-	// statement must not be cut short: ctx never ends before its bound.
+	// from sent, when the renewal was sent; the Conn bounds ctx, which does
+	// not end with the caller's: a statement cut short would make the
+	// driver close the connection, and end the session.
 	Extend(ctx context.Context, sent time.Time, ttl time.Duration) error
 	// Free unlocks the lock on the session within ctx, which Bound gave,
 	// and reports whether the session held it.
@@ -207,7 +208,7 @@ func (h *Hold[C]) tick() {
 	if time.Until(h.deadline) <= 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), CleanupTimeout)
 		defer cancel()
-		s.Forget(h)
+		s.forget(h)
 		_ = h.endLocked(ctx)
 		h.lose()
 		return
@@ -286,7 +287,7 @@ func (h *Hold[C]) Release(ctx context.Context) error {
 	if h.done {
 		return fmt.Errorf("%s: release %q: %w", h.holds.cfg.Name, h.Key, driver.ErrNotHeld)
 	}
-	h.holds.Forget(h)
+	h.holds.forget(h)
 	return h.endLocked(ctx)
 }
 
@@ -320,12 +321,12 @@ func (h *Hold[C]) DieLocked() {
 	h.done = true
 	h.conn.Destroy()
 	h.lose()
-	h.holds.Forget(h)
+	h.holds.forget(h)
 }
 
 // EndLocked ends the hold, which the caller releases itself on the
 // connection: the keepalive no longer runs for it. The caller holds Lock.
 func (h *Hold[C]) EndLocked() {
-	h.holds.Forget(h)
+	h.holds.forget(h)
 	h.done = true
 }

@@ -130,8 +130,8 @@ func (s *Holds[C]) PoolExhausted(key string, sentinel error, max int, err error)
 		s.cfg.Name, key, sentinel, max, n, err)
 }
 
-// Forget drops h from the table once its lock ends.
-func (s *Holds[C]) Forget(h *Hold[C]) {
+// forget drops h from the table once its lock ends.
+func (s *Holds[C]) forget(h *Hold[C]) {
 	s.mu.Lock()
 	if s.held[h.Token] == h {
 		delete(s.held, h.Token)
