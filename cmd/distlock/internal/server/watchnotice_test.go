@@ -1,0 +1,157 @@
+package server_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/backend/etcdlock"
+	"github.com/distlock/distlock/cmd/distlock/internal/server"
+	distlockv1 "github.com/distlock/distlock/gen/distlock/v1"
+	"github.com/distlock/distlock/gen/distlock/v1/distlockv1connect"
+	"github.com/distlock/distlock/internal/testserver"
+)
+
+// etcdStore is a store over a real etcd server, and its endpoint.
+func etcdStore(t testing.TB) (store, string) {
+	etcd := testserver.Etcd(t)
+	ep := testserver.EtcdEndpoint(etcd)
+	return store{"etcd", func(t *testing.T) *distlock.Client {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		b, err := etcdlock.Dial(ctx, clientv3.Config{Endpoints: []string{ep}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return distlock.New(b)
+	}}, ep
+}
+
+// etcdReads returns how many range reads the etcd server at endpoint has
+// served, from its metrics.
+func etcdReads(t testing.TB, endpoint string) int {
+	t.Helper()
+	resp, err := http.Get(endpoint + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	n := 0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		l := sc.Text()
+		if strings.HasPrefix(l, "grpc_server_handled_total{") && strings.Contains(l, `grpc_method="Range"`) {
+			v, err := strconv.ParseFloat(l[strings.LastIndex(l, " ")+1:], 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += int(v)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestWatchIdleReadsNothing: over etcd, which tells of changes, an open
+// Watch of a namespace where nothing changes makes no read of the store,
+// where a poll would List it every interval; a change through another
+// server still arrives.
+func TestWatchIdleReadsNothing(t *testing.T) {
+	st, ep := etcdStore(t)
+	limits := server.Limits{WatchInterval: 50 * time.Millisecond}
+	e, other := newEnv(t, st, limits), newEnv(t, st, limits)
+	prefix := keyFor(t, "")
+	// A key held, so that a poll would have something to read.
+	acquire(t, e.api(alphaClient), &distlockv1.AcquireRequest{Key: prefix + "held", Lease: durationpb.New(time.Minute)})
+	events, _ := watch(t, e.api(alphaViewer), prefix)
+	time.Sleep(200 * time.Millisecond) // not synchronisation: let the watch settle
+	before := etcdReads(t, ep)
+	time.Sleep(time.Second) // the window measured: 20 poll intervals
+	if reads := etcdReads(t, ep) - before; reads != 0 {
+		t.Errorf("an idle Watch made %d reads of etcd in 1s", reads)
+	}
+	d := acquire(t, other.api(alphaClient), &distlockv1.AcquireRequest{Key: prefix + "d", Lease: durationpb.New(time.Minute)})
+	if ev := nextEvent(t, events, prefix+"d"); ev.GetType() != distlockv1.Event_TYPE_ACQUIRED || ev.GetLock().GetFence() != d.GetFence() {
+		t.Errorf("a grant through another server: event %v, want ACQUIRED with fence %d", ev, d.GetFence())
+	}
+}
+
+// BenchmarkWatchLatency measures how long after a grant through another
+// service process a Watch of the first reports it, with default limits:
+// over etcd, whose watch tells the watched service of the change, and over
+// Redis, which it polls every Limits.WatchInterval (250ms). It reports the
+// median and the 99th percentile:
+//
+//	cd cmd/distlock && go test -run '^$' -bench BenchmarkWatchLatency -benchtime 200x ./internal/server
+func BenchmarkWatchLatency(b *testing.B) {
+	for _, st := range remoteStores(b) {
+		b.Run(st.name, func(b *testing.B) {
+			watched, granting := startRemoteService(b, st), startRemoteService(b, st)
+			var p http.Protocols
+			p.SetUnencryptedHTTP2(true)
+			hc := &http.Client{Transport: &http.Transport{Protocols: &p}}
+			b.Cleanup(hc.CloseIdleConnections)
+			api := distlockv1connect.NewLockServiceClient(hc, watched.url, connect.WithInterceptors(bearer(remoteClient)))
+			wctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			prefix := fmt.Sprintf("watch-latency/%d/", time.Now().UnixNano())
+			stream, err := api.Watch(wctx, connect.NewRequest(&distlockv1.WatchRequest{Prefix: prefix}))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer stream.Close()
+			events := make(chan time.Time, 16)
+			go func() {
+				for stream.Receive() {
+					if stream.Msg().GetEvent().GetType() == distlockv1.Event_TYPE_ACQUIRED {
+						events <- time.Now()
+					}
+				}
+				close(events)
+			}()
+			c := distlock.New(remoteBackendAt(b, granting.addr, remoteClient))
+			defer c.Close()
+			ctx, stop := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer stop()
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := range b.N {
+				l, err := c.Lock(ctx, prefix+strconv.Itoa(i))
+				if err != nil {
+					b.Fatal(err)
+				}
+				granted := time.Now()
+				select {
+				case at, ok := <-events:
+					if !ok {
+						b.Fatalf("the watch ended: %v", stream.Err())
+					}
+					lat = append(lat, at.Sub(granted))
+				case <-time.After(10 * time.Second):
+					b.Fatal("no event within 10s of a grant")
+				}
+				if err := l.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1e3, "p50-ms")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1e3, "p99-ms")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
