@@ -41,6 +41,8 @@ func (h *service) ForceRelease(ctx context.Context, req *connect.Request[distloc
 		return nil, err
 	}
 	sk := storeKey(tenant, key)
+	done := s.polls.local(tenant, sk) // until its event is out
+	defer done()
 	info, err := s.forceRelease(ctx, sk, reason)
 	switch {
 	case errors.Is(err, distlock.ErrNotHeld):

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -10,11 +11,13 @@ import (
 	"github.com/distlock/distlock"
 )
 
-// polls shares one poll of a tenant's namespace among all its Watch
-// streams: every Limits.WatchInterval one List of the tenant's keys, sorted
-// once, whatever the number of streams or their prefixes. A poll per stream
-// made the store's and the server's work grow with the streams (20 streams
-// of one tenant at 1 000 keys kept two cores busy).
+// polls shares one reading of a tenant's namespace among all its Watch
+// streams, whatever their number or prefixes. Where the store tells of
+// changes (distlock.Client.WatchPrefix), each notice is one Inspect of each
+// key it names, and an idle namespace costs no read; elsewhere, every
+// Limits.WatchInterval one List of the tenant's keys, sorted once. A poll
+// per stream made the store's and the server's work grow with the streams
+// (20 streams of one tenant at 1 000 keys kept two cores busy).
 type polls struct {
 	client   *distlock.Client
 	interval time.Duration
@@ -22,30 +25,72 @@ type polls struct {
 
 	mu       sync.Mutex
 	byTenant map[string]*tenantPolls
+	busy     map[string]int // store keys with a change of this server in flight
 }
 
 // tenantPolls is the loop of one tenant and the streams it feeds.
 type tenantPolls struct {
 	subs map[*pollFeed]struct{}
 	stop context.CancelFunc
+	// Keys a notice named while this server changed them, to read once
+	// the change's event is out, and the loop's signal that there are.
+	again map[string]struct{}
+	wake  chan struct{}
 }
 
-// pollFeed is one stream's feed of polls: only the latest is kept, so a
-// slow stream never holds the loop back.
-type pollFeed struct{ ch chan pollResult }
+// maxQueuedReads bounds the readings a stream has not taken yet. A stream
+// that falls further behind drops them and reads the namespace itself.
+const maxQueuedReads = 64
 
-// pollResult is one poll of a tenant's keys, sorted by key, begun at start;
-// infos is shared by every stream and must not be changed.
+// pollFeed is one stream's feed of readings, in order.
+type pollFeed struct {
+	ready chan struct{} // a reading is queued
+
+	mu     sync.Mutex
+	queue  []pollResult
+	behind bool // the queue overflowed: the stream must read everything
+}
+
+// pollResult is one reading of a tenant's keys, begun at start: a poll of
+// every key (keys is nil) or, from a notice, the keys it names (keys,
+// sorted), of which infos are the held. infos is sorted by key, shared by
+// every stream and must not be changed.
 type pollResult struct {
+	keys  []string
 	infos []distlock.Info
 	start time.Time
 	err   error
 }
 
-// subscribe returns a feed of tenant's polls, starting its loop if it is
+// put queues r for the stream.
+func (f *pollFeed) put(r pollResult) {
+	f.mu.Lock()
+	if len(f.queue) < maxQueuedReads {
+		f.queue = append(f.queue, r)
+	} else {
+		f.queue, f.behind = nil, true
+	}
+	f.mu.Unlock()
+	select {
+	case f.ready <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the queued readings, in order, and whether the stream fell
+// behind and must read the namespace itself first.
+func (f *pollFeed) take() ([]pollResult, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	q, behind := f.queue, f.behind
+	f.queue, f.behind = nil, false
+	return q, behind
+}
+
+// subscribe returns a feed of tenant's readings, starting its loop if it is
 // the first; end it with unsubscribe.
 func (p *polls) subscribe(tenant string) *pollFeed {
-	f := &pollFeed{ch: make(chan pollResult, 1)}
+	f := &pollFeed{ready: make(chan struct{}, 1)}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	t := p.byTenant[tenant]
@@ -54,7 +99,8 @@ func (p *polls) subscribe(tenant string) *pollFeed {
 			p.byTenant = make(map[string]*tenantPolls)
 		}
 		ctx, stop := context.WithCancel(p.stopCtx)
-		t = &tenantPolls{subs: make(map[*pollFeed]struct{}), stop: stop}
+		t = &tenantPolls{subs: make(map[*pollFeed]struct{}), stop: stop,
+			again: make(map[string]struct{}), wake: make(chan struct{}, 1)}
 		p.byTenant[tenant] = t
 		go p.loop(ctx, tenant, t)
 	}
@@ -74,31 +120,169 @@ func (p *polls) unsubscribe(tenant string, f *pollFeed) {
 	}
 }
 
-// loop polls tenant's keys every interval until ctx ends, and hands each
-// poll to every feed of t.
+// local marks sk, a key of tenant, as being changed by this server until
+// done is called, after the change's event is published. A notice of sk
+// read in between could report the change before that event, which says
+// what it was (a forced release, where the store shows only a key gone):
+// such a notice is read once done is called instead.
+func (p *polls) local(tenant, sk string) (done func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.busy == nil {
+		p.busy = make(map[string]int)
+	}
+	p.busy[sk]++
+	return func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.busy[sk]--; p.busy[sk] > 0 {
+			return
+		}
+		delete(p.busy, sk)
+		if t := p.byTenant[tenant]; t != nil {
+			if _, ok := t.again[sk]; ok {
+				select {
+				case t.wake <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}
+}
+
+// ready returns those of keys that no change of this server holds back,
+// and keeps the others in t.again until it ends.
+func (p *polls) ready(t *tenantPolls, keys []string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.DeleteFunc(keys, func(k string) bool {
+		if p.busy[k] > 0 {
+			t.again[k] = struct{}{}
+			return true
+		}
+		return false
+	})
+}
+
+// takeAgain returns the keys held back in t.again whose change is over.
+func (p *polls) takeAgain(t *tenantPolls) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var keys []string
+	for k := range t.again {
+		if p.busy[k] == 0 {
+			keys = append(keys, k)
+			delete(t.again, k)
+		}
+	}
+	return keys
+}
+
+// publish hands r to every feed of t.
+func (p *polls) publish(t *tenantPolls, r pollResult) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for f := range t.subs {
+		f.put(r)
+	}
+}
+
+// loop reads tenant's keys as the store tells of changes, or every interval
+// where it cannot, until ctx ends, and hands each reading to every feed of
+// t. A watch of the store that ends is opened again after a poll.
 func (p *polls) loop(ctx context.Context, tenant string, t *tenantPolls) {
-	tick := time.NewTicker(p.interval)
-	defer tick.Stop()
+	ns := namespace(tenant)
+	for ctx.Err() == nil {
+		notices, err := p.client.WatchPrefix(ctx, ns)
+		if err != nil {
+			if !p.poll(ctx, ns, t, !errors.Is(err, errors.ErrUnsupported)) {
+				return
+			}
+			continue
+		}
+		// What changed before the watch began is unknown to the streams
+		// whose baseline is older: read everything once.
+		r, ok := p.readAll(ctx, ns), true
+		for ; ok && ctx.Err() == nil; r, ok = p.nextReading(ctx, ns, t, notices) {
+			p.publish(t, r)
+		}
+	}
+}
+
+// nextReading waits for the next reading that notices or t.wake call for,
+// and makes it; false when ctx ends or the watch ended.
+func (p *polls) nextReading(ctx context.Context, ns string, t *tenantPolls, notices <-chan []string) (pollResult, bool) {
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return pollResult{}, false
+		case <-t.wake:
+			if keys := p.takeAgain(t); len(keys) > 0 {
+				return p.readKeys(ctx, keys), true
+			}
+		case keys, ok := <-notices:
+			switch {
+			case !ok:
+				return pollResult{}, false
+			case len(keys) == 0 || len(keys) > maxInspectsPerNotice:
+				return p.readAll(ctx, ns), true
+			}
+			if keys = p.ready(t, keys); len(keys) > 0 {
+				return p.readKeys(ctx, keys), true
+			}
+		}
+	}
+}
+
+// maxInspectsPerNotice is the most keys a notice is read by Inspect; one
+// naming more is read with one List of the namespace.
+const maxInspectsPerNotice = 64
+
+// poll reads ns every interval until ctx ends (it returns false) or, when
+// retry is true, once a watch of the store may be tried again (a minute).
+func (p *polls) poll(ctx context.Context, ns string, t *tenantPolls, retry bool) bool {
+	tick := time.NewTicker(p.interval)
+	defer tick.Stop()
+	var again <-chan time.Time
+	if retry {
+		again = time.After(time.Minute)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-again:
+			return true
 		case <-tick.C:
 		}
-		r := pollResult{start: time.Now()}
-		r.infos, r.err = p.client.List(ctx, namespace(tenant))
+		r := p.readAll(ctx, ns)
 		if ctx.Err() != nil {
-			return
+			return false
 		}
-		slices.SortFunc(r.infos, func(a, b distlock.Info) int { return strings.Compare(a.Key, b.Key) })
-		p.mu.Lock()
-		for f := range t.subs {
-			select { // replace a poll the stream has not taken yet
-			case <-f.ch:
-			default:
-			}
-			f.ch <- r
-		}
-		p.mu.Unlock()
+		p.publish(t, r)
 	}
+}
+
+// readAll lists every key of ns, sorted.
+func (p *polls) readAll(ctx context.Context, ns string) pollResult {
+	r := pollResult{start: time.Now()}
+	r.infos, r.err = p.client.List(ctx, ns)
+	slices.SortFunc(r.infos, func(a, b distlock.Info) int { return strings.Compare(a.Key, b.Key) })
+	return r
+}
+
+// readKeys inspects each of keys.
+func (p *polls) readKeys(ctx context.Context, keys []string) pollResult {
+	r := pollResult{start: time.Now(), keys: slices.Sorted(slices.Values(keys))}
+	for _, k := range r.keys {
+		info, err := p.client.Inspect(ctx, k)
+		if err != nil {
+			return pollResult{start: r.start, err: err}
+		}
+		if info.Held {
+			info.Key = k
+			r.infos = append(r.infos, info)
+		}
+	}
+	return r
 }

@@ -15,14 +15,15 @@ import (
 )
 
 // Watch streams the changes of the caller's keys under a prefix. It reads
-// the store once when it begins, then takes the poll of the tenant's keys
-// that all its streams share (polls) every Limits.WatchInterval, and
-// reports the difference by (key, fence): a new one was ACQUIRED; one gone
-// EXPIRED if the TTL it had when last seen has run out by now (give or take
-// an interval), else was RELEASED. The grants, releases and forced releases
-// made through this server come at once, and the polls do not report them
-// again. A change that comes and goes between two polls through another
-// server is not seen.
+// the store once when it begins, then takes the readings of the tenant's
+// keys that all its streams share (polls): of the keys the store's notices
+// name, where the store tells of changes, else of every key each
+// Limits.WatchInterval. It reports the difference by (key, fence): a new
+// one was ACQUIRED; one gone EXPIRED if the TTL it had when last seen has
+// run out by now (give or take an interval), else was RELEASED. The grants,
+// releases and forced releases made through this server come at once, and
+// the readings do not report them again. A change through another server
+// that comes and goes before the key is read is not seen.
 //
 // The response headers are sent once the watch has read the store's state:
 // a caller that waits for them knows that every change after is reported.
@@ -79,14 +80,30 @@ func (h *service) Watch(ctx context.Context, req *connect.Request[distlockv1.Wat
 			return watchEnded(ctx, s)
 		case c := <-sub.ch:
 			events = w.apply(c, time.Now())
-		case r := <-feed.ch:
-			switch {
-			case r.err != nil:
-				return failed(r.err)
-			case r.start.Before(w.since):
-				continue // older than the baseline: it may show holds since ended
+		case <-feed.ready:
+			readings, behind := feed.take()
+			if behind { // the readings it missed are older than this one
+				start := time.Now()
+				infos, err := s.client.List(ctx, w.root)
+				if err != nil {
+					return failed(err)
+				}
+				slices.SortFunc(infos, func(a, b distlock.Info) int { return strings.Compare(a.Key, b.Key) })
+				events = w.diff(infos, start, time.Now())
+				readings = nil
 			}
-			events = w.diff(r.infos, r.start, time.Now())
+			for _, r := range readings {
+				switch {
+				case r.err != nil:
+					return failed(r.err)
+				case r.start.Before(w.since):
+					continue // older than the baseline: it may show holds since ended
+				case r.keys == nil:
+					events = append(events, w.diff(r.infos, r.start, time.Now())...)
+				default:
+					events = append(events, w.patch(r.keys, r.infos, r.start, time.Now())...)
+				}
+			}
 		}
 		for _, e := range events {
 			if err := stream.Send(&distlockv1.WatchResponse{Event: e}); err != nil {
@@ -186,30 +203,16 @@ func (w *watcher) apply(c change, now time.Time) []*distlockv1.Event {
 	return nil
 }
 
-// diff turns a poll begun at start, sorted by key, into events, in key
-// order. It does not change infos.
+// diff turns a poll of every key begun at start, sorted by key, into
+// events, in key order. It does not change infos.
 func (w *watcher) diff(infos []distlock.Info, start, now time.Time) []*distlockv1.Event {
 	var events []*distlockv1.Event
 	held := make(map[string]bool, len(infos))
 	for _, i := range infos {
-		sk := i.Key
-		if !strings.HasPrefix(sk, w.root) {
-			continue
+		if strings.HasPrefix(i.Key, w.root) {
+			held[i.Key] = true
+			events = append(events, w.sighted(i, start, now)...)
 		}
-		held[sk] = true
-		if t, ok := w.ended[sk]; ok && (i.Fence <= t.fence || (t.fence == 0 && start.Before(t.at))) {
-			continue // a hold whose end this watcher reported already
-		}
-		old, wasSeen := w.seen[sk]
-		if wasSeen && old.info.Fence == i.Fence {
-			w.seen[sk] = sighting{info: i, at: now, baseline: old.baseline}
-			continue
-		}
-		if wasSeen {
-			events = append(events, w.end(sk, old, now))
-		}
-		w.seen[sk] = sighting{info: i, at: now}
-		events = append(events, event(distlockv1.Event_TYPE_ACQUIRED, sk, i, now))
 	}
 	gone := make([]string, 0)
 	for sk, old := range w.seen {
@@ -228,6 +231,52 @@ func (w *watcher) diff(infos []distlock.Info, start, now time.Time) []*distlockv
 		}
 	}
 	return events
+}
+
+// patch turns a reading of some keys begun at start, sorted, of which infos
+// are the held ones, into events, in key order. It does not change infos.
+func (w *watcher) patch(keys []string, infos []distlock.Info, start, now time.Time) []*distlockv1.Event {
+	var events []*distlockv1.Event
+	held := make(map[string]distlock.Info, len(infos))
+	for _, i := range infos {
+		held[i.Key] = i
+	}
+	for _, sk := range keys {
+		if !strings.HasPrefix(sk, w.root) {
+			continue
+		}
+		if i, ok := held[sk]; ok {
+			events = append(events, w.sighted(i, start, now)...)
+		} else if old, ok := w.seen[sk]; ok && old.at.Before(start) {
+			events = append(events, w.end(sk, old, now))
+			delete(w.seen, sk)
+		}
+		if t, ok := w.ended[sk]; ok && t.at.Before(start) { // every later reading begins after it
+			delete(w.ended, sk)
+		}
+	}
+	return events
+}
+
+// sighted turns a lock read held by a reading begun at start into events:
+// none if the watcher knows the hold, else ACQUIRED, after the end of the
+// hold it replaced.
+func (w *watcher) sighted(i distlock.Info, start, now time.Time) []*distlockv1.Event {
+	sk := i.Key
+	if t, ok := w.ended[sk]; ok && (i.Fence <= t.fence || (t.fence == 0 && start.Before(t.at))) {
+		return nil // a hold whose end this watcher reported already
+	}
+	old, wasSeen := w.seen[sk]
+	if wasSeen && old.info.Fence == i.Fence {
+		w.seen[sk] = sighting{info: i, at: now, baseline: old.baseline}
+		return nil
+	}
+	var events []*distlockv1.Event
+	if wasSeen {
+		events = append(events, w.end(sk, old, now))
+	}
+	w.seen[sk] = sighting{info: i, at: now}
+	return append(events, event(distlockv1.Event_TYPE_ACQUIRED, sk, i, now))
 }
 
 // end reports a hold found gone: EXPIRED if its TTL when last seen has run
