@@ -20,7 +20,7 @@ import (
 type Backend struct {
 	db    *dynamodb.Client
 	table *string
-	opts  options
+	opts  config
 	seen  sightings
 	// perCall is passed to every request: it counts throttled attempts.
 	perCall   []func(*dynamodb.Options)

@@ -4,7 +4,7 @@ import "time"
 
 // WithClock makes the backend read time from now instead of time.Now.
 func WithClock(now func() time.Time) Option {
-	return func(o *options) error {
+	return func(o *config) error {
 		o.now = now
 		return nil
 	}

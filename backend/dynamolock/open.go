@@ -11,7 +11,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
-	"github.com/aws/aws-sdk-go-v2/config"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/distlock/distlock"
@@ -89,11 +89,11 @@ func NewClient(ctx context.Context, cfg Config) (*dynamodb.Client, *http.Transpo
 	if connect == 0 {
 		connect = DefaultConnectTimeout
 	}
-	var load []func(*config.LoadOptions) error
+	var load []func(*awsconfig.LoadOptions) error
 	if cfg.Region != "" {
-		load = append(load, config.WithRegion(cfg.Region))
+		load = append(load, awsconfig.WithRegion(cfg.Region))
 	}
-	awsCfg, err := config.LoadDefaultConfig(ctx, load...)
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, load...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("dynamolock: open: AWS configuration: %w", err)
 	}

@@ -9,9 +9,9 @@ import (
 
 // Option configures a Backend. New and Open reject an invalid value with an
 // error matching driver.ErrInvalidOption that names the option.
-type Option func(*options) error
+type Option func(*config) error
 
-type options struct {
+type config struct {
 	requestTimeout time.Duration
 	retention      time.Duration
 	// now is the clock of every duration the backend measures (how long it
@@ -34,8 +34,8 @@ const (
 	DefaultRetention = 24 * time.Hour
 )
 
-func defaultOptions() options {
-	return options{requestTimeout: DefaultRequestTimeout, retention: DefaultRetention, now: time.Now}
+func defaultOptions() config {
+	return config{requestTimeout: DefaultRequestTimeout, retention: DefaultRetention, now: time.Now}
 }
 
 func invalid(name string, v any, want string) error {
@@ -46,7 +46,7 @@ func invalid(name string, v any, want string) error {
 // included, also when the caller's context has no deadline. It must be
 // positive. The default is DefaultRequestTimeout (5s).
 func WithRequestTimeout(d time.Duration) Option {
-	return func(o *options) error {
+	return func(o *config) error {
 		if d <= 0 {
 			return invalid("WithRequestTimeout", d, "must be positive")
 		}
@@ -62,7 +62,7 @@ func WithRequestTimeout(d time.Duration) Option {
 // the clocks of the clients must stay within it of the true time). The
 // default is DefaultRetention (24h).
 func WithRetention(d time.Duration) Option {
-	return func(o *options) error {
+	return func(o *config) error {
 		if d < time.Hour {
 			return invalid("WithRetention", d, "must be at least 1h")
 		}

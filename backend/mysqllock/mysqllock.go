@@ -33,7 +33,7 @@ var ErrPoolExhausted = errors.New("mysqllock: connection pool exhausted")
 type Backend struct {
 	db    *sql.DB
 	ownDB bool
-	opts  options
+	opts  config
 
 	holds   *pinned.Holds[*session] // calls in flight enter it
 	closing context.Context         // done once Close begins: ends every wait

@@ -9,9 +9,9 @@ import (
 
 // Option configures a Backend. New returns an error matching
 // driver.ErrInvalidOption, naming the option, for a value out of range.
-type Option func(*options) error
+type Option func(*config) error
 
-type options struct {
+type config struct {
 	poolWait       time.Duration
 	keepalive      time.Duration
 	requestTimeout time.Duration
@@ -37,17 +37,17 @@ const (
 	DefaultPoolWait = time.Second
 )
 
-func defaultOptions() options {
-	return options{poolWait: DefaultPoolWait, keepalive: DefaultKeepalive, requestTimeout: DefaultRequestTimeout,
+func defaultOptions() config {
+	return config{poolWait: DefaultPoolWait, keepalive: DefaultKeepalive, requestTimeout: DefaultRequestTimeout,
 		cleanupEvery: time.Minute, cleanupBatch: 1000, retention: 10 * time.Minute}
 }
 
 // newOptions applies opts to the defaults.
-func newOptions(opts []Option) (options, error) {
+func newOptions(opts []Option) (config, error) {
 	o := defaultOptions()
 	for _, f := range opts {
 		if err := f(&o); err != nil {
-			return options{}, err
+			return config{}, err
 		}
 	}
 	return o, nil
@@ -66,7 +66,7 @@ func invalidOption(name string, v any, want string) error {
 // connection within its own wait instead. d must be positive. The default is
 // 1s (DefaultPoolWait).
 func WithPoolWait(d time.Duration) Option {
-	return func(o *options) error {
+	return func(o *config) error {
 		if d <= 0 {
 			return invalidOption("WithPoolWait", d, "want a positive duration")
 		}
@@ -83,7 +83,7 @@ func WithPoolWait(d time.Duration) Option {
 // client may already have. d must be at least MinKeepalive (10ms). The
 // default is 1s (DefaultKeepalive).
 func WithKeepalive(d time.Duration) Option {
-	return func(o *options) error {
+	return func(o *config) error {
 		if d < MinKeepalive {
 			return invalidOption("WithKeepalive", d, fmt.Sprintf("want at least %v", MinKeepalive))
 		}
@@ -101,7 +101,7 @@ func WithKeepalive(d time.Duration) Option {
 // reads it from the URL parameter request_timeout (e.g. "2s"). The default
 // is 5s (DefaultRequestTimeout).
 func WithRequestTimeout(d time.Duration) Option {
-	return func(o *options) error {
+	return func(o *config) error {
 		if d <= 0 {
 			return invalidOption("WithRequestTimeout", d, "want a positive duration")
 		}
@@ -118,7 +118,7 @@ func WithRequestTimeout(d time.Duration) Option {
 // kill_on_force_release. The default is off: ForceRelease then returns an
 // error matching errors.ErrUnsupported.
 func WithKillOnForceRelease(on bool) Option {
-	return func(o *options) error {
+	return func(o *config) error {
 		o.killOnForce = on
 		return nil
 	}
@@ -128,7 +128,7 @@ func WithKillOnForceRelease(on bool) Option {
 // holder table; 0 turns the periodic cleanup off (call Cleanup yourself). d
 // must not be negative. The default is one minute.
 func WithCleanupInterval(d time.Duration) Option {
-	return func(o *options) error {
+	return func(o *config) error {
 		if d < 0 {
 			return invalidOption("WithCleanupInterval", d, "want 0 (off) or a positive duration")
 		}
@@ -140,7 +140,7 @@ func WithCleanupInterval(d time.Duration) Option {
 // WithCleanupBatch caps the rows one cleanup deletes. n must be positive. The
 // default is 1000.
 func WithCleanupBatch(n int) Option {
-	return func(o *options) error {
+	return func(o *config) error {
 		if n <= 0 {
 			return invalidOption("WithCleanupBatch", n, "want a positive number of rows")
 		}
@@ -155,7 +155,7 @@ func WithCleanupBatch(n int) Option {
 // back by more than the retention. d must be at least a minute. The default
 // is 10 minutes.
 func WithRetention(d time.Duration) Option {
-	return func(o *options) error {
+	return func(o *config) error {
 		if d < time.Minute {
 			return invalidOption("WithRetention", d, "want at least 1m")
 		}

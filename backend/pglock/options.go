@@ -9,9 +9,9 @@ import (
 
 // Option configures a Backend. New returns an error matching
 // driver.ErrInvalidOption, naming the option, for a value out of range.
-type Option func(*options) error
+type Option func(*config) error
 
-type options struct {
+type config struct {
 	poolWait       time.Duration
 	keepalive      time.Duration
 	watchDelay     time.Duration
@@ -41,14 +41,14 @@ const (
 	MaxWatchDelay = time.Second
 )
 
-func defaultOptions() options {
-	return options{poolWait: time.Second, keepalive: 5 * time.Second, watchDelay: DefaultWatchDelay, requestTimeout: DefaultRequestTimeout,
+func defaultOptions() config {
+	return config{poolWait: time.Second, keepalive: 5 * time.Second, watchDelay: DefaultWatchDelay, requestTimeout: DefaultRequestTimeout,
 		cleanupEvery: time.Minute, cleanupBatch: 1000, retention: 10 * time.Minute}
 }
 
 // rowMode is when holder rows are written: once a hold lasts the watch
 // delay, at the grant when there is no delay, or as set.
-func (o options) rowMode() rowMode {
+func (o config) rowMode() rowMode {
 	if o.rows == rowsLasting && o.watchDelay == 0 {
 		return rowsAtGrant
 	}
@@ -56,11 +56,11 @@ func (o options) rowMode() rowMode {
 }
 
 // newOptions applies opts to the defaults.
-func newOptions(opts []Option) (options, error) {
+func newOptions(opts []Option) (config, error) {
 	o := defaultOptions()
 	for _, f := range opts {
 		if err := f(&o); err != nil {
-			return options{}, err
+			return config{}, err
 		}
 	}
 	return o, nil
@@ -78,7 +78,7 @@ func invalidOption(name string, v any, want string) error {
 // deadline. A waiting lock (distlock.WithWait) waits for a connection within
 // its own wait instead. d must be positive. The default is 1s.
 func WithPoolWait(d time.Duration) Option {
-	return func(o *options) error {
+	return func(o *config) error {
 		if d <= 0 {
 			return invalidOption("WithPoolWait", d, "want a positive duration")
 		}
@@ -97,7 +97,7 @@ func WithPoolWait(d time.Duration) Option {
 // sooner would end a healthy session on a slow link. d must be at least
 // MinKeepalive (10ms). The default is 5s.
 func WithKeepalive(d time.Duration) Option {
-	return func(o *options) error {
+	return func(o *config) error {
 		if d < MinKeepalive {
 			return invalidOption("WithKeepalive", d, fmt.Sprintf("want at least %v", MinKeepalive))
 		}
@@ -116,7 +116,7 @@ func WithKeepalive(d time.Duration) Option {
 // to say so. 0 watches from the grant. d must be between 0 and MaxWatchDelay
 // (1s). The default is 5ms (DefaultWatchDelay).
 func WithWatchDelay(d time.Duration) Option {
-	return func(o *options) error {
+	return func(o *config) error {
 		if d < 0 || d > MaxWatchDelay {
 			return invalidOption("WithWatchDelay", d, fmt.Sprintf("want 0 (watch from the grant) up to %v", MaxWatchDelay))
 		}
@@ -136,7 +136,7 @@ func WithWatchDelay(d time.Duration) Option {
 // also reads it from the URL parameter request_timeout (e.g. "2s"). The
 // default is 5s (DefaultRequestTimeout).
 func WithRequestTimeout(d time.Duration) Option {
-	return func(o *options) error {
+	return func(o *config) error {
 		if d <= 0 {
 			return invalidOption("WithRequestTimeout", d, "want a positive duration")
 		}
@@ -153,7 +153,7 @@ func WithRequestTimeout(d time.Duration) Option {
 // and then blocks that key and learns whether it is held. So do not use a
 // namespace with keys from untrusted input. The default is no namespace.
 func WithNamespace(ns int32) Option {
-	return func(o *options) error {
+	return func(o *config) error {
 		o.ns = &ns
 		return nil
 	}
@@ -171,7 +171,7 @@ func WithNamespace(ns int32) Option {
 // version runs any more. Open also reads it from the URL parameter key_ids
 // ("sha256" or "fnv1a"). The default is to adopt the database's scheme.
 func WithKeyIDs(k KeyIDs) Option {
-	return func(o *options) error {
+	return func(o *config) error {
 		if k.valid() != nil {
 			return invalidOption("WithKeyIDs", fmt.Sprintf("%q", string(k)), fmt.Sprintf("want %q or %q", KeyIDsSHA256, KeyIDsFNV1a))
 		}
@@ -184,7 +184,7 @@ func WithKeyIDs(k KeyIDs) Option {
 // 0 turns the periodic cleanup off (call Cleanup yourself). d must not be
 // negative. The default is one minute.
 func WithCleanupInterval(d time.Duration) Option {
-	return func(o *options) error {
+	return func(o *config) error {
 		if d < 0 {
 			return invalidOption("WithCleanupInterval", d, "want 0 (off) or a positive duration")
 		}
@@ -196,7 +196,7 @@ func WithCleanupInterval(d time.Duration) Option {
 // WithCleanupBatch caps the rows one cleanup deletes. n must be positive. The
 // default is 1000.
 func WithCleanupBatch(n int) Option {
-	return func(o *options) error {
+	return func(o *config) error {
 		if n <= 0 {
 			return invalidOption("WithCleanupBatch", n, "want a positive number of rows")
 		}
@@ -209,7 +209,7 @@ func WithCleanupBatch(n int) Option {
 // holds stays (Inspect reports its last fence meanwhile). d must not be
 // negative. The default is 10 minutes.
 func WithRetention(d time.Duration) Option {
-	return func(o *options) error {
+	return func(o *config) error {
 		if d < 0 {
 			return invalidOption("WithRetention", d, "want 0 or a positive duration")
 		}
@@ -234,7 +234,7 @@ const (
 // nothing, except for the locks of the backend asked. The default is to
 // write a hold's row in the statement that takes the lock.
 func WithoutHolderRows() Option {
-	return func(o *options) error {
+	return func(o *config) error {
 		o.rows = rowsNone
 		return nil
 	}
@@ -253,7 +253,7 @@ func WithoutHolderRows() Option {
 // holds from their grant. With a watch delay of 0 rows are written at the
 // grant. The default is off: rows are written at the grant.
 func WithDeferredHolderRows() Option {
-	return func(o *options) error {
+	return func(o *config) error {
 		o.rows = rowsLasting
 		return nil
 	}
@@ -267,7 +267,7 @@ func WithDeferredHolderRows() Option {
 // pg_signal_backend). The default is off: ForceRelease then returns an error
 // matching errors.ErrUnsupported.
 func WithTerminateOnForceRelease(on bool) Option {
-	return func(o *options) error {
+	return func(o *config) error {
 		o.forceTerminate = on
 		return nil
 	}

@@ -104,7 +104,7 @@ var ErrKeyIDsMismatch = errors.New("pglock: key-id scheme mismatch")
 type Backend struct {
 	pool    *pgxpool.Pool
 	ownPool bool
-	opts    options
+	opts    config
 
 	holds     *pinned.Holds[*session]
 	poolBound sharedBound // see WithPoolWait

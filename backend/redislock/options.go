@@ -21,7 +21,7 @@ const (
 )
 
 // Option configures a Backend.
-type Option func(*config)
+type Option func(*config) error
 
 type config struct {
 	prefix          string
@@ -34,21 +34,36 @@ type config struct {
 // WithPrefix sets the prefix of every Redis key and channel the backend uses.
 // It must not contain braces: the backend puts the lock key in a hash tag
 // right after it. The default is DefaultPrefix.
-func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
+func WithPrefix(p string) Option {
+	return func(c *config) error {
+		c.prefix = p
+		return nil
+	}
+}
 
 // WithRequestTimeout bounds each request the backend sends (one script run,
 // the version check of New, one SUBSCRIBE), on top of the caller's context:
 // a request gets the sooner of the context's deadline and this timeout. It
 // must be positive. The default is DefaultRequestTimeout (5s); Open reads
 // it from the URL parameter request_timeout.
-func WithRequestTimeout(d time.Duration) Option { return func(c *config) { c.requestTimeout = d } }
+func WithRequestTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		c.requestTimeout = d
+		return nil
+	}
+}
 
 // WithDialTimeout bounds each connection attempt of the client that Open
 // builds (rueidis's Dialer.Timeout). It must be positive. The default is
 // DefaultDialTimeout (5s); Open also reads it from the URL parameter
 // dial_timeout. New and NewRueidis use the client's own setting (go-redis
 // DialTimeout and rueidis Dialer.Timeout, both 5s by default) and ignore it.
-func WithDialTimeout(d time.Duration) Option { return func(c *config) { c.dialTimeout = d } }
+func WithDialTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		c.dialTimeout = d
+		return nil
+	}
+}
 
 // WithWaiterTimeout sets how long a waiter's place in a key's queue lasts
 // unless the waiter refreshes it, which a live waiter does several times
@@ -57,7 +72,12 @@ func WithDialTimeout(d time.Duration) Option { return func(c *config) { c.dialTi
 // paused process) loses its place and queues again at the end. It must be at
 // least 50ms. The default is DefaultWaiterTimeout (1s); Open reads it from
 // the URL parameter waiter_timeout.
-func WithWaiterTimeout(d time.Duration) Option { return func(c *config) { c.waiterTimeout = d } }
+func WithWaiterTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		c.waiterTimeout = d
+		return nil
+	}
+}
 
 // WithWatchedReleases makes every release through the backend wake the
 // key's watchers (Watch), at the cost of one more call per release on the
@@ -66,7 +86,12 @@ func WithWaiterTimeout(d time.Duration) Option { return func(c *config) { c.wait
 // queued waiter, and force releases, wake them. distlock's client does not
 // watch a Redis backend, whose waiters queue; Redlock builds its nodes with
 // it, since its waiters watch.
-func WithWatchedReleases() Option { return func(c *config) { c.watchedReleases = true } }
+func WithWatchedReleases() Option {
+	return func(c *config) error {
+		c.watchedReleases = true
+		return nil
+	}
+}
 
 // minWaiterTimeout is the least WithWaiterTimeout takes: a waiter refreshes
 // its place every fifth to third of it, each refresh a round trip.
@@ -75,7 +100,9 @@ const minWaiterTimeout = 50 * time.Millisecond
 func newConfig(opts []Option) (config, error) {
 	c := config{prefix: DefaultPrefix, requestTimeout: DefaultRequestTimeout, dialTimeout: DefaultDialTimeout, waiterTimeout: DefaultWaiterTimeout}
 	for _, o := range opts {
-		o(&c)
+		if err := o(&c); err != nil {
+			return c, err
+		}
 	}
 	if err := positive("request timeout", c.requestTimeout); err != nil {
 		return c, err

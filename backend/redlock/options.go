@@ -25,7 +25,7 @@ const (
 )
 
 // Option configures a Backend.
-type Option func(*config)
+type Option func(*config) error
 
 type config struct {
 	prefix         string
@@ -39,20 +39,35 @@ type config struct {
 // WithPrefix sets the prefix of every Redis key the backend writes on every
 // node; redislock.WithPrefix says what it may hold. The default is
 // redislock.DefaultPrefix ("distlock:").
-func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
+func WithPrefix(p string) Option {
+	return func(c *config) error {
+		c.prefix = p
+		return nil
+	}
+}
 
 // WithRequestTimeout bounds each request to one node (Release, Inspect,
 // ForceRelease, List's inspections, the version check of New and Open) on
 // top of the caller's context, and caps the node timeout. It must be
 // positive. The default is DefaultRequestTimeout (5s); Open reads it from
 // the URL parameter request_timeout.
-func WithRequestTimeout(d time.Duration) Option { return func(c *config) { c.requestTimeout = d } }
+func WithRequestTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		c.requestTimeout = d
+		return nil
+	}
+}
 
 // WithDialTimeout bounds each connection attempt of the clients that Open
 // builds. It must be positive. The default is DefaultDialTimeout (5s); Open
 // reads it from the URL parameter dial_timeout. New and NewRueidis use the
 // clients' own settings.
-func WithDialTimeout(d time.Duration) Option { return func(c *config) { c.dialTimeout = d } }
+func WithDialTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		c.dialTimeout = d
+		return nil
+	}
+}
 
 // WithNodeTimeout bounds how long Acquire and Renew wait for each node's
 // reply: a node slower than that counts as failed, and the time waited is
@@ -60,7 +75,12 @@ func WithDialTimeout(d time.Duration) Option { return func(c *config) { c.dialTi
 // the time to live requested, but at least MinNodeTimeout (50ms); either
 // way at most the request timeout, and never past the moment the validity
 // would be used up. Open reads it from the URL parameter node_timeout.
-func WithNodeTimeout(d time.Duration) Option { return func(c *config) { c.nodeTimeout = d } }
+func WithNodeTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		c.nodeTimeout = d
+		return nil
+	}
+}
 
 // WithDrift sets the clock-drift margin taken off the validity of a grant:
 // lease×rate + margin. rate must be in [0, 0.5) and margin at least 0. The
@@ -73,14 +93,19 @@ func WithNodeTimeout(d time.Duration) Option { return func(c *config) { c.nodeTi
 // larger one here, its deadline is still lease − (lease×0.01 + 2ms) from
 // the moment the request was sent.
 func WithDrift(rate float64, margin time.Duration) Option {
-	return func(c *config) { c.driftRate, c.driftMargin = rate, margin }
+	return func(c *config) error {
+		c.driftRate, c.driftMargin = rate, margin
+		return nil
+	}
 }
 
 func newConfig(opts []Option) (config, error) {
 	c := config{prefix: redislock.DefaultPrefix, requestTimeout: DefaultRequestTimeout, dialTimeout: DefaultDialTimeout,
 		driftRate: DefaultDriftRate, driftMargin: DefaultDriftMargin}
 	for _, o := range opts {
-		o(&c)
+		if err := o(&c); err != nil {
+			return c, err
+		}
 	}
 	for _, d := range []struct {
 		name string

@@ -9,9 +9,9 @@ import (
 
 // Option configures a Backend. New rejects an invalid value with an error
 // matching driver.ErrInvalidOption that names the option.
-type Option func(*options) error
+type Option func(*config) error
 
-type options struct {
+type config struct {
 	cleanupEvery   time.Duration // 0: no periodic cleanup
 	cleanupBatch   int
 	retention      time.Duration
@@ -29,7 +29,7 @@ type options struct {
 // Give every client of a key the same setting: one without the queue takes
 // a key ahead of the clients queued for it. The default is to queue.
 func WithoutWaitQueue() Option {
-	return func(o *options) error {
+	return func(o *config) error {
 		o.noQueue = true
 		return nil
 	}
@@ -43,8 +43,8 @@ const DefaultRequestTimeout = 5 * time.Second
 // the table.
 const maxCleanupBatch = 100_000
 
-func defaultOptions() options {
-	return options{
+func defaultOptions() config {
+	return config{
 		cleanupEvery:   time.Minute,
 		cleanupBatch:   1000,
 		retention:      10 * time.Minute,
@@ -59,7 +59,7 @@ func invalid(name string, v any, want string) error {
 // WithCleanupInterval sets how often the backend deletes long-expired rows;
 // it must be positive. The default is one minute.
 func WithCleanupInterval(d time.Duration) Option {
-	return func(o *options) error {
+	return func(o *config) error {
 		if d <= 0 {
 			return invalid("WithCleanupInterval", d, "must be positive (WithManualCleanup turns the loop off)")
 		}
@@ -71,7 +71,7 @@ func WithCleanupInterval(d time.Duration) Option {
 // WithManualCleanup turns the periodic cleanup off: call Cleanup yourself,
 // or expired rows stay. The default is a cleanup every minute.
 func WithManualCleanup() Option {
-	return func(o *options) error {
+	return func(o *config) error {
 		o.cleanupEvery = 0
 		return nil
 	}
@@ -80,7 +80,7 @@ func WithManualCleanup() Option {
 // WithCleanupBatch caps the rows one cleanup deletes, from 1 to 100000. The
 // default is 1000.
 func WithCleanupBatch(n int) Option {
-	return func(o *options) error {
+	return func(o *config) error {
 		if n <= 0 || n > maxCleanupBatch {
 			return invalid("WithCleanupBatch", n, fmt.Sprintf("must be from 1 to %d", maxCleanupBatch))
 		}
@@ -93,7 +93,7 @@ func WithCleanupBatch(n int) Option {
 // released lease stays before cleanup may delete it; Inspect reports its
 // last fence meanwhile. It must be positive. The default is 10 minutes.
 func WithRetention(d time.Duration) Option {
-	return func(o *options) error {
+	return func(o *config) error {
 		if d <= 0 {
 			return invalid("WithRetention", d, "must be positive")
 		}
@@ -107,7 +107,7 @@ func WithRetention(d time.Duration) Option {
 // no deadline. It must be positive. The default is DefaultRequestTimeout
 // (5s).
 func WithRequestTimeout(d time.Duration) Option {
-	return func(o *options) error {
+	return func(o *config) error {
 		if d <= 0 {
 			return invalid("WithRequestTimeout", d, "must be positive")
 		}

@@ -18,7 +18,7 @@ import (
 type Backend struct {
 	db      *sql.DB
 	d       *Dialect
-	opts    options
+	opts    config
 	ownDB   bool
 	stmtsMu sync.Mutex
 	stmts   map[string]*sql.Stmt
