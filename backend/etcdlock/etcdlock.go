@@ -19,14 +19,20 @@
 // at the tail with a new lease and keeps waiting while its context allows; it
 // checks that its own entry still exists before it takes the lock.
 //
-// Open registers the scheme "etcd":
+// Open, and distlock.Open through the scheme "etcd", take a URL:
 //
-//	etcd://HOST:PORT[,HOST:PORT...]/PREFIX?dial_timeout=5s&request_timeout=5s
+//	etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?param=value...]
 //
-// PREFIX is "distlock" by default. dial_timeout bounds the first contact
-// (default DefaultDialTimeout): Open fails then, naming the connection's own
-// error, such as a refused connection. request_timeout bounds each call to
-// the store (default DefaultRequestTimeout; see WithRequestTimeout).
+// PREFIX is WithPrefix's, "distlock" by default. The parameters, applied
+// before Open's options (any other is an error):
+//
+//	dial_timeout=5s      WithDialTimeout: the first contact (default DefaultDialTimeout)
+//	request_timeout=5s   WithRequestTimeout: each call to the store (default DefaultRequestTimeout)
+//
+// Open fails when no member answers within the dial timeout, naming the
+// connection's own error, such as a refused connection. ParseURL reads a
+// URL without connecting; New takes a client you built, Dial a
+// clientv3.Config.
 //
 // What stays in etcd: a released lock leaves no key behind (its entry is
 // deleted, and an emptied queue has no other key). Leases freed by a release
@@ -51,7 +57,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,13 +69,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 
-	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
 )
-
-func init() {
-	distlock.Register("etcd", open)
-}
 
 // Backend is a distlock backend on an etcd cluster. Create it with New, Dial
 // or distlock.Open("etcd://...").
@@ -123,7 +123,8 @@ func newBackend(cli *clientv3.Client, c config) *Backend {
 
 // Dial connects to etcd with cfg and returns a backend that closes the
 // connection on Close. A nil cfg.Logger is replaced by a silent one and a
-// zero cfg.DialTimeout by DefaultDialTimeout. Dial waits, within ctx and the
+// zero cfg.DialTimeout by DefaultDialTimeout (WithDialTimeout overrides
+// it). Dial waits, within ctx and the
 // dial timeout, until a member answers, and otherwise fails naming the
 // connection's error (a refused connection, say).
 func Dial(ctx context.Context, cfg clientv3.Config, opts ...Option) (*Backend, error) {
@@ -133,6 +134,8 @@ func Dial(ctx context.Context, cfg clientv3.Config, opts ...Option) (*Backend, e
 		return nil, err
 	case cfg.DialTimeout < 0:
 		return nil, fmt.Errorf("etcdlock: dial timeout %v: %w: must not be negative", cfg.DialTimeout, driver.ErrInvalidOption)
+	case c.dialTimeout != 0:
+		cfg.DialTimeout = c.dialTimeout
 	case cfg.DialTimeout == 0:
 		cfg.DialTimeout = DefaultDialTimeout
 	}
@@ -141,13 +144,13 @@ func Dial(ctx context.Context, cfg clientv3.Config, opts ...Option) (*Backend, e
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("etcdlock: connect %v: %w", cfg.Endpoints, err)
+		return nil, fmt.Errorf("etcdlock: connect: %w", err)
 	}
 	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	defer cancel()
 	if err := probe(pctx, cli); err != nil {
 		_ = cli.Close()
-		return nil, fmt.Errorf("etcdlock: connect %v: %w", cfg.Endpoints, err)
+		return nil, fmt.Errorf("etcdlock: connect: %w", err)
 	}
 	b := newBackend(cli, c)
 	b.ownClient = true
@@ -163,25 +166,6 @@ func probe(ctx context.Context, cli *clientv3.Client) error {
 		return fmt.Errorf("%w (connection %s)", err, cli.ActiveConnection().GetState())
 	}
 	return err
-}
-
-// open builds a backend for etcd://HOST:PORT[,HOST:PORT...]/PREFIX?params.
-func open(ctx context.Context, u *url.URL) (driver.Backend, error) {
-	if u.Host == "" {
-		return nil, fmt.Errorf("etcdlock: the URL %q names no endpoint: %w", driver.RedactURL(u), driver.ErrInvalidOption)
-	}
-	var eps []string
-	for _, h := range strings.Split(u.Host, ",") {
-		eps = append(eps, "http://"+h)
-	}
-	dial, opts, err := urlOptions(u.Query())
-	if err != nil {
-		return nil, err
-	}
-	if p := strings.Trim(u.Path, "/"); p != "" {
-		opts = append(opts, WithPrefix(p))
-	}
-	return Dial(ctx, clientv3.Config{Endpoints: eps, DialTimeout: dial}, opts...)
 }
 
 // Name returns "etcd".

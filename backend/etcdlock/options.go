@@ -2,7 +2,6 @@ package etcdlock
 
 import (
 	"fmt"
-	"net/url"
 	"strings"
 	"time"
 
@@ -16,8 +15,8 @@ const DefaultPrefix = "distlock"
 // is not given.
 const DefaultRequestTimeout = 5 * time.Second
 
-// DefaultDialTimeout bounds Dial's first contact with etcd when the
-// clientv3.Config sets no DialTimeout.
+// DefaultDialTimeout bounds the first contact of Open and Dial with etcd
+// when neither WithDialTimeout nor the clientv3.Config sets one.
 const DefaultDialTimeout = 5 * time.Second
 
 // Option configures a Backend. An invalid value makes New, Dial or Open
@@ -27,6 +26,7 @@ type Option func(*config) error
 type config struct {
 	prefix         string // namespace, ending in '/'
 	requestTimeout time.Duration
+	dialTimeout    time.Duration // 0: the clientv3.Config's, or DefaultDialTimeout
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -69,30 +69,16 @@ func WithRequestTimeout(d time.Duration) Option {
 	}
 }
 
-// urlOptions reads the query parameters of an etcd:// URL: dial_timeout
-// (the Config's DialTimeout) and request_timeout (WithRequestTimeout), both
-// Go durations.
-func urlOptions(q url.Values) (dial time.Duration, opts []Option, err error) {
-	dial = DefaultDialTimeout
-	for name, vs := range q {
-		if name != "dial_timeout" && name != "request_timeout" {
-			return 0, nil, fmt.Errorf("etcdlock: unknown URL parameter %s: %w", name, driver.ErrInvalidOption)
-		}
-		if len(vs) != 1 {
-			return 0, nil, fmt.Errorf("etcdlock: URL parameter %s given %d times: %w", name, len(vs), driver.ErrInvalidOption)
-		}
-		d, err := time.ParseDuration(vs[0])
-		if err != nil {
-			return 0, nil, fmt.Errorf("etcdlock: URL parameter %s=%q: %w: %v", name, vs[0], driver.ErrInvalidOption, err)
-		}
-		if name == "request_timeout" {
-			opts = append(opts, WithRequestTimeout(d))
-			continue
-		}
+// WithDialTimeout bounds the first contact of Open and Dial with etcd (the
+// client's DialTimeout): they fail if no member answers within it. d must
+// be positive. It overrides the DialTimeout of Dial's clientv3.Config. The
+// default is DefaultDialTimeout (5s); New ignores it.
+func WithDialTimeout(d time.Duration) Option {
+	return func(c *config) error {
 		if d <= 0 {
-			return 0, nil, fmt.Errorf("etcdlock: URL parameter dial_timeout=%v: %w: must be positive", d, driver.ErrInvalidOption)
+			return fmt.Errorf("etcdlock: dial timeout %v: %w: must be positive", d, driver.ErrInvalidOption)
 		}
-		dial = d
+		c.dialTimeout = d
+		return nil
 	}
-	return dial, opts, nil
 }

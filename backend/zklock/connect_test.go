@@ -24,8 +24,8 @@ func TestOpenUnreachable(t *testing.T) {
 		url    string
 		within time.Duration
 	}{
-		{"zk://127.0.0.1:1?connect_timeout=1s", 3 * time.Second},
-		{"zk://127.0.0.1:1", zklock.DefaultConnectTimeout + 3*time.Second},
+		{"zk://127.0.0.1:1?dial_timeout=1s", 3 * time.Second},
+		{"zk://127.0.0.1:1", zklock.DefaultDialTimeout + 3*time.Second},
 	} {
 		t.Run(tc.url, func(t *testing.T) {
 			ignore := goleak.IgnoreCurrent()
@@ -72,8 +72,8 @@ func TestInvalidOptions(t *testing.T) {
 		"WithSessionTimeout":        zklock.WithSessionTimeout(0),
 		"WithSessionTimeout(short)": zklock.WithSessionTimeout(time.Millisecond),
 		"WithSessionTimeout(long)":  zklock.WithSessionTimeout(48 * time.Hour),
-		"WithConnectTimeout":        zklock.WithConnectTimeout(0),
-		"WithConnectTimeout(neg)":   zklock.WithConnectTimeout(-time.Second),
+		"WithDialTimeout":           zklock.WithDialTimeout(0),
+		"WithDialTimeout(neg)":      zklock.WithDialTimeout(-time.Second),
 		"WithRequestTimeout":        zklock.WithRequestTimeout(0),
 		"WithRequestTimeout(long)":  zklock.WithRequestTimeout(2 * time.Hour),
 	}
@@ -114,7 +114,7 @@ func TestInvalidOptions(t *testing.T) {
 	for _, u := range []string{
 		"zk:///root",
 		"zk://127.0.0.1:1/r?session_timeout=soon",
-		"zk://127.0.0.1:1/r?connect_timeout=0s",
+		"zk://127.0.0.1:1/r?dial_timeout=0s",
 		"zk://127.0.0.1:1/r?request_timeout=-1s",
 		"zk://127.0.0.1:1/r?conect_timeout=1s",
 		"zk://127.0.0.1:1/zookeeper",

@@ -14,8 +14,8 @@ const (
 	DefaultRoot = "/distlock"
 	// DefaultSessionTimeout is the session timeout asked of the server.
 	DefaultSessionTimeout = 10 * time.Second
-	// DefaultConnectTimeout bounds how long Dial waits for a session.
-	DefaultConnectTimeout = 5 * time.Second
+	// DefaultDialTimeout bounds how long Dial waits for a session.
+	DefaultDialTimeout = 5 * time.Second
 	// DefaultRequestTimeout bounds each request to ZooKeeper.
 	DefaultRequestTimeout = 5 * time.Second
 
@@ -24,7 +24,7 @@ const (
 	// default).
 	MinSessionTimeout = time.Second
 	MaxSessionTimeout = 24 * time.Hour
-	// MaxTimeout bounds WithConnectTimeout and WithRequestTimeout.
+	// MaxTimeout bounds WithDialTimeout and WithRequestTimeout.
 	MaxTimeout = time.Hour
 )
 
@@ -32,7 +32,7 @@ const (
 type config struct {
 	root           string
 	sessionTimeout time.Duration
-	connectTimeout time.Duration
+	dialTimeout    time.Duration
 	requestTimeout time.Duration
 }
 
@@ -40,7 +40,7 @@ func defaults() config {
 	return config{
 		root:           DefaultRoot,
 		sessionTimeout: DefaultSessionTimeout,
-		connectTimeout: DefaultConnectTimeout,
+		dialTimeout:    DefaultDialTimeout,
 		requestTimeout: DefaultRequestTimeout,
 	}
 }
@@ -114,16 +114,16 @@ func WithSessionTimeout(d time.Duration) Option {
 	}
 }
 
-// WithConnectTimeout bounds how long Dial and Open wait for a session
+// WithDialTimeout bounds how long Dial and Open wait for a session
 // (and for the root to be created on it); failing that they return the last
 // connection error. The caller's context bounds them too. The default is
-// DefaultConnectTimeout; it must be positive and at most MaxTimeout.
-func WithConnectTimeout(d time.Duration) Option {
+// DefaultDialTimeout; it must be positive and at most MaxTimeout.
+func WithDialTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if err := validTimeout(d); err != nil {
-			return fmt.Errorf("zklock: WithConnectTimeout(%v): %w", d, err)
+			return fmt.Errorf("zklock: WithDialTimeout(%v): %w", d, err)
 		}
-		c.connectTimeout = d
+		c.dialTimeout = d
 		return nil
 	}
 }

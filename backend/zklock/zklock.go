@@ -39,18 +39,23 @@
 //
 // New builds a backend over a connection you made with zk.Connect, and the
 // event channel Connect returned, which the backend then reads to learn of
-// disconnections and session expiry. Dial connects for you. Open registers
-// the scheme "zk":
+// disconnections and session expiry. Dial connects for you. Open, and
+// distlock.Open through the scheme "zk", take a URL:
 //
-//	zk://HOST:PORT[,HOST:PORT...]/ROOT?session_timeout=10s&connect_timeout=5s&request_timeout=5s
+//	zk://HOST:PORT[,HOST:PORT...][/ROOT][?param=value...]
 //
-// with ROOT "/distlock" by default. go-zookeeper connects in the background
-// and retries for ever; Dial and Open wait for a session for at most the
-// connect timeout (5 s by default, connect_timeout in the URL) and then fail
-// naming the last connection error, such as a refused dial. Every request is
-// bounded by the request timeout (5 s by default, request_timeout in the
-// URL), whatever the caller's context allows. Any other query parameter is
-// an error.
+// with ROOT WithRoot's, "/distlock" by default. The parameters, applied
+// before Open's options (any other is an error):
+//
+//	session_timeout=10s   WithSessionTimeout (default DefaultSessionTimeout)
+//	dial_timeout=5s       WithDialTimeout (default DefaultDialTimeout)
+//	request_timeout=5s    WithRequestTimeout (default DefaultRequestTimeout)
+//
+// ParseURL reads a URL without connecting. go-zookeeper connects in the
+// background and retries for ever; Dial and Open wait for a session for at
+// most the dial timeout and then fail naming the last connection error,
+// such as a refused dial. Every request is bounded by the request timeout,
+// whatever the caller's context allows.
 //
 // # What stays in ZooKeeper
 //
@@ -74,21 +79,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"path"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
 )
-
-func init() {
-	distlock.Register("zk", open)
-}
 
 // Backend is a distlock backend on a ZooKeeper ensemble, over one session.
 // Create it with New, Dial or distlock.Open("zk://...").
@@ -125,7 +123,7 @@ var (
 // from then on until it is closed or the channel closes: it learns of
 // disconnections and session expiry there, which end its locks (use
 // zk.WithEventCallback if you need the events too). WithSessionTimeout
-// should match the timeout conn was made with; WithConnectTimeout does not
+// should match the timeout conn was made with; WithDialTimeout does not
 // apply. New makes no request: the root is created on first use. Close does
 // not close conn; it deletes the nodes of the locks still held, which
 // conn's session would otherwise keep. Once conn is closed, calls fail with
@@ -162,7 +160,7 @@ func newBackend(conn *zk.Conn, events <-chan zk.Event, cfg config, log *connLog)
 
 // Dial connects to the ZooKeeper servers ("host:port") and returns a
 // backend over a new session, which Close ends. It waits for the session
-// for at most the connect timeout (see WithConnectTimeout) or until ctx
+// for at most the dial timeout (see WithDialTimeout) or until ctx
 // ends, then fails naming the last connection error.
 func Dial(ctx context.Context, servers []string, opts ...Option) (*Backend, error) {
 	cfg, err := apply(opts)
@@ -175,29 +173,30 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Backend, erro
 	log := &connLog{}
 	conn, events, err := zk.Connect(servers, cfg.sessionTimeout, zk.WithLogger(log), zk.WithLogInfo(false), zk.WithDialer(log.dial))
 	if err != nil {
-		return nil, fmt.Errorf("zklock: connect %v: %w", servers, err)
+		return nil, fmt.Errorf("zklock: connect: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, cfg.connectTimeout)
+	ctx, cancel := context.WithTimeout(ctx, cfg.dialTimeout)
 	defer cancel()
 	if err := awaitSession(ctx, conn, events); err != nil {
 		last := log.lastError()
 		log.abort(conn, events)
-		return nil, connectError(servers, cfg.connectTimeout, err, last)
+		return nil, connectError(cfg.dialTimeout, err, last)
 	}
 	b := newBackend(conn, events, cfg, log)
 	if err := b.ensureRoot(ctx); err != nil {
 		_ = b.Close()
-		return nil, connectError(servers, cfg.connectTimeout, fmt.Errorf("create root %s: %w", b.root, err), log.lastError())
+		return nil, connectError(cfg.dialTimeout, fmt.Errorf("create root %s: %w", b.root, err), log.lastError())
 	}
 	return b, nil
 }
 
-// connectError says that Dial got no usable session, and why.
-func connectError(servers []string, timeout time.Duration, err, last error) error {
+// connectError says that Dial got no usable session, and why. It names
+// neither the servers nor the URL: the caller knows them.
+func connectError(timeout time.Duration, err, last error) error {
 	if last == nil {
-		return fmt.Errorf("zklock: connect %v (connect timeout %v): %w", servers, timeout, err)
+		return fmt.Errorf("zklock: connect (dial timeout %v): %w", timeout, err)
 	}
-	return fmt.Errorf("zklock: connect %v (connect timeout %v): %w; last connection error: %w", servers, timeout, err, last)
+	return fmt.Errorf("zklock: connect (dial timeout %v): %w; last connection error: %w", timeout, err, last)
 }
 
 // ensureRoot creates the root, retrying while the server is not serving yet
@@ -216,43 +215,6 @@ func (b *Backend) ensureRoot(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
-}
-
-// open builds a backend for a zk:// URL (see the package doc).
-func open(ctx context.Context, u *url.URL) (driver.Backend, error) {
-	if u.Host == "" {
-		return nil, fmt.Errorf("zklock: the URL names no server: %w", driver.ErrInvalidOption)
-	}
-	opts, err := urlOptions(u)
-	if err != nil {
-		return nil, err
-	}
-	return Dial(ctx, strings.Split(u.Host, ","), opts...)
-}
-
-// urlOptions reads the root and the query parameters of a zk:// URL.
-func urlOptions(u *url.URL) ([]Option, error) {
-	var opts []Option
-	if r := strings.Trim(u.Path, "/"); r != "" {
-		opts = append(opts, WithRoot(r))
-	}
-	timeouts := map[string]func(time.Duration) Option{
-		"session_timeout": WithSessionTimeout,
-		"connect_timeout": WithConnectTimeout,
-		"request_timeout": WithRequestTimeout,
-	}
-	for name, values := range u.Query() {
-		with, ok := timeouts[name]
-		if !ok {
-			return nil, fmt.Errorf("zklock: unknown URL parameter %q (known: session_timeout, connect_timeout, request_timeout): %w", name, driver.ErrInvalidOption)
-		}
-		d, err := time.ParseDuration(values[len(values)-1])
-		if err != nil {
-			return nil, fmt.Errorf("zklock: %s: %w: %w", name, driver.ErrInvalidOption, err)
-		}
-		opts = append(opts, with(d))
-	}
-	return opts, nil
 }
 
 // Name returns "zk".

@@ -38,7 +38,7 @@ func dial(t testing.TB, addr, root string, opts ...zklock.Option) *zklock.Backen
 	t.Helper()
 	// A server that just started may take seconds on a busy machine before
 	// it serves sessions.
-	base := []zklock.Option{zklock.WithRoot(root), zklock.WithSessionTimeout(4 * time.Second), zklock.WithConnectTimeout(30 * time.Second)}
+	base := []zklock.Option{zklock.WithRoot(root), zklock.WithSessionTimeout(4 * time.Second), zklock.WithDialTimeout(30 * time.Second)}
 	b, err := zklock.Dial(context.Background(), []string{addr}, append(base, opts...)...)
 	if err != nil {
 		t.Fatal(err)

@@ -26,6 +26,7 @@
 package urlq
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -38,8 +39,9 @@ import (
 	"github.com/distlock/distlock/driver"
 )
 
-// Reader reads one URL's query. Its methods record the first error; later
-// reads do nothing once there is one, and Done returns it.
+// Reader reads one URL's query. Each read reports whether it set its
+// destination: false for a parameter that is absent or bad. The first error
+// is kept; reads after it do nothing, and Done returns it.
 type Reader struct {
 	pkg   string
 	q     url.Values
@@ -92,48 +94,51 @@ func (r *Reader) one(name string) (string, bool) {
 // Func hands the value of name, if present, to parse; an error it returns
 // becomes the Reader's, in the shape of the others, with the value shown.
 // It is for values of a backend's own type (an enum, a list).
-func (r *Reader) Func(name string, parse func(string) error) {
+func (r *Reader) Func(name string, parse func(string) error) bool {
 	v, ok := r.one(name)
 	if !ok {
-		return
+		return false
 	}
 	if err := parse(v); err != nil {
 		r.err = r.Error(name, v, err)
+		return false
 	}
+	return true
 }
 
 // String sets *dst to the value of name, which must not be empty. The value
 // is never shown in an error.
-func (r *Reader) String(name string, dst *string) {
+func (r *Reader) String(name string, dst *string) bool {
 	v, ok := r.one(name)
 	switch {
 	case !ok:
+		return false
 	case v == "":
 		r.err = r.Error(name, "", errors.New("empty"))
-	default:
-		*dst = v
+		return false
 	}
+	*dst = v
+	return true
 }
 
 // Strings appends every value of name to *dst; name may be given several
 // times. No value may be empty.
-func (r *Reader) Strings(name string, dst *[]string) {
+func (r *Reader) Strings(name string, dst *[]string) bool {
 	r.known = append(r.known, name)
-	if r.err != nil {
-		return
+	if r.err != nil || len(r.q[name]) == 0 {
+		return false
 	}
-	for _, v := range r.q[name] {
-		if v == "" {
-			r.err = r.Error(name, "", errors.New("empty"))
-			return
-		}
-		*dst = append(*dst, v)
+	if slices.Contains(r.q[name], "") {
+		r.err = r.Error(name, "", errors.New("empty"))
+		return false
 	}
+	*dst = append(*dst, r.q[name]...)
+	return true
 }
 
 // Duration sets *dst to the value of name, a Go duration such as "250ms".
-func (r *Reader) Duration(name string, dst *time.Duration) {
-	r.Func(name, func(v string) (err error) {
+func (r *Reader) Duration(name string, dst *time.Duration) bool {
+	return r.Func(name, func(v string) (err error) {
 		*dst, err = parseDuration(v)
 		return err
 	})
@@ -150,8 +155,8 @@ func parseDuration(v string) (time.Duration, error) {
 }
 
 // Bool sets *dst to the value of name: true, false, 1, 0, t, f (any case).
-func (r *Reader) Bool(name string, dst *bool) {
-	r.Func(name, func(v string) error {
+func (r *Reader) Bool(name string, dst *bool) bool {
+	return r.Func(name, func(v string) error {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
 			return errors.New("want true or false")
@@ -162,8 +167,8 @@ func (r *Reader) Bool(name string, dst *bool) {
 }
 
 // Int sets *dst to the value of name, a decimal integer.
-func (r *Reader) Int(name string, dst *int) {
-	r.Func(name, func(v string) error {
+func (r *Reader) Int(name string, dst *int) bool {
+	return r.Func(name, func(v string) error {
 		n, err := strconv.Atoi(v)
 		if err != nil {
 			return errors.New("want an integer")
@@ -175,8 +180,8 @@ func (r *Reader) Int(name string, dst *int) {
 
 // Size sets *dst to the value of name, a count of bytes: a decimal integer
 // with an optional suffix KiB, MiB or GiB (powers of 1024).
-func (r *Reader) Size(name string, dst *int64) {
-	r.Func(name, func(v string) error {
+func (r *Reader) Size(name string, dst *int64) bool {
+	return r.Func(name, func(v string) error {
 		mult := int64(1)
 		for _, s := range []struct {
 			suffix string
@@ -197,8 +202,8 @@ func (r *Reader) Size(name string, dst *int64) {
 }
 
 // Float sets *dst to the value of name, a finite decimal number.
-func (r *Reader) Float(name string, dst *float64) {
-	r.Func(name, func(v string) error {
+func (r *Reader) Float(name string, dst *float64) bool {
+	return r.Func(name, func(v string) error {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
 			return errors.New("want a number such as 0.01")
@@ -247,4 +252,32 @@ func (r *Reader) Done() error {
 		want = strings.Join(known, ", ")
 	}
 	return r.Error(strings.Join(unknown, ", "), "", fmt.Errorf("unknown (known: %s)", want))
+}
+
+// Parse is url.Parse for a backend's Open, whose error, unlike
+// url.Parse's, does not repeat the URL (it may hold a password): it is
+// Invalidf's shape with the parser's complaint.
+func Parse(pkg, rawURL string) (*url.URL, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, Invalidf(pkg, "syntax", "%w", err)
+	}
+	return u, nil
+}
+
+// Opener adapts a backend's open function to the one distlock.Register
+// takes, so that a failed open returns a nil driver.Backend rather than a
+// typed nil pointer.
+func Opener[B driver.Backend](open func(context.Context, *url.URL) (B, error)) func(context.Context, *url.URL) (driver.Backend, error) {
+	return func(ctx context.Context, u *url.URL) (driver.Backend, error) {
+		b, err := open(ctx, u)
+		if err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
 }

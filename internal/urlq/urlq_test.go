@@ -153,3 +153,16 @@ func TestInvalidf(t *testing.T) {
 		t.Errorf("error %q, want %q", err, want)
 	}
 }
+
+func TestParse(t *testing.T) {
+	_, err := urlq.Parse("xlock", "redis://user:secret@host:port:bad/")
+	if !errors.Is(err, driver.ErrInvalidOption) || strings.Contains(err.Error(), "secret") {
+		t.Errorf("error %v: want one matching driver.ErrInvalidOption, without the password", err)
+	}
+	if !strings.HasPrefix(err.Error(), "xlock: URL syntax: distlock: invalid option: ") {
+		t.Errorf("error %q", err)
+	}
+	if u, err := urlq.Parse("xlock", "mem://a"); err != nil || u.Host != "a" {
+		t.Errorf("Parse(mem://a) = %v, %v", u, err)
+	}
+}
