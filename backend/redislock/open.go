@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -12,19 +13,31 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/distlock/distlock"
-	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/urlq"
 )
 
 func init() {
 	for _, scheme := range []string{"redis", "rediss", "redis-sentinel", "redis-cluster"} {
-		distlock.Register(scheme, func(ctx context.Context, u *url.URL) (driver.Backend, error) {
-			return Open(ctx, u.String())
-		})
+		distlock.Register(scheme, urlq.Opener(func(ctx context.Context, u *url.URL) (*Backend, error) { return openURL(ctx, u) }))
 	}
 }
 
-// Open builds a rueidis client from rawURL and returns a backend that owns it
-// (Close closes it). The forms are:
+// clientParams are the URL parameters that rueidis.ParseURL reads.
+var clientParams = []string{"db", "write_timeout", "addr", "skip_verify", "protocol", "client_cache", "max_retries", "client_name", "master_set"}
+
+// Config is what a Redis URL says: the client to build, and the backend's
+// options.
+type Config struct {
+	// Client is the rueidis client's configuration: addresses, credentials,
+	// database, TLS, Sentinel master. Open sets its dial timeout and turns
+	// client-side caching off.
+	Client rueidis.ClientOption
+	// Options are those the URL's parameters set; Open applies them before
+	// its own.
+	Options []Option
+}
+
+// ParseURL reads a Redis URL without connecting. The forms are:
 //
 //	redis://[user:password@]host:port[/db]          one node (a Cluster node is detected)
 //	rediss://...                                    the same over TLS
@@ -36,86 +49,105 @@ func init() {
 // Sentinel forms need an address in the host part, and a Sentinel address
 // without a port means port 26379.
 //
-// Query parameters, applied before opts:
+// The parameters, applied before Open's options:
 //
 //	prefix=P             WithPrefix (default "distlock:")
 //	dial_timeout=5s      WithDialTimeout: each connection attempt (default 5s)
 //	request_timeout=5s   WithRequestTimeout: each request (default 5s)
 //	waiter_timeout=1s    WithWaiterTimeout: a waiter's place in a queue (default 1s)
 //
-// Other query parameters are rueidis.ParseURL's (client_name, write_timeout,
-// ...). Open connects within the dial timeout or ctx's deadline, whichever
-// is sooner, then checks the server's version within ctx and the request
-// timeout: an unreachable Redis fails with the dial error, a Redis older
-// than MinVersion with the version found.
+// and rueidis.ParseURL's: db, addr, client_name, write_timeout,
+// skip_verify, protocol, client_cache, max_retries. Any other is an error
+// matching driver.ErrInvalidOption, as is an invalid value.
+func ParseURL(u *url.URL) (Config, error) {
+	r := urlq.New(pkg, u.Query())
+	var cfg Config
+	var prefix string
+	if r.Func("prefix", func(v string) error { prefix = v; return nil }) {
+		cfg.Options = append(cfg.Options, WithPrefix(prefix))
+	}
+	for _, p := range []struct {
+		name string
+		with func(time.Duration) Option
+	}{{"dial_timeout", WithDialTimeout}, {"request_timeout", WithRequestTimeout}, {"waiter_timeout", WithWaiterTimeout}} {
+		var d time.Duration
+		if r.Duration(p.name, &d) {
+			cfg.Options = append(cfg.Options, p.with(d))
+		}
+	}
+	q := r.Pass(clientParams...)
+	if err := r.Done(); err != nil {
+		return Config{}, err
+	}
+	if _, err := newConfig(cfg.Options); err != nil {
+		return Config{}, err
+	}
+	nu := *u
+	master, err := normalizeURL(&nu, q)
+	if err != nil {
+		return Config{}, err
+	}
+	if cfg.Client, err = rueidis.ParseURL(nu.String()); err != nil {
+		return Config{}, urlq.Invalidf(pkg, "syntax", "%w", err)
+	}
+	cfg.Client.Sentinel.MasterSet = master
+	return cfg, nil
+}
+
+// pkg begins the errors of the backend's URL grammar.
+const pkg = "redislock"
+
+// Open builds a rueidis client from rawURL (see ParseURL) and returns a
+// backend that owns it (Close closes it). opts apply after the URL's. Open
+// connects within the dial timeout or ctx's deadline, whichever is sooner,
+// then checks the server's version within ctx and the request timeout: an
+// unreachable Redis fails with the dial error, a Redis older than
+// MinVersion with the version found.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Backend, error) {
-	u, err := url.Parse(rawURL)
+	u, err := urlq.Parse(pkg, rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("redislock: %w", err)
+		return nil, err
 	}
-	q := u.Query()
-	urlOpts, err := queryOptions(q)
+	return openURL(ctx, u, opts...)
+}
+
+// openURL is Open after url.Parse, and distlock.Open's way in.
+func openURL(ctx context.Context, u *url.URL, opts ...Option) (*Backend, error) {
+	cfg, err := ParseURL(u)
 	if err != nil {
-		return nil, fmt.Errorf("redislock: %s: %w", driver.RedactURL(u), err)
+		return nil, err
 	}
-	cfg, err := newConfig(append(urlOpts, opts...))
+	return Dial(ctx, cfg, opts...)
+}
+
+// Dial builds the rueidis client cfg describes, as Open does, with
+// cfg.Options and then opts, and returns a backend that owns it (Close
+// closes it). It is Open for a Config you read or built yourself; Redlock
+// dials its nodes with it.
+func Dial(ctx context.Context, cfg Config, opts ...Option) (*Backend, error) {
+	c, err := newConfig(append(slices.Clip(cfg.Options), opts...))
 	if err != nil {
 		return nil, err // before any connection is made
 	}
-	master, err := normalizeURL(u, q)
-	if err != nil {
-		return nil, fmt.Errorf("redislock: %s: %w", driver.RedactURL(u), err)
-	}
-	opt, err := rueidis.ParseURL(u.String())
-	if err != nil {
-		return nil, fmt.Errorf("redislock: %w", err)
-	}
-	opt.Sentinel.MasterSet = master
+	opt := cfg.Client
 	opt.DisableCache = true // no client-side caching: lock state must come from the server
-	opt.Dialer.Timeout = cfg.dialTimeout
+	opt.Dialer.Timeout = c.dialTimeout
 	if d, ok := ctx.Deadline(); ok {
 		opt.Dialer.Timeout = max(min(opt.Dialer.Timeout, time.Until(d)), time.Millisecond)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("redislock: connect %s: %w", driver.RedactURL(u), err)
+		return nil, fmt.Errorf("redislock: connect: %w", err)
 	}
 	client, err := rueidis.NewClient(opt)
 	if err != nil {
-		return nil, fmt.Errorf("redislock: connect %s: %w", driver.RedactURL(u), err)
+		return nil, fmt.Errorf("redislock: connect: %w", err)
 	}
-	b, err := newRueidis(ctx, client, true, cfg)
+	b, err := newRueidis(ctx, client, true, c)
 	if err != nil {
 		client.Close()
 		return nil, err
 	}
 	return b, nil
-}
-
-// queryOptions takes the backend's own parameters out of q and returns them
-// as options.
-func queryOptions(q url.Values) ([]Option, error) {
-	var opts []Option
-	if q.Has("prefix") {
-		opts = append(opts, WithPrefix(q.Get("prefix")))
-	}
-	for name, opt := range map[string]func(time.Duration) Option{
-		"dial_timeout":    WithDialTimeout,
-		"request_timeout": WithRequestTimeout,
-		"waiter_timeout":  WithWaiterTimeout,
-	} {
-		if !q.Has(name) {
-			continue
-		}
-		d, err := time.ParseDuration(q.Get(name))
-		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", driver.ErrInvalidOption, name, err)
-		}
-		opts = append(opts, opt(d))
-	}
-	for _, name := range []string{"prefix", "dial_timeout", "request_timeout", "waiter_timeout"} {
-		q.Del(name)
-	}
-	return opts, nil
 }
 
 // normalizeURL rewrites u, with query q, into the redis:// form that
@@ -125,7 +157,7 @@ func normalizeURL(u *url.URL, q url.Values) (master string, err error) {
 	case "redis", "rediss":
 	case "redis-cluster":
 		if u.Host == "" {
-			return "", fmt.Errorf("%w: no seed node address: want redis-cluster://host:port[?addr=host:port...]", driver.ErrInvalidOption)
+			return "", urlq.Invalidf(pkg, "host", "no seed node address: want redis-cluster://host:port[?addr=host:port...]")
 		}
 		u.Scheme = "redis"
 	case "redis-sentinel":
@@ -133,7 +165,7 @@ func normalizeURL(u *url.URL, q url.Values) (master string, err error) {
 			return "", err
 		}
 	default:
-		return "", fmt.Errorf("%w: unsupported scheme %q", driver.ErrInvalidOption, u.Scheme)
+		return "", urlq.Invalidf(pkg, "scheme", "%q, want redis, rediss, redis-cluster or redis-sentinel", u.Scheme)
 	}
 	u.RawQuery = q.Encode()
 	return master, nil
@@ -144,16 +176,16 @@ func normalizeURL(u *url.URL, q url.Values) (master string, err error) {
 func sentinelURL(u *url.URL, q url.Values) (string, error) {
 	const want = "want redis-sentinel://host:port/master[/db][?addr=host:port...]"
 	if u.Host == "" {
-		return "", fmt.Errorf("%w: no sentinel address: %s", driver.ErrInvalidOption, want)
+		return "", urlq.Invalidf(pkg, "host", "no sentinel address: %s", want)
 	}
 	parts := strings.Split(strings.Trim(u.Path, "/"), "/")
 	master := parts[0]
 	if master == "" || len(parts) > 2 {
-		return "", fmt.Errorf("%w: no master name: %s", driver.ErrInvalidOption, want)
+		return "", urlq.Invalidf(pkg, "path", "no master name: %s", want)
 	}
 	if len(parts) == 2 {
 		if _, err := strconv.Atoi(parts[1]); err != nil {
-			return "", fmt.Errorf("%w: database %q is not a number", driver.ErrInvalidOption, parts[1])
+			return "", urlq.Invalidf(pkg, "path", "database %q is not a number", parts[1])
 		}
 		q.Set("db", parts[1])
 	}

@@ -11,24 +11,33 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/redislock"
-	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/urlq"
 )
 
 func init() {
-	distlock.Register("redlock", func(ctx context.Context, u *url.URL) (driver.Backend, error) {
-		return Open(ctx, u.String())
-	})
+	distlock.Register("redlock", urlq.Opener(func(ctx context.Context, u *url.URL) (*Backend, error) { return openURL(ctx, u) }))
 }
 
-// Open builds one rueidis client per node from rawURL (redislock.Open for
-// each node, in parallel) and returns Redlock over them; Close closes them.
-// The form is
+// pkg begins the errors of the backend's URL grammar.
+const pkg = "redlock"
+
+// Config is what a redlock:// URL says: each node's client, and the
+// backend's options.
+type Config struct {
+	// Nodes are the nodes' configurations, in the URL's order.
+	Nodes []redislock.Config
+	// Options are those the URL's parameters set; Open applies them before
+	// its own.
+	Options []Option
+}
+
+// ParseURL reads a redlock:// URL without connecting. The form is
 //
 //	redlock://[user:password@]host:port,host:port,host:port[/db][?param=value...]
 //
 // with an odd number of distinct nodes, at least 3, each host:port with its
-// port; the credentials and database apply to every node. Query
-// parameters, applied before opts:
+// port; the credentials and database apply to every node. The parameters,
+// applied before Open's options:
 //
 //	prefix=P              WithPrefix (default "distlock:")
 //	dial_timeout=5s       WithDialTimeout: each connection attempt (default 5s)
@@ -37,40 +46,88 @@ func init() {
 //	drift_rate=0.01       WithDrift's rate (default 0.01)
 //	drift_margin=2ms      WithDrift's margin (default 2ms)
 //
-// Other parameters are passed to every node's redis:// URL, for
-// rueidis.ParseURL (client_name, write_timeout, ...). Every node must be
-// reachable: Open fails, naming each node's dial error, otherwise.
-func Open(ctx context.Context, rawURL string, opts ...Option) (*Backend, error) {
-	u, err := url.Parse(rawURL)
+// Any other parameter goes to every node's redis:// URL, which
+// redislock.ParseURL reads (client_name, write_timeout, ...) and where an
+// unknown one is an error matching driver.ErrInvalidOption, as is an
+// invalid value.
+func ParseURL(u *url.URL) (Config, error) {
+	if u.Scheme != "redlock" {
+		return Config{}, urlq.Invalidf(pkg, "scheme", "%q, want redlock", u.Scheme)
+	}
+	addrs, err := nodeAddrs(u.Host)
 	if err != nil {
-		return nil, fmt.Errorf("redlock: %w: %w", driver.ErrInvalidOption, err)
-	}
-	q := u.Query()
-	urlOpts, err := queryOptions(q)
-	if err == nil && u.Scheme != "redlock" {
-		err = fmt.Errorf("%w: scheme %q, want redlock", driver.ErrInvalidOption, u.Scheme)
-	}
-	var addrs []string
-	if err == nil {
-		addrs, err = nodeAddrs(u.Host)
+		return Config{}, err
 	}
 	db := strings.Trim(u.Path, "/")
-	if _, perr := strconv.Atoi(db); err == nil && db != "" && perr != nil {
-		err = fmt.Errorf("%w: database %q is not a number", driver.ErrInvalidOption, db)
+	if _, err := strconv.Atoi(db); db != "" && err != nil {
+		return Config{}, urlq.Invalidf(pkg, "path", "database %q is not a number", db)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("redlock: %s: %w", driver.RedactURL(u), err)
+	var cfg Config
+	r := urlq.New(pkg, u.Query())
+	var prefix string
+	if r.Func("prefix", func(v string) error { prefix = v; return nil }) {
+		cfg.Options = append(cfg.Options, WithPrefix(prefix))
 	}
-	cfg, err := newConfig(append(urlOpts, opts...))
-	if err != nil {
-		return nil, err
+	for _, p := range []struct {
+		name string
+		with func(time.Duration) Option
+	}{{"dial_timeout", WithDialTimeout}, {"request_timeout", WithRequestTimeout}, {"node_timeout", WithNodeTimeout}} {
+		var d time.Duration
+		if r.Duration(p.name, &d) {
+			cfg.Options = append(cfg.Options, p.with(d))
+		}
 	}
-	return newBackend(ctx, cfg, addrs, func(ctx context.Context, i int) (*redislock.Backend, error) {
-		nu := url.URL{Scheme: "redis", User: u.User, Host: addrs[i], RawQuery: q.Encode()}
+	rate, margin := DefaultDriftRate, DefaultDriftMargin
+	setRate := r.Float("drift_rate", &rate)
+	if setMargin := r.Duration("drift_margin", &margin); setRate || setMargin {
+		cfg.Options = append(cfg.Options, WithDrift(rate, margin))
+	}
+	rest := r.Rest()
+	if err := r.Done(); err != nil {
+		return Config{}, err
+	}
+	if _, err := newConfig(cfg.Options); err != nil {
+		return Config{}, err
+	}
+	for _, a := range addrs {
+		nu := &url.URL{Scheme: "redis", User: u.User, Host: a, RawQuery: rest.Encode()}
 		if db != "" {
 			nu.Path = "/" + db
 		}
-		return redislock.Open(ctx, nu.String(), cfg.nodeOptions()...)
+		n, err := redislock.ParseURL(nu)
+		if err != nil {
+			return Config{}, fmt.Errorf("redlock: node %s: %w", a, err)
+		}
+		cfg.Nodes = append(cfg.Nodes, n)
+	}
+	return cfg, nil
+}
+
+// Open builds one rueidis client per node from rawURL (see ParseURL), in
+// parallel, and returns Redlock over them; Close closes them. opts apply
+// after the URL's. Every node must be reachable: Open fails, naming each
+// node's dial error, otherwise.
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Backend, error) {
+	u, err := urlq.Parse(pkg, rawURL)
+	if err != nil {
+		return nil, err
+	}
+	return openURL(ctx, u, opts...)
+}
+
+// openURL is Open after url.Parse, and distlock.Open's way in.
+func openURL(ctx context.Context, u *url.URL, opts ...Option) (*Backend, error) {
+	cfg, err := ParseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	c, err := newConfig(append(cfg.Options, opts...))
+	if err != nil {
+		return nil, err
+	}
+	addrs := strings.Split(u.Host, ",")
+	return newBackend(ctx, c, addrs, func(ctx context.Context, i int) (*redislock.Backend, error) {
+		return redislock.Dial(ctx, cfg.Nodes[i], c.nodeOptions()...)
 	})
 }
 
@@ -79,50 +136,8 @@ func nodeAddrs(host string) ([]string, error) {
 	addrs := strings.Split(host, ",")
 	for _, a := range addrs {
 		if h, p, err := net.SplitHostPort(a); err != nil || h == "" || p == "" {
-			return nil, fmt.Errorf("%w: node %q: want host:port", driver.ErrInvalidOption, a)
+			return nil, urlq.Invalidf(pkg, "host", "node %q: want host:port", a)
 		}
 	}
 	return addrs, nil
-}
-
-// queryOptions takes Redlock's own parameters out of q and returns them as
-// options.
-func queryOptions(q url.Values) ([]Option, error) {
-	var opts []Option
-	if q.Has("prefix") {
-		opts = append(opts, WithPrefix(q.Get("prefix")))
-	}
-	durations := map[string]func(time.Duration) Option{
-		"dial_timeout":    WithDialTimeout,
-		"request_timeout": WithRequestTimeout,
-		"node_timeout":    WithNodeTimeout,
-	}
-	for name, opt := range durations {
-		if q.Has(name) {
-			d, err := time.ParseDuration(q.Get(name))
-			if err != nil {
-				return nil, fmt.Errorf("%w: %s: %w", driver.ErrInvalidOption, name, err)
-			}
-			opts = append(opts, opt(d))
-		}
-	}
-	if q.Has("drift_rate") || q.Has("drift_margin") {
-		rate, margin := DefaultDriftRate, DefaultDriftMargin
-		var err error
-		if q.Has("drift_rate") {
-			if rate, err = strconv.ParseFloat(q.Get("drift_rate"), 64); err != nil {
-				return nil, fmt.Errorf("%w: drift_rate: %w", driver.ErrInvalidOption, err)
-			}
-		}
-		if q.Has("drift_margin") {
-			if margin, err = time.ParseDuration(q.Get("drift_margin")); err != nil {
-				return nil, fmt.Errorf("%w: drift_margin: %w", driver.ErrInvalidOption, err)
-			}
-		}
-		opts = append(opts, WithDrift(rate, margin))
-	}
-	for _, name := range []string{"prefix", "dial_timeout", "request_timeout", "node_timeout", "drift_rate", "drift_margin"} {
-		q.Del(name)
-	}
-	return opts, nil
 }

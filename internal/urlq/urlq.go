@@ -213,6 +213,20 @@ func (r *Reader) Float(name string, dst *float64) bool {
 	})
 }
 
+// Pass returns those of the named parameters that are present, for the
+// store's own client to read, and counts them as known. Unlike Rest, it
+// leaves any other parameter to Done.
+func (r *Reader) Pass(names ...string) url.Values {
+	pass := url.Values{}
+	for _, name := range names {
+		r.known = append(r.known, name)
+		if vs, ok := r.q[name]; ok {
+			pass[name] = vs
+		}
+	}
+	return pass
+}
+
 // Rest returns the parameters not read so far, for the store's own client
 // to read (the driver's DSN parameters, say), and counts them as known: the
 // caller hands them on to a parser that checks them.

@@ -143,6 +143,25 @@ func TestRest(t *testing.T) {
 	}
 }
 
+func TestPass(t *testing.T) {
+	q, _ := url.ParseQuery("a=1&b=2&b=3&c=4")
+	r := urlq.New("xlock", q)
+	if got := r.Pass("b", "z").Encode(); got != "b=2&b=3" {
+		t.Errorf("Pass(b, z) = %q", got)
+	}
+	var a int
+	if !r.Int("a", &a) || a != 1 {
+		t.Errorf("Int(a) = %d", a)
+	}
+	var e time.Duration
+	if r.Duration("e", &e) {
+		t.Error("Duration(e) of an absent e reports it set")
+	}
+	if err := r.Done(); err == nil || !strings.Contains(err.Error(), "parameter c:") || !strings.Contains(err.Error(), "known: a, b, e, z") {
+		t.Errorf("Done() = %v, want c unknown, a, b, e, z known", err)
+	}
+}
+
 func TestInvalidf(t *testing.T) {
 	cause := errors.New("cause")
 	err := urlq.Invalidf("xlock", "host", "no node: %w", cause)
