@@ -46,7 +46,7 @@ func TestPausedHolderRejected(t *testing.T) {
 			return b
 		},
 		"sqllock": func(t *testing.T) driver.Backend {
-			b, err := sqllock.Open(ctx, "pgx", dsn, sqllock.Postgres)
+			b, err := sqllock.OpenDSN(ctx, "pgx", dsn, sqllock.Postgres)
 			if err != nil {
 				t.Fatal(err)
 			}

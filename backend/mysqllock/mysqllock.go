@@ -5,23 +5,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net/url"
-	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
-
-	"github.com/go-sql-driver/mysql"
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
-	"github.com/distlock/distlock/internal/mysqlurl"
 	"github.com/distlock/distlock/internal/pinned"
 )
-
-func init() {
-	distlock.Register("mysql", func(ctx context.Context, u *url.URL) (driver.Backend, error) { return Open(ctx, u.String()) })
-}
 
 // ErrPoolExhausted means no connection of the handle became free in time:
 // every held lock pins one, so the handle allows too few connections for the
@@ -67,7 +57,7 @@ func New(db *sql.DB, opts ...Option) (*Backend, error) {
 	if db == nil {
 		return nil, fmt.Errorf("mysqllock: new: %w: nil *sql.DB", driver.ErrInvalidOption)
 	}
-	o, err := newOptions(opts)
+	o, err := newConfig(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -78,116 +68,6 @@ func New(db *sql.DB, opts ...Option) (*Backend, error) {
 		b.holds.StartCleanup(o.cleanupEvery, o.cleanupBatch, b.Cleanup)
 	}
 	return b, nil
-}
-
-// Open returns a backend over a handle of its own (closed by Close) on
-//
-//	mysql://user:password@host:port/database?param=value
-//
-// where the parameters are go-sql-driver/mysql's DSN parameters, plus
-// mysqllock's own: request_timeout (a Go duration, WithRequestTimeout),
-// keepalive (WithKeepalive), pool_wait (WithPoolWait),
-// kill_on_force_release (true or false, WithKillOnForceRelease) and
-// max_open_conns (sql.DB.SetMaxOpenConns; the most locks held at once;
-// unlimited by default). The dial timeout is the DSN's "timeout", 5s
-// (DefaultConnectTimeout) if the URL sets none; interpolateParams is true
-// unless the URL sets it. opts override the URL. Open checks the server with
-// a ping bounded by ctx and the request timeout, so an unreachable server
-// fails here, naming the dial error. A bad URL or parameter fails with an
-// error matching driver.ErrInvalidOption and opens nothing.
-func Open(ctx context.Context, rawURL string, opts ...Option) (*Backend, error) {
-	cfg, urlOpts, maxOpen, err := parseURL(rawURL)
-	if err != nil {
-		return nil, err
-	}
-	connector, err := mysql.NewConnector(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("mysqllock: open: %w: %w", driver.ErrInvalidOption, err)
-	}
-	db := sql.OpenDB(connector)
-	db.SetMaxOpenConns(maxOpen)
-	db.SetMaxIdleConns(16)
-	b, err := New(db, append(urlOpts, opts...)...)
-	if err != nil {
-		_ = db.Close()
-		return nil, err
-	}
-	b.ownDB = true
-	pctx, cancel := context.WithTimeout(ctx, b.opts.requestTimeout)
-	defer cancel()
-	if err := db.PingContext(pctx); err != nil {
-		_ = b.Close()
-		return nil, fmt.Errorf("mysqllock: open %s: %w", cfg.Addr, err)
-	}
-	return b, nil
-}
-
-// parseURL turns a mysql:// URL into a driver configuration and mysqllock's
-// options.
-func parseURL(rawURL string) (*mysql.Config, []Option, int, error) {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("mysqllock: open: %w: %s", driver.ErrInvalidOption, fmt.Sprintf(format, args...))
-	}
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return nil, nil, 0, bad("%v", err)
-	}
-	if u.Scheme != "mysql" || u.Host == "" {
-		return nil, nil, 0, bad("%s: want mysql://user:password@host:port/database", driver.RedactURL(u))
-	}
-	q := u.Query()
-	var opts []Option
-	maxOpen := 0
-	for name, set := range map[string]func(string) error{
-		"request_timeout": durationParam(&opts, WithRequestTimeout),
-		"keepalive":       durationParam(&opts, WithKeepalive),
-		"pool_wait":       durationParam(&opts, WithPoolWait),
-		"kill_on_force_release": func(v string) error {
-			on, err := strconv.ParseBool(v)
-			opts = append(opts, WithKillOnForceRelease(on))
-			return err
-		},
-		"max_open_conns": func(v string) error {
-			n, err := strconv.Atoi(v)
-			if err == nil && n < 0 {
-				err = errors.New("want 0 (unlimited) or more")
-			}
-			maxOpen = n
-			return err
-		},
-	} {
-		if !q.Has(name) {
-			continue
-		}
-		v := q.Get(name)
-		q.Del(name)
-		if err := set(v); err != nil {
-			return nil, nil, 0, bad("%s=%q: %v", name, v, err)
-		}
-	}
-	u.RawQuery = q.Encode() // less the parameters read above
-	cfg, err := mysqlurl.Config(u)
-	if err != nil {
-		return nil, nil, 0, bad("%s: %v", driver.RedactURL(u), err)
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = DefaultConnectTimeout
-	}
-	if !q.Has("interpolateParams") {
-		cfg.InterpolateParams = true
-	}
-	return cfg, opts, maxOpen, nil
-}
-
-// durationParam returns a setter that parses a Go duration into option with.
-func durationParam(opts *[]Option, with func(time.Duration) Option) func(string) error {
-	return func(v string) error {
-		d, err := time.ParseDuration(v)
-		if err == nil {
-			*opts = append(*opts, with(d))
-		}
-		return err
-	}
 }
 
 // Name returns "mysql".

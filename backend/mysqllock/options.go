@@ -42,8 +42,8 @@ func defaultOptions() config {
 		cleanupEvery: time.Minute, cleanupBatch: 1000, retention: 10 * time.Minute}
 }
 
-// newOptions applies opts to the defaults.
-func newOptions(opts []Option) (config, error) {
+// newConfig applies opts to the defaults.
+func newConfig(opts []Option) (config, error) {
 	o := defaultOptions()
 	for _, f := range opts {
 		if err := f(&o); err != nil {

@@ -52,7 +52,7 @@ func TestInvalidOptions(t *testing.T) {
 	if _, err := sqllock.New(db, nil); !errors.Is(err, driver.ErrInvalidOption) {
 		t.Errorf("nil dialect: %v", err)
 	}
-	if _, err := sqllock.Open(context.Background(), "pgx", "postgres://127.0.0.1:1/none", sqllock.Postgres,
+	if _, err := sqllock.OpenDSN(context.Background(), "pgx", "postgres://127.0.0.1:1/none", sqllock.Postgres,
 		sqllock.WithCleanupBatch(0)); !errors.Is(err, driver.ErrInvalidOption) {
 		t.Errorf("Open with an invalid option: %v", err)
 	}
@@ -63,7 +63,7 @@ func TestInvalidOptions(t *testing.T) {
 func unreachable(t *testing.T, st store) {
 	addr := freeAddr(t)
 	start := time.Now()
-	_, err := sqllock.Open(context.Background(), st.driver, st.dsnAt(addr), st.dialect)
+	_, err := sqllock.OpenDSN(context.Background(), st.driver, st.dsnAt(addr), st.dialect)
 	checkRefused(t, err, time.Since(start))
 	if st.dialect == sqllock.Postgres {
 		return

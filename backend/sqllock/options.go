@@ -52,6 +52,17 @@ func defaultOptions() config {
 	}
 }
 
+// newConfig applies opts to the defaults.
+func newConfig(opts []Option) (config, error) {
+	c := defaultOptions()
+	for _, o := range opts {
+		if err := o(&c); err != nil {
+			return config{}, err
+		}
+	}
+	return c, nil
+}
+
 func invalid(name string, v any, want string) error {
 	return fmt.Errorf("sqllock: %s(%v): %s: %w", name, v, want, driver.ErrInvalidOption)
 }

@@ -51,11 +51,9 @@ func New(db *sql.DB, d *Dialect, opts ...Option) (*Backend, error) {
 	case d == nil:
 		return nil, fmt.Errorf("sqllock: New: nil dialect: %w", driver.ErrInvalidOption)
 	}
-	o := defaultOptions()
-	for _, f := range opts {
-		if err := f(&o); err != nil {
-			return nil, err
-		}
+	o, err := newConfig(opts)
+	if err != nil {
+		return nil, err
 	}
 	b := &Backend{db: db, d: d, opts: o, stmts: make(map[string]*sql.Stmt)}
 	if d.notifies {

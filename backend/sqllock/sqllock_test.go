@@ -63,7 +63,7 @@ func (st store) open(t testing.TB, opts ...sqllock.Option) *sqllock.Backend {
 // openAt is open through addr (host:port) instead of the server's address.
 func (st store) openAt(t testing.TB, addr string, opts ...sqllock.Option) *sqllock.Backend {
 	t.Helper()
-	b, err := sqllock.Open(context.Background(), st.driver, st.dsnAt(addr), st.dialect, opts...)
+	b, err := sqllock.OpenDSN(context.Background(), st.driver, st.dsnAt(addr), st.dialect, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,9 +6,12 @@ package mysqlurl
 import (
 	"errors"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/distlock/distlock/internal/urlq"
 )
 
 // Config returns the driver configuration of u: its user and password, its
@@ -17,12 +20,40 @@ import (
 // caller's own parameters, which it reads itself). It fails on a URL
 // without a host or with a parameter the driver refuses.
 func Config(u *url.URL, own ...string) (*mysql.Config, error) {
-	if u.Host == "" {
-		return nil, errors.New("no server: want mysql://user:password@host:port/database")
-	}
 	q := u.Query()
 	for _, p := range own {
 		q.Del(p)
+	}
+	cfg, _, err := config(u, q)
+	return cfg, err
+}
+
+// Parse is Config for a backend's ParseURL: q holds the parameters the
+// backend did not read itself, which must all be the driver's DSN
+// parameters (the driver would send any other name to the server as a
+// system variable, so a misspelt one would fail at connect time, if at
+// all). Its errors are urlq's, beginning with pkg.
+func Parse(pkg string, u *url.URL, q url.Values) (*mysql.Config, error) {
+	cfg, part, err := config(u, q)
+	if err != nil {
+		return nil, urlq.Invalidf(pkg, part, "%w", err)
+	}
+	if len(cfg.Params) > 0 {
+		var names []string
+		for name := range cfg.Params {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		return nil, urlq.Invalidf(pkg, "parameter "+strings.Join(names, ", "), "unknown (neither %s's nor a go-sql-driver/mysql DSN parameter)", pkg)
+	}
+	return cfg, nil
+}
+
+// config is Config with the parameters q, and the part of the URL an
+// error is about.
+func config(u *url.URL, q url.Values) (*mysql.Config, string, error) {
+	if u.Host == "" {
+		return nil, "host", errors.New("no server: want mysql://user:password@host:port/database")
 	}
 	dsn := "tcp(" + u.Host + ")/" + strings.TrimPrefix(u.Path, "/")
 	if len(q) > 0 {
@@ -30,11 +61,11 @@ func Config(u *url.URL, own ...string) (*mysql.Config, error) {
 	}
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
-		return nil, err
+		return nil, "parameters", err
 	}
 	if u.User != nil {
 		cfg.User = u.User.Username()
 		cfg.Passwd, _ = u.User.Password()
 	}
-	return cfg, nil
+	return cfg, "", nil
 }

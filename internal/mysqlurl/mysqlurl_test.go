@@ -1,10 +1,13 @@
 package mysqlurl_test
 
 import (
+	"errors"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/mysqlurl"
 )
 
@@ -22,6 +25,24 @@ func TestConfig(t *testing.T) {
 		u, _ := url.Parse(bad)
 		if _, err := mysqlurl.Config(u); err == nil {
 			t.Errorf("%s: no error", bad)
+		}
+	}
+}
+
+func TestParse(t *testing.T) {
+	u, _ := url.Parse("mysql://app@db/locks?keepalive=1s")
+	cfg, err := mysqlurl.Parse("xlock", u, url.Values{"timeout": {"2s"}})
+	if err != nil || cfg.Timeout != 2*time.Second || cfg.DBName != "locks" {
+		t.Fatalf("Parse = %+v, %v", cfg, err)
+	}
+	for q, want := range map[string]string{
+		"sql_mode=ANSI&colour=red": "xlock: URL parameter colour, sql_mode: distlock: invalid option: unknown",
+		"parseTime=maybe":          "xlock: URL parameters: distlock: invalid option: ",
+	} {
+		v, _ := url.ParseQuery(q)
+		_, err := mysqlurl.Parse("xlock", u, v)
+		if !errors.Is(err, driver.ErrInvalidOption) || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("%s: error %v, want %q...", q, err, want)
 		}
 	}
 }
