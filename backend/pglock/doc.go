@@ -116,6 +116,21 @@
 // permit i is the two-key advisory lock (slot key, i) below the limit), with
 // their rows in the tables Migrate makes; see docs/sql.md.
 //
-// Open registers the schemes "postgres" and "postgresql": the URL is a pgx
-// connection string for a pool that the backend owns and closes.
+// Open, and distlock.Open through the schemes "postgres" and "postgresql",
+// take a URL for a pool that the backend owns and closes:
+//
+//	postgres://user:password@host:port/database?param=value
+//
+// Its parameters are pglock's own:
+//
+//	request_timeout=5s                WithRequestTimeout
+//	terminate_on_force_release=true   WithTerminateOnForceRelease
+//	key_ids=sha256                    WithKeyIDs (sha256 or fnv1a)
+//
+// and pgx's: libpq's connection parameters (sslmode, connect_timeout in
+// seconds, ...) and pgxpool's (pool_max_conns bounds the locks held at
+// once). Any other name is, as in libpq, a run-time parameter sent to the
+// server (application_name, search_path, ...), which refuses one it does
+// not know when the pool connects. ParseURL reads a URL without
+// connecting; New takes a pool you built.
 package pglock

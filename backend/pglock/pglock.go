@@ -4,92 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
-	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/pinned"
 )
-
-func init() {
-	open := func(ctx context.Context, u *url.URL) (driver.Backend, error) { return Open(ctx, u.String()) }
-	distlock.Register("postgres", open)
-	distlock.Register("postgresql", open)
-}
-
-// Open returns a backend over a pool of its own on connString (a pgx
-// connection string; pool_max_conns bounds the locks held at once). Close
-// closes the pool. No connection is made before the first call, which names
-// the dial error if the server cannot be reached.
-//
-// A new connection may take connect_timeout (seconds, as in libpq) to be
-// established; without it in connString, or with 0, Open sets
-// DefaultConnectTimeout (5s), so an unreachable server fails a call within
-// it even under context.Background(). The parameter request_timeout (a Go
-// duration such as "2s") sets WithRequestTimeout,
-// terminate_on_force_release=true sets WithTerminateOnForceRelease, and
-// key_ids (sha256 or fnv1a) sets WithKeyIDs; opts override them.
-func Open(ctx context.Context, connString string, opts ...Option) (*Backend, error) {
-	cfg, err := pgxpool.ParseConfig(connString)
-	if err != nil {
-		return nil, fmt.Errorf("pglock: open: %w", err)
-	}
-	if cfg.ConnConfig.ConnectTimeout == 0 {
-		cfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
-	}
-	urlOpts, err := takeParams(cfg.ConnConfig.RuntimeParams)
-	if err != nil {
-		return nil, err
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("pglock: open: %w", err)
-	}
-	b, err := New(pool, append(urlOpts, opts...)...)
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
-	b.ownPool = true
-	return b, nil
-}
-
-// takeParams removes the connection string parameters that are pglock's, not
-// the server's, from params and returns them as options.
-func takeParams(params map[string]string) ([]Option, error) {
-	var opts []Option
-	if v, ok := params["request_timeout"]; ok {
-		delete(params, "request_timeout")
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			return nil, fmt.Errorf("pglock: open: request_timeout=%q: %w: %w", v, driver.ErrInvalidOption, err)
-		}
-		opts = append(opts, WithRequestTimeout(d))
-	}
-	if v, ok := params["terminate_on_force_release"]; ok {
-		delete(params, "terminate_on_force_release")
-		on, err := strconv.ParseBool(v)
-		if err != nil {
-			return nil, fmt.Errorf("pglock: open: terminate_on_force_release=%q: %w: %w", v, driver.ErrInvalidOption, err)
-		}
-		opts = append(opts, WithTerminateOnForceRelease(on))
-	}
-	if v, ok := params["key_ids"]; ok {
-		delete(params, "key_ids")
-		if err := KeyIDs(v).valid(); err != nil {
-			return nil, fmt.Errorf("pglock: open: key_ids=%q: %w: %w", v, driver.ErrInvalidOption, err)
-		}
-		opts = append(opts, WithKeyIDs(KeyIDs(v)))
-	}
-	return opts, nil
-}
 
 // ErrPoolExhausted means no connection of the pool became free in time: every
 // held lock pins one, so the pool is too small for the locks held at once.
