@@ -49,11 +49,9 @@ func New(db *dynamodb.Client, table string, opts ...Option) (*Backend, error) {
 	if err := validTable(table); err != nil {
 		return nil, err
 	}
-	o := defaultOptions()
-	for _, f := range opts {
-		if err := f(&o); err != nil {
-			return nil, err
-		}
+	o, err := newConfig(opts)
+	if err != nil {
+		return nil, err
 	}
 	b := &Backend{db: db, table: aws.String(table), opts: o}
 	b.perCall = []func(*dynamodb.Options){func(o *dynamodb.Options) {

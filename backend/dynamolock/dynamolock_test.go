@@ -79,7 +79,7 @@ func (st store) open(t testing.TB, opts ...dynamolock.Option) *dynamolock.Backen
 func (st store) openAt(t testing.TB, addr string, opts ...dynamolock.Option) *dynamolock.Backend {
 	t.Helper()
 	b, err := dynamolock.Open(testContext(t, 10*time.Second),
-		dynamolock.Config{Table: st.table, Region: region, Endpoint: "http://" + addr}, opts...)
+		"dynamodb://"+st.table+"?region="+region+"&endpoint=http://"+addr, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -16,19 +17,18 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/urlq"
 )
 
 func init() {
-	distlock.Register("dynamodb", func(ctx context.Context, u *url.URL) (driver.Backend, error) {
-		cfg, opts, err := ParseURL(u)
-		if err != nil {
-			return nil, err
-		}
-		return Open(ctx, cfg, opts...)
-	})
+	distlock.Register("dynamodb", urlq.Opener(func(ctx context.Context, u *url.URL) (*Backend, error) { return openURL(ctx, u) }))
 }
 
-// Config says how Open reaches DynamoDB.
+// pkg begins the errors of the backend's URL grammar.
+const pkg = "dynamolock"
+
+// Config is what a dynamodb:// URL says: how Open reaches DynamoDB, and
+// the backend's options.
 type Config struct {
 	// Table is the lock table, with the key schema CreateTable sets.
 	Table string
@@ -42,6 +42,9 @@ type Config struct {
 	// ConnectTimeout bounds opening a connection; 0 is
 	// DefaultConnectTimeout (5s).
 	ConnectTimeout time.Duration
+	// Options are those the URL's parameters set; Open applies them before
+	// its own.
+	Options []Option
 }
 
 // maxIdlePerHost keeps enough idle connections for 64 concurrent requests
@@ -49,18 +52,33 @@ type Config struct {
 // request over that).
 const maxIdlePerHost = 100
 
-// Open builds a DynamoDB client of its own (NewClient), checks with one
-// DescribeTable, bounded by ctx and the request timeout and not retried,
-// that the table exists with the right key schema, and returns a backend
-// over it. An unreachable endpoint fails at once with the dial error. Close
-// closes the client's idle connections.
-func Open(ctx context.Context, cfg Config, opts ...Option) (*Backend, error) {
+// Open builds a DynamoDB client of its own (NewClient) from rawURL (see
+// ParseURL), checks with one DescribeTable, bounded by ctx and the request
+// timeout and not retried, that the table exists with the right key
+// schema, and returns a backend over it. opts apply after the URL's. An
+// unreachable endpoint fails at once with the dial error. Close closes the
+// client's idle connections.
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Backend, error) {
+	u, err := urlq.Parse(pkg, rawURL)
+	if err != nil {
+		return nil, err
+	}
+	return openURL(ctx, u, opts...)
+}
+
+// openURL is Open after url.Parse, and distlock.Open's way in.
+func openURL(ctx context.Context, u *url.URL, opts ...Option) (*Backend, error) {
+	cfg, err := ParseURL(u)
+	if err != nil {
+		return nil, err
+	}
 	db, tr, err := NewClient(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	b, err := New(db, cfg.Table, opts...)
+	b, err := New(db, cfg.Table, append(slices.Clip(cfg.Options), opts...)...)
 	if err != nil {
+		tr.CloseIdleConnections()
 		return nil, err
 	}
 	b.transport = tr
@@ -69,7 +87,7 @@ func Open(ctx context.Context, cfg Config, opts ...Option) (*Backend, error) {
 	})
 	if err != nil {
 		_ = b.Close()
-		return nil, fmt.Errorf("dynamolock: open %s: %w", cfg.Table, err)
+		return nil, fmt.Errorf("dynamolock: connect: %w", err)
 	}
 	return b, nil
 }
@@ -134,56 +152,49 @@ func (c Config) validate() error {
 	return nil
 }
 
-// ParseURL reads the URL distlock.Open takes,
-// dynamodb://TABLE?region=R&endpoint=E&connect_timeout=D&request_timeout=D&retention=D,
-// as Open's Config and options, and checks the Config as NewClient does
-// (the options are checked by New). It makes no connection.
-func ParseURL(u *url.URL) (Config, []Option, error) {
-	bad := func(format string, a ...any) error {
-		return fmt.Errorf("dynamolock: URL %q: %w: %s", driver.RedactURL(u), driver.ErrInvalidOption, fmt.Sprintf(format, a...))
+// ParseURL reads a dynamodb:// URL without connecting:
+//
+//	dynamodb://TABLE?region=R&endpoint=E&connect_timeout=D&request_timeout=D&retention=D
+//
+// region, endpoint and connect_timeout set Config's fields; request_timeout
+// and retention set WithRequestTimeout and WithRetention. It checks the
+// Config as NewClient does and the options as New does. Any other
+// parameter is an error matching driver.ErrInvalidOption, as is an invalid
+// value.
+func ParseURL(u *url.URL) (Config, error) {
+	if u.Scheme != "dynamodb" {
+		return Config{}, urlq.Invalidf(pkg, "scheme", "%q, want dynamodb", u.Scheme)
 	}
 	if u.User != nil || u.Path != "" || u.Port() != "" {
-		return Config{}, nil, bad("want dynamodb://TABLE?region=...&endpoint=...")
+		return Config{}, urlq.Invalidf(pkg, "host", "want dynamodb://TABLE?region=...&endpoint=...")
 	}
 	cfg := Config{Table: u.Host}
-	var opts []Option
-	durations := map[string]func(time.Duration) error{
-		"connect_timeout": func(d time.Duration) error {
-			if d <= 0 {
-				return errors.New("must be positive")
-			}
-			cfg.ConnectTimeout = d
-			return nil
-		},
-		"request_timeout": func(d time.Duration) error { opts = append(opts, WithRequestTimeout(d)); return nil },
-		"retention":       func(d time.Duration) error { opts = append(opts, WithRetention(d)); return nil },
+	r := urlq.New(pkg, u.Query())
+	r.String("region", &cfg.Region)
+	r.String("endpoint", &cfg.Endpoint)
+	r.Func("connect_timeout", func(v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return errors.New("want a positive duration such as 5s")
+		}
+		cfg.ConnectTimeout = d
+		return nil
+	})
+	var d time.Duration
+	if r.Duration("request_timeout", &d) {
+		cfg.Options = append(cfg.Options, WithRequestTimeout(d))
 	}
-	for name, vs := range u.Query() {
-		if len(vs) != 1 {
-			return Config{}, nil, bad("parameter %s given %d times", name, len(vs))
-		}
-		v := vs[0]
-		switch name {
-		case "region":
-			cfg.Region = v
-		case "endpoint":
-			cfg.Endpoint = v
-		default:
-			set, ok := durations[name]
-			if !ok {
-				return Config{}, nil, bad("unknown parameter %s (known: region, endpoint, connect_timeout, request_timeout, retention)", name)
-			}
-			d, err := time.ParseDuration(v)
-			if err == nil {
-				err = set(d)
-			}
-			if err != nil {
-				return Config{}, nil, bad("parameter %s=%q: %v", name, v, err)
-			}
-		}
+	if r.Duration("retention", &d) {
+		cfg.Options = append(cfg.Options, WithRetention(d))
+	}
+	if err := r.Done(); err != nil {
+		return Config{}, err
 	}
 	if err := cfg.validate(); err != nil {
-		return Config{}, nil, err
+		return Config{}, err
 	}
-	return cfg, opts, nil
+	if _, err := newConfig(cfg.Options); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
 }

@@ -50,7 +50,7 @@ func TestInvalidInput(t *testing.T) {
 	ctx := testContext(t, time.Minute)
 	urls := map[string]string{
 		"dynamodb://locks?endpoint=http://127.0.0.1:1":                 "no region",
-		"dynamodb://locks?region=us-east-1&color=blue":                 "unknown parameter color",
+		"dynamodb://locks?region=us-east-1&color=blue":                 "parameter color: distlock: invalid option: unknown",
 		"dynamodb://locks?region=us-east-1&region=eu-west-1":           "given 2 times",
 		"dynamodb://locks?region=us-east-1&request_timeout=0s":         "WithRequestTimeout",
 		"dynamodb://locks?region=us-east-1&request_timeout=soon":       "request_timeout",
@@ -80,15 +80,15 @@ func TestInvalidInput(t *testing.T) {
 		if b, err := dynamolock.New(c, "locks", o); b != nil || !errors.Is(err, driver.ErrInvalidOption) || !strings.Contains(err.Error(), name) {
 			t.Errorf("New with a bad %s: %v, %v", name, b, err)
 		}
-		if _, err := dynamolock.Open(ctx, dynamolock.Config{Table: "locks", Region: region, Endpoint: "http://127.0.0.1:1"}, o); !errors.Is(err, driver.ErrInvalidOption) {
+		if _, err := dynamolock.Open(ctx, "dynamodb://locks?region="+region+"&endpoint=http://127.0.0.1:1", o); !errors.Is(err, driver.ErrInvalidOption) {
 			t.Errorf("Open with a bad %s: %v", name, err)
 		}
 	}
 	if _, err := dynamolock.New(nil, "locks"); !errors.Is(err, driver.ErrInvalidOption) {
 		t.Errorf("New with a nil client: %v", err)
 	}
-	if _, err := dynamolock.Open(ctx, dynamolock.Config{Table: "locks", Region: region, ConnectTimeout: -time.Second}); !errors.Is(err, driver.ErrInvalidOption) {
-		t.Errorf("Open with a negative connect timeout: %v", err)
+	if _, _, err := dynamolock.NewClient(ctx, dynamolock.Config{Table: "locks", Region: region, ConnectTimeout: -time.Second}); !errors.Is(err, driver.ErrInvalidOption) {
+		t.Errorf("NewClient with a negative connect timeout: %v", err)
 	}
 	if err := dynamolock.CreateTable(ctx, c, "x", dynamolock.TableOptions{}); !errors.Is(err, driver.ErrInvalidOption) {
 		t.Errorf("CreateTable with a bad name: %v", err)
@@ -119,9 +119,8 @@ func TestUnreachable(t *testing.T) {
 func TestMissingTableOrWrongSchema(t *testing.T) {
 	st := newStore(t)
 	ctx := testContext(t, time.Minute)
-	at := dynamolock.Config{Region: region, Endpoint: "http://" + st.s.Addr()}
-	at.Table = "absent"
-	if _, err := dynamolock.Open(ctx, at); err == nil || !strings.Contains(err.Error(), "CreateTable") {
+	at := "?region=" + region + "&endpoint=http://" + st.s.Addr()
+	if _, err := dynamolock.Open(ctx, "dynamodb://absent"+at); err == nil || !strings.Contains(err.Error(), "CreateTable") {
 		t.Fatalf("open of a missing table: %v", err)
 	}
 	c := st.client(t)
@@ -133,8 +132,7 @@ func TestMissingTableOrWrongSchema(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	at.Table = "other"
-	if _, err := dynamolock.Open(ctx, at); err == nil || !strings.Contains(err.Error(), "key schema") {
+	if _, err := dynamolock.Open(ctx, "dynamodb://other"+at); err == nil || !strings.Contains(err.Error(), "key schema") {
 		t.Fatalf("open of a table with another key: %v", err)
 	}
 	if err := dynamolock.CreateTable(ctx, c, "other", dynamolock.TableOptions{}); err == nil || !strings.Contains(err.Error(), "key schema") {

@@ -38,6 +38,17 @@ func defaultOptions() config {
 	return config{requestTimeout: DefaultRequestTimeout, retention: DefaultRetention, now: time.Now}
 }
 
+// newConfig applies opts to the defaults.
+func newConfig(opts []Option) (config, error) {
+	c := defaultOptions()
+	for _, o := range opts {
+		if err := o(&c); err != nil {
+			return config{}, err
+		}
+	}
+	return c, nil
+}
+
 func invalid(name string, v any, want string) error {
 	return fmt.Errorf("dynamolock: %s(%v): %w: %s", name, v, driver.ErrInvalidOption, want)
 }

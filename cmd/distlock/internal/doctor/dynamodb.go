@@ -29,7 +29,7 @@ const dynamoCreateTable = "aws dynamodb create-table --table-name %s --attribute
 // that it exists with the key schema dynamolock needs, its status, its
 // billing mode and write capacity, and its Time to Live.
 func checkDynamoDB(ctx context.Context, u *url.URL, o Options, r *Report) error {
-	cfg, _, err := dynamolock.ParseURL(u)
+	cfg, err := dynamolock.ParseURL(u)
 	if err != nil {
 		return invalid(u, "%v", err)
 	}
