@@ -9,46 +9,24 @@
 // handle leaves the store and its other handles alone; every call on a closed
 // handle returns an error matching driver.ErrClosed.
 //
-// Open registers the scheme "mem": "mem://" builds a fresh store each time,
-// "mem://NAME" connects to the process-wide store of that name, so that
-// several clients can share it.
+// Open, and distlock.Open through the scheme "mem", take a URL: "mem://"
+// builds a fresh store each time, "mem://NAME" connects to the
+// process-wide store of that name, so that several clients can share it.
+// A mem:// URL takes no credentials and no parameter. New takes no option:
+// a store has nothing to configure.
 package memlock
 
 import (
 	"context"
 	"fmt"
 	"maps"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
-)
-
-func init() {
-	distlock.Register("mem", func(_ context.Context, u *url.URL) (driver.Backend, error) {
-		name := u.Host + u.Path
-		if name == "" {
-			return New(), nil
-		}
-		namedMu.Lock()
-		defer namedMu.Unlock()
-		if b, ok := named[name]; ok {
-			return b.Connect(), nil
-		}
-		b := New()
-		named[name] = b
-		return b.Connect(), nil
-	})
-}
-
-var (
-	namedMu sync.Mutex
-	named   = make(map[string]*Backend)
 )
 
 // Backend is a handle on an in-memory lock store. The zero value is not
