@@ -6,7 +6,7 @@
 //
 //	client, err := distlock.Open(ctx, "distlock://locks.internal:7420?token_file=/run/secrets/distlock")
 //
-// Open registers two schemes:
+// Open, and distlock.Open through two schemes, take a URL:
 //
 //	distlock://HOST:PORT[/BASE]?token_file=PATH&request_timeout=5s&max_wait=30s&protocol=grpc&h2c=false&watch_loss=true
 //	distlocks://HOST:PORT[/BASE]?...&ca_file=PATH
@@ -19,8 +19,10 @@
 // comes from the file token_file (surrounding white space dropped) or else
 // from $DISTLOCK_TOKEN; a URL never carries it. request_timeout is
 // WithRequestTimeout, max_wait WithMaxWait, protocol=grpc WithGRPC and
-// watch_loss=true WithLossWatch. An unknown parameter is an error. Open checks
-// that the service answers (a GET of BASE/healthz) before it returns.
+// watch_loss=true WithLossWatch. An unknown parameter is an error. ParseURL
+// reads a URL without connecting or reading a file; Open checks that the
+// service answers (a GET of BASE/healthz) before it returns. New takes an
+// HTTP client and base URL of your own.
 //
 // # What the service promises
 //

@@ -134,14 +134,22 @@ func TestOpenRefusesBadURLs(t *testing.T) {
 }
 
 // TestOpenDeadService: Open fails at once, naming the address, when
-// nothing listens there.
+// nothing listens there, and the URL once; so does a bad URL.
 func TestOpenDeadService(t *testing.T) {
 	addr := deadAddr(t)
 	for _, scheme := range []string{"distlock", "distlocks"} {
 		start := time.Now()
-		_, err := distlock.Open(context.Background(), scheme+"://"+addr+"?request_timeout=2s")
+		raw := scheme + "://" + addr + "?request_timeout=2s"
+		_, err := distlock.Open(context.Background(), raw)
 		if err == nil || !strings.Contains(err.Error(), addr) || !strings.Contains(err.Error(), "refused") {
 			t.Errorf("%s: got %v, want a refused connection naming %s", scheme, err, addr)
+		}
+		if err != nil && strings.Count(err.Error(), raw) != 1 {
+			t.Errorf("%s: %v names %s other than once", scheme, err, raw)
+		}
+		bad := scheme + "://" + addr + "?request_timeout=soon"
+		if _, err := distlock.Open(context.Background(), bad); !errors.Is(err, driver.ErrInvalidOption) || strings.Count(err.Error(), bad) != 1 {
+			t.Errorf("%s: got %v, want ErrInvalidOption naming %s once", scheme, err, bad)
 		}
 		if took := time.Since(start); took > time.Second {
 			t.Errorf("%s: a refused connection took %v", scheme, took)
