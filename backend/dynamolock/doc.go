@@ -102,6 +102,10 @@
 // out of URLs; the cost is that Open pulls in the SDK's config module
 // (AWS's own modules only). New takes a client you built in any other way.
 //
+// Any other parameter is an error matching driver.ErrInvalidOption;
+// ParseURL reads a URL into a Config without connecting, and NewClient
+// builds the client Open would from a Config.
+//
 // connect_timeout (Config.ConnectTimeout, default DefaultConnectTimeout, 5s)
 // bounds opening a connection; request_timeout (WithRequestTimeout, default
 // DefaultRequestTimeout, 5s) bounds each request with the SDK's retries of

@@ -105,12 +105,20 @@
 //     blocks every statement on the table meanwhile.
 //   - distlock doctor mysql://... checks the first three.
 //
-// Open registers the scheme "mysql":
+// Open, and distlock.Open through the scheme "mysql", take a URL:
 //
 //	mysql://user:password@host:port/database?param=value
 //
-// with go-sql-driver/mysql's DSN parameters and mysqllock's own
-// (request_timeout, keepalive, pool_wait, kill_on_force_release,
-// max_open_conns; see Open). The lease table on the same servers is
-// sqllock's mysql+table://.
+// with mysqllock's own parameters
+//
+//	request_timeout=5s            WithRequestTimeout
+//	keepalive=1s                  WithKeepalive
+//	pool_wait=1s                  WithPoolWait
+//	kill_on_force_release=true    WithKillOnForceRelease
+//	max_open_conns=N              sql.DB.SetMaxOpenConns (default unlimited)
+//
+// and go-sql-driver/mysql's DSN parameters (timeout, tls, ...); any other
+// is an error matching driver.ErrInvalidOption. ParseURL reads a URL
+// without connecting. The lease table on the same servers is sqllock's
+// mysql+table://.
 package mysqllock

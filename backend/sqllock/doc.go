@@ -52,10 +52,22 @@
 // Every statement runs within WithRequestTimeout (default 5s), also when the
 // caller's context has no deadline; this also bounds opening a connection
 // for it. Connect timeouts belong to the driver's DSN: "connect_timeout"
-// (seconds) for pgx, "timeout" for go-sql-driver/mysql. A mysql+table:// URL
-// opened through distlock.Open gets timeout=5s unless it sets "timeout". An
-// unreachable database fails at once with the driver's dial error ("connect:
+// (seconds) for pgx, "timeout" for go-sql-driver/mysql. An unreachable
+// database fails at once with the driver's dial error ("connect:
 // connection refused").
+//
+// # URL
+//
+// Open, and distlock.Open through the scheme "mysql+table", take a URL:
+//
+//	mysql+table://user:password@host:port/database?param=value
+//
+// with sqllock's request_timeout (WithRequestTimeout) and
+// go-sql-driver/mysql's DSN parameters; "timeout" is 5s unless the URL sets
+// it, and any other parameter is an error matching driver.ErrInvalidOption.
+// ParseURL reads a URL without connecting. PostgreSQL has no URL scheme
+// here (postgres:// is pglock's advisory locks): OpenDSN opens the lease
+// table from a pgx connection string, New over a *sql.DB of your own.
 //
 // After Close, every call returns an error matching driver.ErrClosed. So does
 // every call on a *sql.DB that was closed: database/sql does not export its
