@@ -46,13 +46,14 @@ func (c clockReading) String() string {
 	return fmt.Sprintf("server clock %v %s this machine's (±%v)", c.offset.Abs().Round(time.Microsecond), way, c.uncertainty.Round(time.Microsecond))
 }
 
-// clockFinding measures a server's clock and returns the finding: Info
-// within ClockTolerance, else a Warning with the store's consequence. A
-// clock that cannot be read is a Warning too.
-func clockFinding(ctx context.Context, node string, resolution time.Duration, read func(context.Context) (time.Time, error), consequence string) Finding {
+// ClockFinding measures the clock of the server node with read, which
+// returns the server's time to within resolution, and returns the finding:
+// Info within ClockTolerance, else a Warning with the store's consequence.
+// A clock that cannot be read is a Warning too.
+func ClockFinding(ctx context.Context, node string, resolution time.Duration, read func(context.Context) (time.Time, error), consequence string) Finding {
 	c, err := readClock(ctx, resolution, read)
 	if err != nil {
-		return unread("clock", node, err, "compare the server's clock with a reference by hand (chronyc tracking, timedatectl)")
+		return Unread("clock", node, err, "compare the server's clock with a reference by hand (chronyc tracking, timedatectl)")
 	}
 	f := Finding{Severity: Info, Check: "clock", Node: node, Seen: c.String()}
 	if c.skewed() {

@@ -6,6 +6,14 @@
 // the store's own client library (read-only: doctor writes nothing), and
 // returns a Report of Findings, each with a severity, what was seen, its
 // consequence for locks and the fix.
+//
+// The checks of a store live beside its backend, in the backend's tool
+// package (backend/redislock/redistool, ...), which registers them for the
+// store's URL schemes from init, as the backend registers itself with
+// distlock.Register; a scheme with nothing to check says so with None. A
+// program imports the tool packages of the stores it checks, usually blank:
+//
+//	import _ "github.com/distlock/distlock/backend/redislock/redistool"
 package doctor
 
 import (
@@ -13,9 +21,11 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/registry"
 )
 
 // Severity ranks a finding.
@@ -77,7 +87,7 @@ type Finding struct {
 // Report is the outcome of Check.
 type Report struct {
 	URL      string    `json:"url"`   // the URL checked, password redacted
-	Store    string    `json:"store"` // redis, etcd, postgres, zookeeper, mysql, dynamodb
+	Store    string    `json:"store"` // the store's name its checks registered: redis, etcd, ...
 	Findings []Finding `json:"findings"`
 }
 
@@ -92,8 +102,8 @@ func (r *Report) Count(s Severity) int {
 	return n
 }
 
-// add appends a finding.
-func (r *Report) add(f Finding) { r.Findings = append(r.Findings, f) }
+// Add appends a finding.
+func (r *Report) Add(f Finding) { r.Findings = append(r.Findings, f) }
 
 // Options tune the checks.
 type Options struct {
@@ -115,39 +125,59 @@ const DefaultTimeout = 5 * time.Second
 // does not know, or a malformed store address. Nothing was sent.
 var ErrInvalidURL = errors.New("doctor: invalid store URL")
 
+// ErrNoChecks marks a URL whose scheme declared, with None, that doctor has
+// nothing to check there. Nothing was sent.
+var ErrNoChecks = errors.New("doctor: no checks for this store")
+
 // ErrUnreachable marks a store that could not be reached or refused the
 // connection.
 var ErrUnreachable = errors.New("doctor: store unreachable")
 
-// checker runs the checks of one kind of store.
-type checker func(ctx context.Context, u *url.URL, o Options, r *Report) error
+// CheckFunc runs the checks of one kind of store on u, whose scheme it was
+// registered for, adding its findings to r. o has its defaults filled in.
+// A URL it cannot use fails with an error matching ErrInvalidURL (see
+// Invalid) before anything is dialled; a store it cannot reach, with one
+// matching ErrUnreachable (see Unreachable). Once connected, a check that
+// cannot be made is a Warning finding (see Unread), not an error.
+type CheckFunc func(ctx context.Context, u *url.URL, o Options, r *Report) error
 
-// checkers maps URL schemes to their store name and checker.
-var checkers = map[string]struct {
+// checker is a registered CheckFunc and the store it names in reports.
+type checker struct {
 	store string
-	check checker
-}{
-	"redis":          {"redis", checkRedis},
-	"rediss":         {"redis", checkRedis},
-	"redis-sentinel": {"redis", checkRedis},
-	"redis-cluster":  {"redis", checkRedis},
-	"etcd":           {"etcd", checkEtcd},
-	"postgres":       {"postgres", checkPostgres},
-	"postgresql":     {"postgres", checkPostgres},
-	"zk":             {"zookeeper", checkZooKeeper},
-	"mysql":          {"mysql", checkMySQL},
-	"mysql+table":    {"mysql", checkMySQL},
-	"dynamodb":       {"dynamodb", checkDynamoDB},
+	check CheckFunc
 }
 
-// Schemes is the URL schemes Check knows, for messages.
-const Schemes = "redis, rediss, redis-sentinel, redis-cluster, etcd, postgres, postgresql, zk, mysql, mysql+table, dynamodb"
+// checkers holds the registered checks by URL scheme.
+var checkers = registry.New[checker]("doctor")
 
-// Check inspects the store rawURL names. A URL it cannot use fails with an
-// error matching ErrInvalidURL before anything is dialled; a store it cannot
-// reach, with one matching ErrUnreachable. Once connected, a check that
-// cannot be made is a Warning finding, not an error. ctx bounds the whole
-// run.
+// Register makes check run for URLs of scheme, whose reports name store
+// (redis, etcd, postgres, ...). Tool packages call it from init. It panics
+// if scheme, store or check is missing, or scheme is already registered
+// (by Register or None).
+func Register(scheme, store string, check CheckFunc) {
+	if store == "" || check == nil {
+		panic("doctor: Register needs a store name and a check function")
+	}
+	checkers.Add(scheme, checker{store: store, check: check})
+}
+
+// None declares that doctor has no checks for scheme, and why: Check then
+// fails with ErrNoChecks and the reason. It panics if reason is empty or
+// scheme is already registered.
+func None(scheme, reason string) { checkers.Decline(scheme, reason) }
+
+// Schemes returns the schemes that have checks, sorted.
+func Schemes() []string { return checkers.Schemes() }
+
+// Declined returns the schemes declared with None, with their reasons.
+func Declined() map[string]string { return checkers.Declined() }
+
+// Check inspects the store rawURL names with the checks registered for its
+// scheme. A URL it cannot use fails with an error matching ErrInvalidURL,
+// and a scheme declared with None with one matching ErrNoChecks, before
+// anything is dialled; a store it cannot reach, with one matching
+// ErrUnreachable. Once connected, a check that cannot be made is a Warning
+// finding, not an error. ctx bounds the whole run.
 func Check(ctx context.Context, rawURL string, o Options) (*Report, error) {
 	if o.Lease <= 0 {
 		o.Lease = DefaultLease
@@ -159,9 +189,13 @@ func Check(ctx context.Context, rawURL string, o Options) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidURL, err)
 	}
-	c, ok := checkers[u.Scheme]
-	if !ok {
-		return nil, fmt.Errorf("%w: %q: unknown scheme %q (doctor checks %s)", ErrInvalidURL, driver.RedactURL(u), u.Scheme, Schemes)
+	c, reason, ok := checkers.Lookup(u.Scheme)
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("%w: %q: unknown scheme %q (forgotten import?); doctor checks %s",
+			ErrInvalidURL, driver.RedactURL(u), u.Scheme, strings.Join(Schemes(), ", "))
+	case c.check == nil:
+		return nil, fmt.Errorf("%w: %s://: %s", ErrNoChecks, u.Scheme, reason)
 	}
 	r := &Report{URL: driver.RedactURL(u), Store: c.store, Findings: []Finding{}}
 	if err := c.check(ctx, u, o, r); err != nil {
@@ -170,18 +204,21 @@ func Check(ctx context.Context, rawURL string, o Options) (*Report, error) {
 	return r, nil
 }
 
-// invalid returns an ErrInvalidURL error about u.
-func invalid(u *url.URL, format string, args ...any) error {
+// Invalid returns an error matching ErrInvalidURL about u, with the
+// password redacted.
+func Invalid(u *url.URL, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", ErrInvalidURL, driver.RedactURL(u), fmt.Sprintf(format, args...))
 }
 
-// unreachable returns an ErrUnreachable error naming what failed.
-func unreachable(what string, err error) error {
+// Unreachable returns an error matching ErrUnreachable naming what failed.
+func Unreachable(what string, err error) error {
 	return fmt.Errorf("%w: %s: %w", ErrUnreachable, what, err)
 }
 
-// unread is the Warning for a setting that could not be read.
-func unread(check, node string, err error, byHand string) Finding {
+// Unread returns the Warning for a setting that could not be read: check
+// and node as for any finding, err what went wrong, byHand how to make the
+// check by hand.
+func Unread(check, node string, err error, byHand string) Finding {
 	return Finding{Severity: Warning, Check: check, Node: node,
 		Seen:        fmt.Sprintf("could not read it: %v", err),
 		Consequence: "this check was not made",

@@ -1,4 +1,4 @@
-package doctor
+package dynamotool
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/distlock/distlock/backend/dynamolock"
+	"github.com/distlock/distlock/storetool/doctor"
 )
 
 // dynamoLowWCU is the provisioned write capacity under which throttling of
@@ -28,15 +29,15 @@ const dynamoCreateTable = "aws dynamodb create-table --table-name %s --attribute
 // checkDynamoDB inspects the lock table of dynamodb://TABLE?region=R&endpoint=E:
 // that it exists with the key schema dynamolock needs, its status, its
 // billing mode and write capacity, and its Time to Live.
-func checkDynamoDB(ctx context.Context, u *url.URL, o Options, r *Report) error {
+func checkDynamoDB(ctx context.Context, u *url.URL, o doctor.Options, r *doctor.Report) error {
 	cfg, err := dynamolock.ParseURL(u)
 	if err != nil {
-		return invalid(u, "%v", err)
+		return doctor.Invalid(u, "%v", err)
 	}
 	cfg.ConnectTimeout = o.Timeout
 	db, tr, err := dynamolock.NewClient(ctx, cfg)
 	if err != nil {
-		return invalid(u, "%v", err)
+		return doctor.Invalid(u, "%v", err)
 	}
 	defer tr.CloseIdleConnections()
 	table, region, endpoint := cfg.Table, cfg.Region, cfg.Endpoint
@@ -47,27 +48,27 @@ func checkDynamoDB(ctx context.Context, u *url.URL, o Options, r *Report) error 
 	var missing *types.ResourceNotFoundException
 	switch {
 	case errors.As(err, &missing):
-		r.add(Finding{Severity: Danger, Check: "table", Node: node,
+		r.Add(doctor.Finding{Severity: doctor.Danger, Check: "table", Node: node,
 			Seen:        fmt.Sprintf("no table %q in %s: %v", table, dynamoWhere(region, endpoint), err),
 			Consequence: "every lock operation fails, and distlock cannot open the store",
 			Fix:         fmt.Sprintf("create it with dynamolock.CreateTable, or: "+dynamoCreateTable, table)})
 		return nil
 	case err != nil:
-		return unreachable("dynamodb "+dynamoWhere(region, endpoint)+": describe table "+table, err)
+		return doctor.Unreachable("dynamodb "+dynamoWhere(region, endpoint)+": describe table "+table, err)
 	}
 	t := out.Table
-	r.add(dynamoKeySchemaFinding(node, t))
-	r.add(dynamoStatusFinding(node, t.TableStatus))
-	r.add(dynamoCapacityFinding(node, t))
+	r.Add(dynamoKeySchemaFinding(node, t))
+	r.Add(dynamoStatusFinding(node, t.TableStatus))
+	r.Add(dynamoCapacityFinding(node, t))
 	tctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	ttl, err := db.DescribeTimeToLive(tctx, &dynamodb.DescribeTimeToLiveInput{TableName: aws.String(table)}, once)
 	cancel()
 	if err != nil {
-		r.add(unread("time-to-live", node, fmt.Errorf("could not check Time to Live: %w", err),
+		r.Add(doctor.Unread("time-to-live", node, fmt.Errorf("could not check Time to Live: %w", err),
 			"aws dynamodb describe-time-to-live --table-name "+table+": Time to Live may be on for "+dynamolock.ExpiresAttribute+" only"))
 		return nil
 	}
-	r.add(dynamoTTLFinding(node, ttl.TimeToLiveDescription, time.Now()))
+	r.Add(dynamoTTLFinding(node, ttl.TimeToLiveDescription, time.Now()))
 	return nil
 }
 
@@ -89,7 +90,7 @@ func dynamoWhere(region, endpoint string) string {
 // dynamoKeySchemaFinding judges the key schema: dynamolock reads and writes
 // items by a string partition key named dynamolock.KeyAttribute, and no
 // sort key.
-func dynamoKeySchemaFinding(node string, t *types.TableDescription) Finding {
+func dynamoKeySchemaFinding(node string, t *types.TableDescription) doctor.Finding {
 	attrType := map[string]string{}
 	for _, a := range t.AttributeDefinitions {
 		attrType[aws.ToString(a.AttributeName)] = string(a.AttributeType)
@@ -102,9 +103,9 @@ func dynamoKeySchemaFinding(node string, t *types.TableDescription) Finding {
 	seen := "key schema " + strings.Join(keys, ", ")
 	if len(t.KeySchema) == 1 && aws.ToString(t.KeySchema[0].AttributeName) == dynamolock.KeyAttribute &&
 		t.KeySchema[0].KeyType == types.KeyTypeHash && attrType[dynamolock.KeyAttribute] == string(types.ScalarAttributeTypeS) {
-		return Finding{Severity: Info, Check: "key-schema", Node: node, Seen: seen + ": as dynamolock needs"}
+		return doctor.Finding{Severity: doctor.Info, Check: "key-schema", Node: node, Seen: seen + ": as dynamolock needs"}
 	}
-	return Finding{Severity: Danger, Check: "key-schema", Node: node,
+	return doctor.Finding{Severity: doctor.Danger, Check: "key-schema", Node: node,
 		Seen:        fmt.Sprintf("%s: dynamolock needs a string partition key named %q and no sort key", seen, dynamolock.KeyAttribute),
 		Consequence: "every lock operation fails (DynamoDB refuses items keyed otherwise), and distlock cannot open the store",
 		Fix: fmt.Sprintf("a key schema cannot be changed: create another table with dynamolock.CreateTable, or: "+dynamoCreateTable+
@@ -113,12 +114,12 @@ func dynamoKeySchemaFinding(node string, t *types.TableDescription) Finding {
 
 // dynamoStatusFinding judges the table's status: only an active table
 // takes every write.
-func dynamoStatusFinding(node string, st types.TableStatus) Finding {
-	f := Finding{Severity: Info, Check: "table-status", Node: node, Seen: "status " + string(st)}
+func dynamoStatusFinding(node string, st types.TableStatus) doctor.Finding {
+	f := doctor.Finding{Severity: doctor.Info, Check: "table-status", Node: node, Seen: "status " + string(st)}
 	if st == types.TableStatusActive {
 		return f
 	}
-	f.Severity = Warning
+	f.Severity = doctor.Warning
 	f.Consequence = "while the table is not ACTIVE lock operations may fail (CREATING, DELETING, ARCHIVING, INACCESSIBLE_ENCRYPTION_CREDENTIALS) or be throttled while its capacity changes (UPDATING)"
 	f.Fix = "wait until it is ACTIVE (aws dynamodb wait table-exists), or restore access to its encryption key"
 	return f
@@ -127,8 +128,8 @@ func dynamoStatusFinding(node string, st types.TableStatus) Finding {
 // dynamoCapacityFinding reports the billing mode and, when provisioned, the
 // write capacity: every acquire, renewal, release and waiter's poll is a
 // write, and one that stays throttled through the SDK's retries fails.
-func dynamoCapacityFinding(node string, t *types.TableDescription) Finding {
-	f := Finding{Severity: Info, Check: "capacity", Node: node}
+func dynamoCapacityFinding(node string, t *types.TableDescription) doctor.Finding {
+	f := doctor.Finding{Severity: doctor.Info, Check: "capacity", Node: node}
 	if t.BillingModeSummary != nil && t.BillingModeSummary.BillingMode == types.BillingModePayPerRequest {
 		f.Seen = "billing mode PAY_PER_REQUEST (on demand): no capacity to run out of, until the account's or table's on-demand limits"
 		return f
@@ -141,7 +142,7 @@ func dynamoCapacityFinding(node string, t *types.TableDescription) Finding {
 	if wcu >= dynamoLowWCU {
 		return f
 	}
-	f.Severity = Warning
+	f.Severity = doctor.Warning
 	f.Consequence = fmt.Sprintf("under %d write capacity units, throttling delays acquires and renewals (every acquire, renewal, release and each waiter's poll is a write); a renewal still throttled after the SDK's retries fails, and one that stays throttled past the lease loses its lock", dynamoLowWCU)
 	f.Fix = "switch to on-demand (aws dynamodb update-table --table-name " + aws.ToString(t.TableName) +
 		" --billing-mode PAY_PER_REQUEST), or raise the write capacity or turn on auto scaling"
@@ -155,8 +156,8 @@ func dynamoCapacityFinding(node string, t *types.TableDescription) Finding {
 // years (DynamoDB ignores strings and older times): of those, only lease_ms
 // can be, for leases of about 18 to 20 days (the fence, in microseconds,
 // reads as a time far ahead).
-func dynamoTTLFinding(node string, d *types.TimeToLiveDescription, now time.Time) Finding {
-	f := Finding{Severity: Info, Check: "time-to-live", Node: node}
+func dynamoTTLFinding(node string, d *types.TimeToLiveDescription, now time.Time) doctor.Finding {
+	f := doctor.Finding{Severity: doctor.Info, Check: "time-to-live", Node: node}
 	status, attr := types.TimeToLiveStatusDisabled, ""
 	if d != nil {
 		status, attr = d.TimeToLiveStatus, aws.ToString(d.AttributeName)
@@ -177,15 +178,15 @@ func dynamoTTLFinding(node string, d *types.TimeToLiveDescription, now time.Time
 	case attr == dynamolock.LeaseAttribute:
 		day := float64(24 * time.Hour / time.Millisecond)
 		from, to := float64(now.AddDate(-5, 0, 0).Unix())/day, float64(now.Unix())/day
-		f.Severity = Danger
+		f.Severity = doctor.Danger
 		f.Consequence = fmt.Sprintf("lease_ms is a lease in milliseconds, which DynamoDB reads as Unix seconds: a lock taken with a lease of %.1f to %.1f days reads as a time in the past five years, and DynamoDB deletes its item while it is held; the next acquirer is then granted the key with a fence that starts again from its own clock", from, to)
 		f.Fix = fix
 	case written:
-		f.Severity = Warning
+		f.Severity = doctor.Warning
 		f.Consequence = fmt.Sprintf("dynamolock writes %s as a %s with another meaning: DynamoDB deletes no item by it today, but collects no garbage either, and dynamolock.CheckTable refuses the table", attr, kind)
 		f.Fix = fix
 	default:
-		f.Severity = Warning
+		f.Severity = doctor.Warning
 		f.Consequence = "dynamolock never writes " + attr + ": Time to Live deletes only items something else marks, collects no garbage, and dynamolock.CheckTable refuses the table"
 		f.Fix = fix
 	}

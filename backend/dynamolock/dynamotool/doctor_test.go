@@ -1,4 +1,4 @@
-package doctor
+package dynamotool
 
 import (
 	"context"
@@ -10,10 +10,15 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"go.uber.org/goleak"
 
 	"github.com/distlock/distlock/backend/dynamolock"
 	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/storetool/doctor"
+	"github.com/distlock/distlock/storetool/doctor/doctortest"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // dynamoEnv gives the SDK's credential chain keys that dynalite accepts, so
 // that it asks no instance metadata service.
@@ -70,16 +75,16 @@ func TestDynamoDBGoodTable(t *testing.T) {
 	if err := dynamolock.CreateTable(ctx, db, "locks", dynamolock.TableOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	r := run(t, u+"&request_timeout=2s", Options{})
-	clean(t, r)
+	r := doctortest.Run(t, u+"&request_timeout=2s", doctor.Options{})
+	doctortest.Clean(t, r)
 	if r.Store != "dynamodb" {
 		t.Errorf("store %q, want dynamodb", r.Store)
 	}
-	want(t, r, "key-schema", Info, "key schema lock_key (HASH, S): as dynamolock needs")
-	want(t, r, "table-status", Info, "status ACTIVE")
-	want(t, r, "capacity", Info, "PAY_PER_REQUEST")
+	doctortest.Want(t, r, "key-schema", doctor.Info, "key schema lock_key (HASH, S): as dynamolock needs")
+	doctortest.Want(t, r, "table-status", doctor.Info, "status ACTIVE")
+	doctortest.Want(t, r, "capacity", doctor.Info, "PAY_PER_REQUEST")
 	// dynalite answers DescribeTimeToLive with DISABLED, always.
-	want(t, r, "time-to-live", Info, "Time to Live DISABLED: released and abandoned items stay")
+	doctortest.Want(t, r, "time-to-live", doctor.Info, "Time to Live DISABLED: released and abandoned items stay")
 }
 
 func TestDynamoDBLowWriteCapacity(t *testing.T) {
@@ -87,7 +92,7 @@ func TestDynamoDBLowWriteCapacity(t *testing.T) {
 	createTable(t, db, &dynamodb.CreateTableInput{TableName: aws.String("small"),
 		ProvisionedThroughput: &types.ProvisionedThroughput{ReadCapacityUnits: aws.Int64(10), WriteCapacityUnits: aws.Int64(2)}},
 		dynamolock.KeyAttribute, "S")
-	f := want(t, run(t, u, Options{}), "capacity", Warning, "PROVISIONED, 10 read and 2 write capacity units")
+	f := doctortest.Want(t, doctortest.Run(t, u, doctor.Options{}), "capacity", doctor.Warning, "PROVISIONED, 10 read and 2 write capacity units")
 	if !strings.Contains(f.Consequence, "past the lease loses its lock") {
 		t.Errorf("consequence: %s", f.Consequence)
 	}
@@ -95,18 +100,18 @@ func TestDynamoDBLowWriteCapacity(t *testing.T) {
 	createTable(t, db, &dynamodb.CreateTableInput{TableName: aws.String("big"),
 		ProvisionedThroughput: &types.ProvisionedThroughput{ReadCapacityUnits: aws.Int64(5), WriteCapacityUnits: aws.Int64(5)}},
 		dynamolock.KeyAttribute, "S")
-	want(t, run(t, strings.Replace(u, "small", "big", 1), Options{}), "capacity", Info, "PROVISIONED, 5 read and 5 write capacity units")
+	doctortest.Want(t, doctortest.Run(t, strings.Replace(u, "small", "big", 1), doctor.Options{}), "capacity", doctor.Info, "PROVISIONED, 5 read and 5 write capacity units")
 }
 
 func TestDynamoDBMissingTable(t *testing.T) {
 	_, u := dynalite(t, "nosuch")
-	r := run(t, u, Options{})
-	f := want(t, r, "table", Danger, `no table "nosuch"`)
+	r := doctortest.Run(t, u, doctor.Options{})
+	f := doctortest.Want(t, r, "table", doctor.Danger, `no table "nosuch"`)
 	if !strings.Contains(f.Fix, "dynamolock.CreateTable") || !strings.Contains(f.Fix, "aws dynamodb create-table --table-name nosuch") {
 		t.Errorf("fix: %s", f.Fix)
 	}
 	if len(r.Findings) != 1 {
-		t.Errorf("findings beyond the missing table:\n%s", dump(r))
+		t.Errorf("findings beyond the missing table:\n%s", doctortest.Dump(r))
 	}
 }
 
@@ -123,7 +128,7 @@ func TestDynamoDBWrongKeySchema(t *testing.T) {
 		"renamed": "key schema id (HASH, S)",
 		"sorted":  "key schema lock_key (HASH, S), at (RANGE, N)",
 	} {
-		f := want(t, run(t, strings.Replace(u, "numbers", table, 1), Options{}), "key-schema", Danger, seen)
+		f := doctortest.Want(t, doctortest.Run(t, strings.Replace(u, "numbers", table, 1), doctor.Options{}), "key-schema", doctor.Danger, seen)
 		if !strings.Contains(f.Consequence, "every lock operation fails") {
 			t.Errorf("%s: consequence: %s", table, f.Consequence)
 		}
@@ -136,20 +141,20 @@ func TestDynamoDBTimeToLive(t *testing.T) {
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	for _, c := range []struct {
 		d    *types.TimeToLiveDescription
-		sev  Severity
+		sev  doctor.Severity
 		says string
 	}{
-		{nil, Info, "Time to Live DISABLED"},
-		{&types.TimeToLiveDescription{TimeToLiveStatus: types.TimeToLiveStatusDisabled}, Info, "released and abandoned items stay"},
-		{&types.TimeToLiveDescription{TimeToLiveStatus: types.TimeToLiveStatusEnabled, AttributeName: aws.String(dynamolock.ExpiresAttribute)}, Info, "garbage collection only"},
-		{&types.TimeToLiveDescription{TimeToLiveStatus: types.TimeToLiveStatusEnabling, AttributeName: aws.String(dynamolock.ExpiresAttribute)}, Info, "garbage collection only"},
-		{&types.TimeToLiveDescription{TimeToLiveStatus: types.TimeToLiveStatusEnabled, AttributeName: aws.String("lease_ms")}, Danger, `on attribute "lease_ms"`},
-		{&types.TimeToLiveDescription{TimeToLiveStatus: types.TimeToLiveStatusEnabled, AttributeName: aws.String("fence")}, Warning, `on attribute "fence"`},
-		{&types.TimeToLiveDescription{TimeToLiveStatus: types.TimeToLiveStatusEnabled, AttributeName: aws.String("token")}, Warning, `on attribute "token"`},
-		{&types.TimeToLiveDescription{TimeToLiveStatus: types.TimeToLiveStatusEnabled, AttributeName: aws.String("ttl")}, Warning, `on attribute "ttl"`},
+		{nil, doctor.Info, "Time to Live DISABLED"},
+		{&types.TimeToLiveDescription{TimeToLiveStatus: types.TimeToLiveStatusDisabled}, doctor.Info, "released and abandoned items stay"},
+		{&types.TimeToLiveDescription{TimeToLiveStatus: types.TimeToLiveStatusEnabled, AttributeName: aws.String(dynamolock.ExpiresAttribute)}, doctor.Info, "garbage collection only"},
+		{&types.TimeToLiveDescription{TimeToLiveStatus: types.TimeToLiveStatusEnabling, AttributeName: aws.String(dynamolock.ExpiresAttribute)}, doctor.Info, "garbage collection only"},
+		{&types.TimeToLiveDescription{TimeToLiveStatus: types.TimeToLiveStatusEnabled, AttributeName: aws.String("lease_ms")}, doctor.Danger, `on attribute "lease_ms"`},
+		{&types.TimeToLiveDescription{TimeToLiveStatus: types.TimeToLiveStatusEnabled, AttributeName: aws.String("fence")}, doctor.Warning, `on attribute "fence"`},
+		{&types.TimeToLiveDescription{TimeToLiveStatus: types.TimeToLiveStatusEnabled, AttributeName: aws.String("token")}, doctor.Warning, `on attribute "token"`},
+		{&types.TimeToLiveDescription{TimeToLiveStatus: types.TimeToLiveStatusEnabled, AttributeName: aws.String("ttl")}, doctor.Warning, `on attribute "ttl"`},
 	} {
 		f := dynamoTTLFinding("t", c.d, now)
-		if f.Severity != c.sev || !strings.Contains(f.Seen, c.says) || (c.sev != Info && (f.Consequence == "" || !strings.Contains(f.Fix, dynamolock.ExpiresAttribute))) {
+		if f.Severity != c.sev || !strings.Contains(f.Seen, c.says) || (c.sev != doctor.Info && (f.Consequence == "" || !strings.Contains(f.Fix, dynamolock.ExpiresAttribute))) {
 			t.Errorf("%+v: %+v, want %s saying %q with a consequence and a fix", c.d, f, c.sev, c.says)
 		}
 	}
@@ -159,4 +164,17 @@ func TestDynamoDBTimeToLive(t *testing.T) {
 	if !strings.Contains(f.Consequence, "lease of 19.0 to 20.8 days") {
 		t.Errorf("lease_ms consequence: %s", f.Consequence)
 	}
+}
+
+func TestInvalidURLs(t *testing.T) {
+	doctortest.InvalidURLs(t, func(a string) []string {
+		return []string{"dynamodb://", "dynamodb://tbl:8000", "dynamodb://tbl/x", "dynamodb://tbl?region=us-east-1&endpoint=" + a,
+			"dynamodb://tbl?region=us-east-1&timeout=1s", "dynamodb://tbl?region=us-east-1&region=eu-west-1",
+			"dynamodb://tbl?region=us-east-1&retention=soon", "dynamodb://ab?region=us-east-1"}
+	})
+}
+
+func TestUnreachable(t *testing.T) {
+	dynamoEnv(t)
+	doctortest.Unreachable(t, func(a string) []string { return []string{"dynamodb://tbl?region=us-east-1&endpoint=http://" + a} })
 }

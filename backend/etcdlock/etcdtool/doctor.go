@@ -1,4 +1,4 @@
-package doctor
+package etcdtool
 
 import (
 	"context"
@@ -12,13 +12,15 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+
+	"github.com/distlock/distlock/storetool/doctor"
 )
 
 // checkEtcd inspects the cluster behind etcd://HOST:PORT[,HOST:PORT...]/PREFIX:
 // each member's status, the member count, alarms and clocks.
-func checkEtcd(ctx context.Context, u *url.URL, o Options, r *Report) error {
+func checkEtcd(ctx context.Context, u *url.URL, o doctor.Options, r *doctor.Report) error {
 	if u.Host == "" {
-		return invalid(u, "no endpoint: want etcd://host:port[,host:port...][/prefix]")
+		return doctor.Invalid(u, "no endpoint: want etcd://host:port[,host:port...][/prefix]")
 	}
 	var eps []string
 	for _, h := range strings.Split(u.Host, ",") {
@@ -26,7 +28,7 @@ func checkEtcd(ctx context.Context, u *url.URL, o Options, r *Report) error {
 	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: o.Timeout, Context: ctx, Logger: zap.NewNop()})
 	if err != nil {
-		return unreachable("etcd "+u.Host, err)
+		return doctor.Unreachable("etcd "+u.Host, err)
 	}
 	defer cli.Close()
 	// Fail fast (not waiting for a connection) so that a refused dial is
@@ -35,7 +37,7 @@ func checkEtcd(ctx context.Context, u *url.URL, o Options, r *Report) error {
 	members, err := pb.NewClusterClient(cli.ActiveConnection()).MemberList(mctx, &pb.MemberListRequest{}, grpc.WaitForReady(false))
 	cancel()
 	if err != nil {
-		return unreachable("etcd "+u.Host+": member list", err)
+		return doctor.Unreachable("etcd "+u.Host+": member list", err)
 	}
 	healthy := etcdMembers(ctx, cli, members.Members, o, r)
 	etcdQuorum(u.Host, len(members.Members), healthy, r)
@@ -45,11 +47,11 @@ func checkEtcd(ctx context.Context, u *url.URL, o Options, r *Report) error {
 
 // etcdMembers asks each member for its status and clock, reports what it
 // finds, and returns how many members answered.
-func etcdMembers(ctx context.Context, cli *clientv3.Client, members []*pb.Member, o Options, r *Report) int {
+func etcdMembers(ctx context.Context, cli *clientv3.Client, members []*pb.Member, o doctor.Options, r *doctor.Report) int {
 	healthy := 0
 	for _, m := range members {
 		if len(m.ClientURLs) == 0 {
-			r.add(Finding{Severity: Warning, Check: "member-health", Node: m.Name,
+			r.Add(doctor.Finding{Severity: doctor.Warning, Check: "member-health", Node: m.Name,
 				Seen:        "member has no client URL (not started yet, or added and never joined)",
 				Consequence: "it counts towards the quorum without serving it",
 				Fix:         "start the member, or remove it with etcdctl member remove"})
@@ -60,37 +62,37 @@ func etcdMembers(ctx context.Context, cli *clientv3.Client, members []*pb.Member
 		st, err := cli.Status(sctx, ep)
 		cancel()
 		if err != nil {
-			r.add(Finding{Severity: Warning, Check: "member-health", Node: ep,
+			r.Add(doctor.Finding{Severity: doctor.Warning, Check: "member-health", Node: ep,
 				Seen:        fmt.Sprintf("member %s does not answer: %v", m.Name, err),
 				Consequence: "the cluster runs on the remaining members; see quorum for how many more it can lose",
 				Fix:         "bring the member back (its logs say why it is down), or replace it with etcdctl member remove and member add"})
 			continue
 		}
 		healthy++
-		r.add(etcdStatusFinding(m.Name, ep, st))
-		r.add(clockFinding(ctx, ep, time.Second/2, func(ctx context.Context) (time.Time, error) { return httpDate(ctx, ep+"/version", o.Timeout) },
+		r.Add(etcdStatusFinding(m.Name, ep, st))
+		r.Add(doctor.ClockFinding(ctx, ep, time.Second/2, func(ctx context.Context) (time.Time, error) { return httpDate(ctx, ep+"/version", o.Timeout) },
 			"etcd counts a lease on its leader as a duration, so lock expiry does not depend on this offset; an unsynchronised clock still skews the times in logs and the lock holders' own records"))
 	}
 	return healthy
 }
 
 // etcdStatusFinding reports one member's status: its version, role and
-// errors; a member without a leader is a Danger.
-func etcdStatusFinding(name, ep string, st *clientv3.StatusResponse) Finding {
+// errors; a member without a leader is a doctor.Danger.
+func etcdStatusFinding(name, ep string, st *clientv3.StatusResponse) doctor.Finding {
 	role := "follower"
 	if st.Leader == st.Header.MemberId {
 		role = "leader"
 	}
-	f := Finding{Severity: Info, Check: "member-health", Node: ep,
+	f := doctor.Finding{Severity: doctor.Info, Check: "member-health", Node: ep,
 		Seen: fmt.Sprintf("member %s: etcd %s, %s, raft term %d, db %d bytes", name, st.Version, role, st.RaftTerm, st.DbSize)}
 	switch {
 	case st.Leader == 0:
-		f.Severity = Danger
+		f.Severity = doctor.Danger
 		f.Seen = fmt.Sprintf("member %s sees no leader", name)
 		f.Consequence = "without a leader no lock can be taken, renewed or released; holders lose their locks at the end of their validity"
 		f.Fix = "restore the quorum: bring members back until a majority runs"
 	case len(st.Errors) > 0:
-		f.Severity = Warning
+		f.Severity = doctor.Warning
 		f.Seen += "; errors: " + strings.Join(st.Errors, "; ")
 		f.Consequence = "the member reports errors that may stop it serving requests"
 		f.Fix = "read the member's logs for these errors"
@@ -99,18 +101,18 @@ func etcdStatusFinding(name, ep string, st *clientv3.StatusResponse) Finding {
 }
 
 // etcdQuorum judges the member count and how many answered.
-func etcdQuorum(node string, n, healthy int, r *Report) {
+func etcdQuorum(node string, n, healthy int, r *doctor.Report) {
 	quorum := n/2 + 1
 	tolerates := n - quorum
-	f := Finding{Severity: Info, Check: "quorum", Node: node,
+	f := doctor.Finding{Severity: doctor.Info, Check: "quorum", Node: node,
 		Seen: fmt.Sprintf("%d members, %d answering, quorum %d: tolerates %d failed members", n, healthy, quorum, tolerates)}
 	switch {
 	case healthy < quorum:
-		f.Severity = Danger
+		f.Severity = doctor.Danger
 		f.Consequence = "the quorum is lost: no lock can be taken, renewed or released; holders lose their locks at the end of their validity"
 		f.Fix = "bring members back until a majority runs"
 	case n%2 == 0:
-		f.Severity = Warning
+		f.Severity = doctor.Warning
 		f.Consequence = fmt.Sprintf("an even count tolerates no more failures than %d members would (%d), with one more machine that can fail; a partition into two halves stops both", n-1, tolerates)
 		if n == 2 {
 			f.Consequence = "either member failing stops locking: two members tolerate no failure, like one, with twice the chance of one"
@@ -119,25 +121,25 @@ func etcdQuorum(node string, n, healthy int, r *Report) {
 	case n == 1:
 		f.Consequence = "a single member keeps locks and fences across restarts, but while it is down no lock can be taken or renewed"
 	case healthy < n:
-		f.Severity = Warning
+		f.Severity = doctor.Warning
 		f.Consequence = fmt.Sprintf("%d more failed members stop locking", healthy-quorum+1)
 		f.Fix = "bring the failed members back"
 	}
-	r.add(f)
+	r.Add(f)
 }
 
 // etcdAlarms reports the cluster's alarms: NOSPACE refuses every write,
 // CORRUPT means a member's data diverged.
-func etcdAlarms(ctx context.Context, cli *clientv3.Client, node string, o Options, r *Report) {
+func etcdAlarms(ctx context.Context, cli *clientv3.Client, node string, o doctor.Options, r *doctor.Report) {
 	actx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	alarms, err := cli.AlarmList(actx)
 	if err != nil {
-		r.add(unread("alarms", node, err, "run etcdctl alarm list"))
+		r.Add(doctor.Unread("alarms", node, err, "run etcdctl alarm list"))
 		return
 	}
 	for _, a := range alarms.Alarms {
-		r.add(Finding{Severity: Danger, Check: "alarm", Node: fmt.Sprintf("member %x", a.MemberID),
+		r.Add(doctor.Finding{Severity: doctor.Danger, Check: "alarm", Node: fmt.Sprintf("member %x", a.MemberID),
 			Seen:        "alarm " + a.Alarm.String(),
 			Consequence: "etcd refuses writes while the alarm is raised (NOSPACE: the database reached its quota): no lock can be taken, and held locks are lost when their leases cannot be renewed",
 			Fix:         "NOSPACE: compact and defragment (etcdctl compact, etcdctl defrag) or raise --quota-backend-bytes, then etcdctl alarm disarm; CORRUPT: replace the member"})

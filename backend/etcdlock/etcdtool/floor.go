@@ -1,4 +1,4 @@
-package bench
+package etcdtool
 
 import (
 	"context"
@@ -7,12 +7,14 @@ import (
 	"math"
 	"net/url"
 	"strings"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/backend/etcdlock"
+	"github.com/distlock/distlock/internal/toolurl"
+	"github.com/distlock/distlock/storetool/floor"
 )
 
 // etcdFloor is a transaction that puts the key if it has no create
@@ -26,8 +28,8 @@ type etcdFloor struct {
 
 // openEtcdFloor connects cfg.Clients etcd clients to the URL's endpoints
 // and grants each a lease of cfg.Lease (whole seconds, at least one).
-func openEtcdFloor(ctx context.Context, u *url.URL, cfg Config, _ *distlock.Client) (target, error) {
-	dial, err := queryDuration(u.Query(), "dial_timeout", 5*time.Second)
+func openEtcdFloor(ctx context.Context, u *url.URL, cfg floor.Config) (floor.Target, error) {
+	dial, err := toolurl.Duration(u.Query(), "dial_timeout", etcdlock.DefaultDialTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -36,34 +38,34 @@ func openEtcdFloor(ctx context.Context, u *url.URL, cfg Config, _ *distlock.Clie
 		eps = append(eps, "http://"+h)
 	}
 	ttl := int64(max(1, math.Ceil(cfg.Lease.Seconds())))
-	f := &etcdFloor{tokens: workerTokens(cfg.Workers)}
+	f := &etcdFloor{tokens: floor.Tokens(cfg.Workers)}
 	for range cfg.Clients {
 		c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: dial, Logger: zap.NewNop(), Context: ctx})
 		if err != nil {
-			return nil, errors.Join(err, f.close())
+			return nil, errors.Join(err, f.Close())
 		}
 		f.clients = append(f.clients, c)
 		gctx, cancel := context.WithTimeout(ctx, dial)
 		l, err := c.Grant(gctx, ttl)
 		cancel()
 		if err != nil {
-			return nil, errors.Join(fmt.Errorf("grant a lease: %w", err), f.close())
+			return nil, errors.Join(fmt.Errorf("grant a lease: %w", err), f.Close())
 		}
 		f.leases = append(f.leases, l.ID)
 	}
 	return f, nil
 }
 
-func (f *etcdFloor) lock(ctx context.Context, w int, key string) (func(context.Context) error, time.Duration, error) {
+func (f *etcdFloor) Lock(ctx context.Context, w int, key string) (func(context.Context) error, error) {
 	i := w % len(f.clients)
-	c, k, tok := f.clients[i], floorNS+key, f.tokens[w]
+	c, k, tok := f.clients[i], floor.KeyPrefix+key, f.tokens[w]
 	resp, err := c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
 		Then(clientv3.OpPut(k, tok, clientv3.WithLease(f.leases[i]))).Commit()
 	if err != nil {
-		return nil, 0, fmt.Errorf("put-if-absent %s: %w", k, err)
+		return nil, fmt.Errorf("put-if-absent %s: %w", k, err)
 	}
 	if !resp.Succeeded {
-		return nil, 0, distlock.ErrNotAcquired
+		return nil, distlock.ErrNotAcquired
 	}
 	return func(ctx context.Context) error {
 		resp, err := c.Txn(ctx).If(clientv3.Compare(clientv3.Value(k), "=", tok)).Then(clientv3.OpDelete(k)).Commit()
@@ -74,16 +76,16 @@ func (f *etcdFloor) lock(ctx context.Context, w int, key string) (func(context.C
 			return fmt.Errorf("delete %s: %w", k, distlock.ErrNotHeld)
 		}
 		return nil
-	}, 0, nil
+	}, nil
 }
 
 // close revokes the leases, which deletes any key left, and closes the
 // clients.
-func (f *etcdFloor) close() error {
+func (f *etcdFloor) Close() error {
 	var errs []error
 	for i, c := range f.clients {
 		if i < len(f.leases) {
-			ctx, cancel := context.WithTimeout(context.Background(), releaseBudget)
+			ctx, cancel := context.WithTimeout(context.Background(), etcdlock.DefaultRequestTimeout)
 			_, err := c.Revoke(ctx, f.leases[i])
 			cancel()
 			errs = append(errs, err)

@@ -1,16 +1,16 @@
-package bench
+package pgtool
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"net/url"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/pglock"
+	"github.com/distlock/distlock/storetool/floor"
 )
 
 // postgresFloor is pg_try_advisory_lock and pg_advisory_unlock on one
@@ -23,7 +23,7 @@ type postgresFloor struct{ pools []*pgxpool.Pool }
 
 // openPostgresFloor opens cfg.Clients pools on the URL; the backend's own
 // parameters are left out.
-func openPostgresFloor(ctx context.Context, u *url.URL, cfg Config, _ *distlock.Client) (target, error) {
+func openPostgresFloor(ctx context.Context, u *url.URL, cfg floor.Config) (floor.Target, error) {
 	pc, err := pgxpool.ParseConfig(u.String())
 	if err != nil {
 		return nil, err
@@ -38,26 +38,26 @@ func openPostgresFloor(ctx context.Context, u *url.URL, cfg Config, _ *distlock.
 	for range cfg.Clients {
 		p, err := pgxpool.NewWithConfig(ctx, pc.Copy())
 		if err != nil {
-			return nil, errors.Join(err, f.close())
+			return nil, errors.Join(err, f.Close())
 		}
 		f.pools = append(f.pools, p)
 	}
 	return f, nil
 }
 
-func (f *postgresFloor) lock(ctx context.Context, w int, key string) (func(context.Context) error, time.Duration, error) {
+func (f *postgresFloor) Lock(ctx context.Context, w int, key string) (func(context.Context) error, error) {
 	conn, err := f.pools[w%len(f.pools)].Acquire(ctx)
 	if err != nil {
-		return nil, 0, fmt.Errorf("connection from the pool: %w", err)
+		return nil, fmt.Errorf("connection from the pool: %w", err)
 	}
-	id := pglock.KeyID(floorNS + key)
+	id := pglock.KeyID(floor.KeyPrefix + key)
 	var ok bool
 	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", id).Scan(&ok); err != nil || !ok {
 		conn.Release()
 		if err != nil {
-			return nil, 0, fmt.Errorf("pg_try_advisory_lock: %w", err)
+			return nil, fmt.Errorf("pg_try_advisory_lock: %w", err)
 		}
-		return nil, 0, distlock.ErrNotAcquired
+		return nil, distlock.ErrNotAcquired
 	}
 	return func(ctx context.Context) error {
 		var ok bool
@@ -73,10 +73,10 @@ func (f *postgresFloor) lock(ctx context.Context, w int, key string) (func(conte
 			return fmt.Errorf("pg_advisory_unlock: %w", distlock.ErrNotHeld)
 		}
 		return nil
-	}, 0, nil
+	}, nil
 }
 
-func (f *postgresFloor) close() error {
+func (f *postgresFloor) Close() error {
 	for _, p := range f.pools {
 		p.Close()
 	}

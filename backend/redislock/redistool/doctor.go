@@ -1,4 +1,4 @@
-package doctor
+package redistool
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/distlock/distlock/storetool/doctor"
 )
 
 // quietLog discards go-redis's own log lines (a failed dial is logged by
@@ -40,7 +42,7 @@ type redisTarget struct {
 // parseRedisURL reads u without dialling. Query parameters other than addr
 // are the backend's or its client's (prefix, timeouts) and do not change
 // what is checked.
-func parseRedisURL(u *url.URL, o Options) (*redisTarget, error) {
+func parseRedisURL(u *url.URL, o doctor.Options) (*redisTarget, error) {
 	t := &redisTarget{kind: "node"}
 	// PoolSize is far above the few connections a check uses (they are
 	// dialled on demand): go-redis starts a background re-dial loop, which
@@ -64,18 +66,18 @@ func parseRedisURL(u *url.URL, o Options) (*redisTarget, error) {
 		t.kind, defaultPort = "sentinel", "26379"
 		t.master, path, _ = strings.Cut(path, "/")
 		if t.master == "" {
-			return nil, invalid(u, "no master name: want redis-sentinel://host:port/master[/db][?addr=host:port...]")
+			return nil, doctor.Invalid(u, "no master name: want redis-sentinel://host:port/master[/db][?addr=host:port...]")
 		}
 	}
 	if path != "" {
 		db, err := strconv.Atoi(path)
 		if err != nil || db < 0 {
-			return nil, invalid(u, "database %q is not a number", path)
+			return nil, doctor.Invalid(u, "database %q is not a number", path)
 		}
 		t.db = db
 	}
 	if u.Host == "" && t.kind != "node" {
-		return nil, invalid(u, "no %s address in the host part", t.kind)
+		return nil, doctor.Invalid(u, "no %s address in the host part", t.kind)
 	}
 	host := u.Host
 	if host == "" {
@@ -101,11 +103,14 @@ func (t *redisTarget) client(addr string, db int) *redis.Client {
 type redisNode struct {
 	addr    string
 	replica bool // expected to be a replica (Cluster, Sentinel)
+	member  bool // one of several independent servers (Redlock): the deployment, not the node, decides what its absence costs
 }
 
-// checkRedis finds the nodes of the deployment, reports its topology, and
-// inspects each node.
-func checkRedis(ctx context.Context, u *url.URL, o Options, r *Report) error {
+// Check is the doctor check of a redislock URL (redis://, rediss://,
+// redis-sentinel://, redis-cluster://): it finds the nodes of the
+// deployment, reports its topology, and inspects each node's eviction
+// policy, persistence, replication and clock.
+func Check(ctx context.Context, u *url.URL, o doctor.Options, r *doctor.Report) error {
 	t, err := parseRedisURL(u, o)
 	if err != nil {
 		return err
@@ -128,6 +133,30 @@ func checkRedis(ctx context.Context, u *url.URL, o Options, r *Report) error {
 	return nil
 }
 
+// CheckNode inspects the one Redis server u names (redis:// or rediss://)
+// as a member of a deployment of independent servers, as Redlock's nodes
+// are: its eviction policy, persistence, role and clock, as Check does,
+// without following a Cluster or judging what the server's absence costs,
+// which the deployment decides. A server that does not answer fails with
+// an error matching doctor.ErrUnreachable.
+func CheckNode(ctx context.Context, u *url.URL, o doctor.Options, r *doctor.Report) error {
+	t, err := parseRedisURL(u, o)
+	if err != nil {
+		return err
+	}
+	if t.kind != "node" {
+		return doctor.Invalid(u, "a %s is not one server", t.kind)
+	}
+	c := t.client(t.addrs[0], t.db)
+	err = c.Ping(ctx).Err()
+	_ = c.Close()
+	if err != nil {
+		return doctor.Unreachable("redis "+t.addrs[0], err)
+	}
+	checkRedisNode(ctx, t, redisNode{addr: t.addrs[0], member: true}, true, r)
+	return nil
+}
+
 // infoFields parses an INFO reply into its fields.
 func infoFields(info string) map[string]string {
 	m := map[string]string{}
@@ -141,12 +170,12 @@ func infoFields(info string) map[string]string {
 
 // nodeTopology reaches the node of a redis:// URL; a node of a Cluster
 // makes the whole Cluster the target, as redislock does.
-func nodeTopology(ctx context.Context, t *redisTarget, r *Report) ([]redisNode, error) {
+func nodeTopology(ctx context.Context, t *redisTarget, r *doctor.Report) ([]redisNode, error) {
 	c := t.client(t.addrs[0], t.db)
 	defer c.Close()
 	info, err := c.Info(ctx, "cluster").Result()
 	if err != nil {
-		return nil, unreachable("redis "+t.addrs[0], err)
+		return nil, doctor.Unreachable("redis "+t.addrs[0], err)
 	}
 	if infoFields(info)["cluster_enabled"] == "1" {
 		return clusterTopology(ctx, t, r)
@@ -156,7 +185,7 @@ func nodeTopology(ctx context.Context, t *redisTarget, r *Report) ([]redisNode, 
 
 // clusterTopology reads CLUSTER INFO and CLUSTER NODES from the first seed
 // that answers, reports the Cluster's state, and returns its nodes.
-func clusterTopology(ctx context.Context, t *redisTarget, r *Report) ([]redisNode, error) {
+func clusterTopology(ctx context.Context, t *redisTarget, r *doctor.Report) ([]redisNode, error) {
 	var errs []error
 	for _, seed := range t.addrs {
 		c := t.client(seed, 0)
@@ -172,13 +201,13 @@ func clusterTopology(ctx context.Context, t *redisTarget, r *Report) ([]redisNod
 		}
 		return clusterFindings(seed, infoFields(info), nodes, r), nil
 	}
-	return nil, unreachable("redis cluster", errors.Join(errs...))
+	return nil, doctor.Unreachable("redis cluster", errors.Join(errs...))
 }
 
 // clusterFindings reports the state and shape of a Cluster from a seed's
 // CLUSTER INFO fields and CLUSTER NODES reply, and returns the nodes that
 // are not marked failed.
-func clusterFindings(seed string, info map[string]string, nodesReply string, r *Report) []redisNode {
+func clusterFindings(seed string, info map[string]string, nodesReply string, r *doctor.Report) []redisNode {
 	var nodes []redisNode
 	masters, replicas := 0, 0
 	var failed []string
@@ -201,10 +230,10 @@ func clusterFindings(seed string, info map[string]string, nodesReply string, r *
 		}
 		nodes = append(nodes, redisNode{addr: addr, replica: replica})
 	}
-	r.add(Finding{Severity: Info, Check: "topology", Node: seed,
+	r.Add(doctor.Finding{Severity: doctor.Info, Check: "topology", Node: seed,
 		Seen: fmt.Sprintf("Redis Cluster: %d masters, %d replicas, cluster_state %s", masters, replicas, info["cluster_state"])})
 	if info["cluster_state"] != "ok" || len(failed) > 0 {
-		r.add(Finding{Severity: Danger, Check: "cluster-state", Node: seed,
+		r.Add(doctor.Finding{Severity: doctor.Danger, Check: "cluster-state", Node: seed,
 			Seen:        fmt.Sprintf("cluster_state %s; nodes failing: %s", info["cluster_state"], orNone(failed)),
 			Consequence: "keys in slots without a reachable master can be neither locked nor renewed: their holders lose them at the end of their validity, and no one can take them until the slots are served again",
 			Fix:         "bring the failing nodes back or fail their slots over to replicas (CLUSTER FAILOVER on a replica), and check CLUSTER INFO until cluster_state is ok"})
@@ -223,7 +252,7 @@ func orNone(s []string) string {
 // sentinelTopology asks the first sentinel that answers for the master and
 // its replicas, reports what the sentinels see, and returns the master and
 // replicas as nodes.
-func sentinelTopology(ctx context.Context, t *redisTarget, u *url.URL, r *Report) ([]redisNode, error) {
+func sentinelTopology(ctx context.Context, t *redisTarget, u *url.URL, r *doctor.Report) ([]redisNode, error) {
 	var errs []error
 	for _, addr := range t.addrs {
 		opt := t.base
@@ -232,7 +261,7 @@ func sentinelTopology(ctx context.Context, t *redisTarget, u *url.URL, r *Report
 		nodes, err := sentinelNodes(ctx, s, addr, t.master, r)
 		_ = s.Close()
 		if errors.Is(err, redis.Nil) || (err != nil && strings.Contains(err.Error(), "No such master")) {
-			return nil, invalid(u, "the sentinel at %s monitors no master named %q", addr, t.master)
+			return nil, doctor.Invalid(u, "the sentinel at %s monitors no master named %q", addr, t.master)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
@@ -243,11 +272,11 @@ func sentinelTopology(ctx context.Context, t *redisTarget, u *url.URL, r *Report
 		}
 		return nodes, nil
 	}
-	return nil, unreachable("redis sentinels", errors.Join(errs...))
+	return nil, doctor.Unreachable("redis sentinels", errors.Join(errs...))
 }
 
 // sentinelNodes reads the master's state and replicas from one sentinel.
-func sentinelNodes(ctx context.Context, s *redis.SentinelClient, addr, master string, r *Report) ([]redisNode, error) {
+func sentinelNodes(ctx context.Context, s *redis.SentinelClient, addr, master string, r *doctor.Report) ([]redisNode, error) {
 	m, err := s.Master(ctx, master).Result()
 	if err != nil {
 		return nil, err
@@ -263,16 +292,16 @@ func sentinelNodes(ctx context.Context, s *redis.SentinelClient, addr, master st
 		}
 	}
 	others, _ := strconv.Atoi(m["num-other-sentinels"])
-	r.add(Finding{Severity: Info, Check: "topology", Node: addr,
+	r.Add(doctor.Finding{Severity: doctor.Info, Check: "topology", Node: addr,
 		Seen: fmt.Sprintf("Redis Sentinel: master %q at %s (flags %s), %d replicas, %d sentinels, quorum %s",
 			master, nodes[0].addr, m["flags"], len(replicas), others+1, m["quorum"])})
 	if quorum, err := s.CkQuorum(ctx, master).Result(); err != nil {
-		r.add(Finding{Severity: Warning, Check: "sentinel-quorum", Node: addr,
+		r.Add(doctor.Finding{Severity: doctor.Warning, Check: "sentinel-quorum", Node: addr,
 			Seen:        fmt.Sprintf("SENTINEL CKQUORUM: %v", err),
 			Consequence: "the sentinels cannot agree on a failover: if the master fails, locking stops until it is back",
 			Fix:         "run at least three sentinels on separate machines, with a quorum of a majority of them"})
 	} else if others+1 < 3 {
-		r.add(Finding{Severity: Warning, Check: "sentinel-quorum", Node: addr,
+		r.Add(doctor.Finding{Severity: doctor.Warning, Check: "sentinel-quorum", Node: addr,
 			Seen:        fmt.Sprintf("%d sentinels (%s)", others+1, quorum),
 			Consequence: "fewer than three sentinels cannot survive the loss of one and still authorise a failover",
 			Fix:         "run at least three sentinels on separate machines"})
@@ -283,23 +312,23 @@ func sentinelNodes(ctx context.Context, s *redis.SentinelClient, addr, master st
 // checkRedisNode inspects one node: eviction, persistence, replication and
 // clock. standalone says the URL named this node itself, so a replica there
 // is a mistake rather than part of the topology.
-func checkRedisNode(ctx context.Context, t *redisTarget, n redisNode, standalone bool, r *Report) {
+func checkRedisNode(ctx context.Context, t *redisTarget, n redisNode, standalone bool, r *doctor.Report) {
 	c := t.client(n.addr, 0)
 	defer c.Close()
 	cfg, err := redisConfig(ctx, c)
 	if err != nil {
-		r.add(unread("config", n.addr, err, "read maxmemory, maxmemory-policy, appendonly, appendfsync, save and min-replicas-to-write from the server's redis.conf (managed services: their parameter group)"))
+		r.Add(doctor.Unread("config", n.addr, err, "read maxmemory, maxmemory-policy, appendonly, appendfsync, save and min-replicas-to-write from the server's redis.conf (managed services: their parameter group)"))
 	} else {
-		r.add(evictionFinding(n.addr, cfg))
-		r.add(persistenceFinding(n.addr, cfg))
+		r.Add(evictionFinding(n.addr, cfg))
+		r.Add(persistenceFinding(n.addr, cfg))
 	}
 	info, err := c.Info(ctx, "replication").Result()
 	if err != nil {
-		r.add(unread("replication", n.addr, err, "run INFO replication on the node"))
+		r.Add(doctor.Unread("replication", n.addr, err, "run INFO replication on the node"))
 	} else if cfg != nil {
 		replicationFindings(n, standalone, infoFields(info), cfg, r)
 	}
-	r.add(clockFinding(ctx, n.addr, time.Microsecond, func(ctx context.Context) (time.Time, error) { return c.Time(ctx).Result() },
+	r.Add(doctor.ClockFinding(ctx, n.addr, time.Microsecond, func(ctx context.Context) (time.Time, error) { return c.Time(ctx).Result() },
 		"the redislock fence is max(last fence + 1, the server's TIME in µs): after a restart without the counter or a failover, fences keep increasing only if the new server's clock is not behind the old one's by more than the restart took; an unsynchronised clock is the usual way that breaks. Lock expiry itself is measured by Redis as a duration and does not depend on the offset"))
 }
 
@@ -325,9 +354,9 @@ func redisConfig(ctx context.Context, c *redis.Client) (map[string]string, error
 }
 
 // evictionFinding judges maxmemory-policy against maxmemory.
-func evictionFinding(node string, cfg map[string]string) Finding {
+func evictionFinding(node string, cfg map[string]string) doctor.Finding {
 	policy, limit := cfg["maxmemory-policy"], cfg["maxmemory"]
-	f := Finding{Check: "maxmemory-policy", Node: node, Severity: Info,
+	f := doctor.Finding{Check: "maxmemory-policy", Node: node, Severity: doctor.Info,
 		Seen: fmt.Sprintf("maxmemory-policy %s, maxmemory %s bytes", policy, limit)}
 	evicts := strings.HasPrefix(policy, "volatile-") || strings.HasPrefix(policy, "allkeys-")
 	if !evicts {
@@ -339,18 +368,18 @@ func evictionFinding(node string, cfg map[string]string) Finding {
 		which = "any key, lock keys and fence counters included"
 	}
 	if limit == "0" {
-		f.Severity = Warning
+		f.Severity = doctor.Warning
 		f.Consequence = fmt.Sprintf("maxmemory 0 sets no limit, so %s evicts nothing today and Redis grows until the kernel's OOM killer ends it (a restart: see persistence). The day maxmemory is set, it evicts %s", policy, which)
 		return f
 	}
-	f.Severity = Danger
+	f.Severity = doctor.Danger
 	f.Consequence = fmt.Sprintf("when memory reaches maxmemory, %s evicts %s: a held lock vanishes and a second client acquires it while the first still believes it holds it (until its next renewal is refused or its lease ends); an evicted counter sends the next fence back to the server-clock floor", policy, which)
 	return f
 }
 
 // persistenceFinding judges appendonly, appendfsync and save.
-func persistenceFinding(node string, cfg map[string]string) Finding {
-	f := Finding{Check: "persistence", Node: node, Severity: Danger,
+func persistenceFinding(node string, cfg map[string]string) doctor.Finding {
+	f := doctor.Finding{Check: "persistence", Node: node, Severity: doctor.Danger,
 		Fix: "CONFIG SET appendonly yes and CONFIG SET appendfsync always, and the same in redis.conf (or CONFIG REWRITE); always costs one fsync per write"}
 	lost := "another client can take those keys at once while their holders still believe they hold them (until their next renewal is refused or their lease ends). " +
 		"Fences stay increasing only through the redislock fence's floor at the server's clock (TIME in µs), which fails if the clock restarts behind its old value by more than the restart took"
@@ -362,10 +391,10 @@ func persistenceFinding(node string, cfg map[string]string) Finding {
 		f.Seen = fmt.Sprintf("appendonly no; RDB snapshots only (save %s)", cfg["save"])
 		f.Consequence = "a restart or crash loads the last snapshot: locks granted and counters advanced since it are lost, so " + lost + "; locks released since it come back until their TTL ends"
 	case cfg["appendfsync"] == "always":
-		f.Severity, f.Fix = Info, ""
+		f.Severity, f.Fix = doctor.Info, ""
 		f.Seen = "appendonly yes, appendfsync always"
 	default:
-		f.Severity = Warning
+		f.Severity = doctor.Warning
 		window := "about the last second (two when the disk is slow)"
 		if cfg["appendfsync"] == "no" {
 			window = "the writes the kernel had not flushed yet (up to about 30 s on Linux)"
@@ -378,21 +407,21 @@ func persistenceFinding(node string, cfg map[string]string) Finding {
 }
 
 // replicationFindings judges the node's role and its replicas' safety net.
-func replicationFindings(n redisNode, standalone bool, info, cfg map[string]string, r *Report) {
+func replicationFindings(n redisNode, standalone bool, info, cfg map[string]string, r *doctor.Report) {
 	role := info["role"]
 	switch {
 	case role == "slave" && standalone:
-		r.add(Finding{Severity: Warning, Check: "role", Node: n.addr,
+		r.Add(doctor.Finding{Severity: doctor.Warning, Check: "role", Node: n.addr,
 			Seen:        "this node is a replica (role:slave) of " + net.JoinHostPort(info["master_host"], info["master_port"]),
 			Consequence: "it refuses lock writes (READONLY), so every acquire fails; after a failover this address may stop being the primary",
 			Fix:         "point the URL at the primary, or at the sentinels with redis-sentinel://host:port/master"})
 	case role == "master" && info["connected_slaves"] != "0" && cfg["min-replicas-to-write"] == "0":
-		r.add(Finding{Severity: Warning, Check: "min-replicas-to-write", Node: n.addr,
+		r.Add(doctor.Finding{Severity: doctor.Warning, Check: "min-replicas-to-write", Node: n.addr,
 			Seen:        fmt.Sprintf("%s replicas connected, min-replicas-to-write 0", info["connected_slaves"]),
 			Consequence: "replication is asynchronous and nothing holds the primary back when its replicas lag: a failover can promote a replica that never received a grant, and a second client then gets a key its holder still holds (its fence is higher, so a fenced resource refuses the old holder)",
 			Fix:         "CONFIG SET min-replicas-to-write 1 and min-replicas-max-lag 10 (and in redis.conf): the primary then refuses writes when no replica is in sync, which narrows the window but cannot close it"})
-	case role == "master" && info["connected_slaves"] == "0" && !n.replica:
-		r.add(Finding{Severity: Info, Check: "replicas", Node: n.addr,
+	case role == "master" && info["connected_slaves"] == "0" && !n.replica && !n.member:
+		r.Add(doctor.Finding{Severity: doctor.Info, Check: "replicas", Node: n.addr,
 			Seen: "no replicas: while this node is down no lock can be taken or renewed"})
 	}
 }

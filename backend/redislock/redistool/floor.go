@@ -1,4 +1,4 @@
-package bench
+package redistool
 
 import (
 	"context"
@@ -11,6 +11,9 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/backend/redislock"
+	"github.com/distlock/distlock/internal/toolurl"
+	"github.com/distlock/distlock/storetool/floor"
 )
 
 // floorReleaseLua deletes a key if it holds the token: the least a safe
@@ -30,10 +33,10 @@ type redisFloor struct {
 
 // openRedisFloor connects cfg.Clients rueidis clients to the URL's server;
 // the backend's own query parameters are left out.
-func openRedisFloor(ctx context.Context, u *url.URL, cfg Config, _ *distlock.Client) (target, error) {
+func openRedisFloor(ctx context.Context, u *url.URL, cfg floor.Config) (floor.Target, error) {
 	ru := *u
 	q := ru.Query()
-	dial, err := queryDuration(q, "dial_timeout", 5*time.Second)
+	dial, err := toolurl.Duration(q, "dial_timeout", redislock.DefaultDialTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -47,25 +50,25 @@ func openRedisFloor(ctx context.Context, u *url.URL, cfg Config, _ *distlock.Cli
 	}
 	opt.DisableCache = true
 	opt.Dialer.Timeout = dial
-	f := &redisFloor{release: rueidis.NewLuaScript(floorReleaseLua), lease: cfg.Lease, tokens: workerTokens(cfg.Workers)}
+	f := &redisFloor{release: rueidis.NewLuaScript(floorReleaseLua), lease: cfg.Lease, tokens: floor.Tokens(cfg.Workers)}
 	for range cfg.Clients {
 		c, err := rueidis.NewClient(opt)
 		if err != nil {
-			return nil, errors.Join(err, f.close())
+			return nil, errors.Join(err, f.Close())
 		}
 		f.clients = append(f.clients, c)
 	}
 	return f, ctx.Err()
 }
 
-func (f *redisFloor) lock(ctx context.Context, w int, key string) (func(context.Context) error, time.Duration, error) {
-	c, k, tok := f.clients[w%len(f.clients)], floorNS+key, f.tokens[w]
+func (f *redisFloor) Lock(ctx context.Context, w int, key string) (func(context.Context) error, error) {
+	c, k, tok := f.clients[w%len(f.clients)], floor.KeyPrefix+key, f.tokens[w]
 	err := c.Do(ctx, c.B().Set().Key(k).Value(tok).Nx().PxMilliseconds(f.lease.Milliseconds()).Build()).Error()
 	if rueidis.IsRedisNil(err) {
-		return nil, 0, distlock.ErrNotAcquired
+		return nil, distlock.ErrNotAcquired
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("SET %s NX PX: %w", k, err)
+		return nil, fmt.Errorf("SET %s NX PX: %w", k, err)
 	}
 	return func(ctx context.Context) error {
 		n, err := f.release.Exec(ctx, c, []string{k}, []string{tok}).AsInt64()
@@ -76,10 +79,10 @@ func (f *redisFloor) lock(ctx context.Context, w int, key string) (func(context.
 			return fmt.Errorf("release %s: %w", k, distlock.ErrNotHeld)
 		}
 		return nil
-	}, 0, nil
+	}, nil
 }
 
-func (f *redisFloor) close() error {
+func (f *redisFloor) Close() error {
 	for _, c := range f.clients {
 		c.Close()
 	}

@@ -1,4 +1,4 @@
-package doctor
+package zktool
 
 import (
 	"context"
@@ -11,11 +11,10 @@ import (
 	"net/url"
 	"strings"
 	"time"
-)
 
-// zkDefaultSessionTimeout is the session timeout zklock asks for when the
-// URL sets none (zklock.DefaultSessionTimeout).
-const zkDefaultSessionTimeout = 10 * time.Second
+	"github.com/distlock/distlock/backend/zklock"
+	"github.com/distlock/distlock/storetool/doctor"
+)
 
 // zkProbeLow and zkProbeHigh are session timeouts outside any server's
 // bounds, asked for to learn the bounds from what the server grants.
@@ -27,15 +26,15 @@ const (
 // checkZooKeeper inspects the servers of zk://HOST:PORT[,HOST:PORT...]/ROOT:
 // whether they serve sessions, their mode, and the session timeout they
 // grant against the one zklock asks for.
-func checkZooKeeper(ctx context.Context, u *url.URL, o Options, r *Report) error {
+func checkZooKeeper(ctx context.Context, u *url.URL, o doctor.Options, r *doctor.Report) error {
 	if u.Host == "" {
-		return invalid(u, "no server: want zk://host:port[,host:port...][/root][?session_timeout=10s]")
+		return doctor.Invalid(u, "no server: want zk://host:port[,host:port...][/root][?session_timeout=10s]")
 	}
-	asked := zkDefaultSessionTimeout
+	asked := zklock.DefaultSessionTimeout
 	if v := u.Query().Get("session_timeout"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
-			return invalid(u, "session_timeout=%q: want a positive duration such as 10s", v)
+			return doctor.Invalid(u, "session_timeout=%q: want a positive duration such as 10s", v)
 		}
 		asked = d
 	}
@@ -53,11 +52,11 @@ func checkZooKeeper(ctx context.Context, u *url.URL, o Options, r *Report) error
 			errs = append(errs, fmt.Errorf("%s: %w", s, err))
 			continue
 		}
-		r.add(b.finding(s, o.Lease))
+		r.Add(b.finding(s, o.Lease))
 		zkModes(ctx, servers, o.Timeout, r)
 		return nil
 	}
-	return unreachable("zookeeper", errors.Join(errs...))
+	return doctor.Unreachable("zookeeper", errors.Join(errs...))
 }
 
 // zkSessionBounds is what one server grants.
@@ -89,18 +88,18 @@ func zkBounds(ctx context.Context, server string, asked, timeout time.Duration) 
 // the client notices the silence (go-zookeeper notices after two thirds of
 // the granted timeout). Granting half or less of what was asked therefore
 // lets another client be granted a lock before its holder is told.
-func (b zkSessionBounds) finding(server string, lease time.Duration) Finding {
-	f := Finding{Check: "session-timeout", Node: server, Severity: Info,
+func (b zkSessionBounds) finding(server string, lease time.Duration) doctor.Finding {
+	f := doctor.Finding{Check: "session-timeout", Node: server, Severity: doctor.Info,
 		Seen: fmt.Sprintf("session timeout asked %v, granted %v; the server grants %v to %v (tickTime about %v if the bounds are the defaults of 2 and 20 ticks); a holder that dies keeps its locks until its session expires, or for its lease (%v) once someone waits",
 			b.asked, b.granted, b.min, b.max, b.max/20, lease)}
 	fix := fmt.Sprintf("ask for a timeout within %v to %v (session_timeout in the URL, zklock.WithSessionTimeout), or widen minSessionTimeout/maxSessionTimeout in zoo.cfg", b.min, b.max)
 	switch {
 	case b.granted <= b.asked/2:
-		f.Severity = Danger
+		f.Severity = doctor.Danger
 		f.Consequence = fmt.Sprintf("zklock reports its locks lost %v after the client notices a disconnection (a sixth of what it asked for), but the server can expire the session, and grant its locks to others, %v after that (a third of what it granted): a second client can hold a lock before its holder is told", b.asked/6, (b.granted / 3).Round(time.Millisecond))
 		f.Fix = fix
 	case b.granted < b.asked:
-		f.Severity = Warning
+		f.Severity = doctor.Warning
 		f.Consequence = fmt.Sprintf("zklock reports its locks lost %v after the client notices a disconnection, and the server can expire the session %v after it: the margin that tells a holder before anyone else is granted is %v instead of %v", (b.asked / 6).Round(time.Millisecond), (b.granted / 3).Round(time.Millisecond), (b.granted/3 - b.asked/6).Round(time.Millisecond), (b.asked / 6).Round(time.Millisecond))
 		f.Fix = fix
 	}
@@ -109,9 +108,9 @@ func (b zkSessionBounds) finding(server string, lease time.Duration) Finding {
 
 // zkModes reports each server's version and mode from the four-letter
 // word srvr, which the server may not allow (4lw.commands.whitelist).
-func zkModes(ctx context.Context, servers []string, timeout time.Duration, r *Report) {
+func zkModes(ctx context.Context, servers []string, timeout time.Duration, r *doctor.Report) {
 	for _, s := range servers {
-		f := Finding{Severity: Info, Check: "mode", Node: s}
+		f := doctor.Finding{Severity: doctor.Info, Check: "mode", Node: s}
 		fields, err := zkSrvr(ctx, s, timeout)
 		switch mode := fields["Mode"]; {
 		case err != nil || mode == "":
@@ -121,7 +120,7 @@ func zkModes(ctx context.Context, servers []string, timeout time.Duration, r *Re
 		default:
 			f.Seen = fmt.Sprintf("ZooKeeper %s, %s of an ensemble", fields["Zookeeper version"], mode)
 		}
-		r.add(f)
+		r.Add(f)
 	}
 }
 

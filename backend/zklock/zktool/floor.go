@@ -1,4 +1,4 @@
-package bench
+package zktool
 
 import (
 	"context"
@@ -11,6 +11,9 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/backend/zklock"
+	"github.com/distlock/distlock/internal/toolurl"
+	"github.com/distlock/distlock/storetool/floor"
 )
 
 // zkFloorRoot is the parent of the floor's nodes.
@@ -21,14 +24,14 @@ const zkFloorRoot = "/distlock-bench-floor"
 type zooKeeperFloor struct{ conns []*zk.Conn }
 
 // openZooKeeperFloor opens cfg.Clients sessions on the URL's servers, each
-// within connect_timeout (default 5s), and creates the floor's root.
-func openZooKeeperFloor(ctx context.Context, u *url.URL, cfg Config, _ *distlock.Client) (target, error) {
+// within dial_timeout (default 5s), and creates the floor's root.
+func openZooKeeperFloor(ctx context.Context, u *url.URL, cfg floor.Config) (floor.Target, error) {
 	q := u.Query()
-	session, err := queryDuration(q, "session_timeout", 10*time.Second)
+	session, err := toolurl.Duration(q, "session_timeout", zklock.DefaultSessionTimeout)
 	if err != nil {
 		return nil, err
 	}
-	connect, err := queryDuration(q, "connect_timeout", 5*time.Second)
+	connect, err := toolurl.Duration(q, "dial_timeout", zklock.DefaultDialTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -36,12 +39,12 @@ func openZooKeeperFloor(ctx context.Context, u *url.URL, cfg Config, _ *distlock
 	for range cfg.Clients {
 		c, err := zkSession(ctx, strings.Split(u.Host, ","), session, connect)
 		if err != nil {
-			return nil, errors.Join(err, f.close())
+			return nil, errors.Join(err, f.Close())
 		}
 		f.conns = append(f.conns, c)
 	}
 	if _, err := f.conns[0].Create(zkFloorRoot, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
-		return nil, errors.Join(fmt.Errorf("create %s: %w", zkFloorRoot, err), f.close())
+		return nil, errors.Join(fmt.Errorf("create %s: %w", zkFloorRoot, err), f.Close())
 	}
 	return f, nil
 }
@@ -75,13 +78,13 @@ type quietZK struct{}
 
 func (quietZK) Printf(string, ...any) {}
 
-func (f *zooKeeperFloor) lock(_ context.Context, w int, key string) (func(context.Context) error, time.Duration, error) {
+func (f *zooKeeperFloor) Lock(_ context.Context, w int, key string) (func(context.Context) error, error) {
 	c, node := f.conns[w%len(f.conns)], zkFloorRoot+"/"+url.PathEscape(key)
 	if _, err := c.Create(node, nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
 		if errors.Is(err, zk.ErrNodeExists) {
-			return nil, 0, distlock.ErrNotAcquired
+			return nil, distlock.ErrNotAcquired
 		}
-		return nil, 0, fmt.Errorf("create %s: %w", node, err)
+		return nil, fmt.Errorf("create %s: %w", node, err)
 	}
 	return func(context.Context) error {
 		err := c.Delete(node, -1)
@@ -92,11 +95,11 @@ func (f *zooKeeperFloor) lock(_ context.Context, w int, key string) (func(contex
 			return fmt.Errorf("delete %s: %w", node, err)
 		}
 		return nil
-	}, 0, nil
+	}, nil
 }
 
 // close deletes the root if it is empty and ends the sessions.
-func (f *zooKeeperFloor) close() error {
+func (f *zooKeeperFloor) Close() error {
 	if len(f.conns) > 0 {
 		_ = f.conns[0].Delete(zkFloorRoot, -1) // another run may still use it
 	}

@@ -11,13 +11,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/distlock/distlock"
-	_ "github.com/distlock/distlock/backend/etcdlock"
 	_ "github.com/distlock/distlock/backend/memlock"
-	_ "github.com/distlock/distlock/backend/pglock"
-	_ "github.com/distlock/distlock/backend/redislock"
-	_ "github.com/distlock/distlock/backend/zklock"
+	_ "github.com/distlock/distlock/backend/memlock/memtool"
+	_ "github.com/distlock/distlock/backend/redislock/redistool"
 	"github.com/distlock/distlock/cmd/distlock/internal/bench"
-	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/storetool/floor"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -144,51 +142,6 @@ func TestMemFloor(t *testing.T) {
 	}
 }
 
-func TestRedis(t *testing.T) {
-	srv := testserver.Redis(t)
-	cfg := memConfig()
-	cfg.URL, cfg.Floor, cfg.Count = "redis://"+srv.Addr(), true, 1000
-	rep := run(t, context.Background(), cfg)
-	if len(rep.Sides) != 2 || rep.Ratio == nil || rep.Ratio.Throughput <= 0 || rep.Ratio.AcquireP50 <= 0 {
-		t.Fatalf("sides %d, ratio %+v", len(rep.Sides), rep.Ratio)
-	}
-	for _, s := range rep.Sides {
-		checkSide(t, s, 1000)
-		if s.Errors != 0 || s.Lost != 0 || s.ReleaseErrors != 0 || s.NotAcquired == 0 {
-			t.Errorf("%s: errors %v, lost %d, release errors %d, not acquired %d", s.Name, s.ErrorsByKind, s.Lost, s.ReleaseErrors, s.NotAcquired)
-		}
-	}
-	left, err := testserver.RedisCommand(context.Background(), srv.Addr(), "KEYS", "distlock-bench-floor*")
-	if err != nil || left != "" {
-		t.Errorf("keys left behind: %q, %v", left, err)
-	}
-}
-
-// The floors of PostgreSQL, etcd and ZooKeeper run beside the lock against
-// real servers, and their counts add up.
-func TestFloors(t *testing.T) {
-	for name, start := range map[string]func(t *testing.T) string{
-		"postgres": func(t *testing.T) string { return testserver.PostgresDSN(testserver.Postgres(t)) },
-		"etcd":     func(t *testing.T) string { return "etcd://" + testserver.Etcd(t).Addr() },
-		"zk":       func(t *testing.T) string { return "zk://" + testserver.ZooKeeper(t).Addr() },
-	} {
-		t.Run(name, func(t *testing.T) {
-			cfg := memConfig()
-			cfg.URL, cfg.Floor, cfg.Count = start(t), true, 200
-			rep := run(t, context.Background(), cfg)
-			if len(rep.Sides) != 2 || rep.Ratio == nil || rep.Ratio.Throughput <= 0 {
-				t.Fatalf("sides %d, ratio %+v", len(rep.Sides), rep.Ratio)
-			}
-			for _, s := range rep.Sides {
-				checkSide(t, s, 200)
-				if s.Errors != 0 || s.Lost != 0 || s.ReleaseErrors != 0 {
-					t.Errorf("%s: errors %v %v, lost %d, release errors %d", s.Name, s.ErrorsByKind, s.FirstErrors, s.Lost, s.ReleaseErrors)
-				}
-			}
-		})
-	}
-}
-
 func TestValidate(t *testing.T) {
 	for name, change := range map[string]func(*bench.Config){
 		"negative concurrency": func(c *bench.Config) { c.Workers = -1 },
@@ -224,8 +177,12 @@ func TestUnknownFloor(t *testing.T) {
 	cfg := memConfig()
 	cfg.URL, cfg.Floor = "redis-cluster://127.0.0.1:1", true
 	err := cfg.Validate()
-	if !errors.Is(err, bench.ErrNoFloor) || !strings.Contains(err.Error(), "redis-cluster://") ||
-		!strings.Contains(err.Error(), strings.Join(bench.FloorSchemes(), ", ")) {
-		t.Errorf("got %v, want ErrNoFloor naming the scheme and the known ones", err)
+	if !errors.Is(err, floor.ErrNoFloor) || !strings.Contains(err.Error(), "redis-cluster://") ||
+		!strings.Contains(err.Error(), "not written yet") || !strings.Contains(err.Error(), strings.Join(floor.Schemes(), ", ")) {
+		t.Errorf("got %v, want ErrNoFloor naming the scheme, the reason and the known ones", err)
+	}
+	cfg.URL = "nope://127.0.0.1:1"
+	if err := cfg.Validate(); !errors.Is(err, floor.ErrNoFloor) || !strings.Contains(err.Error(), `"nope://"`) {
+		t.Errorf("unknown scheme: %v", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/storetool/floor"
 )
 
 // Limits on a run, so that a typo cannot start one that never ends or
@@ -80,7 +81,7 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.Floor {
-		return CheckFloor(c.URL)
+		return floor.Known(c.URL)
 	}
 	return nil
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/cmd/distlock/internal/bench"
+	"github.com/distlock/distlock/storetool/floor"
 )
 
 // newBenchCommand builds `distlock bench`.
@@ -35,12 +38,14 @@ waits up to --wait for a held key (0 tries once).
 
 --floor also runs the store's raw commands for the same work, in alternating
 rounds so that both see the same load, and prints distlock's figures over
-the floor's. The floor tries each key once and never waits:
-  mem://                memlock's Acquire and Release, without the client
-  redis://, rediss://   SET NX PX, then a compare-and-delete script
-  postgres://           pg_try_advisory_lock, pg_advisory_unlock on one pooled connection
-  etcd://               a put-if-absent transaction on a lease, a delete-if-held transaction
-  zk://                 create an ephemeral node, delete it
+the floor's. The floor tries each key once and never waits: on Redis, SET NX
+PX then a compare-and-delete script; on PostgreSQL, pg_try_advisory_lock and
+pg_advisory_unlock on one pooled connection; on etcd, a put-if-absent
+transaction on a lease and a delete-if-held transaction; on ZooKeeper, an
+ephemeral node created and deleted; on mem://, memlock's Acquire and Release
+without the client.
+` + schemeLines("Floors: ", floor.Schemes()) +
+			schemeLines("No floor (bench says why): ", slices.Sorted(maps.Keys(floor.Declined()))) + `
 With --count each side makes that many attempts; --duration is the whole
 run, shared by both sides.
 

@@ -4,15 +4,28 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/distlock/distlock/cmd/distlock/internal/doctor"
+	"github.com/distlock/distlock/storetool/doctor"
 )
 
 // doctorWidth is the column at which text output wraps.
 const doctorWidth = 100
+
+// helpWidth is the column at which generated help text wraps.
+const helpWidth = 80
+
+// schemeLines lists schemes as URL prefixes after prefix, wrapped for help
+// text.
+func schemeLines(prefix string, schemes []string) string {
+	var b strings.Builder
+	wrap(&b, prefix, strings.Join(schemes, ":// ")+"://", helpWidth)
+	return b.String()
+}
 
 // newDoctorCommand builds `distlock doctor [URL]`.
 func newDoctorCommand(g *globals) *cobra.Command {
@@ -40,10 +53,13 @@ synchronous_commit, a pooler in front, clock. ZooKeeper: the session timeout
 granted against the one asked for, the server's bounds, mode. MySQL/MariaDB:
 innodb_flush_log_at_trx_commit, wait_timeout, clock. DynamoDB (dynamodb://):
 the table and its key schema, its status, billing mode and write capacity,
-Time to Live.
+Time to Live. Redlock (redlock://): each node as a lone Redis server, and
+how many nodes answer against the quorum.
 
+` + schemeLines("Checked: ", doctor.Schemes()) +
+			schemeLines("Nothing to check (doctor says why): ", slices.Sorted(maps.Keys(doctor.Declined()))) + `
 Exit codes: 0 no danger, 3 a danger found, 69 the store could not be reached,
-2 a bad URL or flag (nothing was sent).`,
+2 a bad URL or flag, or a store with nothing to check (nothing was sent).`,
 		Example: `  distlock doctor redis://127.0.0.1:6379
   distlock doctor 'postgres://app@db:5432/app?sslmode=disable' --lease 10s
   distlock doctor redis-sentinel://sentinel-1:26379/mymaster -o json
@@ -74,7 +90,7 @@ func runDoctor(cmd *cobra.Command, g *globals, args []string, opts doctor.Option
 	}
 	report, err := doctor.Check(cmd.Context(), u, opts)
 	switch {
-	case errors.Is(err, doctor.ErrInvalidURL):
+	case errors.Is(err, doctor.ErrInvalidURL), errors.Is(err, doctor.ErrNoChecks):
 		return exit(ExitUsage, err)
 	case errors.Is(err, doctor.ErrUnreachable):
 		return exit(ExitUnavailable, err)
@@ -125,18 +141,18 @@ func writeFinding(b *strings.Builder, f doctor.Finding) {
 	b.WriteByte('\n')
 	for _, field := range []struct{ name, text string }{{"seen", f.Seen}, {"consequence", f.Consequence}, {"fix", f.Fix}} {
 		if field.text != "" {
-			wrap(b, fmt.Sprintf("    %-12s ", field.name+":"), field.text)
+			wrap(b, fmt.Sprintf("    %-12s ", field.name+":"), field.text, doctorWidth)
 		}
 	}
 }
 
-// wrap writes text after prefix, breaking lines at doctorWidth and
-// indenting continuation lines to the prefix's width.
-func wrap(b *strings.Builder, prefix, text string) {
+// wrap writes text after prefix, breaking lines at width and indenting
+// continuation lines to the prefix's width.
+func wrap(b *strings.Builder, prefix, text string, width int) {
 	indent := strings.Repeat(" ", len(prefix))
 	line := prefix
 	for i, word := range strings.Fields(text) {
-		if i > 0 && len(line)+1+len(word) > doctorWidth {
+		if i > 0 && len(line)+1+len(word) > width {
 			b.WriteString(line + "\n")
 			line = indent + word
 			continue

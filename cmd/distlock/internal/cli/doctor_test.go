@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/distlock/distlock/cmd/distlock/internal/doctor"
 	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/storetool/doctor"
 )
 
 // runMain runs the command line in-process and returns its exit code,
@@ -107,6 +107,8 @@ func TestDoctorBadInput(t *testing.T) {
 	}{
 		{[]string{"doctor"}, "no store"},
 		{[]string{"doctor", "foo://" + a}, `unknown scheme "foo"`},
+		{[]string{"doctor", "mem://"}, "mem://: an in-process store has no server"},
+		{[]string{"doctor", "distlock://" + a}, "check the store URL the service runs with"},
 		{[]string{"doctor", "%zz"}, "invalid URL escape"},
 		{[]string{"doctor", "redis-sentinel://" + a}, "no master name"},
 		{[]string{"doctor", "zk://" + a + "?session_timeout=soon"}, "session_timeout"},
@@ -133,7 +135,8 @@ func TestDoctorHelp(t *testing.T) {
 	if code != ExitOK {
 		t.Fatalf("exit %d", code)
 	}
-	for _, w := range []string{"Exit codes", "Examples:", "--lease", "--timeout", "distlock doctor redis://", "DynamoDB (dynamodb://)"} {
+	for _, w := range []string{"Exit codes", "Examples:", "--lease", "--timeout", "distlock doctor redis://", "DynamoDB (dynamodb://)",
+		"Checked: dynamodb:// etcd://", "Nothing to check (doctor says why): distlock:// distlocks://"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("help lacks %q:\n%s", w, out)
 		}
