@@ -17,6 +17,7 @@ import (
 	_ "github.com/distlock/distlock/backend/redislock"             // redis://, rediss://, redis-sentinel://, redis-cluster://
 	_ "github.com/distlock/distlock/backend/redislock/redistool"   // their doctor checks, the floor of one server
 	_ "github.com/distlock/distlock/backend/redlock"               // redlock://
+	_ "github.com/distlock/distlock/backend/redlock/redlocktool"   // its doctor checks
 	_ "github.com/distlock/distlock/backend/remotelock"            // distlock://, distlocks:// (the lock service)
 	_ "github.com/distlock/distlock/backend/remotelock/remotetool" // why they have neither
 	_ "github.com/distlock/distlock/backend/sqllock"               // mysql+table:// (the lease table)
