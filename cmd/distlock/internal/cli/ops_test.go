@@ -17,6 +17,8 @@ import (
 	"github.com/distlock/distlock/backend/memlock"
 	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/storetool/doctor"
+	"github.com/distlock/distlock/storetool/floor"
 )
 
 // status, list and release --force against a lock held by a distlock run
@@ -174,6 +176,8 @@ func init() {
 	distlock.Register("limited-mem", func(context.Context, *url.URL) (driver.Backend, error) {
 		return limitedBackend{memlock.New()}, nil
 	})
+	doctor.None("limited-mem", "a test store: nothing outside the process")
+	floor.None("limited-mem", "a test store, whose operations these tests limit")
 }
 
 // A backend without listing or force release: a clear line and ExitError.
