@@ -56,6 +56,7 @@ func openEtcdFloor(ctx context.Context, u *url.URL, cfg floor.Config) (floor.Tar
 	return f, nil
 }
 
+// Lock puts key if it is absent, on the worker's client's lease.
 func (f *etcdFloor) Lock(ctx context.Context, w int, key string) (func(context.Context) error, error) {
 	i := w % len(f.clients)
 	c, k, tok := f.clients[i], floor.KeyPrefix+key, f.tokens[w]

@@ -45,6 +45,8 @@ func openPostgresFloor(ctx context.Context, u *url.URL, cfg floor.Config) (floor
 	return f, nil
 }
 
+// Lock tries the key's advisory lock on a connection from the worker's
+// pool, held until the release.
 func (f *postgresFloor) Lock(ctx context.Context, w int, key string) (func(context.Context) error, error) {
 	conn, err := f.pools[w%len(f.pools)].Acquire(ctx)
 	if err != nil {
@@ -76,6 +78,7 @@ func (f *postgresFloor) Lock(ctx context.Context, w int, key string) (func(conte
 	}, nil
 }
 
+// Close closes the pools.
 func (f *postgresFloor) Close() error {
 	for _, p := range f.pools {
 		p.Close()

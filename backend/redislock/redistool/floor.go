@@ -61,6 +61,7 @@ func openRedisFloor(ctx context.Context, u *url.URL, cfg floor.Config) (floor.Ta
 	return f, ctx.Err()
 }
 
+// Lock sets key to the worker's token if it is absent, with the lease.
 func (f *redisFloor) Lock(ctx context.Context, w int, key string) (func(context.Context) error, error) {
 	c, k, tok := f.clients[w%len(f.clients)], floor.KeyPrefix+key, f.tokens[w]
 	err := c.Do(ctx, c.B().Set().Key(k).Value(tok).Nx().PxMilliseconds(f.lease.Milliseconds()).Build()).Error()
@@ -82,6 +83,7 @@ func (f *redisFloor) Lock(ctx context.Context, w int, key string) (func(context.
 	}, nil
 }
 
+// Close closes the clients.
 func (f *redisFloor) Close() error {
 	for _, c := range f.clients {
 		c.Close()

@@ -76,8 +76,10 @@ func zkSession(ctx context.Context, servers []string, session, connect time.Dura
 // quietZK drops go-zookeeper's log lines, which would garble the table.
 type quietZK struct{}
 
+// Printf discards the line.
 func (quietZK) Printf(string, ...any) {}
 
+// Lock creates the key's ephemeral node in the worker's session.
 func (f *zooKeeperFloor) Lock(_ context.Context, w int, key string) (func(context.Context) error, error) {
 	c, node := f.conns[w%len(f.conns)], zkFloorRoot+"/"+url.PathEscape(key)
 	if _, err := c.Create(node, nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
