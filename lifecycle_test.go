@@ -393,34 +393,6 @@ func TestCloseFreesAKeyMaxHoldDropped(t *testing.T) {
 	})
 }
 
-func TestErrorsSayDistlockOnce(t *testing.T) {
-	ctx := context.Background()
-	store := memlock.New()
-	a, b := distlock.New(store.Connect()), distlock.New(store.Connect())
-	defer a.Close()
-	defer b.Close()
-	l, err := a.TryLock(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, tryErr := b.TryLock(ctx, "k")
-	_, waitErr := b.Lock(ctx, "k", distlock.WithWait(10*time.Millisecond))
-	_ = l.Release(ctx)
-	againErr := l.Release(ctx)
-	_, badErr := a.TryLock(ctx, "k", distlock.WithLease(-1))
-	for _, err := range []error{tryErr, waitErr, againErr, badErr} {
-		if err == nil {
-			t.Fatal("an expected error is nil")
-		}
-		if n := strings.Count(err.Error(), "distlock:"); n != 1 {
-			t.Errorf("%q says distlock: %d times", err, n)
-		}
-		if !strings.Contains(err.Error(), `"k"`) {
-			t.Errorf("%q does not name the key", err)
-		}
-	}
-}
-
 func TestOpenSaysWhatIsWrongWithTheURL(t *testing.T) {
 	ctx := context.Background()
 	for _, raw := range []string{"not a url", "127.0.0.1:6379", ""} {

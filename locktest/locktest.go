@@ -148,6 +148,7 @@ func cases(h Harness) []subtest {
 		{"PrefixWatch", s.prefixWatch},
 		{"InvalidInputTouchesNoStore", s.invalidInput},
 		{"ReleaseAndRenewAfterRelease", s.afterRelease},
+		{"ErrorsSayEachThingOnce", s.errorsSayEachThingOnce},
 		{"CloseEndsWait", s.closeEndsWait},
 		{"ReleaseThroughDeadLink", s.releaseThroughDeadLink},
 		{"WaitOutlastsCutLink", s.waitOutlastsCutLink},
