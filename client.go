@@ -176,7 +176,7 @@ func (c *Client) ForceRelease(ctx context.Context, key, reason string) (Info, er
 // error matching errors.ErrUnsupported if the backend cannot enumerate locks.
 func (c *Client) List(ctx context.Context, prefix string) ([]Info, error) {
 	if !validPrefix(prefix) {
-		return nil, fmt.Errorf("distlock: list %q: %w", prefix, ErrInvalidKey)
+		return nil, keyErr("list", prefix, ErrInvalidKey)
 	}
 	l, ok := c.backend.(driver.Lister)
 	if !ok {
@@ -188,7 +188,7 @@ func (c *Client) List(ctx context.Context, prefix string) ([]Info, error) {
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("distlock: list %q: %w", prefix, err)
+		return nil, keyErr("list", prefix, err)
 	}
 	return infos, nil
 }
@@ -210,11 +210,11 @@ func (c *Client) List(ctx context.Context, prefix string) ([]Info, error) {
 func (c *Client) ListPage(ctx context.Context, prefix, after string, limit int) ([]Info, error) {
 	switch {
 	case !validPrefix(prefix):
-		return nil, fmt.Errorf("distlock: list %q: %w", prefix, ErrInvalidKey)
+		return nil, keyErr("list", prefix, ErrInvalidKey)
 	case !validPrefix(after):
-		return nil, fmt.Errorf("distlock: list %q: after %q: %w", prefix, after, ErrInvalidKey)
+		return nil, keyErr("list", prefix, fmt.Errorf("%w: after %q", ErrInvalidKey, after))
 	case limit < 1:
-		return nil, fmt.Errorf("distlock: list %q: %w: limit %d, want at least 1", prefix, ErrInvalidOption, limit)
+		return nil, keyErr("list", prefix, fmt.Errorf("%w: limit %d, want at least 1", ErrInvalidOption, limit))
 	}
 	var page func() ([]Info, error)
 	switch b := c.backend.(type) {
@@ -239,7 +239,7 @@ func (c *Client) ListPage(ctx context.Context, prefix, after string, limit int) 
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("distlock: list %q: %w", prefix, err)
+		return nil, keyErr("list", prefix, err)
 	}
 	return infos, nil
 }

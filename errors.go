@@ -9,8 +9,9 @@ import (
 )
 
 // Sentinel errors. Every error returned by this package and its backends that
-// corresponds to one of these matches it with errors.Is, and names the key.
-// They are the same values as package driver's, which backends return.
+// corresponds to one of these matches it with errors.Is; one about a key is a
+// KeyError, which names the key. They are the same values as package
+// driver's, which backends return.
 var (
 	// ErrNotAcquired means the lock is held by someone else and the wait ended.
 	ErrNotAcquired = driver.ErrNotAcquired
@@ -33,8 +34,13 @@ var (
 )
 
 // KeyError is an error about one key: Op is what was attempted ("lock",
-// "release", "renew", "extend", "inspect", "force release"), Key the key, and
-// Err the cause, which matches the sentinels above where one applies.
+// "release", "renew", "extend", "inspect", "force release", "list" with the
+// prefix as Key), Key the key, and Err the cause, which matches the
+// sentinels above where one applies. It is the one place that names the
+// operation and the key: the cause, a backend's error among them, names
+// neither, and starts with its sentinel where it has one, as in
+//
+//	distlock: release "gc1": not held: the lease had expired
 type KeyError struct {
 	Op  string
 	Key string
@@ -48,6 +54,19 @@ func (e *KeyError) Error() string {
 
 // Unwrap returns the cause.
 func (e *KeyError) Unwrap() error { return e.Err }
+
+// causedBy is err, a sentinel or an error that starts with one, because of
+// cause, which starts with a sentinel too: "distlock: lock lost: not held"
+// says "distlock:" once and matches both.
+func causedBy(err, cause error) error { return &causedError{err, cause} }
+
+type causedError struct{ err, cause error }
+
+func (e *causedError) Error() string {
+	return e.err.Error() + ": " + strings.TrimPrefix(e.cause.Error(), "distlock: ")
+}
+
+func (e *causedError) Unwrap() []error { return []error{e.err, e.cause} }
 
 // keyErr wraps err in a KeyError, unless it already is one for key.
 func keyErr(op, key string, err error) error {

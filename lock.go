@@ -567,7 +567,7 @@ func (h *hold) renew(ctx context.Context, op string, lease time.Duration) error 
 		return nil
 	case errors.Is(err, ErrNotHeld):
 		h.markLost(LossRenewRefused)
-		return keyErr(op, h.r.Key, fmt.Errorf("%w: %w", ErrLockLost, err))
+		return keyErr(op, h.r.Key, causedBy(ErrLockLost, err))
 	default:
 		h.emit(Event{Kind: EventRenewFailed, Err: err})
 		return keyErr(op, h.r.Key, err)

@@ -28,6 +28,12 @@ import (
 // waiting, the watchdog, reentrancy and the local validity deadline.
 //
 // Methods must be safe for concurrent use, honour ctx, and wrap store errors.
+// An error says only what the backend knows: the client names the operation
+// and the key (distlock.KeyError), so an error names neither. One that
+// matches a sentinel starts with it, so that its "distlock: " is said once,
+// and adds what only the store can tell, as in
+// fmt.Errorf("%w: node 2 holds it", ErrNotAcquired); a store failure wraps
+// the store's error, as in fmt.Errorf("redislock: %w", err).
 // A backend that waits natively implements Waiter; one that can announce
 // releases implements Notifier; one that can enumerate locks implements Lister.
 type Backend interface {

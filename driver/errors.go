@@ -3,7 +3,8 @@ package driver
 import "errors"
 
 // Sentinel errors. Every error returned by this package and its backends that
-// corresponds to one of these matches it with errors.Is, and names the key.
+// corresponds to one of these matches it with errors.Is, and starts with it
+// (see Backend).
 var (
 	// ErrNotAcquired means the lock is held by someone else and the wait ended.
 	ErrNotAcquired = errors.New("distlock: not acquired")

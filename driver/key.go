@@ -11,7 +11,7 @@ const MaxKeyLen = 512
 
 // ValidateKey reports whether key is a valid lock key: non-empty UTF-8 of at
 // most MaxKeyLen bytes without control characters. The error matches
-// ErrInvalidKey.
+// ErrInvalidKey and says what is wrong, not the key, which the caller names.
 func ValidateKey(key string) error {
 	switch {
 	case key == "":
@@ -19,11 +19,11 @@ func ValidateKey(key string) error {
 	case len(key) > MaxKeyLen:
 		return fmt.Errorf("%w: %d bytes, the maximum is %d", ErrInvalidKey, len(key), MaxKeyLen)
 	case !utf8.ValidString(key):
-		return fmt.Errorf("%w: %q is not valid UTF-8", ErrInvalidKey, key)
+		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidKey)
 	}
 	for i, r := range key {
 		if unicode.IsControl(r) {
-			return fmt.Errorf("%w: %q has a control character at byte %d", ErrInvalidKey, key, i)
+			return fmt.Errorf("%w: a control character at byte %d", ErrInvalidKey, i)
 		}
 	}
 	return nil

@@ -157,7 +157,7 @@ func (p *Policy) Apply(_ context.Context, r *distlock.Request) error {
 		p.evaluate(time.Now()) // recovery must not wait for traffic that degradation holds back
 	}
 	if !g.Critical && g.degraded.Load() {
-		return fmt.Errorf("group %q: store p99 %v reached %v: %w", g.Name, time.Duration(g.p99.Load()), g.Degrade.EnterP99, distlock.ErrDegraded)
+		return fmt.Errorf("%w: group %q: store p99 %v reached %v", distlock.ErrDegraded, g.Name, time.Duration(g.p99.Load()), g.Degrade.EnterP99)
 	}
 	return nil
 }

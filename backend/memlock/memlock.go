@@ -77,7 +77,7 @@ func (b *Backend) Connect() *Backend { return &Backend{store: b.store} }
 // check returns the error for a call on a closed handle or with a done ctx.
 func (b *Backend) check(ctx context.Context) error {
 	if b.closed.Load() {
-		return fmt.Errorf("memlock: %w", driver.ErrClosed)
+		return driver.ErrClosed
 	}
 	return ctx.Err()
 }
@@ -108,7 +108,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			e.expires = now.Add(req.TTL)
 			return driver.Grant{Fence: e.fence}, nil
 		}
-		return driver.Grant{}, fmt.Errorf("memlock: %q: %w", req.Key, driver.ErrNotAcquired)
+		return driver.Grant{}, driver.ErrNotAcquired
 	}
 	b.fence++
 	b.locks[req.Key] = &entry{token: req.Token, fence: b.fence, expires: now.Add(req.TTL), meta: req.Meta}
@@ -134,7 +134,7 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 	defer b.mu.Unlock()
 	e := b.live(key, now)
 	if e == nil || e.token != token {
-		return fmt.Errorf("memlock: renew %q: %w", key, driver.ErrNotHeld)
+		return driver.ErrNotHeld
 	}
 	e.expires = now.Add(ttl)
 	return nil
@@ -149,7 +149,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 	defer b.mu.Unlock()
 	e := b.live(key, time.Now())
 	if e == nil || e.token != token {
-		return fmt.Errorf("memlock: release %q: %w", key, driver.ErrNotHeld)
+		return driver.ErrNotHeld
 	}
 	delete(b.locks, key)
 	b.notifyLocked(key)
@@ -166,7 +166,7 @@ func (b *Backend) Handoff(ctx context.Context, key, token string, next driver.Ac
 	defer b.mu.Unlock()
 	e := b.live(key, now)
 	if e == nil || e.token != token {
-		return driver.Grant{}, fmt.Errorf("memlock: handoff %q: %w", key, driver.ErrNotHeld)
+		return driver.Grant{}, driver.ErrNotHeld
 	}
 	b.fence++
 	b.locks[key] = &entry{token: next.Token, fence: b.fence, expires: now.Add(next.TTL), meta: next.Meta}
@@ -185,7 +185,7 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, er
 	defer b.mu.Unlock()
 	e := b.live(key, now)
 	if e == nil {
-		return driver.Info{}, fmt.Errorf("memlock: force release %q: %w", key, driver.ErrNotHeld)
+		return driver.Info{}, driver.ErrNotHeld
 	}
 	delete(b.locks, key)
 	b.notifyLocked(key)
@@ -248,7 +248,7 @@ func (b *Backend) ListPage(ctx context.Context, prefix, after string, limit int)
 		return nil, err
 	}
 	if limit < 1 {
-		return nil, fmt.Errorf("memlock: list %q: %w: limit %d, want at least 1", prefix, driver.ErrInvalidOption, limit)
+		return nil, fmt.Errorf("%w: limit %d, want at least 1", driver.ErrInvalidOption, limit)
 	}
 	now := time.Now()
 	b.mu.Lock()

@@ -70,8 +70,8 @@ func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode
 		if mode == driver.Exclusive && intent != "" {
 			l.intents[intent] = now.Add(driver.WriteIntentTTL)
 		}
-		return driver.Grant{}, fmt.Errorf("memlock: %s lock of %q: held %s by %d, %d writers waiting: %w",
-			mode, req.Key, l.mode, len(l.holds), len(l.intents), driver.ErrNotAcquired)
+		return driver.Grant{}, fmt.Errorf("%w: wanted %s, held %s by %d, %d writers waiting",
+			driver.ErrNotAcquired, mode, l.mode, len(l.holds), len(l.intents))
 	}
 	delete(l.intents, intent)
 	b.fence++
@@ -92,7 +92,7 @@ func (b *Backend) RenewRW(ctx context.Context, name, token string, ttl time.Dura
 	defer b.dropIfIdleLocked(name, l)
 	e := l.holds[token]
 	if e == nil {
-		return fmt.Errorf("memlock: renew read-write lock %q: %w", name, driver.ErrNotHeld)
+		return driver.ErrNotHeld
 	}
 	e.expires = now.Add(ttl)
 	return nil
@@ -108,7 +108,7 @@ func (b *Backend) ReleaseRW(ctx context.Context, name, token string) error {
 	l := b.rwLocked(name, time.Now())
 	defer b.dropIfIdleLocked(name, l)
 	if l.holds[token] == nil {
-		return fmt.Errorf("memlock: release read-write lock %q: %w", name, driver.ErrNotHeld)
+		return driver.ErrNotHeld
 	}
 	delete(l.holds, token)
 	b.notifyLocked(rwWatchName(name))

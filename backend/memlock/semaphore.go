@@ -42,14 +42,14 @@ func (b *Backend) AcquirePermit(ctx context.Context, req driver.AcquireRequest, 
 		b.sems[req.Key] = s
 	}
 	if s.limit != limit {
-		return driver.Grant{}, fmt.Errorf("memlock: semaphore %q has %d permits, not %d: %w", req.Key, s.limit, limit, driver.ErrInvalidOption)
+		return driver.Grant{}, fmt.Errorf("%w: the semaphore has %d permits, not %d", driver.ErrInvalidOption, s.limit, limit)
 	}
 	s.liveLocked(now)
 	if e := s.permits[req.Token]; e != nil {
 		return driver.Grant{Fence: e.fence}, nil // a retried request that already won
 	}
 	if len(s.permits) >= s.limit {
-		return driver.Grant{}, fmt.Errorf("memlock: semaphore %q: %d of %d permits held: %w", req.Key, len(s.permits), s.limit, driver.ErrNotAcquired)
+		return driver.Grant{}, fmt.Errorf("%w: %d of %d permits held", driver.ErrNotAcquired, len(s.permits), s.limit)
 	}
 	b.fence++
 	s.permits[req.Token] = &entry{token: req.Token, fence: b.fence, expires: now.Add(req.TTL), meta: req.Meta}
@@ -76,7 +76,7 @@ func (b *Backend) RenewPermit(ctx context.Context, name, token string, ttl time.
 	defer b.mu.Unlock()
 	e := b.permitLocked(name, token, now)
 	if e == nil {
-		return fmt.Errorf("memlock: renew permit of %q: %w", name, driver.ErrNotHeld)
+		return driver.ErrNotHeld
 	}
 	e.expires = now.Add(ttl)
 	return nil
@@ -90,7 +90,7 @@ func (b *Backend) ReleasePermit(ctx context.Context, name, token string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.permitLocked(name, token, time.Now()) == nil {
-		return fmt.Errorf("memlock: release permit of %q: %w", name, driver.ErrNotHeld)
+		return driver.ErrNotHeld
 	}
 	delete(b.sems[name].permits, token)
 	b.notifyLocked(watchName(name))
@@ -104,7 +104,7 @@ func (b *Backend) SetPermits(ctx context.Context, name string, n int) error {
 		return err
 	}
 	if n < 1 {
-		return fmt.Errorf("memlock: semaphore %q: %d permits: want at least 1: %w", name, n, driver.ErrInvalidOption)
+		return fmt.Errorf("%w: %d permits: want at least 1", driver.ErrInvalidOption, n)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
