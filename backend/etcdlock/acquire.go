@@ -17,7 +17,7 @@ import (
 // Acquire takes req.Key only if its queue is empty, in one transaction that
 // puts the entry on the condition that no other entry exists.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	if err := b.checkOpen("acquire", req.Key); err != nil {
+	if err := b.checkOpen(); err != nil {
 		return driver.Grant{}, err
 	}
 	ctx, cancel := b.request(ctx)
@@ -32,13 +32,13 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			Commit()
 	})
 	if err != nil {
-		return driver.Grant{}, b.fail("acquire", req.Key, err)
+		return driver.Grant{}, b.fail(err)
 	}
 	if resp.Succeeded {
 		return b.granted(req.Token, entry, val, t, resp.Header.Revision, req.TTL), nil
 	}
 	b.leases.put(t.id, t.ttl, t.confirmed)
-	return driver.Grant{}, fmt.Errorf("etcdlock: acquire %q: %w", req.Key, driver.ErrNotAcquired)
+	return driver.Grant{}, driver.ErrNotAcquired
 }
 
 // leased runs txn with a lease for ttl. If a reused lease turned out to be
@@ -97,7 +97,7 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 func (b *Backend) enterWait(key string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.checkOpen("lock", key); err != nil {
+	if err := b.checkOpen(); err != nil {
 		return err
 	}
 	b.waits.Add(1)
@@ -108,11 +108,11 @@ func (b *Backend) enterWait(key string) error {
 func (b *Backend) waitFailed(ctx context.Context, key string, err error) error {
 	switch {
 	case b.closing.Err() != nil:
-		return fmt.Errorf("etcdlock: lock %q: %w", key, driver.ErrClosed)
+		return driver.ErrClosed
 	case ctx.Err() != nil:
-		return errors.Join(fmt.Errorf("etcdlock: lock %q: %w", key, driver.ErrNotAcquired), ctx.Err())
+		return errors.Join(driver.ErrNotAcquired, ctx.Err())
 	}
-	return b.fail("lock", key, err)
+	return b.fail(err)
 }
 
 // acquire queues once and waits until the entry is first. Before granting, it

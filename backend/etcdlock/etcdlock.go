@@ -57,8 +57,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -205,24 +203,26 @@ func (b *Backend) request(ctx context.Context) (context.Context, context.CancelF
 	return context.WithTimeout(ctx, b.requestTimeout)
 }
 
-// checkOpen returns an error matching driver.ErrClosed, naming op and key,
-// once the backend or its etcd client is closed.
-func (b *Backend) checkOpen(op, key string) error {
+// checkOpen returns driver.ErrClosed once the backend or its etcd client is
+// closed.
+func (b *Backend) checkOpen() error {
 	if b.closed.Load() || b.cli.Ctx().Err() != nil {
-		return fmt.Errorf("etcdlock: %s %s: %w", op, shown(key), driver.ErrClosed)
+		return driver.ErrClosed
 	}
 	return nil
 }
 
-// fail wraps err from a call about key, naming op and the key, and the cause
-// where the store's error hides it: driver.ErrClosed once the backend or its
-// client was closed, and the connection's own error when a request timed out
-// while no member could be reached.
-func (b *Backend) fail(op, key string, err error) error {
+// fail wraps err from a call to the store, with the cause where the store's
+// error hides it: driver.ErrClosed once the backend or its client was
+// closed, and the connection's own error when a request timed out while no
+// member could be reached. An error that matches a sentinel already says
+// what happened and is returned as it is.
+func (b *Backend) fail(err error) error {
 	switch {
 	case errors.Is(err, driver.ErrNotHeld), errors.Is(err, driver.ErrNotAcquired), errors.Is(err, driver.ErrClosed):
+		return err
 	case b.closed.Load() || b.cli.Ctx().Err() != nil:
-		err = fmt.Errorf("%w: %w", driver.ErrClosed, err)
+		return fmt.Errorf("%w: %w", driver.ErrClosed, err)
 	case errors.Is(err, context.DeadlineExceeded) && b.cli.ActiveConnection().GetState() != connectivity.Ready:
 		ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 		defer cancel()
@@ -230,24 +230,7 @@ func (b *Backend) fail(op, key string, err error) error {
 			err = fmt.Errorf("%w: etcd unreachable: %w", err, perr)
 		}
 	}
-	return fmt.Errorf("etcdlock: %s %s: %w", op, shown(key), err)
-}
-
-// shown is how errors name key: quoted, or for the internal key of a
-// semaphore's permits or a read-write lock's holds (keys a caller cannot
-// make: they hold NULs), the semaphore or lock as its caller knows it.
-func shown(key string) string {
-	if rest, ok := strings.CutPrefix(key, semPrefix); ok {
-		if name, ok := strings.CutSuffix(rest, permitSuffix); ok {
-			return "permit of " + strconv.Quote(name)
-		}
-	}
-	if rest, ok := strings.CutPrefix(key, rwPrefix); ok {
-		if i := strings.LastIndexByte(rest, 0); i >= 0 {
-			return "read-write lock " + strconv.Quote(rest[:i])
-		}
-	}
-	return strconv.Quote(key)
+	return fmt.Errorf("etcdlock: %w", err)
 }
 
 // probeTimeout bounds the look at the connection after a timed-out request.

@@ -105,10 +105,10 @@ func encodeValue(token string, meta driver.Meta) string {
 	return string(v)
 }
 
-func decodeValue(key string, raw []byte) (value, error) {
+func decodeValue(raw []byte) (value, error) {
 	var v value
 	if err := json.Unmarshal(raw, &v); err != nil {
-		return value{}, fmt.Errorf("etcdlock: %q: decode value: %w", key, err)
+		return value{}, fmt.Errorf("etcdlock: decode value: %w", err)
 	}
 	return v, nil
 }

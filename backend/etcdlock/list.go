@@ -14,7 +14,7 @@ import (
 
 // List returns the holders of the keys that start with prefix, sorted by key.
 func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
-	return b.list(ctx, "list", prefix, "", -1)
+	return b.list(ctx, prefix, "", -1)
 }
 
 // ListPage returns, sorted by key, at most limit holders of the keys that
@@ -24,22 +24,22 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 // cost List most of its time.
 func (b *Backend) ListPage(ctx context.Context, prefix, after string, limit int) ([]driver.Info, error) {
 	if limit < 1 {
-		return nil, fmt.Errorf("etcdlock: list %q: %w: limit %d, want at least 1", prefix, driver.ErrInvalidOption, limit)
+		return nil, fmt.Errorf("%w: limit %d, want at least 1", driver.ErrInvalidOption, limit)
 	}
-	return b.list(ctx, "list", prefix, after, limit)
+	return b.list(ctx, prefix, after, limit)
 }
 
 // list returns the holders of the keys that start with prefix and sort
 // after after, sorted by key: at most limit of them unless limit is -1.
-func (b *Backend) list(ctx context.Context, op, prefix, after string, limit int) ([]driver.Info, error) {
-	if err := b.checkOpen(op, prefix); err != nil {
+func (b *Backend) list(ctx context.Context, prefix, after string, limit int) ([]driver.Info, error) {
+	if err := b.checkOpen(); err != nil {
 		return nil, err
 	}
 	ctx, cancel := b.request(ctx)
 	defer cancel()
 	held, err := b.holders(ctx, prefix)
 	if err != nil {
-		return nil, b.fail(op, prefix, err)
+		return nil, b.fail(err)
 	}
 	held = slices.DeleteFunc(held, func(h keyHolder) bool { return h.key <= after })
 	slices.SortFunc(held, func(x, y keyHolder) int { return strings.Compare(x.key, y.key) })
@@ -50,7 +50,7 @@ func (b *Backend) list(ctx context.Context, op, prefix, after string, limit int)
 	for _, h := range held {
 		info, err := b.info(ctx, h.key, h.kv)
 		if err != nil {
-			return nil, fmt.Errorf("etcdlock: %s %q: %w", op, prefix, err)
+			return nil, fmt.Errorf("%q: %w", h.key, err) // a key under the prefix, which the caller names
 		}
 		out = append(out, info)
 	}

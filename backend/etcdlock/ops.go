@@ -28,7 +28,7 @@ func (b *Backend) entryOf(ctx context.Context, h *holding, key, token string) (e
 		return "", 0, clientv3.Cmp{}, err
 	}
 	for _, kv := range resp.Kvs {
-		if v, err := decodeValue(key, kv.Value); err == nil && v.Token == token {
+		if v, err := decodeValue(kv.Value); err == nil && v.Token == token {
 			k := string(kv.Key)
 			return k, clientv3.LeaseID(kv.Lease), clientv3.Compare(clientv3.ModRevision(k), "=", kv.ModRevision), nil
 		}
@@ -44,7 +44,7 @@ func (b *Backend) entryOf(ctx context.Context, h *holding, key, token string) (e
 // lease the entry was on is kept for reuse if this backend made the
 // acquisition, and revoked otherwise.
 func (b *Backend) Release(ctx context.Context, key, token string) error {
-	if err := b.checkOpen("release", key); err != nil {
+	if err := b.checkOpen(); err != nil {
 		return err
 	}
 	ctx, cancel := b.request(ctx)
@@ -76,11 +76,11 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 		}
 	}
 	if err != nil && !errors.Is(err, driver.ErrNotHeld) {
-		return b.fail("release", key, err) // retried by token
+		return b.fail(err) // retried by token
 	}
 	kept := b.forget(key, token) != nil
 	if err != nil {
-		return fmt.Errorf("etcdlock: release %s: %w", shown(key), err)
+		return err
 	}
 	if h != nil {
 		// Read only now: a move that finished meanwhile has recorded the
@@ -105,7 +105,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 // The move is made for an acquisition this backend made; an entry it did not
 // make is moved only when its lease is shorter than ttl.
 func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := b.checkOpen("renew", key); err != nil {
+	if err := b.checkOpen(); err != nil {
 		return err
 	}
 	ctx, cancel := b.request(ctx)
@@ -133,15 +133,15 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 		}
 	}
 	if err != nil {
-		return b.fail("renew", key, err)
+		return b.fail(err)
 	}
 	sent := time.Now()
 	ka, err := b.cli.KeepAliveOnce(ctx, lease)
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			return fmt.Errorf("etcdlock: renew %s: %w: lease expired", shown(key), driver.ErrNotHeld)
+			return fmt.Errorf("%w: lease expired", driver.ErrNotHeld)
 		}
-		return b.fail("renew", key, err)
+		return b.fail(err)
 	}
 	if h == nil {
 		if ka.TTL < sec {
@@ -184,13 +184,13 @@ func (b *Backend) move(ctx context.Context, key, token string, h *holding, ttl t
 	if sec == oldTTL {
 		t = &ticket{id: old, ttl: oldTTL, confirmed: oldConfirmed}
 		if err = b.leases.keepAlive(ctx, t); errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			return fmt.Errorf("etcdlock: renew %s: %w: lease expired", shown(key), driver.ErrNotHeld)
+			return fmt.Errorf("%w: lease expired", driver.ErrNotHeld)
 		}
 	} else {
 		t, err = b.confirmedLease(ctx, ttl)
 	}
 	if err != nil {
-		return b.fail("renew", key, fmt.Errorf("lease: %w", err))
+		return b.fail(fmt.Errorf("lease: %w", err))
 	}
 	resp, err := b.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.Value(h.entry), "=", h.value),
@@ -206,12 +206,12 @@ func (b *Backend) move(ctx context.Context, key, token string, h *holding, ttl t
 			}
 			b.mu.Unlock()
 		}
-		return b.fail("renew", key, err)
+		return b.fail(err)
 	case !resp.Succeeded:
 		if t.id != old {
 			b.leases.put(t.id, t.ttl, t.confirmed) // the entry never got on it
 		}
-		return fmt.Errorf("etcdlock: renew %s: %w", shown(key), driver.ErrNotHeld)
+		return driver.ErrNotHeld
 	}
 	var drop []clientv3.LeaseID
 	b.mu.Lock()
@@ -237,17 +237,17 @@ func (b *Backend) move(ctx context.Context, key, token string, h *holding, ttl t
 func (b *Backend) moveOther(ctx context.Context, key, entry string, lease clientv3.LeaseID, cond clientv3.Cmp, ttl time.Duration) error {
 	t, err := b.confirmedLease(ctx, ttl)
 	if err != nil {
-		return b.fail("renew", key, fmt.Errorf("lease: %w", err))
+		return b.fail(fmt.Errorf("lease: %w", err))
 	}
 	resp, err := b.cli.Txn(ctx).If(cond).
 		Then(clientv3.OpPut(entry, "", clientv3.WithIgnoreValue(), clientv3.WithLease(t.id))).
 		Commit()
 	switch {
 	case err != nil:
-		return b.fail("renew", key, err) // the entry may be on either lease: both expire by themselves
+		return b.fail(err) // the entry may be on either lease: both expire by themselves
 	case !resp.Succeeded:
 		b.leases.put(t.id, t.ttl, t.confirmed)
-		return fmt.Errorf("etcdlock: renew %s: %w", shown(key), driver.ErrNotHeld)
+		return driver.ErrNotHeld
 	}
 	_, _ = b.cli.Revoke(ctx, lease)
 	return nil
@@ -282,7 +282,7 @@ func (b *Backend) confirmedLease(ctx context.Context, ttl time.Duration) (*ticke
 // Inspect reports the holder of key: the entry with the lowest create
 // revision. A free key's last fence is not kept (Info.Fence is 0).
 func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
-	if err := b.checkOpen("inspect", key); err != nil {
+	if err := b.checkOpen(); err != nil {
 		return driver.Info{}, err
 	}
 	ctx, cancel := b.request(ctx)
@@ -299,7 +299,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 func (b *Backend) holder(ctx context.Context, key string) (*mvccpb.KeyValue, error) {
 	resp, err := b.cli.Get(ctx, b.dir(key), clientv3.WithFirstCreate()...)
 	if err != nil {
-		return nil, b.fail("inspect", key, err)
+		return nil, b.fail(err)
 	}
 	if len(resp.Kvs) == 0 {
 		return nil, nil
@@ -308,14 +308,14 @@ func (b *Backend) holder(ctx context.Context, key string) (*mvccpb.KeyValue, err
 }
 
 func (b *Backend) info(ctx context.Context, key string, kv *mvccpb.KeyValue) (driver.Info, error) {
-	v, err := decodeValue(key, kv.Value)
+	v, err := decodeValue(kv.Value)
 	if err != nil {
 		return driver.Info{}, err
 	}
 	info := driver.Info{Key: key, Held: true, Fence: uint64(kv.CreateRevision), Meta: v.Meta}
 	ttl, err := b.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
 	if err != nil {
-		return driver.Info{}, b.fail("inspect", key, fmt.Errorf("lease: %w", err))
+		return driver.Info{}, b.fail(fmt.Errorf("lease: %w", err))
 	}
 	info.TTL = time.Duration(max(ttl.TTL, 0)) * time.Second
 	return info, nil
@@ -330,7 +330,7 @@ func (b *Backend) info(ctx context.Context, key string, kv *mvccpb.KeyValue) (dr
 // get driver.ErrNotHeld and free nothing; its backend's watch ends the
 // hold's Grant.Lost.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
-	if err := b.checkOpen("force release", key); err != nil {
+	if err := b.checkOpen(); err != nil {
 		return driver.Info{}, err
 	}
 	ctx, cancel := b.request(ctx)
@@ -341,7 +341,7 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, er
 			return driver.Info{}, err
 		}
 		if kv == nil {
-			return driver.Info{}, fmt.Errorf("etcdlock: force release %q: %w", key, driver.ErrNotHeld)
+			return driver.Info{}, driver.ErrNotHeld
 		}
 		info, err := b.info(ctx, key, kv)
 		if err != nil {
@@ -353,7 +353,7 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, er
 			Then(clientv3.OpDelete(entry)).
 			Commit()
 		if err != nil {
-			return driver.Info{}, b.fail("force release", key, err)
+			return driver.Info{}, b.fail(err)
 		}
 		if resp.Succeeded {
 			_, _ = b.cli.Revoke(ctx, clientv3.LeaseID(kv.Lease)) // failing that, it expires

@@ -23,7 +23,7 @@ const maxPendingKeys = 4096
 // reported. A watch that breaks (a compaction, a lost leader) is resumed
 // after an empty batch, which tells the receiver to read the prefix again.
 func (b *Backend) WatchPrefix(ctx context.Context, prefix string) (<-chan []string, error) {
-	if err := b.checkOpen("watch", prefix); err != nil {
+	if err := b.checkOpen(); err != nil {
 		return nil, err
 	}
 	wctx, cancel := context.WithCancel(ctx)
@@ -32,7 +32,7 @@ func (b *Backend) WatchPrefix(ctx context.Context, prefix string) (<-chan []stri
 	if err != nil {
 		stopOnClose()
 		cancel()
-		return nil, b.fail("watch", prefix, err)
+		return nil, b.fail(err)
 	}
 	out := make(chan []string)
 	b.bg.Add(1)

@@ -59,8 +59,7 @@ func empty(dir string) clientv3.Cmp {
 // transaction deletes its intent. A writer refused with an intent records
 // it, or renews the lease of the one it recorded before.
 func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode driver.Mode, intent string) (driver.Grant, error) {
-	op := "acquire " + mode.String()
-	if err := b.checkOpen(op, req.Key); err != nil {
+	if err := b.checkOpen(); err != nil {
 		return driver.Grant{}, err
 	}
 	ctx, cancel := b.request(ctx)
@@ -86,7 +85,7 @@ func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode
 			Commit()
 	})
 	if err != nil {
-		return driver.Grant{}, b.fail(op, req.Key, err)
+		return driver.Grant{}, b.fail(err)
 	}
 	if resp.Succeeded {
 		return b.granted(req.Token, entry, val, t, resp.Header.Revision, req.TTL), nil
@@ -94,10 +93,10 @@ func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode
 	b.leases.put(t.id, t.ttl, t.confirmed) // nothing was put on it
 	if recording {
 		if err := b.recordIntent(ctx, req.Key, intent, resp.Responses[0].GetResponseRange().Kvs); err != nil {
-			return driver.Grant{}, b.fail(op, req.Key, fmt.Errorf("record write intent: %w", err))
+			return driver.Grant{}, b.fail(fmt.Errorf("record write intent: %w", err))
 		}
 	}
-	return driver.Grant{}, fmt.Errorf("etcdlock: %s lock of %q: %w", mode, req.Key, driver.ErrNotAcquired)
+	return driver.Grant{}, fmt.Errorf("%w: %s refused", driver.ErrNotAcquired, mode)
 }
 
 // recordIntent renews the lease of intent on name if kvs holds its key,
@@ -156,13 +155,13 @@ func (b *Backend) eachHoldKey(name, token string, fn func(key string) error) err
 // WithdrawIntent deletes intent's key, which wakes name's watchers. Its
 // lease expires by itself.
 func (b *Backend) WithdrawIntent(ctx context.Context, name, intent string) error {
-	if err := b.checkOpen("withdraw intent on", name); err != nil {
+	if err := b.checkOpen(); err != nil {
 		return err
 	}
 	ctx, cancel := b.request(ctx)
 	defer cancel()
 	if _, err := b.cli.Delete(ctx, b.intentKey(name, intent)); err != nil {
-		return b.fail("withdraw intent on", name, err)
+		return b.fail(err)
 	}
 	return nil
 }
@@ -170,7 +169,7 @@ func (b *Backend) WithdrawIntent(ctx context.Context, name, intent string) error
 // InspectRW reads name's holds, oldest first, and counts its intents, at
 // one revision.
 func (b *Backend) InspectRW(ctx context.Context, name string) (driver.Mode, []driver.Info, int, error) {
-	if err := b.checkOpen("inspect", name); err != nil {
+	if err := b.checkOpen(); err != nil {
 		return 0, nil, 0, err
 	}
 	ctx, cancel := b.request(ctx)
@@ -184,7 +183,7 @@ func (b *Backend) InspectRW(ctx context.Context, name string) (driver.Mode, []dr
 		clientv3.OpGet(b.intentDir(name), clientv3.WithPrefix(), clientv3.WithCountOnly()),
 	).Commit()
 	if err != nil {
-		return 0, nil, 0, b.fail("inspect", name, err)
+		return 0, nil, 0, b.fail(err)
 	}
 	mode, kvs := driver.Shared, resp.Responses[1].GetResponseRange().Kvs
 	if x := resp.Responses[0].GetResponseRange().Kvs; len(x) > 0 {

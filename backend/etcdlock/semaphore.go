@@ -62,11 +62,11 @@ func (b *Backend) limitKey(name string) string { return b.prefix + escape(semBas
 // nobody (see WatchPermits); a waiter refused so tries again at its next
 // poll.
 func (b *Backend) AcquirePermit(ctx context.Context, req driver.AcquireRequest, limit int) (driver.Grant, error) {
-	if err := b.checkOpen("acquire permit of", req.Key); err != nil {
+	if err := b.checkOpen(); err != nil {
 		return driver.Grant{}, err
 	}
 	if limit < 1 {
-		return driver.Grant{}, fmt.Errorf("etcdlock: semaphore %q: %d permits: want at least 1: %w", req.Key, limit, driver.ErrInvalidOption)
+		return driver.Grant{}, fmt.Errorf("%w: %d permits: want at least 1", driver.ErrInvalidOption, limit)
 	}
 	ctx, cancel := b.request(ctx)
 	defer cancel()
@@ -88,7 +88,7 @@ func (b *Backend) AcquirePermit(ctx context.Context, req driver.AcquireRequest, 
 			Commit()
 	})
 	if err != nil {
-		return driver.Grant{}, b.fail("acquire permit of", req.Key, err)
+		return driver.Grant{}, b.fail(err)
 	}
 	ops := resp.Responses
 	if !resp.Succeeded {
@@ -108,10 +108,10 @@ func (b *Backend) AcquirePermit(ctx context.Context, req driver.AcquireRequest, 
 	defer rcancel()
 	if _, err := b.cli.Delete(rctx, entry); err != nil {
 		// The entry stays until its lease expires, taking a place meanwhile.
-		return driver.Grant{}, b.fail("acquire permit of", req.Key, fmt.Errorf("delete refused entry: %w", err))
+		return driver.Grant{}, b.fail(fmt.Errorf("delete refused entry: %w", err))
 	}
 	b.leases.put(t.id, t.ttl, t.confirmed)
-	return driver.Grant{}, fmt.Errorf("etcdlock: semaphore %q: %d permits held: %w", req.Key, limit, driver.ErrNotAcquired)
+	return driver.Grant{}, fmt.Errorf("%w: %d permits held", driver.ErrNotAcquired, limit)
 }
 
 // limitDiffers is the error of an attempt that expected limit permits of
@@ -121,7 +121,7 @@ func (b *Backend) limitDiffers(name string, kvs []*mvccpb.KeyValue, limit int) e
 	if len(kvs) > 0 {
 		stored = string(kvs[0].Value)
 	}
-	return fmt.Errorf("etcdlock: semaphore %q has %s permits, not %d: %w", name, stored, limit, driver.ErrInvalidOption)
+	return fmt.Errorf("%w: the semaphore has %s permits, not %d", driver.ErrInvalidOption, stored, limit)
 }
 
 // RenewPermit renews token's permit of name as Renew renews a lock.
@@ -137,16 +137,16 @@ func (b *Backend) ReleasePermit(ctx context.Context, name, token string) error {
 
 // SetPermits stores n as name's limit, which wakes name's watchers.
 func (b *Backend) SetPermits(ctx context.Context, name string, n int) error {
-	if err := b.checkOpen("set permits of", name); err != nil {
+	if err := b.checkOpen(); err != nil {
 		return err
 	}
 	if n < 1 {
-		return fmt.Errorf("etcdlock: semaphore %q: %d permits: want at least 1: %w", name, n, driver.ErrInvalidOption)
+		return fmt.Errorf("%w: %d permits: want at least 1", driver.ErrInvalidOption, n)
 	}
 	ctx, cancel := b.request(ctx)
 	defer cancel()
 	if _, err := b.cli.Put(ctx, b.limitKey(name), strconv.Itoa(n)); err != nil {
-		return b.fail("set permits of", name, err)
+		return b.fail(err)
 	}
 	return nil
 }
@@ -155,7 +155,7 @@ func (b *Backend) SetPermits(ctx context.Context, name string, n int) error {
 // first, read at one revision. A refused attempt's entry shows among them
 // for the moment it lives.
 func (b *Backend) InspectPermits(ctx context.Context, name string) (int, []driver.Info, error) {
-	if err := b.checkOpen("inspect permits of", name); err != nil {
+	if err := b.checkOpen(); err != nil {
 		return 0, nil, err
 	}
 	ctx, cancel := b.request(ctx)
@@ -165,12 +165,12 @@ func (b *Backend) InspectPermits(ctx context.Context, name string) (int, []drive
 		clientv3.OpGet(b.dir(permitKey(name)), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
 	).Commit()
 	if err != nil {
-		return 0, nil, b.fail("inspect permits of", name, err)
+		return 0, nil, b.fail(err)
 	}
 	limit := 0
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
 		if limit, err = strconv.Atoi(string(kvs[0].Value)); err != nil {
-			return 0, nil, fmt.Errorf("etcdlock: semaphore %q: stored limit: %w", name, err)
+			return 0, nil, fmt.Errorf("etcdlock: stored limit: %w", err)
 		}
 	}
 	held, err := b.infos(ctx, name, resp.Responses[1].GetResponseRange().Kvs)
@@ -183,7 +183,7 @@ func (b *Backend) infos(ctx context.Context, name string, kvs []*mvccpb.KeyValue
 	for _, kv := range kvs {
 		info, err := b.info(ctx, name, kv)
 		if err != nil {
-			return nil, fmt.Errorf("etcdlock: inspect %q: %w", name, err)
+			return nil, fmt.Errorf("etcdlock: %w", err)
 		}
 		held = append(held, info)
 	}
@@ -237,7 +237,7 @@ func (b *Backend) heldPermit(ctx context.Context, name string, rev int64) bool {
 // breaks is opened again, and wake fires then, since an event may have
 // been missed meanwhile. stop must be called once.
 func (b *Backend) watchPrefix(ctx context.Context, name, prefix string, fires func(context.Context, *clientv3.Event) bool, opts ...clientv3.OpOption) (<-chan struct{}, func(), error) {
-	if err := b.checkOpen("watch", name); err != nil {
+	if err := b.checkOpen(); err != nil {
 		return nil, nil, err
 	}
 	wctx, cancel := context.WithCancel(waitWatchContext(ctx))
@@ -251,11 +251,11 @@ func (b *Backend) watchPrefix(ctx context.Context, name, prefix string, fires fu
 	case wr, ok := <-wch:
 		if !ok || wr.Err() != nil {
 			stop()
-			return nil, nil, b.fail("watch", name, errors.Join(wr.Err(), wctx.Err(), errors.New("watch not created")))
+			return nil, nil, b.fail(fmt.Errorf("watch: %w", errors.Join(wr.Err(), wctx.Err(), errors.New("not created"))))
 		}
 	case <-rctx.Done():
 		stop()
-		return nil, nil, b.fail("watch", name, rctx.Err())
+		return nil, nil, b.fail(fmt.Errorf("watch: %w", rctx.Err()))
 	}
 	wake := make(chan struct{}, 1)
 	notify := func() {
