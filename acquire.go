@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/distlock/distlock/driver"
@@ -146,6 +147,11 @@ const (
 	ReleaseBudget   = 5 * time.Second
 )
 
+// freedByLease ends the error of a release given up on. A backend that is a
+// lock service's client passes on its service's, which names the attempts
+// the service made: the client does not say it again.
+const freedByLease = "the store frees the key when its lease runs out"
+
 // errMayHaveReleased joins ErrNotHeld from a release retried after an
 // attempt that failed: the store may have done that attempt and lost only
 // its reply.
@@ -181,12 +187,14 @@ func (c *Client) releaseByToken(ctx context.Context, r *Request, token string, f
 			defer cancel()
 		}
 		if permanent(err) || attempt == ReleaseAttempts || ctx.Err() != nil {
+			if strings.Contains(err.Error(), freedByLease) {
+				return err // a lock service's own client gave up, and said so
+			}
 			tries := "1 attempt"
 			if attempt > 1 {
 				tries = fmt.Sprintf("%d attempts", attempt)
 			}
-			return fmt.Errorf("%w (gave up after %s over %v; the store frees the key when its lease runs out)",
-				err, tries, time.Since(first).Round(time.Millisecond))
+			return fmt.Errorf("%w (gave up after %s over %v; %s)", err, tries, time.Since(first).Round(time.Millisecond), freedByLease)
 		}
 		t := time.NewTimer(bo.next())
 		select {
