@@ -3,6 +3,7 @@ package remotelock
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -10,12 +11,13 @@ import (
 	"github.com/distlock/distlock/driver"
 )
 
-// fail turns the error of a call of op on key into the driver's: a
-// sentinel where the service's code names one, driver.ErrClosed once Close
-// ended the call or began, else the error wrapped.
-func (b *Backend) fail(c *call, op, key string, err error) error {
+// fail turns the error of a call into the driver's: a sentinel
+// where the service's code names one, driver.ErrClosed once Close ended the
+// call or began, else the error wrapped. Of the service's message it keeps
+// what the client does not say itself (see said).
+func (b *Backend) fail(c *call, err error) error {
 	if c != nil && c.closedByClose() {
-		return fmt.Errorf("remotelock: %s %q: %w", op, key, driver.ErrClosed)
+		return driver.ErrClosed
 	}
 	var sentinel error
 	switch connect.CodeOf(err) {
@@ -33,14 +35,47 @@ func (b *Backend) fail(c *call, op, key string, err error) error {
 			sentinel = driver.ErrClosed
 		}
 	}
-	if sentinel == nil {
-		return fmt.Errorf("remotelock: %s %q: %w", op, key, err)
+	rest := said(err, sentinel)
+	switch {
+	case sentinel != nil && rest == "":
+		return sentinel
+	case sentinel != nil:
+		return fmt.Errorf("%w: %s", sentinel, rest)
+	case connect.IsWireError(err) && rest != "":
+		return &serviceError{msg: "remotelock: " + connect.CodeOf(err).String() + ": " + rest, err: err}
 	}
-	if msg := message(err); msg != "" {
-		return fmt.Errorf("remotelock: %s %q: %w (service: %s)", op, key, sentinel, msg)
-	}
-	return fmt.Errorf("remotelock: %s %q: %w", op, key, sentinel)
+	return fmt.Errorf("remotelock: %w", err)
 }
+
+// serviceError is an error the service answered, said without what the
+// client says itself; it unwraps to the *connect.Error.
+type serviceError struct {
+	msg string
+	err error
+}
+
+func (e *serviceError) Error() string { return e.msg }
+func (e *serviceError) Unwrap() error { return e.err }
+
+// said is the service's message of err without what the client that
+// returns the error says itself: the service's messages begin with the
+// operation and the key, as in `distlock: release "k": not held: …`, and
+// the client names those once, and the sentinel.
+func said(err error, sentinel error) string {
+	msg := strings.TrimPrefix(serviceHead.ReplaceAllString(message(err), ""), "distlock: ")
+	if sentinel != nil {
+		text := strings.TrimPrefix(sentinel.Error(), "distlock: ")
+		if msg == text {
+			return ""
+		}
+		msg = strings.TrimPrefix(msg, text+": ")
+	}
+	return msg
+}
+
+// serviceHead matches the operation and the quoted key a service's message
+// begins with.
+var serviceHead = regexp.MustCompile(`^[a-z ]+ "(?:[^"\\]|\\.)*": `)
 
 // message is the service's message of a connect error, without the
 // "distlock: " the service's errors begin with.

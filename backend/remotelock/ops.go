@@ -20,7 +20,7 @@ import (
 // remembered, so that a Release of its token (which the core makes for
 // such an attempt) frees what it may have taken.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	c, err := b.begin(ctx, "acquire", req.Key, b.requestTimeout)
+	c, err := b.begin(ctx, b.requestTimeout)
 	if err != nil {
 		return driver.Grant{}, err
 	}
@@ -31,7 +31,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		if !definite(err) {
 			b.keepUnknown(req, sent)
 		}
-		return driver.Grant{}, b.fail(c, "acquire", req.Key, err)
+		return driver.Grant{}, b.fail(c, err)
 	}
 	return driver.Grant{Fence: resp.Msg.GetFence(), Lost: b.keep(req, resp.Msg, sent), TTL: given(req.TTL, resp.Msg.GetLease())}, nil
 }
@@ -61,16 +61,16 @@ func given(asked time.Duration, answered *durationpb.Duration) time.Duration {
 // that Grant.Sent, from which the lock's validity counts, is no earlier
 // than the service's grant.
 func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	c, err := b.begin(ctx, "lock", req.Key, 0) // each call has its own bound
+	c, err := b.begin(ctx, 0) // each call has its own bound
 	if err != nil {
 		return driver.Grant{}, err
 	}
 	defer c.end()
 	notAcquired := func() error {
 		if c.closedByClose() {
-			return fmt.Errorf("remotelock: lock %q: %w: the wait was ended by Close", req.Key, driver.ErrClosed)
+			return fmt.Errorf("%w: the wait was ended by Close", driver.ErrClosed)
 		}
-		return errors.Join(fmt.Errorf("remotelock: lock %q: %w", req.Key, driver.ErrNotAcquired), ctx.Err())
+		return errors.Join(driver.ErrNotAcquired, ctx.Err())
 	}
 	bo := backoff{min: 5 * time.Millisecond, max: 500 * time.Millisecond}
 	limited := backoff{min: 50 * time.Millisecond, max: 2 * time.Second}
@@ -109,10 +109,10 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 		case connect.CodeOf(err) == connect.CodeResourceExhausted:
 			// The tenant is over its rate: the wait goes on, more slowly.
 			if !sleep(c.ctx, limited.next()) {
-				return driver.Grant{}, errors.Join(notAcquired(), b.fail(c, "lock", req.Key, err))
+				return driver.Grant{}, errors.Join(notAcquired(), b.fail(c, err))
 			}
 		case definite(err):
-			return driver.Grant{}, b.fail(c, "lock", req.Key, err)
+			return driver.Grant{}, b.fail(c, err)
 		case c.ctx.Err() != nil:
 			// Cut short by ctx or Close: the grant may have come as it ended.
 			_ = b.abandon(context.Background(), req)
@@ -120,7 +120,7 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 		default:
 			// No answer, or a store failure: the core releases the token.
 			b.keepUnknown(req, sent)
-			return driver.Grant{}, b.fail(c, "lock", req.Key, err)
+			return driver.Grant{}, b.fail(c, err)
 		}
 	}
 }
@@ -157,7 +157,7 @@ func (b *Backend) grantedAfterWait(c *call, req driver.AcquireRequest, resp *dis
 		if c.ctx.Err() == nil {
 			return driver.Grant{}, true, nil
 		}
-		return driver.Grant{}, false, errors.Join(fmt.Errorf("remotelock: lock %q: %w: the grant expired on its way", req.Key, driver.ErrNotAcquired), c.ctx.Err())
+		return driver.Grant{}, false, errors.Join(fmt.Errorf("%w: the grant expired on its way", driver.ErrNotAcquired), c.ctx.Err())
 	}
 	// Any other failure leaves the validity counted from the request's
 	// sending: short, perhaps spent, but never longer than the store's.
@@ -191,16 +191,16 @@ func (b *Backend) abandon(ctx context.Context, req driver.AcquireRequest) error 
 	resp, err := b.rpc.Acquire(ctx, connect.NewRequest(acquireMsg(req, 0)))
 	if err != nil {
 		if connect.CodeOf(err) == connect.CodeAborted {
-			return fmt.Errorf("remotelock: release %q: %w", req.Key, driver.ErrNotHeld)
+			return driver.ErrNotHeld
 		}
-		return b.fail(nil, "release", req.Key, err)
+		return b.fail(nil, err)
 	}
 	err = throughRate(ctx, func() error {
 		_, err := b.rpc.Release(ctx, connect.NewRequest(&distlockv1.ReleaseRequest{Key: req.Key, Token: resp.Msg.GetToken()}))
 		return err
 	})
 	if err != nil && connect.CodeOf(err) != connect.CodeNotFound {
-		return b.fail(nil, "release", req.Key, err)
+		return b.fail(nil, err)
 	}
 	return nil
 }
@@ -220,14 +220,14 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 // driver.ErrNotHeld without a call; so does one the service no longer
 // knows, whose grant's Lost context then ends.
 func (b *Backend) RenewTTL(ctx context.Context, key, token string, ttl time.Duration) (time.Duration, error) {
-	c, err := b.begin(ctx, "renew", key, b.requestTimeout)
+	c, err := b.begin(ctx, b.requestTimeout)
 	if err != nil {
 		return 0, err
 	}
 	defer c.end()
 	server, ok := b.serverToken(key, token)
 	if !ok {
-		return 0, fmt.Errorf("remotelock: renew %q: %w", key, driver.ErrNotHeld)
+		return 0, driver.ErrNotHeld
 	}
 	var (
 		sent time.Time
@@ -243,7 +243,7 @@ func (b *Backend) RenewTTL(ctx context.Context, key, token string, ttl time.Dura
 		if connect.CodeOf(err) == connect.CodeNotFound {
 			b.drop(lockID{key, token}, true)
 		}
-		return 0, b.fail(c, "renew", key, err)
+		return 0, b.fail(c, err)
 	}
 	if g := given(ttl, resp.Msg.GetLease()); g > 0 {
 		ttl = g
@@ -257,7 +257,7 @@ func (b *Backend) RenewTTL(ctx context.Context, key, token string, ttl time.Dura
 // driver.ErrNotHeld without a call, unless its acquisition's reply never
 // came: then Release frees what it may have taken (see AcquireWait).
 func (b *Backend) Release(ctx context.Context, key, token string) error {
-	c, err := b.begin(ctx, "release", key, b.requestTimeout)
+	c, err := b.begin(ctx, b.requestTimeout)
 	if err != nil {
 		return err
 	}
@@ -268,7 +268,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 	b.mu.Unlock()
 	switch {
 	case h == nil:
-		return fmt.Errorf("remotelock: release %q: %w", key, driver.ErrNotHeld)
+		return driver.ErrNotHeld
 	case h.server == "":
 		err := b.abandon(c.ctx, h.req)
 		if err == nil || errors.Is(err, driver.ErrNotHeld) {
@@ -284,21 +284,21 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 		b.drop(id, false)
 	}
 	if err != nil {
-		return b.fail(c, "release", key, err)
+		return b.fail(c, err)
 	}
 	return nil
 }
 
 // Inspect reports key's state as the service sees it.
 func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
-	c, err := b.begin(ctx, "inspect", key, b.requestTimeout)
+	c, err := b.begin(ctx, b.requestTimeout)
 	if err != nil {
 		return driver.Info{}, err
 	}
 	defer c.end()
 	resp, err := b.rpc.Inspect(c.ctx, connect.NewRequest(&distlockv1.InspectRequest{Key: key}))
 	if err != nil {
-		return driver.Info{}, b.fail(c, "inspect", key, err)
+		return driver.Info{}, b.fail(c, err)
 	}
 	info := toInfo(resp.Msg.GetLock())
 	info.Key = key
@@ -317,13 +317,13 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 		page string
 	)
 	for range maxListPages {
-		c, err := b.begin(ctx, "list", prefix, b.requestTimeout)
+		c, err := b.begin(ctx, b.requestTimeout)
 		if err != nil {
 			return nil, err
 		}
 		resp, err := b.rpc.List(c.ctx, connect.NewRequest(&distlockv1.ListRequest{Prefix: prefix, PageToken: page}))
 		if err != nil {
-			err = b.fail(c, "list", prefix, err)
+			err = b.fail(c, err)
 			c.end()
 			return nil, err
 		}
@@ -336,11 +336,11 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 			return out, nil
 		}
 		if next == page {
-			return nil, fmt.Errorf("remotelock: list %q: the service returned the same page token twice", prefix)
+			return nil, errors.New("remotelock: the service returned the same page token twice")
 		}
 		page = next
 	}
-	return nil, fmt.Errorf("remotelock: list %q: more than %d pages", prefix, maxListPages)
+	return nil, fmt.Errorf("remotelock: more than %d pages", maxListPages)
 }
 
 // ForceRelease frees key whoever holds it (an admin token is needed) and
@@ -348,18 +348,18 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 // key was free. The service records the reason distlock.Client.ForceRelease
 // was given (driver.ForceReason(ctx)), or DefaultReason.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
-	c, err := b.begin(ctx, "force release", key, b.requestTimeout)
+	c, err := b.begin(ctx, b.requestTimeout)
 	if err != nil {
 		return driver.Info{}, err
 	}
 	defer c.end()
 	resp, err := b.rpc.ForceRelease(c.ctx, connect.NewRequest(&distlockv1.ForceReleaseRequest{Key: key, Reason: reasonFrom(ctx)}))
 	if err != nil {
-		return driver.Info{}, b.fail(c, "force release", key, err)
+		return driver.Info{}, b.fail(c, err)
 	}
 	l := resp.Msg.GetLock()
 	if !l.GetHeld() {
-		return driver.Info{}, fmt.Errorf("remotelock: force release %q: %w", key, driver.ErrNotHeld)
+		return driver.Info{}, driver.ErrNotHeld
 	}
 	info := toInfo(l)
 	info.Key = key

@@ -235,14 +235,14 @@ type call struct {
 // errClosing is the cause of a call's context that Close ended.
 var errClosing = errors.New("remotelock: closing")
 
-// begin starts a call of op on key, bounded by timeout (if positive) within
+// begin starts a call, bounded by timeout (if positive) within
 // ctx and ended by Close, or returns an error matching driver.ErrClosed after Close.
 // The caller must call end.
-func (b *Backend) begin(ctx context.Context, op, key string, timeout time.Duration) (*call, error) {
+func (b *Backend) begin(ctx context.Context, timeout time.Duration) (*call, error) {
 	b.closeMu.RLock()
 	if b.closed {
 		b.closeMu.RUnlock()
-		return nil, fmt.Errorf("remotelock: %s %q: %w", op, key, driver.ErrClosed)
+		return nil, driver.ErrClosed
 	}
 	b.calls.Add(1)
 	b.closeMu.RUnlock()

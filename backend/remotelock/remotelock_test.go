@@ -198,8 +198,8 @@ func TestUnknownToken(t *testing.T) {
 	defer b.Close()
 	ctx := context.Background()
 	const tok = "0123456789abcdef0123456789abcdef"
-	if err := b.Renew(ctx, "k", tok, time.Second); !errors.Is(err, driver.ErrNotHeld) || !strings.Contains(err.Error(), `"k"`) {
-		t.Errorf("renew of an unknown token: got %v, want ErrNotHeld naming the key", err)
+	if err := b.Renew(ctx, "k", tok, time.Second); !errors.Is(err, driver.ErrNotHeld) {
+		t.Errorf("renew of an unknown token: got %v, want ErrNotHeld", err)
 	}
 	if err := b.Release(ctx, "k", tok); !errors.Is(err, driver.ErrNotHeld) {
 		t.Errorf("release of an unknown token: got %v, want ErrNotHeld", err)

@@ -577,8 +577,8 @@ func TestRemoteMapping(t *testing.T) {
 				t.Fatalf("a retried acquisition: %+v, %v; want the same grant (fence %d)", again, err, g.Fence)
 			}
 			other := remoteBackendAt(t, svc.addr, remoteClient)
-			if _, err := other.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "fedcba9876543210fedcba9876543210", TTL: time.Minute}); !errors.Is(err, driver.ErrNotAcquired) || !strings.Contains(err.Error(), key) {
-				t.Fatalf("acquire of a held key: got %v, want ErrNotAcquired naming the key", err)
+			if _, err := other.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "fedcba9876543210fedcba9876543210", TTL: time.Minute}); !errors.Is(err, driver.ErrNotAcquired) || strings.Contains(err.Error(), key) {
+				t.Fatalf("acquire of a held key: got %v, want ErrNotAcquired, leaving the key to the client to name", err)
 			}
 			// Another backend does not know this acquisition's token.
 			if err := other.Release(ctx, key, req.Token); !errors.Is(err, driver.ErrNotHeld) {

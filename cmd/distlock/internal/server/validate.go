@@ -97,7 +97,7 @@ func (l Limits) checkAcquire(req *distlockv1.AcquireRequest) (acquireArgs, error
 // bytes.
 func (l Limits) checkKey(key string) error {
 	if len(key) > l.MaxKeyLen {
-		return invalid("key %q: %d bytes, the maximum is %d: %w", short(key), len(key), l.MaxKeyLen, distlock.ErrInvalidKey)
+		return invalid("key %q: %w: %d bytes, the maximum is %d", short(key), distlock.ErrInvalidKey, len(key), l.MaxKeyLen)
 	}
 	if err := distlock.ValidateKey(key); err != nil {
 		return invalid("key %q: %w", key, err)
