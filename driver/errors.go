@@ -1,6 +1,9 @@
 package driver
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors. Every error returned by this package and its backends that
 // corresponds to one of these matches it with errors.Is, and starts with it
@@ -25,3 +28,22 @@ var (
 	// ErrClosed means the client or the backend was closed.
 	ErrClosed = errors.New("distlock: closed")
 )
+
+// Wrap returns err, from a backend's call to its store, as the backend
+// returns it (see Backend): as it is if it matches a sentinel, which it
+// starts with, else after the backend's name, as in "redislock: dial tcp …".
+// It returns nil for a nil err.
+func Wrap(backend string, err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, s := range sentinels {
+		if errors.Is(err, s) {
+			return err
+		}
+	}
+	return fmt.Errorf("%s: %w", backend, err)
+}
+
+// sentinels are the errors Wrap passes on as they are.
+var sentinels = []error{ErrNotAcquired, ErrLockLost, ErrNotHeld, ErrInvalidKey, ErrInvalidOption, ErrDegraded, ErrClosed}

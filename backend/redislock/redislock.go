@@ -139,9 +139,9 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	fence, err := b.grant(ctx, req, "")
 	switch {
 	case err != nil:
-		return driver.Grant{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, err)
+		return driver.Grant{}, driver.Wrap("redislock", err)
 	case fence <= 0:
-		return driver.Grant{}, fmt.Errorf("redislock: acquire %q: %w", req.Key, driver.ErrNotAcquired)
+		return driver.Grant{}, driver.ErrNotAcquired
 	}
 	return driver.Grant{Fence: uint64(fence)}, nil
 }
@@ -154,16 +154,16 @@ func (b *Backend) Handoff(ctx context.Context, key, token string, next driver.Ac
 	var fence int64
 	err := validRequest(key, token, nil)
 	if err == nil && next.Key != key {
-		err = fmt.Errorf("%w: handing %q over as %q", driver.ErrInvalidOption, key, next.Key)
+		err = fmt.Errorf("%w: handed over as %q", driver.ErrInvalidOption, next.Key)
 	}
 	if err == nil {
 		fence, err = b.grant(ctx, next, token)
 	}
 	switch {
 	case err != nil:
-		return driver.Grant{}, fmt.Errorf("redislock: handoff %q: %w", key, err)
+		return driver.Grant{}, driver.Wrap("redislock", err)
 	case fence <= 0:
-		return driver.Grant{}, fmt.Errorf("redislock: handoff %q: %w", key, driver.ErrNotHeld)
+		return driver.Grant{}, driver.ErrNotHeld
 	}
 	return driver.Grant{Fence: uint64(fence)}, nil
 }
@@ -189,11 +189,11 @@ func (b *Backend) grant(ctx context.Context, req driver.AcquireRequest, from str
 // fence counter at least a minute beyond it.
 func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
 	if err := validRequest(key, token, &ttl); err != nil {
-		return fmt.Errorf("redislock: renew %q: %w", key, err)
+		return driver.Wrap("redislock", err)
 	}
 	lock, fence, meta := b.lockNames(key)
 	ok, err := b.evalInt(ctx, scriptRenew, []string{lock, meta, fence}, token, millis(ttl))
-	return held("renew", key, ok, err)
+	return held(ok, err)
 }
 
 // Release frees key if token holds it. If another waiter of this backend
@@ -204,7 +204,7 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 // client's waiter is granted the key and told so on its client's channel.
 func (b *Backend) Release(ctx context.Context, key, token string) error {
 	if err := validRequest(key, token, nil); err != nil {
-		return fmt.Errorf("redislock: release %q: %w", key, err)
+		return driver.Wrap("redislock", err)
 	}
 	k := b.keysFor(key).all()
 	args := []string{b.channels, token, b.id}
@@ -221,11 +221,11 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 		err = fmt.Errorf("release script returned %q", r)
 	}
 	if err != nil {
-		return fmt.Errorf("redislock: release %q: %w", key, err)
+		return driver.Wrap("redislock", err)
 	}
 	switch r[0] {
 	case "0":
-		return fmt.Errorf("redislock: release %q: %w", key, driver.ErrNotHeld)
+		return driver.ErrNotHeld
 	case "1":
 		b.inbox.released(key)
 		return nil
@@ -238,17 +238,17 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 	// The waiter stopped waiting meanwhile: free the key for the next one.
 	// (The grant took its entry out of the queue.)
 	if err := b.leave(ctx, k, nextWaiter{token: r[1]}); err != nil {
-		return fmt.Errorf("redislock: release %q: hand on a grant its waiter left: %w", key, err)
+		return fmt.Errorf("redislock: hand on a grant its waiter left: %w", err)
 	}
 	return nil
 }
 
-func held(op, key string, ok int64, err error) error {
+func held(ok int64, err error) error {
 	switch {
 	case err != nil:
-		return fmt.Errorf("redislock: %s %q: %w", op, key, err)
+		return driver.Wrap("redislock", err)
 	case ok != 1:
-		return fmt.Errorf("redislock: %s %q: %w", op, key, driver.ErrNotHeld)
+		return driver.ErrNotHeld
 	}
 	return nil
 }
@@ -257,13 +257,13 @@ func held(op, key string, ok int64, err error) error {
 // last grant), the time to live left (PTTL) and the holder's metadata.
 func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	if err := driver.ValidateKey(key); err != nil {
-		return driver.Info{}, fmt.Errorf("redislock: inspect: %w", err)
+		return driver.Info{}, err
 	}
 	lock, fence, meta := b.lockNames(key)
 	r, err := b.evalStrings(ctx, scriptInspect, []string{lock, fence, meta})
 	info, err := parseInfo(key, r, err)
 	if err != nil {
-		return driver.Info{}, fmt.Errorf("redislock: inspect %q: %w", key, err)
+		return driver.Info{}, driver.Wrap("redislock", err)
 	}
 	return info, nil
 }
@@ -277,16 +277,16 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 // matching driver.ErrNotHeld.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
 	if err := driver.ValidateKey(key); err != nil {
-		return driver.Info{}, fmt.Errorf("redislock: force release: %w", err)
+		return driver.Info{}, err
 	}
 	k := b.keysFor(key)
 	r, err := b.evalStrings(ctx, scriptForceRelease, k.all(), b.channels)
 	info, err := parseInfo(key, r, err)
 	switch {
 	case err != nil:
-		return driver.Info{}, fmt.Errorf("redislock: force release %q: %w", key, err)
+		return driver.Info{}, driver.Wrap("redislock", err)
 	case !info.Held:
-		return driver.Info{}, fmt.Errorf("redislock: force release %q: %w", key, driver.ErrNotHeld)
+		return driver.Info{}, driver.ErrNotHeld
 	}
 	return info, nil
 }
@@ -337,7 +337,7 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 // where List inspects every key of the prefix.
 func (b *Backend) ListPage(ctx context.Context, prefix, after string, limit int) ([]driver.Info, error) {
 	if limit < 1 {
-		return nil, fmt.Errorf("redislock: list %q: %w: limit %d, want at least 1", prefix, driver.ErrInvalidOption, limit)
+		return nil, fmt.Errorf("%w: limit %d, want at least 1", driver.ErrInvalidOption, limit)
 	}
 	keys, err := b.Keys(ctx, prefix)
 	if err != nil {
@@ -366,7 +366,7 @@ func (b *Backend) Keys(ctx context.Context, prefix string) ([]string, error) {
 		})
 	})
 	if err != nil {
-		return nil, fmt.Errorf("redislock: list %q: %w", prefix, err)
+		return nil, driver.Wrap("redislock", err)
 	}
 	return slices.Sorted(maps.Keys(seen)), nil
 }

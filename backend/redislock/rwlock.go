@@ -34,7 +34,7 @@ func (b *Backend) rwKeysFor(name string) []string {
 func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode driver.Mode, intent string) (driver.Grant, error) {
 	fence, err := b.acquireRW(ctx, req, mode, intent)
 	if err != nil {
-		return driver.Grant{}, fmt.Errorf("redislock: %s lock of %q: %w", mode, req.Key, err)
+		return driver.Grant{}, driver.Wrap("redislock", err)
 	}
 	return driver.Grant{Fence: fence}, nil
 }
@@ -58,7 +58,7 @@ func (b *Backend) acquireRW(ctx context.Context, req driver.AcquireRequest, mode
 	case len(r) == 2 && r[0] == "granted":
 		return strconv.ParseUint(r[1], 10, 64)
 	case len(r) == 4 && r[0] == "held":
-		return 0, fmt.Errorf("held %s by %s, %s writers waiting: %w", r[1], r[2], r[3], driver.ErrNotAcquired)
+		return 0, fmt.Errorf("%w: held %s by %s, %s writers waiting", driver.ErrNotAcquired, r[1], r[2], r[3])
 	}
 	return 0, semReplyErr(r)
 }
@@ -67,20 +67,20 @@ func (b *Backend) acquireRW(ctx context.Context, req driver.AcquireRequest, mode
 // keeps the fence counter at least a minute beyond it.
 func (b *Backend) RenewRW(ctx context.Context, name, token string, ttl time.Duration) error {
 	if err := validRequest(name, token, &ttl); err != nil {
-		return fmt.Errorf("redislock: renew read-write lock %q: %w", name, err)
+		return driver.Wrap("redislock", err)
 	}
 	r, err := b.evalSem(ctx, semRenew, b.rwKeysFor(name), token, millis(ttl))
-	return semDone("renew read-write lock", name, r, err)
+	return semDone(r, err)
 }
 
 // ReleaseRW frees token's hold of name and, in the same script, publishes
 // a notice to every backend that watches the name (WatchRW).
 func (b *Backend) ReleaseRW(ctx context.Context, name, token string) error {
 	if err := validRequest(name, token, nil); err != nil {
-		return fmt.Errorf("redislock: release read-write lock %q: %w", name, err)
+		return driver.Wrap("redislock", err)
 	}
 	r, err := b.evalSem(ctx, semRelease, b.rwKeysFor(name), token, b.channels)
-	return semDone("release read-write lock", name, r, err)
+	return semDone(r, err)
 }
 
 // WithdrawIntent removes a waiting writer's intent on name and, if it was
@@ -95,7 +95,7 @@ func (b *Backend) WithdrawIntent(ctx context.Context, name, intent string) error
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("redislock: withdraw intent on %q: %w", name, err)
+		return driver.Wrap("redislock", err)
 	}
 	return nil
 }
@@ -106,7 +106,7 @@ func (b *Backend) WithdrawIntent(ctx context.Context, name, intent string) error
 func (b *Backend) InspectRW(ctx context.Context, name string) (driver.Mode, []driver.Info, int, error) {
 	mode, held, intents, err := b.inspectRW(ctx, name)
 	if err != nil {
-		return 0, nil, 0, fmt.Errorf("redislock: inspect read-write lock %q: %w", name, err)
+		return 0, nil, 0, driver.Wrap("redislock", err)
 	}
 	return mode, held, intents, nil
 }
@@ -144,5 +144,5 @@ func (b *Backend) inspectRW(ctx context.Context, name string) (driver.Mode, []dr
 // vanished, or an intent that lapsed, frees no notice: the caller's poll
 // finds it.
 func (b *Backend) WatchRW(ctx context.Context, name string) (<-chan struct{}, func(), error) {
-	return b.watchKeys(ctx, "watch read-write lock", name, b.rwKeysFor(name)[4])
+	return b.watchKeys(ctx, name, b.rwKeysFor(name)[4])
 }

@@ -35,7 +35,7 @@ func (b *Backend) semKeysFor(name string) []string {
 func (b *Backend) AcquirePermit(ctx context.Context, req driver.AcquireRequest, limit int) (driver.Grant, error) {
 	fence, err := b.acquirePermit(ctx, req, limit)
 	if err != nil {
-		return driver.Grant{}, fmt.Errorf("redislock: acquire permit of %q: %w", req.Key, err)
+		return driver.Grant{}, driver.Wrap("redislock", err)
 	}
 	return driver.Grant{Fence: fence}, nil
 }
@@ -60,7 +60,7 @@ func (b *Backend) acquirePermit(ctx context.Context, req driver.AcquireRequest, 
 	case len(r) == 2 && r[0] == "limit":
 		return 0, fmt.Errorf("%w: the semaphore has %s permits, not %d", driver.ErrInvalidOption, r[1], limit)
 	case len(r) == 3 && r[0] == "full":
-		return 0, fmt.Errorf("%s of %s permits held: %w", r[1], r[2], driver.ErrNotAcquired)
+		return 0, fmt.Errorf("%w: %s of %s permits held", driver.ErrNotAcquired, r[1], r[2])
 	}
 	return 0, semReplyErr(r)
 }
@@ -69,25 +69,25 @@ func (b *Backend) acquirePermit(ctx context.Context, req driver.AcquireRequest, 
 // keeps the fence counter at least a minute beyond it.
 func (b *Backend) RenewPermit(ctx context.Context, name, token string, ttl time.Duration) error {
 	if err := validRequest(name, token, &ttl); err != nil {
-		return fmt.Errorf("redislock: renew permit of %q: %w", name, err)
+		return driver.Wrap("redislock", err)
 	}
 	r, err := b.evalSem(ctx, semRenew, b.semKeysFor(name), token, millis(ttl))
-	return semDone("renew permit of", name, r, err)
+	return semDone(r, err)
 }
 
 // ReleasePermit frees token's permit of name and, in the same script,
 // publishes a notice to every backend that watches the name (WatchPermits).
 func (b *Backend) ReleasePermit(ctx context.Context, name, token string) error {
 	if err := validRequest(name, token, nil); err != nil {
-		return fmt.Errorf("redislock: release permit of %q: %w", name, err)
+		return driver.Wrap("redislock", err)
 	}
 	r, err := b.evalSem(ctx, semRelease, b.semKeysFor(name), token, b.channels)
-	return semDone("release permit of", name, r, err)
+	return semDone(r, err)
 }
 
 // semDone reads the reply of a script that answers {'1'} or {'0'}: done, or
 // not held.
-func semDone(op, name string, r []string, err error) error {
+func semDone(r []string, err error) error {
 	switch {
 	case err == nil && len(r) == 1 && r[0] == "1":
 		return nil
@@ -96,7 +96,7 @@ func semDone(op, name string, r []string, err error) error {
 	case err == nil:
 		err = semReplyErr(r)
 	}
-	return fmt.Errorf("redislock: %s %q: %w", op, name, err)
+	return driver.Wrap("redislock", err)
 }
 
 // SetPermits stores n as name's limit and wakes its watchers, who may now
@@ -107,10 +107,10 @@ func (b *Backend) SetPermits(ctx context.Context, name string, n int) error {
 		err = validPermits(n)
 	}
 	if err != nil {
-		return fmt.Errorf("redislock: set permits of %q: %w", name, err)
+		return driver.Wrap("redislock", err)
 	}
 	r, err := b.evalSem(ctx, semSetPermits, b.semKeysFor(name), strconv.Itoa(n), b.channels)
-	return semDone("set permits of", name, r, err)
+	return semDone(r, err)
 }
 
 func validPermits(n int) error {
@@ -125,7 +125,7 @@ func validPermits(n int) error {
 func (b *Backend) InspectPermits(ctx context.Context, name string) (int, []driver.Info, error) {
 	limit, held, err := b.inspectPermits(ctx, name)
 	if err != nil {
-		return 0, nil, fmt.Errorf("redislock: inspect permits of %q: %w", name, err)
+		return 0, nil, driver.Wrap("redislock", err)
 	}
 	return limit, held, nil
 }
@@ -163,7 +163,7 @@ func (b *Backend) inspectPermits(ctx context.Context, name string) (int, []drive
 // lost, since a notice may have been missed. A permit whose holder vanished
 // frees no notice: the caller's poll finds it.
 func (b *Backend) WatchPermits(ctx context.Context, name string) (<-chan struct{}, func(), error) {
-	return b.watchKeys(ctx, "watch permits of", name, b.semKeysFor(name)[4])
+	return b.watchKeys(ctx, name, b.semKeysFor(name)[4])
 }
 
 // parseHolds reads the holds of name that an inspect script reports, as

@@ -41,14 +41,14 @@ import (
 // last step or leaving failed, it returns that store error instead.
 func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := validRequest(req.Key, req.Token, &req.TTL); err != nil {
-		return driver.Grant{}, fmt.Errorf("redislock: lock %q: %w", req.Key, err)
+		return driver.Grant{}, driver.Wrap("redislock", err)
 	}
 	meta, err := encodeMeta(req.Meta)
 	if err != nil {
-		return driver.Grant{}, fmt.Errorf("redislock: lock %q: %w", req.Key, err)
+		return driver.Grant{}, driver.Wrap("redislock", err)
 	}
 	if !b.enterWait() {
-		return driver.Grant{}, fmt.Errorf("redislock: lock %q: %w", req.Key, driver.ErrClosed)
+		return driver.Grant{}, driver.ErrClosed
 	}
 	defer b.waits.Done()
 	if b.inbox.idle(req.Key) {
@@ -61,7 +61,7 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 		case err == nil && fence > 0:
 			return driver.Grant{Fence: uint64(fence), Sent: sent}, nil
 		case errors.Is(err, driver.ErrClosed):
-			return driver.Grant{}, fmt.Errorf("redislock: lock %q: %w", req.Key, err)
+			return driver.Grant{}, driver.Wrap("redislock", err)
 		} // refused, or failed: the queue's steps go on (a step finds the key if the attempt took it)
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -71,7 +71,7 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 	next := nextWaiter{token: req.Token, ttl: ttl, meta: meta, member: b.id + "|" + ttl + "|" + req.Token}
 	mb, err := b.inbox.join(req.Key, next)
 	if err != nil {
-		return driver.Grant{}, fmt.Errorf("redislock: lock %q: %w", req.Key, err)
+		return driver.Grant{}, driver.Wrap("redislock", err)
 	}
 	w := &queueWaiter{b: b, key: req.Key, ttl: req.TTL, next: next, mb: mb, keys: b.keysFor(req.Key).all(),
 		args: []string{b.channels, req.Token, ttl, meta, next.member, millis(b.waiterTimeout), "", ""}}
@@ -205,7 +205,7 @@ func (w *queueWaiter) step(ctx context.Context, queued, listening bool) (stepRes
 		err = fmt.Errorf("wait script returned %d values", len(r))
 	}
 	if err != nil {
-		return stepResult{}, fmt.Errorf("redislock: lock %q: %w", w.key, err)
+		return stepResult{}, driver.Wrap("redislock", err)
 	}
 	return st, nil
 }
@@ -224,16 +224,16 @@ func (w *queueWaiter) giveUp(ctx context.Context, queued bool, last error) (driv
 		defer cancel()
 		if err := w.b.leave(lctx, w.keys, w.next); err != nil {
 			// The key may be granted to the token: the caller releases it.
-			return driver.Grant{}, fmt.Errorf("redislock: lock %q: leave the queue: %w", w.key, errors.Join(err, last))
+			return driver.Grant{}, fmt.Errorf("redislock: leave the queue: %w", errors.Join(err, last))
 		}
 	}
 	switch {
 	case w.b.closing.Err() != nil:
-		return driver.Grant{}, fmt.Errorf("redislock: lock %q: %w", w.key, driver.ErrClosed)
+		return driver.Grant{}, driver.ErrClosed
 	case last != nil:
 		return driver.Grant{}, last // the store failed: the caller releases the token
 	}
-	return driver.Grant{}, errors.Join(fmt.Errorf("redislock: lock %q: %w", w.key, driver.ErrNotAcquired), ctx.Err())
+	return driver.Grant{}, errors.Join(driver.ErrNotAcquired, ctx.Err())
 }
 
 // leave runs leave.lua for a waiter, even while Close waits for the waits.

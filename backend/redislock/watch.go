@@ -4,7 +4,6 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"sync"
 	"time"
 
@@ -26,18 +25,18 @@ var _ driver.Notifier = (*Backend)(nil)
 // in Redis (AcquireWait); it serves callers that poll a key, such as Redlock
 // over several nodes, which cannot queue on any one of them.
 func (b *Backend) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	return b.watchKeys(ctx, "watch", key, b.keysFor(key).watchers)
+	return b.watchKeys(ctx, key, b.keysFor(key).watchers)
 }
 
 // watchKeys is Watch, WatchPermits and WatchRW: it enters a watcher of
 // name in watchers, the sorted set (watchers.lua) that the scripts freeing
-// name wake. op names the call in errors.
-func (b *Backend) watchKeys(ctx context.Context, op, name, watchers string) (<-chan struct{}, func(), error) {
+// name wake.
+func (b *Backend) watchKeys(ctx context.Context, name, watchers string) (<-chan struct{}, func(), error) {
 	if err := driver.ValidateKey(name); err != nil {
-		return nil, nil, fmt.Errorf("redislock: %s %q: %w", op, name, err)
+		return nil, nil, driver.Wrap("redislock", err)
 	}
 	if !b.enterWait() {
-		return nil, nil, fmt.Errorf("redislock: %s %q: %w", op, name, driver.ErrClosed)
+		return nil, nil, driver.ErrClosed
 	}
 	var id [8]byte
 	_, _ = crand.Read(id[:]) // crypto/rand.Read never fails
@@ -47,13 +46,13 @@ func (b *Backend) watchKeys(ctx context.Context, op, name, watchers string) (<-c
 	mb, err := b.inbox.join("\x00watch\x00"+token, nextWaiter{token: token})
 	if err != nil {
 		b.waits.Done()
-		return nil, nil, fmt.Errorf("redislock: %s %q: %w", op, name, err)
+		return nil, nil, driver.Wrap("redislock", err)
 	}
 	w := &watcher{b: b, watchers: watchers, member: b.id + "|" + token, mb: mb}
 	if err := w.enter(ctx); err != nil {
 		b.inbox.leave(mb, false)
 		b.waits.Done()
-		return nil, nil, fmt.Errorf("redislock: %s %q: %w", op, name, err)
+		return nil, nil, driver.Wrap("redislock", err)
 	}
 	b.inbox.listen(ctx)
 	wctx, cancel := context.WithCancel(ctx)
