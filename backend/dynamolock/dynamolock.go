@@ -113,7 +113,7 @@ func (b *Backend) Close() error {
 }
 
 // errClosed is the cause of every call after Close.
-var errClosed = fmt.Errorf("backend closed: %w", driver.ErrClosed)
+var errClosed = fmt.Errorf("%w: the backend", driver.ErrClosed)
 
 // call runs f with ctx bounded by the request timeout, unless the backend
 // is closed.
@@ -136,14 +136,11 @@ func refused(err error) (map[string]types.AttributeValue, bool) {
 	return nil, false
 }
 
-// fail wraps a store error of op on key (none if empty), adding
-// driver.ErrClosed once the backend is closed.
-func (b *Backend) fail(op, key string, err error) error {
+// fail wraps a store error (see driver.Wrap), adding driver.ErrClosed once
+// the backend is closed.
+func (b *Backend) fail(err error) error {
 	if b.closed.Load() && !errors.Is(err, driver.ErrClosed) {
 		err = fmt.Errorf("%w: %w", driver.ErrClosed, err)
 	}
-	if key == "" {
-		return fmt.Errorf("dynamolock: %s: %w", op, err)
-	}
-	return fmt.Errorf("dynamolock: %s %q: %w", op, key, err)
+	return driver.Wrap("dynamolock", err)
 }

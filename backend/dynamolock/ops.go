@@ -51,7 +51,7 @@ const (
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	meta, err := encodeMeta(req.Meta)
 	if err != nil {
-		return driver.Grant{}, fmt.Errorf("dynamolock: acquire %q: metadata: %w", req.Key, err)
+		return driver.Grant{}, fmt.Errorf("dynamolock: metadata: %w", err)
 	}
 	now := b.opts.now()
 	values := map[string]types.AttributeValue{
@@ -88,11 +88,11 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	var fence uint64
 	switch {
 	case err != nil:
-		return driver.Grant{}, b.fail("acquire", req.Key, err)
+		return driver.Grant{}, b.fail(err)
 	case out != nil:
 		old, err := decode(out.Attributes)
 		if err != nil {
-			return driver.Grant{}, b.fail("acquire", req.Key, err)
+			return driver.Grant{}, b.fail(err)
 		}
 		fence = old.fence + 1
 		if old.fence == 0 { // a new item, or one written before it had a fence
@@ -105,7 +105,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		// holding.
 		switch err := b.Renew(ctx, req.Key, req.Token, req.TTL); {
 		case errors.Is(err, driver.ErrNotHeld):
-			return driver.Grant{}, fmt.Errorf("dynamolock: acquire %q: %w: the repeated grant ended meanwhile", req.Key, driver.ErrNotAcquired)
+			return driver.Grant{}, fmt.Errorf("%w: the repeated grant ended meanwhile", driver.ErrNotAcquired)
 		case err != nil:
 			return driver.Grant{}, err
 		}
@@ -114,7 +114,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		if held.held {
 			b.seen.saw(req.Key, held.version, held.lease, b.opts.now())
 		}
-		return driver.Grant{}, fmt.Errorf("dynamolock: acquire %q: %w", req.Key, driver.ErrNotAcquired)
+		return driver.Grant{}, driver.ErrNotAcquired
 	}
 	b.seen.forget(req.Key)
 	return driver.Grant{Fence: fence}, nil
@@ -162,10 +162,10 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 		return err
 	})
 	if _, no := refused(err); no {
-		return fmt.Errorf("dynamolock: renew %q: %w", key, driver.ErrNotHeld)
+		return driver.ErrNotHeld
 	}
 	if err != nil {
-		return b.fail("renew", key, err)
+		return b.fail(err)
 	}
 	return nil
 }
@@ -195,9 +195,9 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 	})
 	switch {
 	case err != nil:
-		return b.fail("release", key, err)
+		return b.fail(err)
 	case l.freedBy != token:
-		return fmt.Errorf("dynamolock: release %q: %w", key, driver.ErrNotHeld)
+		return driver.ErrNotHeld
 	}
 	return nil
 }
@@ -222,14 +222,14 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, er
 		return err
 	})
 	if _, no := refused(err); no {
-		return driver.Info{}, fmt.Errorf("dynamolock: force release %q: %w", key, driver.ErrNotHeld)
+		return driver.Info{}, driver.ErrNotHeld
 	}
 	if err != nil {
-		return driver.Info{}, b.fail("force release", key, err)
+		return driver.Info{}, b.fail(err)
 	}
 	l, err := decode(out.Attributes)
 	if err != nil {
-		return driver.Info{}, b.fail("force release", key, err)
+		return driver.Info{}, b.fail(err)
 	}
 	return b.info(l), nil
 }
@@ -254,14 +254,14 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 		return err
 	})
 	if err != nil {
-		return driver.Info{}, b.fail("inspect", key, err)
+		return driver.Info{}, b.fail(err)
 	}
 	if item == nil {
 		return driver.Info{Key: key}, nil
 	}
 	l, err := decode(item)
 	if err != nil {
-		return driver.Info{}, b.fail("inspect", key, err)
+		return driver.Info{}, b.fail(err)
 	}
 	return b.info(l), nil
 }
@@ -290,12 +290,12 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 			return err
 		})
 		if err != nil {
-			return nil, b.fail("list", prefix, err)
+			return nil, b.fail(err)
 		}
 		for _, item := range out.Items {
 			l, err := decode(item)
 			if err != nil {
-				return nil, b.fail("list", prefix, err)
+				return nil, b.fail(err)
 			}
 			infos = append(infos, b.info(l))
 		}

@@ -2,6 +2,7 @@ package sqllock
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -15,7 +16,7 @@ func (b *Backend) Cleanup(ctx context.Context) (int64, error) {
 	for _, q := range b.d.cleanup {
 		var err error
 		if n, err = b.changed(ctx, q, b.opts.retention.Microseconds(), b.opts.cleanupBatch); err != nil {
-			return 0, b.fail("cleanup", "", err)
+			return 0, b.fail(fmt.Errorf("cleanup: %w", err))
 		}
 	}
 	return n, nil

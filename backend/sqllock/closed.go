@@ -31,18 +31,15 @@ func (noConnector) Connect(context.Context) (sqldriver.Conn, error) { return nil
 func (c noConnector) Driver() sqldriver.Driver                      { return c }
 func (noConnector) Open(string) (sqldriver.Conn, error)             { return nil, sqldriver.ErrBadConn }
 
-// fail wraps err from op on key (none if empty). After Close, or when the
-// database handle was closed, the error also matches driver.ErrClosed, so
-// the caller can tell it from a transient failure.
-func (b *Backend) fail(op, key string, err error) error {
+// fail wraps err from a call to the database (see driver.Wrap). After
+// Close, or when the database handle was closed, the error also matches
+// driver.ErrClosed, so the caller can tell it from a transient failure.
+func (b *Backend) fail(err error) error {
 	if !errors.Is(err, driver.ErrClosed) && (b.isClosed() || errors.Is(err, errDBClosed)) {
 		err = fmt.Errorf("%w: %w", driver.ErrClosed, err)
 	}
-	if key == "" {
-		return fmt.Errorf("sqllock: %s: %w", op, err)
-	}
-	return fmt.Errorf("sqllock: %s %q: %w", op, key, err)
+	return driver.Wrap("sqllock", err)
 }
 
 // errClosed is the cause fail reports for a call after Close.
-var errClosed = fmt.Errorf("backend closed: %w", driver.ErrClosed)
+var errClosed = fmt.Errorf("%w: the backend", driver.ErrClosed)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 
 	"github.com/distlock/distlock/driver"
 )
@@ -22,9 +21,9 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, er
 	})
 	switch {
 	case errors.Is(err, driver.ErrNotHeld):
-		return driver.Info{}, fmt.Errorf("sqllock: force release %q: %w", key, err)
+		return driver.Info{}, err
 	case err != nil:
-		return driver.Info{}, b.fail("force release", key, err)
+		return driver.Info{}, b.fail(err)
 	}
 	return info, nil
 }

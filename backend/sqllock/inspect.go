@@ -22,7 +22,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 	case errors.Is(err, sql.ErrNoRows):
 		return driver.Info{Key: key}, nil
 	case err != nil:
-		return driver.Info{}, b.fail("inspect", key, err)
+		return driver.Info{}, b.fail(err)
 	}
 	if !info.Held {
 		info.TTL, info.Meta = 0, driver.Meta{}
@@ -40,7 +40,7 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 		return err
 	})
 	if err != nil {
-		return nil, b.fail("list", prefix, err)
+		return nil, b.fail(err)
 	}
 	return infos, nil
 }
@@ -54,7 +54,7 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 // database reads the whole table, as for List, and sorts the prefix's rows.
 func (b *Backend) ListPage(ctx context.Context, prefix, after string, limit int) ([]driver.Info, error) {
 	if limit < 1 {
-		return nil, b.fail("list", prefix, fmt.Errorf("%w: limit %d, want at least 1", driver.ErrInvalidOption, limit))
+		return nil, b.fail(fmt.Errorf("%w: limit %d, want at least 1", driver.ErrInvalidOption, limit))
 	}
 	var infos []driver.Info
 	err := b.run(ctx, func(ctx context.Context) error {
@@ -63,7 +63,7 @@ func (b *Backend) ListPage(ctx context.Context, prefix, after string, limit int)
 		return err
 	})
 	if err != nil {
-		return nil, b.fail("list", prefix, err)
+		return nil, b.fail(err)
 	}
 	return infos, nil
 }

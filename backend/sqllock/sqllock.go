@@ -80,7 +80,7 @@ func (b *Backend) Name() string { return "sql-" + b.d.name }
 func (b *Backend) Migrate(ctx context.Context) error {
 	for _, q := range b.d.migrate {
 		if err := b.execUnprepared(ctx, q); err != nil {
-			return b.fail("migrate", "", err)
+			return b.fail(fmt.Errorf("migrate: %w", err))
 		}
 	}
 	if b.d.hasFenceSequence == "" {
@@ -102,7 +102,7 @@ func (b *Backend) Migrate(ctx context.Context) error {
 		err = b.execUnprepared(ctx, b.d.widenToken)
 	}
 	if err != nil {
-		return b.fail("migrate", "", err)
+		return b.fail(fmt.Errorf("migrate: %w", err))
 	}
 	return nil
 }
@@ -193,7 +193,7 @@ func (b *Backend) scanRow(ctx context.Context, scan func(*sql.Row) error, q stri
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	meta, err := encodeMeta(req.Meta)
 	if err != nil {
-		return driver.Grant{}, fmt.Errorf("sqllock: acquire %q: metadata: %w", req.Key, err)
+		return driver.Grant{}, fmt.Errorf("sqllock: metadata: %w", err)
 	}
 	q := b.d.acquire
 	if b.d.acquireQueued != "" && (b.opts.noQueue || b.queue.heads(req.Key)) {
@@ -206,9 +206,9 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	fence, err := b.d.grant(ctx, b, q, req.Key, req.Token, req.TTL.Microseconds(), req.Meta.Owner, meta)
 	switch {
 	case err != nil:
-		return driver.Grant{}, b.fail("acquire", req.Key, err)
+		return driver.Grant{}, b.fail(err)
 	case fence == 0:
-		return driver.Grant{}, fmt.Errorf("sqllock: acquire %q: %w", req.Key, driver.ErrNotAcquired)
+		return driver.Grant{}, driver.ErrNotAcquired
 	}
 
 	return driver.Grant{Fence: fence}, nil
@@ -269,11 +269,11 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 		var held int64
 		err = b.scanRow(ctx, func(r *sql.Row) error { return r.Scan(&held) }, b.d.holds, key, token)
 		if err == nil && held == 0 {
-			return fmt.Errorf("sqllock: renew %q: %w", key, driver.ErrNotHeld)
+			return driver.ErrNotHeld
 		}
 	}
 	if err != nil {
-		return b.fail("renew", key, err)
+		return b.fail(err)
 	}
 	return nil
 }
@@ -282,10 +282,10 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 func (b *Backend) Release(ctx context.Context, key, token string) error {
 	n, err := b.changed(ctx, b.d.release, key, token)
 	if err != nil {
-		return b.fail("release", key, err)
+		return b.fail(err)
 	}
 	if n == 0 {
-		return fmt.Errorf("sqllock: release %q: %w", key, driver.ErrNotHeld)
+		return driver.ErrNotHeld
 	}
 	b.queue.settled(ctx, key)
 	return nil
@@ -323,12 +323,12 @@ func (b *Backend) Watch(ctx context.Context, key string) (<-chan struct{}, func(
 		return err
 	})
 	if err != nil {
-		return nil, nil, b.fail("watch", key, err)
+		return nil, nil, b.fail(err)
 	}
 	leave, err := b.queue.join(ctx, b, key, limit)
 	if err != nil {
 		stop()
-		return nil, nil, b.fail("watch", key, err)
+		return nil, nil, b.fail(err)
 	}
 	return wake, func() { stop(); leave() }, nil
 }
