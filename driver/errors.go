@@ -3,6 +3,7 @@ package driver
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Sentinel errors. Every error returned by this package and its backends that
@@ -31,8 +32,10 @@ var (
 
 // Wrap returns err, from a backend's call to its store, as the backend
 // returns it (see Backend): as it is if it matches a sentinel, which it
-// starts with, else after the backend's name, as in "redislock: dial tcp …".
-// It returns nil for a nil err.
+// starts with, or if it already starts with the backend's name, else after
+// the backend's name, as in "redislock: dial tcp …". So a backend may wrap
+// an error at each layer it passes and still name itself once. It returns
+// nil for a nil err.
 func Wrap(backend string, err error) error {
 	if err == nil {
 		return nil
@@ -41,6 +44,9 @@ func Wrap(backend string, err error) error {
 		if errors.Is(err, s) {
 			return err
 		}
+	}
+	if strings.HasPrefix(err.Error(), backend+": ") {
+		return err
 	}
 	return fmt.Errorf("%s: %w", backend, err)
 }
