@@ -22,13 +22,13 @@ type holder struct {
 // prepare makes sure the schema exists and encodes the holder record.
 func (b *Backend) prepare(ctx context.Context, req driver.AcquireRequest) (holder, error) {
 	if err := b.ensureSchema(ctx); err != nil {
-		return holder{}, fmt.Errorf("mysqllock: acquire %q: %w", req.Key, err)
+		return holder{}, err
 	}
 	h := holder{name: LockName(req.Key), labels: "{}"}
 	if len(req.Meta.Labels) > 0 {
 		l, err := json.Marshal(req.Meta.Labels)
 		if err != nil {
-			return holder{}, fmt.Errorf("mysqllock: acquire %q: labels: %w", req.Key, err)
+			return holder{}, fmt.Errorf("mysqllock: labels: %w", err)
 		}
 		h.labels = string(l)
 	}
@@ -54,7 +54,7 @@ func grab(ctx context.Context, conn *sql.Conn, req driver.AcquireRequest, h hold
 // the lock is granted. The fence and the holder record are written by the
 // same statement, once the lock is taken.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	if err := b.holds.Enter("acquire", req.Key); err != nil {
+	if err := b.holds.Enter(); err != nil {
 		return driver.Grant{}, err
 	}
 	defer b.holds.Leave()
@@ -62,7 +62,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	conn, err := b.conn(ctx, req.Key, b.opts.poolWait)
+	conn, err := b.conn(ctx, b.opts.poolWait)
 	if err != nil {
 		return driver.Grant{}, err
 	}
@@ -79,10 +79,10 @@ func (b *Backend) try(ctx context.Context, conn *sql.Conn, req driver.AcquireReq
 	switch {
 	case err != nil:
 		destroy(conn) // the lock may have been taken: end the session
-		return driver.Grant{}, fmt.Errorf("mysqllock: acquire %q: %w", req.Key, err)
+		return driver.Grant{}, driver.Wrap("mysqllock", err)
 	case fence == 0:
 		_ = conn.Close() // not taken: the session holds nothing
-		return driver.Grant{}, fmt.Errorf("mysqllock: acquire %q: %w", req.Key, driver.ErrNotAcquired)
+		return driver.Grant{}, driver.ErrNotAcquired
 	}
 	return b.pin(conn, req, h.name, fence, sent)
 }
@@ -96,7 +96,7 @@ func (b *Backend) try(ctx context.Context, conn *sql.Conn, req driver.AcquireReq
 // operator) is replaced by a new one that waits on, at the back of the
 // queue.
 func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	if err := b.holds.Enter("acquire", req.Key); err != nil {
+	if err := b.holds.Enter(); err != nil {
 		return driver.Grant{}, err
 	}
 	defer b.holds.Leave()
@@ -110,7 +110,7 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 	for {
 		g, err := b.waitOnce(wctx, req, h)
 		if b.holds.Closed() && err != nil {
-			return g, errors.Join(fmt.Errorf("mysqllock: acquire %q: %w", req.Key, driver.ErrClosed), err)
+			return g, errors.Join(driver.ErrClosed, err)
 		}
 		if !errors.Is(err, pinned.ErrSessionEnded) || wctx.Err() != nil {
 			return g, err
@@ -121,9 +121,9 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 // waitOnce waits for the lock on one session.
 func (b *Backend) waitOnce(ctx context.Context, req driver.AcquireRequest, h holder) (driver.Grant, error) {
 	notAcquired := func() error {
-		return errors.Join(fmt.Errorf("mysqllock: acquire %q: %w", req.Key, driver.ErrNotAcquired), ctx.Err())
+		return errors.Join(driver.ErrNotAcquired, ctx.Err())
 	}
-	conn, err := b.conn(ctx, req.Key, 0)
+	conn, err := b.conn(ctx, 0)
 	if err != nil {
 		if ctx.Err() != nil {
 			return driver.Grant{}, errors.Join(notAcquired(), err)
@@ -136,7 +136,7 @@ func (b *Backend) waitOnce(ctx context.Context, req driver.AcquireRequest, h hol
 		if ctx.Err() != nil {
 			return driver.Grant{}, notAcquired()
 		}
-		return driver.Grant{}, fmt.Errorf("mysqllock: acquire %q: %w", req.Key, err)
+		return driver.Grant{}, driver.Wrap("mysqllock", err)
 	}
 
 	// The statement runs on a context of its own: ending it would make the
@@ -168,9 +168,9 @@ func (b *Backend) waitOnce(ctx context.Context, req driver.AcquireRequest, h hol
 	if err != nil {
 		destroy(conn)
 		if !sessionLives(err) {
-			return driver.Grant{}, fmt.Errorf("mysqllock: acquire %q: %w: %w", req.Key, pinned.ErrSessionEnded, err)
+			return driver.Grant{}, fmt.Errorf("mysqllock: %w: %w", pinned.ErrSessionEnded, err)
 		}
-		return driver.Grant{}, fmt.Errorf("mysqllock: acquire %q: %w", req.Key, err)
+		return driver.Grant{}, driver.Wrap("mysqllock", err)
 	}
 	// The lease starts when the grant reached us; the backend enforces it.
 	return b.pin(conn, req, h.name, fence, granted)
@@ -223,7 +223,7 @@ func (b *Backend) killQuery(ctx context.Context, id uint64, finished <-chan stru
 
 // conn takes a connection of the handle, waiting at most bound (if not 0)
 // and as long as ctx allows.
-func (b *Backend) conn(ctx context.Context, key string, bound time.Duration) (*sql.Conn, error) {
+func (b *Backend) conn(ctx context.Context, bound time.Duration) (*sql.Conn, error) {
 	actx := ctx
 	if bound > 0 {
 		var cancel context.CancelFunc
@@ -235,9 +235,9 @@ func (b *Backend) conn(ctx context.Context, key string, bound time.Duration) (*s
 		return c, nil
 	}
 	if st := b.db.Stats(); actx.Err() != nil && st.MaxOpenConnections > 0 && st.InUse >= st.MaxOpenConnections {
-		return nil, b.holds.PoolExhausted(key, ErrPoolExhausted, st.MaxOpenConnections, err)
+		return nil, b.holds.PoolExhausted(ErrPoolExhausted, st.MaxOpenConnections, err)
 	}
-	return nil, fmt.Errorf("mysqllock: acquire %q: connection: %w", key, err)
+	return nil, fmt.Errorf("mysqllock: connection: %w", err)
 }
 
 // maxConnIDs bounds the cache of session ids: ids of connections that the

@@ -77,8 +77,8 @@ func (b *Backend) Name() string { return "mysql" }
 // on first use; call it at deployment when the locking user may not create
 // tables.
 func (b *Backend) Migrate(ctx context.Context) error {
-	if err := b.holds.Enter("migrate", ""); err != nil {
-		return err
+	if err := b.holds.Enter(); err != nil {
+		return fmt.Errorf("mysqllock: migrate: %w", err)
 	}
 	defer b.holds.Leave()
 	return b.migrate(ctx)

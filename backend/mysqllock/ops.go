@@ -16,12 +16,12 @@ import (
 // lease to ttl from now, in the holder record too. The named lock lives as
 // long as the session.
 func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := b.holds.ClosedError("renew", key); err != nil {
+	if err := b.holds.ClosedError(); err != nil {
 		return err
 	}
 	p := b.holds.Lookup(key, token)
 	if p == nil {
-		return fmt.Errorf("mysqllock: renew %q: %w", key, driver.ErrNotHeld)
+		return driver.ErrNotHeld
 	}
 	return p.Renew(ctx, ttl)
 }
@@ -30,13 +30,13 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 // and returns its connection to the pool, or closes it if the release failed.
 // A renewal or keepalive in flight on the connection finishes first.
 func (b *Backend) Release(ctx context.Context, key, token string) error {
-	if err := b.holds.Enter("release", key); err != nil {
+	if err := b.holds.Enter(); err != nil {
 		return err
 	}
 	defer b.holds.Leave()
 	p := b.holds.Lookup(key, token)
 	if p == nil {
-		return fmt.Errorf("mysqllock: release %q: %w", key, driver.ErrNotHeld)
+		return driver.ErrNotHeld
 	}
 	return p.Release(ctx)
 }
@@ -85,22 +85,22 @@ func (b *Backend) inspect(ctx context.Context, key string) (state, error) {
 // grant while its row remains. A lock taken on key's name outside mysqllock
 // (SELECT GET_LOCK(LockName(key), ...)) is reported held, without the rest.
 func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
-	if err := b.holds.Enter("inspect", key); err != nil {
+	if err := b.holds.Enter(); err != nil {
 		return driver.Info{}, err
 	}
 	defer b.holds.Leave()
 	if err := b.ensureSchema(ctx); err != nil {
-		return driver.Info{}, fmt.Errorf("mysqllock: inspect %q: %w", key, err)
+		return driver.Info{}, err
 	}
 	s, err := b.inspect(ctx, key)
 	if err != nil {
-		return driver.Info{}, fmt.Errorf("mysqllock: inspect %q: %w", key, err)
+		return driver.Info{}, driver.Wrap("mysqllock", err)
 	}
 	switch {
 	case s.held && s.current:
 		info, err := s.rec.info(key)
 		if err != nil {
-			return driver.Info{}, fmt.Errorf("mysqllock: inspect %q: %w", key, err)
+			return driver.Info{}, driver.Wrap("mysqllock", err)
 		}
 		return info, nil
 	case s.held:
@@ -113,7 +113,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 // prefix and whose session still holds them, sorted by key. It reads every
 // row of the holder table whose key starts with prefix.
 func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
-	return b.list(ctx, prefix, listSQL, prefix, prefix)
+	return b.list(ctx, listSQL, prefix, prefix)
 }
 
 // ListPage returns, sorted by key byte for byte, at most limit of the locks
@@ -124,25 +124,25 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 // keys in between.
 func (b *Backend) ListPage(ctx context.Context, prefix, after string, limit int) ([]driver.Info, error) {
 	if limit < 1 {
-		return nil, fmt.Errorf("mysqllock: list %q: %w: limit %d, want at least 1", prefix, driver.ErrInvalidOption, limit)
+		return nil, fmt.Errorf("%w: limit %d, want at least 1", driver.ErrInvalidOption, limit)
 	}
-	return b.list(ctx, prefix, listPageSQL, after, prefix, keyrange.End(prefix), prefix, prefix, limit)
+	return b.list(ctx, listPageSQL, after, prefix, keyrange.End(prefix), prefix, prefix, limit)
 }
 
 // list returns the holders that q, a listing statement, reads with args.
-func (b *Backend) list(ctx context.Context, prefix, q string, args ...any) ([]driver.Info, error) {
-	if err := b.holds.Enter("list", prefix); err != nil {
+func (b *Backend) list(ctx context.Context, q string, args ...any) ([]driver.Info, error) {
+	if err := b.holds.Enter(); err != nil {
 		return nil, err
 	}
 	defer b.holds.Leave()
 	if err := b.ensureSchema(ctx); err != nil {
-		return nil, fmt.Errorf("mysqllock: list %q: %w", prefix, err)
+		return nil, err
 	}
 	qctx, cancel := context.WithTimeout(ctx, b.opts.requestTimeout)
 	defer cancel()
 	rows, err := b.db.QueryContext(qctx, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("mysqllock: list %q: %w", prefix, err)
+		return nil, driver.Wrap("mysqllock", err)
 	}
 	defer rows.Close()
 	var infos []driver.Info
@@ -152,16 +152,16 @@ func (b *Backend) list(ctx context.Context, prefix, q string, args ...any) ([]dr
 			r   record
 		)
 		if err := rows.Scan(&key, &r.fence, &r.owner, &r.business, &r.labels, &r.ttlUS); err != nil {
-			return nil, fmt.Errorf("mysqllock: list %q: %w", prefix, err)
+			return nil, driver.Wrap("mysqllock", err)
 		}
 		info, err := r.info(string(key))
 		if err != nil {
-			return nil, fmt.Errorf("mysqllock: list %q: %w", prefix, err)
+			return nil, driver.Wrap("mysqllock", err)
 		}
 		infos = append(infos, info)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("mysqllock: list %q: %w", prefix, err)
+		return nil, driver.Wrap("mysqllock", err)
 	}
 	return infos, nil
 }
@@ -178,50 +178,50 @@ func (b *Backend) list(ctx context.Context, prefix, q string, args ...any) ([]dr
 // errors.ErrUnsupported that says why. If no session holds key it returns an
 // error matching driver.ErrNotHeld and ends nothing.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
-	if err := b.holds.Enter("force release", key); err != nil {
+	if err := b.holds.Enter(); err != nil {
 		return driver.Info{}, err
 	}
 	defer b.holds.Leave()
 	if err := driver.ValidateKey(key); err != nil {
-		return driver.Info{}, fmt.Errorf("mysqllock: force release: %w", err)
+		return driver.Info{}, err
 	}
 	if !b.opts.killOnForce {
-		return driver.Info{}, fmt.Errorf("mysqllock: force release %q: %w: a named lock belongs to the session holding it and only ending that session frees it; allow that with WithKillOnForceRelease(true)",
-			key, errors.ErrUnsupported)
+		return driver.Info{}, fmt.Errorf("mysqllock: %w: a named lock belongs to the session holding it and only ending that session frees it; allow that with WithKillOnForceRelease(true)",
+			errors.ErrUnsupported)
 	}
 	if err := b.ensureSchema(ctx); err != nil {
-		return driver.Info{}, fmt.Errorf("mysqllock: force release %q: %w", key, err)
+		return driver.Info{}, err
 	}
 	s, err := b.inspect(ctx, key)
 	if err != nil {
-		return driver.Info{}, fmt.Errorf("mysqllock: force release %q: %w", key, err)
+		return driver.Info{}, driver.Wrap("mysqllock", err)
 	}
 	if !s.held {
-		return driver.Info{}, fmt.Errorf("mysqllock: force release %q: %w", key, driver.ErrNotHeld)
+		return driver.Info{}, driver.ErrNotHeld
 	}
 	info := driver.Info{Key: key, Held: true}
 	if s.current {
 		if info, err = s.rec.info(key); err != nil {
-			return driver.Info{}, fmt.Errorf("mysqllock: force release %q: %w", key, err)
+			return driver.Info{}, driver.Wrap("mysqllock", err)
 		}
 	}
 	qctx, cancel := context.WithTimeout(ctx, b.opts.requestTimeout)
 	defer cancel()
 	if _, err := b.db.ExecContext(qctx, fmt.Sprintf("KILL CONNECTION %d", s.holder)); err != nil {
-		return driver.Info{}, fmt.Errorf("mysqllock: force release %q: kill session %d: %w", key, s.holder, err)
+		return driver.Info{}, fmt.Errorf("mysqllock: kill session %d: %w", s.holder, err)
 	}
 	// KILL returns before the session has ended and freed its locks.
 	for {
 		var holder sql.NullInt64
 		if err := b.db.QueryRowContext(qctx, "SELECT IS_USED_LOCK(?)", LockName(key)).Scan(&holder); err != nil {
-			return driver.Info{}, fmt.Errorf("mysqllock: force release %q: session %d was told to end: %w", key, s.holder, err)
+			return driver.Info{}, fmt.Errorf("mysqllock: session %d was told to end: %w", s.holder, err)
 		}
 		if uint64(holder.Int64) != s.holder {
 			return info, nil
 		}
 		select {
 		case <-qctx.Done():
-			return driver.Info{}, fmt.Errorf("mysqllock: force release %q: session %d was told to end but had not ended: %w", key, s.holder, qctx.Err())
+			return driver.Info{}, fmt.Errorf("mysqllock: session %d was told to end but had not ended: %w", s.holder, qctx.Err())
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
@@ -232,12 +232,12 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, er
 // and returns how many it deleted. A later grant of such a key draws a fence
 // above every one the row had (see the package doc).
 func (b *Backend) Cleanup(ctx context.Context) (int64, error) {
-	if err := b.holds.Enter("cleanup", ""); err != nil {
-		return 0, err
+	if err := b.holds.Enter(); err != nil {
+		return 0, fmt.Errorf("mysqllock: cleanup: %w", err)
 	}
 	defer b.holds.Leave()
 	if err := b.ensureSchema(ctx); err != nil {
-		return 0, fmt.Errorf("mysqllock: cleanup: %w", err)
+		return 0, err
 	}
 	qctx, cancel := context.WithTimeout(ctx, b.opts.requestTimeout)
 	defer cancel()

@@ -18,14 +18,14 @@ import (
 // Acquire makes one attempt with pg_try_advisory_lock on a connection it pins
 // if the lock is granted.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	if err := b.closedError("acquire", req.Key); err != nil {
+	if err := b.holds.ClosedError(); err != nil {
 		return driver.Grant{}, err
 	}
 	meta, err := b.prepare(ctx, req)
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	conn, err := b.conn(ctx, req.Key, &b.poolBound)
+	conn, err := b.conn(ctx, &b.poolBound)
 	if err != nil {
 		return driver.Grant{}, err
 	}
@@ -39,10 +39,10 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		conn.Release() // the lock was not taken: the session holds nothing
-		return driver.Grant{}, fmt.Errorf("pglock: acquire %q: %w", req.Key, driver.ErrNotAcquired)
+		return driver.Grant{}, driver.ErrNotAcquired
 	case err != nil:
 		destroy(conn) // the lock may have been taken: end the session
-		return driver.Grant{}, fmt.Errorf("pglock: acquire %q: %w", req.Key, err)
+		return driver.Grant{}, driver.Wrap("pglock", err)
 	}
 	return b.pin(conn, req, id, fence, sent, meta)
 }
@@ -54,7 +54,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 // that the server ends (pg_terminate_backend, an operator) is replaced by a
 // new one that waits on, at the back of the queue.
 func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	if err := b.closedError("acquire", req.Key); err != nil {
+	if err := b.holds.ClosedError(); err != nil {
 		return driver.Grant{}, err
 	}
 	meta, err := b.prepare(ctx, req)
@@ -71,10 +71,10 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 
 // waitOnce waits for the lock on one session.
 func (b *Backend) waitOnce(ctx context.Context, req driver.AcquireRequest, meta []byte) (driver.Grant, error) {
-	conn, err := b.conn(ctx, req.Key, nil)
+	conn, err := b.conn(ctx, nil)
 	if err != nil {
 		if ctx.Err() != nil {
-			return driver.Grant{}, errors.Join(fmt.Errorf("pglock: acquire %q: %w", req.Key, driver.ErrNotAcquired), ctx.Err(), err)
+			return driver.Grant{}, errors.Join(driver.ErrNotAcquired, ctx.Err(), err)
 		}
 		return driver.Grant{}, err
 	}
@@ -101,15 +101,15 @@ func (b *Backend) waitOnce(ctx context.Context, req driver.AcquireRequest, meta 
 		qcancel()
 		<-cancelDone
 		destroy(conn)
-		return driver.Grant{}, errors.Join(fmt.Errorf("pglock: acquire %q: %w", req.Key, driver.ErrNotAcquired), ctx.Err())
+		return driver.Grant{}, errors.Join(driver.ErrNotAcquired, ctx.Err())
 	}
 	if err != nil {
 		ended := conn.Conn().IsClosed()
 		destroy(conn)
 		if ended {
-			return driver.Grant{}, fmt.Errorf("pglock: acquire %q: %w: %w", req.Key, pinned.ErrSessionEnded, err)
+			return driver.Grant{}, fmt.Errorf("pglock: %w: %w", pinned.ErrSessionEnded, err)
 		}
-		return driver.Grant{}, fmt.Errorf("pglock: acquire %q: %w", req.Key, err)
+		return driver.Grant{}, driver.Wrap("pglock", err)
 	}
 	// The lease starts when the grant reached us; the backend enforces it.
 	return b.pin(conn, req, id, fence, granted, meta)
@@ -130,7 +130,7 @@ var emptyMeta = []byte("{}")
 // holder row (none without holder rows).
 func (b *Backend) prepare(ctx context.Context, req driver.AcquireRequest) ([]byte, error) {
 	if err := b.ensureSchema(ctx); err != nil {
-		return nil, fmt.Errorf("pglock: acquire %q: %w", req.Key, err)
+		return nil, err
 	}
 	switch m := req.Meta; {
 	case b.opts.rowMode() == rowsNone:
@@ -140,14 +140,14 @@ func (b *Backend) prepare(ctx context.Context, req driver.AcquireRequest) ([]byt
 	}
 	meta, err := json.Marshal(req.Meta)
 	if err != nil {
-		return nil, fmt.Errorf("pglock: acquire %q: metadata: %w", req.Key, err)
+		return nil, fmt.Errorf("pglock: metadata: %w", err)
 	}
 	return meta, nil
 }
 
 // conn takes a connection from the pool, waiting at most as long as bound
 // (if not nil) and ctx allow.
-func (b *Backend) conn(ctx context.Context, key string, bound *sharedBound) (*pgxpool.Conn, error) {
+func (b *Backend) conn(ctx context.Context, bound *sharedBound) (*pgxpool.Conn, error) {
 	actx := ctx
 	if bound != nil {
 		var done func()
@@ -159,13 +159,13 @@ func (b *Backend) conn(ctx context.Context, key string, bound *sharedBound) (*pg
 		return c, nil
 	}
 	if st := b.pool.Stat(); actx.Err() != nil && st.AcquiredConns() >= st.MaxConns() {
-		return nil, b.holds.PoolExhausted(key, ErrPoolExhausted, int(st.MaxConns()), err)
+		return nil, b.holds.PoolExhausted(ErrPoolExhausted, int(st.MaxConns()), err)
 	}
 	if actx.Err() != nil && ctx.Err() == nil {
 		cfg := b.pool.Config().ConnConfig
-		return nil, fmt.Errorf("pglock: acquire %q: connection: none free or connected to %s:%d within WithPoolWait: %w", key, cfg.Host, cfg.Port, err)
+		return nil, fmt.Errorf("pglock: connection: none free or connected to %s:%d within WithPoolWait: %w", cfg.Host, cfg.Port, err)
 	}
-	return nil, fmt.Errorf("pglock: acquire %q: connection: %w", key, err)
+	return nil, fmt.Errorf("pglock: connection: %w", err)
 }
 
 // sharedBound bounds operations by a deadline shared by the operations that

@@ -28,35 +28,35 @@ import (
 // errors.ErrUnsupported that says why. If no session holds key it returns an
 // error matching driver.ErrNotHeld and ends nothing.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
-	if err := b.closedError("force release", key); err != nil {
+	if err := b.holds.ClosedError(); err != nil {
 		return driver.Info{}, err
 	}
 	if err := driver.ValidateKey(key); err != nil {
-		return driver.Info{}, fmt.Errorf("pglock: force release: %w", err)
+		return driver.Info{}, err
 	}
 	if !b.opts.forceTerminate {
-		return driver.Info{}, fmt.Errorf("pglock: force release %q: %w: an advisory lock belongs to the session holding it and only ending that session frees it; allow that with WithTerminateOnForceRelease(true)",
-			key, errors.ErrUnsupported)
+		return driver.Info{}, fmt.Errorf("pglock: %w: an advisory lock belongs to the session holding it and only ending that session frees it; allow that with WithTerminateOnForceRelease(true)",
+			errors.ErrUnsupported)
 	}
 	if err := b.ensureSchema(ctx); err != nil {
-		return driver.Info{}, fmt.Errorf("pglock: force release %q: %w", key, err)
+		return driver.Info{}, err
 	}
 	conn, qctx, done, err := b.pooled(ctx)
 	if err != nil {
-		return driver.Info{}, fmt.Errorf("pglock: force release %q: %w", key, err)
+		return driver.Info{}, driver.Wrap("pglock", err)
 	}
 	defer done()
 	if v := conn.Conn().PgConn().ParameterStatus("server_version"); majorVersion(v) < 14 {
-		return driver.Info{}, fmt.Errorf("pglock: force release %q: %w: needs PostgreSQL 14 or later (pg_terminate_backend with a timeout), the server is %s",
-			key, errors.ErrUnsupported, v)
+		return driver.Info{}, fmt.Errorf("pglock: %w: needs PostgreSQL 14 or later (pg_terminate_backend with a timeout), the server is %s",
+			errors.ErrUnsupported, v)
 	}
 	rows, err := conn.Query(qctx, forceReleaseSQL, b.ID(key), key, (b.opts.requestTimeout / 2).Milliseconds())
 	if err != nil {
-		return driver.Info{}, fmt.Errorf("pglock: force release %q: %w", key, err)
+		return driver.Info{}, driver.Wrap("pglock", err)
 	}
 	ended, err := pgx.CollectRows(rows, pgx.RowToStructByPos[endedSession])
 	if err != nil {
-		return driver.Info{}, fmt.Errorf("pglock: force release %q: %w", key, err)
+		return driver.Info{}, driver.Wrap("pglock", err)
 	}
 	return holdInfo(key, ended)
 }
@@ -73,19 +73,19 @@ type endedSession struct {
 // holdInfo is what the ended sessions held of key.
 func holdInfo(key string, ended []endedSession) (driver.Info, error) {
 	if len(ended) == 0 {
-		return driver.Info{}, fmt.Errorf("pglock: force release %q: %w", key, driver.ErrNotHeld)
+		return driver.Info{}, driver.ErrNotHeld
 	}
 	info := driver.Info{Key: key, Held: true}
 	for _, e := range ended {
 		if !e.Exited {
-			return driver.Info{}, fmt.Errorf("pglock: force release %q: the session of backend pid %d was told to end but had not exited in time", key, e.PID)
+			return driver.Info{}, fmt.Errorf("pglock: the session of backend pid %d was told to end but had not exited in time", e.PID)
 		}
 		if e.Fence == 0 {
 			continue // not a pglock holder row
 		}
 		info.Fence, info.TTL = uint64(e.Fence), max(time.Duration(e.TTLUS)*time.Microsecond, 0)
 		if err := json.Unmarshal(e.Meta, &info.Meta); err != nil {
-			return driver.Info{}, fmt.Errorf("pglock: force release %q: metadata: %w", key, err)
+			return driver.Info{}, fmt.Errorf("pglock: metadata: %w", err)
 		}
 	}
 	return info, nil

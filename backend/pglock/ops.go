@@ -18,12 +18,12 @@ import (
 // Renew confirms that the pinned session of token is alive and moves the
 // lease to ttl from now. The advisory lock lives as long as the session.
 func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := b.closedError("renew", key); err != nil {
+	if err := b.holds.ClosedError(); err != nil {
 		return err
 	}
 	p := b.holds.Lookup(key, token)
 	if p == nil {
-		return fmt.Errorf("pglock: renew %q: %w", key, driver.ErrNotHeld)
+		return driver.ErrNotHeld
 	}
 	return p.Renew(ctx, ttl)
 }
@@ -32,12 +32,12 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 // its connection to the pool (or destroys it if the unlock failed). A renewal
 // or keepalive in flight on the connection finishes first.
 func (b *Backend) Release(ctx context.Context, key, token string) error {
-	if err := b.closedError("release", key); err != nil {
+	if err := b.holds.ClosedError(); err != nil {
 		return err
 	}
 	p := b.holds.Lookup(key, token)
 	if p == nil {
-		return fmt.Errorf("pglock: release %q: %w", key, driver.ErrNotHeld)
+		return driver.ErrNotHeld
 	}
 	return p.Release(ctx)
 }
@@ -51,11 +51,11 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 // without the rest before; a free key then reports fence 0, since its row
 // may be older than its last grant.
 func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
-	if err := b.closedError("inspect", key); err != nil {
+	if err := b.holds.ClosedError(); err != nil {
 		return driver.Info{}, err
 	}
 	if err := b.ensureSchema(ctx); err != nil {
-		return driver.Info{}, fmt.Errorf("pglock: inspect %q: %w", key, err)
+		return driver.Info{}, err
 	}
 	var (
 		held, current bool
@@ -69,14 +69,14 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 		done()
 	}
 	if err != nil {
-		return driver.Info{}, fmt.Errorf("pglock: inspect %q: %w", key, err)
+		return driver.Info{}, driver.Wrap("pglock", err)
 	}
 	info := driver.Info{Key: key, Held: held}
 	switch {
 	case held && current:
 		info.Fence, info.TTL = uint64(fence), max(time.Duration(ttlUS)*time.Microsecond, 0)
 		if err := json.Unmarshal(meta, &info.Meta); err != nil {
-			return driver.Info{}, fmt.Errorf("pglock: inspect %q: metadata: %w", key, err)
+			return driver.Info{}, fmt.Errorf("pglock: metadata: %w", err)
 		}
 	case held:
 		if p := b.heldBy(key, uint32(pid)); p != nil {
@@ -104,7 +104,7 @@ func (b *Backend) heldBy(key string, pid uint32) (held *session) {
 // (see Inspect), and this backend's own. It reads every holder row of the
 // prefix: ListPage's statement without a limit.
 func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
-	infos, err := b.list(ctx, prefix, listPageSQL, "", prefix, keyrange.End(prefix), nil)
+	infos, err := b.list(ctx, listPageSQL, "", prefix, keyrange.End(prefix), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -119,9 +119,9 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 // (pg_locks) once.
 func (b *Backend) ListPage(ctx context.Context, prefix, after string, limit int) ([]driver.Info, error) {
 	if limit < 1 {
-		return nil, fmt.Errorf("pglock: list %q: %w: limit %d, want at least 1", prefix, driver.ErrInvalidOption, limit)
+		return nil, fmt.Errorf("%w: limit %d, want at least 1", driver.ErrInvalidOption, limit)
 	}
-	infos, err := b.list(ctx, prefix, listPageSQL, after, prefix, keyrange.End(prefix), limit)
+	infos, err := b.list(ctx, listPageSQL, after, prefix, keyrange.End(prefix), limit)
 	if err != nil {
 		return nil, err
 	}
@@ -130,21 +130,21 @@ func (b *Backend) ListPage(ctx context.Context, prefix, after string, limit int)
 }
 
 // list returns the holders that q, a listing statement, reads with args.
-func (b *Backend) list(ctx context.Context, prefix, q string, args ...any) ([]driver.Info, error) {
-	if err := b.closedError("list", prefix); err != nil {
+func (b *Backend) list(ctx context.Context, q string, args ...any) ([]driver.Info, error) {
+	if err := b.holds.ClosedError(); err != nil {
 		return nil, err
 	}
 	if err := b.ensureSchema(ctx); err != nil {
-		return nil, fmt.Errorf("pglock: list %q: %w", prefix, err)
+		return nil, err
 	}
 	conn, qctx, done, err := b.pooled(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("pglock: list %q: %w", prefix, err)
+		return nil, driver.Wrap("pglock", err)
 	}
 	defer done()
 	rows, err := conn.Query(qctx, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("pglock: list %q: %w", prefix, err)
+		return nil, driver.Wrap("pglock", err)
 	}
 	infos, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (driver.Info, error) {
 		var (
@@ -160,7 +160,7 @@ func (b *Backend) list(ctx context.Context, prefix, q string, args ...any) ([]dr
 		return info, json.Unmarshal(meta, &info.Meta)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("pglock: list %q: %w", prefix, err)
+		return nil, driver.Wrap("pglock", err)
 	}
 	return infos, nil
 }

@@ -68,9 +68,6 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Backend, error) {
 	return b, nil
 }
 
-// closedError is the error of operation op on key once Close was called.
-func (b *Backend) closedError(op, key string) error { return b.holds.ClosedError(op, key) }
-
 // Name returns "postgres".
 func (b *Backend) Name() string { return "postgres" }
 

@@ -29,7 +29,7 @@ var (
 
 var _ driver.RWLocks = (*Backend)(nil)
 
-// rwKind names read-write locks in errors and among the pinned holds.
+// rwKind names read-write locks among the pinned holds.
 const rwKind = "rw"
 
 // AcquireRW makes one attempt to take name req.Key in mode: the name's
@@ -38,12 +38,12 @@ const rwKind = "rw"
 // which records intent when refused (driver.RWLocks). The session that took
 // it is pinned as a lock's is.
 func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode driver.Mode, intent string) (driver.Grant, error) {
-	if err := b.closedError("acquire", req.Key); err != nil {
+	if err := b.holds.ClosedError(); err != nil {
 		return driver.Grant{}, err
 	}
 	meta, err := holdMeta(req.Meta)
 	if err != nil {
-		return driver.Grant{}, fmt.Errorf("pglock: %s lock %q: metadata: %w", mode, req.Key, err)
+		return driver.Grant{}, fmt.Errorf("pglock: metadata: %w", err)
 	}
 	var g driver.Grant
 	err = b.withTables(ctx, func() (err error) {
@@ -52,7 +52,7 @@ func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode
 		if mode == driver.Exclusive {
 			q, args = rwAcquireExclusiveSQL, append(args, intent, driver.WriteIntentTTL.Milliseconds())
 		}
-		g, err = b.tryHold(ctx, req, rwKind, mode.String()+" lock", id, q, args...)
+		g, err = b.tryHold(ctx, req, rwKind, id, q, args...)
 		return err
 	})
 	return g, err
@@ -72,7 +72,7 @@ func (b *Backend) ReleaseRW(ctx context.Context, name, token string) error {
 // WithdrawIntent removes a waiting writer's intent on name and, if it was
 // live, wakes the readers it kept out.
 func (b *Backend) WithdrawIntent(ctx context.Context, name, intent string) error {
-	if err := b.closedError("withdraw intent", name); err != nil {
+	if err := b.holds.ClosedError(); err != nil {
 		return err
 	}
 	err := b.withTables(ctx, func() error {
@@ -85,7 +85,7 @@ func (b *Backend) WithdrawIntent(ctx context.Context, name, intent string) error
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("pglock: withdraw intent on %q: %w", name, err)
+		return driver.Wrap("pglock", err)
 	}
 	return nil
 }
@@ -93,7 +93,7 @@ func (b *Backend) WithdrawIntent(ctx context.Context, name, intent string) error
 // InspectRW returns the holds of name whose session holds its advisory
 // lock in their mode, by fence, and the number of live write intents.
 func (b *Backend) InspectRW(ctx context.Context, name string) (driver.Mode, []driver.Info, int, error) {
-	if err := b.closedError("inspect", name); err != nil {
+	if err := b.holds.ClosedError(); err != nil {
 		return 0, nil, 0, err
 	}
 	mode, intents := driver.Shared, 0
@@ -131,7 +131,7 @@ func (b *Backend) InspectRW(ctx context.Context, name string) (driver.Mode, []dr
 		return err
 	})
 	if err != nil {
-		return 0, nil, 0, fmt.Errorf("pglock: inspect %q: %w", name, err)
+		return 0, nil, 0, driver.Wrap("pglock", err)
 	}
 	return mode, held, intents, nil
 }

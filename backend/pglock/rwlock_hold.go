@@ -77,8 +77,8 @@ func holdKey(kind, name string) string { return "\x1f" + kind + "\x1f" + name }
 // unlocks with pg_advisory_unlock when the lease runs out: for a hold that
 // is not an exclusive lock on id, that unlock fails and the session is
 // ended, which frees the hold all the same.
-func (b *Backend) tryHold(ctx context.Context, req driver.AcquireRequest, kind, what string, id int64, q string, args ...any) (driver.Grant, error) {
-	conn, err := b.conn(ctx, req.Key, &b.poolBound)
+func (b *Backend) tryHold(ctx context.Context, req driver.AcquireRequest, kind string, id int64, q string, args ...any) (driver.Grant, error) {
+	conn, err := b.conn(ctx, &b.poolBound)
 	if err != nil {
 		return driver.Grant{}, err
 	}
@@ -90,10 +90,10 @@ func (b *Backend) tryHold(ctx context.Context, req driver.AcquireRequest, kind, 
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		conn.Release() // not taken: the session holds nothing
-		return driver.Grant{}, fmt.Errorf("pglock: %s %q: %w", what, req.Key, driver.ErrNotAcquired)
+		return driver.Grant{}, driver.ErrNotAcquired
 	case err != nil:
 		destroy(conn) // the hold may have been taken: end the session
-		return driver.Grant{}, fmt.Errorf("pglock: %s %q: %w", what, req.Key, err)
+		return driver.Grant{}, driver.Wrap("pglock", err)
 	}
 	return b.pinHold(conn, req, kind, id, fence, sent)
 }
@@ -101,11 +101,10 @@ func (b *Backend) tryHold(ctx context.Context, req driver.AcquireRequest, kind, 
 // pinHold pins conn, whose session holds req's hold, under holdKey. The
 // hold's row was written with the grant, so none is published for it.
 func (b *Backend) pinHold(conn *pgxpool.Conn, req driver.AcquireRequest, kind string, id, fence int64, sent time.Time) (driver.Grant, error) {
-	name := req.Key
-	req.Key = holdKey(kind, name)
+	req.Key = holdKey(kind, req.Key)
 	g, err := b.pin(conn, req, id, fence, sent, nil)
 	if err != nil {
-		return driver.Grant{}, fmt.Errorf("pglock: %s %q: %w", kind, name, err)
+		return driver.Grant{}, err
 	}
 	if p := b.holds.Lookup(req.Key, req.Token); p != nil {
 		p.published.Store(true)
@@ -118,12 +117,12 @@ func (b *Backend) pinHold(conn *pgxpool.Conn, req driver.AcquireRequest, kind st
 // only describes the hold: a failure there leaves it renewed, and a session
 // found ended there loses it, as a renewal would).
 func (b *Backend) renewHold(ctx context.Context, kind, name, token string, ttl time.Duration, q string) error {
-	if err := b.closedError("renew", name); err != nil {
+	if err := b.holds.ClosedError(); err != nil {
 		return err
 	}
 	p := b.holds.Lookup(holdKey(kind, name), token)
 	if p == nil {
-		return fmt.Errorf("pglock: renew %s %q: %w", kind, name, driver.ErrNotHeld)
+		return driver.ErrNotHeld
 	}
 	if err := p.Renew(ctx, ttl); err != nil {
 		return err
@@ -150,19 +149,19 @@ func (b *Backend) renewHold(ctx context.Context, kind, name, token string, ttl t
 // unlock did not certainly succeed: a pooled connection never carries a
 // hold).
 func (b *Backend) releaseHold(ctx context.Context, kind, name, token string, q string, args func(p *session) []any) error {
-	if err := b.closedError("release", name); err != nil {
+	if err := b.holds.ClosedError(); err != nil {
 		return err
 	}
 	p := b.holds.Lookup(holdKey(kind, name), token)
 	if p == nil {
-		return fmt.Errorf("pglock: release %s %q: %w", kind, name, driver.ErrNotHeld)
+		return driver.ErrNotHeld
 	}
 	if err := p.Lock(ctx); err != nil {
-		return fmt.Errorf("pglock: release %s %q: %w", kind, name, err)
+		return driver.Wrap("pglock", err)
 	}
 	defer p.Unlock()
 	if p.Ended() {
-		return fmt.Errorf("pglock: release %s %q: %w", kind, name, driver.ErrNotHeld)
+		return driver.ErrNotHeld
 	}
 	p.EndLocked()
 	qctx, done := b.reqBound.within(ctx)
@@ -175,9 +174,9 @@ func (b *Backend) releaseHold(ctx context.Context, kind, name, token string, q s
 	}
 	destroy(p.conn)
 	if err == nil {
-		return fmt.Errorf("pglock: release %s %q: %w: the session did not hold it", kind, name, driver.ErrNotHeld)
+		return fmt.Errorf("%w: the session did not hold it", driver.ErrNotHeld)
 	}
-	return fmt.Errorf("pglock: release %s %q: %w; the connection is closed, so the server frees the hold once it sees the session end", kind, name, err)
+	return fmt.Errorf("%w; the connection is closed, so the server frees the hold once it sees the session end", driver.Wrap("pglock", err))
 }
 
 // watchChannel returns a channel that fires when a notice on the
@@ -189,19 +188,19 @@ func (b *Backend) releaseHold(ctx context.Context, kind, name, token string, q s
 // connection fails, or the backend closes, the channel fires and the
 // client's poll takes over.
 func (b *Backend) watchChannel(ctx context.Context, channel, name string) (<-chan struct{}, func(), error) {
-	if err := b.closedError("watch", name); err != nil {
+	if err := b.holds.ClosedError(); err != nil {
 		return nil, nil, err
 	}
-	conn, err := b.conn(ctx, name, &b.poolBound)
+	conn, err := b.conn(ctx, &b.poolBound)
 	if err != nil {
-		return nil, nil, fmt.Errorf("pglock: watch %q: %w", name, err)
+		return nil, nil, err
 	}
 	qctx, done := b.reqBound.within(ctx)
 	_, err = conn.Exec(qctx, "LISTEN "+channel)
 	done()
 	if err != nil {
 		destroy(conn) // the LISTEN may be in effect
-		return nil, nil, fmt.Errorf("pglock: watch %q: %w", name, err)
+		return nil, nil, driver.Wrap("pglock", err)
 	}
 	w := &listener{b: b, conn: conn, name: b.rowName(name), wake: make(chan struct{}, 1), exited: make(chan struct{})}
 	go w.run()

@@ -53,12 +53,12 @@ func slotKeyOf(id int64) int32 {
 // name and refuses a limit that differs from the stored one
 // (driver.Semaphores). The session that took it is pinned as a lock's is.
 func (b *Backend) AcquirePermit(ctx context.Context, req driver.AcquireRequest, limit int) (driver.Grant, error) {
-	if err := b.closedError("acquire", req.Key); err != nil {
+	if err := b.holds.ClosedError(); err != nil {
 		return driver.Grant{}, err
 	}
 	meta, err := holdMeta(req.Meta)
 	if err != nil {
-		return driver.Grant{}, fmt.Errorf("pglock: semaphore %q: metadata: %w", req.Key, err)
+		return driver.Grant{}, fmt.Errorf("pglock: metadata: %w", err)
 	}
 	var g driver.Grant
 	err = b.withTables(ctx, func() (err error) {
@@ -80,7 +80,7 @@ var errNoLimit = errors.New("no stored limit")
 
 // tryPermit runs one permit statement.
 func (b *Backend) tryPermit(ctx context.Context, req driver.AcquireRequest, limit int, meta []byte) (driver.Grant, error) {
-	conn, err := b.conn(ctx, req.Key, &b.poolBound)
+	conn, err := b.conn(ctx, &b.poolBound)
 	if err != nil {
 		return driver.Grant{}, err
 	}
@@ -95,18 +95,18 @@ func (b *Backend) tryPermit(ctx context.Context, req driver.AcquireRequest, limi
 	switch {
 	case err != nil:
 		destroy(conn) // a permit may have been taken: end the session
-		return driver.Grant{}, fmt.Errorf("pglock: semaphore %q: %w", req.Key, err)
+		return driver.Grant{}, driver.Wrap("pglock", err)
 	case fence != nil:
 		return b.pinHold(conn, req, semKind, b.ID(holdKey(semKind, req.Key)), *fence, sent)
 	}
 	conn.Release() // nothing taken: the session holds nothing
 	switch {
 	case stored == nil:
-		return driver.Grant{}, fmt.Errorf("pglock: semaphore %q: %w", req.Key, errNoLimit)
+		return driver.Grant{}, driver.Wrap("pglock", errNoLimit)
 	case int(*stored) != limit:
-		return driver.Grant{}, fmt.Errorf("pglock: semaphore %q has %d permits, not %d: %w", req.Key, *stored, limit, driver.ErrInvalidOption)
+		return driver.Grant{}, fmt.Errorf("%w: the semaphore has %d permits, not %d", driver.ErrInvalidOption, *stored, limit)
 	}
-	return driver.Grant{}, fmt.Errorf("pglock: semaphore %q: all %d permits held: %w", req.Key, limit, driver.ErrNotAcquired)
+	return driver.Grant{}, fmt.Errorf("%w: all %d permits held", driver.ErrNotAcquired, limit)
 }
 
 // RenewPermit moves the lease of token's permit of name.
@@ -122,11 +122,11 @@ func (b *Backend) ReleasePermit(ctx context.Context, name, token string) error {
 
 // SetPermits stores n as name's limit and wakes its waiters.
 func (b *Backend) SetPermits(ctx context.Context, name string, n int) error {
-	if err := b.closedError("set permits", name); err != nil {
+	if err := b.holds.ClosedError(); err != nil {
 		return err
 	}
 	if n < 1 {
-		return fmt.Errorf("pglock: semaphore %q: %d permits: want at least 1: %w", name, n, driver.ErrInvalidOption)
+		return fmt.Errorf("%w: %d permits: want at least 1", driver.ErrInvalidOption, n)
 	}
 	err := b.withTables(ctx, func() error {
 		conn, qctx, done, err := b.pooled(ctx)
@@ -138,7 +138,7 @@ func (b *Backend) SetPermits(ctx context.Context, name string, n int) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("pglock: set permits of %q: %w", name, err)
+		return driver.Wrap("pglock", err)
 	}
 	return nil
 }
@@ -146,7 +146,7 @@ func (b *Backend) SetPermits(ctx context.Context, name string, n int) error {
 // InspectPermits returns name's stored limit and the permits whose session
 // holds their slot, by fence.
 func (b *Backend) InspectPermits(ctx context.Context, name string) (int, []driver.Info, error) {
-	if err := b.closedError("inspect", name); err != nil {
+	if err := b.holds.ClosedError(); err != nil {
 		return 0, nil, err
 	}
 	var (
@@ -182,7 +182,7 @@ func (b *Backend) InspectPermits(ctx context.Context, name string) (int, []drive
 		return err
 	})
 	if err != nil {
-		return 0, nil, fmt.Errorf("pglock: inspect semaphore %q: %w", name, err)
+		return 0, nil, driver.Wrap("pglock", err)
 	}
 	return limit, held, nil
 }

@@ -49,7 +49,7 @@ func (b *Backend) pin(conn *pgxpool.Conn, req driver.AcquireRequest, id, fence i
 // a goroutine.
 func (p *session) Lasted() {
 	if p.b.opts.rowMode() == rowsLasting && !p.published.Load() {
-		if p.b.holds.Enter("publish", p.Key) == nil {
+		if p.b.holds.Enter() == nil {
 			go p.publishThenArm()
 		}
 		return
@@ -81,7 +81,7 @@ func (p *session) publishLocked(ctx context.Context, deadline time.Time) error {
 	defer cancel()
 	left := max(time.Until(deadline).Milliseconds(), 0)
 	if _, err := p.conn.Exec(ctx, publishSQL, p.id, p.Key, p.Token, int64(p.Fence), left, p.meta); err != nil {
-		return fmt.Errorf("pglock: holder row of %q: %w", p.Key, err)
+		return fmt.Errorf("pglock: holder row: %w", err)
 	}
 	p.published.Store(true)
 	return nil

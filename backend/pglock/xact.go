@@ -2,10 +2,10 @@ package pglock
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
 )
 
@@ -18,13 +18,10 @@ import (
 // then. The wait ends with ctx.
 func (b *Backend) XactLock(ctx context.Context, tx pgx.Tx, key string) error {
 	id, err := b.xactID(ctx, key)
-	if err != nil {
-		return err
+	if err == nil {
+		_, err = tx.Exec(ctx, xactLockSQL, id)
 	}
-	if _, err := tx.Exec(ctx, xactLockSQL, id); err != nil {
-		return fmt.Errorf("pglock: xact lock %q: %w", key, err)
-	}
-	return nil
+	return xactErr(key, err)
 }
 
 // TryXactLock takes key's transaction-level advisory lock in tx if it is
@@ -32,30 +29,38 @@ func (b *Backend) XactLock(ctx context.Context, tx pgx.Tx, key string) error {
 // It maps key as XactLock does.
 func (b *Backend) TryXactLock(ctx context.Context, tx pgx.Tx, key string) error {
 	id, err := b.xactID(ctx, key)
-	if err != nil {
-		return err
-	}
 	var ok bool
-	if err := tx.QueryRow(ctx, tryXactLockSQL, id).Scan(&ok); err != nil {
-		return fmt.Errorf("pglock: xact lock %q: %w", key, err)
+	if err == nil {
+		err = tx.QueryRow(ctx, tryXactLockSQL, id).Scan(&ok)
 	}
-	if !ok {
-		return fmt.Errorf("pglock: xact lock %q: %w", key, driver.ErrNotAcquired)
+	if err == nil && !ok {
+		err = driver.ErrNotAcquired
 	}
-	return nil
+	return xactErr(key, err)
 }
 
 // xactID validates key and returns its lock id once the backend knows the
 // database's key-id scheme.
 func (b *Backend) xactID(ctx context.Context, key string) (int64, error) {
 	if err := driver.ValidateKey(key); err != nil {
-		return 0, fmt.Errorf("pglock: xact lock: %w", err)
+		return 0, err
 	}
-	if err := b.closedError("xact lock", key); err != nil {
+	if err := b.holds.ClosedError(); err != nil {
 		return 0, err
 	}
 	if err := b.ensureSchema(ctx); err != nil {
-		return 0, fmt.Errorf("pglock: xact lock %q: %w", key, err)
+		return 0, err
 	}
 	return b.ID(key), nil
+}
+
+// xactErr is err, from a transaction-level lock of key, as a
+// distlock.KeyError, which names the operation and the key as a client's
+// errors do (no client stands between the caller and these calls); nil if
+// err is nil.
+func xactErr(key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &distlock.KeyError{Op: "xact lock", Key: key, Err: driver.Wrap("pglock", err)}
 }

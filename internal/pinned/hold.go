@@ -196,7 +196,7 @@ func (h *Hold[C]) watch() {
 // the session, or releases the key once the lease ran out without renewal.
 func (h *Hold[C]) tick() {
 	s := h.holds
-	if s.Enter("keepalive", h.Key) != nil {
+	if s.Enter() != nil {
 		return // Close releases every held key itself
 	}
 	defer s.Leave()
@@ -230,12 +230,12 @@ func (h *Hold[C]) tick() {
 func (h *Hold[C]) Renew(ctx context.Context, ttl time.Duration) error {
 	sent := time.Now()
 	s := h.holds
-	if err := s.Enter("renew", h.Key); err != nil {
+	if err := s.Enter(); err != nil {
 		return err
 	}
 	if err := h.Lock(ctx); err != nil {
 		s.Leave()
-		return fmt.Errorf("%s: renew %q: %w", s.cfg.Name, h.Key, err)
+		return driver.Wrap(s.cfg.Name, err)
 	}
 	res := make(chan error, 1)
 	go func() {
@@ -247,7 +247,7 @@ func (h *Hold[C]) Renew(ctx context.Context, ttl time.Duration) error {
 	case err := <-res:
 		return err
 	case <-ctx.Done():
-		return fmt.Errorf("%s: renew %q: %w", s.cfg.Name, h.Key, ctx.Err())
+		return driver.Wrap(s.cfg.Name, ctx.Err())
 	}
 }
 
@@ -255,14 +255,14 @@ func (h *Hold[C]) Renew(ctx context.Context, ttl time.Duration) error {
 func (h *Hold[C]) renewLocked(ctx context.Context, sent time.Time, ttl time.Duration) error {
 	s := h.holds
 	if h.done || !sent.Before(h.deadline) {
-		return fmt.Errorf("%s: renew %q: %w", s.cfg.Name, h.Key, driver.ErrNotHeld)
+		return driver.ErrNotHeld
 	}
 	if err := h.conn.Extend(ctx, sent, ttl); err != nil {
 		if !h.conn.Lives(err) {
 			h.DieLocked()
-			return fmt.Errorf("%s: renew %q: %w: the session ended: %w", s.cfg.Name, h.Key, driver.ErrNotHeld, err)
+			return fmt.Errorf("%w: the session ended: %w", driver.ErrNotHeld, err)
 		}
-		return fmt.Errorf("%s: renew %q: %w", s.cfg.Name, h.Key, err)
+		return driver.Wrap(s.cfg.Name, err)
 	}
 	h.deadline, h.ttl = sent.Add(ttl), ttl
 	h.deadlineNS.Store(h.deadline.UnixNano())
@@ -281,11 +281,11 @@ func (h *Hold[C]) renewLocked(ctx context.Context, sent time.Time, ttl time.Dura
 // another call uses the connection, the lock stays held and registered.
 func (h *Hold[C]) Release(ctx context.Context) error {
 	if err := h.Lock(ctx); err != nil {
-		return fmt.Errorf("%s: release %q: %w", h.holds.cfg.Name, h.Key, err)
+		return driver.Wrap(h.holds.cfg.Name, err)
 	}
 	defer h.Unlock()
 	if h.done {
-		return fmt.Errorf("%s: release %q: %w", h.holds.cfg.Name, h.Key, driver.ErrNotHeld)
+		return driver.ErrNotHeld
 	}
 	h.holds.forget(h)
 	return h.endLocked(ctx)
@@ -305,14 +305,14 @@ func (h *Hold[C]) endLocked(ctx context.Context) error {
 	}
 	lives := err != nil && h.conn.Lives(err)
 	h.conn.Destroy()
-	name := h.holds.cfg.Name
 	switch {
 	case err == nil:
-		return fmt.Errorf("%s: release %q: %w: the session did not hold the lock", name, h.Key, driver.ErrNotHeld)
+		return fmt.Errorf("%w: the session did not hold the lock", driver.ErrNotHeld)
 	case lives || ctx.Err() != nil:
-		return fmt.Errorf("%s: release %q: %w; the connection is closed, so the server frees the lock once it sees the session end", name, h.Key, err)
+		return fmt.Errorf("%w; the connection is closed, so the server frees the lock once it sees the session end",
+			driver.Wrap(h.holds.cfg.Name, err))
 	}
-	return fmt.Errorf("%s: release %q: %w: the session had ended: %w", name, h.Key, driver.ErrNotHeld, err)
+	return fmt.Errorf("%w: the session had ended: %w", driver.ErrNotHeld, err)
 }
 
 // DieLocked records that the session ended: the lock went with it. The

@@ -33,7 +33,8 @@ var ErrSessionEnded = errors.New("the waiting session ended")
 
 // Config is what Holds needs of a backend.
 type Config struct {
-	// Name is the backend's package name, which begins every error.
+	// Name is the backend's package name, which begins every error of its
+	// store that matches no sentinel (see driver.Wrap).
 	Name string
 	// Keepalive caps the interval of a held lock's keepalive rounds, which
 	// is a third of its lease otherwise.
@@ -70,23 +71,24 @@ func New[C Conn](cfg Config) *Holds[C] {
 // Closed reports whether Close was called.
 func (s *Holds[C]) Closed() bool { return s.closed.Load() }
 
-// ClosedError is the error of operation op on key once Close was called,
-// else nil.
-func (s *Holds[C]) ClosedError(op, key string) error {
+// ClosedError is driver.ErrClosed once Close was called, else nil. Like
+// every error of Holds, it names neither the operation nor the key, which
+// the client names (see driver.Backend).
+func (s *Holds[C]) ClosedError() error {
 	if !s.closed.Load() {
 		return nil
 	}
-	return fmt.Errorf("%s: %s %q: %w", s.cfg.Name, op, key, driver.ErrClosed)
+	return driver.ErrClosed
 }
 
-// Enter registers operation op on key, or work in the background, so that
-// Close waits for it, unless Close was called: it then returns ClosedError.
-// The caller calls Leave when the work ends.
-func (s *Holds[C]) Enter(op, key string) error {
+// Enter registers an operation, or work in the background, so that Close
+// waits for it, unless Close was called: it then returns ClosedError. The
+// caller calls Leave when the work ends.
+func (s *Holds[C]) Enter() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed.Load() {
-		return fmt.Errorf("%s: %s %q: %w", s.cfg.Name, op, key, driver.ErrClosed)
+		return driver.ErrClosed
 	}
 	s.wg.Add(1)
 	return nil
@@ -118,16 +120,16 @@ func (s *Holds[C]) Range(f func(C) bool) {
 	}
 }
 
-// PoolExhausted is the error of an acquisition of key that found no free
-// connection among the max of its pool (err is the pool's): it matches
+// PoolExhausted is the error of an acquisition that found no free
+// connection among the max of its pool (err is the pool's): it starts with
 // sentinel, the backend's error for it, and says how many the backend's
 // held locks pin.
-func (s *Holds[C]) PoolExhausted(key string, sentinel error, max int, err error) error {
+func (s *Holds[C]) PoolExhausted(sentinel error, max int, err error) error {
 	s.mu.Lock()
 	n := len(s.held)
 	s.mu.Unlock()
-	return fmt.Errorf("%s: acquire %q: %w: all %d connections in use, %d pinned by locks this backend holds: %w",
-		s.cfg.Name, key, sentinel, max, n, err)
+	return fmt.Errorf("%w: all %d connections in use, %d pinned by locks this backend holds: %w",
+		sentinel, max, n, err)
 }
 
 // forget drops h from the table once its lock ends.
@@ -161,7 +163,7 @@ func (s *Holds[C]) Pin(h *Hold[C], conn C, req driver.AcquireRequest, fence uint
 		ctx, cancel := context.WithTimeout(context.Background(), CleanupTimeout)
 		defer cancel()
 		_ = h.endLocked(ctx)
-		return driver.Grant{}, fmt.Errorf("%s: acquire %q: %w", s.cfg.Name, req.Key, driver.ErrClosed)
+		return driver.Grant{}, driver.ErrClosed
 	}
 	s.held[req.Token] = h
 	if watched && !h.armed {
