@@ -23,14 +23,14 @@ var acl = zk.WorldACL(zk.PermAll)
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	ctx, stop, err := b.op(ctx)
 	if err != nil {
-		return driver.Grant{}, fmt.Errorf("zklock: acquire %q: %w", req.Key, err)
+		return driver.Grant{}, driver.Wrap("zklock", err)
 	}
 	defer stop()
 	data := encodeValue(req.Token, req.TTL, req.Meta)
 	sent := time.Now()
 	pos, err := b.enqueue(ctx, req.Key, req.Token, data)
 	if err != nil {
-		return driver.Grant{}, fmt.Errorf("zklock: acquire %q: %w", req.Key, err)
+		return driver.Grant{}, driver.Wrap("zklock", err)
 	}
 	if !pos.first() {
 		pos, err = b.look(ctx, pos.node, pos.fence)
@@ -38,15 +38,15 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if err == nil && pos.first() {
 		g, err := b.granted(req, pos.node, data, pos, sent, false)
 		if err != nil {
-			return driver.Grant{}, fmt.Errorf("zklock: acquire %q: %w", req.Key, err)
+			return driver.Grant{}, driver.Wrap("zklock", err)
 		}
 		return g, nil
 	}
 	b.leave(pos.node)
 	if err != nil {
-		return driver.Grant{}, fmt.Errorf("zklock: acquire %q: %w", req.Key, err)
+		return driver.Grant{}, driver.Wrap("zklock", err)
 	}
-	return driver.Grant{}, fmt.Errorf("zklock: acquire %q: %w", req.Key, driver.ErrNotAcquired)
+	return driver.Grant{}, driver.ErrNotAcquired
 }
 
 // AcquireWait queues for req.Key and returns once its node is first. It
@@ -60,7 +60,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	ctx, stop, err := b.op(ctx)
 	if err != nil {
-		return driver.Grant{}, fmt.Errorf("zklock: lock %q: %w", req.Key, err)
+		return driver.Grant{}, driver.Wrap("zklock", err)
 	}
 	defer stop()
 	w := &waiter{b: b, req: req, data: encodeValue(req.Token, req.TTL, req.Meta)}
@@ -111,7 +111,7 @@ func (w *waiter) run(ctx context.Context) (driver.Grant, error) {
 			}
 		default:
 			w.leave()
-			return driver.Grant{}, fmt.Errorf("zklock: lock %q: %w", w.req.Key, err)
+			return driver.Grant{}, driver.Wrap("zklock", err)
 		}
 	}
 }
@@ -157,7 +157,7 @@ func (w *waiter) grant(pos position, waited bool, sent time.Time) (driver.Grant,
 	g, err := b.granted(w.req, node, w.data, pos, sent, waited)
 	if err != nil {
 		w.leave()
-		return driver.Grant{}, fmt.Errorf("zklock: lock %q: %w", w.req.Key, err)
+		return driver.Grant{}, driver.Wrap("zklock", err)
 	}
 	return g, nil
 }
@@ -168,9 +168,9 @@ func (w *waiter) grant(pos position, waited bool, sent time.Time) (driver.Grant,
 func (w *waiter) fail(ctx context.Context, last error) error {
 	w.leave()
 	if errors.Is(context.Cause(ctx), driver.ErrClosed) {
-		return fmt.Errorf("zklock: lock %q: %w", w.req.Key, driver.ErrClosed)
+		return driver.ErrClosed
 	}
-	return errors.Join(fmt.Errorf("zklock: lock %q: %w", w.req.Key, driver.ErrNotAcquired), ctx.Err(), last)
+	return errors.Join(driver.ErrNotAcquired, ctx.Err(), driver.Wrap("zklock", last))
 }
 
 // leave deletes the waiter's node, if it has one.

@@ -37,11 +37,11 @@ func (b *Backend) node(ctx context.Context, key, token string) (string, error) {
 func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
 	ctx, stop, err := b.op(ctx)
 	if err != nil {
-		return fmt.Errorf("zklock: renew %q: %w", key, err)
+		return driver.Wrap("zklock", err)
 	}
 	defer stop()
 	if err := b.renew(ctx, key, token, ttl); err != nil {
-		return fmt.Errorf("zklock: renew %q: %w", key, err)
+		return driver.Wrap("zklock", err)
 	}
 	return nil
 }
@@ -114,16 +114,16 @@ func notHeld(err error) error {
 func (b *Backend) Release(ctx context.Context, key, token string) error {
 	ctx, stop, err := b.op(ctx)
 	if err != nil {
-		return fmt.Errorf("zklock: release %q: %w", key, err)
+		return driver.Wrap("zklock", err)
 	}
 	defer stop()
 	node, err := b.node(ctx, key, token)
 	if err != nil {
-		return fmt.Errorf("zklock: release %q: %w", key, err)
+		return driver.Wrap("zklock", err)
 	}
 	err = b.deleteNode(ctx, node, -1)
 	if err != nil && !errors.Is(err, zk.ErrNoNode) {
-		return fmt.Errorf("zklock: release %q: %w", key, err)
+		return driver.Wrap("zklock", err)
 	}
 	b.mu.Lock()
 	h := b.holdOf(key, token)
@@ -138,7 +138,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 		h.end()
 	}
 	if err != nil {
-		return fmt.Errorf("zklock: release %q: %w", key, driver.ErrNotHeld)
+		return driver.ErrNotHeld
 	}
 	b.janitor.mark(path.Dir(node))
 	return nil
@@ -150,12 +150,12 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	ctx, stop, err := b.op(ctx)
 	if err != nil {
-		return driver.Info{}, fmt.Errorf("zklock: inspect %q: %w", key, err)
+		return driver.Info{}, driver.Wrap("zklock", err)
 	}
 	defer stop()
 	h, err := b.holder(ctx, b.parent(key))
 	if err != nil {
-		return driver.Info{}, fmt.Errorf("zklock: inspect %q: %w", key, err)
+		return driver.Info{}, driver.Wrap("zklock", err)
 	}
 	return h.info(key), nil
 }
@@ -229,12 +229,12 @@ func (b *Backend) holder(ctx context.Context, parent string) (holding, error) {
 func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
 	ctx, stop, err := b.op(ctx)
 	if err != nil {
-		return driver.Info{}, fmt.Errorf("zklock: force release %q: %w", key, err)
+		return driver.Info{}, driver.Wrap("zklock", err)
 	}
 	defer stop()
 	info, err := b.forceRelease(ctx, key)
 	if err != nil {
-		return driver.Info{}, fmt.Errorf("zklock: force release %q: %w", key, err)
+		return driver.Info{}, driver.Wrap("zklock", err)
 	}
 	return info, nil
 }
@@ -268,12 +268,12 @@ func (b *Backend) forceRelease(ctx context.Context, key string) (driver.Info, er
 func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
 	ctx, stop, err := b.op(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("zklock: list %q: %w", prefix, err)
+		return nil, driver.Wrap("zklock", err)
 	}
 	defer stop()
 	out, err := b.listHolders(ctx, prefix, "", -1)
 	if err != nil {
-		return nil, fmt.Errorf("zklock: list %q: %w", prefix, err)
+		return nil, driver.Wrap("zklock", err)
 	}
 	return out, nil
 }
@@ -287,16 +287,16 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 // key of the prefix.
 func (b *Backend) ListPage(ctx context.Context, prefix, after string, limit int) ([]driver.Info, error) {
 	if limit < 1 {
-		return nil, fmt.Errorf("zklock: list %q: %w: limit %d, want at least 1", prefix, driver.ErrInvalidOption, limit)
+		return nil, fmt.Errorf("%w: limit %d, want at least 1", driver.ErrInvalidOption, limit)
 	}
 	ctx, stop, err := b.op(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("zklock: list %q: %w", prefix, err)
+		return nil, driver.Wrap("zklock", err)
 	}
 	defer stop()
 	out, err := b.listHolders(ctx, prefix, after, limit)
 	if err != nil {
-		return nil, fmt.Errorf("zklock: list %q: %w", prefix, err)
+		return nil, driver.Wrap("zklock", err)
 	}
 	return out, nil
 }

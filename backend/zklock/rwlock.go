@@ -62,16 +62,16 @@ func blocks(kind string, mode driver.Mode) bool {
 // nodes that refuse it (see expire). The fence is the node's czxid.
 func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode driver.Mode, intent string) (driver.Grant, error) {
 	if mode != driver.Shared && mode != driver.Exclusive {
-		return driver.Grant{}, fmt.Errorf("zklock: lock %q in mode %d: %w", req.Key, mode, driver.ErrInvalidOption)
+		return driver.Grant{}, fmt.Errorf("%w: mode %d", driver.ErrInvalidOption, mode)
 	}
 	ctx, stop, err := b.op(ctx)
 	if err != nil {
-		return driver.Grant{}, fmt.Errorf("zklock: %s lock of %q: %w", mode, req.Key, err)
+		return driver.Grant{}, driver.Wrap("zklock", err)
 	}
 	defer stop()
 	g, err := b.acquireRW(ctx, req, mode, intent)
 	if err != nil {
-		return driver.Grant{}, fmt.Errorf("zklock: %s lock of %q: %w", mode, req.Key, err)
+		return driver.Grant{}, driver.Wrap("zklock", err)
 	}
 	return g, nil
 }
@@ -110,14 +110,14 @@ func (b *Backend) acquireRW(ctx context.Context, req driver.AcquireRequest, mode
 	}
 	if err == nil && intent != "" {
 		if err = b.recordIntent(ctx, &pos, intent); err == nil {
-			return driver.Grant{}, fmt.Errorf("%d holds or writers ahead: %w", refusers, driver.ErrNotAcquired)
+			return driver.Grant{}, fmt.Errorf("%w: %d holds or writers ahead", driver.ErrNotAcquired, refusers)
 		}
 	}
 	b.leave(pos.node)
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	return driver.Grant{}, fmt.Errorf("%d holds or writers ahead: %w", refusers, driver.ErrNotAcquired)
+	return driver.Grant{}, fmt.Errorf("%w: %d holds or writers ahead", driver.ErrNotAcquired, refusers)
 }
 
 // createIn creates a queue node under parent, creating the parent (as a
@@ -181,11 +181,11 @@ func (b *Backend) recordIntent(ctx context.Context, pos *position, intent string
 func (b *Backend) RenewRW(ctx context.Context, name, token string, ttl time.Duration) error {
 	ctx, stop, err := b.op(ctx)
 	if err != nil {
-		return fmt.Errorf("zklock: renew read-write lock %q: %w", name, err)
+		return driver.Wrap("zklock", err)
 	}
 	defer stop()
 	if err := b.renewIn(ctx, b.rwPath(name), token, ttl, readKind+token, writeKind+token); err != nil {
-		return fmt.Errorf("zklock: renew read-write lock %q: %w", name, err)
+		return driver.Wrap("zklock", err)
 	}
 	return nil
 }
@@ -195,11 +195,11 @@ func (b *Backend) RenewRW(ctx context.Context, name, token string, ttl time.Dura
 func (b *Backend) ReleaseRW(ctx context.Context, name, token string) error {
 	ctx, stop, err := b.op(ctx)
 	if err != nil {
-		return fmt.Errorf("zklock: release read-write lock %q: %w", name, err)
+		return driver.Wrap("zklock", err)
 	}
 	defer stop()
 	if err := b.releaseIn(ctx, b.rwPath(name), token, true, readKind+token, writeKind+token); err != nil {
-		return fmt.Errorf("zklock: release read-write lock %q: %w", name, err)
+		return driver.Wrap("zklock", err)
 	}
 	return nil
 }
@@ -208,7 +208,7 @@ func (b *Backend) ReleaseRW(ctx context.Context, name, token string) error {
 func (b *Backend) WithdrawIntent(ctx context.Context, name, intent string) error {
 	ctx, stop, err := b.op(ctx)
 	if err != nil {
-		return fmt.Errorf("zklock: withdraw intent on %q: %w", name, err)
+		return driver.Wrap("zklock", err)
 	}
 	defer stop()
 	rp := b.rwPath(name)
@@ -220,7 +220,7 @@ func (b *Backend) WithdrawIntent(ctx context.Context, name, intent string) error
 		}
 	}
 	if err != nil && !errors.Is(err, driver.ErrNotHeld) && !errors.Is(err, zk.ErrNoNode) {
-		return fmt.Errorf("zklock: withdraw intent on %q: %w", name, err)
+		return driver.Wrap("zklock", err)
 	}
 	return nil
 }
@@ -232,7 +232,7 @@ func (b *Backend) WithdrawIntent(ctx context.Context, name, intent string) error
 func (b *Backend) InspectRW(ctx context.Context, name string) (driver.Mode, []driver.Info, int, error) {
 	ctx, stop, err := b.op(ctx)
 	if err != nil {
-		return 0, nil, 0, fmt.Errorf("zklock: inspect read-write lock %q: %w", name, err)
+		return 0, nil, 0, driver.Wrap("zklock", err)
 	}
 	defer stop()
 	mode, intents := driver.Shared, 0
@@ -245,7 +245,7 @@ func (b *Backend) InspectRW(ctx context.Context, name string) (driver.Mode, []dr
 		return holders
 	})
 	if err != nil {
-		return 0, nil, 0, fmt.Errorf("zklock: inspect read-write lock %q: %w", name, err)
+		return 0, nil, 0, driver.Wrap("zklock", err)
 	}
 	if len(held) == 0 {
 		mode = driver.Shared
@@ -284,7 +284,7 @@ func (b *Backend) WatchRW(ctx context.Context, name string) (<-chan struct{}, fu
 		return append(holders, intents...)
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("zklock: watch read-write lock %q: %w", name, err)
+		return nil, nil, driver.Wrap("zklock", err)
 	}
 	return wake, stop, nil
 }

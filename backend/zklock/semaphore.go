@@ -45,16 +45,16 @@ type storedLimit struct {
 // node again.
 func (b *Backend) AcquirePermit(ctx context.Context, req driver.AcquireRequest, limit int) (driver.Grant, error) {
 	if limit < 1 {
-		return driver.Grant{}, fmt.Errorf("zklock: acquire permit of %q: %d permits: want at least 1: %w", req.Key, limit, driver.ErrInvalidOption)
+		return driver.Grant{}, fmt.Errorf("%w: %d permits: want at least 1", driver.ErrInvalidOption, limit)
 	}
 	ctx, stop, err := b.op(ctx)
 	if err != nil {
-		return driver.Grant{}, fmt.Errorf("zklock: acquire permit of %q: %w", req.Key, err)
+		return driver.Grant{}, driver.Wrap("zklock", err)
 	}
 	defer stop()
 	g, err := b.acquirePermit(ctx, req, limit)
 	if err != nil {
-		return driver.Grant{}, fmt.Errorf("zklock: acquire permit of %q: %w", req.Key, err)
+		return driver.Grant{}, driver.Wrap("zklock", err)
 	}
 	return g, nil
 }
@@ -73,7 +73,7 @@ func (b *Backend) acquirePermit(ctx context.Context, req driver.AcquireRequest, 
 			return driver.Grant{}, err
 		}
 		if lim.n != limit {
-			return driver.Grant{}, fmt.Errorf("the semaphore has %d permits, not %d: %w", lim.n, limit, driver.ErrInvalidOption)
+			return driver.Grant{}, fmt.Errorf("%w: the semaphore has %d permits, not %d", driver.ErrInvalidOption, lim.n, limit)
 		}
 		pos, count, err := b.createPermit(ctx, sp, lim, req.Token, data)
 		if errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNoNode) {
@@ -94,7 +94,7 @@ func (b *Backend) acquirePermit(ctx context.Context, req driver.AcquireRequest, 
 		if err != nil {
 			return driver.Grant{}, err
 		}
-		return driver.Grant{}, fmt.Errorf("%d of %d permits held: %w", len(pos.queue)-1, limit, driver.ErrNotAcquired)
+		return driver.Grant{}, fmt.Errorf("%w: %d of %d permits held", driver.ErrNotAcquired, len(pos.queue)-1, limit)
 	}
 	return driver.Grant{}, errors.New("the limit kept changing")
 }
@@ -219,11 +219,11 @@ func (s *syncState) rememberLimit(sp string, lim storedLimit) {
 func (b *Backend) RenewPermit(ctx context.Context, name, token string, ttl time.Duration) error {
 	ctx, stop, err := b.op(ctx)
 	if err != nil {
-		return fmt.Errorf("zklock: renew permit of %q: %w", name, err)
+		return driver.Wrap("zklock", err)
 	}
 	defer stop()
 	if err := b.renewIn(ctx, b.semPath(name), token, ttl, token); err != nil {
-		return fmt.Errorf("zklock: renew permit of %q: %w", name, err)
+		return driver.Wrap("zklock", err)
 	}
 	return nil
 }
@@ -233,11 +233,11 @@ func (b *Backend) RenewPermit(ctx context.Context, name, token string, ttl time.
 func (b *Backend) ReleasePermit(ctx context.Context, name, token string) error {
 	ctx, stop, err := b.op(ctx)
 	if err != nil {
-		return fmt.Errorf("zklock: release permit of %q: %w", name, err)
+		return driver.Wrap("zklock", err)
 	}
 	defer stop()
 	if err := b.releaseIn(ctx, b.semPath(name), token, false, token); err != nil {
-		return fmt.Errorf("zklock: release permit of %q: %w", name, err)
+		return driver.Wrap("zklock", err)
 	}
 	return nil
 }
@@ -247,15 +247,15 @@ func (b *Backend) ReleasePermit(ctx context.Context, name, token string) error {
 // failing.
 func (b *Backend) SetPermits(ctx context.Context, name string, n int) error {
 	if n < 1 {
-		return fmt.Errorf("zklock: semaphore %q: %d permits: want at least 1: %w", name, n, driver.ErrInvalidOption)
+		return fmt.Errorf("%w: %d permits: want at least 1", driver.ErrInvalidOption, n)
 	}
 	ctx, stop, err := b.op(ctx)
 	if err != nil {
-		return fmt.Errorf("zklock: set permits of %q: %w", name, err)
+		return driver.Wrap("zklock", err)
 	}
 	defer stop()
 	if err := b.setPermits(ctx, name, n); err != nil {
-		return fmt.Errorf("zklock: set permits of %q: %w", name, err)
+		return driver.Wrap("zklock", err)
 	}
 	return nil
 }
@@ -293,7 +293,7 @@ func (b *Backend) setPermits(ctx context.Context, name string, n int) error {
 func (b *Backend) InspectPermits(ctx context.Context, name string) (int, []driver.Info, error) {
 	ctx, stop, err := b.op(ctx)
 	if err != nil {
-		return 0, nil, fmt.Errorf("zklock: inspect semaphore %q: %w", name, err)
+		return 0, nil, driver.Wrap("zklock", err)
 	}
 	defer stop()
 	sp := b.semPath(name)
@@ -302,11 +302,11 @@ func (b *Backend) InspectPermits(ctx context.Context, name string) (int, []drive
 		return 0, nil, nil
 	}
 	if err != nil {
-		return 0, nil, fmt.Errorf("zklock: inspect semaphore %q: %w", name, err)
+		return 0, nil, driver.Wrap("zklock", err)
 	}
 	held, err := b.nodesInfo(ctx, name, sp, func(queue []string) []string { return queue })
 	if err != nil {
-		return 0, nil, fmt.Errorf("zklock: inspect semaphore %q: %w", name, err)
+		return 0, nil, driver.Wrap("zklock", err)
 	}
 	return lim.n, held, nil
 }
@@ -355,7 +355,7 @@ func (b *Backend) WatchPermits(ctx context.Context, name string) (<-chan struct{
 		return queue[:min(len(queue), max(limit, 1))]
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("zklock: watch semaphore %q: %w", name, err)
+		return nil, nil, driver.Wrap("zklock", err)
 	}
 	return wake, stop, nil
 }
