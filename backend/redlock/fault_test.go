@@ -118,6 +118,14 @@ func TestThreeNodesDown(t *testing.T) {
 			t.Errorf("error names live node %s: %v", addrs[i], err)
 		}
 	}
+	// The client names the operation and the key once; each node says
+	// only its address and its failure.
+	if n := strings.Count(err.Error(), `"three-down"`); n != 1 {
+		t.Errorf("error names the key %d times, want once: %v", n, err)
+	}
+	if n := strings.Count(err.Error(), "acquire"); n != 0 {
+		t.Errorf("error names the backend's operation %d times, want none: %v", n, err)
+	}
 	t.Logf("failed after %v: %v", took.Round(time.Microsecond), err)
 	if h := holders(t, []string{addrs[1], addrs[3]}, "three-down"); len(h) != 0 {
 		t.Fatalf("live nodes hold a stray lock after the failed attempt: %v", h)

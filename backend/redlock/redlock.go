@@ -44,14 +44,21 @@ var (
 	_ driver.Namer         = (*Backend)(nil)
 )
 
-// NodeError is the failure of one node, named by its address.
+// NodeError is the failure of one node, named by its address. Err is the
+// node's error, which names neither the operation nor the key (the client
+// names them once for every node).
 type NodeError struct {
 	Addr string
 	Err  error
 }
 
-func (e *NodeError) Error() string { return "node " + e.Addr + ": " + e.Err.Error() }
+// Error says the node and its failure; a sentinel's "distlock: " is left
+// out, since the error the node's failure is part of says it.
+func (e *NodeError) Error() string {
+	return "node " + e.Addr + ": " + strings.TrimPrefix(e.Err.Error(), "distlock: ")
+}
 
+// Unwrap returns the node's error.
 func (e *NodeError) Unwrap() error { return e.Err }
 
 // New returns Redlock over go-redis clients, one per node: each a
@@ -220,7 +227,7 @@ func (b *Backend) checkRequest(key, token string, ttl *time.Duration) error {
 // failures alone: one *NodeError per node, naming its address.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := b.checkRequest(req.Key, req.Token, &req.TTL); err != nil {
-		return driver.Grant{}, fmt.Errorf("redlock: acquire %q: %w", req.Key, err)
+		return driver.Grant{}, err
 	}
 	drift := b.cfg.drift(req.TTL)
 	sent := time.Now()
@@ -264,7 +271,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		err = errors.Join(fmt.Errorf("%w: %d of %d nodes granted it, %d needed", driver.ErrNotAcquired, granted, len(b.nodes), b.quorum),
 			b.nodeErrors(errs))
 	}
-	return driver.Grant{}, fmt.Errorf("redlock: acquire %q: %w", req.Key, err)
+	return driver.Grant{}, driver.Wrap("redlock", err)
 }
 
 // undo releases key for token on every node that granted it or whose reply
@@ -311,7 +318,7 @@ const undoAttempts = 3
 // failures, and the client tries again while the validity lasts.
 func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
 	if err := b.checkRequest(key, token, &ttl); err != nil {
-		return fmt.Errorf("redlock: renew %q: %w", key, err)
+		return err
 	}
 	rctx, cancel := context.WithTimeout(ctx, b.cfg.replyWait(ttl, ttl-b.cfg.drift(ttl)))
 	defer cancel()
@@ -323,9 +330,9 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 	case renewed >= b.quorum:
 		return nil
 	case notHeld > len(b.nodes)-b.quorum:
-		return fmt.Errorf("redlock: renew %q: %w: %d of %d nodes no longer hold it for this token", key, driver.ErrNotHeld, notHeld, len(b.nodes))
+		return fmt.Errorf("%w: %d of %d nodes no longer hold it for this token", driver.ErrNotHeld, notHeld, len(b.nodes))
 	}
-	return fmt.Errorf("redlock: renew %q: %d of %d nodes renewed it, %d needed: %w", key, renewed, len(b.nodes), b.quorum, b.nodeErrors(errs))
+	return fmt.Errorf("redlock: %d of %d nodes renewed it, %d needed: %w", renewed, len(b.nodes), b.quorum, b.nodeErrors(errs))
 }
 
 // requestContext bounds ctx by the request timeout, unless its deadline is
@@ -360,7 +367,7 @@ func count(errs []error) (ok, notHeld int) {
 // the nodes' failures, and distlock's client tries again by token.
 func (b *Backend) Release(ctx context.Context, key, token string) error {
 	if err := b.checkRequest(key, token, nil); err != nil {
-		return fmt.Errorf("redlock: release %q: %w", key, err)
+		return err
 	}
 	// One deadline for all the nodes, rather than one timer per node.
 	ctx, cancel := b.requestContext(ctx)
@@ -373,9 +380,9 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 	case released > 0 && released+notHeld >= b.quorum:
 		return nil
 	case released == 0 && notHeld >= b.quorum:
-		return fmt.Errorf("redlock: release %q: %w", key, driver.ErrNotHeld)
+		return driver.ErrNotHeld
 	}
-	return fmt.Errorf("redlock: release %q: %d of %d nodes answered: %w", key, released+notHeld, len(b.nodes), b.nodeErrors(errs))
+	return fmt.Errorf("redlock: %d of %d nodes answered: %w", released+notHeld, len(b.nodes), b.nodeErrors(errs))
 }
 
 // Inspect asks every node about key. The key is held if a majority of the
@@ -386,7 +393,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 // answered.
 func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	if err := b.checkRequest(key, "-", nil); err != nil {
-		return driver.Info{}, fmt.Errorf("redlock: inspect %q: %w", key, err)
+		return driver.Info{}, err
 	}
 	infos := make([]driver.Info, len(b.nodes))
 	errs := b.each(ctx, func(ctx context.Context, i int, n *redislock.Backend) (err error) {
@@ -394,7 +401,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 		return err
 	})
 	if ok, _ := count(errs); ok < b.quorum {
-		return driver.Info{}, fmt.Errorf("redlock: inspect %q: %d of %d nodes answered: %w", key, ok, len(b.nodes), b.nodeErrors(errs))
+		return driver.Info{}, fmt.Errorf("redlock: %d of %d nodes answered: %w", ok, len(b.nodes), b.nodeErrors(errs))
 	}
 	return b.merge(key, infos, errs), nil
 }
@@ -433,7 +440,7 @@ func (b *Backend) merge(key string, infos []driver.Info, errs []error) driver.In
 // Otherwise it returns the nodes' failures.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
 	if err := b.checkRequest(key, "-", nil); err != nil {
-		return driver.Info{}, fmt.Errorf("redlock: force release %q: %w", key, err)
+		return driver.Info{}, err
 	}
 	infos := make([]driver.Info, len(b.nodes))
 	errs := b.each(ctx, func(ctx context.Context, i int, n *redislock.Backend) (err error) {
@@ -443,9 +450,9 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, er
 	freed, notHeld := count(errs)
 	switch {
 	case freed+notHeld < b.quorum:
-		return driver.Info{}, fmt.Errorf("redlock: force release %q: %d of %d nodes answered: %w", key, freed+notHeld, len(b.nodes), b.nodeErrors(errs))
+		return driver.Info{}, fmt.Errorf("redlock: %d of %d nodes answered: %w", freed+notHeld, len(b.nodes), b.nodeErrors(errs))
 	case freed == 0:
-		return driver.Info{}, fmt.Errorf("redlock: force release %q: %w", key, driver.ErrNotHeld)
+		return driver.Info{}, driver.ErrNotHeld
 	}
 	info := driver.Info{Key: key, Held: true}
 	for i, in := range infos {
@@ -465,7 +472,7 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, er
 // and fails unless a majority answered.
 func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error) {
 	if b.closed.Load() {
-		return nil, fmt.Errorf("redlock: list %q: %w", prefix, driver.ErrClosed)
+		return nil, driver.ErrClosed
 	}
 	lists := make([][]driver.Info, len(b.nodes))
 	errs := b.each(ctx, func(ctx context.Context, i int, n *redislock.Backend) (err error) {
@@ -473,7 +480,7 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 		return err
 	})
 	if ok, _ := count(errs); ok < b.quorum {
-		return nil, fmt.Errorf("redlock: list %q: %d of %d nodes answered: %w", prefix, ok, len(b.nodes), b.nodeErrors(errs))
+		return nil, fmt.Errorf("redlock: %d of %d nodes answered: %w", ok, len(b.nodes), b.nodeErrors(errs))
 	}
 	byKey := make(map[string][]driver.Info)
 	for i, l := range lists {
@@ -504,10 +511,10 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 // least one node of any majority, so the nodes that answered know it.
 func (b *Backend) ListPage(ctx context.Context, prefix, after string, limit int) ([]driver.Info, error) {
 	if b.closed.Load() {
-		return nil, fmt.Errorf("redlock: list %q: %w", prefix, driver.ErrClosed)
+		return nil, driver.ErrClosed
 	}
 	if limit < 1 {
-		return nil, fmt.Errorf("redlock: list %q: %w: limit %d, want at least 1", prefix, driver.ErrInvalidOption, limit)
+		return nil, fmt.Errorf("%w: limit %d, want at least 1", driver.ErrInvalidOption, limit)
 	}
 	names := make([][]string, len(b.nodes))
 	errs := b.each(ctx, func(ctx context.Context, i int, n *redislock.Backend) (err error) {
@@ -515,7 +522,7 @@ func (b *Backend) ListPage(ctx context.Context, prefix, after string, limit int)
 		return err
 	})
 	if ok, _ := count(errs); ok < b.quorum {
-		return nil, fmt.Errorf("redlock: list %q: %d of %d nodes answered: %w", prefix, ok, len(b.nodes), b.nodeErrors(errs))
+		return nil, fmt.Errorf("redlock: %d of %d nodes answered: %w", ok, len(b.nodes), b.nodeErrors(errs))
 	}
 	var keys []string
 	for _, ks := range names {

@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -35,7 +34,7 @@ var _ driver.Notifier = (*Backend)(nil)
 // backend. stop must be called once.
 func (b *Backend) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	if err := b.checkRequest(key, "-", nil); err != nil {
-		return nil, nil, fmt.Errorf("redlock: watch %q: %w", key, err)
+		return nil, nil, err
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	wake := make(chan struct{}, 1)
