@@ -64,20 +64,20 @@ func decode(item map[string]types.AttributeValue) (lock, error) {
 	if n, ok := item[attrFence].(*types.AttributeValueMemberN); ok {
 		f, err := strconv.ParseUint(n.Value, 10, 64)
 		if err != nil {
-			return lock{}, fmt.Errorf("item %q: fence %q: %w", l.key, n.Value, err)
+			return lock{}, fmt.Errorf("item: fence %q: %w", n.Value, err)
 		}
 		l.fence = f
 	}
 	if n, ok := item[attrLease].(*types.AttributeValueMemberN); ok {
 		ms, err := strconv.ParseInt(n.Value, 10, 64)
 		if err != nil {
-			return lock{}, fmt.Errorf("item %q: lease %q: %w", l.key, n.Value, err)
+			return lock{}, fmt.Errorf("item: lease %q: %w", n.Value, err)
 		}
 		l.lease = time.Duration(ms) * time.Millisecond
 	}
 	if m := str(item[attrMeta]); m != "" {
 		if err := json.Unmarshal([]byte(m), &l.meta); err != nil {
-			return lock{}, fmt.Errorf("item %q: metadata: %w", l.key, err)
+			return lock{}, fmt.Errorf("item: metadata: %w", err)
 		}
 	}
 	return l, nil

@@ -295,7 +295,8 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 		for _, item := range out.Items {
 			l, err := decode(item)
 			if err != nil {
-				return nil, b.fail(err)
+				// The client names the prefix; the item is one of its keys.
+				return nil, b.fail(fmt.Errorf("key %q: %w", str(item[KeyAttribute]), err))
 			}
 			infos = append(infos, b.info(l))
 		}
