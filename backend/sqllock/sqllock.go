@@ -311,8 +311,8 @@ func (b *Backend) Watch(ctx context.Context, key string) (<-chan struct{}, func(
 	}
 	limit := b.db.Stats().MaxOpenConnections // 0: no limit
 	if limit == 1 {
-		return nil, nil, fmt.Errorf("sqllock: watch %q: a database handle of one connection has none to listen for releases with: waiters poll (release notices need 2, a wait queue 3): %w",
-			key, errors.ErrUnsupported)
+		return nil, nil, fmt.Errorf("sqllock: a database handle of one connection has none to listen for releases with: waiters poll (release notices need 2, a wait queue 3): %w",
+			errors.ErrUnsupported)
 	}
 	var (
 		wake <-chan struct{}
