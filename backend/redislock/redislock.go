@@ -238,9 +238,16 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 	// The waiter stopped waiting meanwhile: free the key for the next one.
 	// (The grant took its entry out of the queue.)
 	if err := b.leave(ctx, k, nextWaiter{token: r[1]}); err != nil {
-		return fmt.Errorf("redislock: hand on a grant its waiter left: %w", err)
+		return handOnFailed(err)
 	}
 	return nil
+}
+
+// handOnFailed is Release's error when the key was released but the grant
+// its waiter left could not be handed on: the failure err first, which
+// names the backend or starts with its sentinel, then what it stopped.
+func handOnFailed(err error) error {
+	return fmt.Errorf("%w (the key was released; the grant its waiter left was not handed on)", driver.Wrap("redislock", err))
 }
 
 func held(ok int64, err error) error {
