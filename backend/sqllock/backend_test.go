@@ -252,7 +252,9 @@ func cleanupLoop(t *testing.T, st store) {
 		keys[i] = uniqueKey(t)
 		lease := time.Minute
 		if i%4 == 0 {
-			lease = 20 * time.Millisecond // never released: expires
+			// Never released: expires. Long enough that a grant on a busy
+			// machine still arrives within it.
+			lease = 500 * time.Millisecond
 		}
 		l, err := c.TryLock(ctx, keys[i], distlock.WithLease(lease))
 		if err != nil {
