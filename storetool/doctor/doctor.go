@@ -210,6 +210,15 @@ func Invalid(u *url.URL, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", ErrInvalidURL, driver.RedactURL(u), fmt.Sprintf(format, args...))
 }
 
+// Refused returns the error of a URL that the store's backend refuses:
+// err, the error of the backend's ParseURL, wrapped so that it matches both
+// ErrInvalidURL and what err matches (driver.ErrInvalidOption), after u
+// with the password redacted. A check reads its URL with the backend's
+// ParseURL, so that doctor refuses exactly the URLs distlock.Open refuses.
+func Refused(u *url.URL, err error) error {
+	return fmt.Errorf("%w: %s: %w", ErrInvalidURL, driver.RedactURL(u), err)
+}
+
 // Unreachable returns an error matching ErrUnreachable naming what failed.
 func Unreachable(what string, err error) error {
 	return fmt.Errorf("%w: %s: %w", ErrUnreachable, what, err)

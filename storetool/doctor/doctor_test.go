@@ -3,11 +3,14 @@ package doctor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/distlock/distlock/driver"
 )
 
 // The schemes the tests register; real stores register from their tool
@@ -50,6 +53,16 @@ func TestCheckRefuses(t *testing.T) {
 		if !errors.Is(err, want.err) || !strings.Contains(err.Error(), want.says) {
 			t.Errorf("Check(%q) = %v, want %v saying %q", u, err, want.err, want.says)
 		}
+	}
+}
+
+func TestRefused(t *testing.T) {
+	u, _ := url.Parse("doctortest://user:secret@host?colour=red")
+	why := fmt.Errorf("testlock: URL parameter colour: %w: unknown", driver.ErrInvalidOption)
+	err := Refused(u, why)
+	if !errors.Is(err, ErrInvalidURL) || !errors.Is(err, driver.ErrInvalidOption) ||
+		err.Error() != "doctor: invalid store URL: doctortest://user:xxxxx@host?colour=red: "+why.Error() {
+		t.Errorf("Refused = %v", err)
 	}
 }
 

@@ -7,10 +7,12 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/storetool/doctor"
 )
 
@@ -138,6 +140,31 @@ func Unreachable(t *testing.T, urls func(addr string) []string) {
 		}
 		if d := time.Since(start); d > 5*time.Second {
 			t.Errorf("Check(%q) took %v", u, d)
+		}
+	}
+}
+
+// Refused asserts that parse, a backend's ParseURL, refuses each of urls,
+// and that doctor.Check refuses it too, with an error matching
+// doctor.ErrInvalidURL and driver.ErrInvalidOption that carries parse's
+// message: doctor and distlock.Open refuse the same URLs, in the same
+// words. The URLs should name a store that does not listen, so that a URL
+// the check does not refuse fails differently.
+func Refused[C any](t *testing.T, parse func(*url.URL) (C, error), urls ...string) {
+	t.Helper()
+	for _, raw := range urls {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, want := parse(u)
+		if want == nil {
+			t.Errorf("the backend accepts %q", raw)
+			continue
+		}
+		_, err = doctor.Check(context.Background(), raw, doctor.Options{Timeout: time.Second})
+		if !errors.Is(err, doctor.ErrInvalidURL) || !errors.Is(err, driver.ErrInvalidOption) || !strings.Contains(err.Error(), want.Error()) {
+			t.Errorf("Check(%q) = %v, want ErrInvalidURL with the backend's %q", raw, err, want)
 		}
 	}
 }

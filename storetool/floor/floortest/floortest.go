@@ -5,12 +5,15 @@ package floortest
 import (
 	"context"
 	"errors"
+	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/storetool/floor"
 )
 
@@ -88,5 +91,35 @@ func Run(t *testing.T, rawURL string, cfg floor.Config) {
 	}
 	if total == 0 {
 		t.Errorf("%d workers made %d attempts each and took no lock", cfg.Workers, attempts)
+	}
+}
+
+// Refused asserts that parse, a backend's ParseURL, refuses each of urls,
+// and that floor.Open refuses it too, with an error matching
+// driver.ErrInvalidOption that carries parse's message: the floor and
+// distlock.Open refuse the same URLs, in the same words. The URLs should
+// name a store that does not listen, so that a URL the floor does not
+// refuse fails differently.
+func Refused[C any](t *testing.T, parse func(*url.URL) (C, error), urls ...string) {
+	t.Helper()
+	for _, raw := range urls {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, want := parse(u)
+		if want == nil {
+			t.Errorf("the backend accepts %q", raw)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		f, err := floor.Open(ctx, raw, floor.Config{Workers: 1, Clients: 1, Lease: time.Second})
+		cancel()
+		if err == nil {
+			_ = f.Close()
+		}
+		if !errors.Is(err, driver.ErrInvalidOption) || !strings.Contains(err.Error(), want.Error()) {
+			t.Errorf("floor.Open(%q) = %v, want the backend's %q", raw, err, want)
+		}
 	}
 }
