@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/redislock"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/urlq"
 )
 
@@ -56,6 +58,9 @@ func ParseURL(u *url.URL) (Config, error) {
 	}
 	addrs, err := nodeAddrs(u.Host)
 	if err != nil {
+		return Config{}, err
+	}
+	if err := checkNodes(addrs); err != nil {
 		return Config{}, err
 	}
 	db := strings.Trim(u.Path, "/")
@@ -140,4 +145,18 @@ func nodeAddrs(host string) ([]string, error) {
 		}
 	}
 	return addrs, nil
+}
+
+// checkNodes refuses a number of nodes that is even or less than 3, and a
+// node given twice.
+func checkNodes(addrs []string) error {
+	if n := len(addrs); n < 3 || n%2 == 0 {
+		return fmt.Errorf("redlock: %d nodes: %w: want an odd number, at least 3", n, driver.ErrInvalidOption)
+	}
+	for i, a := range addrs {
+		if slices.Contains(addrs[:i], a) {
+			return fmt.Errorf("redlock: node %s given twice: %w: the nodes must be independent", a, driver.ErrInvalidOption)
+		}
+	}
+	return nil
 }

@@ -116,13 +116,8 @@ func NewRueidis(clients []rueidis.Client, opts ...Option) (*Backend, error) {
 // every node's backend with open, in parallel. If one fails it closes the
 // others and returns every failure, each naming its node.
 func newBackend(ctx context.Context, cfg config, addrs []string, open func(ctx context.Context, i int) (*redislock.Backend, error)) (*Backend, error) {
-	if n := len(addrs); n < 3 || n%2 == 0 {
-		return nil, fmt.Errorf("redlock: %d nodes: %w: want an odd number, at least 3", n, driver.ErrInvalidOption)
-	}
-	for i, a := range addrs {
-		if slices.Contains(addrs[:i], a) {
-			return nil, fmt.Errorf("redlock: node %s given twice: %w: the nodes must be independent", a, driver.ErrInvalidOption)
-		}
+	if err := checkNodes(addrs); err != nil {
+		return nil, err
 	}
 	b := &Backend{nodes: make([]node, len(addrs)), quorum: len(addrs)/2 + 1, cfg: cfg, work: newWorkers()}
 	errs := make([]error, len(addrs))
