@@ -94,6 +94,19 @@ func ParseURL(u *url.URL) (Config, error) {
 	return cfg, nil
 }
 
+// DialTimeout returns the timeout of each connection attempt that cfg's
+// Options set (URL parameter dial_timeout), or DefaultDialTimeout if they
+// set none or are invalid (ParseURL returns none invalid). It is for a
+// program that dials the same Redis with a client of its own, as the bench
+// floor does.
+func (cfg Config) DialTimeout() time.Duration {
+	c, err := newConfig(cfg.Options)
+	if err != nil {
+		return DefaultDialTimeout
+	}
+	return c.dialTimeout
+}
+
 // pkg begins the errors of the backend's URL grammar.
 const pkg = "redislock"
 
