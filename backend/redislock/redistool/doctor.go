@@ -2,7 +2,6 @@ package redistool
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/distlock/distlock/backend/redislock"
 	"github.com/distlock/distlock/storetool/doctor"
 )
 
@@ -26,11 +26,7 @@ func (quietLog) Printf(context.Context, string, ...any) {}
 // The doctor's output is its report; go-redis must not write to stderr.
 func init() { redis.SetLogger(quietLog{}) }
 
-// redisTarget is what a redis URL names, in the forms redislock.Open reads:
-//
-//	redis[s]://[user:password@]host:port[/db]
-//	redis-cluster://host:port[?addr=host:port...]
-//	redis-sentinel://host:port/master[/db][?addr=host:port...]
+// redisTarget is what a redis URL names, as redislock.ParseURL reads it.
 type redisTarget struct {
 	kind   string   // "node", "cluster" or "sentinel"
 	addrs  []string // the node, seed nodes or sentinels
@@ -39,57 +35,27 @@ type redisTarget struct {
 	base   redis.Options // credentials, TLS and timeouts for every connection
 }
 
-// parseRedisURL reads u without dialling. Query parameters other than addr
-// are the backend's or its client's (prefix, timeouts) and do not change
-// what is checked.
-func parseRedisURL(u *url.URL, o doctor.Options) (*redisTarget, error) {
-	t := &redisTarget{kind: "node"}
+// newTarget returns the target of cfg, read by redislock.ParseURL from a
+// URL of scheme: a redis-cluster:// URL's addresses are seed nodes, a
+// Sentinel master makes them sentinels. Every connection uses cfg's
+// credentials and TLS, and o.Timeout.
+func newTarget(scheme string, cfg redislock.Config, o doctor.Options) *redisTarget {
+	c := cfg.Client
+	t := &redisTarget{kind: "node", addrs: c.InitAddress, master: c.Sentinel.MasterSet, db: c.SelectDB}
+	switch {
+	case t.master != "":
+		t.kind = "sentinel"
+	case scheme == "redis-cluster":
+		t.kind = "cluster"
+	}
 	// PoolSize is far above the few connections a check uses (they are
 	// dialled on demand): go-redis starts a background re-dial loop, which
 	// outlives Close by up to a second, once as many dials failed as the
 	// pool has slots.
-	t.base = redis.Options{DialTimeout: o.Timeout, ReadTimeout: o.Timeout, WriteTimeout: o.Timeout,
+	t.base = redis.Options{Username: c.Username, Password: c.Password, TLSConfig: c.TLSConfig.Clone(),
+		DialTimeout: o.Timeout, ReadTimeout: o.Timeout, WriteTimeout: o.Timeout,
 		ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 64, DisableIdentity: true}
-	if u.User != nil {
-		t.base.Username = u.User.Username()
-		t.base.Password, _ = u.User.Password()
-	}
-	if u.Scheme == "rediss" {
-		t.base.TLSConfig = &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12}
-	}
-	path := strings.Trim(u.Path, "/")
-	defaultPort := "6379"
-	switch u.Scheme {
-	case "redis-cluster":
-		t.kind = "cluster"
-	case "redis-sentinel":
-		t.kind, defaultPort = "sentinel", "26379"
-		t.master, path, _ = strings.Cut(path, "/")
-		if t.master == "" {
-			return nil, doctor.Invalid(u, "no master name: want redis-sentinel://host:port/master[/db][?addr=host:port...]")
-		}
-	}
-	if path != "" {
-		db, err := strconv.Atoi(path)
-		if err != nil || db < 0 {
-			return nil, doctor.Invalid(u, "database %q is not a number", path)
-		}
-		t.db = db
-	}
-	if u.Host == "" && t.kind != "node" {
-		return nil, doctor.Invalid(u, "no %s address in the host part", t.kind)
-	}
-	host := u.Host
-	if host == "" {
-		host = "localhost"
-	}
-	for _, a := range append([]string{host}, u.Query()["addr"]...) {
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			a = net.JoinHostPort(strings.Trim(a, "[]"), defaultPort)
-		}
-		t.addrs = append(t.addrs, a)
-	}
-	return t, nil
+	return t
 }
 
 // client returns a client of one node with the target's credentials.
@@ -111,10 +77,11 @@ type redisNode struct {
 // deployment, reports its topology, and inspects each node's eviction
 // policy, persistence, replication and clock.
 func Check(ctx context.Context, u *url.URL, o doctor.Options, r *doctor.Report) error {
-	t, err := parseRedisURL(u, o)
+	cfg, err := redislock.ParseURL(u)
 	if err != nil {
-		return err
+		return doctor.Refused(u, err)
 	}
+	t := newTarget(u.Scheme, cfg, o)
 	var nodes []redisNode
 	switch t.kind {
 	case "sentinel":
@@ -133,22 +100,17 @@ func Check(ctx context.Context, u *url.URL, o doctor.Options, r *doctor.Report) 
 	return nil
 }
 
-// CheckNode inspects the one Redis server u names (redis:// or rediss://)
-// as a member of a deployment of independent servers, as Redlock's nodes
-// are: its eviction policy, persistence, role and clock, as Check does,
-// without following a Cluster or judging what the server's absence costs,
-// which the deployment decides. A server that does not answer fails with
-// an error matching doctor.ErrUnreachable.
-func CheckNode(ctx context.Context, u *url.URL, o doctor.Options, r *doctor.Report) error {
-	t, err := parseRedisURL(u, o)
-	if err != nil {
-		return err
-	}
-	if t.kind != "node" {
-		return doctor.Invalid(u, "a %s is not one server", t.kind)
-	}
+// CheckNode inspects the one Redis server cfg names (its first address),
+// with cfg's credentials, TLS and database, as a member of a deployment of
+// independent servers, as Redlock's nodes are: its eviction policy,
+// persistence, role and clock, as Check does, without following a Cluster
+// or judging what the server's absence costs, which the deployment
+// decides. A server that does not answer fails with an error matching
+// doctor.ErrUnreachable.
+func CheckNode(ctx context.Context, cfg redislock.Config, o doctor.Options, r *doctor.Report) error {
+	t := newTarget("redis", cfg, o)
 	c := t.client(t.addrs[0], t.db)
-	err = c.Ping(ctx).Err()
+	err := c.Ping(ctx).Err()
 	_ = c.Close()
 	if err != nil {
 		return doctor.Unreachable("redis "+t.addrs[0], err)

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/distlock/distlock/backend/redislock"
 	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/storetool/doctor"
 	"github.com/distlock/distlock/storetool/doctor/doctortest"
@@ -65,7 +66,7 @@ func TestRedisPersistence(t *testing.T) {
 
 func TestRedisClean(t *testing.T) {
 	s := testserver.Redis(t, "--appendonly", "yes", "--appendfsync", "always", "--maxmemory-policy", "noeviction", "--maxmemory", "64mb")
-	r := doctortest.Run(t, "redis://"+s.Addr()+"/2?prefix=app:&dial_timeout=1s", doctor.Options{})
+	r := doctortest.Run(t, "redis://"+s.Addr()+"/2?prefix=app:&dial_timeout=1s&waiter_timeout=2s&client_name=doctor", doctor.Options{})
 	doctortest.Clean(t, r)
 	doctortest.Want(t, r, "clock", doctor.Info, "server clock")
 	doctortest.Want(t, r, "replicas", doctor.Info, "no replicas")
@@ -136,6 +137,12 @@ func TestInvalidURLs(t *testing.T) {
 	doctortest.InvalidURLs(t, func(a string) []string {
 		return []string{"redis-sentinel://" + a, "redis-sentinel://" + a + "/m/x", "redis://" + a + "/abc", "redis-cluster:///"}
 	})
+}
+
+// TestRefusedAsOpen: a URL redislock refuses, doctor refuses in its words.
+func TestRefusedAsOpen(t *testing.T) {
+	doctortest.Refused(t, redislock.ParseURL, "redis://127.0.0.1:1?colour=red", "redis://127.0.0.1:1?waiter_timeout=1ms",
+		"rediss://127.0.0.1:1?dial_timeout=soon", "redis-cluster://127.0.0.1:1?prefix=a{b}", "redis-sentinel://127.0.0.1:1/m/0/1")
 }
 
 func TestUnreachable(t *testing.T) {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/redislock"
-	"github.com/distlock/distlock/internal/toolurl"
 	"github.com/distlock/distlock/storetool/floor"
 )
 
@@ -31,25 +30,17 @@ type redisFloor struct {
 	tokens  []string
 }
 
-// openRedisFloor connects cfg.Clients rueidis clients to the URL's server;
-// the backend's own query parameters are left out.
+// openRedisFloor connects cfg.Clients rueidis clients to the server of the
+// URL, read by redislock.ParseURL, with the URL's dial timeout and without
+// client-side caching, as redislock.Open's client.
 func openRedisFloor(ctx context.Context, u *url.URL, cfg floor.Config) (floor.Target, error) {
-	ru := *u
-	q := ru.Query()
-	dial, err := toolurl.Duration(q, "dial_timeout", redislock.DefaultDialTimeout)
+	rc, err := redislock.ParseURL(u)
 	if err != nil {
 		return nil, err
 	}
-	for _, name := range []string{"prefix", "dial_timeout", "request_timeout"} {
-		q.Del(name)
-	}
-	ru.RawQuery = q.Encode()
-	opt, err := rueidis.ParseURL(ru.String())
-	if err != nil {
-		return nil, err
-	}
+	opt := rc.Client
 	opt.DisableCache = true
-	opt.Dialer.Timeout = dial
+	opt.Dialer.Timeout = rc.DialTimeout()
 	f := &redisFloor{release: rueidis.NewLuaScript(floorReleaseLua), lease: cfg.Lease, tokens: floor.Tokens(cfg.Workers)}
 	for range cfg.Clients {
 		c, err := rueidis.NewClient(opt)

@@ -6,6 +6,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/distlock/distlock/backend/redlock"
 	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/storetool/doctor"
 	"github.com/distlock/distlock/storetool/doctor/doctortest"
@@ -19,7 +20,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestNodesAndQuorum(t *testing.T) {
 	nodes := []*testserver.Server{testserver.Redis(t), testserver.Redis(t),
 		testserver.Redis(t, "--appendonly", "yes", "--appendfsync", "always", "--maxmemory-policy", "allkeys-lru", "--maxmemory", "64mb")}
-	u := "redlock://" + nodes[0].Addr() + "," + nodes[1].Addr() + "," + nodes[2].Addr() + "/1?prefix=app:&drift_rate=0.02"
+	u := "redlock://" + nodes[0].Addr() + "," + nodes[1].Addr() + "," + nodes[2].Addr() + "/1?prefix=app:&drift_rate=0.02&node_timeout=100ms&client_name=doctor"
 	r := doctortest.Run(t, u, doctor.Options{})
 	if n := len(doctortest.Findings(r, "persistence")); n != 3 {
 		t.Errorf("persistence checked on %d nodes, want 3:\n%s", n, doctortest.Dump(r))
@@ -47,6 +48,14 @@ func TestInvalidURLs(t *testing.T) {
 		return []string{"redlock://" + a, "redlock://" + a + ",127.0.0.1:1", "redlock://" + a + "," + a + ",127.0.0.1:1",
 			"redlock://" + a + ",127.0.0.1:1,localhost", "redlock://" + a + ",127.0.0.1:1,127.0.0.1:2/x"}
 	})
+}
+
+// TestRefusedAsOpen: a URL redlock refuses, doctor refuses in its words,
+// a node's included.
+func TestRefusedAsOpen(t *testing.T) {
+	const nodes = "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"
+	doctortest.Refused(t, redlock.ParseURL, "redlock://"+nodes+"?colour=red", "redlock://"+nodes+"?drift_rate=x",
+		"redlock://"+nodes+"/x", "redlock://"+nodes+"?write_timeout=soon", "redlock://127.0.0.1:1,127.0.0.1:2", "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:1")
 }
 
 func TestUnreachable(t *testing.T) {

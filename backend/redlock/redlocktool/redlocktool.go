@@ -11,13 +11,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
-	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/distlock/distlock/backend/redislock/redistool"
+	"github.com/distlock/distlock/backend/redlock"
 	"github.com/distlock/distlock/storetool/doctor"
 	"github.com/distlock/distlock/storetool/floor"
 )
@@ -28,21 +25,22 @@ func init() {
 }
 
 // Check is the doctor check of
-// redlock://[user:password@]host:port,host:port,host:port[/db]: each node
-// is inspected as one independent Redis server (redistool.CheckNode), and
-// the nodes that answer are judged against the quorum a lock needs.
+// redlock://[user:password@]host:port,host:port,host:port[/db], read by
+// redlock.ParseURL: each node is inspected as one independent Redis server
+// (redistool.CheckNode), and the nodes that answer are judged against the
+// quorum a lock needs.
 func Check(ctx context.Context, u *url.URL, o doctor.Options, r *doctor.Report) error {
-	nodes, err := nodeURLs(u)
+	cfg, err := redlock.ParseURL(u)
 	if err != nil {
-		return err
+		return doctor.Refused(u, err)
 	}
 	var errs []error
-	for _, n := range nodes {
+	for _, n := range cfg.Nodes {
 		err := redistool.CheckNode(ctx, n, o, r)
 		switch {
 		case errors.Is(err, doctor.ErrUnreachable):
 			errs = append(errs, err)
-			r.Add(doctor.Finding{Severity: doctor.Warning, Check: "node", Node: n.Host,
+			r.Add(doctor.Finding{Severity: doctor.Warning, Check: "node", Node: n.Client.InitAddress[0],
 				Seen:        fmt.Sprintf("the node does not answer: %v", err),
 				Consequence: "Redlock runs on the remaining nodes; see quorum for how many more it can lose",
 				Fix:         "bring the node back, empty or with its data; one that restarts without its data must stay down for the longest lease first, or a second client can be granted a lock its holder still holds"})
@@ -50,10 +48,10 @@ func Check(ctx context.Context, u *url.URL, o doctor.Options, r *doctor.Report) 
 			return err
 		}
 	}
-	if len(errs) == len(nodes) {
+	if len(errs) == len(cfg.Nodes) {
 		return doctor.Unreachable("redlock", errors.Join(errs...))
 	}
-	r.Add(quorumFinding(u.Host, len(nodes), len(nodes)-len(errs)))
+	r.Add(quorumFinding(u.Host, len(cfg.Nodes), len(cfg.Nodes)-len(errs)))
 	return nil
 }
 
@@ -74,36 +72,4 @@ func quorumFinding(node string, n, answering int) doctor.Finding {
 		f.Fix = "bring the failed nodes back"
 	}
 	return f
-}
-
-// nodeURLs returns a redis:// URL of each node of a redlock URL, with the
-// URL's credentials and database, as redlock.Open builds them; the query
-// parameters are the backend's and its client's, and change nothing
-// checked. It refuses the URLs redlock.Open refuses: a node without a
-// port, a node given twice, an even number of nodes or fewer than three.
-func nodeURLs(u *url.URL) ([]*url.URL, error) {
-	addrs := strings.Split(u.Host, ",")
-	for i, a := range addrs {
-		if h, p, err := net.SplitHostPort(a); err != nil || h == "" || p == "" {
-			return nil, doctor.Invalid(u, "node %q: want host:port", a)
-		}
-		if slices.Contains(addrs[:i], a) {
-			return nil, doctor.Invalid(u, "node %s given twice: the nodes must be independent", a)
-		}
-	}
-	if n := len(addrs); n < 3 || n%2 == 0 {
-		return nil, doctor.Invalid(u, "%d nodes: want an odd number, at least 3", n)
-	}
-	db := strings.Trim(u.Path, "/")
-	if _, err := strconv.Atoi(db); db != "" && err != nil {
-		return nil, doctor.Invalid(u, "database %q is not a number", db)
-	}
-	nodes := make([]*url.URL, len(addrs))
-	for i, a := range addrs {
-		nodes[i] = &url.URL{Scheme: "redis", User: u.User, Host: a}
-		if db != "" {
-			nodes[i].Path = "/" + db
-		}
-	}
-	return nodes, nil
 }
