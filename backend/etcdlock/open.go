@@ -66,6 +66,19 @@ func ParseURL(u *url.URL) (Config, error) {
 	return cfg, nil
 }
 
+// DialTimeout returns the bound on the first contact with etcd that cfg's
+// Options set (URL parameter dial_timeout), or DefaultDialTimeout if they
+// set none or are invalid (ParseURL returns none invalid). It is for a
+// program that connects to the same members with a client of its own, as
+// the bench floor does.
+func (cfg Config) DialTimeout() time.Duration {
+	c, err := newConfig(cfg.Options)
+	if err != nil || c.dialTimeout == 0 {
+		return DefaultDialTimeout
+	}
+	return c.dialTimeout
+}
+
 // Open connects to the etcd members rawURL names (see the package doc and
 // Dial) and returns a backend that closes its client on Close. opts apply
 // after the URL's.
