@@ -13,20 +13,19 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/distlock/distlock/backend/etcdlock"
 	"github.com/distlock/distlock/storetool/doctor"
 )
 
-// checkEtcd inspects the cluster behind etcd://HOST:PORT[,HOST:PORT...]/PREFIX:
-// each member's status, the member count, alarms and clocks.
+// checkEtcd inspects the cluster behind etcd://HOST:PORT[,HOST:PORT...]/PREFIX,
+// read by etcdlock.ParseURL: each member's status, the member count, alarms
+// and clocks.
 func checkEtcd(ctx context.Context, u *url.URL, o doctor.Options, r *doctor.Report) error {
-	if u.Host == "" {
-		return doctor.Invalid(u, "no endpoint: want etcd://host:port[,host:port...][/prefix]")
+	cfg, err := etcdlock.ParseURL(u)
+	if err != nil {
+		return doctor.Refused(u, err)
 	}
-	var eps []string
-	for _, h := range strings.Split(u.Host, ",") {
-		eps = append(eps, "http://"+h)
-	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: o.Timeout, Context: ctx, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: o.Timeout, Context: ctx, Logger: zap.NewNop()})
 	if err != nil {
 		return doctor.Unreachable("etcd "+u.Host, err)
 	}

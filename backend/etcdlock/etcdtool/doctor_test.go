@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/distlock/distlock/backend/etcdlock"
 	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/storetool/doctor"
 	"github.com/distlock/distlock/storetool/doctor/doctortest"
@@ -16,7 +17,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestEtcdSingle(t *testing.T) {
 	s := testserver.Etcd(t)
-	r := doctortest.Run(t, "etcd://"+s.Addr()+"/app", doctor.Options{})
+	r := doctortest.Run(t, "etcd://"+s.Addr()+"/app?dial_timeout=2s&request_timeout=2s", doctor.Options{})
 	doctortest.Clean(t, r)
 	doctortest.Want(t, r, "quorum", doctor.Info, "1 members, 1 answering, quorum 1: tolerates 0 failed members")
 	doctortest.Want(t, r, "member-health", doctor.Info, "leader")
@@ -44,6 +45,12 @@ func TestEtcdEvenMembersAndLostQuorum(t *testing.T) {
 
 func TestInvalidURLs(t *testing.T) {
 	doctortest.InvalidURLs(t, func(string) []string { return []string{"etcd:///x"} })
+}
+
+// TestRefusedAsOpen: a URL etcdlock refuses, doctor refuses in its words.
+func TestRefusedAsOpen(t *testing.T) {
+	doctortest.Refused(t, etcdlock.ParseURL, "etcd://127.0.0.1:1?colour=red", "etcd://127.0.0.1:1?dial_timeout=-1s",
+		"etcd://user@127.0.0.1:1", "etcd://127.0.0.1:1/?request_timeout=0s")
 }
 
 func TestUnreachable(t *testing.T) {

@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"math"
 	"net/url"
-	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/etcdlock"
-	"github.com/distlock/distlock/internal/toolurl"
 	"github.com/distlock/distlock/storetool/floor"
 )
 
@@ -26,17 +24,15 @@ type etcdFloor struct {
 	tokens  []string
 }
 
-// openEtcdFloor connects cfg.Clients etcd clients to the URL's endpoints
-// and grants each a lease of cfg.Lease (whole seconds, at least one).
+// openEtcdFloor connects cfg.Clients etcd clients to the URL's endpoints,
+// read by etcdlock.ParseURL, within its dial timeout, and grants each a
+// lease of cfg.Lease (whole seconds, at least one).
 func openEtcdFloor(ctx context.Context, u *url.URL, cfg floor.Config) (floor.Target, error) {
-	dial, err := toolurl.Duration(u.Query(), "dial_timeout", etcdlock.DefaultDialTimeout)
+	ec, err := etcdlock.ParseURL(u)
 	if err != nil {
 		return nil, err
 	}
-	var eps []string
-	for _, h := range strings.Split(u.Host, ",") {
-		eps = append(eps, "http://"+h)
-	}
+	eps, dial := ec.Endpoints, ec.DialTimeout()
 	ttl := int64(max(1, math.Ceil(cfg.Lease.Seconds())))
 	f := &etcdFloor{tokens: floor.Tokens(cfg.Workers)}
 	for range cfg.Clients {
