@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/distlock/distlock/backend/pglock"
 	"github.com/distlock/distlock/storetool/doctor"
 )
 
@@ -26,19 +27,16 @@ const pgPoolerProbes = 8
 // URL's role and database.
 var pgSettings = []string{"idle_session_timeout", "idle_in_transaction_session_timeout", "statement_timeout", "lock_timeout", "fsync", "synchronous_commit"}
 
-// checkPostgres inspects the PostgreSQL server of a postgres:// URL, as the
-// URL's role sees it in the URL's database.
+// checkPostgres inspects the PostgreSQL server of a postgres:// URL, read
+// by pglock.ParseURL, as the URL's role sees it in the URL's database. The
+// connection is made within the URL's connect timeout and o.Timeout.
 func checkPostgres(ctx context.Context, u *url.URL, o doctor.Options, r *doctor.Report) error {
-	cfg, err := pgx.ParseConfig(u.String())
+	pc, err := pglock.ParseURL(u)
 	if err != nil {
-		return fmt.Errorf("%w: %w", doctor.ErrInvalidURL, err)
+		return doctor.Refused(u, err)
 	}
-	for _, p := range []string{"request_timeout", "terminate_on_force_release", "key_ids"} { // pglock's, not the server's
-		delete(cfg.RuntimeParams, p)
-	}
-	if cfg.ConnectTimeout == 0 {
-		cfg.ConnectTimeout = o.Timeout
-	}
+	cfg := pc.Pool.ConnConfig.Copy()
+	cfg.ConnectTimeout = min(cfg.ConnectTimeout, o.Timeout)
 	node := net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
+	"github.com/distlock/distlock/backend/pglock"
 	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/storetool/doctor"
 	"github.com/distlock/distlock/storetool/doctor/doctortest"
@@ -74,6 +75,15 @@ func TestPostgresClean(t *testing.T) {
 
 func TestInvalidURLs(t *testing.T) {
 	doctortest.InvalidURLs(t, func(a string) []string { return []string{"postgres://" + a + "/db?connect_timeout=x"} })
+}
+
+// TestRefusedAsOpen: a URL pglock refuses, doctor refuses in its words.
+// (A parameter that is neither pglock's nor pgx's is a server setting, as
+// in Open: the server judges it.)
+func TestRefusedAsOpen(t *testing.T) {
+	const db = "postgres://postgres@127.0.0.1:1/db"
+	doctortest.Refused(t, pglock.ParseURL, db+"?key_ids=md5", db+"?request_timeout=soon", db+"?terminate_on_force_release=maybe",
+		db+"?connect_timeout=x", "postgresql://postgres@127.0.0.1:1/db?request_timeout=1s&request_timeout=2s")
 }
 
 func TestUnreachable(t *testing.T) {

@@ -21,22 +21,16 @@ import (
 // costs the same under either scheme, and its keys are its own.
 type postgresFloor struct{ pools []*pgxpool.Pool }
 
-// openPostgresFloor opens cfg.Clients pools on the URL; the backend's own
-// parameters are left out.
+// openPostgresFloor opens cfg.Clients pools on the URL, each configured as
+// pglock.ParseURL reads it, as Open's pool is.
 func openPostgresFloor(ctx context.Context, u *url.URL, cfg floor.Config) (floor.Target, error) {
-	pc, err := pgxpool.ParseConfig(u.String())
+	pc, err := pglock.ParseURL(u)
 	if err != nil {
 		return nil, err
 	}
-	if pc.ConnConfig.ConnectTimeout == 0 {
-		pc.ConnConfig.ConnectTimeout = pglock.DefaultConnectTimeout
-	}
-	for _, p := range []string{"request_timeout", "terminate_on_force_release", "key_ids"} {
-		delete(pc.ConnConfig.RuntimeParams, p)
-	}
 	f := &postgresFloor{}
 	for range cfg.Clients {
-		p, err := pgxpool.NewWithConfig(ctx, pc.Copy())
+		p, err := pgxpool.NewWithConfig(ctx, pc.Pool.Copy())
 		if err != nil {
 			return nil, errors.Join(err, f.Close())
 		}
