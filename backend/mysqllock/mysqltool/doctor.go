@@ -9,20 +9,31 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/distlock/distlock/internal/mysqlurl"
+	"github.com/distlock/distlock/backend/mysqllock"
 	"github.com/distlock/distlock/storetool/doctor"
 )
 
-// Check is the doctor check of the MySQL or MariaDB server of a mysql://
-// URL, whose locks (mysqllock) are named locks (GET_LOCK) of pinned
-// sessions, or of a mysql+table:// URL, whose locks (sqllock, which
-// registers this check for its scheme) are rows of a lease table timed by
-// the server's clock.
+// Check is the doctor check of a mysql:// URL, read by mysqllock.ParseURL:
+// CheckServer of its server, whose locks are named locks.
 func Check(ctx context.Context, u *url.URL, o doctor.Options, r *doctor.Report) error {
-	cfg, err := mysqlConfig(u, o)
+	cfg, err := mysqllock.ParseURL(u)
 	if err != nil {
-		return err
+		return doctor.Refused(u, err)
 	}
+	return CheckServer(ctx, cfg.Driver, true, o, r)
+}
+
+// CheckServer inspects the MySQL or MariaDB server that cfg, a driver
+// configuration read by a backend's ParseURL, connects to, within the
+// sooner of cfg's dial timeout and o.Timeout. named says the locks are
+// named locks (GET_LOCK) of pinned sessions, as mysqllock's are, rather
+// than rows of a lease table timed by the server's clock, as sqllock's
+// (whose tool package checks mysql+table:// with it). A server that does
+// not answer fails with an error matching doctor.ErrUnreachable.
+func CheckServer(ctx context.Context, cfg *mysql.Config, named bool, o doctor.Options, r *doctor.Report) error {
+	cfg = cfg.Clone()
+	cfg.ParseTime = true
+	cfg.Timeout = min(cfg.Timeout, o.Timeout)
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return fmt.Errorf("%w: %w", doctor.ErrInvalidURL, err)
@@ -39,7 +50,6 @@ func Check(ctx context.Context, u *url.URL, o doctor.Options, r *doctor.Report) 
 	}
 	r.Add(doctor.Finding{Severity: doctor.Info, Check: "version", Node: cfg.Addr, Seen: "server " + version})
 	r.Add(mysqlFlushFinding(cfg.Addr, flush))
-	named := u.Scheme == "mysql"
 	r.Add(mysqlWaitTimeoutFinding(cfg.Addr, time.Duration(waitTimeout)*time.Second, o.Lease, named))
 	if named {
 		r.Add(mysqlStatementTimeFinding(qctx, db, cfg.Addr))
@@ -49,24 +59,6 @@ func Check(ctx context.Context, u *url.URL, o doctor.Options, r *doctor.Report) 
 		return t, db.QueryRowContext(ctx, "SELECT UTC_TIMESTAMP(6)").Scan(&t)
 	}, "sqllock times every lease by the server's clock (expires_at against UTC_TIMESTAMP): an offset this large means the clock is not synchronised, and the step that corrects it ends every lease early by the step's size, so a second client can take a key its holder still holds"))
 	return nil
-}
-
-// mysqllockParams are the URL parameters of mysqllock, not of the driver.
-var mysqllockParams = []string{"request_timeout", "keepalive", "pool_wait", "kill_on_force_release", "max_open_conns"}
-
-// mysqlConfig turns mysql://user:password@host:port/db?params into a
-// go-sql-driver/mysql configuration, as sqllock reads the URL, with the
-// connect timeout bounded by o.Timeout.
-func mysqlConfig(u *url.URL, o doctor.Options) (*mysql.Config, error) {
-	cfg, err := mysqlurl.Config(u, mysqllockParams...)
-	if err != nil {
-		return nil, doctor.Invalid(u, "%v", err)
-	}
-	cfg.ParseTime = true
-	if cfg.Timeout == 0 || cfg.Timeout > o.Timeout {
-		cfg.Timeout = o.Timeout
-	}
-	return cfg, nil
 }
 
 // mysqlFlushFinding judges innodb_flush_log_at_trx_commit: only 1 makes a

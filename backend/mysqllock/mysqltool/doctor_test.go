@@ -9,6 +9,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"go.uber.org/goleak"
 
+	"github.com/distlock/distlock/backend/mysqllock"
 	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/storetool/doctor"
 	"github.com/distlock/distlock/storetool/doctor/doctortest"
@@ -23,11 +24,11 @@ func mysqlDB(t *testing.T, rawURL string) *sql.DB {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := mysqlConfig(u, doctor.Options{Timeout: 5 * time.Second})
+	cfg, err := mysqllock.ParseURL(u)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := mysql.NewConnector(cfg)
+	c, err := mysql.NewConnector(cfg.Driver)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,13 +71,21 @@ func TestMariaDBNamedLockPitfalls(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := doctortest.Run(t, u+"?request_timeout=2s&keepalive=500ms", doctor.Options{})
+	r := doctortest.Run(t, u+"?request_timeout=2s&keepalive=500ms&pool_wait=1s&kill_on_force_release=true&max_open_conns=4&timeout=3s", doctor.Options{})
 	doctortest.Want(t, r, "wait_timeout", doctor.Danger, "about as short as mysqllock's keepalive")
 	doctortest.Want(t, r, "max_statement_time", doctor.Warning, "max_statement_time 1.5s")
 }
 
 func TestInvalidURLs(t *testing.T) {
 	doctortest.InvalidURLs(t, func(string) []string { return []string{"mysql:///db"} })
+}
+
+// TestRefusedAsOpen: a URL mysqllock refuses, doctor refuses in its
+// words.
+func TestRefusedAsOpen(t *testing.T) {
+	const db = "mysql://root@127.0.0.1:1/db"
+	doctortest.Refused(t, mysqllock.ParseURL, db+"?colour=red", db+"?sql_mode=ANSI", db+"?keepalive=soon",
+		db+"?max_open_conns=-1", db+"?parseTime=maybe")
 }
 
 func TestUnreachable(t *testing.T) {

@@ -1,6 +1,6 @@
 // Package mysqltool is mysqllock's side of distlock's store tools: the
 // doctor checks of the MySQL or MariaDB server behind mysql://, which
-// sqllock's tool package also registers for mysql+table://. The backend
+// sqllock's tool package also runs (CheckServer) for mysql+table://. The backend
 // does not import it; a program that runs the tools imports it for its
 // side effect:
 //
