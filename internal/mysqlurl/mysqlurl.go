@@ -1,5 +1,5 @@
 // Package mysqlurl turns a mysql:// URL (mysql://user:password@host:port/db?param=value)
-// into a go-sql-driver/mysql configuration, for every package that opens
+// into a go-sql-driver/mysql configuration, for the backends that open
 // MySQL or MariaDB from a URL.
 package mysqlurl
 
@@ -14,25 +14,12 @@ import (
 	"github.com/distlock/distlock/internal/urlq"
 )
 
-// Config returns the driver configuration of u: its user and password, its
-// host (port 3306 if it has none) over TCP, its database, and its query
-// parameters as the driver's DSN parameters, less those named in own (the
-// caller's own parameters, which it reads itself). It fails on a URL
-// without a host or with a parameter the driver refuses.
-func Config(u *url.URL, own ...string) (*mysql.Config, error) {
-	q := u.Query()
-	for _, p := range own {
-		q.Del(p)
-	}
-	cfg, _, err := config(u, q)
-	return cfg, err
-}
-
-// Parse is Config for a backend's ParseURL: q holds the parameters the
-// backend did not read itself, which must all be the driver's DSN
-// parameters (the driver would send any other name to the server as a
-// system variable, so a misspelt one would fail at connect time, if at
-// all). Its errors are urlq's, beginning with pkg.
+// Parse returns the driver configuration of u, for a backend's ParseURL:
+// its user and password, its host (port 3306 if it has none) over TCP, its
+// database, and q, the parameters the backend did not read itself, which
+// must all be the driver's DSN parameters (the driver would send any other
+// name to the server as a system variable, so a misspelt one would fail at
+// connect time, if at all). Its errors are urlq's, beginning with pkg.
 func Parse(pkg string, u *url.URL, q url.Values) (*mysql.Config, error) {
 	cfg, part, err := config(u, q)
 	if err != nil {
@@ -49,8 +36,8 @@ func Parse(pkg string, u *url.URL, q url.Values) (*mysql.Config, error) {
 	return cfg, nil
 }
 
-// config is Config with the parameters q, and the part of the URL an
-// error is about.
+// config is Parse without its check of the parameters, and says the part
+// of the URL an error is about.
 func config(u *url.URL, q url.Values) (*mysql.Config, string, error) {
 	if u.Host == "" {
 		return nil, "host", errors.New("no server: want mysql://user:password@host:port/database")

@@ -11,29 +11,15 @@ import (
 	"github.com/distlock/distlock/internal/mysqlurl"
 )
 
-func TestConfig(t *testing.T) {
-	u, _ := url.Parse("mysql://app:p%40ss:w@db.internal/locks?timeout=2s&keepalive=1s&parseTime=true")
-	cfg, err := mysqlurl.Config(u, "keepalive")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.User != "app" || cfg.Passwd != "p@ss:w" || cfg.Net != "tcp" || cfg.Addr != "db.internal:3306" ||
-		cfg.DBName != "locks" || cfg.Timeout != 2*time.Second || !cfg.ParseTime {
-		t.Errorf("config %+v", cfg)
-	}
-	for _, bad := range []string{"mysql:///db", "mysql://h:1/db?timeout=never"} {
-		u, _ := url.Parse(bad)
-		if _, err := mysqlurl.Config(u); err == nil {
-			t.Errorf("%s: no error", bad)
-		}
-	}
-}
-
 func TestParse(t *testing.T) {
-	u, _ := url.Parse("mysql://app@db/locks?keepalive=1s")
-	cfg, err := mysqlurl.Parse("xlock", u, url.Values{"timeout": {"2s"}})
-	if err != nil || cfg.Timeout != 2*time.Second || cfg.DBName != "locks" {
+	u, _ := url.Parse("mysql://app:p%40ss:w@db.internal/locks?keepalive=1s")
+	cfg, err := mysqlurl.Parse("xlock", u, url.Values{"timeout": {"2s"}, "parseTime": {"true"}})
+	if err != nil || cfg.User != "app" || cfg.Passwd != "p@ss:w" || cfg.Net != "tcp" || cfg.Addr != "db.internal:3306" ||
+		cfg.DBName != "locks" || cfg.Timeout != 2*time.Second || !cfg.ParseTime {
 		t.Fatalf("Parse = %+v, %v", cfg, err)
+	}
+	if _, err := mysqlurl.Parse("xlock", &url.URL{Scheme: "mysql", Path: "/db"}, nil); !errors.Is(err, driver.ErrInvalidOption) {
+		t.Errorf("no host: %v", err)
 	}
 	for q, want := range map[string]string{
 		"sql_mode=ANSI&colour=red": "xlock: URL parameter colour, sql_mode: distlock: invalid option: unknown",
