@@ -2,10 +2,13 @@ package zklock
 
 import (
 	"context"
+	"net"
 	"net/url"
-	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/go-zookeeper/zk"
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/internal/urlq"
@@ -18,7 +21,8 @@ func init() {
 // Config is what a zk:// URL says: where ZooKeeper is, and the backend's
 // options.
 type Config struct {
-	// Servers are the ensemble's addresses, HOST:PORT.
+	// Servers are the ensemble's addresses, HOST:PORT; ParseURL gives a
+	// server without a port ZooKeeper's, 2181 (zk.DefaultPort).
 	Servers []string
 	// Options are those the URL's path and parameters set; Open applies
 	// them before its own.
@@ -39,8 +43,13 @@ func ParseURL(u *url.URL) (Config, error) {
 		return Config{}, urlq.Invalidf(pkg, "host", "no server: want zk://HOST:PORT[,HOST:PORT...][/ROOT]")
 	}
 	cfg := Config{Servers: strings.Split(u.Host, ",")}
-	if slices.Contains(cfg.Servers, "") {
-		return Config{}, urlq.Invalidf(pkg, "host", "an empty server address")
+	for i, h := range cfg.Servers {
+		if h == "" {
+			return Config{}, urlq.Invalidf(pkg, "host", "an empty server address")
+		}
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			cfg.Servers[i] = net.JoinHostPort(strings.Trim(h, "[]"), strconv.Itoa(zk.DefaultPort))
+		}
 	}
 	if r := strings.Trim(u.Path, "/"); r != "" {
 		cfg.Options = append(cfg.Options, WithRoot(r))
@@ -62,6 +71,25 @@ func ParseURL(u *url.URL) (Config, error) {
 		return Config{}, err
 	}
 	return cfg, nil
+}
+
+// SessionTimeout returns the session timeout cfg's Options ask of the
+// server (URL parameter session_timeout), or DefaultSessionTimeout if they
+// set none or are invalid (ParseURL returns none invalid).
+func (cfg Config) SessionTimeout() time.Duration { return cfg.config().sessionTimeout }
+
+// DialTimeout returns how long cfg's Options let Dial wait for a session
+// (URL parameter dial_timeout), or DefaultDialTimeout if they set none or
+// are invalid (ParseURL returns none invalid).
+func (cfg Config) DialTimeout() time.Duration { return cfg.config().dialTimeout }
+
+// config is what cfg's Options set, or the defaults if they are invalid.
+func (cfg Config) config() config {
+	c, err := apply(cfg.Options)
+	if err != nil {
+		return defaults()
+	}
+	return c
 }
 
 // Open connects to the ZooKeeper servers rawURL names (see the package doc
