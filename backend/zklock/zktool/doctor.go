@@ -23,28 +23,15 @@ const (
 	zkProbeHigh = 24 * time.Hour
 )
 
-// checkZooKeeper inspects the servers of zk://HOST:PORT[,HOST:PORT...]/ROOT:
-// whether they serve sessions, their mode, and the session timeout they
-// grant against the one zklock asks for.
+// checkZooKeeper inspects the servers of zk://HOST:PORT[,HOST:PORT...]/ROOT,
+// read by zklock.ParseURL: whether they serve sessions, their mode, and the
+// session timeout they grant against the one zklock asks for.
 func checkZooKeeper(ctx context.Context, u *url.URL, o doctor.Options, r *doctor.Report) error {
-	if u.Host == "" {
-		return doctor.Invalid(u, "no server: want zk://host:port[,host:port...][/root][?session_timeout=10s]")
+	cfg, err := zklock.ParseURL(u)
+	if err != nil {
+		return doctor.Refused(u, err)
 	}
-	asked := zklock.DefaultSessionTimeout
-	if v := u.Query().Get("session_timeout"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			return doctor.Invalid(u, "session_timeout=%q: want a positive duration such as 10s", v)
-		}
-		asked = d
-	}
-	var servers []string
-	for _, h := range strings.Split(u.Host, ",") {
-		if _, _, err := net.SplitHostPort(h); err != nil {
-			h = net.JoinHostPort(h, "2181")
-		}
-		servers = append(servers, h)
-	}
+	servers, asked := cfg.Servers, cfg.SessionTimeout()
 	var errs []error
 	for _, s := range servers {
 		b, err := zkBounds(ctx, s, asked, o.Timeout)

@@ -6,6 +6,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/distlock/distlock/backend/zklock"
 	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/storetool/doctor"
 	"github.com/distlock/distlock/storetool/doctor/doctortest"
@@ -26,11 +27,18 @@ func TestZooKeeperSessionTimeout(t *testing.T) {
 		t.Errorf("consequence: %s", f.Consequence)
 	}
 	doctortest.Want(t, doctortest.Run(t, u+"?session_timeout=30s", doctor.Options{}), "session-timeout", doctor.Danger, "asked 30s, granted 10s")
-	doctortest.Want(t, doctortest.Run(t, u+"?session_timeout=500ms", doctor.Options{}), "session-timeout", doctor.Info, "asked 500ms, granted 1s")
+	doctortest.Want(t, doctortest.Run(t, u+"?session_timeout=1s&dial_timeout=2s&request_timeout=2s", doctor.Options{}), "session-timeout", doctor.Info, "asked 1s, granted 1s")
 }
 
 func TestInvalidURLs(t *testing.T) {
 	doctortest.InvalidURLs(t, func(a string) []string { return []string{"zk:///", "zk://" + a + "?session_timeout=soon"} })
+}
+
+// TestRefusedAsOpen: a URL zklock refuses, doctor refuses in its words,
+// a session timeout below zklock's minimum included.
+func TestRefusedAsOpen(t *testing.T) {
+	doctortest.Refused(t, zklock.ParseURL, "zk://127.0.0.1:1?colour=red", "zk://127.0.0.1:1?session_timeout=500ms",
+		"zk://127.0.0.1:1?connect_timeout=1s", "zk://u@127.0.0.1:1")
 }
 
 func TestUnreachable(t *testing.T) {

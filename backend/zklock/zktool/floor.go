@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/zklock"
-	"github.com/distlock/distlock/internal/toolurl"
 	"github.com/distlock/distlock/storetool/floor"
 )
 
@@ -23,21 +21,17 @@ const zkFloorRoot = "/distlock-bench-floor"
 // if it exists, and deletes it; each client has a session of its own.
 type zooKeeperFloor struct{ conns []*zk.Conn }
 
-// openZooKeeperFloor opens cfg.Clients sessions on the URL's servers, each
-// within dial_timeout (default 5s), and creates the floor's root.
+// openZooKeeperFloor opens cfg.Clients sessions on the URL's servers, read
+// by zklock.ParseURL, each with its session timeout and within its dial
+// timeout, and creates the floor's root.
 func openZooKeeperFloor(ctx context.Context, u *url.URL, cfg floor.Config) (floor.Target, error) {
-	q := u.Query()
-	session, err := toolurl.Duration(q, "session_timeout", zklock.DefaultSessionTimeout)
-	if err != nil {
-		return nil, err
-	}
-	connect, err := toolurl.Duration(q, "dial_timeout", zklock.DefaultDialTimeout)
+	zc, err := zklock.ParseURL(u)
 	if err != nil {
 		return nil, err
 	}
 	f := &zooKeeperFloor{}
 	for range cfg.Clients {
-		c, err := zkSession(ctx, strings.Split(u.Host, ","), session, connect)
+		c, err := zkSession(ctx, zc.Servers, zc.SessionTimeout(), zc.DialTimeout())
 		if err != nil {
 			return nil, errors.Join(err, f.Close())
 		}
