@@ -32,7 +32,7 @@ const dynamoCreateTable = "aws dynamodb create-table --table-name %s --attribute
 func checkDynamoDB(ctx context.Context, u *url.URL, o doctor.Options, r *doctor.Report) error {
 	cfg, err := dynamolock.ParseURL(u)
 	if err != nil {
-		return doctor.Invalid(u, "%v", err)
+		return doctor.Refused(u, err)
 	}
 	cfg.ConnectTimeout = o.Timeout
 	db, tr, err := dynamolock.NewClient(ctx, cfg)

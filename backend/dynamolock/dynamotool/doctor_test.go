@@ -174,6 +174,12 @@ func TestInvalidURLs(t *testing.T) {
 	})
 }
 
+// TestRefusedAsOpen: a URL dynamolock refuses, doctor refuses in its
+// words.
+func TestRefusedAsOpen(t *testing.T) {
+	doctortest.Refused(t, dynamolock.ParseURL, "dynamodb://tbl?region=us-east-1&colour=red", "dynamodb://tbl?region=us-east-1&retention=soon")
+}
+
 func TestUnreachable(t *testing.T) {
 	dynamoEnv(t)
 	doctortest.Unreachable(t, func(a string) []string { return []string{"dynamodb://tbl?region=us-east-1&endpoint=http://" + a} })
