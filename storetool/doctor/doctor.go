@@ -135,8 +135,9 @@ var ErrUnreachable = errors.New("doctor: store unreachable")
 
 // CheckFunc runs the checks of one kind of store on u, whose scheme it was
 // registered for, adding its findings to r. o has its defaults filled in.
-// A URL it cannot use fails with an error matching ErrInvalidURL (see
-// Invalid) before anything is dialled; a store it cannot reach, with one
+// It reads u with the store backend's ParseURL, and a URL it cannot use
+// fails with an error matching ErrInvalidURL (see Refused and Invalid)
+// before anything is dialled; a store it cannot reach, with one
 // matching ErrUnreachable (see Unreachable). Once connected, a check that
 // cannot be made is a Warning finding (see Unread), not an error.
 type CheckFunc func(ctx context.Context, u *url.URL, o Options, r *Report) error

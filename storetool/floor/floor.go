@@ -56,8 +56,8 @@ type Config struct {
 }
 
 // OpenFunc opens the floor of the store u names, whose scheme it was
-// registered for. It reads the URL as the store's backend does, leaving
-// out the backend's own parameters.
+// registered for. It reads the URL with the backend's ParseURL, so that
+// it refuses, in the backend's words, every URL distlock.Open refuses.
 type OpenFunc func(ctx context.Context, u *url.URL, cfg Config) (Target, error)
 
 // ErrNoFloor means the floor of a store is not known: its scheme is not
