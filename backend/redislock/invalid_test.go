@@ -80,6 +80,9 @@ func TestInvalidInputSendsNothing(t *testing.T) {
 		"redis://127.0.0.1:1/0?request_timeout=soon",
 		"redis://127.0.0.1:1/0?dial_timeout=-1s",
 		"redis://127.0.0.1:1/0?waiter_timeout=1ms",
+		// The Sentinel master is named by redis-sentinel://host/master;
+		// a redis:// URL naming one would have it ignored.
+		"redis://127.0.0.1:1/0?master_set=mymaster",
 		"memcached://127.0.0.1:1",
 	} {
 		if _, err := redislock.Open(ctx, u); !errors.Is(err, distlock.ErrInvalidOption) {
