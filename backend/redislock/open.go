@@ -23,7 +23,9 @@ func init() {
 }
 
 // clientParams are the URL parameters that rueidis.ParseURL reads.
-var clientParams = []string{"db", "write_timeout", "addr", "skip_verify", "protocol", "client_cache", "max_retries", "client_name", "master_set"}
+// master_set is not among them: redis-sentinel://host/master names the
+// master, and on any other URL rueidis would ignore it.
+var clientParams = []string{"db", "write_timeout", "addr", "skip_verify", "protocol", "client_cache", "max_retries", "client_name"}
 
 // Config is what a Redis URL says: the client to build, and the backend's
 // options.
