@@ -167,7 +167,11 @@ func TestInvalidInput(t *testing.T) {
 		"bad drift rate":        redlockURL(addrs, "drift_rate=x"),
 		"negative margin":       redlockURL(addrs, "drift_margin=-1ms"),
 		"prefix with brace":     redlockURL(addrs, "prefix=a{"),
-		"wrong scheme":          strings.Replace(redlockURL(addrs, ""), "redlock:", "redis:", 1),
+		// The nodes are the host list: addr would give each node's client
+		// the other addresses too.
+		"addr":         redlockURL(addrs, "addr="+addrs[0]),
+		"unknown":      redlockURL(addrs, "colour=red"),
+		"wrong scheme": strings.Replace(redlockURL(addrs, ""), "redlock:", "redis:", 1),
 	}
 	for name, u := range cases {
 		t.Run(name, func(t *testing.T) {
