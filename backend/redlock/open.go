@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -48,7 +49,8 @@ type Config struct {
 //	drift_rate=0.01       WithDrift's rate (default 0.01)
 //	drift_margin=2ms      WithDrift's margin (default 2ms)
 //
-// Any other parameter goes to every node's redis:// URL, which
+// addr is refused: the nodes are the host list. Any other parameter goes
+// to every node's redis:// URL, which
 // redislock.ParseURL reads (client_name, write_timeout, ...) and where an
 // unknown one is an error matching driver.ErrInvalidOption, as is an
 // invalid value.
@@ -87,6 +89,9 @@ func ParseURL(u *url.URL) (Config, error) {
 	if setMargin := r.Duration("drift_margin", &margin); setRate || setMargin {
 		cfg.Options = append(cfg.Options, WithDrift(rate, margin))
 	}
+	r.Func("addr", func(string) error {
+		return errors.New("the nodes are the URL's host list, host:port,host:port,...")
+	})
 	rest := r.Rest()
 	if err := r.Done(); err != nil {
 		return Config{}, err
