@@ -136,11 +136,12 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 }
 
 // ForceRelease frees key whoever holds it, for operators: a job that hung
-// while its lock keeps renewing, say. reason is required and goes to the
-// observers (EventForceReleased) for the audit trail. It returns what the
-// store knew of the hold it ended, an error matching ErrNotHeld if the key
-// was free, and one matching errors.ErrUnsupported if the backend cannot
-// (see driver.ForceReleaser).
+// while its lock keeps renewing, say. reason is required and goes, for the
+// audit trail, to the observers (EventForceReleased) and to the backend
+// (driver.ForceOptions), which may record it. It returns what the store
+// knew of the hold it ended, an error matching ErrNotHeld if the key was
+// free, and one matching errors.ErrUnsupported if the backend cannot (see
+// driver.ForceReleaser).
 //
 // The holder is not told at once: it learns at its next renewal, or when its
 // validity deadline passes, so it may still write meanwhile. Use it when the
@@ -158,7 +159,7 @@ func (c *Client) ForceRelease(ctx context.Context, key, reason string) (Info, er
 	}
 	var info Info
 	err := c.call(ctx, nil, "force_release", func() (err error) {
-		info, err = fr.ForceRelease(driver.WithForceReason(ctx, reason), key)
+		info, err = fr.ForceRelease(ctx, key, driver.ForceOptions{Reason: reason})
 		return err
 	})
 	if err != nil {

@@ -306,7 +306,7 @@ func TestDoReportsLossDuringWork(t *testing.T) {
 	c := distlock.New(store)
 	defer c.Close()
 	err := c.Do(ctx, "do-lost", func(ctx context.Context, l *distlock.Lock) error {
-		_, _ = store.ForceRelease(ctx, "do-lost")
+		_, _ = store.ForceRelease(ctx, "do-lost", driver.ForceOptions{})
 		<-ctx.Done() // the watchdog notices at its next renewal
 		if !errors.Is(context.Cause(ctx), distlock.ErrLockLost) {
 			t.Errorf("fn context cause = %v, want ErrLockLost", context.Cause(ctx))

@@ -301,7 +301,7 @@ func TestCallbacksMayRelease(t *testing.T) {
 			}
 			obs.lock.Store(l)
 			if kind == distlock.EventLost {
-				_, _ = store.ForceRelease(ctx, "k") // the next renewal is refused
+				_, _ = store.ForceRelease(ctx, "k", driver.ForceOptions{}) // the next renewal is refused
 			} else {
 				f.renewErr.Store(&errTransient)
 			}

@@ -55,7 +55,8 @@ type Request struct {
 	Group    string
 	Critical bool
 
-	keepToken bool // AcquireToken: the token is the caller's, never replaced or released
+	keepToken bool   // AcquireToken: the token is the caller's, never replaced or released
+	intent    string // RWMutex.Lock: the waiting writer's intent (driver.AcquireRequest.Intent)
 }
 
 // Option configures one lock request.

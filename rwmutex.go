@@ -81,7 +81,8 @@ func (m *RWMutex) TryRLock(ctx context.Context, opts ...Option) (*Lock, error) {
 // waits, new readers are kept out; readers already in finish first.
 func (m *RWMutex) Lock(ctx context.Context, opts ...Option) (*Lock, error) {
 	intent := newToken()
-	l, err := m.writers.Lock(context.WithValue(ctx, writeIntentKey{}, intent), m.name, opts...)
+	withIntent := func(r *Request) { r.intent = intent }
+	l, err := m.writers.Lock(ctx, m.name, append([]Option{withIntent}, opts...)...)
 	if err != nil {
 		// Let the readers kept out in now rather than at the intent's expiry.
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
@@ -110,10 +111,6 @@ func (m *RWMutex) Inspect(ctx context.Context) (RWInfo, error) {
 // and its backend stay open.
 func (m *RWMutex) Close() error { return errors.Join(m.readers.Close(), m.writers.Close()) }
 
-// writeIntentKey carries a waiting writer's intent from Lock to its
-// rwBackend's attempts.
-type writeIntentKey struct{}
-
 // rwBackend runs a read-write lock's holds of one mode through the
 // client's machinery as if each were a lock on the name.
 type rwBackend struct {
@@ -124,8 +121,7 @@ type rwBackend struct {
 var _ driver.Notifier = rwBackend{}
 
 func (b rwBackend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	intent, _ := ctx.Value(writeIntentKey{}).(string)
-	return b.rw.AcquireRW(ctx, req, b.mode, intent)
+	return b.rw.AcquireRW(ctx, req, b.mode)
 }
 
 func (b rwBackend) Renew(ctx context.Context, name, token string, ttl time.Duration) error {

@@ -149,9 +149,9 @@ type reasonRecorder struct {
 	reasons []string
 }
 
-func (r *reasonRecorder) ForceRelease(ctx context.Context, key string) (distlock.Info, error) {
-	r.reasons = append(r.reasons, driver.ForceReason(ctx))
-	return r.Backend.ForceRelease(ctx, key)
+func (r *reasonRecorder) ForceRelease(ctx context.Context, key string, opts driver.ForceOptions) (distlock.Info, error) {
+	r.reasons = append(r.reasons, opts.Reason)
+	return r.Backend.ForceRelease(ctx, key, opts)
 }
 
 // TestForceReleaseReasonReachesBackend: the operator's reason travels to the

@@ -9,7 +9,8 @@
 //   - Handoff: passing a held key straight to a waiting token;
 //   - Notifier: a notice when a key is released, for the client's wait loop;
 //   - Lister and PageLister: the held locks under a prefix, all or a page;
-//   - ForceReleaser: freeing a key whoever holds it;
+//   - ForceReleaser: freeing a key whoever holds it, with the operator's
+//     ForceOptions;
 //   - Namer: a short name for metrics and logs;
 //   - Semaphores: leased permits (distlock.Semaphore);
 //   - RWLocks: read-write locks (distlock.RWMutex).
@@ -75,6 +76,11 @@ type AcquireRequest struct {
 	TTL time.Duration
 	// Meta is stored with the lock and returned by Inspect.
 	Meta Meta
+	// Intent is set only on an exclusive RWLocks.AcquireRW attempt by a
+	// writer that waits: the identity of its write intent, which a refused
+	// attempt records to keep new readers out. It is empty on every other
+	// attempt, and Acquire ignores it.
+	Intent string
 }
 
 // Meta is what a lock records about its holder, for Inspect and for logs.
@@ -178,23 +184,18 @@ type PageLister interface {
 type ForceReleaser interface {
 	// ForceRelease deletes key whatever token holds it and returns what the
 	// store knew of the hold it ended. If the key was not held it returns an
-	// error matching ErrNotHeld and changes nothing.
-	ForceRelease(ctx context.Context, key string) (Info, error)
+	// error matching ErrNotHeld and changes nothing. A backend that keeps an
+	// audit trail (a lock service) records opts.Reason; others ignore it.
+	ForceRelease(ctx context.Context, key string, opts ForceOptions) (Info, error)
 }
 
-type reasonKey struct{}
-
-// WithForceReason returns ctx carrying the operator's reason for a
-// ForceRelease, which distlock.Client.ForceRelease sets, for a backend that
-// records it (a lock service's audit log).
-func WithForceReason(ctx context.Context, reason string) context.Context {
-	return context.WithValue(ctx, reasonKey{}, reason)
-}
-
-// ForceReason returns the reason WithForceReason put in ctx, or "".
-func ForceReason(ctx context.Context) string {
-	r, _ := ctx.Value(reasonKey{}).(string)
-	return r
+// ForceOptions are the operator's arguments to ForceRelease, as
+// database/sql/driver.TxOptions are to BeginTx.
+type ForceOptions struct {
+	// Reason says why the key is freed, for the audit trail.
+	// distlock.Client.ForceRelease requires it; a direct call may leave it
+	// empty.
+	Reason string
 }
 
 // Namer is implemented by backends that report a short name for metrics and

@@ -41,11 +41,12 @@ type RWLocks interface {
 	// live Exclusive hold and no live write intent exists; an Exclusive
 	// one while no live hold of either mode exists, whatever the intents.
 	// Refused, it returns an error matching ErrNotAcquired; an Exclusive
-	// attempt refused with a non-empty intent records (or refreshes) that
-	// intent for WriteIntentTTL, and a granted one removes it. The grant's
-	// fence strictly increases with every hold granted for the name, in
-	// either mode, so a writer's fence is above every reader's before it.
-	AcquireRW(ctx context.Context, req AcquireRequest, mode Mode, intent string) (Grant, error)
+	// attempt refused with a non-empty req.Intent records (or refreshes)
+	// that intent for WriteIntentTTL, and a granted one removes it. The
+	// grant's fence strictly increases with every hold granted for the
+	// name, in either mode, so a writer's fence is above every reader's
+	// before it.
+	AcquireRW(ctx context.Context, req AcquireRequest, mode Mode) (Grant, error)
 	// RenewRW resets the time to live of token's hold of name to ttl, or
 	// returns an error matching ErrNotHeld if token holds none.
 	RenewRW(ctx context.Context, name, token string, ttl time.Duration) error

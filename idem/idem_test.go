@@ -13,6 +13,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/memlock"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/idem"
 	"github.com/distlock/distlock/idem/idemtest"
 )
@@ -132,7 +133,7 @@ func TestForceReleaseMidRunRecordsOnce(t *testing.T) {
 		first <- err
 	}()
 	<-inFirst
-	if _, err := store.ForceRelease(ctx, idem.KeyPrefix+"charge-7"); err != nil {
+	if _, err := store.ForceRelease(ctx, idem.KeyPrefix+"charge-7", driver.ForceOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	second := make(chan idem.Result, 1)

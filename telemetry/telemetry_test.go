@@ -21,7 +21,7 @@ func TestScriptMemlock(t *testing.T) {
 	runScript(t, store{
 		newBackend: func(*testing.T) driver.Backend { return mem.Connect() },
 		steal: func(_ *testing.T, _ *distlock.Client, l *distlock.Lock) {
-			_, _ = mem.ForceRelease(context.Background(), l.Key())
+			_, _ = mem.ForceRelease(context.Background(), l.Key(), driver.ForceOptions{})
 		},
 	})
 }

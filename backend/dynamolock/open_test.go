@@ -170,7 +170,7 @@ func TestClosed(t *testing.T) {
 		"Release":      func() error { return b.Release(ctx, key, tok) },
 		"Inspect":      func() error { _, err := b.Inspect(ctx, key); return err },
 		"List":         func() error { _, err := b.List(ctx, key); return err },
-		"ForceRelease": func() error { _, err := b.ForceRelease(ctx, key); return err },
+		"ForceRelease": func() error { _, err := b.ForceRelease(ctx, key, driver.ForceOptions{}); return err },
 	}
 	for name, call := range calls {
 		start := time.Now()
@@ -205,11 +205,14 @@ func TestRequestTimeout(t *testing.T) {
 			_, err := b.Acquire(ctx, driver.AcquireRequest{Key: uniqueKey(t), Token: token(), TTL: time.Minute})
 			return err
 		},
-		"Renew":        func(ctx context.Context) error { return b.Renew(ctx, req.Key, req.Token, time.Minute) },
-		"Release":      func(ctx context.Context) error { return b.Release(ctx, req.Key, req.Token) },
-		"Inspect":      func(ctx context.Context) error { _, err := b.Inspect(ctx, req.Key); return err },
-		"List":         func(ctx context.Context) error { _, err := b.List(ctx, "x"); return err },
-		"ForceRelease": func(ctx context.Context) error { _, err := b.ForceRelease(ctx, req.Key); return err },
+		"Renew":   func(ctx context.Context) error { return b.Renew(ctx, req.Key, req.Token, time.Minute) },
+		"Release": func(ctx context.Context) error { return b.Release(ctx, req.Key, req.Token) },
+		"Inspect": func(ctx context.Context) error { _, err := b.Inspect(ctx, req.Key); return err },
+		"List":    func(ctx context.Context) error { _, err := b.List(ctx, "x"); return err },
+		"ForceRelease": func(ctx context.Context) error {
+			_, err := b.ForceRelease(ctx, req.Key, driver.ForceOptions{})
+			return err
+		},
 	}
 	for name, call := range calls {
 		start := time.Now()

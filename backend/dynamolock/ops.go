@@ -207,7 +207,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 // fence stay. If key is not held it returns an error matching
 // driver.ErrNotHeld and changes nothing. The holder learns of it at its next
 // renewal.
-func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
+func (b *Backend) ForceRelease(ctx context.Context, key string, _ driver.ForceOptions) (driver.Info, error) {
 	var out *dynamodb.UpdateItemOutput
 	err := b.call(ctx, func(ctx context.Context) (err error) {
 		out, err = b.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{

@@ -22,7 +22,7 @@ func calls(b *etcdlock.Backend, key, token string) map[string]func(context.Conte
 		"Release":      func(ctx context.Context) error { return b.Release(ctx, key, token) },
 		"Inspect":      func(ctx context.Context) error { _, err := b.Inspect(ctx, key); return err },
 		"List":         func(ctx context.Context) error { _, err := b.List(ctx, key); return err },
-		"ForceRelease": func(ctx context.Context) error { _, err := b.ForceRelease(ctx, key); return err },
+		"ForceRelease": func(ctx context.Context) error { _, err := b.ForceRelease(ctx, key, driver.ForceOptions{}); return err },
 	}
 }
 

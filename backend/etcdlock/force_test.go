@@ -27,7 +27,7 @@ func TestForceRelease(t *testing.T) {
 	defer cancel()
 	const key = "forced"
 
-	if _, err := op.ForceRelease(ctx, key); !errors.Is(err, driver.ErrNotHeld) {
+	if _, err := op.ForceRelease(ctx, key, driver.ForceOptions{}); !errors.Is(err, driver.ErrNotHeld) {
 		t.Fatalf("ForceRelease of a free key: got %v, want ErrNotHeld", err)
 	}
 	req := driver.AcquireRequest{Key: key, Token: "old", TTL: 10 * time.Second, Meta: driver.Meta{Owner: "alice"}}
@@ -38,7 +38,7 @@ func TestForceRelease(t *testing.T) {
 	waiter := waitFor(ctx, other, key, distlock.WithWait(30*time.Second))
 	queuedBehind(t, cli, prefix, key, waiter)
 
-	info, err := op.ForceRelease(ctx, key)
+	info, err := op.ForceRelease(ctx, key, driver.ForceOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestForceRelease(t *testing.T) {
 		t.Fatalf("after the old holder's Release the key is %+v (%v), want still held by fence %d", in, err, l.Fence())
 	}
 
-	info, err = op.ForceRelease(ctx, key)
+	info, err = op.ForceRelease(ctx, key, driver.ForceOptions{})
 	if err != nil || info.Fence != l.Fence() {
 		t.Fatalf("second ForceRelease: %+v, %v; want fence %d", info, err, l.Fence())
 	}

@@ -329,7 +329,7 @@ func (b *Backend) info(ctx context.Context, key string, kv *mvccpb.KeyValue) (dr
 // driver.ErrNotHeld if key was free. The old holder's Renew and Release then
 // get driver.ErrNotHeld and free nothing; its backend's watch ends the
 // hold's Grant.Lost.
-func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
+func (b *Backend) ForceRelease(ctx context.Context, key string, _ driver.ForceOptions) (driver.Info, error) {
 	if err := b.checkOpen(); err != nil {
 		return driver.Info{}, err
 	}

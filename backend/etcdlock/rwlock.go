@@ -56,9 +56,9 @@ func empty(dir string) clientv3.Cmp {
 
 // AcquireRW takes req.Key in mode in one transaction that puts the hold's
 // entry if the directories that exclude it are empty; a granted writer's
-// transaction deletes its intent. A writer refused with an intent records
+// transaction deletes its intent. A writer refused with req.Intent records
 // it, or renews the lease of the one it recorded before.
-func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode driver.Mode, intent string) (driver.Grant, error) {
+func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode driver.Mode) (driver.Grant, error) {
 	if err := b.checkOpen(); err != nil {
 		return driver.Grant{}, err
 	}
@@ -70,10 +70,10 @@ func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode
 	if mode == driver.Exclusive {
 		cond[1] = empty(b.dir(rwHoldKey(req.Key, driver.Shared)))
 	}
-	recording := mode == driver.Exclusive && intent != ""
+	recording := mode == driver.Exclusive && req.Intent != ""
 	var then, els []clientv3.Op
 	if recording {
-		ik := b.intentKey(req.Key, intent)
+		ik := b.intentKey(req.Key, req.Intent)
 		then, els = append(then, clientv3.OpDelete(ik)), append(els, clientv3.OpGet(ik))
 	}
 	var entry string
@@ -92,7 +92,7 @@ func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode
 	}
 	b.leases.put(t.id, t.ttl, t.confirmed) // nothing was put on it
 	if recording {
-		if err := b.recordIntent(ctx, req.Key, intent, resp.Responses[0].GetResponseRange().Kvs); err != nil {
+		if err := b.recordIntent(ctx, req.Key, req.Intent, resp.Responses[0].GetResponseRange().Kvs); err != nil {
 			return driver.Grant{}, b.fail(fmt.Errorf("record write intent: %w", err))
 		}
 	}

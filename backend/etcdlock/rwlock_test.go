@@ -30,7 +30,7 @@ func TestWriteIntentLease(t *testing.T) {
 	try := func(mode driver.Mode, intent string) (string, error) {
 		seq++
 		token := fmt.Sprintf("%032x", seq)
-		_, err := b.AcquireRW(ctx, driver.AcquireRequest{Key: "rw", Token: token, TTL: 10 * time.Second}, mode, intent)
+		_, err := b.AcquireRW(ctx, driver.AcquireRequest{Key: "rw", Token: token, TTL: 10 * time.Second, Intent: intent}, mode)
 		return token, err
 	}
 	intents := func() []string {
@@ -117,7 +117,7 @@ func TestRWHoldByTokenOnAnotherBackend(t *testing.T) {
 	defer cancel()
 	for i, mode := range []driver.Mode{driver.Shared, driver.Exclusive} {
 		token := fmt.Sprintf("%032x", i+1)
-		if _, err := a.AcquireRW(ctx, driver.AcquireRequest{Key: "rw", Token: token, TTL: 5 * time.Second}, mode, ""); err != nil {
+		if _, err := a.AcquireRW(ctx, driver.AcquireRequest{Key: "rw", Token: token, TTL: 5 * time.Second}, mode); err != nil {
 			t.Fatal(err)
 		}
 		if err := b.RenewRW(ctx, "rw", token, 5*time.Second); err != nil {
@@ -139,9 +139,9 @@ type rwAttempts struct {
 	n *atomic.Int64
 }
 
-func (a rwAttempts) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode driver.Mode, intent string) (driver.Grant, error) {
+func (a rwAttempts) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode driver.Mode) (driver.Grant, error) {
 	a.n.Add(1)
-	return a.Backend.AcquireRW(ctx, req, mode, intent)
+	return a.Backend.AcquireRW(ctx, req, mode)
 }
 
 // Readers and a writer waiting behind a writer's hold do not wake each

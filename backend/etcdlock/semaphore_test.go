@@ -203,7 +203,7 @@ func TestSyncPrimitivesAfterClose(t *testing.T) {
 		"SetPermits":     b.SetPermits(ctx, "name", 2),
 		"InspectPermits": func() error { _, _, err := b.InspectPermits(ctx, "name"); return err }(),
 		"WatchPermits":   watch(b.WatchPermits),
-		"AcquireRW":      func() error { _, err := b.AcquireRW(ctx, req, driver.Exclusive, "i"); return err }(),
+		"AcquireRW":      func() error { _, err := b.AcquireRW(ctx, req, driver.Exclusive); return err }(),
 		"RenewRW":        b.RenewRW(ctx, "name", "00", time.Second),
 		"ReleaseRW":      b.ReleaseRW(ctx, "name", "00"),
 		"WithdrawIntent": b.WithdrawIntent(ctx, "name", "i"),
@@ -342,7 +342,7 @@ func TestErrorsNameNoSyncPrimitive(t *testing.T) {
 	if err := b.ReleasePermit(ctx, "jobs", req.Token); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.AcquireRW(ctx, req, driver.Shared, ""); err != nil {
+	if _, err := b.AcquireRW(ctx, req, driver.Shared); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.ReleaseRW(ctx, "jobs", req.Token); err != nil {

@@ -176,7 +176,7 @@ func (b *Backend) Handoff(ctx context.Context, key, token string, next driver.Ac
 // ForceRelease removes key whoever holds it, as an operator would, wakes its
 // waiters, and returns what the store knew of the hold. The holder finds out
 // at its next renewal.
-func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
+func (b *Backend) ForceRelease(ctx context.Context, key string, _ driver.ForceOptions) (driver.Info, error) {
 	if err := b.check(ctx); err != nil {
 		return driver.Info{}, err
 	}

@@ -18,7 +18,7 @@ func TestConformance(t *testing.T) {
 	locktest.Run(t, locktest.Harness{
 		NewBackend: func(testing.TB) driver.Backend { return b.Connect() },
 		DeleteKey: func(t testing.TB, key string) {
-			if _, err := b.ForceRelease(context.Background(), key); err != nil {
+			if _, err := b.ForceRelease(context.Background(), key, driver.ForceOptions{}); err != nil {
 				t.Fatal(err)
 			}
 		},

@@ -51,7 +51,7 @@ func (b *store) dropIfIdleLocked(name string, l *rwLock) {
 
 // AcquireRW takes name req.Key in mode for req.Token if the holds and
 // intents allow it (driver.RWLocks).
-func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode driver.Mode, intent string) (driver.Grant, error) {
+func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode driver.Mode) (driver.Grant, error) {
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
 	}
@@ -67,13 +67,13 @@ func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode
 		free = (free || l.mode == driver.Shared) && len(l.intents) == 0
 	}
 	if !free {
-		if mode == driver.Exclusive && intent != "" {
-			l.intents[intent] = now.Add(driver.WriteIntentTTL)
+		if mode == driver.Exclusive && req.Intent != "" {
+			l.intents[req.Intent] = now.Add(driver.WriteIntentTTL)
 		}
 		return driver.Grant{}, fmt.Errorf("%w: wanted %s, held %s by %d, %d writers waiting",
 			driver.ErrNotAcquired, mode, l.mode, len(l.holds), len(l.intents))
 	}
-	delete(l.intents, intent)
+	delete(l.intents, req.Intent)
 	b.fence++
 	l.mode = mode
 	l.holds[req.Token] = &entry{token: req.Token, fence: b.fence, expires: now.Add(req.TTL), meta: req.Meta}

@@ -177,7 +177,7 @@ func (b *Backend) list(ctx context.Context, q string, args ...any) ([]driver.Inf
 // It needs WithKillOnForceRelease(true), else it returns an error matching
 // errors.ErrUnsupported that says why. If no session holds key it returns an
 // error matching driver.ErrNotHeld and ends nothing.
-func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
+func (b *Backend) ForceRelease(ctx context.Context, key string, _ driver.ForceOptions) (driver.Info, error) {
 	if err := b.holds.Enter(); err != nil {
 		return driver.Info{}, err
 	}

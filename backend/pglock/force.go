@@ -27,7 +27,7 @@ import (
 // (pg_terminate_backend with a timeout), else it returns an error matching
 // errors.ErrUnsupported that says why. If no session holds key it returns an
 // error matching driver.ErrNotHeld and ends nothing.
-func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
+func (b *Backend) ForceRelease(ctx context.Context, key string, _ driver.ForceOptions) (driver.Info, error) {
 	if err := b.holds.ClosedError(); err != nil {
 		return driver.Info{}, err
 	}

@@ -189,7 +189,7 @@ func TestKeyIDs(t *testing.T) {
 		// backend's first call.
 		rw := openAt(t, dsn)
 		name := uniqueKey(t)
-		if _, err := rw.AcquireRW(ctx, driver.AcquireRequest{Key: name, Token: "rw", TTL: time.Minute}, driver.Exclusive, ""); err != nil {
+		if _, err := rw.AcquireRW(ctx, driver.AcquireRequest{Key: name, Token: "rw", TTL: time.Minute}, driver.Exclusive); err != nil {
 			t.Fatal(err)
 		}
 		if tryRaw(t, raw, pglock.LegacyKeyID(name)) {

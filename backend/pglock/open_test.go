@@ -174,7 +174,7 @@ func TestCallsAfterClose(t *testing.T) {
 				"Inspect":      func() error { _, err := b.Inspect(ctx, key); return err },
 				"List":         func() error { _, err := b.List(ctx, ""); return err },
 				"ListPage":     func() error { _, err := b.ListPage(ctx, "", "", 1); return err },
-				"ForceRelease": func() error { _, err := b.ForceRelease(ctx, key); return err },
+				"ForceRelease": func() error { _, err := b.ForceRelease(ctx, key, driver.ForceOptions{}); return err },
 				"Cleanup":      func() error { _, err := b.Cleanup(ctx); return err },
 				"Migrate":      func() error { return b.Migrate(ctx) },
 			}

@@ -37,7 +37,7 @@ const rwKind = "rw"
 // reader, unless a live write intent exists, or exclusively by a writer,
 // which records intent when refused (driver.RWLocks). The session that took
 // it is pinned as a lock's is.
-func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode driver.Mode, intent string) (driver.Grant, error) {
+func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode driver.Mode) (driver.Grant, error) {
 	if err := b.holds.ClosedError(); err != nil {
 		return driver.Grant{}, err
 	}
@@ -50,7 +50,7 @@ func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode
 		id := b.ID(req.Key) // the key-id scheme is known from here
 		q, args := rwAcquireSharedSQL, []any{id, b.rowName(req.Key), req.Token, req.TTL.Milliseconds(), meta}
 		if mode == driver.Exclusive {
-			q, args = rwAcquireExclusiveSQL, append(args, intent, driver.WriteIntentTTL.Milliseconds())
+			q, args = rwAcquireExclusiveSQL, append(args, req.Intent, driver.WriteIntentTTL.Milliseconds())
 		}
 		g, err = b.tryHold(ctx, req, rwKind, id, q, args...)
 		return err

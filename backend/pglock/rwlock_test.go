@@ -131,11 +131,11 @@ func rwNamespaces(t *testing.T, s *testserver.Server) {
 	defer two.Close()
 	name := uniqueKey(t)
 	reader := driver.AcquireRequest{Key: name, Token: uniqueToken(), TTL: time.Minute}
-	if _, err := one.AcquireRW(ctx, reader, driver.Shared, ""); err != nil {
+	if _, err := one.AcquireRW(ctx, reader, driver.Shared); err != nil {
 		t.Fatal(err)
 	}
-	writer := driver.AcquireRequest{Key: name, Token: uniqueToken(), TTL: time.Minute}
-	if _, err := one.AcquireRW(ctx, writer, driver.Exclusive, "waiting"); !errors.Is(err, driver.ErrNotAcquired) {
+	writer := driver.AcquireRequest{Key: name, Token: uniqueToken(), TTL: time.Minute, Intent: "waiting"}
+	if _, err := one.AcquireRW(ctx, writer, driver.Exclusive); !errors.Is(err, driver.ErrNotAcquired) {
 		t.Fatalf("a writer behind a reader: %v, want ErrNotAcquired", err)
 	}
 	if err := tryRead(ctx, two, name); err != nil {
@@ -300,7 +300,7 @@ func noHoldReturnsToPool(t *testing.T, s *testserver.Server) {
 // tryRead makes one read attempt for a fresh token and releases what it got.
 func tryRead(ctx context.Context, be *pglock.Backend, name string) error {
 	req := driver.AcquireRequest{Key: name, Token: uniqueToken(), TTL: time.Minute}
-	if _, err := be.AcquireRW(ctx, req, driver.Shared, ""); err != nil {
+	if _, err := be.AcquireRW(ctx, req, driver.Shared); err != nil {
 		return err
 	}
 	return be.ReleaseRW(ctx, name, req.Token)
@@ -318,11 +318,11 @@ func writeIntentLapses(t *testing.T, s *testserver.Server) {
 	defer be.Close()
 	name := uniqueKey(t)
 	reader := driver.AcquireRequest{Key: name, Token: uniqueToken(), TTL: time.Minute}
-	if _, err := be.AcquireRW(ctx, reader, driver.Shared, ""); err != nil {
+	if _, err := be.AcquireRW(ctx, reader, driver.Shared); err != nil {
 		t.Fatal(err)
 	}
-	writer := driver.AcquireRequest{Key: name, Token: uniqueToken(), TTL: time.Minute}
-	if _, err := be.AcquireRW(ctx, writer, driver.Exclusive, "vanished"); !errors.Is(err, driver.ErrNotAcquired) {
+	writer := driver.AcquireRequest{Key: name, Token: uniqueToken(), TTL: time.Minute, Intent: "vanished"}
+	if _, err := be.AcquireRW(ctx, writer, driver.Exclusive); !errors.Is(err, driver.ErrNotAcquired) {
 		t.Fatalf("a writer behind a reader: %v, want ErrNotAcquired", err)
 	}
 	recorded := time.Now()
@@ -350,7 +350,8 @@ func writeIntentLapses(t *testing.T, s *testserver.Server) {
 		t.Fatalf("InspectRW after the intent lapsed: %d intents, %v; want 0", n, err)
 	}
 
-	if _, err := be.AcquireRW(ctx, writer, driver.Exclusive, "waiting"); !errors.Is(err, driver.ErrNotAcquired) {
+	writer.Intent = "waiting"
+	if _, err := be.AcquireRW(ctx, writer, driver.Exclusive); !errors.Is(err, driver.ErrNotAcquired) {
 		t.Fatalf("a writer behind a reader: %v, want ErrNotAcquired", err)
 	}
 	if err := tryRead(ctx, be, name); !errors.Is(err, driver.ErrNotAcquired) {
@@ -532,7 +533,7 @@ func rwCallsAfterClose(t *testing.T, s *testserver.Server) {
 	_, _, perr := be.WatchPermits(ctx, "k")
 	_, _, _, ierr := be.InspectRW(ctx, "k")
 	_, _, sierr := be.InspectPermits(ctx, "k")
-	_, aerr := be.AcquireRW(ctx, req, driver.Shared, "")
+	_, aerr := be.AcquireRW(ctx, req, driver.Shared)
 	_, perm := be.AcquirePermit(ctx, req, 1)
 	for what, err := range map[string]error{
 		"AcquireRW":      aerr,

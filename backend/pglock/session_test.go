@@ -381,14 +381,14 @@ func forceRelease(t *testing.T, s *testserver.Server) {
 		t.Fatal(err)
 	}
 
-	if _, err := op.ForceRelease(ctx, uniqueKey(t)); !errors.Is(err, driver.ErrNotHeld) {
+	if _, err := op.ForceRelease(ctx, uniqueKey(t), driver.ForceOptions{}); !errors.Is(err, driver.ErrNotHeld) {
 		t.Fatalf("ForceRelease of a free key: %v, want ErrNotHeld", err)
 	}
 	if info, err := op.Inspect(ctx, bystander); err != nil || !info.Held {
 		t.Fatalf("after ForceRelease of a free key, another key: %+v, %v; want it still held", info, err)
 	}
 
-	info, err := op.ForceRelease(ctx, key)
+	info, err := op.ForceRelease(ctx, key, driver.ForceOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +439,7 @@ func forceReleaseNeedsOption(t *testing.T, s *testserver.Server) {
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
-	_, err = be.ForceRelease(ctx, key)
+	_, err = be.ForceRelease(ctx, key, driver.ForceOptions{})
 	if !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "WithTerminateOnForceRelease") {
 		t.Fatalf("ForceRelease without the option: %v, want ErrUnsupported naming WithTerminateOnForceRelease", err)
 	}

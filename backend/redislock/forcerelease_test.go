@@ -67,7 +67,7 @@ func forceRelease(t *testing.T, newBackend func(t testing.TB) driver.Backend, ad
 		t.Fatal("the backend does not implement driver.ForceReleaser")
 	}
 	start := time.Now()
-	info, err := fr.ForceRelease(ctx, key)
+	info, err := fr.ForceRelease(ctx, key, driver.ForceOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,13 +108,13 @@ func forceRelease(t *testing.T, newBackend func(t testing.TB) driver.Backend, ad
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fr.ForceRelease(ctx, free); !errors.Is(err, driver.ErrNotHeld) {
+	if _, err := fr.ForceRelease(ctx, free, driver.ForceOptions{}); !errors.Is(err, driver.ErrNotHeld) {
 		t.Fatalf("ForceRelease of a free key: got %v, want ErrNotHeld", err)
 	}
 	if after, err := operator.Inspect(ctx, free); err != nil || after.Held || after.Fence != before.Fence {
 		t.Fatalf("a refused ForceRelease changed the key: %+v, %v; before %+v", after, err, before)
 	}
-	if _, err := fr.ForceRelease(context.Background(), "bad\nkey"); !errors.Is(err, driver.ErrInvalidKey) {
+	if _, err := fr.ForceRelease(context.Background(), "bad\nkey", driver.ForceOptions{}); !errors.Is(err, driver.ErrInvalidKey) {
 		t.Fatalf("ForceRelease of an invalid key: got %v, want ErrInvalidKey", err)
 	}
 }

@@ -12,11 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/redislock"
 	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/testserver"
-	"github.com/redis/go-redis/v9"
 )
 
 var subCount = regexp.MustCompile(`\bsub=(\d+)`)
@@ -354,7 +355,7 @@ func TestWatchNotices(t *testing.T) {
 				t.Fatal("woken by the release of a backend without WithWatchedReleases")
 			}
 			take(plain, "third")
-			if _, err := plain.(driver.ForceReleaser).ForceRelease(ctx, key); err != nil {
+			if _, err := plain.(driver.ForceReleaser).ForceRelease(ctx, key, driver.ForceOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			if !awaitWake(wake, 2*time.Second) {

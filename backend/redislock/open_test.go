@@ -200,7 +200,7 @@ func TestClosedBackendReturnsErrClosed(t *testing.T) {
 				},
 			}
 			if fr, ok := b.(driver.ForceReleaser); ok {
-				calls["force release"] = func() error { _, err := fr.ForceRelease(ctx, key); return err }
+				calls["force release"] = func() error { _, err := fr.ForceRelease(ctx, key, driver.ForceOptions{}); return err }
 			} else {
 				t.Error("the backend does not implement driver.ForceReleaser")
 			}

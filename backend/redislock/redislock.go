@@ -282,7 +282,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 // stays, so the next grant gets a higher fence; the old holder's Renew and
 // Release get driver.ErrNotHeld. A free key is left as it is, with an error
 // matching driver.ErrNotHeld.
-func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
+func (b *Backend) ForceRelease(ctx context.Context, key string, _ driver.ForceOptions) (driver.Info, error) {
 	if err := driver.ValidateKey(key); err != nil {
 		return driver.Info{}, err
 	}

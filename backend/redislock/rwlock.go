@@ -29,17 +29,17 @@ func (b *Backend) rwKeysFor(name string) []string {
 // shared hold while no exclusive hold and no intent is live, an exclusive
 // one while no hold is live, with the fence counter advanced to
 // max(last+1, server time in µs) as a lock's. A refused exclusive attempt
-// with an intent records it for driver.WriteIntentTTL; a granted one
+// with req.Intent records it for driver.WriteIntentTTL; a granted one
 // removes it.
-func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode driver.Mode, intent string) (driver.Grant, error) {
-	fence, err := b.acquireRW(ctx, req, mode, intent)
+func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode driver.Mode) (driver.Grant, error) {
+	fence, err := b.acquireRW(ctx, req, mode)
 	if err != nil {
 		return driver.Grant{}, driver.Wrap("redislock", err)
 	}
 	return driver.Grant{Fence: fence}, nil
 }
 
-func (b *Backend) acquireRW(ctx context.Context, req driver.AcquireRequest, mode driver.Mode, intent string) (uint64, error) {
+func (b *Backend) acquireRW(ctx context.Context, req driver.AcquireRequest, mode driver.Mode) (uint64, error) {
 	if err := validRequest(req.Key, req.Token, &req.TTL); err != nil {
 		return 0, err
 	}
@@ -50,7 +50,7 @@ func (b *Backend) acquireRW(ctx context.Context, req driver.AcquireRequest, mode
 	if err != nil {
 		return 0, err
 	}
-	r, err := b.evalSem(ctx, rwAcquire, b.rwKeysFor(req.Key), req.Token, millis(req.TTL), mode.String(), intent, meta,
+	r, err := b.evalSem(ctx, rwAcquire, b.rwKeysFor(req.Key), req.Token, millis(req.TTL), mode.String(), req.Intent, meta,
 		millis(driver.WriteIntentTTL))
 	switch {
 	case err != nil:

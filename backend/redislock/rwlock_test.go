@@ -32,21 +32,26 @@ func TestRWLockLifecycle(t *testing.T) {
 		req := func(token string) driver.AcquireRequest {
 			return driver.AcquireRequest{Key: name, Token: token, TTL: time.Minute, Meta: driver.Meta{Owner: token}}
 		}
-		r1, err := rw.AcquireRW(ctx, req("r1"), driver.Shared, "")
+		writer := func(token, intent string) driver.AcquireRequest {
+			r := req(token)
+			r.Intent = intent
+			return r
+		}
+		r1, err := rw.AcquireRW(ctx, req("r1"), driver.Shared)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if again, err := rw.AcquireRW(ctx, req("r1"), driver.Shared, ""); err != nil || again.Fence != r1.Fence {
+		if again, err := rw.AcquireRW(ctx, req("r1"), driver.Shared); err != nil || again.Fence != r1.Fence {
 			t.Fatalf("retried acquire: %+v, %v; want fence %d", again, err, r1.Fence)
 		}
-		r2, err := rw.AcquireRW(ctx, req("r2"), driver.Shared, "")
+		r2, err := rw.AcquireRW(ctx, req("r2"), driver.Shared)
 		if err != nil || r2.Fence <= r1.Fence {
 			t.Fatalf("second reader: %+v, %v; want a fence above %d", r2, err, r1.Fence)
 		}
-		if _, err := rw.AcquireRW(ctx, req("w"), driver.Exclusive, "intent-w"); !errors.Is(err, driver.ErrNotAcquired) {
+		if _, err := rw.AcquireRW(ctx, writer("w", "intent-w"), driver.Exclusive); !errors.Is(err, driver.ErrNotAcquired) {
 			t.Fatalf("a writer while two readers hold: %v, want ErrNotAcquired", err)
 		}
-		if _, err := rw.AcquireRW(ctx, req("r3"), driver.Shared, ""); !errors.Is(err, driver.ErrNotAcquired) {
+		if _, err := rw.AcquireRW(ctx, req("r3"), driver.Shared); !errors.Is(err, driver.ErrNotAcquired) {
 			t.Fatalf("a reader while a writer waits: %v, want ErrNotAcquired", err)
 		}
 		mode, held, intents, err := rw.InspectRW(ctx, name)
@@ -59,11 +64,11 @@ func TestRWLockLifecycle(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		w, err := rw.AcquireRW(ctx, req("w"), driver.Exclusive, "intent-w")
+		w, err := rw.AcquireRW(ctx, writer("w", "intent-w"), driver.Exclusive)
 		if err != nil || w.Fence <= r2.Fence {
 			t.Fatalf("the writer once the readers left: %+v, %v; want a fence above %d", w, err, r2.Fence)
 		}
-		if _, err := rw.AcquireRW(ctx, req("w2"), driver.Exclusive, ""); !errors.Is(err, driver.ErrNotAcquired) {
+		if _, err := rw.AcquireRW(ctx, req("w2"), driver.Exclusive); !errors.Is(err, driver.ErrNotAcquired) {
 			t.Fatalf("a second writer: %v, want ErrNotAcquired", err)
 		}
 		mode, held, intents, err = rw.InspectRW(ctx, name)
@@ -80,13 +85,13 @@ func TestRWLockLifecycle(t *testing.T) {
 			t.Errorf("renew of a released hold: %v, want ErrNotHeld", err)
 		}
 		for what, err := range map[string]error{
-			"mode 7": func() error { _, err := rw.AcquireRW(ctx, req("z"), driver.Mode(7), ""); return err }(),
+			"mode 7": func() error { _, err := rw.AcquireRW(ctx, req("z"), driver.Mode(7)); return err }(),
 			"token with a newline": func() error {
-				_, err := rw.AcquireRW(ctx, req("a\nb"), driver.Shared, "")
+				_, err := rw.AcquireRW(ctx, req("a\nb"), driver.Shared)
 				return err
 			}(),
 			"no time to live": func() error {
-				_, err := rw.AcquireRW(ctx, driver.AcquireRequest{Key: name, Token: "z", TTL: 0}, driver.Shared, "")
+				_, err := rw.AcquireRW(ctx, driver.AcquireRequest{Key: name, Token: "z", TTL: 0}, driver.Shared)
 				return err
 			}(),
 		} {
@@ -108,16 +113,16 @@ func TestRWLockLifecycle(t *testing.T) {
 		}
 		// A reader's refused attempt leaves no intent; a writer's does, until
 		// withdrawn.
-		if _, err := rw.AcquireRW(ctx, req("r"), driver.Shared, ""); err != nil {
+		if _, err := rw.AcquireRW(ctx, req("r"), driver.Shared); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := rw.AcquireRW(ctx, req("w"), driver.Exclusive, "intent-w"); !errors.Is(err, driver.ErrNotAcquired) {
+		if _, err := rw.AcquireRW(ctx, writer("w", "intent-w"), driver.Exclusive); !errors.Is(err, driver.ErrNotAcquired) {
 			t.Fatalf("a writer while a reader holds: %v", err)
 		}
 		if err := rw.WithdrawIntent(ctx, name, "intent-w"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := rw.AcquireRW(ctx, req("r2"), driver.Shared, ""); err != nil {
+		if _, err := rw.AcquireRW(ctx, req("r2"), driver.Shared); err != nil {
 			t.Fatalf("a reader after the intent was withdrawn: %v", err)
 		}
 		for _, tok := range []string{"r", "r2"} {
@@ -145,11 +150,11 @@ func TestRWLockIntentLapses(t *testing.T) {
 		rw := b.(driver.RWLocks)
 		name := "rw-lapse/" + t.Name()
 		hold := driver.AcquireRequest{Key: name, Token: "w", TTL: time.Minute}
-		if _, err := rw.AcquireRW(ctx, hold, driver.Exclusive, ""); err != nil {
+		if _, err := rw.AcquireRW(ctx, hold, driver.Exclusive); err != nil {
 			t.Fatal(err)
 		}
-		gone := driver.AcquireRequest{Key: name, Token: "gone", TTL: time.Minute}
-		if _, err := rw.AcquireRW(ctx, gone, driver.Exclusive, "intent-gone"); !errors.Is(err, driver.ErrNotAcquired) {
+		gone := driver.AcquireRequest{Key: name, Token: "gone", TTL: time.Minute, Intent: "intent-gone"}
+		if _, err := rw.AcquireRW(ctx, gone, driver.Exclusive); !errors.Is(err, driver.ErrNotAcquired) {
 			t.Fatalf("a second writer: %v", err)
 		}
 		if ttl := pttl(t, s.Addr(), rwNames(name)[2]); ttl <= 0 || ttl > driver.WriteIntentTTL.Milliseconds() {
@@ -159,11 +164,11 @@ func TestRWLockIntentLapses(t *testing.T) {
 			t.Fatal(err)
 		}
 		reader := driver.AcquireRequest{Key: name, Token: "r", TTL: time.Minute}
-		if _, err := rw.AcquireRW(ctx, reader, driver.Shared, ""); !errors.Is(err, driver.ErrNotAcquired) {
+		if _, err := rw.AcquireRW(ctx, reader, driver.Shared); !errors.Is(err, driver.ErrNotAcquired) {
 			t.Fatalf("a reader while the intent lives: %v, want ErrNotAcquired", err)
 		}
 		eventually(t, "the intent lapsed", func() error {
-			_, err := rw.AcquireRW(ctx, reader, driver.Shared, "")
+			_, err := rw.AcquireRW(ctx, reader, driver.Shared)
 			return err
 		})
 		if ttl := pttl(t, s.Addr(), rwNames(name)[2]); ttl != -2 {
@@ -187,7 +192,7 @@ func TestRWLockWatchNotices(t *testing.T) {
 			name := "rw-watch/" + a.name
 			rw := holder.(driver.RWLocks)
 			req := driver.AcquireRequest{Key: name, Token: "held", TTL: time.Minute}
-			if _, err := rw.AcquireRW(ctx, req, driver.Shared, ""); err != nil {
+			if _, err := rw.AcquireRW(ctx, req, driver.Shared); err != nil {
 				t.Fatal(err)
 			}
 			wake, stop, err := watcher.(driver.RWLocks).WatchRW(ctx, name)
@@ -198,8 +203,8 @@ func TestRWLockWatchNotices(t *testing.T) {
 			if !awaitWake(wake, 5*time.Second) {
 				t.Fatal("no wake when the subscription was confirmed")
 			}
-			w := driver.AcquireRequest{Key: name, Token: "w", TTL: time.Minute}
-			if _, err := rw.AcquireRW(ctx, w, driver.Exclusive, "intent-w"); !errors.Is(err, driver.ErrNotAcquired) {
+			w := driver.AcquireRequest{Key: name, Token: "w", TTL: time.Minute, Intent: "intent-w"}
+			if _, err := rw.AcquireRW(ctx, w, driver.Exclusive); !errors.Is(err, driver.ErrNotAcquired) {
 				t.Fatalf("a writer while a reader holds: %v", err)
 			}
 			if awaitWake(wake, 200*time.Millisecond) {
@@ -252,7 +257,7 @@ func TestRWLockAfterClose(t *testing.T) {
 			rw := b.(driver.RWLocks)
 			req := driver.AcquireRequest{Key: "closed", Token: "t", TTL: time.Minute}
 			for op, call := range map[string]func() error{
-				"acquire":  func() error { _, err := rw.AcquireRW(ctx, req, driver.Exclusive, "i"); return err },
+				"acquire":  func() error { _, err := rw.AcquireRW(ctx, req, driver.Exclusive); return err },
 				"renew":    func() error { return rw.RenewRW(ctx, "closed", "t", time.Minute) },
 				"release":  func() error { return rw.ReleaseRW(ctx, "closed", "t") },
 				"withdraw": func() error { return rw.WithdrawIntent(ctx, "closed", "i") },

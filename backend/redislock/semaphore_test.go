@@ -273,11 +273,11 @@ func TestSemaphoreKeysShareSlot(t *testing.T) {
 			}
 			stop()
 
-			if _, err := rw.AcquireRW(ctx, req, driver.Shared, ""); err != nil {
+			if _, err := rw.AcquireRW(ctx, req, driver.Shared); err != nil {
 				t.Fatalf("read-lock %q: %v", name, err)
 			}
-			w := driver.AcquireRequest{Key: name, Token: "w", TTL: time.Minute}
-			if _, err := rw.AcquireRW(ctx, w, driver.Exclusive, "intent"); !errors.Is(err, driver.ErrNotAcquired) {
+			w := driver.AcquireRequest{Key: name, Token: "w", TTL: time.Minute, Intent: "intent"}
+			if _, err := rw.AcquireRW(ctx, w, driver.Exclusive); !errors.Is(err, driver.ErrNotAcquired) {
 				t.Fatalf("write-lock %q while read: %v, want ErrNotAcquired", name, err)
 			}
 			wake, stop, err = rw.WatchRW(ctx, name)

@@ -433,13 +433,13 @@ func (b *Backend) merge(key string, infos []driver.Info, errs []error) driver.In
 // Inspect merges it. It succeeds once no majority holds the key any more;
 // if no node held it, it returns an error matching driver.ErrNotHeld.
 // Otherwise it returns the nodes' failures.
-func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
+func (b *Backend) ForceRelease(ctx context.Context, key string, opts driver.ForceOptions) (driver.Info, error) {
 	if err := b.checkRequest(key, "-", nil); err != nil {
 		return driver.Info{}, err
 	}
 	infos := make([]driver.Info, len(b.nodes))
 	errs := b.each(ctx, func(ctx context.Context, i int, n *redislock.Backend) (err error) {
-		infos[i], err = n.ForceRelease(ctx, key)
+		infos[i], err = n.ForceRelease(ctx, key, opts)
 		return err
 	})
 	freed, notHeld := count(errs)

@@ -272,7 +272,7 @@ func TestClosed(t *testing.T) {
 	req := driver.AcquireRequest{Key: "k", Token: "t", TTL: time.Second}
 	_, aerr := b.Acquire(ctx, req)
 	_, ierr := b.Inspect(ctx, "k")
-	_, ferr := b.ForceRelease(ctx, "k")
+	_, ferr := b.ForceRelease(ctx, "k", driver.ForceOptions{})
 	_, lerr := b.List(ctx, "")
 	_, perr := b.ListPage(ctx, "", "", 1)
 	for name, err := range map[string]error{"Acquire": aerr, "Renew": b.Renew(ctx, "k", "t", time.Second),

@@ -345,15 +345,15 @@ func (b *Backend) List(ctx context.Context, prefix string) ([]driver.Info, error
 
 // ForceRelease frees key whoever holds it (an admin token is needed) and
 // returns the hold it ended, or an error matching driver.ErrNotHeld if the
-// key was free. The service records the reason distlock.Client.ForceRelease
-// was given (driver.ForceReason(ctx)), or DefaultReason.
-func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
+// key was free. The service records opts.Reason (the reason
+// distlock.Client.ForceRelease was given), or DefaultReason if it is empty.
+func (b *Backend) ForceRelease(ctx context.Context, key string, opts driver.ForceOptions) (driver.Info, error) {
 	c, err := b.begin(ctx, b.requestTimeout)
 	if err != nil {
 		return driver.Info{}, err
 	}
 	defer c.end()
-	resp, err := b.rpc.ForceRelease(c.ctx, connect.NewRequest(&distlockv1.ForceReleaseRequest{Key: key, Reason: reasonFrom(ctx)}))
+	resp, err := b.rpc.ForceRelease(c.ctx, connect.NewRequest(&distlockv1.ForceReleaseRequest{Key: key, Reason: reasonOf(opts)}))
 	if err != nil {
 		return driver.Info{}, b.fail(c, err)
 	}
@@ -386,15 +386,15 @@ func toInfo(l *distlockv1.Lock) driver.Info {
 	return info
 }
 
-// DefaultReason is the reason a forced release is recorded with when the
-// context carries none: a call of the backend's ForceRelease not made
-// through distlock.Client.ForceRelease, which passes its reason on (see
-// driver.WithForceReason).
+// DefaultReason is the reason a forced release is recorded with when it is
+// given none: a direct call of the backend's ForceRelease with an empty
+// driver.ForceOptions.Reason (distlock.Client.ForceRelease requires one).
 const DefaultReason = "forced through the Go client (remotelock) without a reason"
 
-func reasonFrom(ctx context.Context) string {
-	if r := driver.ForceReason(ctx); r != "" {
-		return r
+// reasonOf is the reason the service records for opts.
+func reasonOf(opts driver.ForceOptions) string {
+	if opts.Reason != "" {
+		return opts.Reason
 	}
 	return DefaultReason
 }

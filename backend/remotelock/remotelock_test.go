@@ -178,7 +178,7 @@ func TestClosed(t *testing.T) {
 		"release":      b.Release(ctx, "k", req.Token),
 		"inspect":      func() error { _, err := b.Inspect(ctx, "k"); return err }(),
 		"list":         func() error { _, err := b.List(ctx, "k"); return err }(),
-		"force":        func() error { _, err := b.ForceRelease(ctx, "k"); return err }(),
+		"force":        func() error { _, err := b.ForceRelease(ctx, "k", driver.ForceOptions{}); return err }(),
 	}
 	for op, err := range calls {
 		if !errors.Is(err, driver.ErrClosed) {

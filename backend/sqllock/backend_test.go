@@ -167,7 +167,7 @@ func checkClosed(t *testing.T, b *sqllock.Backend) {
 		"Inspect":      func() error { _, err := b.Inspect(ctx, key); return err },
 		"List":         func() error { _, err := b.List(ctx, key); return err },
 		"ListPage":     func() error { _, err := b.ListPage(ctx, key, "", 1); return err },
-		"ForceRelease": func() error { _, err := b.ForceRelease(ctx, key); return err },
+		"ForceRelease": func() error { _, err := b.ForceRelease(ctx, key, driver.ForceOptions{}); return err },
 		"Cleanup":      func() error { _, err := b.Cleanup(ctx); return err },
 		"Migrate":      func() error { return b.Migrate(ctx) },
 	}
@@ -197,7 +197,7 @@ func forceRelease(t *testing.T, st store, admin *sqllock.Backend) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := admin.ForceRelease(ctx, req.Key)
+	info, err := admin.ForceRelease(ctx, req.Key, driver.ForceOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func forceRelease(t *testing.T, st store, admin *sqllock.Backend) {
 		t.Fatal(err)
 	}
 	for _, key := range []string{req.Key, uniqueKey(t)} { // released; never locked
-		if _, err := admin.ForceRelease(ctx, key); !errors.Is(err, driver.ErrNotHeld) {
+		if _, err := admin.ForceRelease(ctx, key, driver.ForceOptions{}); !errors.Is(err, driver.ErrNotHeld) {
 			t.Fatalf("ForceRelease of free %q: %v; want ErrNotHeld", key, err)
 		}
 	}

@@ -13,7 +13,7 @@ import (
 // it returns an error matching driver.ErrNotHeld and changes nothing. The
 // holder learns of it at its next renewal (driver.ErrNotHeld); its Release
 // then frees nothing. The next grant of key gets a higher fence.
-func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
+func (b *Backend) ForceRelease(ctx context.Context, key string, _ driver.ForceOptions) (driver.Info, error) {
 	var info driver.Info
 	err := b.run(ctx, func(ctx context.Context) (err error) {
 		info, err = b.forceRelease(ctx, key)

@@ -218,7 +218,7 @@ func TestCallsAfterClose(t *testing.T) {
 			"Inspect":      func() error { _, err := b.Inspect(ctx, req.Key); return err },
 			"List":         func() error { _, err := b.List(ctx, ""); return err },
 			"ListPage":     func() error { _, err := b.ListPage(ctx, "", "", 1); return err },
-			"ForceRelease": func() error { _, err := b.ForceRelease(ctx, req.Key); return err },
+			"ForceRelease": func() error { _, err := b.ForceRelease(ctx, req.Key, driver.ForceOptions{}); return err },
 		}
 		for call, f := range calls {
 			start := time.Now()

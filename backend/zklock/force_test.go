@@ -36,7 +36,7 @@ func TestForceRelease(t *testing.T) {
 	w := lockAsync(ctx, b, key, distlock.WithWait(30*time.Second))
 	awaitQueue(t, conn, root, key, "the waiter queues", queueLen(2))
 	start := time.Now()
-	info, err := operator.ForceRelease(ctx, key)
+	info, err := operator.ForceRelease(ctx, key, driver.ForceOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestForceRelease(t *testing.T) {
 	}
 
 	for _, k := range []string{key, "never-locked"} {
-		if _, err := operator.ForceRelease(ctx, k); !errors.Is(err, driver.ErrNotHeld) {
+		if _, err := operator.ForceRelease(ctx, k, driver.ForceOptions{}); !errors.Is(err, driver.ErrNotHeld) {
 			t.Fatalf("ForceRelease of free key %q: got %v, want ErrNotHeld", k, err)
 		}
 	}
@@ -79,7 +79,7 @@ func TestForceRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := operator.ForceRelease(ctx, "forced-alone"); err != nil {
+	if _, err := operator.ForceRelease(ctx, "forced-alone", driver.ForceOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	l2, err := b.TryLock(ctx, "forced-alone")

@@ -226,7 +226,7 @@ func (b *Backend) holder(ctx context.Context, parent string) (holding, error) {
 // the old holder's Renew and Release get ErrNotHeld, and it learns of the
 // loss from its node's watch or its next renewal. A free key returns
 // ErrNotHeld and changes nothing.
-func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.Info, error) {
+func (b *Backend) ForceRelease(ctx context.Context, key string, _ driver.ForceOptions) (driver.Info, error) {
 	ctx, stop, err := b.op(ctx)
 	if err != nil {
 		return driver.Info{}, driver.Wrap("zklock", err)

@@ -60,7 +60,7 @@ func blocks(kind string, mode driver.Mode) bool {
 // above). A node alone in the queue holds at once, in one request, as a
 // lock's; otherwise the attempt lists the queue and times the leases of the
 // nodes that refuse it (see expire). The fence is the node's czxid.
-func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode driver.Mode, intent string) (driver.Grant, error) {
+func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode driver.Mode) (driver.Grant, error) {
 	if mode != driver.Shared && mode != driver.Exclusive {
 		return driver.Grant{}, fmt.Errorf("%w: mode %d", driver.ErrInvalidOption, mode)
 	}
@@ -69,7 +69,7 @@ func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode
 		return driver.Grant{}, driver.Wrap("zklock", err)
 	}
 	defer stop()
-	g, err := b.acquireRW(ctx, req, mode, intent)
+	g, err := b.acquireRW(ctx, req, mode, req.Intent)
 	if err != nil {
 		return driver.Grant{}, driver.Wrap("zklock", err)
 	}

@@ -38,8 +38,8 @@ func TestWriteIntentExpires(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := driver.AcquireRequest{Key: name, Token: "0123456789abcdef0123456789abcdef", TTL: time.Minute}
-	if _, err := writer.AcquireRW(ctx, req, driver.Exclusive, "hung-writer"); !errors.Is(err, driver.ErrNotAcquired) {
+	req := driver.AcquireRequest{Key: name, Token: "0123456789abcdef0123456789abcdef", TTL: time.Minute, Intent: "hung-writer"}
+	if _, err := writer.AcquireRW(ctx, req, driver.Exclusive); !errors.Is(err, driver.ErrNotAcquired) {
 		t.Fatalf("a writer while a reader holds: %v, want ErrNotAcquired", err)
 	}
 	recorded := time.Now()

@@ -167,7 +167,7 @@ func TestSemaphoreCallsAfterClose(t *testing.T) {
 		"SetPermits":     func() error { return b.SetPermits(ctx, req.Key, 2) },
 		"InspectPermits": func() error { _, _, err := b.InspectPermits(ctx, req.Key); return err },
 		"WatchPermits":   func() error { _, _, err := b.WatchPermits(ctx, req.Key); return err },
-		"AcquireRW":      func() error { _, err := b.AcquireRW(ctx, req, driver.Shared, ""); return err },
+		"AcquireRW":      func() error { _, err := b.AcquireRW(ctx, req, driver.Shared); return err },
 		"RenewRW":        func() error { return b.RenewRW(ctx, req.Key, req.Token, time.Minute) },
 		"ReleaseRW":      func() error { return b.ReleaseRW(ctx, req.Key, req.Token) },
 		"WithdrawIntent": func() error { return b.WithdrawIntent(ctx, req.Key, "intent") },
@@ -269,7 +269,7 @@ func TestSemaphoreBadInput(t *testing.T) {
 			t.Errorf("SetPermits(%d): %v, want ErrInvalidOption", n, err)
 		}
 	}
-	if _, err := b.AcquireRW(ctx, req, driver.Mode(7), ""); !errors.Is(err, driver.ErrInvalidOption) {
+	if _, err := b.AcquireRW(ctx, req, driver.Mode(7)); !errors.Is(err, driver.ErrInvalidOption) {
 		t.Errorf("AcquireRW in mode 7: %v, want ErrInvalidOption", err)
 	}
 	if c := children(t, conn, root); len(c) != 0 {

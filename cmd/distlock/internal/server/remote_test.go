@@ -594,7 +594,7 @@ func TestRemoteMapping(t *testing.T) {
 			if _, err := b.Acquire(ctx, driver.AcquireRequest{Key: key + "/y", Token: "short", TTL: time.Minute}); !errors.Is(err, driver.ErrInvalidOption) {
 				t.Fatalf("a token too short for a request id: got %v, want ErrInvalidOption", err)
 			}
-			if _, err := b.ForceRelease(ctx, key); connect.CodeOf(err) != connect.CodePermissionDenied {
+			if _, err := b.ForceRelease(ctx, key, driver.ForceOptions{}); connect.CodeOf(err) != connect.CodePermissionDenied {
 				t.Fatalf("force release as a client: got %v, want PermissionDenied", err)
 			}
 
