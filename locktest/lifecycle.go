@@ -425,8 +425,9 @@ func (o *releaseOnLoss) Observe(ctx context.Context, e distlock.Event) {
 }
 
 // forceRelease checks the optional driver.ForceReleaser: the key is freed
-// whoever holds it, the hold's state is reported, and the old holder can
-// neither renew nor free the next holder's lock.
+// whoever holds it, the hold's state is reported, the old holder can
+// neither renew nor free the next holder's lock, and a call without a
+// reason (an empty driver.ForceOptions) works too.
 func (s *suite) forceRelease(t *testing.T) {
 	ctx := testContext(t, time.Minute)
 	admin := s.client(t)
@@ -458,6 +459,11 @@ func (s *suite) forceRelease(t *testing.T) {
 	wantNotAcquired(t, ctx, c, key)
 	if _, err := admin.ForceRelease(ctx, key+"/free", "nothing there"); !errors.Is(err, distlock.ErrNotHeld) {
 		t.Fatalf("force release of a free key: got %v, want ErrNotHeld", err)
+	}
+	// A direct call may give no reason.
+	info, err = admin.Backend().(driver.ForceReleaser).ForceRelease(ctx, key, driver.ForceOptions{})
+	if err != nil || info.Fence != cur.Fence() {
+		t.Fatalf("force release without a reason: %+v, %v; want the hold of fence %d", info, err, cur.Fence())
 	}
 	_ = cur.Release(ctx)
 }

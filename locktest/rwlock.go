@@ -19,6 +19,7 @@ func (s *suite) rwlock(t *testing.T) {
 		[]subtest{
 			{"ReadersShareWritersExclude", s.rwModes},
 			{"WaitingWriterGoesBeforeLaterReaders", s.rwWriterFirst},
+			{"IntentComesWithTheRequest", s.rwIntent},
 			{"NeverWriterWithAnyone", s.rwContended},
 			{"VanishedHoldersFreeIt", s.rwVanished},
 		})
@@ -199,6 +200,41 @@ func (s *suite) rwWriterFirst(t *testing.T) {
 	if err := r.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// At the driver level, a refused exclusive attempt records the intent its
+// request carries (driver.AcquireRequest.Intent) and none without one, and
+// WithdrawIntent removes it.
+func (s *suite) rwIntent(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	name := s.key(t)
+	c := s.client(t)
+	r, err := newRWMutex(t, c, name).TryRLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = r.Release(ctx) }()
+	rw := c.Backend().(driver.RWLocks)
+	intents := func(when string, want int) {
+		t.Helper()
+		if _, _, n, err := rw.InspectRW(ctx, name); err != nil || n != want {
+			t.Fatalf("%s: %d intents, %v; want %d", when, n, err, want)
+		}
+	}
+	req := driver.AcquireRequest{Key: name, Token: "0123456789abcdef0123456789abcdef", TTL: time.Minute}
+	if _, err := rw.AcquireRW(ctx, req, driver.Exclusive); !errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatalf("a writer while a reader holds: %v, want ErrNotAcquired", err)
+	}
+	intents("after a refused attempt without an intent", 0)
+	req.Intent = "locktest-intent"
+	if _, err := rw.AcquireRW(ctx, req, driver.Exclusive); !errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatalf("a writer with an intent while a reader holds: %v, want ErrNotAcquired", err)
+	}
+	intents("after a refused attempt with an intent", 1)
+	if err := rw.WithdrawIntent(ctx, name, req.Intent); err != nil {
+		t.Fatal(err)
+	}
+	intents("after WithdrawIntent", 0)
 }
 
 // 12 goroutines over two clients, one in three a writer, take turns: a
