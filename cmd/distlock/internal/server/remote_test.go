@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"math/big"
 	"net"
@@ -21,6 +22,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -115,6 +117,7 @@ type remoteService struct {
 	addr  string           // host:port
 	url   string           // http://host:port
 	stdin io.WriteCloser   // "shutdown\n" shuts the service down; EOF ends the process
+	log   *remoteOutput    // the service's standard error: its warnings, the audit log's among them
 }
 
 // The environment of TestRemoteServiceProcess.
@@ -205,7 +208,7 @@ func startRemoteServiceEnv(t testing.TB, st remoteStore, env ...string) *remoteS
 			t.Errorf("close the store's client: %v", err)
 		}
 	})
-	return &remoteService{store: store, addr: addr, url: "http://" + addr, stdin: stdin}
+	return &remoteService{store: store, addr: addr, url: "http://" + addr, stdin: stdin, log: stderr}
 }
 
 // remoteOutput collects a process's output, for the test's errors.
@@ -285,7 +288,8 @@ func TestRemoteServiceProcess(t *testing.T) {
 			t.Errorf("close the service's client: %v", err)
 		}
 	}()
-	srv, err := server.New(server.Config{Client: client, Keys: keys, Limits: limits})
+	warnings := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	srv, err := server.New(server.Config{Client: client, Keys: keys, Limits: limits, Logger: warnings})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -685,6 +689,21 @@ func TestRemoteLossWatch(t *testing.T) {
 	}
 	if !errors.Is(l.Err(), distlock.ErrLockLost) {
 		t.Fatalf("Err = %v, want ErrLockLost", l.Err())
+	}
+	// The reason reaches the service's audit log as the call's argument; a
+	// direct call without one is logged with remotelock.DefaultReason.
+	fr := admin.Backend().(driver.ForceReleaser)
+	if _, err := fr.ForceRelease(ctx, key, driver.ForceOptions{}); !errors.Is(err, distlock.ErrNotHeld) {
+		t.Fatalf("force release of the freed key: %v, want ErrNotHeld", err)
+	}
+	for _, want := range []string{reason, remotelock.DefaultReason} {
+		deadline := time.Now().Add(5 * time.Second)
+		for !strings.Contains(svc.log.String(), strconv.Quote(want)) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the service's log has no reason %q:\n%s", want, svc.log.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 }
 
