@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/observe"
 )
 
 // acquire resolves options, applies the policy, validates, and takes the
@@ -61,8 +62,8 @@ func (c *Client) prepare(ctx context.Context, key string, once bool, opts []Opti
 		if err := c.policy.Apply(ctx, &r); err != nil {
 			err = keyErr("lock", key, err)
 			if c.observer != nil { // a refused acquisition still starts and ends once
-				obsCtx := c.observer.AcquireStarted(ctx, c.event(&r, Event{Kind: EventAcquireStart}))
-				c.observe(obsCtx, &r, Event{Kind: EventNotAcquired, Err: err})
+				obsCtx := c.observer.AcquireStarted(ctx, c.event(&r, observe.Event{Kind: observe.AcquireStart}))
+				c.observe(obsCtx, &r, observe.Event{Kind: observe.NotAcquired, Err: err})
 			}
 			return r, err
 		}
@@ -82,7 +83,7 @@ func (c *Client) take(ctx context.Context, r *Request, req *driver.AcquireReques
 	var start time.Time // read the clock only for an observer
 	if c.observer != nil {
 		start = time.Now()
-		obsCtx = c.observer.AcquireStarted(ctx, c.event(r, Event{Kind: EventAcquireStart, Remote: r.keepToken}))
+		obsCtx = c.observer.AcquireStarted(ctx, c.event(r, observe.Event{Kind: observe.AcquireStart, Remote: r.keepToken}))
 	}
 	g, sent, err := c.acquireWaiting(obsCtx, r, req)
 	var waited time.Duration
@@ -94,15 +95,15 @@ func (c *Client) take(ctx context.Context, r *Request, req *driver.AcquireReques
 		id, err = held(obsCtx, g, sent)
 	}
 	if err != nil {
-		kind := EventNotAcquired
+		kind := observe.NotAcquired
 		if !errors.Is(err, ErrNotAcquired) {
-			kind = EventAcquireFailed
+			kind = observe.AcquireFailed
 		}
 		err = keyErr("lock", r.Key, err)
-		c.observe(obsCtx, r, Event{Kind: kind, Wait: waited, Err: err, Remote: r.keepToken})
+		c.observe(obsCtx, r, observe.Event{Kind: kind, Wait: waited, Err: err, Remote: r.keepToken})
 		return driver.Grant{}, err
 	}
-	c.observe(obsCtx, r, Event{Kind: EventAcquired, Fence: g.Fence, Wait: waited, TokenID: id, Remote: r.keepToken})
+	c.observe(obsCtx, r, observe.Event{Kind: observe.Acquired, Fence: g.Fence, Wait: waited, TokenID: id, Remote: r.keepToken})
 	return g, nil
 }
 
@@ -223,13 +224,13 @@ func (c *Client) reenter(r *Request) *Lock {
 }
 
 // event fills the request's labels into e.
-func (c *Client) event(r *Request, e Event) Event {
+func (c *Client) event(r *Request, e observe.Event) observe.Event {
 	e.Key, e.Group, e.Critical, e.Backend = r.Key, r.Group, r.Critical, c.backendName
 	e.Owner, e.BusinessID = r.Meta.Owner, r.Meta.BusinessID
 	return e
 }
 
-func (c *Client) observe(ctx context.Context, r *Request, e Event) {
+func (c *Client) observe(ctx context.Context, r *Request, e observe.Event) {
 	if c.observer != nil {
 		c.observer.Observe(ctx, c.event(r, e))
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/observe"
 )
 
 // Client takes locks through a Backend. It is safe for concurrent use. Close
@@ -19,7 +20,7 @@ type Client struct {
 	backend     driver.Backend
 	backendName string
 	maxLease    time.Duration
-	observer    Observer
+	observer    observe.Observer
 	policy      Policy
 
 	closeCtx context.Context    // done once Close begins: ends every wait
@@ -137,7 +138,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 
 // ForceRelease frees key whoever holds it, for operators: a job that hung
 // while its lock keeps renewing, say. reason is required and goes, for the
-// audit trail, to the observers (EventForceReleased) and to the backend
+// audit trail, to the observers (observe.ForceReleased) and to the backend
 // (driver.ForceOptions), which may record it. It returns what the store
 // knew of the hold it ended, an error matching ErrNotHeld if the key was
 // free, and one matching errors.ErrUnsupported if the backend cannot (see
@@ -166,7 +167,7 @@ func (c *Client) ForceRelease(ctx context.Context, key, reason string) (Info, er
 		return Info{}, keyErr("force release", key, err)
 	}
 	if c.observer != nil {
-		e := Event{Kind: EventForceReleased, Key: key, Backend: c.backendName, Reason: reason, Fence: info.Fence,
+		e := observe.Event{Kind: observe.ForceReleased, Key: key, Backend: c.backendName, Reason: reason, Fence: info.Fence,
 			Owner: info.Meta.Owner, BusinessID: info.Meta.BusinessID}
 		c.observer.Observe(ctx, e)
 	}
@@ -361,7 +362,7 @@ func (c *Client) observeCall(ctx context.Context, r *Request, op string, start t
 	if c.observer == nil {
 		return
 	}
-	e := Event{Kind: EventStoreCall, Backend: c.backendName, Op: op, Latency: time.Since(start), Err: err}
+	e := observe.Event{Kind: observe.StoreCall, Backend: c.backendName, Op: op, Latency: time.Since(start), Err: err}
 	if r != nil {
 		e = c.event(r, e)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/memlock"
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/observe"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -63,33 +64,33 @@ var errTransient = errors.New("i/o timeout")
 // recorder is an Observer that keeps every event.
 type recorder struct {
 	mu     sync.Mutex
-	events []distlock.Event
+	events []observe.Event
 }
 
-func (r *recorder) AcquireStarted(ctx context.Context, e distlock.Event) context.Context {
+func (r *recorder) AcquireStarted(ctx context.Context, e observe.Event) context.Context {
 	r.Observe(ctx, e)
 	return ctx
 }
 
-func (r *recorder) Observe(_ context.Context, e distlock.Event) {
+func (r *recorder) Observe(_ context.Context, e observe.Event) {
 	r.mu.Lock()
 	r.events = append(r.events, e)
 	r.mu.Unlock()
 }
 
-func (r *recorder) kinds() []distlock.EventKind {
+func (r *recorder) kinds() []observe.Kind {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var ks []distlock.EventKind
+	var ks []observe.Kind
 	for _, e := range r.events {
-		if e.Kind != distlock.EventStoreCall {
+		if e.Kind != observe.StoreCall {
 			ks = append(ks, e.Kind)
 		}
 	}
 	return ks
 }
 
-func (r *recorder) find(k distlock.EventKind) (distlock.Event, bool) {
+func (r *recorder) find(k observe.Kind) (observe.Event, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, e := range r.events {
@@ -97,7 +98,7 @@ func (r *recorder) find(k distlock.EventKind) (distlock.Event, bool) {
 			return e, true
 		}
 	}
-	return distlock.Event{}, false
+	return observe.Event{}, false
 }
 
 func TestAmbiguousAcquireIsReleasedInBackground(t *testing.T) {
@@ -167,8 +168,8 @@ func TestReleaseWithLostReplyWithinLease(t *testing.T) {
 	if n := f.releases.Load(); n != 2 {
 		t.Fatalf("release attempts = %d, want 2", n)
 	}
-	if e, ok := rec.find(distlock.EventReleased); !ok || e.Reason != distlock.ReleaseReleased || e.Err != nil {
-		t.Fatalf("release event %+v (found %v); want reason %q without an error", e, ok, distlock.ReleaseReleased)
+	if e, ok := rec.find(observe.Released); !ok || e.Reason != observe.ReleaseReleased || e.Err != nil {
+		t.Fatalf("release event %+v (found %v); want reason %q without an error", e, ok, observe.ReleaseReleased)
 	}
 }
 
@@ -222,7 +223,7 @@ func TestTransientRenewFailureIsNotLoss(t *testing.T) {
 		if failures.Load() == 0 {
 			t.Fatal("OnRenewFailure not called")
 		}
-		if _, ok := rec.find(distlock.EventRenewFailed); !ok {
+		if _, ok := rec.find(observe.RenewFailed); !ok {
 			t.Fatal("no renew_failed event")
 		}
 		f.renewErr.Store(nil)
@@ -248,7 +249,7 @@ func TestUnreachableStoreLosesLockBeforeExpiry(t *testing.T) {
 		}
 		f.renewErr.Store(&errTransient)
 		<-l.Done()
-		if !errors.Is(l.Err(), distlock.ErrLockLost) || !strings.Contains(l.Err().Error(), distlock.LossUnreachable) {
+		if !errors.Is(l.Err(), distlock.ErrLockLost) || !strings.Contains(l.Err().Error(), observe.LossUnreachable) {
 			t.Fatalf("Err = %v, want ErrLockLost (unreachable)", l.Err())
 		}
 		// The holder knew before the store let anyone else in.
@@ -273,8 +274,8 @@ func TestGrantLostSignal(t *testing.T) {
 	}
 	lose()
 	<-l.Done()
-	if !strings.Contains(l.Err().Error(), distlock.LossStoreDeleted) {
-		t.Fatalf("Err = %v, want %s", l.Err(), distlock.LossStoreDeleted)
+	if !strings.Contains(l.Err().Error(), observe.LossStoreDeleted) {
+		t.Fatalf("Err = %v, want %s", l.Err(), observe.LossStoreDeleted)
 	}
 }
 
@@ -333,24 +334,24 @@ func TestObserverSeesLifecycle(t *testing.T) {
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		want := []distlock.EventKind{distlock.EventAcquireStart, distlock.EventAcquired, distlock.EventRenewed, distlock.EventReleased}
+		want := []observe.Kind{observe.AcquireStart, observe.Acquired, observe.Renewed, observe.Released}
 		if got := rec.kinds(); !equalKinds(got, want) {
 			t.Fatalf("events %v, want %v", got, want)
 		}
-		e, _ := rec.find(distlock.EventReleased)
-		if e.Key != "obs" || e.Owner != "svc" || e.BusinessID != "order-1" || e.Backend != "mem" || e.Reason != distlock.ReleaseReleased || e.Fence != l.Fence() {
+		e, _ := rec.find(observe.Released)
+		if e.Key != "obs" || e.Owner != "svc" || e.BusinessID != "order-1" || e.Backend != "mem" || e.Reason != observe.ReleaseReleased || e.Fence != l.Fence() {
 			t.Fatalf("release event %+v", e)
 		}
 		if e.TokenID == "" || strings.Contains(l.Token(), e.TokenID) {
 			t.Fatalf("token id %q must be a short hash, not part of the token", e.TokenID)
 		}
-		if _, ok := rec.find(distlock.EventStoreCall); !ok {
+		if _, ok := rec.find(observe.StoreCall); !ok {
 			t.Fatal("no store_call event")
 		}
 	})
 }
 
-func equalKinds(a, b []distlock.EventKind) bool {
+func equalKinds(a, b []observe.Kind) bool {
 	if len(a) != len(b) {
 		return false
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/observe"
 )
 
 // freeStore grants every request, with Grant.Lost as given: enough to test
@@ -38,20 +39,20 @@ func (s *freeStore) Close() error { return nil }
 // kindLog records event kinds in order.
 type kindLog struct {
 	mu    sync.Mutex
-	kinds []EventKind
+	kinds []observe.Kind
 	lost  chan struct{}
 }
 
-func (k *kindLog) AcquireStarted(ctx context.Context, _ Event) context.Context { return ctx }
+func (k *kindLog) AcquireStarted(ctx context.Context, _ observe.Event) context.Context { return ctx }
 
-func (k *kindLog) Observe(_ context.Context, e Event) {
-	if e.Kind == EventStoreCall {
+func (k *kindLog) Observe(_ context.Context, e observe.Event) {
+	if e.Kind == observe.StoreCall {
 		return
 	}
 	k.mu.Lock()
 	k.kinds = append(k.kinds, e.Kind)
 	k.mu.Unlock()
-	if e.Kind == EventLost {
+	if e.Kind == observe.Lost {
 		close(k.lost)
 	}
 }
@@ -73,9 +74,9 @@ func TestHoldLostAtGrantIsRegisteredFirst(t *testing.T) {
 	}
 	<-l.Done()
 	log.mu.Lock()
-	kinds := append([]EventKind(nil), log.kinds...)
+	kinds := append([]observe.Kind(nil), log.kinds...)
 	log.mu.Unlock()
-	if len(kinds) < 2 || kinds[0] != EventAcquired || kinds[1] != EventLost {
+	if len(kinds) < 2 || kinds[0] != observe.Acquired || kinds[1] != observe.Lost {
 		t.Fatalf("events %v, want acquired, then lost", kinds)
 	}
 	c.mu.Lock()
@@ -113,10 +114,10 @@ func TestFirstLossReasonStays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.h.markLost(LossMaxHold)
-	l.h.markLost(LossStoreDeleted) // a late signal from the backend
-	if !strings.Contains(l.Err().Error(), LossMaxHold) {
-		t.Fatalf("Err = %v, want the first reason, %s", l.Err(), LossMaxHold)
+	l.h.markLost(observe.LossMaxHold)
+	l.h.markLost(observe.LossStoreDeleted) // a late signal from the backend
+	if !strings.Contains(l.Err().Error(), observe.LossMaxHold) {
+		t.Fatalf("Err = %v, want the first reason, %s", l.Err(), observe.LossMaxHold)
 	}
 	_ = l.Release(context.Background())
 	_ = c.Close()

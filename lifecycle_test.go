@@ -13,6 +13,7 @@ import (
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/memlock"
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/observe"
 )
 
 // within runs f and fails the test if it has not returned after d: the
@@ -286,7 +287,7 @@ func TestCallbacksMayRelease(t *testing.T) {
 			t.Fatal("Release called from OnRenewFailure never returned")
 		}
 	})
-	for _, kind := range []distlock.EventKind{distlock.EventRenewFailed, distlock.EventLost} {
+	for _, kind := range []observe.Kind{observe.RenewFailed, observe.Lost} {
 		t.Run("Observer/"+kind.String(), func(t *testing.T) {
 			ctx := context.Background()
 			store := memlock.New()
@@ -300,7 +301,7 @@ func TestCallbacksMayRelease(t *testing.T) {
 				t.Fatal(err)
 			}
 			obs.lock.Store(l)
-			if kind == distlock.EventLost {
+			if kind == observe.Lost {
 				_, _ = store.ForceRelease(ctx, "k", driver.ForceOptions{}) // the next renewal is refused
 			} else {
 				f.renewErr.Store(&errTransient)
@@ -320,17 +321,17 @@ func TestCallbacksMayRelease(t *testing.T) {
 // releasingObserver releases its lock, and reads its state, from the event
 // it waits for.
 type releasingObserver struct {
-	kind     distlock.EventKind
+	kind     observe.Kind
 	lock     atomicLock
 	once     sync.Once
 	released chan error
 }
 
-func (o *releasingObserver) AcquireStarted(ctx context.Context, _ distlock.Event) context.Context {
+func (o *releasingObserver) AcquireStarted(ctx context.Context, _ observe.Event) context.Context {
 	return ctx
 }
 
-func (o *releasingObserver) Observe(ctx context.Context, e distlock.Event) {
+func (o *releasingObserver) Observe(ctx context.Context, e observe.Event) {
 	l := o.lock.Load()
 	if e.Kind != o.kind || l == nil {
 		return
@@ -363,10 +364,10 @@ type callSeen struct {
 	seen chan struct{}
 }
 
-func (o *callSeen) AcquireStarted(ctx context.Context, _ distlock.Event) context.Context { return ctx }
+func (o *callSeen) AcquireStarted(ctx context.Context, _ observe.Event) context.Context { return ctx }
 
-func (o *callSeen) Observe(_ context.Context, e distlock.Event) {
-	if e.Kind == distlock.EventStoreCall && e.Op == o.op && errors.Is(e.Err, o.want) {
+func (o *callSeen) Observe(_ context.Context, e observe.Event) {
+	if e.Kind == observe.StoreCall && e.Op == o.op && errors.Is(e.Err, o.want) {
 		o.once.Do(func() { close(o.seen) })
 	}
 }
@@ -381,7 +382,7 @@ func TestCloseFreesAKeyMaxHoldDropped(t *testing.T) {
 			t.Fatal(err)
 		}
 		<-l.Done()
-		if !strings.Contains(l.Err().Error(), distlock.LossMaxHold) {
+		if !strings.Contains(l.Err().Error(), observe.LossMaxHold) {
 			t.Fatalf("Err = %v, want a max hold loss", l.Err())
 		}
 		if err := c.Close(); err != nil { // the holder never called Release
@@ -468,7 +469,7 @@ func TestForceRelease(t *testing.T) {
 	if !info.Held || info.Fence != l.Fence() || info.Meta.Owner != "job-7" {
 		t.Fatalf("force release reported %+v, want the hold it ended", info)
 	}
-	e, ok := rec.find(distlock.EventForceReleased)
+	e, ok := rec.find(observe.ForceReleased)
 	if !ok || e.Reason != "job hung for an hour" || e.Key != "stuck" || e.Fence != l.Fence() {
 		t.Fatalf("force release event %+v (found %v)", e, ok)
 	}
@@ -585,7 +586,7 @@ func TestExtendWaitsForTheRenewalInFlight(t *testing.T) {
 	t.Fatalf("renewals completed with TTLs %v: Extend's is missing", g.done)
 }
 
-// doneWatcher fails the test if the lock's Done is closed while EventLost is
+// doneWatcher fails the test if the lock's Done is closed while observe.Lost is
 // being reported.
 type doneWatcher struct {
 	recorder
@@ -594,8 +595,8 @@ type doneWatcher struct {
 	sawLossErr atomic.Bool
 }
 
-func (w *doneWatcher) Observe(ctx context.Context, e distlock.Event) {
-	if l := w.lock.Load(); l != nil && e.Kind == distlock.EventLost {
+func (w *doneWatcher) Observe(ctx context.Context, e observe.Event) {
+	if l := w.lock.Load(); l != nil && e.Kind == observe.Lost {
 		select {
 		case <-l.Done():
 			w.doneEarly.Store(true)
@@ -628,11 +629,11 @@ func TestLossReportedBeforeDone(t *testing.T) {
 			t.Fatalf("Release = %v, want ErrLockLost", err)
 		}
 		kinds := w.kinds()
-		if n := len(kinds); n < 2 || kinds[n-2] != distlock.EventLost || kinds[n-1] != distlock.EventReleased {
+		if n := len(kinds); n < 2 || kinds[n-2] != observe.Lost || kinds[n-1] != observe.Released {
 			t.Fatalf("events %v, want lost, then released, by the time Release returns", kinds)
 		}
 		if w.doneEarly.Load() || !w.sawLossErr.Load() {
-			t.Fatalf("during EventLost: Done closed %v, Err reported the loss %v; want false, true", w.doneEarly.Load(), w.sawLossErr.Load())
+			t.Fatalf("during observe.Lost: Done closed %v, Err reported the loss %v; want false, true", w.doneEarly.Load(), w.sawLossErr.Load())
 		}
 		_ = c.Close()
 	}
@@ -645,13 +646,13 @@ type renewingObserver struct {
 	extended chan error
 }
 
-func (o *renewingObserver) AcquireStarted(ctx context.Context, _ distlock.Event) context.Context {
+func (o *renewingObserver) AcquireStarted(ctx context.Context, _ observe.Event) context.Context {
 	return ctx
 }
 
-func (o *renewingObserver) Observe(ctx context.Context, e distlock.Event) {
+func (o *renewingObserver) Observe(ctx context.Context, e observe.Event) {
 	l := o.lock.Load()
-	if e.Kind != distlock.EventStoreCall || e.Op != "renew" || l == nil {
+	if e.Kind != observe.StoreCall || e.Op != "renew" || l == nil {
 		return
 	}
 	if o.done.CompareAndSwap(false, true) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/observe"
 )
 
 // Lock is a held lock. Its methods are safe for concurrent use.
@@ -145,10 +146,10 @@ type hold struct {
 	ttl        time.Duration // the store-side time to live: lease plus lock-delay
 	state      holdState
 	lossReason string
-	// reportingLoss is set while EventLost is being reported; a release in
-	// that time leaves its EventReleased in releasedAfterLoss, reported next.
+	// reportingLoss is set while observe.Lost is being reported; a release in
+	// that time leaves its observe.Released in releasedAfterLoss, reported next.
 	reportingLoss     bool
-	releasedAfterLoss *Event
+	releasedAfterLoss *observe.Event
 	deadline          time.Time
 	nextRenew         time.Time
 	retry             backoff
@@ -220,7 +221,7 @@ func (h *hold) arm(lost context.Context) {
 		h.stopLost = context.AfterFunc(lost, func() {
 			if h.c.enterBackground() {
 				defer h.c.bg.Done()
-				h.markLost(LossStoreDeleted)
+				h.markLost(observe.LossStoreDeleted)
 			}
 		})
 	}
@@ -245,11 +246,11 @@ func (h *hold) nextDueLocked() time.Time {
 func (h *hold) dueLossLocked(now time.Time) string {
 	switch {
 	case h.r.MaxHold > 0 && !now.Before(h.acquired.Add(h.r.MaxHold)):
-		return LossMaxHold
+		return observe.LossMaxHold
 	case !now.Before(h.deadline) && h.r.Watchdog:
-		return LossUnreachable
+		return observe.LossUnreachable
 	case !now.Before(h.deadline):
-		return LossExpired
+		return observe.LossExpired
 	}
 	return ""
 }
@@ -302,7 +303,7 @@ func (h *hold) tick() {
 	}
 	if errors.Is(err, ErrNotHeld) {
 		h.mu.Unlock()
-		h.markLost(LossRenewRefused)
+		h.markLost(observe.LossRenewRefused)
 		return
 	}
 	if err == nil {
@@ -316,10 +317,10 @@ func (h *hold) tick() {
 	h.mu.Unlock()
 
 	if err == nil {
-		h.emit(Event{Kind: EventRenewed})
+		h.emit(observe.Event{Kind: observe.Renewed})
 		return
 	}
-	h.emit(Event{Kind: EventRenewFailed, Err: err})
+	h.emit(observe.Event{Kind: observe.RenewFailed, Err: err})
 	if h.r.OnRenewFailure != nil {
 		h.r.OnRenewFailure(err)
 	}
@@ -378,7 +379,7 @@ func (h *hold) endLocked(s holdState, quiet bool) bool {
 // storeMayHold reports whether the store may still hold the token of a lock
 // lost for reason, so that it must be released by token.
 func storeMayHold(reason string) bool {
-	return reason != LossRenewRefused && reason != LossStoreDeleted
+	return reason != observe.LossRenewRefused && reason != observe.LossStoreDeleted
 }
 
 // unregister removes h from the client's reentrancy table and, if all is
@@ -465,10 +466,10 @@ func (h *hold) unref(ctx context.Context) error {
 // markLost reports the lock lost once, for the first reason, unless it was
 // released first.
 //
-// Observers get EventLost before Done closes, so a holder that waits on Done
+// Observers get observe.Lost before Done closes, so a holder that waits on Done
 // and then releases is reported in that order; a Release made while the loss
 // is being reported (by an observer, or after Err saw it) has its
-// EventReleased reported right after EventLost.
+// observe.Released reported right after observe.Lost.
 func (h *hold) markLost(reason string) {
 	h.mu.Lock()
 	if h.state != stateHeld {
@@ -481,7 +482,7 @@ func (h *hold) markLost(reason string) {
 	lostErr := h.lostErrorLocked()
 	h.mu.Unlock()
 	h.unregister(!storeMayHold(reason))
-	h.emit(Event{Kind: EventLost, Reason: reason, Hold: time.Since(h.acquired)})
+	h.emit(observe.Event{Kind: observe.Lost, Reason: reason, Hold: time.Since(h.acquired)})
 
 	h.mu.Lock()
 	h.reportingLoss = false
@@ -520,7 +521,7 @@ func (h *hold) release(ctx context.Context) error {
 			_ = h.c.releaseByToken(ctx, &h.r, h.token, nil)
 		}
 		h.unregister(true)
-		e := Event{Kind: EventReleased, Reason: ReleaseLost, Hold: time.Since(h.acquired)}
+		e := observe.Event{Kind: observe.Released, Reason: observe.ReleaseLost, Hold: time.Since(h.acquired)}
 		h.mu.Lock()
 		if h.reportingLoss {
 			h.releasedAfterLoss = &e
@@ -534,22 +535,22 @@ func (h *hold) release(ctx context.Context) error {
 
 	err := h.c.releaseOrHand(ctx, &h.r, h.token)
 	h.unregister(true)
-	reason = ReleaseReleased
+	reason = observe.ReleaseReleased
 	switch {
 	case errors.Is(err, errMayHaveReleased) && time.Now().Before(deadline):
 		// Within the lease only a release frees the key: the attempt whose
 		// reply was lost (or an operator's ForceRelease).
 		err = nil
 	case errors.Is(err, errMayHaveReleased):
-		reason = ReleaseExpired
+		reason = observe.ReleaseExpired
 		err = keyErr("release", h.r.Key, err)
 	case errors.Is(err, ErrNotHeld):
-		reason = ReleaseExpired
+		reason = observe.ReleaseExpired
 		err = keyErr("release", h.r.Key, fmt.Errorf("%w: the lease had expired", err))
 	case err != nil:
 		err = keyErr("release", h.r.Key, err)
 	}
-	h.emit(Event{Kind: EventReleased, Reason: reason, Hold: time.Since(h.acquired), Err: err})
+	h.emit(observe.Event{Kind: observe.Released, Reason: reason, Hold: time.Since(h.acquired), Err: err})
 	return err
 }
 
@@ -563,13 +564,13 @@ func (h *hold) renew(ctx context.Context, op string, lease time.Duration) error 
 	h.c.observeCall(ctx, &h.r, "renew", at, err) // the renewals are let go: an observer may renew
 	switch {
 	case err == nil:
-		h.emit(Event{Kind: EventRenewed})
+		h.emit(observe.Event{Kind: observe.Renewed})
 		return nil
 	case errors.Is(err, ErrNotHeld):
-		h.markLost(LossRenewRefused)
+		h.markLost(observe.LossRenewRefused)
 		return keyErr(op, h.r.Key, causedBy(ErrLockLost, err))
 	default:
-		h.emit(Event{Kind: EventRenewFailed, Err: err})
+		h.emit(observe.Event{Kind: observe.RenewFailed, Err: err})
 		return keyErr(op, h.r.Key, err)
 	}
 }
@@ -620,7 +621,7 @@ func (h *hold) renewOnce(ctx context.Context, lease time.Duration) (sent bool, a
 	return true, at, err
 }
 
-func (h *hold) emit(e Event) {
+func (h *hold) emit(e observe.Event) {
 	if h.c.observer == nil {
 		return
 	}

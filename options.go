@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"maps"
 	"time"
+
+	"github.com/distlock/distlock/observe"
 )
 
 // DefaultLease is the lease of a lock acquired without WithLease. Such a lock
@@ -177,10 +179,11 @@ type ClientOption func(*Client)
 // default is no maximum.
 func WithMaxLease(d time.Duration) ClientOption { return func(c *Client) { c.maxLease = d } }
 
-// WithObserver sends lock events to o (metrics, logs, traces; see package
-// telemetry). Several observers can be combined with Observers. The default is
-// none, at no cost.
-func WithObserver(o Observer) ClientOption { return func(c *Client) { c.observer = o } }
+// WithObserver sends the events of every lock's life to o (package
+// observe): metrics, logs and traces through package telemetry, or an
+// observer of your own. observe.Join combines several. The default is none,
+// at no cost.
+func WithObserver(o observe.Observer) ClientOption { return func(c *Client) { c.observer = o } }
 
 // WithPolicy applies governance (groups, limits, degradation; see package
 // policy) to every request before it reaches the store. The default is none.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/observe"
 )
 
 // Grant is a lock acquired for a holder in another process, which proves
@@ -85,9 +86,9 @@ func (c *Client) RenewToken(ctx context.Context, key, token string, lease time.D
 	start := time.Now()
 	err := c.backend.Renew(ctx, key, token, lease)
 	c.observeCall(ctx, &r, "renew", start, err)
-	e := Event{Kind: EventRenewed, TokenID: tokenID(token), Remote: true}
+	e := observe.Event{Kind: observe.Renewed, TokenID: tokenID(token), Remote: true}
 	if err != nil {
-		e.Kind, e.Err = EventRenewFailed, err
+		e.Kind, e.Err = observe.RenewFailed, err
 	}
 	c.observe(ctx, &r, e)
 	if err != nil {
@@ -106,12 +107,12 @@ func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 		return keyErr("release", key, err)
 	}
 	err := c.releaseOrHand(ctx, &r, token)
-	e := Event{Kind: EventReleased, Reason: ReleaseReleased, TokenID: tokenID(token), Remote: true}
+	e := observe.Event{Kind: observe.Released, Reason: observe.ReleaseReleased, TokenID: tokenID(token), Remote: true}
 	switch {
 	case err == nil:
 		c.observe(ctx, &r, e)
 	case errors.Is(err, ErrNotHeld):
-		e.Reason = ReleaseExpired
+		e.Reason = observe.ReleaseExpired
 		c.observe(ctx, &r, e)
 	}
 	if err != nil {

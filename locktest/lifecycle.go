@@ -12,6 +12,7 @@ import (
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/faultproxy"
+	"github.com/distlock/distlock/observe"
 )
 
 // startSeen is an Observer that signals the start of an acquisition and each
@@ -26,13 +27,13 @@ func newStartSeen() *startSeen {
 	return &startSeen{started: make(chan struct{}), refused: make(chan struct{}, 1)}
 }
 
-func (o *startSeen) AcquireStarted(ctx context.Context, _ distlock.Event) context.Context {
+func (o *startSeen) AcquireStarted(ctx context.Context, _ observe.Event) context.Context {
 	o.once.Do(func() { close(o.started) })
 	return ctx
 }
 
-func (o *startSeen) Observe(_ context.Context, e distlock.Event) {
-	if e.Kind == distlock.EventStoreCall && e.Op == "acquire" && errors.Is(e.Err, distlock.ErrNotAcquired) {
+func (o *startSeen) Observe(_ context.Context, e observe.Event) {
+	if e.Kind == observe.StoreCall && e.Op == "acquire" && errors.Is(e.Err, distlock.ErrNotAcquired) {
 		select {
 		case o.refused <- struct{}{}:
 		default:
@@ -402,20 +403,20 @@ func (s *suite) callbacksMayRelease(t *testing.T) {
 	}
 }
 
-// releaseOnLoss releases its lock from the EventLost of that lock.
+// releaseOnLoss releases its lock from the observe.Lost of that lock.
 type releaseOnLoss struct {
 	lock     atomic.Pointer[distlock.Lock]
 	once     sync.Once
 	released chan error
 }
 
-func (o *releaseOnLoss) AcquireStarted(ctx context.Context, _ distlock.Event) context.Context {
+func (o *releaseOnLoss) AcquireStarted(ctx context.Context, _ observe.Event) context.Context {
 	return ctx
 }
 
-func (o *releaseOnLoss) Observe(ctx context.Context, e distlock.Event) {
+func (o *releaseOnLoss) Observe(ctx context.Context, e observe.Event) {
 	l := o.lock.Load()
-	if e.Kind != distlock.EventLost || l == nil {
+	if e.Kind != observe.Lost || l == nil {
 		return
 	}
 	o.once.Do(func() {

@@ -36,6 +36,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/observe"
 )
 
 // Harness connects the suite to a backend under test.
@@ -637,8 +638,8 @@ func (s *suite) maxHold(t *testing.T) {
 	if held := l.HeldFor(); held < 1900*time.Millisecond {
 		t.Errorf("lost after %v, before max hold", held)
 	}
-	if err := l.Err(); !errors.Is(err, distlock.ErrLockLost) || !strings.Contains(err.Error(), distlock.LossMaxHold) {
-		t.Fatalf("Err = %v, want ErrLockLost (%s)", err, distlock.LossMaxHold)
+	if err := l.Err(); !errors.Is(err, distlock.ErrLockLost) || !strings.Contains(err.Error(), observe.LossMaxHold) {
+		t.Fatalf("Err = %v, want ErrLockLost (%s)", err, observe.LossMaxHold)
 	}
 	l2, err := b.Lock(ctx, key, distlock.WithWait(5*time.Second))
 	if err != nil {

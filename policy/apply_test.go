@@ -13,6 +13,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/memlock"
+	"github.com/distlock/distlock/observe"
 	"github.com/distlock/distlock/policy"
 )
 
@@ -47,13 +48,13 @@ type limits struct {
 }
 
 // recorder is an observer that keeps the request fields of every acquisition.
-type recorder struct{ events chan distlock.Event }
+type recorder struct{ events chan observe.Event }
 
-func (r recorder) AcquireStarted(ctx context.Context, e distlock.Event) context.Context {
+func (r recorder) AcquireStarted(ctx context.Context, e observe.Event) context.Context {
 	r.events <- e
 	return ctx
 }
-func (r recorder) Observe(context.Context, distlock.Event) {}
+func (r recorder) Observe(context.Context, observe.Event) {}
 
 func TestApply(t *testing.T) {
 	p := loadPolicy(t)
@@ -85,7 +86,7 @@ func TestApply(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			rec := recorder{events: make(chan distlock.Event, 2)}
+			rec := recorder{events: make(chan observe.Event, 2)}
 			mem := memlock.New()
 			client := distlock.New(mem, distlock.WithPolicy(p), distlock.WithObserver(rec))
 			defer client.Close()
@@ -145,7 +146,7 @@ func TestGroupMaxHold(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the group's max hold did not end the lock within 10s")
 	}
-	if err := l.Err(); !errors.Is(err, distlock.ErrLockLost) || !strings.Contains(err.Error(), distlock.LossMaxHold) {
+	if err := l.Err(); !errors.Is(err, distlock.ErrLockLost) || !strings.Contains(err.Error(), observe.LossMaxHold) {
 		t.Fatalf("Err() = %v, want ErrLockLost (max_hold)", err)
 	}
 	if held := l.HeldFor(); held < 150*time.Millisecond {

@@ -13,6 +13,7 @@ import (
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/memlock"
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/observe"
 	"github.com/distlock/distlock/policy"
 	"github.com/distlock/distlock/telemetry"
 )
@@ -65,7 +66,7 @@ func runDegradation(t *testing.T, s slowStore) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client := distlock.New(s.newBackend(t), distlock.WithPolicy(p), distlock.WithObserver(distlock.Observers(p, metrics)))
+	client := distlock.New(s.newBackend(t), distlock.WithPolicy(p), distlock.WithObserver(observe.Join(p, metrics)))
 	defer client.Close()
 	ctx := context.Background()
 	bulkKey, payKey := uniqueKey(t, "bulk/"), uniqueKey(t, "pay/")
@@ -152,7 +153,7 @@ func TestDegradationMemlock(t *testing.T) {
 					case <-stop:
 						return
 					case <-tick.C:
-						p.Observe(context.Background(), distlock.Event{Kind: distlock.EventStoreCall, Backend: "mem", Op: "acquire", Latency: 3 * enterP99})
+						p.Observe(context.Background(), observe.Event{Kind: observe.StoreCall, Backend: "mem", Op: "acquire", Latency: 3 * enterP99})
 					}
 				}
 			}()

@@ -10,16 +10,17 @@ import (
 	"time"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/observe"
 )
 
 // Policy applies a Config to every request of a client. It is both the
-// client's distlock.Policy and a distlock.Observer that measures the store's
+// client's distlock.Policy and an observe.Observer that measures the store's
 // latency, so a client needs both options:
 //
 //	p, err := policy.New(cfg)
 //	client := distlock.New(backend, distlock.WithPolicy(p), distlock.WithObserver(p))
 //
-// (combine p with other observers through distlock.Observers). A Policy
+// (combine p with other observers through observe.Join). A Policy
 // measures one store: give each client its own.
 type Policy struct {
 	cfg      Config
@@ -34,8 +35,8 @@ type Policy struct {
 }
 
 var (
-	_ distlock.Policy   = (*Policy)(nil)
-	_ distlock.Observer = (*Policy)(nil)
+	_ distlock.Policy  = (*Policy)(nil)
+	_ observe.Observer = (*Policy)(nil)
 )
 
 type prefix struct {
@@ -163,11 +164,11 @@ func (p *Policy) Apply(_ context.Context, r *distlock.Request) error {
 }
 
 // AcquireStarted returns ctx unchanged.
-func (p *Policy) AcquireStarted(ctx context.Context, _ distlock.Event) context.Context { return ctx }
+func (p *Policy) AcquireStarted(ctx context.Context, _ observe.Event) context.Context { return ctx }
 
 // Observe adds the latency of every store request to the window.
-func (p *Policy) Observe(_ context.Context, e distlock.Event) {
-	if e.Kind != distlock.EventStoreCall || len(p.degradable) == 0 {
+func (p *Policy) Observe(_ context.Context, e observe.Event) {
+	if e.Kind != observe.StoreCall || len(p.degradable) == 0 {
 		return
 	}
 	now := time.Now()

@@ -12,6 +12,7 @@ import (
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/memlock"
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/observe"
 	"github.com/distlock/distlock/telemetry"
 )
 
@@ -49,7 +50,7 @@ func BenchmarkTryLockRelease(b *testing.B) {
 		{"logs-disabled", []distlock.ClientOption{distlock.WithObserver(telemetry.NewLogger(slog.New(slog.DiscardHandler)))}},
 		{"logs-json", []distlock.ClientOption{distlock.WithObserver(jsonLogs)}},
 		{"traces", []distlock.ClientOption{distlock.WithObserver(telemetry.NewTracer(tp))}},
-		{"all", []distlock.ClientOption{distlock.WithObserver(distlock.Observers(metrics, jsonLogs, telemetry.NewTracer(tp)))}},
+		{"all", []distlock.ClientOption{distlock.WithObserver(observe.Join(metrics, jsonLogs, telemetry.NewTracer(tp)))}},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {

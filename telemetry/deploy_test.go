@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"gopkg.in/yaml.v3"
 
-	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/observe"
 	"github.com/distlock/distlock/telemetry"
 )
 
@@ -26,13 +26,13 @@ func registeredNames(t *testing.T) map[string]bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := m.AcquireStarted(context.Background(), distlock.Event{Kind: distlock.EventAcquireStart})
-	for _, e := range []distlock.Event{
-		{Kind: distlock.EventAcquired},
-		{Kind: distlock.EventRenewed},
-		{Kind: distlock.EventLost, Reason: distlock.LossUnreachable},
-		{Kind: distlock.EventReleased, Reason: distlock.ReleaseLost},
-		{Kind: distlock.EventStoreCall, Op: "acquire", Err: errors.New("down")},
+	ctx := m.AcquireStarted(context.Background(), observe.Event{Kind: observe.AcquireStart})
+	for _, e := range []observe.Event{
+		{Kind: observe.Acquired},
+		{Kind: observe.Renewed},
+		{Kind: observe.Lost, Reason: observe.LossUnreachable},
+		{Kind: observe.Released, Reason: observe.ReleaseLost},
+		{Kind: observe.StoreCall, Op: "acquire", Err: errors.New("down")},
 	} {
 		m.Observe(ctx, e)
 	}

@@ -1,10 +1,10 @@
 // Package telemetry turns distlock's lock events into Prometheus metrics,
-// log/slog records and OpenTelemetry spans. Each is a distlock.Observer, so
+// log/slog records and OpenTelemetry spans. Each is an observe.Observer, so
 // every backend gets them through the core client and none writes its own:
 //
 //	metrics, err := telemetry.NewMetrics(registry)
 //	...
-//	client := distlock.New(backend, distlock.WithObserver(distlock.Observers(
+//	client := distlock.New(backend, distlock.WithObserver(observe.Join(
 //		metrics,
 //		telemetry.NewLogger(slog.Default()),
 //		telemetry.NewTracer(tracerProvider),
@@ -17,12 +17,12 @@
 // never become labels; logs carry them, with the token only as a short hash.
 package telemetry
 
-import "github.com/distlock/distlock"
+import "github.com/distlock/distlock/observe"
 
 // DefaultGroup labels events of locks outside any policy group.
 const DefaultGroup = "default"
 
-func groupOf(e distlock.Event) string {
+func groupOf(e observe.Event) string {
 	if e.Group == "" {
 		return DefaultGroup
 	}

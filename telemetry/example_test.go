@@ -11,6 +11,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/memlock"
+	"github.com/distlock/distlock/observe"
 	"github.com/distlock/distlock/telemetry"
 )
 
@@ -29,7 +30,7 @@ func Example() {
 		return a
 	}})
 	logs := telemetry.NewLogger(slog.New(handler), telemetry.WithSuccessLevel(slog.LevelInfo))
-	client := distlock.New(memlock.New(), distlock.WithObserver(distlock.Observers(metrics, logs)))
+	client := distlock.New(memlock.New(), distlock.WithObserver(observe.Join(metrics, logs)))
 	defer client.Close()
 	ctx := context.Background()
 

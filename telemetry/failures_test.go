@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/observe"
 	"github.com/distlock/distlock/telemetry"
 )
 
@@ -33,11 +34,11 @@ func TestFailureEvents(t *testing.T) {
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
-	obs := distlock.Observers(metrics, telemetry.NewLogger(slog.New(logs)), telemetry.NewTracer(tp))
+	obs := observe.Join(metrics, telemetry.NewLogger(slog.New(logs)), telemetry.NewTracer(tp))
 
 	down := errors.New("connection refused")
-	base := distlock.Event{Key: "k", Group: "jobs", Backend: "redis", TokenID: "0a1b2c3d", Fence: 9}
-	with := func(kind distlock.EventKind, f func(*distlock.Event)) distlock.Event {
+	base := observe.Event{Key: "k", Group: "jobs", Backend: "redis", TokenID: "0a1b2c3d", Fence: 9}
+	with := func(kind observe.Kind, f func(*observe.Event)) observe.Event {
 		e := base
 		e.Kind = kind
 		f(&e)
@@ -45,23 +46,23 @@ func TestFailureEvents(t *testing.T) {
 	}
 	ctx := context.Background()
 	// A store error ends one acquisition; the next is refused as invalid.
-	for _, end := range []distlock.Event{
-		with(distlock.EventAcquireFailed, func(e *distlock.Event) { e.Err = fmt.Errorf("distlock: lock %q: %w", e.Key, down) }),
-		with(distlock.EventNotAcquired, func(e *distlock.Event) { e.Err = fmt.Errorf("lease: %w", distlock.ErrInvalidOption) }),
+	for _, end := range []observe.Event{
+		with(observe.AcquireFailed, func(e *observe.Event) { e.Err = fmt.Errorf("distlock: lock %q: %w", e.Key, down) }),
+		with(observe.NotAcquired, func(e *observe.Event) { e.Err = fmt.Errorf("lease: %w", distlock.ErrInvalidOption) }),
 	} {
-		actx := obs.AcquireStarted(ctx, with(distlock.EventAcquireStart, func(*distlock.Event) {}))
-		obs.Observe(actx, with(distlock.EventStoreCall, func(e *distlock.Event) { e.Op, e.Latency, e.Err = "acquire", time.Millisecond, down }))
+		actx := obs.AcquireStarted(ctx, with(observe.AcquireStart, func(*observe.Event) {}))
+		obs.Observe(actx, with(observe.StoreCall, func(e *observe.Event) { e.Op, e.Latency, e.Err = "acquire", time.Millisecond, down }))
 		obs.Observe(actx, end)
 	}
 	// A held lock whose renewal fails once, then released after its lease expired.
-	actx := obs.AcquireStarted(ctx, with(distlock.EventAcquireStart, func(*distlock.Event) {}))
-	obs.Observe(actx, with(distlock.EventAcquired, func(*distlock.Event) {}))
-	obs.Observe(actx, with(distlock.EventRenewFailed, func(e *distlock.Event) { e.Err = down }))
-	obs.Observe(actx, with(distlock.EventReleased, func(e *distlock.Event) {
-		e.Reason, e.Hold, e.Err = distlock.ReleaseExpired, time.Minute, fmt.Errorf("lease had expired: %w", distlock.ErrNotHeld)
+	actx := obs.AcquireStarted(ctx, with(observe.AcquireStart, func(*observe.Event) {}))
+	obs.Observe(actx, with(observe.Acquired, func(*observe.Event) {}))
+	obs.Observe(actx, with(observe.RenewFailed, func(e *observe.Event) { e.Err = down }))
+	obs.Observe(actx, with(observe.Released, func(e *observe.Event) {
+		e.Reason, e.Hold, e.Err = observe.ReleaseExpired, time.Minute, fmt.Errorf("lease had expired: %w", distlock.ErrNotHeld)
 	}))
 	// An operator frees a stuck key.
-	obs.Observe(ctx, with(distlock.EventForceReleased, func(e *distlock.Event) { e.Reason = "job stuck since 02:00" }))
+	obs.Observe(ctx, with(observe.ForceReleased, func(e *observe.Event) { e.Reason = "job stuck since 02:00" }))
 
 	expected := `
 # HELP distlock_acquisitions_total Lock acquisitions by result.

@@ -7,9 +7,10 @@ import (
 	"time"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/observe"
 )
 
-// Logger is a distlock.Observer that writes one log/slog record per
+// Logger is an observe.Observer that writes one log/slog record per
 // acquisition, release, loss and failed renewal. Create it with NewLogger.
 //
 // Levels:
@@ -28,7 +29,7 @@ type Logger struct {
 	success slog.Level
 }
 
-var _ distlock.Observer = (*Logger)(nil)
+var _ observe.Observer = (*Logger)(nil)
 
 // LoggerOption configures a Logger.
 type LoggerOption func(*Logger)
@@ -48,10 +49,10 @@ func NewLogger(l *slog.Logger, opts ...LoggerOption) *Logger {
 }
 
 // AcquireStarted returns ctx unchanged.
-func (g *Logger) AcquireStarted(ctx context.Context, _ distlock.Event) context.Context { return ctx }
+func (g *Logger) AcquireStarted(ctx context.Context, _ observe.Event) context.Context { return ctx }
 
 // Observe logs e.
-func (g *Logger) Observe(ctx context.Context, e distlock.Event) {
+func (g *Logger) Observe(ctx context.Context, e observe.Event) {
 	level, msg := g.classify(e)
 	if msg == "" || !g.l.Enabled(ctx, level) {
 		return
@@ -71,14 +72,14 @@ func (g *Logger) Observe(ctx context.Context, e distlock.Event) {
 		attrs = append(attrs, slog.Uint64("fence", e.Fence))
 	}
 	switch e.Kind {
-	case distlock.EventAcquired, distlock.EventNotAcquired, distlock.EventAcquireFailed:
+	case observe.Acquired, observe.NotAcquired, observe.AcquireFailed:
 		if result, _ := acquireResult(e); result != "" {
 			attrs = append(attrs, slog.String("result", result))
 		}
 		attrs = append(attrs, slog.Duration("wait", e.Wait))
-	case distlock.EventReleased, distlock.EventLost:
+	case observe.Released, observe.Lost:
 		attrs = append(attrs, slog.Duration("hold", e.Hold), slog.String("reason", e.Reason))
-	case distlock.EventForceReleased:
+	case observe.ForceReleased:
 		attrs = append(attrs, slog.String("reason", e.Reason))
 	}
 	if e.Err != nil {
@@ -88,26 +89,26 @@ func (g *Logger) Observe(ctx context.Context, e distlock.Event) {
 }
 
 // classify returns the level and message of e, or "" for events not logged.
-func (g *Logger) classify(e distlock.Event) (slog.Level, string) {
+func (g *Logger) classify(e observe.Event) (slog.Level, string) {
 	switch e.Kind {
-	case distlock.EventAcquired:
+	case observe.Acquired:
 		return g.success, "lock acquired"
-	case distlock.EventNotAcquired:
+	case observe.NotAcquired:
 		if result, _ := acquireResult(e); result == ResultError {
 			return slog.LevelError, "lock refused"
 		}
 		return slog.LevelInfo, "lock not acquired"
-	case distlock.EventAcquireFailed:
+	case observe.AcquireFailed:
 		return slog.LevelError, "lock acquire failed"
-	case distlock.EventRenewFailed:
+	case observe.RenewFailed:
 		return slog.LevelWarn, "lock renewal failed"
-	case distlock.EventLost:
+	case observe.Lost:
 		return slog.LevelWarn, "lock lost"
-	case distlock.EventForceReleased:
+	case observe.ForceReleased:
 		return slog.LevelWarn, "lock force-released"
-	case distlock.EventReleased:
+	case observe.Released:
 		switch {
-		case e.Reason == distlock.ReleaseExpired:
+		case e.Reason == observe.ReleaseExpired:
 			return slog.LevelWarn, "lock released after its lease expired"
 		case e.Err != nil && !errors.Is(e.Err, distlock.ErrNotHeld):
 			return slog.LevelError, "lock release failed"

@@ -9,9 +9,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/observe"
 )
 
-// Metrics is a distlock.Observer that records Prometheus metrics. Create it
+// Metrics is an observe.Observer that records Prometheus metrics. Create it
 // with NewMetrics; it is safe for concurrent use.
 //
 // Metrics (all prefixed distlock_):
@@ -46,7 +47,7 @@ type Metrics struct {
 	degraded     *prometheus.GaugeVec
 }
 
-var _ distlock.Observer = (*Metrics)(nil)
+var _ observe.Observer = (*Metrics)(nil)
 
 // NewMetrics creates the metrics and registers them on reg, which must not
 // be nil (pass prometheus.DefaultRegisterer to use the global registry).
@@ -91,39 +92,39 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 
 // AcquireStarted counts a waiter; the event that ends the acquisition
 // uncounts it.
-func (m *Metrics) AcquireStarted(ctx context.Context, e distlock.Event) context.Context {
+func (m *Metrics) AcquireStarted(ctx context.Context, e observe.Event) context.Context {
 	m.waiters.WithLabelValues(groupOf(e), e.Backend).Inc()
 	return ctx
 }
 
 // Observe records e.
-func (m *Metrics) Observe(_ context.Context, e distlock.Event) {
+func (m *Metrics) Observe(_ context.Context, e observe.Event) {
 	group := groupOf(e)
 	if result, ok := acquireResult(e); ok {
 		m.acquisitions.WithLabelValues(group, e.Backend, result).Inc()
 		m.waiters.WithLabelValues(group, e.Backend).Dec()
 		m.wait.WithLabelValues(group, e.Backend, result).Observe(e.Wait.Seconds())
-		if e.Kind == distlock.EventAcquired && !e.Remote { // a remote holder's lock is not held here
+		if e.Kind == observe.Acquired && !e.Remote { // a remote holder's lock is not held here
 			m.held.WithLabelValues(group, e.Backend).Inc()
 		}
 		return
 	}
 	switch e.Kind {
-	case distlock.EventRenewed:
+	case observe.Renewed:
 		m.renewals.WithLabelValues(group, e.Backend, "renewed").Inc()
-	case distlock.EventRenewFailed:
+	case observe.RenewFailed:
 		m.renewals.WithLabelValues(group, e.Backend, "failed").Inc()
-	case distlock.EventLost:
+	case observe.Lost:
 		m.lost.WithLabelValues(group, e.Backend, e.Reason).Inc()
 		m.ended(group, e)
-	case distlock.EventReleased:
+	case observe.Released:
 		m.releases.WithLabelValues(group, e.Backend, e.Reason).Inc()
-		if e.Reason != distlock.ReleaseLost && !e.Remote { // a lost lock ended at its loss
+		if e.Reason != observe.ReleaseLost && !e.Remote { // a lost lock ended at its loss
 			m.ended(group, e)
 		}
-	case distlock.EventForceReleased:
+	case observe.ForceReleased:
 		m.forced.WithLabelValues(group, e.Backend).Inc()
-	case distlock.EventStoreCall:
+	case observe.StoreCall:
 		m.storeLatency.WithLabelValues(e.Backend, e.Op).Observe(e.Latency.Seconds())
 		if e.Err != nil && !errors.Is(e.Err, distlock.ErrNotAcquired) && !errors.Is(e.Err, distlock.ErrNotHeld) {
 			m.storeErrors.WithLabelValues(e.Backend, e.Op).Inc()
@@ -132,7 +133,7 @@ func (m *Metrics) Observe(_ context.Context, e distlock.Event) {
 }
 
 // ended records the end of a hold.
-func (m *Metrics) ended(group string, e distlock.Event) {
+func (m *Metrics) ended(group string, e observe.Event) {
 	m.held.WithLabelValues(group, e.Backend).Dec()
 	m.hold.WithLabelValues(group, e.Backend).Observe(e.Hold.Seconds())
 }

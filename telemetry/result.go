@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/observe"
 )
 
 // Acquisition results, the values of the result label of
@@ -17,11 +18,11 @@ const (
 
 // acquireResult classifies an event that ends an acquisition; ok is false
 // for other kinds.
-func acquireResult(e distlock.Event) (result string, ok bool) {
+func acquireResult(e observe.Event) (result string, ok bool) {
 	switch e.Kind {
-	case distlock.EventAcquired:
+	case observe.Acquired:
 		return ResultAcquired, true
-	case distlock.EventNotAcquired:
+	case observe.NotAcquired:
 		switch {
 		case errors.Is(e.Err, distlock.ErrDegraded):
 			return ResultDegraded, true
@@ -29,7 +30,7 @@ func acquireResult(e distlock.Event) (result string, ok bool) {
 			return ResultError, true
 		}
 		return ResultNotAcquired, true
-	case distlock.EventAcquireFailed:
+	case observe.AcquireFailed:
 		return ResultError, true
 	}
 	return "", false

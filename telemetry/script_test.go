@@ -21,6 +21,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/observe"
 	"github.com/distlock/distlock/telemetry"
 )
 
@@ -78,7 +79,7 @@ func runScript(t *testing.T, s store) {
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
-	obs := distlock.WithObserver(distlock.Observers(metrics,
+	obs := distlock.WithObserver(observe.Join(metrics,
 		telemetry.NewLogger(slog.New(logs), telemetry.WithSuccessLevel(slog.LevelInfo)), telemetry.NewTracer(tp)))
 
 	alice := distlock.New(s.newBackend(t), obs, distlock.WithPolicy(groupPolicy{}))

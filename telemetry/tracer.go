@@ -7,13 +7,13 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/observe"
 )
 
 // TracerName is the instrumentation name of the spans Tracer creates.
 const TracerName = "github.com/distlock/distlock/telemetry"
 
-// Tracer is a distlock.Observer that records OpenTelemetry spans. Create it
+// Tracer is an observe.Observer that records OpenTelemetry spans. Create it
 // with NewTracer.
 //
 // Each acquisition is a span "distlock.acquire", a child of the caller's
@@ -35,7 +35,7 @@ type Tracer struct {
 	tracer trace.Tracer
 }
 
-var _ distlock.Observer = (*Tracer)(nil)
+var _ observe.Observer = (*Tracer)(nil)
 
 // NewTracer returns an observer that creates spans with tp.
 func NewTracer(tp trace.TracerProvider) *Tracer {
@@ -51,7 +51,7 @@ type acquireSpan struct {
 type acquireSpanKey struct{}
 
 // AcquireStarted starts the acquire span and returns a context holding it.
-func (t *Tracer) AcquireStarted(ctx context.Context, e distlock.Event) context.Context {
+func (t *Tracer) AcquireStarted(ctx context.Context, e observe.Event) context.Context {
 	parent := trace.SpanContextFromContext(ctx)
 	ctx, span := t.tracer.Start(ctx, "distlock.acquire", trace.WithAttributes(
 		attribute.String("distlock.key", e.Key),
@@ -63,14 +63,14 @@ func (t *Tracer) AcquireStarted(ctx context.Context, e distlock.Event) context.C
 }
 
 // Observe ends the acquire span or records a later event.
-func (t *Tracer) Observe(ctx context.Context, e distlock.Event) {
+func (t *Tracer) Observe(ctx context.Context, e observe.Event) {
 	as, _ := ctx.Value(acquireSpanKey{}).(*acquireSpan)
 	if result, ok := acquireResult(e); ok {
 		if as == nil {
 			return // not started by this tracer
 		}
 		as.span.SetAttributes(attribute.String("distlock.result", result), attribute.Float64("distlock.wait_seconds", e.Wait.Seconds()))
-		if e.Kind == distlock.EventAcquired {
+		if e.Kind == observe.Acquired {
 			as.span.SetAttributes(attribute.Int64("distlock.fence", int64(e.Fence)))
 		} else {
 			as.span.RecordError(e.Err)
@@ -81,11 +81,11 @@ func (t *Tracer) Observe(ctx context.Context, e distlock.Event) {
 	}
 	var name, event string
 	switch e.Kind {
-	case distlock.EventRenewFailed:
+	case observe.RenewFailed:
 		name, event = "distlock.renew", "distlock.renew_failed"
-	case distlock.EventReleased:
+	case observe.Released:
 		name, event = "distlock.release", "distlock.released"
-	case distlock.EventLost:
+	case observe.Lost:
 		name, event = "distlock.lost", "distlock.lost"
 	default:
 		return
@@ -102,14 +102,14 @@ func (t *Tracer) Observe(ctx context.Context, e distlock.Event) {
 		attribute.String("distlock.backend", e.Backend),
 		attribute.Int64("distlock.fence", int64(e.Fence)),
 	}
-	if e.Kind != distlock.EventRenewFailed {
+	if e.Kind != observe.RenewFailed {
 		attrs = append(attrs, attribute.String("distlock.reason", e.Reason), attribute.Float64("distlock.hold_seconds", e.Hold.Seconds()))
 	}
 	span.AddEvent(event, trace.WithAttributes(attrs...))
 	if e.Err != nil {
 		span.RecordError(e.Err)
 	}
-	if e.Kind != distlock.EventReleased || e.Err != nil {
+	if e.Kind != observe.Released || e.Err != nil {
 		span.SetStatus(codes.Error, event)
 	}
 	span.End()

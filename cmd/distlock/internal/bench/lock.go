@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/observe"
 )
 
 // lockTarget takes locks through distlock clients; worker w uses client
@@ -33,11 +34,11 @@ type callSlot struct {
 type callObserver struct{}
 
 // AcquireStarted returns ctx unchanged: the slot is already in it.
-func (callObserver) AcquireStarted(ctx context.Context, _ distlock.Event) context.Context { return ctx }
+func (callObserver) AcquireStarted(ctx context.Context, _ observe.Event) context.Context { return ctx }
 
 // Observe records the answer of a Lock call's first acquire request.
-func (callObserver) Observe(ctx context.Context, e distlock.Event) {
-	if e.Kind != distlock.EventStoreCall || e.Op != "acquire" {
+func (callObserver) Observe(ctx context.Context, e observe.Event) {
+	if e.Kind != observe.StoreCall || e.Op != "acquire" {
 		return
 	}
 	s, ok := ctx.Value(callSlotKey{}).(*callSlot)

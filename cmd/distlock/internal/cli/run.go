@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/observe"
 )
 
 // Exit codes of run when the command itself could not be run, as
@@ -263,14 +264,14 @@ type lossRecorder struct {
 	reason string
 }
 
-// AcquireStarted implements distlock.Observer.
-func (r *lossRecorder) AcquireStarted(ctx context.Context, _ distlock.Event) context.Context {
+// AcquireStarted implements observe.Observer.
+func (r *lossRecorder) AcquireStarted(ctx context.Context, _ observe.Event) context.Context {
 	return ctx
 }
 
-// Observe implements distlock.Observer: it keeps the first loss reason.
-func (r *lossRecorder) Observe(_ context.Context, e distlock.Event) {
-	if e.Kind != distlock.EventLost {
+// Observe implements observe.Observer: it keeps the first loss reason.
+func (r *lossRecorder) Observe(_ context.Context, e observe.Event) {
+	if e.Kind != observe.Lost {
 		return
 	}
 	r.mu.Lock()
@@ -285,13 +286,13 @@ func (r *lossRecorder) explain() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch r.reason {
-	case distlock.LossRenewRefused:
+	case observe.LossRenewRefused:
 		return "renewal refused (renew_refused): the store no longer holds the lock for this run; it was deleted, expired or force-released"
-	case distlock.LossUnreachable:
+	case observe.LossUnreachable:
 		return "store unreachable (unreachable): no renewal was confirmed before the lease ran out"
-	case distlock.LossMaxHold:
+	case observe.LossMaxHold:
 		return "--max-hold reached (max_hold)"
-	case distlock.LossStoreDeleted:
+	case observe.LossStoreDeleted:
 		return "the store ended the session that held the lock (store_deleted)"
 	}
 	return r.reason

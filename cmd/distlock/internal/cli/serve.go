@@ -24,6 +24,7 @@ import (
 	"github.com/distlock/distlock/cmd/distlock/internal/dashboard"
 	"github.com/distlock/distlock/cmd/distlock/internal/embedetcd"
 	"github.com/distlock/distlock/cmd/distlock/internal/server"
+	"github.com/distlock/distlock/observe"
 	"github.com/distlock/distlock/telemetry"
 )
 
@@ -459,13 +460,13 @@ type observers struct {
 // clientOptions returns the options of the store's client: the observers,
 // and the live policy if --config was given.
 func (cfg *serveConfig) clientOptions(o *observers) []distlock.ClientOption {
-	obs := []distlock.Observer{o.metrics, o.logger}
+	obs := []observe.Observer{o.metrics, o.logger}
 	var opts []distlock.ClientOption
 	if cfg.policy != nil {
 		obs = append(obs, cfg.policy)
 		opts = append(opts, distlock.WithPolicy(cfg.policy))
 	}
-	return append(opts, distlock.WithObserver(distlock.Observers(obs...)))
+	return append(opts, distlock.WithObserver(observe.Join(obs...)))
 }
 
 // httpServer returns the HTTP server: HTTP/1.1 and HTTP/2 (in cleartext

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/observe"
 	"github.com/distlock/distlock/policy"
 )
 
@@ -117,7 +118,7 @@ func (w *watchedFile) reload(log *slog.Logger, force bool) {
 	log.Info("reloaded "+w.what, "file", w.path)
 }
 
-// livePolicy is the client's distlock.Policy and distlock.Observer when
+// livePolicy is the client's distlock.Policy and observe.Observer when
 // serve has --config: it delegates to the policy.Policy loaded last, so a
 // reloaded policy file takes effect without a new client. A new policy
 // starts with an empty latency window: a group that was degraded is not
@@ -136,8 +137,8 @@ type loadedPolicy struct {
 }
 
 var (
-	_ distlock.Policy   = (*livePolicy)(nil)
-	_ distlock.Observer = (*livePolicy)(nil)
+	_ distlock.Policy  = (*livePolicy)(nil)
+	_ observe.Observer = (*livePolicy)(nil)
 )
 
 // load parses a policy file's content and puts it in force.
@@ -217,13 +218,13 @@ func (l *livePolicy) MaxHold(key string) time.Duration {
 }
 
 // AcquireStarted returns ctx unchanged.
-func (l *livePolicy) AcquireStarted(ctx context.Context, _ distlock.Event) context.Context {
+func (l *livePolicy) AcquireStarted(ctx context.Context, _ observe.Event) context.Context {
 	return ctx
 }
 
 // Observe gives e to the policy in force, which measures the store's
 // latency.
-func (l *livePolicy) Observe(ctx context.Context, e distlock.Event) {
+func (l *livePolicy) Observe(ctx context.Context, e observe.Event) {
 	if cur := l.cur.Load(); cur != nil {
 		cur.p.Observe(ctx, e)
 	}

@@ -21,17 +21,18 @@ import (
 	"github.com/distlock/distlock/cmd/distlock/internal/server"
 	distlockv1 "github.com/distlock/distlock/gen/distlock/v1"
 	"github.com/distlock/distlock/gen/distlock/v1/distlockv1connect"
+	"github.com/distlock/distlock/observe"
 )
 
 // storeCalls counts the store requests of a client, through its observer.
 type storeCalls struct{ n atomic.Int64 }
 
-func (c *storeCalls) AcquireStarted(ctx context.Context, _ distlock.Event) context.Context {
+func (c *storeCalls) AcquireStarted(ctx context.Context, _ observe.Event) context.Context {
 	return ctx
 }
 
-func (c *storeCalls) Observe(_ context.Context, e distlock.Event) {
-	if e.Kind == distlock.EventStoreCall {
+func (c *storeCalls) Observe(_ context.Context, e observe.Event) {
+	if e.Kind == observe.StoreCall {
 		c.n.Add(1)
 	}
 }
