@@ -10,9 +10,9 @@ import (
 	"github.com/distlock/distlock/observe"
 )
 
-// Grant is a lock acquired for a holder in another process, which proves
+// TokenGrant is a lock acquired for a holder in another process, which proves
 // itself with Token: see AcquireToken.
-type Grant struct {
+type TokenGrant struct {
 	Key   string
 	Token string
 	// Fence strictly increases with every grant of Key.
@@ -50,23 +50,23 @@ const (
 // ErrNotAcquired or granted again, as the store has it; a repeated grant has
 // the same fence and renews the hold in the store, so its lease counts from
 // the repeat. RenewToken with the token succeeds if it holds the key.
-func (c *Client) AcquireToken(ctx context.Context, key, token string, opts ...Option) (Grant, error) {
+func (c *Client) AcquireToken(ctx context.Context, key, token string, opts ...Option) (TokenGrant, error) {
 	if err := validToken(token); err != nil {
-		return Grant{}, keyErr("lock", key, err)
+		return TokenGrant{}, keyErr("lock", key, err)
 	}
 	r, err := c.prepare(ctx, key, false, append([]Option{WithWait(0)}, opts...))
 	if err != nil {
-		return Grant{}, err
+		return TokenGrant{}, err
 	}
 	if !c.enterAcquire() {
-		return Grant{}, keyErr("lock", key, ErrClosed)
+		return TokenGrant{}, keyErr("lock", key, ErrClosed)
 	}
 	defer c.inflight.Done()
 	r.keepToken = true
 	req := driver.AcquireRequest{Key: key, Token: token, TTL: r.Lease + r.LockDelay, Meta: r.Meta}
-	var granted Grant
+	var granted TokenGrant
 	_, err = c.take(ctx, &r, &req, func(_ context.Context, g driver.Grant, sent time.Time) (string, error) {
-		granted = Grant{Key: key, Token: token, Fence: g.Fence, Lease: r.grantedLease(r.Lease, g.TTL), LockDelay: r.LockDelay, Sent: sent}
+		granted = TokenGrant{Key: key, Token: token, Fence: g.Fence, Lease: r.grantedLease(r.Lease, g.TTL), LockDelay: r.LockDelay, Sent: sent}
 		return tokenID(token), nil
 	})
 	return granted, err

@@ -115,7 +115,7 @@ func TestAcquireTokenWaitKeepsToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	type result struct {
-		g   distlock.Grant
+		g   distlock.TokenGrant
 		err error
 	}
 	done := make(chan result, 1)

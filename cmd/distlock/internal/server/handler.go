@@ -126,7 +126,7 @@ func (h *service) Acquire(ctx context.Context, req *connect.Request[distlockv1.A
 // be a store's repeat of an earlier grant to the same token, which renews
 // it: it then gets no more than what is left of the cap of its first grant,
 // as a Renew would, and at the cap it ends.
-func (s *Server) grantedOnce(ctx context.Context, tenant string, a acquireArgs, sk string, labels map[string]string, g distlock.Grant) (*connect.Response[distlockv1.AcquireResponse], error) {
+func (s *Server) grantedOnce(ctx context.Context, tenant string, a acquireArgs, sk string, labels map[string]string, g distlock.TokenGrant) (*connect.Response[distlockv1.AcquireResponse], error) {
 	if a.requestID == "" || s.maxHold(sk) <= 0 {
 		return s.granted(tenant, a, labels, g), nil
 	}
@@ -154,7 +154,7 @@ func (s *Server) grantedOnce(ctx context.Context, tenant string, a acquireArgs, 
 }
 
 // granted tells this server's watchers of a grant and answers it.
-func (s *Server) granted(tenant string, a acquireArgs, labels map[string]string, g distlock.Grant) *connect.Response[distlockv1.AcquireResponse] {
+func (s *Server) granted(tenant string, a acquireArgs, labels map[string]string, g distlock.TokenGrant) *connect.Response[distlockv1.AcquireResponse] {
 	s.events.publish(tenant, change{typ: distlockv1.Event_TYPE_ACQUIRED, at: g.Sent, info: distlock.Info{
 		Key: g.Key, Held: true, Fence: g.Fence, TTL: g.Lease + g.LockDelay,
 		Meta: distlock.Meta{Owner: a.owner, BusinessID: a.businessID, Labels: labels},
@@ -163,14 +163,14 @@ func (s *Server) granted(tenant string, a acquireArgs, labels map[string]string,
 }
 
 // acquired is the response of a grant.
-func acquired(g distlock.Grant) *connect.Response[distlockv1.AcquireResponse] {
+func acquired(g distlock.TokenGrant) *connect.Response[distlockv1.AcquireResponse] {
 	lease, at := expiry(g.Lease, g.Sent)
 	return connect.NewResponse(&distlockv1.AcquireResponse{Token: g.Token, Fence: g.Fence, Lease: lease, ExpiresAt: at})
 }
 
 // regranted is the answer of a regrant that found the grant of its request
 // id: the grant, or err.
-func regranted(g distlock.Grant, err error) (*connect.Response[distlockv1.AcquireResponse], error) {
+func regranted(g distlock.TokenGrant, err error) (*connect.Response[distlockv1.AcquireResponse], error) {
 	if err != nil {
 		return nil, err
 	}
@@ -209,30 +209,30 @@ func (s *Server) abandon(ctx context.Context, sk, token string) {
 // no grant of this request id holds sk, or the store cannot tell (the
 // acquisition then says); with ok, err says that the cap ended the grant,
 // or that another caller holds the key under this request id.
-func (s *Server) regrant(ctx context.Context, a acquireArgs, sk, token, reqLabel string) (_ distlock.Grant, ok bool, _ error) {
+func (s *Server) regrant(ctx context.Context, a acquireArgs, sk, token, reqLabel string) (_ distlock.TokenGrant, ok bool, _ error) {
 	info, err := s.client.Inspect(ctx, sk)
 	if err != nil || !info.Held || reqLabel == "" || info.Meta.Labels[labelRequest] != reqLabel {
-		return distlock.Grant{}, false, nil
+		return distlock.TokenGrant{}, false, nil
 	}
 	lease, err := s.capLease(sk, info, a.lease, time.Now())
 	if err != nil {
-		return distlock.Grant{}, true, s.storeError(ctx, "acquire", a.key, sk, err)
+		return distlock.TokenGrant{}, true, s.storeError(ctx, "acquire", a.key, sk, err)
 	}
 	sent := time.Now()
 	if err := s.client.RenewToken(ctx, sk, token, lease); err != nil {
 		if errors.Is(err, distlock.ErrNotHeld) && s.stillHeld(ctx, sk, info.Fence) {
-			return distlock.Grant{}, true, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+			return distlock.TokenGrant{}, true, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
 				"acquire %q: another caller (owner %q) holds the key under this request_id: a request id makes only its own caller's retry idempotent, so give each caller ids of its own",
 				a.key, info.Meta.Owner))
 		}
-		return distlock.Grant{}, false, nil
+		return distlock.TokenGrant{}, false, nil
 	}
 	// A fence the same before and after the renewal is the grant's own:
 	// fences never repeat, so no other grant could come between.
 	if !s.stillHeld(ctx, sk, info.Fence) {
-		return distlock.Grant{}, false, nil
+		return distlock.TokenGrant{}, false, nil
 	}
-	return distlock.Grant{Key: sk, Token: token, Fence: info.Fence, Lease: lease, Sent: sent}, true, nil
+	return distlock.TokenGrant{Key: sk, Token: token, Fence: info.Fence, Lease: lease, Sent: sent}, true, nil
 }
 
 // stillHeld reports whether the grant of sk with fence still holds it, as

@@ -274,7 +274,7 @@ func labelTime(labels map[string]string) time.Time {
 // labelAcquired (added after opts, so it joins the labels they set) and
 // told to the monitor: the wait, its outcome, and the grant. It returns the
 // labels the lock got.
-func (s *Server) acquireToken(ctx context.Context, sk, token string, opts ...distlock.Option) (distlock.Grant, map[string]string, error) {
+func (s *Server) acquireToken(ctx context.Context, sk, token string, opts ...distlock.Option) (distlock.TokenGrant, map[string]string, error) {
 	var r distlock.Request
 	for _, o := range opts {
 		o(&r)
