@@ -139,15 +139,6 @@ func (c *Client) releaseAbandoned(r *Request, token string) {
 	})
 }
 
-// A release by token (Release, and the cleanups the client does on its own)
-// retries a failure whose reply never came, but at most ReleaseAttempts times
-// within ReleaseBudget, and not at all after a permanent error (a closed
-// backend). Past that the key stays in the store until its lease runs out.
-const (
-	ReleaseAttempts = 4
-	ReleaseBudget   = 5 * time.Second
-)
-
 // freedByLease ends the error of a release given up on. A backend that is a
 // lock service's client passes on its service's, which names the attempts
 // the service made: the client does not say it again.

@@ -8,21 +8,32 @@ import (
 	"github.com/distlock/distlock/observe"
 )
 
-// DefaultLease is the lease of a lock acquired without WithLease. Such a lock
-// is renewed by the watchdog every DefaultLease/3 while it is held.
-const DefaultLease = 30 * time.Second
+// Defaults and limits of locks.
+const (
+	// DefaultLease is the lease of a lock acquired without WithLease. Such a
+	// lock is renewed by the watchdog every DefaultLease/3 while it is held.
+	DefaultLease = 30 * time.Second
 
-// MinLease is the shortest lease accepted: shorter ones leave no validity
-// after the clock-drift margin.
-const MinLease = 10 * time.Millisecond
+	// MinLease is the shortest lease accepted: shorter ones leave no
+	// validity after the clock-drift margin.
+	MinLease = 10 * time.Millisecond
 
-// MinRenewInterval is the shortest watchdog period accepted, and the floor of
-// the default period (a third of the lease) for short leases.
-const MinRenewInterval = 5 * time.Millisecond
+	// MinRenewInterval is the shortest watchdog period accepted, and the
+	// floor of the default period (a third of the lease) for short leases.
+	MinRenewInterval = 5 * time.Millisecond
 
-// WaitUntilContextDone is the wait of Lock without WithWait: it waits for as
-// long as its context allows.
-const WaitUntilContextDone time.Duration = -1
+	// WaitUntilContextDone is the wait of Lock without WithWait: it waits for
+	// as long as its context allows.
+	WaitUntilContextDone time.Duration = -1
+
+	// A release by token (Release, and the cleanups the client does on its
+	// own) retries a failure whose reply never came, but at most
+	// ReleaseAttempts times within ReleaseBudget, and not at all after a
+	// permanent error (a closed backend). Past that the key stays in the
+	// store until its lease runs out.
+	ReleaseAttempts = 4
+	ReleaseBudget   = 5 * time.Second
+)
 
 // Request is a lock request after options are applied. Policies (see Policy)
 // may read and adjust it before any store call.
