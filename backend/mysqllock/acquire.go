@@ -62,7 +62,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	conn, err := b.conn(ctx, b.opts.poolWait)
+	conn, err := b.conn(ctx, b.opts.PoolWait)
 	if err != nil {
 		return driver.Grant{}, err
 	}
@@ -72,7 +72,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 // try takes the lock on conn if it is free, pinning conn, and otherwise
 // returns conn to the pool.
 func (b *Backend) try(ctx context.Context, conn *sql.Conn, req driver.AcquireRequest, h holder) (driver.Grant, error) {
-	qctx, cancel := context.WithTimeout(ctx, b.opts.requestTimeout)
+	qctx, cancel := context.WithTimeout(ctx, b.opts.RequestTimeout)
 	sent := time.Now()
 	fence, err := grab(qctx, conn, req, h, 0)
 	cancel()
@@ -208,7 +208,7 @@ func (b *Backend) killQuery(ctx context.Context, id uint64, finished <-chan stru
 		case <-time.After(killGrace):
 		}
 	}
-	kctx, cancel := context.WithTimeout(context.Background(), min(b.opts.requestTimeout, b.opts.poolWait))
+	kctx, cancel := context.WithTimeout(context.Background(), min(b.opts.RequestTimeout, b.opts.PoolWait))
 	defer cancel()
 	if _, err := b.db.ExecContext(kctx, fmt.Sprintf("KILL QUERY %d", id)); err != nil {
 		drop()
@@ -256,7 +256,7 @@ func (b *Backend) connID(ctx context.Context, conn *sql.Conn) (uint64, error) {
 	if ok {
 		return id, nil
 	}
-	qctx, cancel := context.WithTimeout(ctx, b.opts.requestTimeout)
+	qctx, cancel := context.WithTimeout(ctx, b.opts.RequestTimeout)
 	defer cancel()
 	if err := conn.QueryRowContext(qctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
 		return 0, err

@@ -62,10 +62,10 @@ func New(db *sql.DB, opts ...Option) (*Backend, error) {
 		return nil, err
 	}
 	b := &Backend{db: db, opts: o, ids: make(map[any]uint64),
-		holds: pinned.New[*session](pinned.Config{Name: "mysqllock", Keepalive: o.keepalive})}
+		holds: pinned.New[*session](pinned.Config{Name: "mysqllock", Keepalive: o.Keepalive})}
 	b.closing, b.endAll = context.WithCancel(context.Background())
-	if o.cleanupEvery > 0 {
-		b.holds.StartCleanup(o.cleanupEvery, o.cleanupBatch, b.Cleanup)
+	if o.CleanupInterval > 0 {
+		b.holds.StartCleanup(o.CleanupInterval, o.CleanupBatch, b.Cleanup)
 	}
 	return b, nil
 }
@@ -85,7 +85,7 @@ func (b *Backend) Migrate(ctx context.Context) error {
 }
 
 func (b *Backend) migrate(ctx context.Context) error {
-	qctx, cancel := context.WithTimeout(ctx, b.opts.requestTimeout)
+	qctx, cancel := context.WithTimeout(ctx, b.opts.RequestTimeout)
 	defer cancel()
 	if _, err := b.db.ExecContext(qctx, migrateSQL); err != nil {
 		return fmt.Errorf("mysqllock: migrate: %w", err)

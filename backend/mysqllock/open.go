@@ -136,7 +136,7 @@ func openURL(ctx context.Context, u *url.URL, opts ...Option) (*Backend, error) 
 		return nil, err
 	}
 	b.ownDB = true
-	pctx, cancel := context.WithTimeout(ctx, b.opts.requestTimeout)
+	pctx, cancel := context.WithTimeout(ctx, b.opts.RequestTimeout)
 	defer cancel()
 	if err := db.PingContext(pctx); err != nil {
 		_ = b.Close()

@@ -71,7 +71,7 @@ type state struct {
 // inspect reads key's state.
 func (b *Backend) inspect(ctx context.Context, key string) (state, error) {
 	var s state
-	qctx, cancel := context.WithTimeout(ctx, b.opts.requestTimeout)
+	qctx, cancel := context.WithTimeout(ctx, b.opts.RequestTimeout)
 	defer cancel()
 	name := LockName(key)
 	err := b.db.QueryRowContext(qctx, inspectSQL, name, name).Scan(&s.held, &s.current, &s.rec.fence,
@@ -138,7 +138,7 @@ func (b *Backend) list(ctx context.Context, q string, args ...any) ([]driver.Inf
 	if err := b.ensureSchema(ctx); err != nil {
 		return nil, err
 	}
-	qctx, cancel := context.WithTimeout(ctx, b.opts.requestTimeout)
+	qctx, cancel := context.WithTimeout(ctx, b.opts.RequestTimeout)
 	defer cancel()
 	rows, err := b.db.QueryContext(qctx, q, args...)
 	if err != nil {
@@ -205,7 +205,7 @@ func (b *Backend) ForceRelease(ctx context.Context, key string, _ driver.ForceOp
 			return driver.Info{}, driver.Wrap("mysqllock", err)
 		}
 	}
-	qctx, cancel := context.WithTimeout(ctx, b.opts.requestTimeout)
+	qctx, cancel := context.WithTimeout(ctx, b.opts.RequestTimeout)
 	defer cancel()
 	if _, err := b.db.ExecContext(qctx, fmt.Sprintf("KILL CONNECTION %d", s.holder)); err != nil {
 		return driver.Info{}, fmt.Errorf("mysqllock: kill session %d: %w", s.holder, err)
@@ -239,9 +239,9 @@ func (b *Backend) Cleanup(ctx context.Context) (int64, error) {
 	if err := b.ensureSchema(ctx); err != nil {
 		return 0, err
 	}
-	qctx, cancel := context.WithTimeout(ctx, b.opts.requestTimeout)
+	qctx, cancel := context.WithTimeout(ctx, b.opts.RequestTimeout)
 	defer cancel()
-	res, err := b.db.ExecContext(qctx, cleanupSQL, b.opts.retention.Microseconds(), b.opts.cleanupBatch)
+	res, err := b.db.ExecContext(qctx, cleanupSQL, b.opts.Retention.Microseconds(), b.opts.CleanupBatch)
 	if err != nil {
 		return 0, fmt.Errorf("mysqllock: cleanup: %w", err)
 	}

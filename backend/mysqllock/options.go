@@ -1,10 +1,9 @@
 package mysqllock
 
 import (
-	"fmt"
 	"time"
 
-	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/pinned"
 )
 
 // Option configures a Backend. New returns an error matching
@@ -12,19 +11,14 @@ import (
 type Option func(*config) error
 
 type config struct {
-	poolWait       time.Duration
-	keepalive      time.Duration
-	requestTimeout time.Duration
-	killOnForce    bool
-	cleanupEvery   time.Duration
-	cleanupBatch   int
-	retention      time.Duration
+	pinned.Settings
+	killOnForce bool
 }
 
 // Defaults of the options that have one.
 const (
 	// DefaultRequestTimeout bounds each request to the server (WithRequestTimeout).
-	DefaultRequestTimeout = 5 * time.Second
+	DefaultRequestTimeout = pinned.DefaultRequestTimeout
 	// DefaultConnectTimeout is the dial timeout of a handle that Open
 	// creates when its URL sets no "timeout".
 	DefaultConnectTimeout = 5 * time.Second
@@ -32,31 +26,15 @@ const (
 	// lock's session (WithKeepalive).
 	DefaultKeepalive = time.Second
 	// MinKeepalive is the shortest interval WithKeepalive accepts.
-	MinKeepalive = 10 * time.Millisecond
+	MinKeepalive = pinned.MinKeepalive
 	// DefaultPoolWait bounds the wait for a free connection (WithPoolWait).
-	DefaultPoolWait = time.Second
+	DefaultPoolWait = pinned.DefaultPoolWait
 )
-
-func defaultOptions() config {
-	return config{poolWait: DefaultPoolWait, keepalive: DefaultKeepalive, requestTimeout: DefaultRequestTimeout,
-		cleanupEvery: time.Minute, cleanupBatch: 1000, retention: 10 * time.Minute}
-}
 
 // newConfig applies opts to the defaults.
 func newConfig(opts []Option) (config, error) {
-	o := defaultOptions()
-	for _, f := range opts {
-		if err := f(&o); err != nil {
-			return config{}, err
-		}
-	}
-	return o, nil
-}
-
-// invalidOption is the error for option name set to v; want says what it
-// accepts.
-func invalidOption(name string, v any, want string) error {
-	return fmt.Errorf("mysqllock: %s(%v): %w: %s", name, v, driver.ErrInvalidOption, want)
+	return pinned.Apply(config{Settings: pinned.NewSettings(pinned.Spec{
+		Name: pkg, Keepalive: DefaultKeepalive, MinRetention: time.Minute})}, opts)
 }
 
 // WithPoolWait bounds how long an acquisition attempt waits for a free
@@ -66,13 +44,7 @@ func invalidOption(name string, v any, want string) error {
 // connection within its own wait instead. d must be positive. The default is
 // 1s (DefaultPoolWait).
 func WithPoolWait(d time.Duration) Option {
-	return func(o *config) error {
-		if d <= 0 {
-			return invalidOption("WithPoolWait", d, "want a positive duration")
-		}
-		o.poolWait = d
-		return nil
-	}
+	return func(o *config) error { return o.SetPoolWait(d) }
 }
 
 // WithKeepalive caps the interval between two checks (COM_PING) of each held
@@ -83,13 +55,7 @@ func WithPoolWait(d time.Duration) Option {
 // client may already have. d must be at least MinKeepalive (10ms). The
 // default is 1s (DefaultKeepalive).
 func WithKeepalive(d time.Duration) Option {
-	return func(o *config) error {
-		if d < MinKeepalive {
-			return invalidOption("WithKeepalive", d, fmt.Sprintf("want at least %v", MinKeepalive))
-		}
-		o.keepalive = d
-		return nil
-	}
+	return func(o *config) error { return o.SetKeepalive(d) }
 }
 
 // WithRequestTimeout bounds each request the backend sends to the server
@@ -101,13 +67,7 @@ func WithKeepalive(d time.Duration) Option {
 // reads it from the URL parameter request_timeout (e.g. "2s"). The default
 // is 5s (DefaultRequestTimeout).
 func WithRequestTimeout(d time.Duration) Option {
-	return func(o *config) error {
-		if d <= 0 {
-			return invalidOption("WithRequestTimeout", d, "want a positive duration")
-		}
-		o.requestTimeout = d
-		return nil
-	}
+	return func(o *config) error { return o.SetRequestTimeout(d) }
 }
 
 // WithKillOnForceRelease lets ForceRelease free a key by ending the session
@@ -128,25 +88,13 @@ func WithKillOnForceRelease(on bool) Option {
 // holder table; 0 turns the periodic cleanup off (call Cleanup yourself). d
 // must not be negative. The default is one minute.
 func WithCleanupInterval(d time.Duration) Option {
-	return func(o *config) error {
-		if d < 0 {
-			return invalidOption("WithCleanupInterval", d, "want 0 (off) or a positive duration")
-		}
-		o.cleanupEvery = d
-		return nil
-	}
+	return func(o *config) error { return o.SetCleanupInterval(d) }
 }
 
 // WithCleanupBatch caps the rows one cleanup deletes. n must be positive. The
 // default is 1000.
 func WithCleanupBatch(n int) Option {
-	return func(o *config) error {
-		if n <= 0 {
-			return invalidOption("WithCleanupBatch", n, "want a positive number of rows")
-		}
-		o.cleanupBatch = n
-		return nil
-	}
+	return func(o *config) error { return o.SetCleanupBatch(n) }
 }
 
 // WithRetention sets how long after its lease ended the row of a key nobody
@@ -155,11 +103,5 @@ func WithCleanupBatch(n int) Option {
 // back by more than the retention. d must be at least a minute. The default
 // is 10 minutes.
 func WithRetention(d time.Duration) Option {
-	return func(o *config) error {
-		if d < time.Minute {
-			return invalidOption("WithRetention", d, "want at least 1m")
-		}
-		o.retention = d
-		return nil
-	}
+	return func(o *config) error { return o.SetRetention(d) }
 }

@@ -36,7 +36,7 @@ func (b *Backend) pin(conn *sql.Conn, req driver.AcquireRequest, name string, fe
 // means a dead or unreachable session; it has at least a second, so that a
 // busy machine does not end a healthy hold.
 func (p *session) Ping(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, max(p.b.opts.keepalive, time.Second))
+	ctx, cancel := context.WithTimeout(ctx, max(p.b.opts.Keepalive, time.Second))
 	defer cancel()
 	return p.conn.PingContext(ctx)
 }
@@ -45,7 +45,7 @@ func (p *session) Ping(ctx context.Context) error {
 // connection whose statement is cancelled midway, so the statement has the
 // request timeout whatever the caller's context.
 func (p *session) Extend(ctx context.Context, _ time.Time, ttl time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, p.b.opts.requestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, p.b.opts.RequestTimeout)
 	defer cancel()
 	_, err := p.conn.ExecContext(ctx, renewSQL, ttl.Microseconds(), p.name, p.Token)
 	return err
@@ -60,7 +60,7 @@ func (p *session) Free(ctx context.Context) (bool, error) {
 
 // Bound bounds ctx by the request timeout.
 func (p *session) Bound(ctx context.Context) (context.Context, func()) {
-	return context.WithTimeout(ctx, p.b.opts.requestTimeout)
+	return context.WithTimeout(ctx, p.b.opts.RequestTimeout)
 }
 
 // Lives reports whether the session survived err.
