@@ -27,11 +27,11 @@ func (b *Backend) Cleanup(ctx context.Context) (int64, error) {
 	defer done()
 	var n int64
 	for _, q := range []string{cleanupSQL, cleanupRWHoldsSQL, cleanupPermitsSQL, cleanupIntentsSQL} {
-		left := int64(b.opts.cleanupBatch) - n
+		left := int64(b.opts.CleanupBatch) - n
 		if left == 0 {
 			break
 		}
-		tag, err := conn.Exec(qctx, q, b.opts.retention.Milliseconds(), left)
+		tag, err := conn.Exec(qctx, q, b.opts.Retention.Milliseconds(), left)
 		if err != nil {
 			return n, fmt.Errorf("pglock: cleanup: %w", err)
 		}

@@ -50,7 +50,7 @@ func (b *Backend) ForceRelease(ctx context.Context, key string, _ driver.ForceOp
 		return driver.Info{}, fmt.Errorf("pglock: %w: needs PostgreSQL 14 or later (pg_terminate_backend with a timeout), the server is %s",
 			errors.ErrUnsupported, v)
 	}
-	rows, err := conn.Query(qctx, forceReleaseSQL, b.ID(key), key, (b.opts.requestTimeout / 2).Milliseconds())
+	rows, err := conn.Query(qctx, forceReleaseSQL, b.ID(key), key, (b.opts.RequestTimeout / 2).Milliseconds())
 	if err != nil {
 		return driver.Info{}, driver.Wrap("pglock", err)
 	}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/pinned"
 )
 
 // Option configures a Backend. New returns an error matching
@@ -12,39 +12,29 @@ import (
 type Option func(*config) error
 
 type config struct {
-	poolWait       time.Duration
-	keepalive      time.Duration
+	pinned.Settings
 	watchDelay     time.Duration
-	requestTimeout time.Duration
 	ns             *int32
 	keyIDs         KeyIDs // "" unless WithKeyIDs: the database's recorded scheme
 	rows           rowMode
 	forceTerminate bool
-	cleanupEvery   time.Duration
-	cleanupBatch   int
-	retention      time.Duration
 }
 
 // Defaults of the options that have one.
 const (
 	// DefaultRequestTimeout bounds each request to the server (WithRequestTimeout).
-	DefaultRequestTimeout = 5 * time.Second
+	DefaultRequestTimeout = pinned.DefaultRequestTimeout
 	// DefaultConnectTimeout bounds a new connection of a pool that Open
 	// creates when the connection string sets no connect_timeout.
 	DefaultConnectTimeout = 5 * time.Second
 	// MinKeepalive is the shortest interval WithKeepalive accepts.
-	MinKeepalive = 10 * time.Millisecond
+	MinKeepalive = pinned.MinKeepalive
 	// DefaultWatchDelay is how long a held lock goes unwatched after its
 	// grant (WithWatchDelay).
 	DefaultWatchDelay = 5 * time.Millisecond
 	// MaxWatchDelay is the longest delay WithWatchDelay accepts.
 	MaxWatchDelay = time.Second
 )
-
-func defaultOptions() config {
-	return config{poolWait: time.Second, keepalive: 5 * time.Second, watchDelay: DefaultWatchDelay, requestTimeout: DefaultRequestTimeout,
-		cleanupEvery: time.Minute, cleanupBatch: 1000, retention: 10 * time.Minute}
-}
 
 // rowMode is when holder rows are written: once a hold lasts the watch
 // delay, at the grant when there is no delay, or as set.
@@ -57,19 +47,8 @@ func (o config) rowMode() rowMode {
 
 // newOptions applies opts to the defaults.
 func newOptions(opts []Option) (config, error) {
-	o := defaultOptions()
-	for _, f := range opts {
-		if err := f(&o); err != nil {
-			return config{}, err
-		}
-	}
-	return o, nil
-}
-
-// invalidOption is the error for option name set to v; want says what it
-// accepts.
-func invalidOption(name string, v any, want string) error {
-	return fmt.Errorf("pglock: %s(%v): %w: %s", name, v, driver.ErrInvalidOption, want)
+	return pinned.Apply(config{Settings: pinned.NewSettings(pinned.Spec{Name: pkg, Keepalive: 5 * time.Second}),
+		watchDelay: DefaultWatchDelay}, opts)
 }
 
 // WithPoolWait bounds how long a single acquisition attempt waits for a free
@@ -78,13 +57,7 @@ func invalidOption(name string, v any, want string) error {
 // deadline. A waiting lock (distlock.WithWait) waits for a connection within
 // its own wait instead. d must be positive. The default is 1s.
 func WithPoolWait(d time.Duration) Option {
-	return func(o *config) error {
-		if d <= 0 {
-			return invalidOption("WithPoolWait", d, "want a positive duration")
-		}
-		o.poolWait = d
-		return nil
-	}
+	return func(o *config) error { return o.SetPoolWait(d) }
 }
 
 // WithKeepalive caps the interval of the keepalive query on each pinned
@@ -97,13 +70,7 @@ func WithPoolWait(d time.Duration) Option {
 // sooner would end a healthy session on a slow link. d must be at least
 // MinKeepalive (10ms). The default is 5s.
 func WithKeepalive(d time.Duration) Option {
-	return func(o *config) error {
-		if d < MinKeepalive {
-			return invalidOption("WithKeepalive", d, fmt.Sprintf("want at least %v", MinKeepalive))
-		}
-		o.keepalive = d
-		return nil
-	}
+	return func(o *config) error { return o.SetKeepalive(d) }
 }
 
 // WithWatchDelay sets how long a held lock's connection goes unwatched after
@@ -118,7 +85,7 @@ func WithKeepalive(d time.Duration) Option {
 func WithWatchDelay(d time.Duration) Option {
 	return func(o *config) error {
 		if d < 0 || d > MaxWatchDelay {
-			return invalidOption("WithWatchDelay", d, fmt.Sprintf("want 0 (watch from the grant) up to %v", MaxWatchDelay))
+			return o.Invalid("WithWatchDelay", d, fmt.Sprintf("want 0 (watch from the grant) up to %v", MaxWatchDelay))
 		}
 		o.watchDelay = d
 		return nil
@@ -136,13 +103,7 @@ func WithWatchDelay(d time.Duration) Option {
 // also reads it from the URL parameter request_timeout (e.g. "2s"). The
 // default is 5s (DefaultRequestTimeout).
 func WithRequestTimeout(d time.Duration) Option {
-	return func(o *config) error {
-		if d <= 0 {
-			return invalidOption("WithRequestTimeout", d, "want a positive duration")
-		}
-		o.requestTimeout = d
-		return nil
-	}
+	return func(o *config) error { return o.SetRequestTimeout(d) }
 }
 
 // WithNamespace maps keys with NamespacedKeyID(ns, key) instead of KeyID
@@ -173,7 +134,7 @@ func WithNamespace(ns int32) Option {
 func WithKeyIDs(k KeyIDs) Option {
 	return func(o *config) error {
 		if k.valid() != nil {
-			return invalidOption("WithKeyIDs", fmt.Sprintf("%q", string(k)), fmt.Sprintf("want %q or %q", KeyIDsSHA256, KeyIDsFNV1a))
+			return o.Invalid("WithKeyIDs", fmt.Sprintf("%q", string(k)), fmt.Sprintf("want %q or %q", KeyIDsSHA256, KeyIDsFNV1a))
 		}
 		o.keyIDs = k
 		return nil
@@ -184,38 +145,20 @@ func WithKeyIDs(k KeyIDs) Option {
 // 0 turns the periodic cleanup off (call Cleanup yourself). d must not be
 // negative. The default is one minute.
 func WithCleanupInterval(d time.Duration) Option {
-	return func(o *config) error {
-		if d < 0 {
-			return invalidOption("WithCleanupInterval", d, "want 0 (off) or a positive duration")
-		}
-		o.cleanupEvery = d
-		return nil
-	}
+	return func(o *config) error { return o.SetCleanupInterval(d) }
 }
 
 // WithCleanupBatch caps the rows one cleanup deletes. n must be positive. The
 // default is 1000.
 func WithCleanupBatch(n int) Option {
-	return func(o *config) error {
-		if n <= 0 {
-			return invalidOption("WithCleanupBatch", n, "want a positive number of rows")
-		}
-		o.cleanupBatch = n
-		return nil
-	}
+	return func(o *config) error { return o.SetCleanupBatch(n) }
 }
 
 // WithRetention sets how long after its lease ended the row of a key nobody
 // holds stays (Inspect reports its last fence meanwhile). d must not be
 // negative. The default is 10 minutes.
 func WithRetention(d time.Duration) Option {
-	return func(o *config) error {
-		if d < 0 {
-			return invalidOption("WithRetention", d, "want 0 or a positive duration")
-		}
-		o.retention = d
-		return nil
-	}
+	return func(o *config) error { return o.SetRetention(d) }
 }
 
 // rowMode is when a hold's row is written to the holder table.

@@ -60,10 +60,10 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Backend, error) {
 		return nil, err
 	}
 	b := &Backend{pool: pool, opts: o,
-		holds: pinned.New[*session](pinned.Config{Name: "pglock", Keepalive: o.keepalive, WatchDelay: o.watchDelay})}
-	b.poolBound.d, b.reqBound.d = o.poolWait, o.requestTimeout
-	if o.cleanupEvery > 0 {
-		b.holds.StartCleanup(o.cleanupEvery, o.cleanupBatch, b.Cleanup)
+		holds: pinned.New[*session](pinned.Config{Name: "pglock", Keepalive: o.Keepalive, WatchDelay: o.watchDelay})}
+	b.poolBound.d, b.reqBound.d = o.PoolWait, o.RequestTimeout
+	if o.CleanupInterval > 0 {
+		b.holds.StartCleanup(o.CleanupInterval, o.CleanupBatch, b.Cleanup)
 	}
 	return b, nil
 }

@@ -142,7 +142,7 @@ func (p *session) statementContext(ctx context.Context) (context.Context, contex
 	if now := time.Now(); end.Before(now) {
 		end = now
 	}
-	return context.WithDeadline(ctx, end.Add(p.b.opts.requestTimeout))
+	return context.WithDeadline(ctx, end.Add(p.b.opts.RequestTimeout))
 }
 
 // Free unlocks the advisory lock.
