@@ -80,12 +80,13 @@ func TestOpenBadURLNamesItOnce(t *testing.T) {
 // address where nothing listens: each fails naming the refused dial, and
 // the URL once.
 func TestOpenRefusedNamesURLOnce(t *testing.T) {
-	addr := fmt.Sprintf("%s:%d", testserver.Host, testserver.FreePort(t))
+	free := func() string { return fmt.Sprintf("%s:%d", testserver.Host, testserver.FreePort(t)) }
+	addr := free()
 	t.Setenv("AWS_ACCESS_KEY_ID", "dummy") // dynamodb:// signs its requests
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "dummy")
 	for _, raw := range []string{
 		"redis://user:secret@" + addr + "/0",
-		"redlock://user:secret@" + addr + "," + addr[:len(addr)-1] + "0," + addr[:len(addr)-1] + "1",
+		"redlock://user:secret@" + addr + "," + free() + "," + free(), // three distinct nodes
 		"etcd://" + addr + "/x?dial_timeout=2s",
 		"zk://" + addr + "/x?dial_timeout=1s",
 		"mysql://root:secret@" + addr + "/db",
