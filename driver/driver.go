@@ -9,6 +9,8 @@
 //   - Handoff: passing a held key straight to a waiting token;
 //   - Notifier: a notice when a key is released, for the client's wait loop;
 //   - Lister and PageLister: the held locks under a prefix, all or a page;
+//   - PrefixWatcher: the keys under a prefix that changed, as the store
+//     tells of them;
 //   - ForceReleaser: freeing a key whoever holds it, with the operator's
 //     ForceOptions;
 //   - Namer: a short name for metrics and logs;
