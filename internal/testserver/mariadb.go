@@ -21,8 +21,12 @@ func MariaDB(t testing.TB, args ...string) *Server {
 	client := lookBinary(t, "mariadb-client", "mariadb")
 	s := &Server{Name: "mariadb", Port: FreePort(t), Dir: tempDir(t, "my")}
 	data := filepath.Join(s.Dir, "data")
+	// The bootstrap server's temporary tables go to the server's own
+	// directory too: in the shared /tmp, installs running side by side
+	// (several test packages) failed deleting them.
 	if out, err := exec.Command(install, "--no-defaults", "--datadir="+data, "--user=root",
-		"--auth-root-authentication-method=normal", "--skip-test-db", "--skip-name-resolve").CombinedOutput(); err != nil {
+		"--auth-root-authentication-method=normal", "--skip-test-db", "--skip-name-resolve",
+		"--tmpdir="+s.Dir).CombinedOutput(); err != nil {
 		t.Fatalf("testserver: mariadb-install-db: %v\n%s", err, out)
 	}
 	s.command = func() *exec.Cmd {
