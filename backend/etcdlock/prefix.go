@@ -34,8 +34,18 @@ func (b *Backend) WatchPrefix(ctx context.Context, prefix string) (<-chan []stri
 		cancel()
 		return nil, b.fail(err)
 	}
-	out := make(chan []string)
+	// Counted under mu, where Close marks the backend closed before it
+	// waits for the count: a watch created as Close began ends here.
+	b.mu.Lock()
+	if b.closed.Load() {
+		b.mu.Unlock()
+		stopOnClose()
+		cancel()
+		return nil, b.checkOpen()
+	}
 	b.bg.Add(1)
+	b.mu.Unlock()
+	out := make(chan []string)
 	go func() {
 		defer b.bg.Done()
 		defer stopOnClose()
