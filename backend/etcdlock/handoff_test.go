@@ -1,0 +1,125 @@
+package etcdlock_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/backend/etcdlock"
+	"github.com/distlock/distlock/internal/testserver"
+)
+
+// queueReads counts the range reads a client sends that make etcd read a
+// whole directory: a prefix range that is sorted (other than by key,
+// ascending), filtered by revision, or unlimited. etcd serves each of them by
+// reading every key in the range.
+type queueReads struct {
+	mu    sync.Mutex
+	count int
+	seen  []string
+}
+
+func (q *queueReads) interceptor(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	switch r := req.(type) {
+	case *pb.RangeRequest:
+		q.check(r)
+	case *pb.TxnRequest:
+		q.txn(r)
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+func (q *queueReads) txn(t *pb.TxnRequest) {
+	for _, ops := range [][]*pb.RequestOp{t.Success, t.Failure} {
+		for _, op := range ops {
+			switch {
+			case op.GetRequestRange() != nil:
+				q.check(op.GetRequestRange())
+			case op.GetRequestTxn() != nil:
+				q.txn(op.GetRequestTxn())
+			}
+		}
+	}
+}
+
+func (q *queueReads) check(r *pb.RangeRequest) {
+	if len(r.RangeEnd) == 0 {
+		return // one key
+	}
+	sorted := r.SortOrder != pb.RangeRequest_NONE &&
+		!(r.SortOrder == pb.RangeRequest_ASCEND && r.SortTarget == pb.RangeRequest_KEY)
+	filtered := r.MinCreateRevision != 0 || r.MaxCreateRevision != 0 || r.MinModRevision != 0 || r.MaxModRevision != 0
+	if sorted || filtered || r.Limit == 0 {
+		q.mu.Lock()
+		q.count++
+		q.seen = append(q.seen, fmt.Sprintf("%q sort=%v/%v maxCreate=%d limit=%d", r.Key, r.SortTarget, r.SortOrder, r.MaxCreateRevision, r.Limit))
+		q.mu.Unlock()
+	}
+}
+
+func (q *queueReads) reset() (int, []string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n, seen := q.count, q.seen
+	q.count, q.seen = 0, nil
+	return n, seen
+}
+
+// TestHandoffReadsNoWholeQueue queues waiters behind a holder and releases
+// them one by one: neither queueing nor a handoff may read the whole queue,
+// so that a release costs the store the same with 5 waiters or 5 000.
+func TestHandoffReadsNoWholeQueue(t *testing.T) {
+	const waiters = 12
+	eps := []string{testserver.EtcdEndpoint(testserver.Etcd(t))}
+	cli := admin(t, eps)
+	prefix := uniquePrefix(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	reads := &queueReads{}
+	b, err := etcdlock.Dial(ctx, clientv3.Config{Endpoints: eps, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(reads.interceptor)}},
+		etcdlock.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := distlock.New(b)
+	defer c.Close()
+	const key = "busy"
+	holder, err := c.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := make([]<-chan result, waiters)
+	for i := range queued {
+		reads.reset()
+		queued[i] = waitFor(ctx, c, key, distlock.WithWait(30*time.Second))
+		for len(entries(t, cli, prefix, key)) != i+2 {
+			time.Sleep(5 * time.Millisecond) // polling the store
+		}
+		time.Sleep(20 * time.Millisecond) // the waiter's first look at its predecessor
+		if n, seen := reads.reset(); n != 0 {
+			t.Fatalf("waiter %d queued with %d whole-queue reads: %q", i+1, n, seen)
+		}
+	}
+	prev := holder
+	for i, w := range queued {
+		if err := prev.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		prev = granted(t, w)
+		if n, seen := reads.reset(); n != 0 {
+			t.Fatalf("handoff to waiter %d made %d whole-queue reads: %q", i+1, n, seen)
+		}
+	}
+	if err := prev.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
