@@ -15,7 +15,8 @@ import (
 )
 
 // Acquire takes req.Key only if its queue is empty, in one transaction that
-// puts the entry on the condition that no other entry exists.
+// puts the entry, and the queue's tail key naming it, on the condition that
+// no other entry exists.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := b.checkOpen(); err != nil {
 		return driver.Grant{}, err
@@ -28,7 +29,8 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		entry = b.entryKey(req.Key, id)
 		return b.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(dir), "=", 0).WithPrefix()).
-			Then(clientv3.OpPut(entry, val, clientv3.WithLease(id))).
+			Then(clientv3.OpPut(entry, val, clientv3.WithLease(id)),
+				clientv3.OpPut(b.tailKey(req.Key), entry, clientv3.WithLease(id))).
 			Commit()
 	})
 	if err != nil {

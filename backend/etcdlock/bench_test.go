@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -56,52 +57,60 @@ func BenchmarkLockRelease(b *testing.B) {
 	}
 }
 
-// BenchmarkContended runs 16 goroutines on 4 connections against one key,
-// through etcdlock and through etcd's own concurrency.Mutex.
+// BenchmarkContended runs 16, then 1024 goroutines on 4 connections against
+// one key, through etcdlock and through etcd's own concurrency.Mutex. With
+// 1024, a handoff happens behind a queue of about a thousand waiters: its
+// cost must not grow with the queue.
 func BenchmarkContended(b *testing.B) {
-	const lockers, conns = 16, 4
+	const conns = 4
 	for _, srv := range servers {
 		b.Run(srv.name, func(b *testing.B) {
 			eps := srv.start(b)
-			b.Run("etcdlock", func(b *testing.B) {
-				prefix := uniquePrefix(b)
-				cs := make([]*distlock.Client, conns)
-				for i := range cs {
-					cs[i] = distlock.New(dial(b, eps, prefix))
-					b.Cleanup(func() { _ = cs[i].Close() })
-				}
-				locktest.Contend(b, lockers, func(ctx context.Context, i int) (func() error, error) {
-					l, err := cs[i%conns].Lock(ctx, "contended")
-					if err != nil {
-						return nil, err
-					}
-					return func() error { return l.Release(ctx) }, nil
-				})
-			})
-			b.Run("concurrency.Mutex", func(b *testing.B) {
-				prefix := uniquePrefix(b)
-				clis := make([]*clientv3.Client, conns)
-				for i := range clis {
-					clis[i] = admin(b, eps)
-				}
-				mus := make([]*concurrency.Mutex, lockers)
-				for i := range mus {
-					s, err := concurrency.NewSession(clis[i%conns], concurrency.WithTTL(30))
-					if err != nil {
-						b.Fatal(err)
-					}
-					b.Cleanup(func() { _ = s.Close() })
-					mus[i] = concurrency.NewMutex(s, prefix+"/contended")
-				}
-				locktest.Contend(b, lockers, func(ctx context.Context, i int) (func() error, error) {
-					if err := mus[i].Lock(ctx); err != nil {
-						return nil, err
-					}
-					return func() error { return mus[i].Unlock(ctx) }, nil
-				})
-			})
+			for _, lockers := range []int{16, 1024} {
+				b.Run(fmt.Sprint(lockers), func(b *testing.B) { contended(b, eps, lockers, conns) })
+			}
 		})
 	}
+}
+
+func contended(b *testing.B, eps []string, lockers, conns int) {
+	b.Run("etcdlock", func(b *testing.B) {
+		prefix := uniquePrefix(b)
+		cs := make([]*distlock.Client, conns)
+		for i := range cs {
+			cs[i] = distlock.New(dial(b, eps, prefix))
+			b.Cleanup(func() { _ = cs[i].Close() })
+		}
+		locktest.Contend(b, lockers, func(ctx context.Context, i int) (func() error, error) {
+			l, err := cs[i%conns].Lock(ctx, "contended", distlock.WithWait(time.Minute))
+			if err != nil {
+				return nil, err
+			}
+			return func() error { return l.Release(ctx) }, nil
+		})
+	})
+	b.Run("concurrency.Mutex", func(b *testing.B) {
+		prefix := uniquePrefix(b)
+		clis := make([]*clientv3.Client, conns)
+		for i := range clis {
+			clis[i] = admin(b, eps)
+		}
+		mus := make([]*concurrency.Mutex, lockers)
+		for i := range mus {
+			s, err := concurrency.NewSession(clis[i%conns], concurrency.WithTTL(30))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = s.Close() })
+			mus[i] = concurrency.NewMutex(s, prefix+"/contended")
+		}
+		locktest.Contend(b, lockers, func(ctx context.Context, i int) (func() error, error) {
+			if err := mus[i].Lock(ctx); err != nil {
+				return nil, err
+			}
+			return func() error { return mus[i].Unlock(ctx) }, nil
+		})
+	})
 }
 
 // BenchmarkList lists a namespace of 1000 held keys: all of it with List,

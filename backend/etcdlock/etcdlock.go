@@ -35,7 +35,8 @@
 // clientv3.Config.
 //
 // What stays in etcd: a released lock leaves no key behind (its entry is
-// deleted, and an emptied queue has no other key). Leases freed by a release
+// deleted, and the release that empties a queue deletes the queue's tail and
+// released keys, which are on leases of its entries). Leases freed by a release
 // are kept for reuse, at most 256 per backend, and expire by themselves after
 // their TTL; Close revokes them. Locking many distinct names therefore grows
 // nothing that outlives the locks, apart from etcd's own history of deleted

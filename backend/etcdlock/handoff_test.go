@@ -2,6 +2,7 @@ package etcdlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -117,6 +118,72 @@ func TestHandoffReadsNoWholeQueue(t *testing.T) {
 		prev = granted(t, w)
 		if n, seen := reads.reset(); n != 0 {
 			t.Fatalf("handoff to waiter %d made %d whole-queue reads: %q", i+1, n, seen)
+		}
+	}
+	if err := prev.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	left, err := cli.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left.Kvs) != 0 {
+		t.Fatalf("the drained queue left %d keys, the first %q", len(left.Kvs), left.Kvs[0].Key)
+	}
+}
+
+// TestHandoffPastWaitersThatLeft queues four waiters, of which the second
+// gives up and the third's entry is deleted behind its back, and releases:
+// the lock goes to each remaining waiter in turn, never to two at once,
+// although a waiter whose predecessor left learns no release from it.
+func TestHandoffPastWaitersThatLeft(t *testing.T) {
+	eps := []string{testserver.EtcdEndpoint(testserver.Etcd(t))}
+	cli := admin(t, eps)
+	prefix := uniquePrefix(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	clients := make([]*distlock.Client, 5)
+	for i := range clients {
+		clients[i] = distlock.New(dial(t, eps, prefix))
+		defer clients[i].Close()
+	}
+	const key = "busy"
+	holder, err := clients[0].Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var queued []<-chan result
+	var entry []string
+	for i, budget := range []time.Duration{30 * time.Second, 2 * time.Second, 30 * time.Second, 30 * time.Second} {
+		queued = append(queued, waitFor(ctx, clients[i+1], key, distlock.WithWait(budget)))
+		for len(entries(t, cli, prefix, key)) != i+2 {
+			time.Sleep(5 * time.Millisecond) // polling the store
+		}
+		entry = append(entry, entries(t, cli, prefix, key)[i+1])
+	}
+	if r := <-queued[1]; !errors.Is(r.err, distlock.ErrNotAcquired) {
+		t.Fatalf("the waiter with a 2s budget: %v, want ErrNotAcquired", r.err)
+	}
+	deleteEntries(t, cli, entry[2:3]) // the third waiter queues again, behind the fourth
+	for len(entries(t, cli, prefix, key)) != 4 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	prev := holder
+	order := []int{0, 3, 2}
+	for n, i := range order {
+		if err := prev.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		prev = granted(t, queued[i])
+		for _, j := range order[n+1:] {
+			select {
+			case r := <-queued[j]:
+				t.Fatalf("waiter %d returned (%v) while waiter %d holds", j+1, r.err, i+1)
+			default:
+			}
+		}
+		if q := entries(t, cli, prefix, key); len(q) != len(order)-n {
+			t.Fatalf("queue while waiter %d holds: %q", i+1, q)
 		}
 	}
 	if err := prev.Release(ctx); err != nil {

@@ -19,6 +19,18 @@ import (
 // with the lowest create revision in the directory is the holder; the
 // others queue behind it in create-revision order.
 //
+// Two more keys per lock key make waiting cost the same whatever the length
+// of the queue (etcd reads a whole directory for any range sorted by create
+// revision): PREFIX/esc(K).tail names the newest entry, written in the
+// transaction that creates each entry, so that a new waiter learns the entry
+// just ahead of it with no range read; and PREFIX/esc(K).released holds the
+// create revision of the last holder that released with waiters behind it,
+// written in the release's own transaction, so that its successor learns it
+// is first with one key read. Both are on leases of the queue's entries and
+// the queue's last holder deletes them: neither outlives the queue by more
+// than a lease. Neither is in the directory, and neither can be one, since
+// an escaped key holds no '.'.
+//
 // Naming entries by lease rather than by token matters for a busy lock:
 // etcd keeps every deleted key name in its index until a compaction, and a
 // range read walks them all. Released leases are reused (see leasePool), so
@@ -76,6 +88,13 @@ func unescape(seg string) (string, error) {
 
 // dir returns the directory of key's queue, ending in '/'.
 func (b *Backend) dir(key string) string { return b.prefix + escape(key) + "/" }
+
+// tailKey returns the key naming the newest entry of key's queue.
+func (b *Backend) tailKey(key string) string { return b.prefix + escape(key) + ".tail" }
+
+// releasedKey returns the key holding the create revision of the last entry
+// of key's queue that was released as its holder.
+func (b *Backend) releasedKey(key string) string { return b.prefix + escape(key) + ".released" }
 
 // entryKey returns the queue entry of key on lease.
 func (b *Backend) entryKey(key string, lease clientv3.LeaseID) string {

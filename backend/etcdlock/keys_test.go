@@ -55,12 +55,20 @@ func TestKeysStayInNamespace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []string
+	var got, tails []string
 	for _, kv := range all.Kvs {
 		rest, ok := strings.CutPrefix(string(kv.Key), prefix+"/")
+		if seg, isTail := strings.CutSuffix(rest, ".tail"); ok && isTail && !strings.Contains(seg, "/") {
+			k, err := etcdlock.Unescape(seg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tails = append(tails, k)
+			continue
+		}
 		parts := strings.Split(rest, "/")
 		if !ok || len(parts) != 2 || parts[0] == "" || len(parts[1]) != 16 {
-			t.Fatalf("store key %q is not %s/<key>/<lease>", kv.Key, prefix)
+			t.Fatalf("store key %q is not %s/<key>/<lease> or %s/<key>.tail", kv.Key, prefix, prefix)
 		}
 		k, err := etcdlock.Unescape(parts[0])
 		if err != nil {
@@ -69,8 +77,13 @@ func TestKeysStayInNamespace(t *testing.T) {
 		got = append(got, k)
 	}
 	slices.Sort(got)
-	if want := slices.Sorted(slices.Values(keys)); !slices.Equal(got, want) {
+	slices.Sort(tails)
+	want := slices.Sorted(slices.Values(keys))
+	if !slices.Equal(got, want) {
 		t.Fatalf("store holds keys %q, want %q", got, want)
+	}
+	if !slices.Equal(tails, want) {
+		t.Fatalf("store holds the tails of %q, want those of %q", tails, want)
 	}
 	infos, err := c.List(ctx, "a/")
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -59,9 +60,9 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 	)
 	if h != nil {
 		entry = h.entry
-		var resp *clientv3.DeleteResponse
-		resp, err = b.cli.Delete(ctx, entry)
-		if err == nil && resp.Deleted == 0 {
+		var deleted bool
+		deleted, err = b.releaseHeld(ctx, key, h)
+		if err == nil && !deleted {
 			err = driver.ErrNotHeld
 		}
 	} else {
@@ -97,6 +98,38 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 	}
 	_, _ = b.cli.Revoke(ctx, lease) // nothing else is on it; failing that, it expires
 	return nil
+}
+
+// releaseHeld deletes the entry of h, an acquisition this backend made, in
+// one transaction that keeps the queue's keys: if the entry is the queue's
+// newest, so that no waiter is behind it, the tail and released keys go with
+// it; otherwise the released key records the entry's create revision, on
+// the entry's lease, which tells its successor that it is first (see
+// waiter.check). It reports whether the entry was there.
+func (b *Backend) releaseHeld(ctx context.Context, key string, h *holding) (bool, error) {
+	b.mu.Lock()
+	lease := h.lease
+	b.mu.Unlock()
+	tail, released := b.tailKey(key), b.releasedKey(key)
+	resp, err := b.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(tail), "=", h.rev)).
+		Then(clientv3.OpDelete(h.entry), clientv3.OpDelete(tail), clientv3.OpDelete(released)).
+		Else(clientv3.OpTxn(
+			// The lease must be the entry's for the put to be valid; after a
+			// move whose outcome is unknown it may not be.
+			[]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(h.entry), "=", lease)},
+			[]clientv3.Op{clientv3.OpDelete(h.entry), clientv3.OpPut(released, strconv.FormatInt(h.rev, 10), clientv3.WithLease(lease))},
+			[]clientv3.Op{clientv3.OpDelete(h.entry)},
+		)).
+		Commit()
+	if err != nil {
+		return false, err
+	}
+	del := resp.Responses[0]
+	if !resp.Succeeded {
+		del = del.GetResponseTxn().Responses[0]
+	}
+	return del.GetResponseDeleteRange().Deleted > 0, nil
 }
 
 // Renew confirms that token's entry exists and renews its lease. If ttl,

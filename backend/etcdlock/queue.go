@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -21,54 +23,100 @@ type waiter struct {
 	keepAliveRetries int
 }
 
-// position is what the waiter knew of the queue ahead of it at revision rev.
+// position is what the waiter knew of the queue ahead of it at revision rev:
+// every entry created between pred and its own was gone, and pred, created
+// at predRev, had not been deleted before rev.
 type position struct {
-	pred string // the entry just before ours; "" when ours is first
-	rev  int64
+	pred    string // the entry just before ours; "" when ours is first
+	predRev int64  // pred's create revision
+	rev     int64
 }
 
 // enqueue puts the entry at the tail of the queue and, in the same
-// transaction, reads the two newest entries of the queue: its own and the
-// one just ahead of it, if any. A contended Lock thus costs one request and
-// one read of the queue, like an uncontended one; etcd has no cheaper
-// "newest entry older than mine" query, since a range sorted by create
-// revision reads the whole directory.
+// transaction, swaps the queue's tail key to it, which returns the entry
+// created just before it, and reads two keys of the directory, which tell
+// whether its own is the only one. A tail key that is gone (its lease ended
+// before its entry) leaves the entry ahead unknown; then, and only then, it
+// is found by reading the whole queue (locate).
 func (w *waiter) enqueue(ctx context.Context, val string, ttl time.Duration) (*ticket, position, error) {
 	rctx, cancel := w.b.request(ctx)
 	defer cancel()
+	tail := w.b.tailKey(w.key)
 	t, resp, err := w.b.leased(rctx, ttl, func(id clientv3.LeaseID) (*clientv3.TxnResponse, error) {
 		w.entry = w.b.entryKey(w.key, id)
 		return w.b.cli.Txn(rctx).Then(
-			clientv3.OpPut(w.entry, val, clientv3.WithLease(id)),
-			clientv3.OpGet(w.dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(2),
-				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)),
+			clientv3.OpPut(w.entry, val, clientv3.WithLease(id), clientv3.WithPrevKV()),
+			clientv3.OpGet(tail),
+			clientv3.OpPut(tail, w.entry, clientv3.WithLease(id)),
+			clientv3.OpGet(w.dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(2)),
 		).Commit()
 	})
 	if err != nil {
 		return t, position{}, err
 	}
-	w.myRev = resp.Header.Revision
-	newest := resp.Responses[1].GetResponseRange().Kvs
-	if len(newest) == 0 || string(newest[0].Key) != w.entry || newest[0].CreateRevision != w.myRev {
+	w.t, w.myRev = t, resp.Header.Revision
+	if resp.Responses[0].GetResponsePut().PrevKv != nil {
 		return t, position{}, errEntryReused // the put found the entry there already
 	}
-	pos := position{rev: w.myRev}
-	if len(newest) > 1 {
-		pos.pred = string(newest[1].Key)
+	if in := resp.Responses[3].GetResponseRange().Kvs; len(in) == 1 {
+		return t, position{rev: w.myRev}, nil // ours is the only entry
 	}
-	return t, pos, nil
+	if prev := resp.Responses[1].GetResponseRange().Kvs; len(prev) == 1 {
+		// The tail key was written with the entry it names.
+		return t, position{pred: string(prev[0].Value), predRev: prev[0].ModRevision, rev: prev[0].ModRevision}, nil
+	}
+	pos, err := w.relocate(ctx, w.myRev, true)
+	return t, pos, err
 }
 
-// locate reads the entry just ahead of the waiter's own and checks that its
-// own is still there. Given a revision at or after the entry's own, it first tries
-// a serializable read at that revision, which a member that has applied it
-// answers from its own state: the queue ahead can only shrink, so what was
-// ahead at rev is an upper bound. Otherwise it reads linearizably.
-func (w *waiter) locate(ctx context.Context, rev int64) (position, error) {
-	var read []clientv3.OpOption
-	if rev >= w.myRev { // before myRev, a member would not know our own entry yet
-		read = []clientv3.OpOption{clientv3.WithRev(rev), clientv3.WithSerializable()}
+// check learns, with one read of three keys at revision rev, whether the
+// entry ahead is still there, and if it is gone, whether the waiter's entry
+// is now first: it is when the entry ahead was released as the holder (the
+// queue's released key holds its create revision), since every entry before
+// a holder was gone when it was granted. Otherwise, the entry ahead having
+// given up or expired, it reads the whole queue (locate).
+//
+// Given a revision at or after the entry's own, it reads at that revision
+// from the member's own state (a serializable read), which a member that
+// has applied it can answer; otherwise it reads linearizably.
+func (w *waiter) check(ctx context.Context, rev int64) (position, error) {
+	read := w.readAt(rev)
+	rctx, cancel := w.b.request(ctx)
+	defer cancel()
+	resp, err := w.b.cli.Txn(rctx).Then(
+		clientv3.OpGet(w.pos.pred, append(read, clientv3.WithKeysOnly())...),
+		clientv3.OpGet(w.entry, append(read, clientv3.WithKeysOnly())...),
+		clientv3.OpGet(w.b.releasedKey(w.key), read...),
+	).Commit()
+	if err != nil {
+		if read != nil {
+			return w.check(ctx, 0) // not applied there yet, or compacted
+		}
+		return position{}, err
 	}
+	if err := w.own(resp.Responses[1]); err != nil {
+		return position{}, err
+	}
+	if read == nil {
+		rev = resp.Header.Revision // the header tells the member's revision, not the one read at
+	}
+	if pred := resp.Responses[0].GetResponseRange().Kvs; len(pred) == 1 && pred[0].CreateRevision == w.pos.predRev {
+		return position{pred: w.pos.pred, predRev: w.pos.predRev, rev: rev}, nil
+	}
+	if rel := resp.Responses[2].GetResponseRange().Kvs; len(rel) == 1 && string(rel[0].Value) == strconv.FormatInt(w.pos.predRev, 10) {
+		return position{rev: rev}, nil
+	}
+	return w.locate(ctx, rev)
+}
+
+// locate reads the whole queue for the entry just ahead of the waiter's own
+// and checks that its own is still there: etcd has no cheaper "newest entry
+// older than mine" query, since a range sorted by create revision reads the
+// whole directory. At a revision at or after the entry's own it reads as
+// check does: the queue ahead can only shrink, so what was ahead at rev is an
+// upper bound.
+func (w *waiter) locate(ctx context.Context, rev int64) (position, error) {
+	read := w.readAt(rev)
 	rctx, cancel := w.b.request(ctx)
 	defer cancel()
 	resp, err := w.b.cli.Txn(rctx).Then(
@@ -78,24 +126,42 @@ func (w *waiter) locate(ctx context.Context, rev int64) (position, error) {
 	).Commit()
 	if err != nil {
 		if read != nil {
-			return w.locate(ctx, 0) // not applied there yet, or compacted
+			return w.locate(ctx, 0)
 		}
 		return position{}, err
 	}
-	switch own := resp.Responses[1].GetResponseRange().Kvs; {
-	case len(own) == 0:
-		return position{}, errQueueEntryGone
-	case own[0].CreateRevision != w.myRev:
-		return position{}, errEntryReused
+	if err := w.own(resp.Responses[1]); err != nil {
+		return position{}, err
 	}
 	pos := position{rev: resp.Header.Revision}
 	if read != nil {
-		pos.rev = rev // the header tells the member's revision, not the one read at
+		pos.rev = rev
 	}
 	if before := resp.Responses[0].GetResponseRange().Kvs; len(before) > 0 {
-		pos.pred = string(before[0].Key)
+		pos.pred, pos.predRev = string(before[0].Key), before[0].CreateRevision
 	}
 	return pos, nil
+}
+
+// readAt returns the options of a read at rev from a member's own state, or
+// none (a linearizable read of the latest revision) if rev is before the
+// waiter's entry, which a member would not know yet.
+func (w *waiter) readAt(rev int64) []clientv3.OpOption {
+	if rev < w.myRev {
+		return nil
+	}
+	return []clientv3.OpOption{clientv3.WithRev(rev), clientv3.WithSerializable()}
+}
+
+// own checks the read of the waiter's own entry.
+func (w *waiter) own(r *etcdserverpb.ResponseOp) error {
+	switch own := r.GetResponseRange().Kvs; {
+	case len(own) == 0:
+		return errQueueEntryGone
+	case own[0].CreateRevision != w.myRev:
+		return errEntryReused
+	}
+	return nil
 }
 
 var (
@@ -103,13 +169,17 @@ var (
 	errEntryReused    = errors.New("the lease's entry was already queued")
 )
 
-// relocate is locate, retried while a store failure (a leader election, say)
-// lasts, the lease is not in doubt, and ctx allows.
-func (w *waiter) relocate(ctx context.Context, rev int64) (position, error) {
-	pos, err := w.locate(ctx, rev)
+// relocate is check, or locate if whole, retried while a store failure (a
+// leader election, say) lasts, the lease is not in doubt, and ctx allows.
+func (w *waiter) relocate(ctx context.Context, rev int64, whole bool) (position, error) {
+	find := w.check
+	if whole {
+		find = w.locate
+	}
+	pos, err := find(ctx, rev)
 	for err != nil && !errors.Is(err, errQueueEntryGone) && !errors.Is(err, errEntryReused) && ctx.Err() == nil && !w.expired() {
 		if err = sleep(ctx, 100*time.Millisecond); err == nil {
-			pos, err = w.locate(ctx, 0)
+			pos, err = find(ctx, 0)
 		}
 	}
 	return pos, err
@@ -157,19 +227,19 @@ func (w *waiter) next(ctx context.Context, keep *time.Timer) (position, error) {
 				if err := sleep(ctx, 50*time.Millisecond); err != nil {
 					return position{}, err
 				}
-				return w.relocate(ctx, 0)
+				return w.relocate(ctx, 0, false)
 			case wr.Created:
 				if wr.Header.Revision <= w.pos.rev {
 					continue // a member behind pos.rev replays everything after it
 				}
-				pos, err := w.relocate(ctx, wr.Header.Revision)
+				pos, err := w.relocate(ctx, wr.Header.Revision, false)
 				if err != nil || pos.pred != w.pos.pred {
 					return pos, err
 				}
 				w.pos = pos // still waiting on pred
 			}
 			if rev := deleted(wr, w.pos.rev); rev != 0 {
-				return w.relocate(ctx, rev)
+				return w.relocate(ctx, rev, false)
 			}
 		}
 	}
