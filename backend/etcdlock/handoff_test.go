@@ -20,8 +20,8 @@ import (
 
 // queueReads counts the range reads a client sends that make etcd read a
 // whole directory: a prefix range that is sorted (other than by key,
-// ascending), filtered by revision, or unlimited. etcd serves each of them by
-// reading every key in the range.
+// ascending), filtered by revision, or unlimited, and a compare over a
+// prefix. etcd serves each of them by reading every key in the range.
 type queueReads struct {
 	mu    sync.Mutex
 	count int
@@ -39,6 +39,14 @@ func (q *queueReads) interceptor(ctx context.Context, method string, req, reply 
 }
 
 func (q *queueReads) txn(t *pb.TxnRequest) {
+	for _, c := range t.Compare {
+		if len(c.RangeEnd) != 0 { // etcd compares every key of the range
+			q.mu.Lock()
+			q.count++
+			q.seen = append(q.seen, fmt.Sprintf("compare over %q", c.Key))
+			q.mu.Unlock()
+		}
+	}
 	for _, ops := range [][]*pb.RequestOp{t.Success, t.Failure} {
 		for _, op := range ops {
 			switch {
@@ -75,7 +83,8 @@ func (q *queueReads) reset() (int, []string) {
 }
 
 // TestHandoffReadsNoWholeQueue queues waiters behind a holder and releases
-// them one by one: neither queueing nor a handoff may read the whole queue,
+// them one by one: neither queueing, nor a refused TryLock, nor a handoff may
+// read the whole queue,
 // so that a release costs the store the same with 5 waiters or 5 000.
 func TestHandoffReadsNoWholeQueue(t *testing.T) {
 	const waiters = 12
@@ -109,6 +118,12 @@ func TestHandoffReadsNoWholeQueue(t *testing.T) {
 		if n, seen := reads.reset(); n != 0 {
 			t.Fatalf("waiter %d queued with %d whole-queue reads: %q", i+1, n, seen)
 		}
+	}
+	if _, err := c.TryLock(ctx, key); !errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatalf("TryLock of the held key: %v, want ErrNotAcquired", err)
+	}
+	if n, seen := reads.reset(); n != 0 {
+		t.Fatalf("a refused TryLock made %d whole-queue reads: %q", n, seen)
 	}
 	prev := holder
 	for i, w := range queued {
