@@ -16,22 +16,38 @@ import (
 
 // Acquire takes req.Key only if its queue is empty, in one transaction that
 // puts the entry, and the queue's tail key naming it, on the condition that
-// no other entry exists.
+// no other entry exists. etcd compares every key of a range, so that
+// condition costs the length of the queue; a queue whose tail key exists is
+// therefore refused on one key of its directory instead. A tail key left
+// over an empty directory (its entry was deleted by hand while its lease
+// lives) is replaced by a second transaction.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := b.checkOpen(); err != nil {
 		return driver.Grant{}, err
 	}
 	ctx, cancel := b.request(ctx)
 	defer cancel()
-	dir, val := b.dir(req.Key), encodeValue(req.Token, req.Meta)
+	dir, tail, val := b.dir(req.Key), b.tailKey(req.Key), encodeValue(req.Token, req.Meta)
 	var entry string
 	t, resp, err := b.leased(ctx, req.TTL, func(id clientv3.LeaseID) (*clientv3.TxnResponse, error) {
 		entry = b.entryKey(req.Key, id)
-		return b.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(dir), "=", 0).WithPrefix()).
-			Then(clientv3.OpPut(entry, val, clientv3.WithLease(id)),
-				clientv3.OpPut(b.tailKey(req.Key), entry, clientv3.WithLease(id))).
+		take := []clientv3.Op{clientv3.OpPut(entry, val, clientv3.WithLease(id)), clientv3.OpPut(tail, entry, clientv3.WithLease(id))}
+		ifEmpty := clientv3.Compare(clientv3.CreateRevision(dir), "=", 0).WithPrefix()
+		resp, err := b.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(tail), "=", 0)).
+			Then(clientv3.OpTxn([]clientv3.Cmp{ifEmpty}, take, nil)).
+			Else(clientv3.OpGet(dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))).
 			Commit()
+		switch {
+		case err != nil:
+			return nil, err
+		case resp.Succeeded:
+			resp.Succeeded = resp.Responses[0].GetResponseTxn().Succeeded
+			return resp, nil
+		case len(resp.Responses[0].GetResponseRange().Kvs) > 0:
+			return resp, nil
+		}
+		return b.cli.Txn(ctx).If(ifEmpty).Then(take...).Commit()
 	})
 	if err != nil {
 		return driver.Grant{}, b.fail(err)

