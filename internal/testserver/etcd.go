@@ -46,7 +46,7 @@ func EtcdCluster(t testing.TB, n int) []*Server {
 				"--listen-client-urls", client, "--advertise-client-urls", client,
 				"--listen-peer-urls", peers[i], "--initial-advertise-peer-urls", peers[i],
 				"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new",
-				"--initial-cluster-token", filepath.Base(dir), "--logger", "zap", "--log-level", "warn",
+				"--initial-cluster-token", filepath.Base(dir), "--logger", "zap", "--log-level", "warn", "--enable-pprof",
 				"--heartbeat-interval", "50", "--election-timeout", "500")
 		}
 		s.ready = func(ctx context.Context) error {

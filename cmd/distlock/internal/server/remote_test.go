@@ -54,6 +54,9 @@ const (
 	remoteClient = "remote-client-token-0001" // tenant acme, client
 	remoteViewer = "remote-viewer-token-0001" // tenant acme, viewer
 	remoteTenant = "acme"
+
+	remoteOther       = "remote-other-token-00001" // tenant other, client
+	remoteOtherTenant = "other"
 )
 
 // remoteStore is a store a service runs over, for these tests.
@@ -124,7 +127,9 @@ type remoteService struct {
 const (
 	remoteServeEnv = "DISTLOCK_TEST_REMOTE_SERVE" // store name and address: "redis 127.0.0.1:6379"
 	remoteRateEnv  = "DISTLOCK_TEST_REMOTE_RATE"  // "rate burst"; unset: no rate limit
-	remoteTLSEnv   = "DISTLOCK_TEST_REMOTE_TLS"   // "cert.pem key.pem": serve HTTPS; unset: h2c
+	// The most waiters per tenant; unset: the default.
+	remoteWaitersEnv = "DISTLOCK_TEST_REMOTE_WAITERS"
+	remoteTLSEnv     = "DISTLOCK_TEST_REMOTE_TLS" // "cert.pem key.pem": serve HTTPS; unset: h2c
 	// A file for the service process's CPU profile, to see where a
 	// benchmark's time goes on the service's side:
 	//	DISTLOCK_TEST_SERVICE_CPUPROFILE=/tmp/svc.pprof go test -run '^$' -bench BenchmarkRemote ./internal/server
@@ -267,10 +272,16 @@ func TestRemoteServiceProcess(t *testing.T) {
 			t.Fatalf("%s=%q: %v", remoteRateEnv, r, err)
 		}
 	}
+	if w := os.Getenv(remoteWaitersEnv); w != "" {
+		if _, err := fmt.Sscan(w, &limits.MaxWaitersPerTenant); err != nil {
+			t.Fatalf("%s=%q: %v", remoteWaitersEnv, w, err)
+		}
+	}
 	path := filepath.Join(t.TempDir(), "tokens")
 	keyring := remoteAdmin + " " + remoteTenant + " admin\n" +
 		remoteClient + " " + remoteTenant + " client\n" +
-		remoteViewer + " " + remoteTenant + " viewer\n"
+		remoteViewer + " " + remoteTenant + " viewer\n" +
+		remoteOther + " " + remoteOtherTenant + " client\n"
 	if err := os.WriteFile(path, []byte(keyring), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -89,6 +89,39 @@ func TestWatchIdleReadsNothing(t *testing.T) {
 	}
 }
 
+// TestWatchReadsOfAHotKeyAreBounded: over etcd, a Watch reads each key a
+// notice names, and a key that changes hundreds of times a second must not
+// make it read the store as often: readings are at least minReadingGap
+// apart, so one second of changes costs at most about 20 readings.
+func TestWatchReadsOfAHotKeyAreBounded(t *testing.T) {
+	st, ep := etcdStore(t)
+	e, other := newEnv(t, st, server.Limits{}), newEnv(t, st, server.Limits{})
+	prefix := keyFor(t, "")
+	events, _ := watch(t, e.api(alphaViewer), prefix)
+	api := other.api(alphaClient)
+	key := prefix + "hot"
+	cycle := func() {
+		h := acquire(t, api, &distlockv1.AcquireRequest{Key: key, Lease: durationpb.New(time.Minute)})
+		if _, err := api.Release(ctx(t), connect.NewRequest(&distlockv1.ReleaseRequest{Key: key, Token: h.GetToken()})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cycle()
+	if ev := nextEvent(t, events, key); ev.GetType() != distlockv1.Event_TYPE_ACQUIRED && ev.GetType() != distlockv1.Event_TYPE_RELEASED {
+		t.Fatalf("the first cycle: event %v", ev)
+	}
+	before, start, cycles := etcdReads(t, ep), time.Now(), 0
+	for ; cycles < 5000 && time.Since(start) < time.Second; cycles++ {
+		cycle()
+	}
+	took := time.Since(start)
+	reads := etcdReads(t, ep) - before
+	t.Logf("%d Lock+Release cycles in %v; the Watch made %d reads", cycles, took, reads)
+	if most := int(took/(50*time.Millisecond)) + 4; reads > most {
+		t.Errorf("%d cycles of one key in %v made %d reads of etcd, want at most %d", cycles, took, reads, most)
+	}
+}
+
 // BenchmarkWatchLatency measures how long after a grant through another
 // service process a Watch of the first reports it, with default limits:
 // over etcd, whose watch tells the watched service of the change, and over
