@@ -14,7 +14,8 @@ import (
 // polls shares one reading of a tenant's namespace among all its Watch
 // streams, whatever their number or prefixes. Where the store tells of
 // changes (distlock.Client.WatchPrefix), each notice is one Inspect of each
-// key it names, and an idle namespace costs no read; elsewhere, every
+// key it names, at most once per minReadingGap, and an idle namespace costs
+// no read; elsewhere, every
 // Limits.WatchInterval one List of the tenant's keys, sorted once. A poll
 // per stream made the store's and the server's work grow with the streams
 // (20 streams of one tenant at 1 000 keys kept two cores busy).
@@ -205,6 +206,14 @@ func (p *polls) loop(ctx context.Context, tenant string, t *tenantPolls) {
 		r, ok := p.readAll(ctx, ns), true
 		for ; ok && ctx.Err() == nil; r, ok = p.nextReading(ctx, ns, t, notices) {
 			p.publish(t, r)
+			// Notices that arrive meanwhile wait, and the store's
+			// watch merges them: a key that changes on every handoff
+			// of a long queue is read at most once a gap, not per
+			// change (over etcd, one read of a key is one of its
+			// whole queue).
+			if !sleepUntil(ctx, r.start.Add(minReadingGap)) {
+				return
+			}
 		}
 	}
 }
@@ -231,6 +240,27 @@ func (p *polls) nextReading(ctx context.Context, ns string, t *tenantPolls, noti
 				return p.readKeys(ctx, keys), true
 			}
 		}
+	}
+}
+
+// minReadingGap is the least time between the starts of two readings that
+// notices call for: at most 20 a second per tenant. The first change after
+// a quiet gap is read at once.
+const minReadingGap = 50 * time.Millisecond
+
+// sleepUntil waits until t or until ctx ends (false).
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		return true
 	}
 }
 
