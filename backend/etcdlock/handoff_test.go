@@ -252,3 +252,49 @@ func queueLength(t *testing.T, cli *clientv3.Client, prefix, key string, n int) 
 		time.Sleep(5 * time.Millisecond) // polling the store
 	}
 }
+
+// TestOlderClientsEntryIsWaitedFor plays a rolling upgrade: a client of an
+// earlier release, which keeps no tail key, queues between a holder and a
+// waiter of this one. When the holder releases, the older client's entry is
+// first, and the waiter must wait for it, not take the lock beside it.
+func TestOlderClientsEntryIsWaitedFor(t *testing.T) {
+	eps := []string{testserver.EtcdEndpoint(testserver.Etcd(t))}
+	cli := admin(t, eps)
+	prefix := uniquePrefix(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a, b := distlock.New(dial(t, eps, prefix)), distlock.New(dial(t, eps, prefix))
+	defer a.Close()
+	defer b.Close()
+	const key = "upgrading"
+	holder, err := a.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The older client's entry, as its enqueue wrote it: on a lease of its
+	// own, with no tail key.
+	lease, err := cli.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	older := fmt.Sprintf("%s/%s/%016x", prefix, etcdlock.Escape(key), int64(lease.ID))
+	if _, err := cli.Put(ctx, older, `{"token":"older-client-token-0001","meta":{}}`, clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	waiter := waitFor(ctx, b, key, distlock.WithWait(30*time.Second))
+	queueLength(t, cli, prefix, key, 3)
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-waiter:
+		t.Fatalf("the waiter returned (%v) while the older client's entry is first", r.err)
+	case <-time.After(time.Second):
+	}
+	if _, err := cli.Revoke(ctx, lease.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := granted(t, waiter).Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
