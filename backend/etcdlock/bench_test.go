@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/backend/etcdlock"
 	"github.com/distlock/distlock/locktest"
 )
 
@@ -58,9 +59,10 @@ func BenchmarkLockRelease(b *testing.B) {
 }
 
 // BenchmarkContended runs 16, then 1024 goroutines on 4 connections against
-// one key, through etcdlock and through etcd's own concurrency.Mutex. With
-// 1024, a handoff happens behind a queue of about a thousand waiters: its
-// cost must not grow with the queue.
+// one key, through etcdlock (with and without WithLinkedQueue) and through
+// etcd's own concurrency.Mutex. With 1024, a handoff happens behind a queue
+// of about a thousand waiters: with linked queues its cost must not grow
+// with the queue.
 func BenchmarkContended(b *testing.B) {
 	const conns = 4
 	for _, srv := range servers {
@@ -74,21 +76,26 @@ func BenchmarkContended(b *testing.B) {
 }
 
 func contended(b *testing.B, eps []string, lockers, conns int) {
-	b.Run("etcdlock", func(b *testing.B) {
-		prefix := uniquePrefix(b)
-		cs := make([]*distlock.Client, conns)
-		for i := range cs {
-			cs[i] = distlock.New(dial(b, eps, prefix))
-			b.Cleanup(func() { _ = cs[i].Close() })
-		}
-		locktest.Contend(b, lockers, func(ctx context.Context, i int) (func() error, error) {
-			l, err := cs[i%conns].Lock(ctx, "contended", distlock.WithWait(time.Minute))
-			if err != nil {
-				return nil, err
+	for _, mode := range []struct {
+		name string
+		opts []etcdlock.Option
+	}{{"etcdlock", nil}, {"etcdlock-linked", []etcdlock.Option{etcdlock.WithLinkedQueue()}}} {
+		b.Run(mode.name, func(b *testing.B) {
+			prefix := uniquePrefix(b)
+			cs := make([]*distlock.Client, conns)
+			for i := range cs {
+				cs[i] = distlock.New(dial(b, eps, prefix, mode.opts...))
+				b.Cleanup(func() { _ = cs[i].Close() })
 			}
-			return func() error { return l.Release(ctx) }, nil
+			locktest.Contend(b, lockers, func(ctx context.Context, i int) (func() error, error) {
+				l, err := cs[i%conns].Lock(ctx, "contended", distlock.WithWait(time.Minute))
+				if err != nil {
+					return nil, err
+				}
+				return func() error { return l.Release(ctx) }, nil
+			})
 		})
-	})
+	}
 	b.Run("concurrency.Mutex", func(b *testing.B) {
 		prefix := uniquePrefix(b)
 		clis := make([]*clientv3.Client, conns)

@@ -28,6 +28,7 @@
 //
 //	dial_timeout=5s      WithDialTimeout: the first contact (default DefaultDialTimeout)
 //	request_timeout=5s   WithRequestTimeout: each call to the store (default DefaultRequestTimeout)
+//	linked_queue=true    WithLinkedQueue: waits that never read a whole queue (default false)
 //
 // Open fails when no member answers within the dial timeout, naming the
 // connection's own error, such as a refused connection. ParseURL reads a
@@ -78,6 +79,7 @@ type Backend struct {
 	ownClient      bool
 	prefix         string // namespace, ending in '/'
 	requestTimeout time.Duration
+	linkedQueue    bool // waiters trust the queue's tail and released keys (WithLinkedQueue)
 	leases         *leasePool
 
 	closed  atomic.Bool
@@ -114,7 +116,7 @@ func New(cli *clientv3.Client, opts ...Option) (*Backend, error) {
 }
 
 func newBackend(cli *clientv3.Client, c config) *Backend {
-	b := &Backend{cli: cli, prefix: c.prefix, requestTimeout: c.requestTimeout, held: make(map[string]*holding)}
+	b := &Backend{cli: cli, prefix: c.prefix, requestTimeout: c.requestTimeout, linkedQueue: c.linkedQueue, held: make(map[string]*holding)}
 	b.closing, b.stop = context.WithCancel(context.Background())
 	b.leases = newLeasePool(cli)
 	return b

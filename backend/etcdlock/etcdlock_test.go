@@ -89,41 +89,53 @@ func deleteEntries(t testing.TB, cli *clientv3.Client, q []string) {
 	}
 }
 
+// TestConformance runs the suite on backends as they come, and on linked
+// queues (WithLinkedQueue), where every other backend is one without the
+// option, as a prefix shared by both is.
 func TestConformance(t *testing.T) {
 	for _, srv := range servers {
-		t.Run(srv.name, func(t *testing.T) {
-			eps := srv.start(t)
-			cli := admin(t, eps)
-			prefix := uniquePrefix(t)
-			u, err := url.Parse(eps[0])
-			if err != nil {
-				t.Fatal(err)
-			}
-			locktest.Run(t, locktest.Harness{
-				NewBackend: func(t testing.TB) driver.Backend { return dial(t, eps, prefix) },
-				StoreAddr:  u.Host,
-				// Short request timeouts, so that a cut link fails calls soon.
-				NewBackendAt: func(t testing.TB, addr string) driver.Backend {
-					return dial(t, []string{"http://" + addr}, prefix, etcdlock.WithRequestTimeout(time.Second))
-				},
-				DeleteKey: func(t testing.TB, key string) {
-					q := entries(t, cli, prefix, key)
-					if len(q) == 0 {
-						t.Fatalf("no entry for %q to delete", key)
-					}
-					deleteEntries(t, cli, q[:1])
-				},
-				DeleteWaiters: func(t testing.TB, key string) {
-					if q := entries(t, cli, prefix, key); len(q) > 1 {
-						deleteEntries(t, cli, q[1:]) // all but the holder, the lowest create revision
-					}
-				},
-				Iterations: 50,
-				// A handoff is the release's Raft write (an fsync on the
-				// Debian server) plus a watch event; on a loaded machine that
-				// alone can pass the default 50ms.
-				NotifyLatency: 150 * time.Millisecond,
-			})
-		})
+		t.Run(srv.name, func(t *testing.T) { conformance(t, srv.start(t), false) })
+		t.Run(srv.name+"/linked", func(t *testing.T) { conformance(t, srv.start(t), true) })
 	}
+}
+
+func conformance(t *testing.T, eps []string, linked bool) {
+	cli := admin(t, eps)
+	prefix := uniquePrefix(t)
+	u, err := url.Parse(eps[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var made atomic.Int64
+	opts := func() []etcdlock.Option {
+		if linked && made.Add(1)%2 == 1 {
+			return []etcdlock.Option{etcdlock.WithLinkedQueue()}
+		}
+		return nil
+	}
+	locktest.Run(t, locktest.Harness{
+		NewBackend: func(t testing.TB) driver.Backend { return dial(t, eps, prefix, opts()...) },
+		StoreAddr:  u.Host,
+		// Short request timeouts, so that a cut link fails calls soon.
+		NewBackendAt: func(t testing.TB, addr string) driver.Backend {
+			return dial(t, []string{"http://" + addr}, prefix, append(opts(), etcdlock.WithRequestTimeout(time.Second))...)
+		},
+		DeleteKey: func(t testing.TB, key string) {
+			q := entries(t, cli, prefix, key)
+			if len(q) == 0 {
+				t.Fatalf("no entry for %q to delete", key)
+			}
+			deleteEntries(t, cli, q[:1])
+		},
+		DeleteWaiters: func(t testing.TB, key string) {
+			if q := entries(t, cli, prefix, key); len(q) > 1 {
+				deleteEntries(t, cli, q[1:]) // all but the holder, the lowest create revision
+			}
+		},
+		Iterations: 50,
+		// A handoff is the release's Raft write (an fsync on the
+		// Debian server) plus a watch event; on a loaded machine that
+		// alone can pass the default 50ms.
+		NotifyLatency: 150 * time.Millisecond,
+	})
 }

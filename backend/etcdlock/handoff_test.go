@@ -89,8 +89,8 @@ func (q *queueReads) reset() (int, []string) {
 	return n, seen
 }
 
-// TestHandoffReadsNoWholeQueue queues waiters behind a holder and releases
-// them one by one: neither queueing, nor a refused TryLock, nor a handoff may
+// TestHandoffReadsNoWholeQueue queues waiters of a linked queue
+// (WithLinkedQueue) behind a holder and releases them one by one: neither queueing, nor a refused TryLock, nor a handoff may
 // read the whole queue,
 // so that a release costs the store the same with 5 waiters or 5 000.
 func TestHandoffReadsNoWholeQueue(t *testing.T) {
@@ -103,7 +103,7 @@ func TestHandoffReadsNoWholeQueue(t *testing.T) {
 	reads := &queueReads{}
 	b, err := etcdlock.Dial(ctx, clientv3.Config{Endpoints: eps, Logger: zap.NewNop(),
 		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(reads.interceptor)}},
-		etcdlock.WithPrefix(prefix))
+		etcdlock.WithPrefix(prefix), etcdlock.WithLinkedQueue())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,8 +152,9 @@ func TestHandoffReadsNoWholeQueue(t *testing.T) {
 	}
 }
 
-// TestHandoffPastWaitersThatLeft queues four waiters, of which the second
-// gives up and the third's entry is deleted behind its back, and releases:
+// TestHandoffPastWaitersThatLeft queues four waiters, with and without
+// linked queues, of which the second gives up and the third's entry is
+// deleted behind its back, and releases:
 // the lock goes to each remaining waiter in turn, never to two at once,
 // although a waiter whose predecessor left learns no release from it.
 func TestHandoffPastWaitersThatLeft(t *testing.T) {
@@ -164,7 +165,11 @@ func TestHandoffPastWaitersThatLeft(t *testing.T) {
 	defer cancel()
 	clients := make([]*distlock.Client, 5)
 	for i := range clients {
-		clients[i] = distlock.New(dial(t, eps, prefix))
+		var opts []etcdlock.Option
+		if i%2 == 1 {
+			opts = append(opts, etcdlock.WithLinkedQueue())
+		}
+		clients[i] = distlock.New(dial(t, eps, prefix, opts...))
 		defer clients[i].Close()
 	}
 	const key = "busy"

@@ -57,6 +57,10 @@ func ParseURL(u *url.URL) (Config, error) {
 	if r.Duration("request_timeout", &d) {
 		cfg.Options = append(cfg.Options, WithRequestTimeout(d))
 	}
+	var linked bool
+	if r.Bool("linked_queue", &linked) && linked {
+		cfg.Options = append(cfg.Options, WithLinkedQueue())
+	}
 	if err := r.Done(); err != nil {
 		return Config{}, err
 	}

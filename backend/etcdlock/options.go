@@ -27,6 +27,7 @@ type config struct {
 	prefix         string // namespace, ending in '/'
 	requestTimeout time.Duration
 	dialTimeout    time.Duration // 0: the clientv3.Config's, or DefaultDialTimeout
+	linkedQueue    bool
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -79,6 +80,22 @@ func WithDialTimeout(d time.Duration) Option {
 			return fmt.Errorf("etcdlock: dial timeout %v: %w: must be positive", d, driver.ErrInvalidOption)
 		}
 		c.dialTimeout = d
+		return nil
+	}
+}
+
+// WithLinkedQueue makes a waiter find the entry ahead of it, and learn that
+// it is first, from two keys of the queue instead of reading the whole
+// queue, so that queueing and each handoff cost the store the same whatever
+// the number of waiters (etcd serves a range sorted by create revision by
+// reading all of it). Every backend keeps the keys, with or without this
+// option; one of an earlier release does not. Turn it on only once no client
+// of an earlier release uses the prefix: a waiter that trusts the keys would
+// not see such a client's entry ahead of it, and could be granted beside it.
+// URL parameter linked_queue=true. See docs/etcd-zookeeper.md.
+func WithLinkedQueue() Option {
+	return func(c *config) error {
+		c.linkedQueue = true
 		return nil
 	}
 }

@@ -34,21 +34,28 @@ type position struct {
 
 // enqueue puts the entry at the tail of the queue and, in the same
 // transaction, swaps the queue's tail key to it, which returns the entry
-// created just before it, and reads two keys of the directory, which tell
-// whether its own is the only one. A tail key that is gone (its lease ended
-// before its entry) leaves the entry ahead unknown; then, and only then, it
-// is found by reading the whole queue (locate).
+// created just before it, and reads the directory. With WithLinkedQueue it
+// reads two keys, which tell whether its own is the only one, and takes the
+// old tail for the entry ahead; a tail key that is gone (its lease ended
+// before its entry) leaves the entry ahead unknown, and then it is found by
+// reading the whole queue (locate). Without, it reads the two newest entries
+// by create revision, its own and the one ahead, which etcd serves by
+// reading the whole queue.
 func (w *waiter) enqueue(ctx context.Context, val string, ttl time.Duration) (*ticket, position, error) {
 	rctx, cancel := w.b.request(ctx)
 	defer cancel()
 	tail := w.b.tailKey(w.key)
+	read := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(2)}
+	if !w.b.linkedQueue {
+		read = append(read, clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend))
+	}
 	t, resp, err := w.b.leased(rctx, ttl, func(id clientv3.LeaseID) (*clientv3.TxnResponse, error) {
 		w.entry = w.b.entryKey(w.key, id)
 		return w.b.cli.Txn(rctx).Then(
 			clientv3.OpPut(w.entry, val, clientv3.WithLease(id), clientv3.WithPrevKV()),
 			clientv3.OpGet(tail),
 			clientv3.OpPut(tail, w.entry, clientv3.WithLease(id)),
-			clientv3.OpGet(w.dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(2)),
+			clientv3.OpGet(w.dir, read...),
 		).Commit()
 	})
 	if err != nil {
@@ -58,8 +65,13 @@ func (w *waiter) enqueue(ctx context.Context, val string, ttl time.Duration) (*t
 	if resp.Responses[0].GetResponsePut().PrevKv != nil {
 		return t, position{}, errEntryReused // the put found the entry there already
 	}
-	if in := resp.Responses[3].GetResponseRange().Kvs; len(in) == 1 {
+	in := resp.Responses[3].GetResponseRange().Kvs
+	switch {
+	case len(in) == 1:
 		return t, position{rev: w.myRev}, nil // ours is the only entry
+	case !w.b.linkedQueue:
+		// The newest two: ours, and the one ahead.
+		return t, position{pred: string(in[1].Key), predRev: in[1].CreateRevision, rev: w.myRev}, nil
 	}
 	if prev := resp.Responses[1].GetResponseRange().Kvs; len(prev) == 1 {
 		// The tail key was written with the entry it names.
@@ -74,12 +86,16 @@ func (w *waiter) enqueue(ctx context.Context, val string, ttl time.Duration) (*t
 // is now first: it is when the entry ahead was released as the holder (the
 // queue's released key holds its create revision), since every entry before
 // a holder was gone when it was granted. Otherwise, the entry ahead having
-// given up or expired, it reads the whole queue (locate).
+// given up or expired, it reads the whole queue (locate), as it always does
+// without WithLinkedQueue.
 //
 // Given a revision at or after the entry's own, it reads at that revision
 // from the member's own state (a serializable read), which a member that
 // has applied it can answer; otherwise it reads linearizably.
 func (w *waiter) check(ctx context.Context, rev int64) (position, error) {
+	if !w.b.linkedQueue {
+		return w.locate(ctx, rev)
+	}
 	read := w.readAt(rev)
 	rctx, cancel := w.b.request(ctx)
 	defer cancel()

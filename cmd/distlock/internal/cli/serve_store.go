@@ -117,7 +117,9 @@ func (s storeSpec) open(ctx context.Context, log *slog.Logger, opts ...distlock.
 	if err != nil {
 		return nil, exit(ExitUnavailable, &opError{op: "serve", err: err})
 	}
-	b, err := etcdlock.Dial(ctx, clientv3.Config{Endpoints: e.Endpoints()})
+	// No other process reaches the embedded store, so no client of an
+	// earlier release can share its queues.
+	b, err := etcdlock.Dial(ctx, clientv3.Config{Endpoints: e.Endpoints()}, etcdlock.WithLinkedQueue())
 	if err != nil {
 		_ = e.Close()
 		return nil, exit(ExitUnavailable, &opError{op: "serve: embedded etcd", err: err})
