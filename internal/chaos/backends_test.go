@@ -40,17 +40,19 @@ func deployRedlock(t *testing.T) *deployment {
 	return &deployment{url: func(string) string { return u }, servers: servers}
 }
 
+// deployEtcd runs n etcd members. Its clients use linked queues, as serve's
+// embedded etcd does: every client of the run is of this release.
 func deployEtcd(n int) func(*testing.T) *deployment {
 	return func(t *testing.T) *deployment {
 		members := testserver.EtcdCluster(t, n)
 		if n == 1 {
-			return single(members[0], func(addr string) string { return "etcd://" + addr + "/chaos" })
+			return single(members[0], func(addr string) string { return "etcd://" + addr + "/chaos?linked_queue=true" })
 		}
 		var addrs []string
 		for _, m := range members {
 			addrs = append(addrs, m.Addr())
 		}
-		u := "etcd://" + strings.Join(addrs, ",") + "/chaos"
+		u := "etcd://" + strings.Join(addrs, ",") + "/chaos?linked_queue=true"
 		return &deployment{url: func(string) string { return u }, servers: members}
 	}
 }
