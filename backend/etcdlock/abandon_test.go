@@ -1,27 +1,20 @@
 package etcdlock_test
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/distlock/distlock"
-	"github.com/distlock/distlock/internal/testserver"
 )
 
 // TestAbandonedWaitLeavesNothing checks that a waiter whose wait ends
 // deletes its queue entry before returning, and that a release leaves no
 // entry behind.
 func TestAbandonedWaitLeavesNothing(t *testing.T) {
-	eps := []string{testserver.EtcdEndpoint(testserver.Etcd(t))}
-	cli := admin(t, eps)
-	prefix := uniquePrefix(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	a, b := distlock.New(dial(t, eps, prefix)), distlock.New(dial(t, eps, prefix))
-	defer a.Close()
-	defer b.Close()
+	e := newStoreEnv(t)
+	cli, prefix, ctx := e.cli, e.prefix, e.ctx
+	a, b := e.client(t), e.client(t)
 	const key = "tidy"
 	l, err := a.Lock(ctx, key)
 	if err != nil {

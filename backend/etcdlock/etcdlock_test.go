@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
+	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/etcdlock"
 	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/testserver"
@@ -47,6 +48,29 @@ func dial(t testing.TB, eps []string, prefix string, opts ...etcdlock.Option) *e
 		t.Fatal(err)
 	}
 	return b
+}
+
+// storeEnv is a namespace of its own on a real etcd server, for one test.
+type storeEnv struct {
+	eps    []string
+	cli    *clientv3.Client // a plain client, to look behind the backends
+	prefix string
+	ctx    context.Context // ends a minute after newStoreEnv
+}
+
+func newStoreEnv(t *testing.T) storeEnv {
+	eps := []string{testserver.EtcdEndpoint(testserver.Etcd(t))}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return storeEnv{eps: eps, cli: admin(t, eps), prefix: uniquePrefix(t), ctx: ctx}
+}
+
+// client returns a client of a backend of its own in the namespace, closed
+// when t ends.
+func (e storeEnv) client(t *testing.T, opts ...etcdlock.Option) *distlock.Client {
+	c := distlock.New(dial(t, e.eps, e.prefix, opts...))
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 // admin returns a plain client for looking at the store behind the backend.

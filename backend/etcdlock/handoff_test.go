@@ -15,7 +15,6 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/etcdlock"
-	"github.com/distlock/distlock/internal/testserver"
 )
 
 // queueReads counts the range reads a client sends that make etcd read a
@@ -95,13 +94,10 @@ func (q *queueReads) reset() (int, []string) {
 // so that a release costs the store the same with 5 waiters or 5 000.
 func TestHandoffReadsNoWholeQueue(t *testing.T) {
 	const waiters = 12
-	eps := []string{testserver.EtcdEndpoint(testserver.Etcd(t))}
-	cli := admin(t, eps)
-	prefix := uniquePrefix(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	e := newStoreEnv(t)
+	cli, prefix, ctx := e.cli, e.prefix, e.ctx
 	reads := &queueReads{}
-	b, err := etcdlock.Dial(ctx, clientv3.Config{Endpoints: eps, Logger: zap.NewNop(),
+	b, err := etcdlock.Dial(ctx, clientv3.Config{Endpoints: e.eps, Logger: zap.NewNop(),
 		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(reads.interceptor)}},
 		etcdlock.WithPrefix(prefix), etcdlock.WithLinkedQueue())
 	if err != nil {
@@ -158,19 +154,15 @@ func TestHandoffReadsNoWholeQueue(t *testing.T) {
 // the lock goes to each remaining waiter in turn, never to two at once,
 // although a waiter whose predecessor left learns no release from it.
 func TestHandoffPastWaitersThatLeft(t *testing.T) {
-	eps := []string{testserver.EtcdEndpoint(testserver.Etcd(t))}
-	cli := admin(t, eps)
-	prefix := uniquePrefix(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	e := newStoreEnv(t)
+	cli, prefix, ctx := e.cli, e.prefix, e.ctx
 	clients := make([]*distlock.Client, 5)
 	for i := range clients {
 		var opts []etcdlock.Option
 		if i%2 == 1 {
 			opts = append(opts, etcdlock.WithLinkedQueue())
 		}
-		clients[i] = distlock.New(dial(t, eps, prefix, opts...))
-		defer clients[i].Close()
+		clients[i] = e.client(t, opts...)
 	}
 	const key = "busy"
 	holder, err := clients[0].Lock(ctx, key)
@@ -213,14 +205,9 @@ func TestHandoffPastWaitersThatLeft(t *testing.T) {
 // the queue's tail key on the holder's live lease over an empty queue: a
 // TryLock must still take the key.
 func TestTryLockPastLeftoverTail(t *testing.T) {
-	eps := []string{testserver.EtcdEndpoint(testserver.Etcd(t))}
-	cli := admin(t, eps)
-	prefix := uniquePrefix(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	a, b := distlock.New(dial(t, eps, prefix)), distlock.New(dial(t, eps, prefix))
-	defer a.Close()
-	defer b.Close()
+	e := newStoreEnv(t)
+	cli, prefix, ctx := e.cli, e.prefix, e.ctx
+	a, b := e.client(t), e.client(t)
 	const key = "dropped"
 	if _, err := a.Lock(ctx, key); err != nil {
 		t.Fatal(err)
@@ -263,14 +250,9 @@ func queueLength(t *testing.T, cli *clientv3.Client, prefix, key string, n int) 
 // waiter of this one. When the holder releases, the older client's entry is
 // first, and the waiter must wait for it, not take the lock beside it.
 func TestOlderClientsEntryIsWaitedFor(t *testing.T) {
-	eps := []string{testserver.EtcdEndpoint(testserver.Etcd(t))}
-	cli := admin(t, eps)
-	prefix := uniquePrefix(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	a, b := distlock.New(dial(t, eps, prefix)), distlock.New(dial(t, eps, prefix))
-	defer a.Close()
-	defer b.Close()
+	e := newStoreEnv(t)
+	cli, prefix, ctx := e.cli, e.prefix, e.ctx
+	a, b := e.client(t), e.client(t)
 	const key = "upgrading"
 	holder, err := a.Lock(ctx, key)
 	if err != nil {

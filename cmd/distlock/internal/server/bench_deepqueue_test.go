@@ -1,10 +1,8 @@
 package server_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -128,23 +126,8 @@ func probeCycles(b *testing.B, ctx context.Context, c *distlock.Client, n int) [
 // etcdCPU reads the CPU time the etcd server at endpoint has used, from its
 // metrics.
 func etcdCPU(b *testing.B, endpoint string) time.Duration {
-	resp, err := http.Get(endpoint + "/metrics")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "process_cpu_seconds_total "); ok {
-			s, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return time.Duration(s * float64(time.Second))
-		}
-	}
-	b.Fatalf("no process_cpu_seconds_total in %s/metrics (%v)", endpoint, sc.Err())
-	return 0
+	s := etcdMetric(b, endpoint, func(l string) bool { return strings.HasPrefix(l, "process_cpu_seconds_total ") })
+	return time.Duration(s * float64(time.Second))
 }
 
 // percentile returns the q-th quantile of d, which it sorts.

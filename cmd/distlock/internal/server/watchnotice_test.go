@@ -41,28 +41,37 @@ func etcdStore(t testing.TB) (store, string) {
 // etcdReads returns how many range reads the etcd server at endpoint has
 // served, from its metrics.
 func etcdReads(t testing.TB, endpoint string) int {
+	return int(etcdMetric(t, endpoint, func(l string) bool {
+		return strings.HasPrefix(l, "grpc_server_handled_total{") && strings.Contains(l, `grpc_method="Range"`)
+	}))
+}
+
+// etcdMetric returns the sum of the samples of the etcd server at endpoint
+// whose lines match (0 if none does).
+func etcdMetric(t testing.TB, endpoint string, match func(line string) bool) float64 {
 	t.Helper()
 	resp, err := http.Get(endpoint + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	n := 0
+	sum := 0.0
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		l := sc.Text()
-		if strings.HasPrefix(l, "grpc_server_handled_total{") && strings.Contains(l, `grpc_method="Range"`) {
-			v, err := strconv.ParseFloat(l[strings.LastIndex(l, " ")+1:], 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			n += int(v)
+		if strings.HasPrefix(l, "#") || !match(l) {
+			continue
 		}
+		v, err := strconv.ParseFloat(l[strings.LastIndex(l, " ")+1:], 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum += v
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	return n
+	return sum
 }
 
 // TestWatchIdleReadsNothing: over etcd, which tells of changes, an open
