@@ -28,6 +28,7 @@ type config struct {
 	requestTimeout time.Duration
 	dialTimeout    time.Duration // 0: the clientv3.Config's, or DefaultDialTimeout
 	linkedQueue    bool
+	orderedKeys    bool
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -96,6 +97,16 @@ func WithDialTimeout(d time.Duration) Option {
 func WithLinkedQueue() Option {
 	return func(c *config) error {
 		c.linkedQueue = true
+		return nil
+	}
+}
+
+// WithOrderedKeys stores lock keys in a layout that keeps their byte order,
+// so that a page of List is one range of the store rather than the whole
+// namespace. URL parameter ordered_keys=true. See docs/etcd-zookeeper.md.
+func WithOrderedKeys() Option {
+	return func(c *config) error {
+		c.orderedKeys = true
 		return nil
 	}
 }
