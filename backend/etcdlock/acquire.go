@@ -22,7 +22,7 @@ import (
 // over an empty directory (its entry was deleted by hand while its lease
 // lives) is replaced by a second transaction.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	if err := b.checkOpen(); err != nil {
+	if err := b.ready(ctx); err != nil {
 		return driver.Grant{}, err
 	}
 	ctx, cancel := b.request(ctx)
@@ -85,6 +85,9 @@ func (b *Backend) leased(ctx context.Context, ttl time.Duration, txn func(client
 // driver.ErrNotAcquired; if the backend is closed meanwhile, one matching
 // driver.ErrClosed.
 func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if err := b.ready(ctx); err != nil {
+		return driver.Grant{}, err
+	}
 	if err := b.enterWait(req.Key); err != nil {
 		return driver.Grant{}, err
 	}

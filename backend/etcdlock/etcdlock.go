@@ -29,15 +29,23 @@
 //	dial_timeout=5s      WithDialTimeout: the first contact (default DefaultDialTimeout)
 //	request_timeout=5s   WithRequestTimeout: each call to the store (default DefaultRequestTimeout)
 //	linked_queue=true    WithLinkedQueue: waits that never read a whole queue (default false)
+//	key_layout=ordered   WithKeyLayout: how the namespace names keys (default: its record)
 //
 // Open fails when no member answers within the dial timeout, naming the
 // connection's own error, such as a refused connection. ParseURL reads a
 // URL without connecting; New takes a client you built, Dial a
 // clientv3.Config.
 //
-// What stays in etcd: a released lock leaves no key behind (its entry is
-// deleted, and the release that empties a queue deletes the queue's tail and
-// released keys, which are on leases of its entries). Leases freed by a release
+// Each namespace records its key layout (KeyLayout) in one key beside it,
+// PREFIX.layout, written by its first backend. The ordered layout keeps the
+// keys' byte order in the store, so a List page reads about a page; in it,
+// waiters also find their place as WithLinkedQueue's do, since no client
+// of an earlier release can share it.
+//
+// What stays in etcd: the layout record, and nothing per lock: a released
+// lock leaves no key behind (its entry is deleted, and the release that
+// empties a queue deletes the queue's tail and released keys, which are on
+// leases of its entries). Leases freed by a release
 // are kept for reuse, at most 256 per backend, and expire by themselves after
 // their TTL; Close revokes them. Locking many distinct names therefore grows
 // nothing that outlives the locks, apart from etcd's own history of deleted
@@ -79,7 +87,10 @@ type Backend struct {
 	ownClient      bool
 	prefix         string // namespace, ending in '/'
 	requestTimeout time.Duration
-	linkedQueue    bool // waiters trust the queue's tail and released keys (WithLinkedQueue)
+	linkedQueue    bool                      // waiters trust the queue's tail and released keys (WithLinkedQueue)
+	wantLayout     *keyLayout                // WithKeyLayout's, or nil to follow the namespace's record
+	layout         atomic.Pointer[keyLayout] // the namespace's, once ready has learnt it
+	learning       sync.Mutex                // held while ready learns the layout
 	leases         *leasePool
 
 	closed  atomic.Bool
@@ -116,7 +127,7 @@ func New(cli *clientv3.Client, opts ...Option) (*Backend, error) {
 }
 
 func newBackend(cli *clientv3.Client, c config) *Backend {
-	b := &Backend{cli: cli, prefix: c.prefix, requestTimeout: c.requestTimeout, linkedQueue: c.linkedQueue, held: make(map[string]*holding)}
+	b := &Backend{cli: cli, prefix: c.prefix, requestTimeout: c.requestTimeout, linkedQueue: c.linkedQueue, wantLayout: c.keyLayout, held: make(map[string]*holding)}
 	b.closing, b.stop = context.WithCancel(context.Background())
 	b.leases = newLeasePool(cli)
 	return b
@@ -205,6 +216,11 @@ func (b *Backend) Close() error {
 func (b *Backend) request(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, b.requestTimeout)
 }
+
+// linked reports whether waiters trust the queue's tail and released keys:
+// with WithLinkedQueue, and in a namespace of the ordered layout, which no
+// client of a release that does not keep those keys can use.
+func (b *Backend) linked() bool { return b.linkedQueue || b.keys() == orderedLayout }
 
 // checkOpen returns driver.ErrClosed once the backend or its etcd client is
 // closed.

@@ -84,12 +84,28 @@ func admin(t testing.TB, eps []string) *clientv3.Client {
 	return cli
 }
 
+// layoutOf returns the key layout that the namespace prefix records, or
+// the escaped one if it records none (yet).
+func layoutOf(t testing.TB, cli *clientv3.Client, prefix string) etcdlock.KeyLayout {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, prefix+".layout")
+	switch {
+	case err != nil:
+		t.Fatalf("read the layout of %q: %v", prefix, err)
+	case len(resp.Kvs) == 0:
+		return etcdlock.KeyLayoutEscaped
+	}
+	return etcdlock.KeyLayout(resp.Kvs[0].Value)
+}
+
 // entries returns the queue entries of key, oldest first.
 func entries(t testing.TB, cli *clientv3.Client, prefix, key string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	resp, err := cli.Get(ctx, prefix+"/"+etcdlock.Escape(key)+"/", clientv3.WithPrefix(),
+	resp, err := cli.Get(ctx, etcdlock.Dir(prefix, layoutOf(t, cli, prefix), key), clientv3.WithPrefix(),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
 		t.Fatalf("read queue of %q: %v", key, err)
@@ -113,27 +129,45 @@ func deleteEntries(t testing.TB, cli *clientv3.Client, q []string) {
 	}
 }
 
-// TestConformance runs the suite on backends as they come, and on linked
+// TestConformance runs the suite on backends as they come; on linked
 // queues (WithLinkedQueue), where every other backend is one without the
-// option, as a prefix shared by both is.
+// option, as a prefix shared by both is; and in a namespace of the ordered
+// layout, where every other backend follows the namespace's record rather
+// than being given the layout.
 func TestConformance(t *testing.T) {
 	for _, srv := range servers {
-		t.Run(srv.name, func(t *testing.T) { conformance(t, srv.start(t), false) })
-		t.Run(srv.name+"/linked", func(t *testing.T) { conformance(t, srv.start(t), true) })
+		for _, mode := range []string{"", "linked", "ordered"} {
+			t.Run(strings.TrimSuffix(srv.name+"/"+mode, "/"), func(t *testing.T) { conformance(t, srv.start(t), mode) })
+		}
 	}
 }
 
-func conformance(t *testing.T, eps []string, linked bool) {
+func conformance(t *testing.T, eps []string, mode string) {
 	cli := admin(t, eps)
 	prefix := uniquePrefix(t)
 	u, err := url.Parse(eps[0])
 	if err != nil {
 		t.Fatal(err)
 	}
+	var given etcdlock.Option
+	switch mode {
+	case "linked":
+		given = etcdlock.WithLinkedQueue()
+	case "ordered":
+		given = etcdlock.WithKeyLayout(etcdlock.KeyLayoutOrdered)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		first := dial(t, eps, prefix, given)
+		l, err := first.KeyLayout(ctx)
+		_ = first.Close()
+		if err != nil || l != etcdlock.KeyLayoutOrdered {
+			t.Fatalf("recording the ordered layout: %q, %v", l, err)
+		}
+	}
 	var made atomic.Int64
 	opts := func() []etcdlock.Option {
-		if linked && made.Add(1)%2 == 1 {
-			return []etcdlock.Option{etcdlock.WithLinkedQueue()}
+		if given != nil && made.Add(1)%2 == 1 {
+			return []etcdlock.Option{given}
 		}
 		return nil
 	}

@@ -213,7 +213,7 @@ func TestTryLockPastLeftoverTail(t *testing.T) {
 		t.Fatal(err)
 	}
 	deleteEntries(t, cli, entries(t, cli, prefix, key))
-	if tail, err := cli.Get(ctx, prefix+"/"+etcdlock.Escape(key)+".tail"); err != nil || len(tail.Kvs) != 1 {
+	if tail, err := cli.Get(ctx, prefix+"/"+etcdlock.Escape(layoutOf(t, cli, prefix), key)+".tail"); err != nil || len(tail.Kvs) != 1 {
 		t.Fatalf("the tail key: %v %v, want it left over", tail, err)
 	}
 	l, err := b.TryLock(ctx, key)
@@ -264,7 +264,7 @@ func TestOlderClientsEntryIsWaitedFor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	older := fmt.Sprintf("%s/%s/%016x", prefix, etcdlock.Escape(key), int64(lease.ID))
+	older := fmt.Sprintf("%s%016x", etcdlock.Dir(prefix, etcdlock.KeyLayoutEscaped, key), int64(lease.ID))
 	if _, err := cli.Put(ctx, older, `{"token":"older-client-token-0001","meta":{}}`, clientv3.WithLease(lease.ID)); err != nil {
 		t.Fatal(err)
 	}

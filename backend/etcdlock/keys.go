@@ -11,13 +11,13 @@ import (
 	"github.com/distlock/distlock/driver"
 )
 
-// Store layout. A lock key K owns the directory PREFIX/esc(K)/; each
-// acquisition, holder or waiter, is one key PREFIX/esc(K)/LEASE (the lease
-// ID in hex) attached to that lease, with the token in its value; a holder
-// renewed with another TTL moves to a lease of that TTL and keeps its name
-// (see Backend.move). The key
-// with the lowest create revision in the directory is the holder; the
-// others queue behind it in create-revision order.
+// Store layout. A lock key K owns the directory PREFIX/esc(K)SEP, where
+// esc and SEP are the namespace's key layout (below); each acquisition,
+// holder or waiter, is one key PREFIX/esc(K)SEP LEASE (the lease ID in hex)
+// attached to that lease, with the token in its value; a holder renewed
+// with another TTL moves to a lease of that TTL and keeps its name (see
+// Backend.move). The key with the lowest create revision in the directory
+// is the holder; the others queue behind it in create-revision order.
 //
 // Two more keys per lock key make waiting cost the same whatever the length
 // of the queue (etcd reads a whole directory for any range sorted by create
@@ -37,13 +37,38 @@ import (
 // a directory sees a few hundred names per client at most, where one name per
 // acquisition would grow its index by one with every Lock.
 //
-// esc keeps ASCII letters, digits, '-', '_', '~' and ':' and writes every
-// other byte as %XX. The escaped key therefore holds no '/' or '.', so no
-// lock key can name a path outside its own directory, reach another lock's
-// directory, or leave the namespace; and since bytes are escaped one by one,
-// esc(p) is a prefix of esc(k) whenever p is a prefix of k, which List needs.
+// A namespace has one of two key layouts, recorded in PREFIX.layout (see
+// layout.go). Both escape each byte on its own, so esc(p) is a prefix of
+// esc(k) whenever p is a prefix of k, which List needs, and neither escaped
+// key holds '/', '.' or SEP, so no lock key can name a path outside its own
+// directory, reach another lock's directory, or leave the namespace.
+//
+//   - escaped (SEP '/'), the layout of every earlier release: ASCII letters,
+//     digits, '-', '_', '~' and ':' stay, every other byte is %XX. It does
+//     not keep the keys' byte order ("a/b" sorts after "a-b", "a%2Fb"
+//     before "a-b"), so a List page reads the whole namespace.
+//   - ordered (SEP '!'): ASCII letters and digits stay, and every other
+//     byte is an escape character and two hex digits, the character being
+//     the one that sorts where the byte does: '%' for the bytes below '0',
+//     '@' between '9' and 'A', '^' between 'Z' and 'a', '~' above 'z'.
+//     Every escaped form starts above SEP, so esc(k) < esc(k2) exactly when
+//     k < k2, and the store keys of the lock keys that sort after a key form
+//     one range of the store, which is what a List page reads.
 
-// escape maps a lock key to one path segment.
+// keyLayout is how a namespace names its lock keys in the store.
+type keyLayout struct {
+	name     string // as recorded in the namespace
+	sep      byte   // ends an escaped key, before its entries' names
+	escape   func(string) string
+	unescape func(string) (string, error)
+}
+
+var (
+	escapedLayout = &keyLayout{name: "escaped", sep: '/', escape: escape, unescape: unescape}
+	orderedLayout = &keyLayout{name: "ordered", sep: '!', escape: escapeOrdered, unescape: unescapeOrdered}
+)
+
+// escape maps a lock key to one path segment of the escaped layout.
 func escape(key string) string {
 	var b strings.Builder
 	b.Grow(len(key))
@@ -59,8 +84,11 @@ func escape(key string) string {
 }
 
 func keep(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
-		c == '-' || c == '_' || c == '~' || c == ':'
+	return isAlnum(c) || c == '-' || c == '_' || c == '~' || c == ':'
+}
+
+func isAlnum(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
 }
 
 // unescape reverses escape.
@@ -73,28 +101,103 @@ func unescape(seg string) (string, error) {
 			b.WriteByte(c)
 			continue
 		}
-		if i+2 >= len(seg) {
-			return "", fmt.Errorf("etcdlock: bad escape in %q", seg)
-		}
-		v, err := strconv.ParseUint(seg[i+1:i+3], 16, 8)
+		v, err := hexByte(seg, i)
 		if err != nil {
-			return "", fmt.Errorf("etcdlock: bad escape in %q: %w", seg, err)
+			return "", err
 		}
-		b.WriteByte(byte(v))
+		b.WriteByte(v)
 		i += 2
 	}
 	return b.String(), nil
 }
 
-// dir returns the directory of key's queue, ending in '/'.
-func (b *Backend) dir(key string) string { return b.prefix + escape(key) + "/" }
+// hexByte reads the byte that the two hex digits after seg[i] write.
+func hexByte(seg string, i int) (byte, error) {
+	if i+2 >= len(seg) {
+		return 0, fmt.Errorf("etcdlock: bad escape in %q", seg)
+	}
+	v, err := strconv.ParseUint(seg[i+1:i+3], 16, 8)
+	if err != nil {
+		return 0, fmt.Errorf("etcdlock: bad escape in %q: %w", seg, err)
+	}
+	return byte(v), nil
+}
+
+// orderedEscape returns the character that escapes c in the ordered
+// layout: the one that sorts between the letters and digits around c.
+func orderedEscape(c byte) byte {
+	switch {
+	case c < '0':
+		return '%'
+	case c < 'A':
+		return '@'
+	case c < 'a':
+		return '^'
+	default:
+		return '~'
+	}
+}
+
+// escapeOrdered maps a lock key to one segment of the ordered layout.
+func escapeOrdered(key string) string {
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	b.Grow(len(key))
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if isAlnum(c) {
+			b.WriteByte(c)
+			continue
+		}
+		b.Write([]byte{orderedEscape(c), hex[c>>4], hex[c&0xF]})
+	}
+	return b.String()
+}
+
+// unescapeOrdered reverses escapeOrdered; a segment that escapeOrdered
+// does not write is an error.
+func unescapeOrdered(seg string) (string, error) {
+	var b strings.Builder
+	b.Grow(len(seg))
+	for i := 0; i < len(seg); i++ {
+		c := seg[i]
+		if isAlnum(c) {
+			b.WriteByte(c)
+			continue
+		}
+		v, err := hexByte(seg, i)
+		if err != nil {
+			return "", err
+		}
+		if isAlnum(v) || orderedEscape(v) != c || seg[i+1:i+3] != strings.ToUpper(seg[i+1:i+3]) {
+			return "", fmt.Errorf("etcdlock: bad escape %q in %q", seg[i:i+3], seg)
+		}
+		b.WriteByte(v)
+		i += 2
+	}
+	return b.String(), nil
+}
+
+// keys returns the namespace's layout; ready learns it before any call
+// names a key.
+func (b *Backend) keys() *keyLayout { return b.layout.Load() }
+
+// esc maps a lock key to its segment in the namespace's layout.
+func (b *Backend) esc(key string) string { return b.keys().escape(key) }
+
+// dir returns the directory of key's queue, ending in the layout's
+// separator.
+func (b *Backend) dir(key string) string {
+	l := b.keys()
+	return b.prefix + l.escape(key) + string(l.sep)
+}
 
 // tailKey returns the key naming the newest entry of key's queue.
-func (b *Backend) tailKey(key string) string { return b.prefix + escape(key) + ".tail" }
+func (b *Backend) tailKey(key string) string { return b.prefix + b.esc(key) + ".tail" }
 
 // releasedKey returns the key holding the create revision of the last entry
 // of key's queue that was released as its holder.
-func (b *Backend) releasedKey(key string) string { return b.prefix + escape(key) + ".released" }
+func (b *Backend) releasedKey(key string) string { return b.prefix + b.esc(key) + ".released" }
 
 // entryKey returns the queue entry of key on lease.
 func (b *Backend) entryKey(key string, lease clientv3.LeaseID) string {
@@ -104,12 +207,13 @@ func (b *Backend) entryKey(key string, lease clientv3.LeaseID) string {
 // splitEntry parses a queue entry's store key into the lock key and the
 // entry's name.
 func (b *Backend) splitEntry(storeKey string) (key, name string, err error) {
+	l := b.keys()
 	rest, ok := strings.CutPrefix(storeKey, b.prefix)
-	i := strings.LastIndexByte(rest, '/')
+	i := strings.LastIndexByte(rest, l.sep)
 	if !ok || i < 0 {
 		return "", "", fmt.Errorf("etcdlock: %q is not a lock entry under %q", storeKey, b.prefix)
 	}
-	key, err = unescape(rest[:i])
+	key, err = l.unescape(rest[:i])
 	return key, rest[i+1:], err
 }
 

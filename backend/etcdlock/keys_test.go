@@ -2,6 +2,7 @@ package etcdlock_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -14,36 +15,83 @@ import (
 	"github.com/distlock/distlock/internal/testserver"
 )
 
+var layouts = []struct {
+	layout etcdlock.KeyLayout
+	sep    string
+}{{etcdlock.KeyLayoutEscaped, "/"}, {etcdlock.KeyLayoutOrdered, "!"}}
+
 func TestEscapeRoundTrip(t *testing.T) {
-	for _, k := range []string{"a", "a/b", "..", ".", "/", "%2F", "a%b", "ключ/…", "x:y~z_-"} {
-		e := etcdlock.Escape(k)
-		if strings.ContainsAny(e, "/.") {
-			t.Errorf("escape(%q) = %q holds a path character", k, e)
+	for _, l := range layouts {
+		for _, k := range []string{"a", "a/b", "..", ".", "/", "!", "%2F", "a%b", "ключ/…", "x:y~z_-", "@^~\x00\xff"} {
+			e := etcdlock.Escape(l.layout, k)
+			if strings.ContainsAny(e, "/."+l.sep) {
+				t.Errorf("%s: escape(%q) = %q holds a path character", l.layout, k, e)
+			}
+			if back, err := etcdlock.Unescape(l.layout, e); err != nil || back != k {
+				t.Errorf("%s: unescape(escape(%q)) = %q, %v", l.layout, k, back, err)
+			}
 		}
-		if back, err := etcdlock.Unescape(e); err != nil || back != k {
-			t.Errorf("unescape(escape(%q)) = %q, %v", k, back, err)
+		for _, bad := range []string{"%", "%4", "%zz", "a%"} {
+			if _, err := etcdlock.Unescape(l.layout, bad); err == nil {
+				t.Errorf("%s: unescape(%q) succeeded", l.layout, bad)
+			}
 		}
 	}
-	for _, bad := range []string{"%", "%4", "%zz"} {
-		if _, err := etcdlock.Unescape(bad); err == nil {
-			t.Errorf("unescape(%q) succeeded", bad)
+	// The ordered layout reads only what it writes: one form per key.
+	for _, bad := range []string{"%41", "@2F", "%2f", "~2F", "^7E"} {
+		if k, err := etcdlock.Unescape(etcdlock.KeyLayoutOrdered, bad); err == nil {
+			t.Errorf("ordered: unescape(%q) = %q, want an error", bad, k)
 		}
 	}
 }
 
-// TestKeysStayInNamespace locks keys made of path syntax and checks that
-// every store key written is PREFIX/<one segment>/<lease>, with the segment
-// naming the whole lock key, and that keys which are path prefixes of each
-// other do not exclude each other.
+// TestOrderedLayoutKeepsOrder checks on random keys, and on keys that are
+// prefixes of each other, that the ordered layout's store names sort as
+// the keys do, directory separator included, where the escaped layout's do
+// not.
+func TestOrderedLayoutKeepsOrder(t *testing.T) {
+	alphabet := []byte("aZ09 !-./:@[^_`{~\x7f\u00e9")
+	rng := rand.New(rand.NewPCG(1, 2))
+	keys := []string{"a", "a-b", "a/b", "a b", "a.b", "a~", "a\xff"}
+	for range 2000 {
+		k := make([]byte, 1+rng.IntN(4))
+		for i := range k {
+			k[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		keys = append(keys, string(k))
+	}
+	name := func(l etcdlock.KeyLayout, k string) string { return etcdlock.Dir("ns", l, k) + "0000000000000001" }
+	for _, l := range layouts {
+		byName := slices.Clone(keys)
+		slices.SortStableFunc(byName, func(a, b string) int { return strings.Compare(name(l.layout, a), name(l.layout, b)) })
+		sorted := slices.Sorted(slices.Values(keys))
+		same := slices.Equal(byName, sorted)
+		if want := l.layout == etcdlock.KeyLayoutOrdered; same != want {
+			t.Errorf("%s: store names sort as the keys do: %v, want %v", l.layout, same, want)
+		}
+	}
+}
+
+// TestKeysStayInNamespace locks keys made of path syntax in each layout and
+// checks that every store key written is PREFIX/<one segment><sep><lease>
+// or the segment's tail key, with the segment naming the whole lock key,
+// and that keys which are path prefixes of each other do not exclude each
+// other.
 func TestKeysStayInNamespace(t *testing.T) {
 	eps := []string{testserver.EtcdEndpoint(testserver.Etcd(t))}
 	cli := admin(t, eps)
+	for _, l := range layouts {
+		t.Run(string(l.layout), func(t *testing.T) { keysStayInNamespace(t, eps, cli, l.layout, l.sep) })
+	}
+}
+
+func keysStayInNamespace(t *testing.T, eps []string, cli *clientv3.Client, layout etcdlock.KeyLayout, sep string) {
 	prefix := uniquePrefix(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c := distlock.New(dial(t, eps, prefix))
+	c := distlock.New(dial(t, eps, prefix, etcdlock.WithKeyLayout(layout)))
 	defer c.Close()
-	keys := []string{"a", "a/b", "a/../b", "../../etc", "..", ".", "/", "//", "a/./b/", "%2F", "a%2Fb", "ключ/…"}
+	keys := []string{"a", "a/b", "a/../b", "../../etc", "..", ".", "/", "//", "a/./b/", "%2F", "a%2Fb", "ключ/…", "a!b", "!"}
 	for _, k := range keys {
 		l, err := c.TryLock(ctx, k)
 		if err != nil {
@@ -51,26 +99,29 @@ func TestKeysStayInNamespace(t *testing.T) {
 		}
 		defer l.Release(ctx)
 	}
-	all, err := cli.Get(ctx, "", clientv3.WithFromKey(), clientv3.WithKeysOnly())
+	all, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got, tails []string
 	for _, kv := range all.Kvs {
+		if string(kv.Key) == prefix+".layout" {
+			continue
+		}
 		rest, ok := strings.CutPrefix(string(kv.Key), prefix+"/")
-		if seg, isTail := strings.CutSuffix(rest, ".tail"); ok && isTail && !strings.Contains(seg, "/") {
-			k, err := etcdlock.Unescape(seg)
+		if seg, isTail := strings.CutSuffix(rest, ".tail"); ok && isTail && !strings.Contains(seg, sep) {
+			k, err := etcdlock.Unescape(layout, seg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			tails = append(tails, k)
 			continue
 		}
-		parts := strings.Split(rest, "/")
+		parts := strings.Split(rest, sep)
 		if !ok || len(parts) != 2 || parts[0] == "" || len(parts[1]) != 16 {
-			t.Fatalf("store key %q is not %s/<key>/<lease> or %s/<key>.tail", kv.Key, prefix, prefix)
+			t.Fatalf("store key %q is not %s/<key>%s<lease> or %s/<key>.tail", kv.Key, prefix, sep, prefix)
 		}
-		k, err := etcdlock.Unescape(parts[0])
+		k, err := etcdlock.Unescape(layout, parts[0])
 		if err != nil {
 			t.Fatal(err)
 		}

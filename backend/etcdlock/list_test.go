@@ -63,7 +63,7 @@ func TestListPageReadsOnePage(t *testing.T) {
 	reads := &storeReads{}
 	b, err := etcdlock.Dial(e.ctx, clientv3.Config{Endpoints: e.eps, Logger: zap.NewNop(),
 		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(reads.interceptor)}},
-		etcdlock.WithPrefix(e.prefix), etcdlock.WithOrderedKeys())
+		etcdlock.WithPrefix(e.prefix), etcdlock.WithKeyLayout(etcdlock.KeyLayoutOrdered))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,6 +61,10 @@ func ParseURL(u *url.URL) (Config, error) {
 	if r.Bool("linked_queue", &linked) && linked {
 		cfg.Options = append(cfg.Options, WithLinkedQueue())
 	}
+	var layout KeyLayout
+	if r.Func("key_layout", func(v string) error { layout = KeyLayout(v); _, err := layout.layout(); return err }) {
+		cfg.Options = append(cfg.Options, WithKeyLayout(layout))
+	}
 	if err := r.Done(); err != nil {
 		return Config{}, err
 	}

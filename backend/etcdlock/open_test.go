@@ -114,7 +114,7 @@ func TestInvalidOptions(t *testing.T) {
 		t.Errorf("Dial with a negative DialTimeout: got %v, want ErrInvalidOption", err)
 	}
 	addr := deadAddr(t)
-	for _, q := range []string{"request_timeout=0s", "request_timeout=-1s", "dial_timeout=0s", "dial_timeout=soon", "dial_timeout=1s&dial_timeout=2s", "session_timeout=1s", "linked_queue=maybe"} {
+	for _, q := range []string{"request_timeout=0s", "request_timeout=-1s", "dial_timeout=0s", "dial_timeout=soon", "dial_timeout=1s&dial_timeout=2s", "session_timeout=1s", "linked_queue=maybe", "key_layout=sorted", "key_layout="} {
 		if _, err := distlock.Open(context.Background(), "etcd://"+addr+"/x?"+q); !errors.Is(err, driver.ErrInvalidOption) {
 			t.Errorf("Open with %s: got %v, want ErrInvalidOption", q, err)
 		}
@@ -129,7 +129,7 @@ func TestOpenURLParameters(t *testing.T) {
 	srv := testserver.Etcd(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := distlock.Open(ctx, "etcd://"+srv.Addr()+"/"+uniquePrefix(t)+"?dial_timeout=2s&request_timeout=3s&linked_queue=true")
+	c, err := distlock.Open(ctx, "etcd://"+srv.Addr()+"/"+uniquePrefix(t)+"?dial_timeout=2s&request_timeout=3s&linked_queue=true&key_layout=ordered")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ func (b *Backend) entryOf(ctx context.Context, h *holding, key, token string) (e
 // lease the entry was on is kept for reuse if this backend made the
 // acquisition, and revoked otherwise.
 func (b *Backend) Release(ctx context.Context, key, token string) error {
-	if err := b.checkOpen(); err != nil {
+	if err := b.ready(ctx); err != nil {
 		return err
 	}
 	ctx, cancel := b.request(ctx)
@@ -138,7 +138,7 @@ func (b *Backend) releaseHeld(ctx context.Context, key string, h *holding) (bool
 // The move is made for an acquisition this backend made; an entry it did not
 // make is moved only when its lease is shorter than ttl.
 func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := b.checkOpen(); err != nil {
+	if err := b.ready(ctx); err != nil {
 		return err
 	}
 	ctx, cancel := b.request(ctx)
@@ -315,7 +315,7 @@ func (b *Backend) confirmedLease(ctx context.Context, ttl time.Duration) (*ticke
 // Inspect reports the holder of key: the entry with the lowest create
 // revision. A free key's last fence is not kept (Info.Fence is 0).
 func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
-	if err := b.checkOpen(); err != nil {
+	if err := b.ready(ctx); err != nil {
 		return driver.Info{}, err
 	}
 	ctx, cancel := b.request(ctx)
@@ -363,7 +363,7 @@ func (b *Backend) info(ctx context.Context, key string, kv *mvccpb.KeyValue) (dr
 // get driver.ErrNotHeld and free nothing; its backend's watch ends the
 // hold's Grant.Lost.
 func (b *Backend) ForceRelease(ctx context.Context, key string, _ driver.ForceOptions) (driver.Info, error) {
-	if err := b.checkOpen(); err != nil {
+	if err := b.ready(ctx); err != nil {
 		return driver.Info{}, err
 	}
 	ctx, cancel := b.request(ctx)

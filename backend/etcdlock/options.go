@@ -28,7 +28,7 @@ type config struct {
 	requestTimeout time.Duration
 	dialTimeout    time.Duration // 0: the clientv3.Config's, or DefaultDialTimeout
 	linkedQueue    bool
-	orderedKeys    bool
+	keyLayout      *keyLayout // nil: the namespace's record
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -101,12 +101,20 @@ func WithLinkedQueue() Option {
 	}
 }
 
-// WithOrderedKeys stores lock keys in a layout that keeps their byte order,
-// so that a page of List is one range of the store rather than the whole
-// namespace. URL parameter ordered_keys=true. See docs/etcd-zookeeper.md.
-func WithOrderedKeys() Option {
+// WithKeyLayout asserts the namespace's key layout (see KeyLayout): a
+// namespace that records none gets k, and the first call of a backend on
+// one that records another fails with ErrKeyLayoutMismatch, as does
+// KeyLayoutOrdered on a namespace that holds keys of an earlier release.
+// Without it a backend follows the namespace's record, and records
+// KeyLayoutEscaped where there is none. Open also reads it from the URL
+// parameter key_layout ("escaped" or "ordered").
+func WithKeyLayout(k KeyLayout) Option {
 	return func(c *config) error {
-		c.orderedKeys = true
+		l, err := k.layout()
+		if err != nil {
+			return fmt.Errorf("etcdlock: WithKeyLayout: %w", err)
+		}
+		c.keyLayout = l
 		return nil
 	}
 }

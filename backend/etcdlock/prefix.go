@@ -2,7 +2,6 @@ package etcdlock
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -23,7 +22,7 @@ const maxPendingKeys = 4096
 // reported. A watch that breaks (a compaction, a lost leader) is resumed
 // after an empty batch, which tells the receiver to read the prefix again.
 func (b *Backend) WatchPrefix(ctx context.Context, prefix string) (<-chan []string, error) {
-	if err := b.checkOpen(); err != nil {
+	if err := b.ready(ctx); err != nil {
 		return nil, err
 	}
 	wctx, cancel := context.WithCancel(ctx)
@@ -59,7 +58,7 @@ func (b *Backend) WatchPrefix(ctx context.Context, prefix string) (<-chan []stri
 // watchCreated opens a watch of the directories of the keys under prefix
 // and returns once etcd has created it.
 func (b *Backend) watchCreated(ctx context.Context, prefix string) (clientv3.WatchChan, error) {
-	wch := b.cli.Watch(clientv3.WithRequireLeader(ctx), b.prefix+escape(prefix), clientv3.WithPrefix(),
+	wch := b.cli.Watch(clientv3.WithRequireLeader(ctx), b.prefix+b.esc(prefix), clientv3.WithPrefix(),
 		clientv3.WithCreatedNotify())
 	rctx, cancel := b.request(ctx)
 	defer cancel()
@@ -141,14 +140,6 @@ func (b *Backend) feedPrefix(ctx context.Context, prefix string, wch clientv3.Wa
 // keyOfEntry returns the lock key whose queue entry is entry, if entry is
 // one.
 func (b *Backend) keyOfEntry(entry string) (string, bool) {
-	rest, ok := strings.CutPrefix(entry, b.prefix)
-	if !ok {
-		return "", false
-	}
-	seg, _, ok := strings.Cut(rest, "/")
-	if !ok {
-		return "", false
-	}
-	key, err := unescape(seg)
+	key, _, err := b.splitEntry(entry)
 	return key, err == nil
 }

@@ -46,7 +46,7 @@ func (w *waiter) enqueue(ctx context.Context, val string, ttl time.Duration) (*t
 	defer cancel()
 	tail := w.b.tailKey(w.key)
 	read := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(2)}
-	if !w.b.linkedQueue {
+	if !w.b.linked() {
 		read = append(read, clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend))
 	}
 	t, resp, err := w.b.leased(rctx, ttl, func(id clientv3.LeaseID) (*clientv3.TxnResponse, error) {
@@ -69,7 +69,7 @@ func (w *waiter) enqueue(ctx context.Context, val string, ttl time.Duration) (*t
 	switch {
 	case len(in) == 1:
 		return t, position{rev: w.myRev}, nil // ours is the only entry
-	case !w.b.linkedQueue:
+	case !w.b.linked():
 		// The newest two: ours, and the one ahead.
 		return t, position{pred: string(in[1].Key), predRev: in[1].CreateRevision, rev: w.myRev}, nil
 	}
@@ -93,7 +93,7 @@ func (w *waiter) enqueue(ctx context.Context, val string, ttl time.Duration) (*t
 // from the member's own state (a serializable read), which a member that
 // has applied it can answer; otherwise it reads linearizably.
 func (w *waiter) check(ctx context.Context, rev int64) (position, error) {
-	if !w.b.linkedQueue {
+	if !w.b.linked() {
 		return w.locate(ctx, rev)
 	}
 	read := w.readAt(rev)

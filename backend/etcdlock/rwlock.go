@@ -44,7 +44,7 @@ func rwHoldKey(name string, mode driver.Mode) string {
 }
 
 // intentKey is the store key of a waiting writer's intent on name.
-func (b *Backend) intentKey(name, intent string) string { return b.intentDir(name) + escape(intent) }
+func (b *Backend) intentKey(name, intent string) string { return b.intentDir(name) + b.esc(intent) }
 
 // intentDir is the directory of name's intents.
 func (b *Backend) intentDir(name string) string { return b.dir(rwBase(name) + "i") }
@@ -59,7 +59,7 @@ func empty(dir string) clientv3.Cmp {
 // transaction deletes its intent. A writer refused with req.Intent records
 // it, or renews the lease of the one it recorded before.
 func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode driver.Mode) (driver.Grant, error) {
-	if err := b.checkOpen(); err != nil {
+	if err := b.ready(ctx); err != nil {
 		return driver.Grant{}, err
 	}
 	ctx, cancel := b.request(ctx)
@@ -155,7 +155,7 @@ func (b *Backend) eachHoldKey(name, token string, fn func(key string) error) err
 // WithdrawIntent deletes intent's key, which wakes name's watchers. Its
 // lease expires by itself.
 func (b *Backend) WithdrawIntent(ctx context.Context, name, intent string) error {
-	if err := b.checkOpen(); err != nil {
+	if err := b.ready(ctx); err != nil {
 		return err
 	}
 	ctx, cancel := b.request(ctx)
@@ -169,7 +169,7 @@ func (b *Backend) WithdrawIntent(ctx context.Context, name, intent string) error
 // InspectRW reads name's holds, oldest first, and counts its intents, at
 // one revision.
 func (b *Backend) InspectRW(ctx context.Context, name string) (driver.Mode, []driver.Info, int, error) {
-	if err := b.checkOpen(); err != nil {
+	if err := b.ready(ctx); err != nil {
 		return 0, nil, 0, err
 	}
 	ctx, cancel := b.request(ctx)
@@ -189,7 +189,7 @@ func (b *Backend) InspectRW(ctx context.Context, name string) (driver.Mode, []dr
 	if x := resp.Responses[0].GetResponseRange().Kvs; len(x) > 0 {
 		mode, kvs = driver.Exclusive, append(x, kvs...) // readers beside a writer: never granted so
 	}
-	held, err := b.infos(ctx, name, kvs)
+	held, err := b.infos(ctx, holdersOf(name, kvs))
 	if err != nil {
 		return 0, nil, 0, err
 	}
@@ -199,7 +199,10 @@ func (b *Backend) InspectRW(ctx context.Context, name string) (driver.Mode, []dr
 // WatchRW fires when a hold of name or an intent on it is deleted
 // (released, expired, withdrawn, granted).
 func (b *Backend) WatchRW(ctx context.Context, name string) (<-chan struct{}, func(), error) {
-	return b.watchPrefix(ctx, name, b.prefix+escape(rwBase(name)), func(_ context.Context, ev *clientv3.Event) bool {
+	if err := b.ready(ctx); err != nil {
+		return nil, nil, err
+	}
+	return b.watchPrefix(ctx, name, b.prefix+b.esc(rwBase(name)), func(_ context.Context, ev *clientv3.Event) bool {
 		return ev.Type == mvccpb.DELETE
 	})
 }

@@ -45,7 +45,7 @@ const semPrefix, permitSuffix = "\x00sem\x00", "\x00p"
 func permitKey(name string) string { return semPrefix + name + permitSuffix }
 
 // limitKey is the store key of name's number of permits.
-func (b *Backend) limitKey(name string) string { return b.prefix + escape(semBase(name)) + "limit" }
+func (b *Backend) limitKey(name string) string { return b.prefix + b.esc(semBase(name)) + "limit" }
 
 // AcquirePermit takes a permit of req.Key in one transaction: if the stored
 // limit is limit (or none is stored, which stores it), it puts the permit's
@@ -62,7 +62,7 @@ func (b *Backend) limitKey(name string) string { return b.prefix + escape(semBas
 // nobody (see WatchPermits); a waiter refused so tries again at its next
 // poll.
 func (b *Backend) AcquirePermit(ctx context.Context, req driver.AcquireRequest, limit int) (driver.Grant, error) {
-	if err := b.checkOpen(); err != nil {
+	if err := b.ready(ctx); err != nil {
 		return driver.Grant{}, err
 	}
 	if limit < 1 {
@@ -137,7 +137,7 @@ func (b *Backend) ReleasePermit(ctx context.Context, name, token string) error {
 
 // SetPermits stores n as name's limit, which wakes name's watchers.
 func (b *Backend) SetPermits(ctx context.Context, name string, n int) error {
-	if err := b.checkOpen(); err != nil {
+	if err := b.ready(ctx); err != nil {
 		return err
 	}
 	if n < 1 {
@@ -155,7 +155,7 @@ func (b *Backend) SetPermits(ctx context.Context, name string, n int) error {
 // first, read at one revision. A refused attempt's entry shows among them
 // for the moment it lives.
 func (b *Backend) InspectPermits(ctx context.Context, name string) (int, []driver.Info, error) {
-	if err := b.checkOpen(); err != nil {
+	if err := b.ready(ctx); err != nil {
 		return 0, nil, err
 	}
 	ctx, cancel := b.request(ctx)
@@ -173,21 +173,17 @@ func (b *Backend) InspectPermits(ctx context.Context, name string) (int, []drive
 			return 0, nil, fmt.Errorf("etcdlock: stored limit: %w", err)
 		}
 	}
-	held, err := b.infos(ctx, name, resp.Responses[1].GetResponseRange().Kvs)
+	held, err := b.infos(ctx, holdersOf(name, resp.Responses[1].GetResponseRange().Kvs))
 	return limit, held, err
 }
 
-// infos describes the entries kvs of name's holds, named name.
-func (b *Backend) infos(ctx context.Context, name string, kvs []*mvccpb.KeyValue) ([]driver.Info, error) {
-	held := make([]driver.Info, 0, len(kvs))
-	for _, kv := range kvs {
-		info, err := b.info(ctx, name, kv)
-		if err != nil {
-			return nil, fmt.Errorf("etcdlock: %w", err)
-		}
-		held = append(held, info)
+// holdersOf pairs name with each of its entries kvs.
+func holdersOf(name string, kvs []*mvccpb.KeyValue) []keyHolder {
+	out := make([]keyHolder, len(kvs))
+	for i, kv := range kvs {
+		out[i] = keyHolder{name, kv}
 	}
-	return held, nil
+	return out
 }
 
 // WatchPermits fires when a held permit of name is deleted (released,
@@ -196,8 +192,11 @@ func (b *Backend) infos(ctx context.Context, name string, kvs []*mvccpb.KeyValue
 // own refusals, each refusal making the others' attempts that are refused
 // in turn.
 func (b *Backend) WatchPermits(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+	if err := b.ready(ctx); err != nil {
+		return nil, nil, err
+	}
 	lk := b.limitKey(name)
-	return b.watchPrefix(ctx, name, b.prefix+escape(semBase(name)), func(ctx context.Context, ev *clientv3.Event) bool {
+	return b.watchPrefix(ctx, name, b.prefix+b.esc(semBase(name)), func(ctx context.Context, ev *clientv3.Event) bool {
 		switch {
 		case string(ev.Kv.Key) == lk:
 			return true

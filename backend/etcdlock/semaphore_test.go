@@ -21,7 +21,7 @@ func storeKeys(t *testing.T, cli *clientv3.Client, prefix, internal string) []st
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	resp, err := cli.Get(ctx, prefix+"/"+etcdlock.Escape(internal), clientv3.WithPrefix(),
+	resp, err := cli.Get(ctx, prefix+"/"+etcdlock.Escape(layoutOf(t, cli, prefix), internal), clientv3.WithPrefix(),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
 		t.Fatal(err)
