@@ -120,34 +120,47 @@ func contended(b *testing.B, eps []string, lockers, conns int) {
 	})
 }
 
-// BenchmarkList lists a namespace of 1000 held keys: all of it with List,
-// and its first page of 100 with ListPage, as the service's List RPC does.
+// BenchmarkList lists namespaces of 1 000 and 10 000 held keys in each key
+// layout: all of the smaller with List, and the first and the last page of
+// 100 of each with ListPage, as the service's List RPC does.
 func BenchmarkList(b *testing.B) {
 	for _, srv := range servers {
-		b.Run(srv.name, func(b *testing.B) {
-			eps := srv.start(b)
-			c := distlock.New(dial(b, eps, uniquePrefix(b)))
-			b.Cleanup(func() { _ = c.Close() })
-			ctx := context.Background()
-			for i := range 1000 {
-				if _, err := c.Lock(ctx, fmt.Sprintf("orders/%04d", i)); err != nil {
-					b.Fatal(err)
+		eps := srv.start(b)
+		for _, held := range []int{1000, 10000} {
+			for _, l := range layouts {
+				b.Run(fmt.Sprintf("%s/%s/%d", srv.name, l.layout, held), func(b *testing.B) {
+					benchmarkList(b, eps, l.layout, held)
+				})
+			}
+		}
+	}
+}
+
+func benchmarkList(b *testing.B, eps []string, layout etcdlock.KeyLayout, held int) {
+	c := distlock.New(dial(b, eps, uniquePrefix(b), etcdlock.WithKeyLayout(layout)))
+	b.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	for i := range held {
+		if _, err := c.Lock(ctx, fmt.Sprintf("orders/%05d", i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if held <= 1000 {
+		b.Run("List", func(b *testing.B) {
+			for b.Loop() {
+				if infos, err := c.List(ctx, "orders/"); err != nil || len(infos) != held {
+					b.Fatalf("List = %d holders, %v; want %d", len(infos), err, held)
 				}
 			}
-			b.Run("List", func(b *testing.B) {
-				for b.Loop() {
-					if infos, err := c.List(ctx, "orders/"); err != nil || len(infos) != 1000 {
-						b.Fatalf("List = %d holders, %v; want 1000", len(infos), err)
-					}
+		})
+	}
+	for name, after := range map[string]string{"ListPage100First": "", "ListPage100Last": fmt.Sprintf("orders/%05d", held-101)} {
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				if infos, err := c.ListPage(ctx, "orders/", after, 100); err != nil || len(infos) != 100 {
+					b.Fatalf("ListPage = %d holders, %v; want 100", len(infos), err)
 				}
-			})
-			b.Run("ListPage100", func(b *testing.B) {
-				for b.Loop() {
-					if infos, err := c.ListPage(ctx, "orders/", "", 100); err != nil || len(infos) != 100 {
-						b.Fatalf("ListPage = %d holders, %v; want 100", len(infos), err)
-					}
-				}
-			})
+			}
 		})
 	}
 }

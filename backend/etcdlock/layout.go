@@ -122,3 +122,38 @@ func (b *Backend) learnLayout(ctx context.Context) (*keyLayout, error) {
 	}
 	return got, nil
 }
+
+// MoveKeyLayout records layout as the namespace's if the namespace holds no
+// key, whatever it records now, and reports whether it did; the backend
+// then uses it. It is only for a namespace that no other backend uses
+// meanwhile, since one that runs keeps the layout it learnt and would not
+// exclude this one: serve calls it at start on its embedded store, which no
+// other process reaches. It must come before the backend's first call.
+func (b *Backend) MoveKeyLayout(ctx context.Context, layout KeyLayout) (bool, error) {
+	l, err := layout.layout()
+	if err != nil {
+		return false, fmt.Errorf("etcdlock: MoveKeyLayout: %w", err)
+	}
+	if err := b.checkOpen(); err != nil {
+		return false, err
+	}
+	b.learning.Lock()
+	defer b.learning.Unlock()
+	if b.layout.Load() != nil {
+		return false, errors.New("etcdlock: MoveKeyLayout after the backend's first call, which learnt the layout")
+	}
+	ctx, cancel := b.request(ctx)
+	defer cancel()
+	resp, err := b.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(b.prefix), "=", 0).WithPrefix()).
+		Then(clientv3.OpPut(b.layoutKey(), l.name)).
+		Commit()
+	switch {
+	case err != nil:
+		return false, b.fail(err)
+	case !resp.Succeeded:
+		return false, nil // the backend learns the recorded layout at its first call
+	}
+	b.layout.Store(l)
+	return true, nil
+}

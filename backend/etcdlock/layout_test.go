@@ -138,3 +138,38 @@ func TestKeyLayout(t *testing.T) {
 		}
 	})
 }
+
+// TestMoveKeyLayout moves a namespace that holds no key to another layout,
+// whatever it records, and leaves one that holds a key as it is.
+func TestMoveKeyLayout(t *testing.T) {
+	e := newStoreEnv(t)
+	old := e.client(t)
+	if _, err := old.Lock(e.ctx, "k"); err != nil { // records escaped
+		t.Fatal(err)
+	}
+	b := dial(t, e.eps, e.prefix)
+	defer b.Close()
+	if moved, err := b.MoveKeyLayout(e.ctx, etcdlock.KeyLayoutOrdered); moved || err != nil {
+		t.Fatalf("MoveKeyLayout of a namespace that holds a key: %v, %v; want false, nil", moved, err)
+	}
+	if l, err := b.KeyLayout(e.ctx); err != nil || l != etcdlock.KeyLayoutEscaped {
+		t.Fatalf("after a refused move: %q, %v; want escaped", l, err)
+	}
+	if _, err := b.MoveKeyLayout(e.ctx, etcdlock.KeyLayoutOrdered); err == nil {
+		t.Fatal("MoveKeyLayout after the backend's first call succeeded")
+	}
+	if err := old.Close(); err != nil { // releases k
+		t.Fatal(err)
+	}
+	moving := dial(t, e.eps, e.prefix)
+	defer moving.Close()
+	if moved, err := moving.MoveKeyLayout(e.ctx, etcdlock.KeyLayoutOrdered); !moved || err != nil {
+		t.Fatalf("MoveKeyLayout of an empty namespace: %v, %v; want true", moved, err)
+	}
+	if l := layoutOf(t, e.cli, e.prefix); l != etcdlock.KeyLayoutOrdered {
+		t.Fatalf("the namespace records %q after the move, want ordered", l)
+	}
+	if _, err := moving.MoveKeyLayout(e.ctx, "sorted"); !errors.Is(err, driver.ErrInvalidOption) {
+		t.Fatalf("MoveKeyLayout(sorted): %v, want ErrInvalidOption", err)
+	}
+}

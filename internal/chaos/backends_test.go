@@ -40,19 +40,20 @@ func deployRedlock(t *testing.T) *deployment {
 	return &deployment{url: func(string) string { return u }, servers: servers}
 }
 
-// deployEtcd runs n etcd members. Its clients use linked queues, as serve's
-// embedded etcd does: every client of the run is of this release.
+// deployEtcd runs n etcd members. Its clients use the ordered key layout,
+// and so linked queues, as serve's embedded etcd does: every client of the
+// run is of this release.
 func deployEtcd(n int) func(*testing.T) *deployment {
 	return func(t *testing.T) *deployment {
 		members := testserver.EtcdCluster(t, n)
 		if n == 1 {
-			return single(members[0], func(addr string) string { return "etcd://" + addr + "/chaos?linked_queue=true" })
+			return single(members[0], func(addr string) string { return "etcd://" + addr + "/chaos?key_layout=ordered" })
 		}
 		var addrs []string
 		for _, m := range members {
 			addrs = append(addrs, m.Addr())
 		}
-		u := "etcd://" + strings.Join(addrs, ",") + "/chaos?linked_queue=true"
+		u := "etcd://" + strings.Join(addrs, ",") + "/chaos?key_layout=ordered"
 		return &deployment{url: func(string) string { return u }, servers: members}
 	}
 }

@@ -82,9 +82,9 @@ func remoteStoreBackend(name, addr string) (driver.Backend, error) {
 	case "etcd":
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		// Linked queues, as serve's embedded etcd has: only this
-		// release's backends share the store.
-		return etcdlock.Dial(ctx, clientv3.Config{Endpoints: []string{addr}}, etcdlock.WithLinkedQueue())
+		// The ordered key layout, and so linked queues, as serve's
+		// embedded etcd has: only this release's backends share the store.
+		return etcdlock.Dial(ctx, clientv3.Config{Endpoints: []string{addr}}, etcdlock.WithKeyLayout(etcdlock.KeyLayoutOrdered))
 	case "redis":
 		rc := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 		b, err := redislock.New(rc)
