@@ -104,7 +104,7 @@ func (b *Backend) pageHolders(ctx context.Context, prefix, after string, limit i
 		}
 		last := string(resp.Kvs[len(resp.Kvs)-1].Key)
 		cut := "" // a lock key whose entries may go on past this read
-		if k, _, err := b.splitEntry(last); err == nil && resp.More {
+		if k, _, err := b.splitEntry(last); err == nil && resp.More && driver.ValidateKey(k) == nil {
 			cut = k
 		}
 		byKey := make(map[string]int) // index in out
@@ -124,7 +124,7 @@ func (b *Backend) pageHolders(ctx context.Context, prefix, after string, limit i
 		}
 		switch {
 		case cut != "":
-			kv, err := b.holder(ctx, cut)
+			kv, err := b.firstEntry(ctx, cut)
 			if err != nil {
 				return nil, err
 			}

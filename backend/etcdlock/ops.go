@@ -330,12 +330,18 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 // holder returns key's holder entry, the one with the lowest create
 // revision, or nil if the key is free.
 func (b *Backend) holder(ctx context.Context, key string) (*mvccpb.KeyValue, error) {
-	resp, err := b.cli.Get(ctx, b.dir(key), clientv3.WithFirstCreate()...)
+	kv, err := b.firstEntry(ctx, key)
 	if err != nil {
 		return nil, b.fail(err)
 	}
-	if len(resp.Kvs) == 0 {
-		return nil, nil
+	return kv, nil
+}
+
+// firstEntry is holder with the store's own error.
+func (b *Backend) firstEntry(ctx context.Context, key string) (*mvccpb.KeyValue, error) {
+	resp, err := b.cli.Get(ctx, b.dir(key), clientv3.WithFirstCreate()...)
+	if err != nil || len(resp.Kvs) == 0 {
+		return nil, err
 	}
 	return resp.Kvs[0], nil
 }
