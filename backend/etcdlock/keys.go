@@ -93,17 +93,27 @@ func isAlnum(c byte) bool {
 
 // unescape reverses escape.
 func unescape(seg string) (string, error) {
+	return unescapeBy(seg, func(c byte) bool { return c == '%' }, func(byte, string) bool { return true })
+}
+
+// unescapeBy reverses an escaping that writes a byte as an escape character
+// (one that escapes reports) and two hex digits; fits reports whether an
+// escape character and the digits after it write a byte in that form.
+func unescapeBy(seg string, escapes func(c byte) bool, fits func(c byte, digits string) bool) (string, error) {
 	var b strings.Builder
 	b.Grow(len(seg))
 	for i := 0; i < len(seg); i++ {
 		c := seg[i]
-		if c != '%' {
+		if !escapes(c) {
 			b.WriteByte(c)
 			continue
 		}
 		v, err := hexByte(seg, i)
 		if err != nil {
 			return "", err
+		}
+		if !fits(c, seg[i+1:i+3]) {
+			return "", fmt.Errorf("etcdlock: bad escape %q in %q", seg[i:i+3], seg)
 		}
 		b.WriteByte(v)
 		i += 2
@@ -157,25 +167,10 @@ func escapeOrdered(key string) string {
 // unescapeOrdered reverses escapeOrdered; a segment that escapeOrdered
 // does not write is an error.
 func unescapeOrdered(seg string) (string, error) {
-	var b strings.Builder
-	b.Grow(len(seg))
-	for i := 0; i < len(seg); i++ {
-		c := seg[i]
-		if isAlnum(c) {
-			b.WriteByte(c)
-			continue
-		}
-		v, err := hexByte(seg, i)
-		if err != nil {
-			return "", err
-		}
-		if isAlnum(v) || orderedEscape(v) != c || seg[i+1:i+3] != strings.ToUpper(seg[i+1:i+3]) {
-			return "", fmt.Errorf("etcdlock: bad escape %q in %q", seg[i:i+3], seg)
-		}
-		b.WriteByte(v)
-		i += 2
-	}
-	return b.String(), nil
+	return unescapeBy(seg, func(c byte) bool { return !isAlnum(c) }, func(c byte, digits string) bool {
+		v, _ := strconv.ParseUint(digits, 16, 8)
+		return !isAlnum(byte(v)) && orderedEscape(byte(v)) == c && digits == strings.ToUpper(digits)
+	})
 }
 
 // keys returns the namespace's layout; ready learns it before any call
