@@ -1,13 +1,19 @@
 package server_test
 
 import (
+	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/backend/memlock"
 	"github.com/distlock/distlock/cmd/distlock/internal/server"
+	"github.com/distlock/distlock/driver"
 	distlockv1 "github.com/distlock/distlock/gen/distlock/v1"
 	"github.com/distlock/distlock/gen/distlock/v1/distlockv1connect"
 )
@@ -143,4 +149,63 @@ func TestIdempotentAcquire(t *testing.T) {
 			}
 		}
 	})
+}
+
+// lockReads is a store that counts the locks it describes: one per lock a
+// List or ListPage returns, one per Inspect.
+type lockReads struct {
+	*memlock.Backend
+	n atomic.Int64
+}
+
+func (r *lockReads) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+	infos, err := r.Backend.List(ctx, prefix)
+	r.n.Add(int64(len(infos)))
+	return infos, err
+}
+
+func (r *lockReads) ListPage(ctx context.Context, prefix, after string, limit int) ([]driver.Info, error) {
+	infos, err := r.Backend.ListPage(ctx, prefix, after, limit)
+	r.n.Add(int64(len(infos)))
+	return infos, err
+}
+
+func (r *lockReads) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	r.n.Add(1)
+	return r.Backend.Inspect(ctx, key)
+}
+
+// A session's KeepAlive and CloseSession read its own locks from the store,
+// not every lock of its tenant: with thousands of sessions and locks, each
+// KeepAlive reading the namespace would cost the store the square of them.
+func TestSessionReadsItsOwnLocks(t *testing.T) {
+	store := &lockReads{Backend: memlock.New()}
+	e := newEnvClient(t, distlock.New(store), server.Limits{})
+	api := e.api(alphaClient)
+	sid, other := openSession(t, api), openSession(t, api)
+	for i := range 100 {
+		acquire(t, api, &distlockv1.AcquireRequest{Key: fmt.Sprintf("loose/%03d", i), Lease: durationpb.New(time.Minute)})
+	}
+	for i := range 20 {
+		acquire(t, api, &distlockv1.AcquireRequest{Key: fmt.Sprintf("other/%03d", i), SessionId: other})
+	}
+	for _, k := range []string{"mine/1", "mine/2"} {
+		acquire(t, api, &distlockv1.AcquireRequest{Key: k, SessionId: sid})
+	}
+	const most = 8 // the session, its two locks, and as many of what lists them
+	store.n.Store(0)
+	res, err := api.KeepAlive(ctx(t), connect.NewRequest(&distlockv1.KeepAliveRequest{SessionId: sid}))
+	if err != nil || res.Msg.GetLocks() != 2 {
+		t.Fatalf("KeepAlive = %v, %v; want 2 locks renewed", res, err)
+	}
+	if n := store.n.Swap(0); n > most {
+		t.Errorf("KeepAlive of a session of 2 locks read %d locks from the store, want at most %d", n, most)
+	}
+	closed, err := api.CloseSession(ctx(t), connect.NewRequest(&distlockv1.CloseSessionRequest{SessionId: sid}))
+	if err != nil || closed.Msg.GetLocks() != 2 {
+		t.Fatalf("CloseSession = %v, %v; want 2 locks released", closed, err)
+	}
+	if n := store.n.Swap(0); n > most {
+		t.Errorf("CloseSession of a session of 2 locks read %d locks from the store, want at most %d", n, most)
+	}
 }
