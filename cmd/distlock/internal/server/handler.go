@@ -27,7 +27,7 @@ const deadlineMargin = 50 * time.Millisecond
 // Acquire checks the whole request, then takes the key for a new token (one
 // derived from the request id or the session, so that a retry finds it),
 // waiting as asked but never past the call's deadline or Shutdown.
-func (h *service) Acquire(ctx context.Context, req *connect.Request[distlockv1.AcquireRequest]) (*connect.Response[distlockv1.AcquireResponse], error) {
+func (h *service) Acquire(ctx context.Context, req *connect.Request[distlockv1.AcquireRequest]) (res *connect.Response[distlockv1.AcquireResponse], err error) {
 	s := h.s
 	noteKey(ctx, short(req.Msg.GetKey()))
 	a, err := s.limits.checkAcquire(req.Msg)
@@ -52,15 +52,27 @@ func (h *service) Acquire(ctx context.Context, req *connect.Request[distlockv1.A
 	var token string
 	switch {
 	case a.sessionID != "":
-		ttl, _, err := s.renewSession(ctx, tenant, a.sessionID)
-		if err != nil {
-			return nil, err
+		ss, serr := s.renewSession(ctx, tenant, a.sessionID)
+		if serr != nil {
+			return nil, serr
 		}
 		nonce := sessionNonce(a.requestID)
-		a.lease = ttl
+		a.lease = ss.ttl
 		labels[labelSession] = sessionHandle(a.sessionID)
 		labels[labelNonce] = nonce
 		token = sessionLockToken(a.sessionID, a.key, nonce)
+		if ss.members {
+			// A grant is answered once its member is there (see session.go);
+			// failing that, the lock is released.
+			defer func() {
+				if err == nil {
+					if err = s.keepMember(ctx, tenant, a.sessionID, a.key, nonce, ss.ttl, true); err != nil {
+						res = nil
+						s.abandon(ctx, sk, token)
+					}
+				}
+			}()
+		}
 	case a.requestID != "":
 		token = requestToken(tenant, id.Credential, a.owner, a.key, a.requestID)
 	default:

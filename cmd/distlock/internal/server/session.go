@@ -16,9 +16,17 @@ import (
 // is a lock on sessionKey(tenant, H) with token S, where S is the secret
 // session id the caller holds and H = sessionHandle(S) its public handle; its
 // TTL is in its labelTTL label. A lock of the session carries labelSession H
-// and labelNonce N, and its token is sessionLockToken(S, key, N): KeepAlive
-// and CloseSession find the session's locks by listing the tenant's keys
-// and make their tokens from S.
+// and labelNonce N, and its token is sessionLockToken(S, key, N).
+//
+// Each lock of the session has a member: a lock on memberKey(tenant, H,
+// key, N), under membersOf(tenant, H), with the same token and the session's
+// TTL, labelled with the key and N. It is taken once the lock is granted,
+// before the grant is answered, so a caller never learns of a lock of its
+// session without a member. KeepAlive and CloseSession read the session's
+// members, a range of the store as long as the session has locks, never
+// the tenant's keys; a member whose lock has ended is released at the next
+// KeepAlive. A session opened by an earlier release (without labelMembers)
+// has no members, and its locks are found by listing the tenant's keys.
 
 // OpenSession starts a session with the TTL asked (the default lease if
 // none).
@@ -36,7 +44,7 @@ func (h *service) OpenSession(ctx context.Context, req *connect.Request[distlock
 	noteKey(ctx, handle)
 	sk := sessionKey(callOf(ctx).id.Tenant, handle)
 	g, err := s.client.AcquireToken(ctx, sk, secret, distlock.WithLease(ttl),
-		distlock.WithMetadata(map[string]string{labelTTL: ttl.String()}))
+		distlock.WithMetadata(map[string]string{labelTTL: ttl.String(), labelMembers: "1"}))
 	if err != nil {
 		return nil, s.storeError(ctx, "open session", handle, sk, err)
 	}
@@ -44,18 +52,24 @@ func (h *service) OpenSession(ctx context.Context, req *connect.Request[distlock
 	return connect.NewResponse(&distlockv1.OpenSessionResponse{SessionId: secret, Ttl: d, ExpiresAt: at}), nil
 }
 
-// renewSession renews tenant's session whose secret is secret and returns
-// its TTL and when the renewal was sent, or NotFound if the session has
-// ended (or never was).
-func (s *Server) renewSession(ctx context.Context, tenant, secret string) (time.Duration, time.Time, error) {
+// session is what renewSession learnt of a session.
+type session struct {
+	ttl     time.Duration
+	sent    time.Time // when the renewal was sent
+	members bool      // its locks have members (labelMembers)
+}
+
+// renewSession renews tenant's session whose secret is secret, or returns
+// NotFound if the session has ended (or never was).
+func (s *Server) renewSession(ctx context.Context, tenant, secret string) (session, error) {
 	handle := sessionHandle(secret)
 	sk := sessionKey(tenant, handle)
 	info, err := s.client.Inspect(ctx, sk)
 	if err != nil {
-		return 0, time.Time{}, s.storeError(ctx, "session", handle, sk, err)
+		return session{}, s.storeError(ctx, "session", handle, sk, err)
 	}
 	if !info.Held {
-		return 0, time.Time{}, errNoSession(handle)
+		return session{}, errNoSession(handle)
 	}
 	ttl, err := time.ParseDuration(info.Meta.Labels[labelTTL])
 	if err != nil || ttl < distlock.MinLease {
@@ -64,11 +78,37 @@ func (s *Server) renewSession(ctx context.Context, tenant, secret string) (time.
 	sent := time.Now()
 	switch err := s.client.RenewToken(ctx, sk, secret, ttl); {
 	case errors.Is(err, distlock.ErrNotHeld):
-		return 0, time.Time{}, errNoSession(handle)
+		return session{}, errNoSession(handle)
 	case err != nil:
-		return 0, time.Time{}, s.storeError(ctx, "session", handle, sk, err)
+		return session{}, s.storeError(ctx, "session", handle, sk, err)
 	}
-	return ttl, sent, nil
+	return session{ttl: ttl, sent: sent, members: info.Meta.Labels[labelMembers] != ""}, nil
+}
+
+// keepMember renews the member of the session lock on key with nonce, or
+// takes it if it is not there: a new grant's, or one that expired. fresh
+// says which to try first.
+func (s *Server) keepMember(ctx context.Context, tenant, secret, key, nonce string, ttl time.Duration, fresh bool) error {
+	mk := memberKey(tenant, sessionHandle(secret), key, nonce)
+	token := sessionLockToken(secret, key, nonce)
+	renew := func() error { return s.client.RenewToken(ctx, mk, token, ttl) }
+	take := func() error {
+		_, err := s.client.AcquireToken(ctx, mk, token, distlock.WithLease(ttl),
+			distlock.WithMetadata(map[string]string{labelKey: key, labelNonce: nonce}))
+		return err
+	}
+	first, then, refused := renew, take, distlock.ErrNotHeld
+	if fresh {
+		first, then, refused = take, renew, distlock.ErrNotAcquired // a retry's member is there already
+	}
+	err := first()
+	if errors.Is(err, refused) {
+		err = then()
+	}
+	if err != nil {
+		return s.storeError(ctx, "session", key, mk, err)
+	}
+	return nil
 }
 
 // errNoSession is the NotFound of an unknown or ended session.
@@ -77,28 +117,43 @@ func errNoSession(handle string) error {
 		fmt.Errorf("session %s: not found: it ended (its TTL passed without a KeepAlive, or it was closed) or never was", handle))
 }
 
-// sessionLock is a lock of a session: its token, and what List said of it.
+// sessionLock is a lock of a session, found through its member (member
+// names it) or, for a session without members, by listing its tenant's
+// keys (info is then what List said of it).
 type sessionLock struct {
-	token string
-	info  distlock.Info
+	key, nonce, token string
+	member            string
+	info              distlock.Info
 }
 
-// sessionLocks returns the locks of tenant's session with secret secret,
-// by store key.
-func (s *Server) sessionLocks(ctx context.Context, tenant, secret string) (map[string]sessionLock, error) {
+// sessionLocks returns the locks of tenant's session with secret secret, by
+// store key: those its members name, or for a session without members (see
+// session), its tenant's locks that carry its handle.
+func (s *Server) sessionLocks(ctx context.Context, tenant, secret string, members bool) (map[string]sessionLock, error) {
 	handle := sessionHandle(secret)
-	ns := namespace(tenant)
-	infos, err := s.client.List(ctx, ns)
+	prefix := namespace(tenant)
+	if members {
+		prefix = membersOf(tenant, handle)
+	}
+	infos, err := s.client.List(ctx, prefix)
 	if err != nil {
-		return nil, s.storeError(ctx, "session", handle, ns, err)
+		return nil, s.storeError(ctx, "session", handle, prefix, err)
 	}
 	locks := make(map[string]sessionLock)
 	for _, i := range infos {
-		_, key, ok := splitStoreKey(i.Key)
-		if !ok || i.Meta.Labels[labelSession] != handle {
+		l := sessionLock{key: i.Meta.Labels[labelKey], nonce: i.Meta.Labels[labelNonce], member: i.Key}
+		if !members {
+			_, l.key, _ = splitStoreKey(i.Key)
+			l.member, l.info = "", i
+			if i.Meta.Labels[labelSession] != handle {
+				continue
+			}
+		}
+		if l.key == "" {
 			continue
 		}
-		locks[i.Key] = sessionLock{token: sessionLockToken(secret, key, i.Meta.Labels[labelNonce]), info: i}
+		l.token = sessionLockToken(secret, l.key, l.nonce)
+		locks[storeKey(tenant, l.key)] = l
 	}
 	return locks, nil
 }
@@ -115,31 +170,56 @@ func (h *service) KeepAlive(ctx context.Context, req *connect.Request[distlockv1
 	}
 	tenant := callOf(ctx).id.Tenant
 	noteKey(ctx, sessionHandle(secret))
-	ttl, sent, err := s.renewSession(ctx, tenant, secret)
+	ss, err := s.renewSession(ctx, tenant, secret)
 	if err != nil {
 		return nil, err
 	}
-	locks, err := s.sessionLocks(ctx, tenant, secret)
+	locks, err := s.sessionLocks(ctx, tenant, secret, ss.members)
 	if err != nil {
 		return nil, err
 	}
 	n := 0
 	for sk, l := range locks {
-		lease, err := s.capLease(sk, l.info, ttl, time.Now())
+		lease, err := s.sessionLease(ctx, sk, l, ss.ttl)
 		if err != nil {
 			continue
 		}
 		switch err := s.client.RenewToken(ctx, sk, l.token, lease); {
 		case errors.Is(err, distlock.ErrNotHeld):
+			if l.member != "" { // the lock ended: so does its member
+				_ = s.client.ReleaseToken(ctx, l.member, l.token)
+			}
 		case err != nil:
-			_, key, _ := splitStoreKey(sk)
-			return nil, s.storeError(ctx, "keep alive", key, sk, err)
+			return nil, s.storeError(ctx, "keep alive", l.key, sk, err)
 		default:
 			n++
+			if l.member != "" {
+				if err := s.keepMember(ctx, tenant, secret, l.key, l.nonce, ss.ttl, false); err != nil {
+					return nil, err
+				}
+			}
 		}
 	}
-	d, at := expiry(ttl, sent)
+	d, at := expiry(ss.ttl, ss.sent)
 	return connect.NewResponse(&distlockv1.KeepAliveResponse{Ttl: d, ExpiresAt: at, Locks: int32(n)}), nil
+}
+
+// sessionLease is the lease that KeepAlive renews the session lock l on sk
+// by: the session's TTL, within what is left of the lock's max hold (read
+// from the store only where its group has one); an error if the cap is
+// reached.
+func (s *Server) sessionLease(ctx context.Context, sk string, l sessionLock, ttl time.Duration) (time.Duration, error) {
+	if s.maxHold(sk) <= 0 {
+		return ttl, nil
+	}
+	info := l.info
+	if l.member != "" {
+		var err error
+		if info, err = s.client.Inspect(ctx, sk); err != nil {
+			return 0, err
+		}
+	}
+	return s.capLease(sk, info, ttl, time.Now())
 }
 
 // CloseSession releases each lock of a session, then the session. NotFound
@@ -153,23 +233,31 @@ func (h *service) CloseSession(ctx context.Context, req *connect.Request[distloc
 	tenant := callOf(ctx).id.Tenant
 	handle := sessionHandle(secret)
 	noteKey(ctx, handle)
-	locks, err := s.sessionLocks(ctx, tenant, secret)
+	sk := sessionKey(tenant, handle)
+	info, err := s.client.Inspect(ctx, sk)
+	if err != nil {
+		return nil, s.storeError(ctx, "close session", handle, sk, err)
+	}
+	// A session that has ended keeps no label: its members, if any, are
+	// read, and they name nothing if it had none.
+	locks, err := s.sessionLocks(ctx, tenant, secret, !info.Held || info.Meta.Labels[labelMembers] != "")
 	if err != nil {
 		return nil, err
 	}
 	n := 0
-	for sk, l := range locks {
-		switch err := s.client.ReleaseToken(ctx, sk, l.token); {
+	for lk, l := range locks {
+		switch err := s.client.ReleaseToken(ctx, lk, l.token); {
 		case errors.Is(err, distlock.ErrNotHeld):
 		case err != nil:
-			_, key, _ := splitStoreKey(sk)
-			return nil, s.storeError(ctx, "close session", key, sk, err)
+			return nil, s.storeError(ctx, "close session", l.key, lk, err)
 		default:
 			n++
-			s.events.publish(tenant, change{typ: distlockv1.Event_TYPE_RELEASED, at: time.Now(), info: distlock.Info{Key: sk}})
+			s.events.publish(tenant, change{typ: distlockv1.Event_TYPE_RELEASED, at: time.Now(), info: distlock.Info{Key: lk}})
+		}
+		if l.member != "" {
+			_ = s.client.ReleaseToken(ctx, l.member, l.token)
 		}
 	}
-	sk := sessionKey(tenant, handle)
 	switch err := s.client.ReleaseToken(ctx, sk, secret); {
 	case errors.Is(err, distlock.ErrNotHeld) && n == 0:
 		return nil, errNoSession(handle)

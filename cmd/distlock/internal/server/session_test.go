@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -208,4 +209,68 @@ func TestSessionReadsItsOwnLocks(t *testing.T) {
 	if n := store.n.Swap(0); n > most {
 		t.Errorf("CloseSession of a session of 2 locks read %d locks from the store, want at most %d", n, most)
 	}
+}
+
+// members returns the store keys of the members of alpha's sessions.
+func members(t *testing.T, c *distlock.Client) []string {
+	t.Helper()
+	infos, err := c.List(ctx(t), "sessions/alpha/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, i := range infos {
+		if strings.Count(i.Key, "/") == 3 {
+			out = append(out, i.Key)
+		}
+	}
+	return out
+}
+
+// A lock of a session has a member from its grant until the KeepAlive after
+// its end; a refused Acquire leaves none. A session an earlier release
+// opened, without members, still has its locks kept alive.
+func TestSessionMembers(t *testing.T) {
+	forEachStore(t, func(t *testing.T, st store) {
+		e := newEnv(t, st, server.Limits{})
+		api := e.api(alphaClient)
+		sid := openSession(t, api)
+		mine, taken := keyFor(t, "mine"), keyFor(t, "taken")
+		lock := acquire(t, api, &distlockv1.AcquireRequest{Key: mine, SessionId: sid})
+		acquire(t, api, &distlockv1.AcquireRequest{Key: taken, Lease: durationpb.New(time.Minute)})
+		_, err := api.Acquire(ctx(t), connect.NewRequest(&distlockv1.AcquireRequest{Key: taken, SessionId: sid}))
+		wantCode(t, "a session's Acquire of a held key", err, connect.CodeAborted)
+		if m := members(t, e.client); len(m) != 1 {
+			t.Fatalf("members after one grant and one refusal: %q, want one", m)
+		}
+		if _, err := api.Release(ctx(t), connect.NewRequest(&distlockv1.ReleaseRequest{Key: mine, Token: lock.GetToken()})); err != nil {
+			t.Fatal(err)
+		}
+		res, err := api.KeepAlive(ctx(t), connect.NewRequest(&distlockv1.KeepAliveRequest{SessionId: sid}))
+		if err != nil || res.Msg.GetLocks() != 0 {
+			t.Fatalf("KeepAlive after the release = %v, %v; want 0 locks", res, err)
+		}
+		if m := members(t, e.client); len(m) != 0 {
+			t.Fatalf("members after the lock's release and a KeepAlive: %q, want none", m)
+		}
+
+		// A session as an earlier release opened it: no labelMembers.
+		const secret = "0123456789abcdef0123456789abcdef"
+		if _, err := e.client.AcquireToken(ctx(t), "sessions/alpha/"+server.SessionHandle(secret), secret,
+			distlock.WithLease(sessionTTL), distlock.WithMetadata(map[string]string{"distlock.ttl": sessionTTL.String()})); err != nil {
+			t.Fatal(err)
+		}
+		older := keyFor(t, "older")
+		acquire(t, api, &distlockv1.AcquireRequest{Key: older, SessionId: secret})
+		for range 3 {
+			time.Sleep(sessionTTL / 2)
+			res, err := api.KeepAlive(ctx(t), connect.NewRequest(&distlockv1.KeepAliveRequest{SessionId: secret}))
+			if err != nil || res.Msg.GetLocks() != 1 {
+				t.Fatalf("KeepAlive of an earlier release's session = %v, %v; want its lock renewed", res, err)
+			}
+		}
+		if !inspect(t, api, older).GetHeld() {
+			t.Fatal("the lock of an earlier release's session ended while KeepAlive renewed it")
+		}
+	})
 }

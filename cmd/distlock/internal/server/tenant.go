@@ -29,3 +29,14 @@ func splitStoreKey(sk string) (tenant, key string, ok bool) {
 
 // sessionKey is the store key of tenant's session with handle h.
 func sessionKey(tenant, h string) string { return sessionsRoot + tenant + "/" + h }
+
+// membersOf is the store prefix of the members of tenant's session with
+// handle h: a key per lock of the session.
+func membersOf(tenant, h string) string { return sessionKey(tenant, h) + "/" }
+
+// memberKey is the store key of the member of tenant's session with handle
+// h that stands for its lock on key with nonce: fixed in length whatever
+// the key, which its labels carry.
+func memberKey(tenant, h, key, nonce string) string {
+	return membersOf(tenant, h) + digest(tokenLen, "distlock-member", key, nonce)
+}

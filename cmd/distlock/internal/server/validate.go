@@ -27,6 +27,8 @@ const (
 	labelNonce   = "distlock.nonce"   // with the session's secret, makes the lock's token
 	labelRequest = "distlock.request" // which request id granted the lock (requestLabel)
 	labelTTL     = "distlock.ttl"     // a session's TTL
+	labelMembers = "distlock.members" // a session whose locks each have a member key
+	labelKey     = "distlock.key"     // a member's lock key
 )
 
 // Request id bounds, in bytes.
