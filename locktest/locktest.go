@@ -131,6 +131,7 @@ func cases(h Harness) []subtest {
 		{"StaleReleaseChangesNothing", s.staleRelease},
 		{"RepeatGrantRenews", s.repeatGrant},
 		{"TokensOfEveryLength", s.tokensOfEveryLength},
+		{"OneTokenOnTwoKeys", s.oneTokenOnTwoKeys},
 		{"Handoff", s.handoff},
 		{"LeaseExpires", s.leaseExpires},
 		{"WatchdogKeepsLock", s.watchdogKeepsLock},

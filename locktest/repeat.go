@@ -91,3 +91,41 @@ func (s *suite) tokensOfEveryLength(t *testing.T) {
 		}
 	}
 }
+
+// oneTokenOnTwoKeys holds two keys under one token, as a careless caller
+// may: each is its own hold, which a release of the other leaves alone,
+// and a client holding both closes promptly.
+func (s *suite) oneTokenOnTwoKeys(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	c := distlock.New(s.h.NewBackend(t))
+	a, b := s.key(t), s.key(t)+"-b"
+	token := strings.Repeat("0123456789abcdef", 2)
+	for _, k := range []string{a, b} {
+		if _, err := c.AcquireToken(ctx, k, token, distlock.WithLease(time.Minute)); err != nil {
+			t.Fatalf("AcquireToken %q: %v", k, err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // past any delay before a backend watches its holds
+	if err := c.ReleaseToken(ctx, b, token); err != nil {
+		t.Fatalf("ReleaseToken %q: %v", b, err)
+	}
+	if err := c.RenewToken(ctx, a, token, time.Minute); err != nil {
+		t.Errorf("RenewToken of %q after the release of %q under the same token: %v", a, b, err)
+	}
+	if info, err := c.Inspect(ctx, a); err != nil || !info.Held {
+		t.Errorf("%q after the release of %q under the same token: %+v, %v; want held", a, b, info, err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close of a client holding two keys under one token hangs")
+	}
+	cleanup := distlock.New(s.h.NewBackend(t))
+	defer cleanup.Close()
+	_ = cleanup.ReleaseToken(ctx, a, token)
+}
