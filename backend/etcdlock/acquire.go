@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -154,6 +153,11 @@ func (w *waiter) acquire(ctx context.Context, req driver.AcquireRequest, val str
 	return w.b.granted(req.Token, w.entry, val, w.t, w.myRev, ttl), nil
 }
 
+// holdID names an acquisition this backend made: its queue's directory and
+// its token. A token names one acquisition, but a caller may take two keys
+// under one, which must not hide each other.
+type holdID struct{ dir, token string }
+
 // holding is an acquisition this backend made and has not released.
 type holding struct {
 	entry string
@@ -208,14 +212,15 @@ func (b *Backend) granted(token, entry, value string, t *ticket, rev int64, ttl 
 		h.lose()
 		return g
 	}
-	b.held[token] = h
+	id := holdID{dir: entryDir(entry), token: token}
+	b.held[id] = h
 	b.bg.Add(1)
 	h.watch = time.AfterFunc(lossWatchDelay, func() {
 		defer b.bg.Done()
 		if ctx.Err() == nil && b.watchDeleted(ctx, entry, rev) {
 			b.mu.Lock()
-			if b.held[token] == h {
-				delete(b.held, token) // the client sends no release for a lock the store dropped
+			if b.held[id] == h {
+				delete(b.held, id) // the client sends no release for a lock the store dropped
 			}
 			b.mu.Unlock()
 			h.lose()
@@ -230,7 +235,7 @@ func (b *Backend) forget(key, token string) *holding {
 	b.mu.Lock()
 	h := b.holdingOf(key, token)
 	if h != nil {
-		delete(b.held, token)
+		delete(b.held, holdID{dir: b.dir(key), token: token})
 	}
 	b.mu.Unlock()
 	if h != nil {
@@ -239,12 +244,8 @@ func (b *Backend) forget(key, token string) *holding {
 	return h
 }
 
-// holdingOf returns this backend's acquisition of key by token, or nil: a
-// token names the key it was granted for, and no other. b.mu must be held.
+// holdingOf returns this backend's acquisition of key by token, or nil.
+// b.mu must be held.
 func (b *Backend) holdingOf(key, token string) *holding {
-	h := b.held[token]
-	if h == nil || !strings.HasPrefix(h.entry, b.dir(key)) {
-		return nil
-	}
-	return h
+	return b.held[holdID{dir: b.dir(key), token: token}]
 }

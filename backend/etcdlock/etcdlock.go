@@ -99,7 +99,7 @@ type Backend struct {
 	waits   sync.WaitGroup // AcquireWait calls in progress
 
 	mu   sync.Mutex
-	held map[string]*holding // by token: acquisitions this backend made
+	held map[holdID]*holding // acquisitions this backend made
 	bg   sync.WaitGroup      // loss watchers
 }
 
@@ -127,7 +127,7 @@ func New(cli *clientv3.Client, opts ...Option) (*Backend, error) {
 }
 
 func newBackend(cli *clientv3.Client, c config) *Backend {
-	b := &Backend{cli: cli, prefix: c.prefix, requestTimeout: c.requestTimeout, linkedQueue: c.linkedQueue, wantLayout: c.keyLayout, held: make(map[string]*holding)}
+	b := &Backend{cli: cli, prefix: c.prefix, requestTimeout: c.requestTimeout, linkedQueue: c.linkedQueue, wantLayout: c.keyLayout, held: make(map[holdID]*holding)}
 	b.closing, b.stop = context.WithCancel(context.Background())
 	b.leases = newLeasePool(cli)
 	return b
@@ -195,7 +195,7 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	held := b.held
-	b.held = make(map[string]*holding)
+	b.held = make(map[holdID]*holding)
 	b.mu.Unlock()
 	b.stop()
 	b.waits.Wait()

@@ -199,6 +199,9 @@ func (b *Backend) entryKey(key string, lease clientv3.LeaseID) string {
 	return fmt.Sprintf("%s%016x", b.dir(key), int64(lease))
 }
 
+// entryDir returns the directory of an entry that entryKey named.
+func entryDir(entry string) string { return entry[:len(entry)-16] }
+
 // splitEntry parses a queue entry's store key into the lock key and the
 // entry's name.
 func (b *Backend) splitEntry(storeKey string) (key, name string, err error) {

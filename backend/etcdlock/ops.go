@@ -234,7 +234,7 @@ func (b *Backend) move(ctx context.Context, key, token string, h *holding, ttl t
 	case err != nil:
 		if t.id != old {
 			b.mu.Lock()
-			if b.held[token] == h {
+			if b.holdingOf(key, token) == h {
 				h.stray = append(h.stray, t.id)
 			}
 			b.mu.Unlock()
@@ -248,7 +248,7 @@ func (b *Backend) move(ctx context.Context, key, token string, h *holding, ttl t
 	}
 	var drop []clientv3.LeaseID
 	b.mu.Lock()
-	if b.held[token] == h {
+	if b.holdingOf(key, token) == h {
 		drop = append(h.stray, old)
 		h.lease, h.ttl, h.confirmed, h.stray = t.id, t.ttl, t.confirmed, nil
 	}

@@ -131,18 +131,21 @@ func (b *Backend) rwHoldKeys(name, token string) []string {
 
 // RenewRW renews token's hold of name as Renew renews a lock.
 func (b *Backend) RenewRW(ctx context.Context, name, token string, ttl time.Duration) error {
-	return b.eachHoldKey(name, token, func(key string) error { return b.Renew(ctx, key, token, ttl) })
+	return b.eachHoldKey(ctx, name, token, func(key string) error { return b.Renew(ctx, key, token, ttl) })
 }
 
 // ReleaseRW deletes token's hold of name as Release deletes a lock's
 // entry; the deletion wakes name's watchers.
 func (b *Backend) ReleaseRW(ctx context.Context, name, token string) error {
-	return b.eachHoldKey(name, token, func(key string) error { return b.Release(ctx, key, token) })
+	return b.eachHoldKey(ctx, name, token, func(key string) error { return b.Release(ctx, key, token) })
 }
 
 // eachHoldKey runs fn on the internal keys token's hold of name may be in,
 // until one does not fail with driver.ErrNotHeld.
-func (b *Backend) eachHoldKey(name, token string, fn func(key string) error) error {
+func (b *Backend) eachHoldKey(ctx context.Context, name, token string, fn func(key string) error) error {
+	if err := b.ready(ctx); err != nil {
+		return err
+	}
 	var err error
 	for _, key := range b.rwHoldKeys(name, token) {
 		if err = fn(key); !errors.Is(err, driver.ErrNotHeld) {

@@ -44,14 +44,14 @@ type Config struct {
 	WatchDelay time.Duration
 }
 
-// Holds is a backend's table of held locks, by token, with their keepalive
-// loop and the work the backend does in the background.
+// Holds is a backend's table of held locks, by key and token, with their
+// keepalive loop and the work the backend does in the background.
 type Holds[C Conn] struct {
 	cfg    Config
 	closed atomic.Bool // set under mu by Close: Enter fails from then on
 
 	mu        sync.Mutex
-	held      map[string]*Hold[C] // by token
+	held      map[holdID]*Hold[C]
 	kaRunning bool                // the keepalive loop runs
 	kaNext    time.Time           // when the keepalive loop looks next
 	kaDue     time.Time           // no keepalive round is due before; zero: look
@@ -65,8 +65,13 @@ type Holds[C Conn] struct {
 
 // New returns an empty table.
 func New[C Conn](cfg Config) *Holds[C] {
-	return &Holds[C]{cfg: cfg, held: make(map[string]*Hold[C]), kaWake: make(chan struct{}, 1)}
+	return &Holds[C]{cfg: cfg, held: make(map[holdID]*Hold[C]), kaWake: make(chan struct{}, 1)}
 }
+
+// holdID names a held lock: its key and its token. A token names one
+// acquisition, but a caller may take two keys under one, which must not
+// hide each other.
+type holdID struct{ key, token string }
 
 // Closed reports whether Close was called.
 func (s *Holds[C]) Closed() bool { return s.closed.Load() }
@@ -101,7 +106,7 @@ func (s *Holds[C]) Leave() { s.wg.Done() }
 func (s *Holds[C]) Lookup(key, token string) C {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if h := s.held[token]; h != nil && h.Key == key {
+	if h := s.held[holdID{key, token}]; h != nil {
 		return h.conn
 	}
 	var none C
@@ -135,8 +140,8 @@ func (s *Holds[C]) PoolExhausted(sentinel error, max int, err error) error {
 // forget drops h from the table once its lock ends.
 func (s *Holds[C]) forget(h *Hold[C]) {
 	s.mu.Lock()
-	if s.held[h.Token] == h {
-		delete(s.held, h.Token)
+	if id := (holdID{h.Key, h.Token}); s.held[id] == h {
+		delete(s.held, id)
 	}
 	s.mu.Unlock()
 }
@@ -165,7 +170,7 @@ func (s *Holds[C]) Pin(h *Hold[C], conn C, req driver.AcquireRequest, fence uint
 		_ = h.endLocked(ctx)
 		return driver.Grant{}, driver.ErrClosed
 	}
-	s.held[req.Token] = h
+	s.held[holdID{req.Key, req.Token}] = h
 	if watched && !h.armed {
 		s.watchLaterLocked(h, s.cfg.WatchDelay)
 	}

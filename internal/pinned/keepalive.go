@@ -15,7 +15,7 @@ import "time"
 // lease if that comes first, and wakes the loop if it would sleep past it.
 // The caller holds s.mu and h's Lock (or owns h alone).
 func (s *Holds[C]) scheduleLocked(h *Hold[C], at time.Time) {
-	if s.held[h.Token] != h {
+	if s.held[holdID{h.Key, h.Token}] != h {
 		return // ended: no more rounds
 	}
 	h.due = at
@@ -121,7 +121,7 @@ func (s *Holds[C]) takeArmedLocked(now time.Time, arm []*Hold[C], next time.Time
 	i := 0
 	for ; i < len(s.fresh); i++ { // in the order taken, so by watchAt
 		h := s.fresh[i]
-		if s.held[h.Token] != h {
+		if s.held[holdID{h.Key, h.Token}] != h {
 			continue // released before its watch
 		}
 		if h.watchAt.After(now) {
