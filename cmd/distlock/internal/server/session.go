@@ -19,8 +19,8 @@ import (
 // and labelNonce N, and its token is sessionLockToken(S, key, N).
 //
 // Each lock of the session has a member: a lock on memberKey(tenant, H,
-// key, N), under membersOf(tenant, H), with the same token and the session's
-// TTL, labelled with the key and N. It is taken once the lock is granted,
+// key, N), under membersOf(tenant, H), with the token memberToken(S, key, N)
+// and the session's TTL, labelled with the key and N. It is taken once the lock is granted,
 // before the grant is answered, so a caller never learns of a lock of its
 // session without a member. KeepAlive and CloseSession read the session's
 // members, a range of the store as long as the session has locks, never
@@ -90,7 +90,7 @@ func (s *Server) renewSession(ctx context.Context, tenant, secret string) (sessi
 // says which to try first.
 func (s *Server) keepMember(ctx context.Context, tenant, secret, key, nonce string, ttl time.Duration, fresh bool) error {
 	mk := memberKey(tenant, sessionHandle(secret), key, nonce)
-	token := sessionLockToken(secret, key, nonce)
+	token := memberToken(secret, key, nonce)
 	renew := func() error { return s.client.RenewToken(ctx, mk, token, ttl) }
 	take := func() error {
 		_, err := s.client.AcquireToken(ctx, mk, token, distlock.WithLease(ttl),
@@ -122,7 +122,8 @@ func errNoSession(handle string) error {
 // keys (info is then what List said of it).
 type sessionLock struct {
 	key, nonce, token string
-	member            string
+	member            string // its member's store key, "" for a session without members
+	memberToken       string
 	info              distlock.Info
 }
 
@@ -153,6 +154,7 @@ func (s *Server) sessionLocks(ctx context.Context, tenant, secret string, member
 			continue
 		}
 		l.token = sessionLockToken(secret, l.key, l.nonce)
+		l.memberToken = memberToken(secret, l.key, l.nonce)
 		locks[storeKey(tenant, l.key)] = l
 	}
 	return locks, nil
@@ -187,7 +189,7 @@ func (h *service) KeepAlive(ctx context.Context, req *connect.Request[distlockv1
 		switch err := s.client.RenewToken(ctx, sk, l.token, lease); {
 		case errors.Is(err, distlock.ErrNotHeld):
 			if l.member != "" { // the lock ended: so does its member
-				_ = s.client.ReleaseToken(ctx, l.member, l.token)
+				_ = s.client.ReleaseToken(ctx, l.member, l.memberToken)
 			}
 		case err != nil:
 			return nil, s.storeError(ctx, "keep alive", l.key, sk, err)
@@ -255,7 +257,7 @@ func (h *service) CloseSession(ctx context.Context, req *connect.Request[distloc
 			s.events.publish(tenant, change{typ: distlockv1.Event_TYPE_RELEASED, at: time.Now(), info: distlock.Info{Key: lk}})
 		}
 		if l.member != "" {
-			_ = s.client.ReleaseToken(ctx, l.member, l.token)
+			_ = s.client.ReleaseToken(ctx, l.member, l.memberToken)
 		}
 	}
 	switch err := s.client.ReleaseToken(ctx, sk, secret); {

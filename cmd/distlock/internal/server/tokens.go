@@ -67,3 +67,10 @@ func sessionNonce(requestID string) string {
 func sessionLockToken(secret, key, nonce string) string {
 	return digest(tokenLen, "distlock-lock", secret, key, nonce)
 }
+
+// memberToken is the token of the member of a session's lock on key (see
+// session.go): made as the lock's, but another, since a token names one
+// acquisition.
+func memberToken(secret, key, nonce string) string {
+	return digest(tokenLen, "distlock-member", secret, key, nonce)
+}
