@@ -123,6 +123,7 @@ type remoteService struct {
 	url   string           // http://host:port
 	stdin io.WriteCloser   // "shutdown\n" shuts the service down; EOF ends the process
 	log   *remoteOutput    // the service's standard error: its warnings, the audit log's among them
+	pid   int              // the service's process
 }
 
 // The environment of TestRemoteServiceProcess.
@@ -215,7 +216,7 @@ func startRemoteServiceEnv(t testing.TB, st remoteStore, env ...string) *remoteS
 			t.Errorf("close the store's client: %v", err)
 		}
 	})
-	return &remoteService{store: store, addr: addr, url: "http://" + addr, stdin: stdin, log: stderr}
+	return &remoteService{store: store, addr: addr, url: "http://" + addr, stdin: stdin, log: stderr, pid: cmd.Process.Pid}
 }
 
 // remoteOutput collects a process's output, for the test's errors.
