@@ -15,6 +15,7 @@ import (
 // leases that were not reused expire by themselves; Close revokes the rest.
 type leasePool struct {
 	lease clientv3.Lease
+	renew *renewer
 
 	mu    sync.Mutex
 	spare map[int64][]spare // by TTL in seconds
@@ -29,8 +30,8 @@ type spare struct {
 // maxSpare bounds the leases a backend keeps for reuse.
 const maxSpare = 256
 
-func newLeasePool(lease clientv3.Lease) *leasePool {
-	return &leasePool{lease: lease, spare: make(map[int64][]spare)}
+func newLeasePool(cli *clientv3.Client) *leasePool {
+	return &leasePool{lease: cli, renew: newRenewer(cli, renewStreams), spare: make(map[int64][]spare)}
 }
 
 // ticket is a lease taken for one acquisition.
@@ -67,7 +68,7 @@ func (p *leasePool) take(ctx context.Context, ttl time.Duration, fresh bool) (*t
 		t.refresh = make(chan refreshed, 1)
 		go func() {
 			sent := time.Now()
-			_, err := p.lease.KeepAliveOnce(ctx, s.id)
+			_, err := p.renew.keepAlive(ctx, s.id)
 			t.refresh <- refreshed{sent, err}
 		}()
 		return t, nil
@@ -111,7 +112,7 @@ func (t *ticket) settle() error {
 // keepAlive confirms the lease for another full TTL.
 func (p *leasePool) keepAlive(ctx context.Context, t *ticket) error {
 	sent := time.Now()
-	if _, err := p.lease.KeepAliveOnce(ctx, t.id); err != nil {
+	if _, err := p.renew.keepAlive(ctx, t.id); err != nil {
 		return err
 	}
 	t.confirmed = sent
@@ -155,8 +156,10 @@ func (p *leasePool) put(id clientv3.LeaseID, sec int64, confirmed time.Time) {
 	p.n++
 }
 
-// close revokes the spare leases within ctx; those left expire by themselves.
+// close revokes the spare leases within ctx (those left expire by
+// themselves) and ends the renewals.
 func (p *leasePool) close(ctx context.Context) {
+	defer p.renew.close()
 	p.mu.Lock()
 	all := p.spare
 	p.spare, p.n = make(map[int64][]spare), 0

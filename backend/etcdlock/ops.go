@@ -169,7 +169,7 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 		return b.fail(err)
 	}
 	sent := time.Now()
-	ka, err := b.cli.KeepAliveOnce(ctx, lease)
+	left, err := b.leases.renew.keepAlive(ctx, lease)
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			return fmt.Errorf("%w: lease expired", driver.ErrNotHeld)
@@ -177,7 +177,7 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 		return b.fail(err)
 	}
 	if h == nil {
-		if ka.TTL < sec {
+		if left < sec {
 			return b.moveOther(ctx, key, entry, lease, cond, ttl)
 		}
 		return nil

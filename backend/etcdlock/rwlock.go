@@ -103,7 +103,7 @@ func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode
 // and otherwise puts the key on a lease of driver.WriteIntentTTL.
 func (b *Backend) recordIntent(ctx context.Context, name, intent string, kvs []*mvccpb.KeyValue) error {
 	if len(kvs) > 0 {
-		if _, err := b.cli.KeepAliveOnce(ctx, clientv3.LeaseID(kvs[0].Lease)); err == nil {
+		if _, err := b.leases.renew.keepAlive(ctx, clientv3.LeaseID(kvs[0].Lease)); err == nil {
 			return nil
 		}
 		// Expired meanwhile, or unknown: put it on a lease that is.
