@@ -52,13 +52,13 @@ type Holds[C Conn] struct {
 
 	mu        sync.Mutex
 	held      map[holdID]*Hold[C]
-	kaRunning bool                // the keepalive loop runs
-	kaNext    time.Time           // when the keepalive loop looks next
-	kaDue     time.Time           // no keepalive round is due before; zero: look
-	kaWake    chan struct{}       // wakes the keepalive loop early
-	fresh     []*Hold[C]          // held locks not yet armed, in the order taken
-	tookLock  bool                // a lock was taken since the loop last looked
-	wg        sync.WaitGroup      // work entered, the keepalive loop and rounds, the cleanup loop
+	kaRunning bool           // the keepalive loop runs
+	kaNext    time.Time      // when the keepalive loop looks next
+	kaDue     time.Time      // no keepalive round is due before; zero: look
+	kaWake    chan struct{}  // wakes the keepalive loop early
+	fresh     []*Hold[C]     // held locks not yet armed, in the order taken
+	tookLock  bool           // a lock was taken since the loop last looked
+	wg        sync.WaitGroup // work entered, the keepalive loop and rounds, the cleanup loop
 
 	stopCleanup context.CancelFunc
 }
