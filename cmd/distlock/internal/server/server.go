@@ -95,6 +95,7 @@ type Server struct {
 	live     liveCalls
 	waiters  tenantCaps // Acquire calls waiting, per tenant
 	streams  tenantCaps // Watch streams, per tenant
+	sessions sessionCache
 
 	stopping atomic.Bool
 	stopCtx  context.Context    // cancelled by Shutdown: ends waits and watches

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -48,6 +49,7 @@ func (h *service) OpenSession(ctx context.Context, req *connect.Request[distlock
 	if err != nil {
 		return nil, s.storeError(ctx, "open session", handle, sk, err)
 	}
+	s.sessions.put(sk, session{ttl: ttl, members: true})
 	d, at := expiry(ttl, g.Sent)
 	return connect.NewResponse(&distlockv1.OpenSessionResponse{SessionId: secret, Ttl: d, ExpiresAt: at}), nil
 }
@@ -60,29 +62,73 @@ type session struct {
 }
 
 // renewSession renews tenant's session whose secret is secret, or returns
-// NotFound if the session has ended (or never was).
+// NotFound if the session has ended (or never was). What the store says of
+// the session is read once per server (see sessionCache).
 func (s *Server) renewSession(ctx context.Context, tenant, secret string) (session, error) {
 	handle := sessionHandle(secret)
 	sk := sessionKey(tenant, handle)
-	info, err := s.client.Inspect(ctx, sk)
-	if err != nil {
-		return session{}, s.storeError(ctx, "session", handle, sk, err)
+	ss, known := s.sessions.get(sk)
+	if !known {
+		info, err := s.client.Inspect(ctx, sk)
+		if err != nil {
+			return session{}, s.storeError(ctx, "session", handle, sk, err)
+		}
+		if !info.Held {
+			return session{}, errNoSession(handle)
+		}
+		ss.ttl, err = time.ParseDuration(info.Meta.Labels[labelTTL])
+		if err != nil || ss.ttl < distlock.MinLease {
+			ss.ttl = s.limits.DefaultLease
+		}
+		ss.members = info.Meta.Labels[labelMembers] != ""
 	}
-	if !info.Held {
-		return session{}, errNoSession(handle)
-	}
-	ttl, err := time.ParseDuration(info.Meta.Labels[labelTTL])
-	if err != nil || ttl < distlock.MinLease {
-		ttl = s.limits.DefaultLease
-	}
-	sent := time.Now()
-	switch err := s.client.RenewToken(ctx, sk, secret, ttl); {
+	ss.sent = time.Now()
+	switch err := s.client.RenewToken(ctx, sk, secret, ss.ttl); {
 	case errors.Is(err, distlock.ErrNotHeld):
+		s.sessions.forget(sk)
 		return session{}, errNoSession(handle)
 	case err != nil:
 		return session{}, s.storeError(ctx, "session", handle, sk, err)
 	}
-	return session{ttl: ttl, sent: sent, members: info.Meta.Labels[labelMembers] != ""}, nil
+	if !known {
+		s.sessions.put(sk, ss)
+	}
+	return ss, nil
+}
+
+// sessionCache keeps, by store key, what the store says of sessions: their
+// TTL and whether they have members, neither of which changes while a
+// session lives. So a KeepAlive renews its session without reading it
+// first; a renewal that finds it ended forgets it. It holds at most
+// maxCachedSessions, and forgets them all when full.
+type sessionCache struct {
+	mu sync.Mutex
+	m  map[string]session
+}
+
+// maxCachedSessions bounds a sessionCache: some 10 MiB.
+const maxCachedSessions = 1 << 16
+
+func (c *sessionCache) get(sk string) (session, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ss, ok := c.m[sk]
+	return ss, ok
+}
+
+func (c *sessionCache) put(sk string, ss session) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxCachedSessions {
+		c.m = make(map[string]session)
+	}
+	c.m[sk] = ss
+}
+
+func (c *sessionCache) forget(sk string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, sk)
 }
 
 // keepMember renews the member of the session lock on key with nonce, or
@@ -236,6 +282,7 @@ func (h *service) CloseSession(ctx context.Context, req *connect.Request[distloc
 	handle := sessionHandle(secret)
 	noteKey(ctx, handle)
 	sk := sessionKey(tenant, handle)
+	s.sessions.forget(sk)
 	info, err := s.client.Inspect(ctx, sk)
 	if err != nil {
 		return nil, s.storeError(ctx, "close session", handle, sk, err)
