@@ -106,10 +106,10 @@ type benchPath struct {
 	cycle func(ctx context.Context, caller int, key string) error
 }
 
-// clientPath is Lock+Release through c.
-func clientPath(name string, c *distlock.Client) benchPath {
-	return benchPath{name: name, cycle: func(ctx context.Context, _ int, key string) error {
-		l, err := c.Lock(ctx, key, distlock.WithWait(5*time.Second))
+// clientPath is Lock+Release through cs, caller i through cs[i mod len(cs)].
+func clientPath(name string, cs ...*distlock.Client) benchPath {
+	return benchPath{name: name, cycle: func(ctx context.Context, caller int, key string) error {
+		l, err := cs[caller%len(cs)].Lock(ctx, key, distlock.WithWait(5*time.Second))
 		if err != nil {
 			return err
 		}

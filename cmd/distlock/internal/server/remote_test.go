@@ -75,8 +75,9 @@ func (st remoteStore) backend(t testing.TB) driver.Backend {
 	return b
 }
 
-// remoteStoreBackend returns a new backend of the store name at addr: an
-// etcd endpoint URL or a Redis host:port.
+// remoteStoreBackend returns a new backend of the store name at addr: etcd
+// endpoint URLs, or Redis host:port, comma-separated: several Redis
+// addresses are a Redis Cluster's.
 func remoteStoreBackend(name, addr string) (driver.Backend, error) {
 	switch name {
 	case "etcd":
@@ -84,9 +85,14 @@ func remoteStoreBackend(name, addr string) (driver.Backend, error) {
 		defer cancel()
 		// The ordered key layout, and so linked queues, as serve's
 		// embedded etcd has: only this release's backends share the store.
-		return etcdlock.Dial(ctx, clientv3.Config{Endpoints: []string{addr}}, etcdlock.WithKeyLayout(etcdlock.KeyLayoutOrdered))
+		return etcdlock.Dial(ctx, clientv3.Config{Endpoints: strings.Split(addr, ",")}, etcdlock.WithKeyLayout(etcdlock.KeyLayoutOrdered))
 	case "redis":
-		rc := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+		var rc redis.UniversalClient
+		if strings.Contains(addr, ",") {
+			rc = redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(addr, ","), ContextTimeoutEnabled: true})
+		} else {
+			rc = redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+		}
 		b, err := redislock.New(rc)
 		if err != nil {
 			_ = rc.Close()
@@ -100,7 +106,7 @@ func remoteStoreBackend(name, addr string) (driver.Backend, error) {
 // closingBoth is a Redis backend that closes its client too.
 type closingBoth struct {
 	*redislock.Backend
-	rc *redis.Client
+	rc redis.UniversalClient
 }
 
 func (c *closingBoth) Close() error { return errors.Join(c.Backend.Close(), c.rc.Close()) }
