@@ -116,7 +116,14 @@ type AcquireRequest struct {
 	// returns the same token and fence.
 	RequestId string `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// Ties the lock to a session (from OpenSession).
-	SessionId     string `protobuf:"bytes,9,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	SessionId string `protobuf:"bytes,9,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Says that no earlier call with this request_id can have been granted:
+	// the first call with it, or one after an answer that refused it. Leave it
+	// false when retrying a call whose answer never came. With it, a call
+	// that finds the key held waits at once, without first asking the store
+	// whether this request_id already holds the key, which behind a long
+	// queue of waiters costs the store the length of the queue.
+	FirstTry      bool `protobuf:"varint,10,opt,name=first_try,json=firstTry,proto3" json:"first_try,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -212,6 +219,13 @@ func (x *AcquireRequest) GetSessionId() string {
 		return x.SessionId
 	}
 	return ""
+}
+
+func (x *AcquireRequest) GetFirstTry() bool {
+	if x != nil {
+		return x.FirstTry
+	}
+	return false
 }
 
 type AcquireResponse struct {
@@ -1369,7 +1383,7 @@ var File_distlock_v1_lock_proto protoreflect.FileDescriptor
 
 const file_distlock_v1_lock_proto_rawDesc = "" +
 	"\n" +
-	"\x16distlock/v1/lock.proto\x12\vdistlock.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xad\x03\n" +
+	"\x16distlock/v1/lock.proto\x12\vdistlock.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xca\x03\n" +
 	"\x0eAcquireRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12-\n" +
 	"\x04wait\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12/\n" +
@@ -1383,7 +1397,9 @@ const file_distlock_v1_lock_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\b \x01(\tR\trequestId\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\t \x01(\tR\tsessionId\x1a9\n" +
+	"session_id\x18\t \x01(\tR\tsessionId\x12\x1b\n" +
+	"\tfirst_try\x18\n" +
+	" \x01(\bR\bfirstTry\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa9\x01\n" +

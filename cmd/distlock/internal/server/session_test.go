@@ -299,3 +299,40 @@ func TestSessionAcrossServers(t *testing.T) {
 		wantCode(t, "KeepAlive through the other server of a closed session", err, connect.CodeNotFound)
 	})
 }
+
+// inspects is a store that counts its Inspects of one key.
+type inspects struct {
+	*memlock.Backend
+	key string
+	n   atomic.Int64
+}
+
+func (i *inspects) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	if key == i.key {
+		i.n.Add(1)
+	}
+	return i.Backend.Inspect(ctx, key)
+}
+
+// A first try with a request id (first_try) that finds the key held waits
+// without asking the store who holds it, before or after its wait: behind
+// a long queue that read costs the store the queue's length. A retry
+// still asks, and gets its own grant back.
+func TestFirstTryReadsNoHolder(t *testing.T) {
+	store := &inspects{Backend: memlock.New(), key: "tenants/alpha/busy"}
+	e := newEnvClient(t, distlock.New(store), server.Limits{})
+	api := e.api(alphaClient)
+	acquire(t, api, &distlockv1.AcquireRequest{Key: "busy", Lease: durationpb.New(time.Minute)})
+	store.n.Store(0)
+	_, err := api.Acquire(ctx(t), connect.NewRequest(&distlockv1.AcquireRequest{Key: "busy", RequestId: "0123456789abcdef-first",
+		Wait: durationpb.New(200 * time.Millisecond), FirstTry: true}))
+	wantCode(t, "a first try of a held key", err, connect.CodeAborted)
+	if n := store.n.Load(); n != 0 {
+		t.Errorf("a first try that waited read the key's holder %d times, want 0", n)
+	}
+	mine := acquire(t, api, &distlockv1.AcquireRequest{Key: "free", RequestId: "0123456789abcdef-retry", FirstTry: true})
+	retry := acquire(t, api, &distlockv1.AcquireRequest{Key: "free", RequestId: "0123456789abcdef-retry", Wait: durationpb.New(time.Second)})
+	if retry.GetToken() != mine.GetToken() || retry.GetFence() != mine.GetFence() {
+		t.Errorf("a retry without first_try = %v, want its own grant %v", retry, mine)
+	}
+}
