@@ -40,6 +40,16 @@ func (b *Backend) keepUnknown(req driver.AcquireRequest, sent time.Time) {
 	b.sweepLocked()
 }
 
+// firstTry reports whether no call of this backend for req can have been
+// granted: it knows of no grant of req's token, and of no call for it
+// whose reply never came. The service then need not look for the grant
+// (first_try).
+func (b *Backend) firstTry(req driver.AcquireRequest) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.held[lockID{req.Key, req.Token}] == nil
+}
+
 // serverToken returns the service's token for the core's token of key.
 func (b *Backend) serverToken(key, token string) (string, bool) {
 	b.mu.Lock()

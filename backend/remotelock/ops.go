@@ -26,7 +26,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	}
 	defer c.end()
 	sent := time.Now()
-	resp, err := b.rpc.Acquire(c.ctx, connect.NewRequest(acquireMsg(req, 0)))
+	resp, err := b.rpc.Acquire(c.ctx, connect.NewRequest(acquireMsg(req, 0, b.firstTry(req))))
 	if err != nil {
 		if !definite(err) {
 			b.keepUnknown(req, sent)
@@ -85,7 +85,7 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 		// Each call gets its own bound: the wait plus one request's time.
 		cctx, cancel := context.WithTimeout(c.ctx, wait+b.requestTimeout)
 		sent := time.Now()
-		resp, err := b.rpc.Acquire(cctx, connect.NewRequest(acquireMsg(req, wait)))
+		resp, err := b.rpc.Acquire(cctx, connect.NewRequest(acquireMsg(req, wait, b.firstTry(req))))
 		cancel()
 		if err == nil {
 			g, again, err := b.grantedAfterWait(c, req, resp.Msg, sent)
@@ -164,8 +164,9 @@ func (b *Backend) grantedAfterWait(c *call, req driver.AcquireRequest, resp *dis
 	return g, false, nil
 }
 
-// acquireMsg is the service's request for req with a wait.
-func acquireMsg(req driver.AcquireRequest, wait time.Duration) *distlockv1.AcquireRequest {
+// acquireMsg is the service's request for req with a wait. firstTry says
+// that no earlier call for req can have been granted (first_try).
+func acquireMsg(req driver.AcquireRequest, wait time.Duration, firstTry bool) *distlockv1.AcquireRequest {
 	m := &distlockv1.AcquireRequest{
 		Key:        req.Key,
 		Lease:      durationpb.New(req.TTL), // the core's TTL has any lock-delay in it
@@ -173,6 +174,7 @@ func acquireMsg(req driver.AcquireRequest, wait time.Duration) *distlockv1.Acqui
 		BusinessId: req.Meta.BusinessID,
 		Labels:     req.Meta.Labels,
 		RequestId:  req.Token,
+		FirstTry:   firstTry,
 	}
 	if wait > 0 {
 		m.Wait = durationpb.New(wait)
@@ -188,7 +190,7 @@ func acquireMsg(req driver.AcquireRequest, wait time.Duration) *distlockv1.Acqui
 func (b *Backend) abandon(ctx context.Context, req driver.AcquireRequest) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.requestTimeout)
 	defer cancel()
-	resp, err := b.rpc.Acquire(ctx, connect.NewRequest(acquireMsg(req, 0)))
+	resp, err := b.rpc.Acquire(ctx, connect.NewRequest(acquireMsg(req, 0, false)))
 	if err != nil {
 		if connect.CodeOf(err) == connect.CodeAborted {
 			return driver.ErrNotHeld

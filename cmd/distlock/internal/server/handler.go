@@ -85,10 +85,12 @@ func (h *service) Acquire(ctx context.Context, req *connect.Request[distlockv1.A
 
 	opts := []distlock.Option{distlock.WithLease(a.lease), distlock.WithLockDelay(a.lockDelay),
 		distlock.WithOwner(a.owner), distlock.WithBusinessID(a.businessID), distlock.WithMetadata(labels)}
-	if a.requestID != "" && a.wait > 0 {
+	retry := a.requestID != "" && !a.firstTry
+	if retry && a.wait > 0 {
 		// A retry whose first try was granted would wait for itself: try
 		// once, and if the key is held see whether the token holds it,
-		// before waiting. A first try that finds the key free pays nothing.
+		// before waiting. A retry that finds the key free pays nothing, and
+		// a first try (first_try) does not look.
 		g, stamped, err := s.acquireToken(ctx, sk, token, opts...)
 		if err == nil {
 			return s.grantedOnce(ctx, tenant, a, sk, stamped, g)
@@ -120,7 +122,7 @@ func (h *service) Acquire(ctx context.Context, req *connect.Request[distlockv1.A
 			err = distlock.ErrNotAcquired // the wait's end cut the last attempt short
 		}
 	}
-	if errors.Is(err, distlock.ErrNotAcquired) && a.requestID != "" { // a retry, or lost a race to a concurrent one
+	if errors.Is(err, distlock.ErrNotAcquired) && retry { // a retry, or lost a race to a concurrent one
 		if rg, ok, err := s.regrant(ctx, a, sk, token, labels[labelRequest]); ok {
 			return regranted(rg, err)
 		}

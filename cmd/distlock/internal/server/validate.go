@@ -51,6 +51,7 @@ type acquireArgs struct {
 	businessID string
 	labels     map[string]string
 	requestID  string
+	firstTry   bool // no earlier call with requestID can have been granted
 	sessionID  string
 }
 
@@ -58,7 +59,7 @@ type acquireArgs struct {
 func (l Limits) checkAcquire(req *distlockv1.AcquireRequest) (acquireArgs, error) {
 	a := acquireArgs{
 		key: req.GetKey(), owner: req.GetOwner(), businessID: req.GetBusinessId(),
-		requestID: req.GetRequestId(), sessionID: req.GetSessionId(), lease: l.DefaultLease,
+		requestID: req.GetRequestId(), firstTry: req.GetFirstTry(), sessionID: req.GetSessionId(), lease: l.DefaultLease,
 	}
 	if err := l.checkKey(a.key); err != nil {
 		return a, err
