@@ -122,3 +122,36 @@ func mustLockT(t *testing.T, ctx context.Context, c *distlock.Client, key string
 	}
 	return l
 }
+
+// TestPostgresCloseGivesUpQueuePlaces: a backend closed while its waiter
+// heads a key's queue gives the place up itself, before it closes its
+// database handle, whether or not the waiter has left by then: a place
+// left to the waiter could find the handle closed, and its session's lock
+// would then block the key for every client until the server noticed the
+// connection gone.
+func TestPostgresCloseGivesUpQueuePlaces(t *testing.T) {
+	st := postgres(t)
+	ctx := testContext(t, time.Minute)
+	admin := st.open(t)
+	t.Cleanup(func() { _ = admin.Close() })
+	if err := admin.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	key := uniqueKey(t)
+	waiter := st.open(t)
+	_, leave, err := waiter.Watch(ctx, key) // heads key's queue
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := waiter.Close(); err != nil {
+		t.Fatal(err)
+	}
+	defer leave() // the waiter leaves only after Close
+	c := distlock.New(st.open(t))
+	defer c.Close()
+	l, err := c.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("TryLock after the queue's head was closed: %v", err)
+	}
+	_ = l.Release(ctx)
+}
