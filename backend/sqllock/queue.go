@@ -34,9 +34,18 @@ const queueClass = 1936813169
 // it is giving up.
 type queue struct {
 	mu        sync.Mutex
-	byKey     map[string]int // places held, by key
+	byKey     map[string]int      // places held, by key
+	held      map[*place]struct{} // places held, for Close to give up
 	unlocking map[string]*unlocks
 	conns     int // connections taken for places: waiting, held or being given up
+}
+
+// place is a backend's place at the head of key's queue: the session lock
+// held on conn.
+type place struct {
+	key  string
+	conn *sql.Conn
+	once sync.Once // gives it up
 }
 
 // unlocks are the places in one key's queue being given up.
@@ -119,52 +128,71 @@ func (q *queue) join(ctx context.Context, b *Backend, key string, limit int) (le
 		q.giveConn()
 		return nil, err
 	}
+	p := &place{key: key, conn: conn}
 	q.mu.Lock()
 	if q.byKey == nil {
-		q.byKey = make(map[string]int)
+		q.byKey, q.held = make(map[string]int), make(map[*place]struct{})
 	}
 	q.byKey[key]++
+	q.held[p] = struct{}{}
 	q.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			q.mu.Lock()
-			if q.byKey[key]--; q.byKey[key] == 0 {
-				delete(q.byKey, key)
-			}
-			q.mu.Unlock()
-			q.unlockStarted(key)
-			unlock := func() {
-				defer q.unlockEnded(key)
-				defer q.giveConn()
-				ctx, cancel := context.WithTimeout(context.Background(), b.opts.requestTimeout)
-				defer cancel()
-				var unlocked bool
-				err := conn.QueryRowContext(ctx, "SELECT pg_advisory_unlock($1, hashtext($2))", queueClass, key).Scan(&unlocked)
-				if err != nil || !unlocked {
-					discard(conn)
-					return
-				}
-				_ = conn.Close()
-			}
-			// Off the grant's path, in a goroutine Close waits for; once
-			// Close has begun, at once.
-			b.stmtsMu.Lock()
-			closed := b.closed
-			if !closed {
-				b.wg.Add(1)
-			}
-			b.stmtsMu.Unlock()
-			if closed {
-				unlock()
+	return func() { q.giveUp(b, p) }, nil
+}
+
+// giveUp gives p up, once: in the background unless Close has begun, so
+// that a grant does not wait for it (Close waits for it), and at once
+// after, before Close closes the database handle.
+func (q *queue) giveUp(b *Backend, p *place) {
+	p.once.Do(func() {
+		q.mu.Lock()
+		if q.byKey[p.key]--; q.byKey[p.key] == 0 {
+			delete(q.byKey, p.key)
+		}
+		delete(q.held, p)
+		q.mu.Unlock()
+		q.unlockStarted(p.key)
+		unlock := func() {
+			defer q.unlockEnded(p.key)
+			defer q.giveConn()
+			ctx, cancel := context.WithTimeout(context.Background(), b.opts.requestTimeout)
+			defer cancel()
+			var unlocked bool
+			err := p.conn.QueryRowContext(ctx, "SELECT pg_advisory_unlock($1, hashtext($2))", queueClass, p.key).Scan(&unlocked)
+			if err != nil || !unlocked {
+				discard(p.conn)
 				return
 			}
-			go func() {
-				defer b.wg.Done()
-				unlock()
-			}()
-		})
-	}, nil
+			_ = p.conn.Close()
+		}
+		b.stmtsMu.Lock()
+		closed := b.closed
+		if !closed {
+			b.wg.Add(1)
+		}
+		b.stmtsMu.Unlock()
+		if closed {
+			unlock()
+			return
+		}
+		go func() {
+			defer b.wg.Done()
+			unlock()
+		}()
+	})
+}
+
+// close gives up every place still held; Close calls it before it closes
+// the database handle, which the places' unlocks need.
+func (q *queue) close(b *Backend) {
+	q.mu.Lock()
+	held := make([]*place, 0, len(q.held))
+	for p := range q.held {
+		held = append(held, p)
+	}
+	q.mu.Unlock()
+	for _, p := range held {
+		q.giveUp(b, p)
+	}
 }
 
 // takeConn counts a connection taken for a place if, with it, the

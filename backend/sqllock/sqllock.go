@@ -345,6 +345,7 @@ func (b *Backend) Close() error {
 	b.closed = true
 	b.stmtsMu.Unlock()
 	b.cancel()
+	b.queue.close(b)
 	b.wg.Wait()
 	if b.notices != nil {
 		b.notices.close()
