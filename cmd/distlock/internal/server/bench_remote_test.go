@@ -68,25 +68,11 @@ func BenchmarkRemote(b *testing.B) {
 					name += "/one-key"
 				}
 				b.Run(name, func(b *testing.B) {
-					lat := make([][]time.Duration, len(paths))
-					took := make([]time.Duration, len(paths))
-					b.ResetTimer()
-					for done := 0; done < b.N; {
-						n := min(b.N-done, 50*shape.callers)
-						for i, p := range paths {
-							d, l := remoteRound(b, p, st.name, shape.callers, n, shape.contended)
-							took[i] += d
-							lat[i] = append(lat[i], l...)
-						}
-						if b.Failed() {
-							return
-						}
-						done += n
+					took, ok := remoteRounds(b, paths, st.name, shape.callers, shape.contended)
+					if !ok {
+						return
 					}
-					b.StopTimer()
 					for i, p := range paths {
-						b.ReportMetric(float64(b.N)/took[i].Seconds(), p.name+"-ops/s")
-						b.ReportMetric(float64(median(lat[i]).Nanoseconds())/1e3, p.name+"-p50-µs")
 						if i != 1 { // the service's throughput over this path's
 							b.ReportMetric(took[i].Seconds()/took[1].Seconds(), "remote/"+p.name)
 						}
@@ -97,6 +83,34 @@ func BenchmarkRemote(b *testing.B) {
 			}
 		})
 	}
+}
+
+// remoteRounds makes b.N Lock+Release cycles on each path from callers
+// callers, the paths taking turns in rounds so that all see the same load,
+// and reports each path's throughput and median. It returns each path's
+// time, and false if a cycle failed.
+func remoteRounds(b *testing.B, paths []benchPath, store string, callers int, contended bool) ([]time.Duration, bool) {
+	lat := make([][]time.Duration, len(paths))
+	took := make([]time.Duration, len(paths))
+	b.ResetTimer()
+	for done := 0; done < b.N; {
+		n := min(b.N-done, 50*callers)
+		for i, p := range paths {
+			d, l := remoteRound(b, p, store, callers, n, contended)
+			took[i] += d
+			lat[i] = append(lat[i], l...)
+		}
+		if b.Failed() {
+			return nil, false
+		}
+		done += n
+	}
+	b.StopTimer()
+	for i, p := range paths {
+		b.ReportMetric(float64(b.N)/took[i].Seconds(), p.name+"-ops/s")
+		b.ReportMetric(float64(median(lat[i]).Nanoseconds())/1e3, p.name+"-p50-µs")
+	}
+	return took, true
 }
 
 // benchPath is one way of taking and releasing a lock in BenchmarkRemote.

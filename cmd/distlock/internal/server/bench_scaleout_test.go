@@ -3,7 +3,6 @@ package server_test
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/internal/testserver"
@@ -54,25 +53,9 @@ func BenchmarkScaleOut(b *testing.B) {
 				clientPath("one", instances[0]),
 				clientPath("three", instances...),
 			}
-			lat := make([][]time.Duration, len(paths))
-			took := make([]time.Duration, len(paths))
-			b.ResetTimer()
-			for done := 0; done < b.N; {
-				n := min(b.N-done, 50*callers)
-				for i, p := range paths {
-					d, l := remoteRound(b, p, st.name, callers, n, false)
-					took[i] += d
-					lat[i] = append(lat[i], l...)
-				}
-				if b.Failed() {
-					return
-				}
-				done += n
-			}
-			b.StopTimer()
-			for i, p := range paths {
-				b.ReportMetric(float64(b.N)/took[i].Seconds(), p.name+"-ops/s")
-				b.ReportMetric(float64(median(lat[i]).Nanoseconds())/1e3, p.name+"-p50-µs")
+			took, ok := remoteRounds(b, paths, st.name, callers, false)
+			if !ok {
+				return
 			}
 			b.ReportMetric(took[1].Seconds()/took[2].Seconds(), "three/one")
 			b.ReportMetric(took[0].Seconds()/took[2].Seconds(), "three/direct")
