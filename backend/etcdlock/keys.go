@@ -70,15 +70,22 @@ var (
 
 // escape maps a lock key to one path segment of the escaped layout.
 func escape(key string) string {
+	return escapeBy(key, keep, func(byte) byte { return '%' })
+}
+
+// escapeBy keeps the bytes of key that kept reports, and writes every other
+// byte c as the character escapeChar(c) and two hex digits.
+func escapeBy(key string, kept func(c byte) bool, escapeChar func(c byte) byte) string {
+	const hex = "0123456789ABCDEF"
 	var b strings.Builder
 	b.Grow(len(key))
 	for i := 0; i < len(key); i++ {
 		c := key[i]
-		if keep(c) {
+		if kept(c) {
 			b.WriteByte(c)
 			continue
 		}
-		fmt.Fprintf(&b, "%%%02X", c)
+		b.Write([]byte{escapeChar(c), hex[c>>4], hex[c&0xF]})
 	}
 	return b.String()
 }
@@ -149,20 +156,7 @@ func orderedEscape(c byte) byte {
 }
 
 // escapeOrdered maps a lock key to one segment of the ordered layout.
-func escapeOrdered(key string) string {
-	const hex = "0123456789ABCDEF"
-	var b strings.Builder
-	b.Grow(len(key))
-	for i := 0; i < len(key); i++ {
-		c := key[i]
-		if isAlnum(c) {
-			b.WriteByte(c)
-			continue
-		}
-		b.Write([]byte{orderedEscape(c), hex[c>>4], hex[c&0xF]})
-	}
-	return b.String()
-}
+func escapeOrdered(key string) string { return escapeBy(key, isAlnum, orderedEscape) }
 
 // unescapeOrdered reverses escapeOrdered; a segment that escapeOrdered
 // does not write is an error.
