@@ -49,7 +49,11 @@
 //
 // Each acquisition is sent with the core's token as its request id, so a
 // retried Acquire is idempotent: the service returns the same lock while it
-// is held. The service answers with a token of its own, which the backend
+// is held. A call that no earlier call of the acquisition can have been
+// granted to (its first, or one after a refusal) says so (first_try), and
+// the service then waits without looking for an earlier grant, which
+// behind a long queue would cost the store the queue's length. The service
+// answers with a token of its own, which the backend
 // keeps (per acquisition, in memory) for Renew and Release; a Renew or
 // Release of a token this backend did not acquire returns an error matching
 // driver.ErrNotHeld without a call. Waiting happens in the service
