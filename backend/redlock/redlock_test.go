@@ -187,6 +187,25 @@ func TestInvalidInput(t *testing.T) {
 			}
 		})
 	}
+	t.Run("unknown names redlock's parameters", func(t *testing.T) {
+		u := redlockURL(addrs, "colour=red")
+		_, err := redlock.Open(ctx, u)
+		if err == nil {
+			t.Fatalf("Open(%s) succeeded", u)
+		}
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "redlock: URL parameter colour: ") || strings.Contains(msg, "redislock") {
+			t.Errorf("Open(%s) = %q, want redlock naming the parameter, not a node's redislock", u, msg)
+		}
+		for _, own := range []string{"node_timeout", "drift_rate", "client_name"} {
+			if !strings.Contains(msg, own) {
+				t.Errorf("Open(%s) = %q: the known parameters leave out %s", u, msg, own)
+			}
+		}
+		if strings.Contains(msg, "addr") {
+			t.Errorf("Open(%s) = %q: it offers addr, which redlock refuses", u, msg)
+		}
+	})
 	t.Run("New", func(t *testing.T) {
 		c := redis.NewClient(&redis.Options{Addr: addrs[0]})
 		defer c.Close()
