@@ -27,6 +27,11 @@ func init() {
 // master, and on any other URL rueidis would ignore it.
 var clientParams = []string{"db", "write_timeout", "addr", "skip_verify", "protocol", "client_cache", "max_retries", "client_name"}
 
+// ClientParams returns the URL parameters that the Redis client itself
+// reads (db, addr, client_name, write_timeout, ...), for a URL grammar
+// over Redis nodes that hands them on to ParseURL, as redlock's does.
+func ClientParams() []string { return slices.Clone(clientParams) }
+
 // Config is what a Redis URL says: the client to build, and the backend's
 // options.
 type Config struct {

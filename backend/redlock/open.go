@@ -49,11 +49,10 @@ type Config struct {
 //	drift_rate=0.01       WithDrift's rate (default 0.01)
 //	drift_margin=2ms      WithDrift's margin (default 2ms)
 //
-// addr is refused: the nodes are the host list. Any other parameter goes
-// to every node's redis:// URL, which
-// redislock.ParseURL reads (client_name, write_timeout, ...) and where an
-// unknown one is an error matching driver.ErrInvalidOption, as is an
-// invalid value.
+// and the Redis client's (redislock.ClientParams: client_name,
+// write_timeout, ...), which go to every node's redis:// URL. addr is
+// refused: the nodes are the host list. Any other parameter is an error
+// matching driver.ErrInvalidOption, as is an invalid value.
 func ParseURL(u *url.URL) (Config, error) {
 	if u.Scheme != "redlock" {
 		return Config{}, urlq.Invalidf(pkg, "scheme", "%q, want redlock", u.Scheme)
@@ -89,10 +88,10 @@ func ParseURL(u *url.URL) (Config, error) {
 	if setMargin := r.Duration("drift_margin", &margin); setRate || setMargin {
 		cfg.Options = append(cfg.Options, WithDrift(rate, margin))
 	}
-	r.Func("addr", func(string) error {
-		return errors.New("the nodes are the URL's host list, host:port,host:port,...")
-	})
-	rest := r.Rest()
+	if u.Query().Has("addr") {
+		return Config{}, r.Error("addr", "", errors.New("the nodes are the URL's host list, host:port,host:port,..."))
+	}
+	node := r.Pass(slices.DeleteFunc(redislock.ClientParams(), func(p string) bool { return p == "addr" })...)
 	if err := r.Done(); err != nil {
 		return Config{}, err
 	}
@@ -100,7 +99,7 @@ func ParseURL(u *url.URL) (Config, error) {
 		return Config{}, err
 	}
 	for _, a := range addrs {
-		nu := &url.URL{Scheme: "redis", User: u.User, Host: a, RawQuery: rest.Encode()}
+		nu := &url.URL{Scheme: "redis", User: u.User, Host: a, RawQuery: node.Encode()}
 		if db != "" {
 			nu.Path = "/" + db
 		}
