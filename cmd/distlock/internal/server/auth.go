@@ -44,6 +44,7 @@ var procedures = map[string]procedure{
 func (s *Server) guard(next http.Handler) http.Handler {
 	errw := connect.NewErrorWriter()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		growStack() // once, before the call goes deep
 		p, ok := procedures[r.URL.Path]
 		if !ok {
 			next.ServeHTTP(w, r)
