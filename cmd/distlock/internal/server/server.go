@@ -152,8 +152,9 @@ func New(cfg Config) (*Server, error) {
 
 // Handler returns the server's HTTP handler: the LockService at its path
 // (/distlock.v1.LockService/) in gRPC, gRPC-Web and Connect, plus /healthz
-// (the process is up) and /readyz (the store answers, and Shutdown has not
-// begun). /metrics is not here: mount promhttp over the Registerer's registry.
+// (the process is up), /readyz (the store answers, and Shutdown has not
+// begun), and, open to callers without a token, gRPC server reflection and
+// the gRPC health service (grpc.health.v1.Health/Check, as /readyz). /metrics is not here: mount promhttp over the Registerer's registry.
 //
 // gRPC needs HTTP/2. Over TLS, net/http negotiates it; in cleartext the
 // caller's http.Server must allow it, with
@@ -204,6 +205,9 @@ func (s *Server) routes() http.Handler {
 	path, api := distlockv1connect.NewLockServiceHandler(&service{s: s}, opts...)
 	mux := http.NewServeMux()
 	mux.Handle(path, s.guard(api))
+	for path, h := range s.openHandlers(connect.WithReadMaxBytes(s.limits.MaxRequestBytes)) {
+		mux.Handle(path, h)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
 	})
@@ -216,16 +220,25 @@ func (s *Server) routes() http.Handler {
 // a failed probe is answered without its error, which names the store
 // (address, user, database): the log has it.
 func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
-	if s.stopping.Load() {
-		http.Error(w, "not ready: shutting down", http.StatusServiceUnavailable)
-		return
-	}
-	if err := s.ready(r.Context()); err != nil {
-		s.log.WarnContext(r.Context(), "not ready: the store does not answer", "err", err)
-		http.Error(w, "not ready: the store does not answer (the log says why)", http.StatusServiceUnavailable)
+	if err := s.readiness(r.Context()); err != nil {
+		http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
 	_, _ = io.WriteString(w, "ready\n")
+}
+
+// readiness returns nil while the store answers the probe and the server
+// is not shutting down, else why not, in words fit for anyone: a failed
+// probe's error, which names the store, goes to the log only.
+func (s *Server) readiness(ctx context.Context) error {
+	if s.stopping.Load() {
+		return errors.New("shutting down")
+	}
+	if err := s.ready(ctx); err != nil {
+		s.log.WarnContext(ctx, "not ready: the store does not answer", "err", err)
+		return errors.New("the store does not answer (the log says why)")
+	}
+	return nil
 }
 
 // probeStore is the default readiness probe: one Inspect of a key no one holds.
