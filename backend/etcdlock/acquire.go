@@ -14,12 +14,13 @@ import (
 )
 
 // Acquire takes req.Key only if its queue is empty, in one transaction that
-// puts the entry, and the queue's tail key naming it, on the condition that
-// no other entry exists. etcd compares every key of a range, so that
-// condition costs the length of the queue; a queue whose tail key exists is
-// therefore refused on one key of its directory instead. A tail key left
-// over an empty directory (its entry was deleted by hand while its lease
-// lives) is replaced by a second transaction.
+// puts the entry, alone, on the condition that neither the queue's tail key
+// (written once a waiter queues) nor any entry exists. etcd compares every
+// key of a range, so the directory is compared only when no tail key
+// exists; a queue whose tail key exists is refused on one key of its
+// directory instead. A tail key left over an empty directory (its entry
+// was deleted by hand while its lease lives) is deleted by a second
+// transaction, which takes the key.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := b.ready(ctx); err != nil {
 		return driver.Grant{}, err
@@ -30,11 +31,10 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	var entry string
 	t, resp, err := b.leased(ctx, req.TTL, func(id clientv3.LeaseID) (*clientv3.TxnResponse, error) {
 		entry = b.entryKey(req.Key, id)
-		take := []clientv3.Op{clientv3.OpPut(entry, val, clientv3.WithLease(id)), clientv3.OpPut(tail, entry, clientv3.WithLease(id))}
-		ifEmpty := clientv3.Compare(clientv3.CreateRevision(dir), "=", 0).WithPrefix()
+		take := clientv3.OpPut(entry, val, clientv3.WithLease(id))
 		resp, err := b.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(tail), "=", 0)).
-			Then(clientv3.OpTxn([]clientv3.Cmp{ifEmpty}, take, nil)).
+			If(noTail(tail)).
+			Then(clientv3.OpTxn([]clientv3.Cmp{emptyDir(dir)}, []clientv3.Op{take}, nil)).
 			Else(clientv3.OpGet(dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))).
 			Commit()
 		switch {
@@ -46,7 +46,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		case len(resp.Responses[0].GetResponseRange().Kvs) > 0:
 			return resp, nil
 		}
-		return b.cli.Txn(ctx).If(ifEmpty).Then(take...).Commit()
+		return b.cli.Txn(ctx).If(emptyDir(dir)).Then(take, clientv3.OpDelete(tail)).Commit()
 	})
 	if err != nil {
 		return driver.Grant{}, b.fail(err)
@@ -56,6 +56,16 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	}
 	b.leases.put(t.id, t.ttl, t.confirmed)
 	return driver.Grant{}, driver.ErrNotAcquired
+}
+
+// noTail is true while no waiter has queued for the key whose tail key is
+// tail (or all that did are gone).
+func noTail(tail string) clientv3.Cmp { return clientv3.Compare(clientv3.CreateRevision(tail), "=", 0) }
+
+// emptyDir is true while the directory holds no entry. etcd compares every
+// key of the range: it is for a directory known to be short.
+func emptyDir(dir string) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(dir), "=", 0).WithPrefix()
 }
 
 // leased runs txn with a lease for ttl. If a reused lease turned out to be

@@ -201,9 +201,9 @@ func TestHandoffPastWaitersThatLeft(t *testing.T) {
 	}
 }
 
-// TestTryLockPastLeftoverTail deletes a holder's entry by hand, which leaves
-// the queue's tail key on the holder's live lease over an empty queue: a
-// TryLock must still take the key.
+// TestTryLockPastLeftoverTail leaves the queue's tail key on a live lease
+// over an empty queue, as a waiter's entry deleted by hand does: a TryLock
+// must still take the key, and deletes the tail, which names no entry.
 func TestTryLockPastLeftoverTail(t *testing.T) {
 	e := newStoreEnv(t)
 	cli, prefix, ctx := e.cli, e.prefix, e.ctx
@@ -212,9 +212,15 @@ func TestTryLockPastLeftoverTail(t *testing.T) {
 	if _, err := a.Lock(ctx, key); err != nil {
 		t.Fatal(err)
 	}
-	deleteEntries(t, cli, entries(t, cli, prefix, key))
-	if tail, err := cli.Get(ctx, prefix+"/"+etcdlock.Escape(layoutOf(t, cli, prefix), key)+".tail"); err != nil || len(tail.Kvs) != 1 {
-		t.Fatalf("the tail key: %v %v, want it left over", tail, err)
+	gone := entries(t, cli, prefix, key)
+	deleteEntries(t, cli, gone)
+	lease, err := cli.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tail := prefix + "/" + etcdlock.Escape(layoutOf(t, cli, prefix), key) + ".tail"
+	if _, err := cli.Put(ctx, tail, gone[0], clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
 	}
 	l, err := b.TryLock(ctx, key)
 	if err != nil {
@@ -222,6 +228,9 @@ func TestTryLockPastLeftoverTail(t *testing.T) {
 	}
 	if q := entries(t, cli, prefix, key); len(q) != 1 {
 		t.Fatalf("queue after the TryLock: %q", q)
+	}
+	if left, err := cli.Get(ctx, tail); err != nil || len(left.Kvs) != 0 {
+		t.Errorf("the leftover tail after the TryLock: %v %v, want it deleted", left, err)
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -72,9 +73,9 @@ func TestOrderedLayoutKeepsOrder(t *testing.T) {
 	}
 }
 
-// TestKeysStayInNamespace locks keys made of path syntax in each layout and
-// checks that every store key written is PREFIX/<one segment><sep><lease>
-// or the segment's tail key, with the segment naming the whole lock key,
+// TestKeysStayInNamespace locks keys made of path syntax in each layout,
+// with a waiter behind each holder, and checks that every store key
+// written is PREFIX/<one segment><sep><lease> or the segment's tail key, with the segment naming the whole lock key,
 // and that keys which are path prefixes of each other do not exclude each
 // other.
 func TestKeysStayInNamespace(t *testing.T) {
@@ -98,6 +99,17 @@ func keysStayInNamespace(t *testing.T, eps []string, cli *clientv3.Client, layou
 			t.Fatalf("TryLock %q: %v", k, err)
 		}
 		defer l.Release(ctx)
+	}
+	// A waiter on each key, so that the queue's tail key is written too.
+	waiters := distlock.New(dial(t, eps, prefix, etcdlock.WithKeyLayout(layout)))
+	defer waiters.Close()
+	wctx, stopWaiting := context.WithCancel(ctx)
+	var waiting sync.WaitGroup
+	defer waiting.Wait()
+	defer stopWaiting()
+	for _, k := range keys {
+		waiting.Go(func() { _, _ = waiters.Lock(wctx, k, distlock.WithWait(time.Minute)) })
+		queueLength(t, cli, prefix, k, 2)
 	}
 	all, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
@@ -130,8 +142,8 @@ func keysStayInNamespace(t *testing.T, eps []string, cli *clientv3.Client, layou
 	slices.Sort(got)
 	slices.Sort(tails)
 	want := slices.Sorted(slices.Values(keys))
-	if !slices.Equal(got, want) {
-		t.Fatalf("store holds keys %q, want %q", got, want)
+	if len(got) != 2*len(keys) || !slices.Equal(slices.Compact(got), want) {
+		t.Fatalf("store holds entries of %q, want two of each of %q", got, want)
 	}
 	if !slices.Equal(tails, want) {
 		t.Fatalf("store holds the tails of %q, want those of %q", tails, want)

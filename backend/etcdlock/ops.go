@@ -101,9 +101,10 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 }
 
 // releaseHeld deletes the entry of h, an acquisition this backend made, in
-// one transaction that keeps the queue's keys: if the entry is the queue's
-// newest, so that no waiter is behind it, the tail and released keys go with
-// it; otherwise the released key records the entry's create revision, on
+// one transaction that keeps the queue's keys: if no waiter has queued (no
+// tail key), the entry goes alone; if the entry is the queue's newest, so
+// that no waiter is behind it, the tail and released keys go with it;
+// otherwise the released key records the entry's create revision, on
 // the entry's lease, which tells its successor that it is first (see
 // waiter.check). It reports whether the entry was there.
 func (b *Backend) releaseHeld(ctx context.Context, key string, h *holding) (bool, error) {
@@ -112,22 +113,26 @@ func (b *Backend) releaseHeld(ctx context.Context, key string, h *holding) (bool
 	b.mu.Unlock()
 	tail, released := b.tailKey(key), b.releasedKey(key)
 	resp, err := b.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(tail), "=", h.rev)).
-		Then(clientv3.OpDelete(h.entry), clientv3.OpDelete(tail), clientv3.OpDelete(released)).
+		If(noTail(tail)).
+		Then(clientv3.OpDelete(h.entry)). // nobody queued behind it
 		Else(clientv3.OpTxn(
-			// The lease must be the entry's for the put to be valid; after a
-			// move whose outcome is unknown it may not be.
-			[]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(h.entry), "=", lease)},
-			[]clientv3.Op{clientv3.OpDelete(h.entry), clientv3.OpPut(released, strconv.FormatInt(h.rev, 10), clientv3.WithLease(lease))},
-			[]clientv3.Op{clientv3.OpDelete(h.entry)},
+			[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(tail), "=", h.rev)},
+			[]clientv3.Op{clientv3.OpDelete(h.entry), clientv3.OpDelete(tail), clientv3.OpDelete(released)},
+			[]clientv3.Op{clientv3.OpTxn(
+				// The lease must be the entry's for the put to be valid;
+				// after a move whose outcome is unknown it may not be.
+				[]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(h.entry), "=", lease)},
+				[]clientv3.Op{clientv3.OpDelete(h.entry), clientv3.OpPut(released, strconv.FormatInt(h.rev, 10), clientv3.WithLease(lease))},
+				[]clientv3.Op{clientv3.OpDelete(h.entry)},
+			)},
 		)).
 		Commit()
 	if err != nil {
 		return false, err
 	}
 	del := resp.Responses[0]
-	if !resp.Succeeded {
-		del = del.GetResponseTxn().Responses[0]
+	for n := del.GetResponseTxn(); n != nil; n = del.GetResponseTxn() {
+		del = n.Responses[0] // each branch begins with the entry's delete, or a branch
 	}
 	return del.GetResponseDeleteRange().Deleted > 0, nil
 }

@@ -32,40 +32,52 @@ type position struct {
 	rev     int64
 }
 
-// enqueue puts the entry at the tail of the queue and, in the same
-// transaction, swaps the queue's tail key to it, which returns the entry
-// created just before it, and reads the directory. With WithLinkedQueue it
-// reads two keys, which tell whether its own is the only one, and takes the
-// old tail for the entry ahead; a tail key that is gone (its lease ended
-// before its entry) leaves the entry ahead unknown, and then it is found by
-// reading the whole queue (locate). Without, it reads the two newest entries
-// by create revision, its own and the one ahead, which etcd serves by
-// reading the whole queue.
+// enqueue puts the entry in the key's queue. If the queue is empty (no
+// tail key, and nothing in the directory) that is all: a holder alone
+// writes one key, as etcd's own lock service does. Otherwise, in the same
+// transaction, it swaps the queue's tail key to the entry, which returns
+// the entry created just before it, and reads the directory. With
+// WithLinkedQueue it reads three keys and takes the old tail for the entry
+// ahead; with no tail (the holder took the free key, or the tail's lease
+// ended before its entry) and one entry besides its own, that one is
+// ahead; with more, the entry ahead is found by reading the whole queue
+// (locate). Without, it reads the two newest entries by create revision,
+// its own and the one ahead, which etcd serves by reading the whole queue.
 func (w *waiter) enqueue(ctx context.Context, val string, ttl time.Duration) (*ticket, position, error) {
 	rctx, cancel := w.b.request(ctx)
 	defer cancel()
 	tail := w.b.tailKey(w.key)
-	read := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(2)}
+	read := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(3)}
 	if !w.b.linked() {
-		read = append(read, clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend))
+		read = []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(2),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)}
 	}
 	t, resp, err := w.b.leased(rctx, ttl, func(id clientv3.LeaseID) (*clientv3.TxnResponse, error) {
 		w.entry = w.b.entryKey(w.key, id)
-		return w.b.cli.Txn(rctx).Then(
-			clientv3.OpPut(w.entry, val, clientv3.WithLease(id), clientv3.WithPrevKV()),
-			clientv3.OpGet(tail),
-			clientv3.OpPut(tail, w.entry, clientv3.WithLease(id)),
-			clientv3.OpGet(w.dir, read...),
-		).Commit()
+		put := clientv3.OpPut(w.entry, val, clientv3.WithLease(id), clientv3.WithPrevKV())
+		queue := []clientv3.Op{put, clientv3.OpGet(tail), clientv3.OpPut(tail, w.entry, clientv3.WithLease(id)), clientv3.OpGet(w.dir, read...)}
+		return w.b.cli.Txn(rctx).
+			If(noTail(tail)).
+			Then(clientv3.OpTxn([]clientv3.Cmp{emptyDir(w.dir)}, []clientv3.Op{put}, queue)).
+			Else(queue...).
+			Commit()
 	})
 	if err != nil {
 		return t, position{}, err
 	}
 	w.t, w.myRev = t, resp.Header.Revision
-	if resp.Responses[0].GetResponsePut().PrevKv != nil {
+	ops := resp.Responses
+	if resp.Succeeded {
+		alone := ops[0].GetResponseTxn()
+		if alone.Succeeded {
+			return t, position{rev: w.myRev}, nil // the queue was empty
+		}
+		ops = alone.Responses
+	}
+	if ops[0].GetResponsePut().PrevKv != nil {
 		return t, position{}, errEntryReused // the put found the entry there already
 	}
-	in := resp.Responses[3].GetResponseRange().Kvs
+	in := ops[3].GetResponseRange().Kvs
 	switch {
 	case len(in) == 1:
 		return t, position{rev: w.myRev}, nil // ours is the only entry
@@ -73,9 +85,16 @@ func (w *waiter) enqueue(ctx context.Context, val string, ttl time.Duration) (*t
 		// The newest two: ours, and the one ahead.
 		return t, position{pred: string(in[1].Key), predRev: in[1].CreateRevision, rev: w.myRev}, nil
 	}
-	if prev := resp.Responses[1].GetResponseRange().Kvs; len(prev) == 1 {
+	if prev := ops[1].GetResponseRange().Kvs; len(prev) == 1 {
 		// The tail key was written with the entry it names.
 		return t, position{pred: string(prev[0].Value), predRev: prev[0].ModRevision, rev: prev[0].ModRevision}, nil
+	}
+	if len(in) == 2 { // no tail, and one entry besides ours: it is ahead
+		ahead := in[0]
+		if string(ahead.Key) == w.entry {
+			ahead = in[1]
+		}
+		return t, position{pred: string(ahead.Key), predRev: ahead.CreateRevision, rev: w.myRev}, nil
 	}
 	pos, err := w.relocate(ctx, w.myRev, true)
 	return t, pos, err
