@@ -54,30 +54,32 @@ func (w *waiter) enqueue(ctx context.Context, val string, ttl time.Duration) (*t
 	}
 	t, resp, err := w.b.leased(rctx, ttl, func(id clientv3.LeaseID) (*clientv3.TxnResponse, error) {
 		w.entry = w.b.entryKey(w.key, id)
-		put := clientv3.OpPut(w.entry, val, clientv3.WithLease(id), clientv3.WithPrevKV())
-		queue := []clientv3.Op{put, clientv3.OpGet(tail), clientv3.OpPut(tail, w.entry, clientv3.WithLease(id)), clientv3.OpGet(w.dir, read...)}
-		return w.b.cli.Txn(rctx).
-			If(noTail(tail)).
-			Then(clientv3.OpTxn([]clientv3.Cmp{emptyDir(w.dir)}, []clientv3.Op{put}, queue)).
-			Else(queue...).
-			Commit()
+		// etcd decides a transaction's branches before it applies any op,
+		// so the compares see the queue without the entry, while the reads
+		// after the put see it. The value is sent once: only the tail's ops,
+		// which are short, appear in two branches.
+		queue := []clientv3.Op{clientv3.OpGet(tail), clientv3.OpPut(tail, w.entry, clientv3.WithLease(id)), clientv3.OpGet(w.dir, read...)}
+		return w.b.cli.Txn(rctx).Then(
+			clientv3.OpPut(w.entry, val, clientv3.WithLease(id), clientv3.WithPrevKV()),
+			clientv3.OpTxn([]clientv3.Cmp{noTail(tail)},
+				[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{emptyDir(w.dir)}, nil, queue)},
+				queue),
+		).Commit()
 	})
 	if err != nil {
 		return t, position{}, err
 	}
 	w.t, w.myRev = t, resp.Header.Revision
-	ops := resp.Responses
-	if resp.Succeeded {
-		alone := ops[0].GetResponseTxn()
-		if alone.Succeeded {
-			return t, position{rev: w.myRev}, nil // the queue was empty
-		}
-		ops = alone.Responses
-	}
-	if ops[0].GetResponsePut().PrevKv != nil {
+	if resp.Responses[0].GetResponsePut().PrevKv != nil {
 		return t, position{}, errEntryReused // the put found the entry there already
 	}
-	in := ops[3].GetResponseRange().Kvs
+	ops := resp.Responses[1].GetResponseTxn()
+	if ops.Succeeded { // no tail key
+		if ops = ops.Responses[0].GetResponseTxn(); ops.Succeeded {
+			return t, position{rev: w.myRev}, nil // the queue was empty
+		}
+	}
+	in := ops.Responses[2].GetResponseRange().Kvs
 	switch {
 	case len(in) == 1:
 		return t, position{rev: w.myRev}, nil // ours is the only entry
@@ -85,7 +87,7 @@ func (w *waiter) enqueue(ctx context.Context, val string, ttl time.Duration) (*t
 		// The newest two: ours, and the one ahead.
 		return t, position{pred: string(in[1].Key), predRev: in[1].CreateRevision, rev: w.myRev}, nil
 	}
-	if prev := ops[1].GetResponseRange().Kvs; len(prev) == 1 {
+	if prev := ops.Responses[0].GetResponseRange().Kvs; len(prev) == 1 {
 		// The tail key was written with the entry it names.
 		return t, position{pred: string(prev[0].Value), predRev: prev[0].ModRevision, rev: prev[0].ModRevision}, nil
 	}
