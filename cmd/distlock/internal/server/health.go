@@ -2,8 +2,10 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
@@ -34,8 +36,9 @@ func (h healthChecker) Check(ctx context.Context, req *grpchealth.CheckRequest) 
 // caller could not read in the published protos and /readyz.
 func (s *Server) openHandlers(opts ...connect.HandlerOption) map[string]http.Handler {
 	reflector := grpcreflect.NewStaticReflector(distlockv1connect.LockServiceName, grpchealth.HealthV1ServiceName)
-	v1, reflectV1 := grpcreflect.NewHandlerV1(reflector, opts...)
-	v1alpha, reflectV1Alpha := grpcreflect.NewHandlerV1Alpha(reflector, opts...)
+	streams := append(opts, connect.WithInterceptors(streamEnd{}))
+	v1, reflectV1 := grpcreflect.NewHandlerV1(reflector, streams...)
+	v1alpha, reflectV1Alpha := grpcreflect.NewHandlerV1Alpha(reflector, streams...)
 	health, checks := grpchealth.NewHandler(healthChecker{s}, opts...)
 	return map[string]http.Handler{
 		v1:      s.bounded(reflectV1),
@@ -46,15 +49,43 @@ func (s *Server) openHandlers(opts ...connect.HandlerOption) map[string]http.Han
 
 // bounded ends each call of next, a reflection stream, after the stream
 // lifetime or at Shutdown: it needs no token, and none may be held open for
-// good.
-// A handler waiting for the caller's next message reads the body, which no
-// context ends: closing the body does.
+// good. A handler waiting for the caller's next message reads the body,
+// which no context ends: closing the body does, and streamEnd then answers
+// the call.
 func (s *Server) bounded(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), s.limits.MaxStreamLifetime)
 		defer cancel()
 		defer context.AfterFunc(s.stopCtx, cancel)()
-		defer context.AfterFunc(ctx, func() { _ = r.Body.Close() })()
-		next.ServeHTTP(w, r.WithContext(ctx))
+		ended := new(atomic.Bool)
+		defer context.AfterFunc(ctx, func() {
+			ended.Store(true) // before the close that the handler sees
+			_ = r.Body.Close()
+		})()
+		next.ServeHTTP(w, r.WithContext(context.WithValue(ctx, streamEndedKey{}, ended)))
 	})
+}
+
+// streamEndedKey keys the flag bounded sets when it ends a stream.
+type streamEndedKey struct{}
+
+// streamEnd answers a stream that bounded ended with Unavailable, as a
+// Watch at the end of its lifetime is answered: open it again. Without it
+// the caller would get whatever the handler made of its closed body.
+type streamEnd struct{}
+
+func (streamEnd) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc { return next }
+
+func (streamEnd) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (streamEnd) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		err := next(ctx, conn)
+		if ended, _ := ctx.Value(streamEndedKey{}).(*atomic.Bool); ended != nil && ended.Load() {
+			return connect.NewError(connect.CodeUnavailable, errors.New("the stream's lifetime ended, or the server is shutting down: open it again"))
+		}
+		return err
+	}
 }
