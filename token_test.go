@@ -171,3 +171,55 @@ func TestForceReleaseReasonReachesBackend(t *testing.T) {
 		t.Fatalf("reasons the backend saw: %q", rec.reasons)
 	}
 }
+
+// TestPermitTokenRoundTrip takes a semaphore's permits under callers'
+// tokens, refuses one past the limit, and renews and releases them by
+// token from another handle, as a lock service does for its clients; a
+// closed handle releases nothing it granted by token.
+func TestPermitTokenRoundTrip(t *testing.T) {
+	const tokenC = "cccccccccccccccccccccccccccccccc"
+	ctx := context.Background()
+	c := distlock.New(memlock.New())
+	defer c.Close()
+	sem, err := c.Semaphore("s", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := sem.AcquireToken(ctx, tokenA, distlock.WithLease(time.Minute), distlock.WithOwner("remote"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := sem.AcquireToken(ctx, tokenB, distlock.WithLease(time.Minute))
+	if err != nil || b.Fence <= a.Fence || a.Token != tokenA || a.Key != "s" {
+		t.Fatalf("grants %+v and %+v, %v: want two permits of s, fences increasing", a, b, err)
+	}
+	if _, err := sem.AcquireToken(ctx, tokenC, distlock.WithLease(time.Minute)); !errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatalf("a third permit of two: %v, want ErrNotAcquired", err)
+	}
+	if err := sem.Close(); err != nil {
+		t.Fatal(err)
+	}
+	other, err := c.Semaphore("s", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if info, err := other.Inspect(ctx); err != nil || len(info.Held) != 2 {
+		t.Fatalf("after the granting handle closed: %+v, %v; want both permits held", info, err)
+	}
+	if err := other.RenewToken(ctx, tokenA, time.Minute); err != nil {
+		t.Fatalf("renew by token: %v", err)
+	}
+	if err := other.RenewToken(ctx, tokenC, time.Minute); !errors.Is(err, distlock.ErrNotHeld) {
+		t.Fatalf("renew by a token with no permit: %v, want ErrNotHeld", err)
+	}
+	if err := other.ReleaseToken(ctx, tokenA); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.ReleaseToken(ctx, tokenA); !errors.Is(err, distlock.ErrNotHeld) {
+		t.Fatalf("second release: %v, want ErrNotHeld", err)
+	}
+	if g, err := other.AcquireToken(ctx, tokenC, distlock.WithLease(time.Minute)); err != nil || g.Fence <= b.Fence {
+		t.Fatalf("a permit after a release: %+v, %v; want one with a fence above %d", g, err, b.Fence)
+	}
+}
