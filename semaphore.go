@@ -101,6 +101,26 @@ func (s *Semaphore) Inspect(ctx context.Context) (SemaphoreInfo, error) {
 	return SemaphoreInfo{Permits: limit, Held: held}, nil
 }
 
+// AcquireToken takes a permit for a holder elsewhere, as Client.AcquireToken
+// takes a lock: the holder proves itself with token to RenewToken and
+// ReleaseToken, on this handle or any other of the name, and the handle
+// keeps nothing (closing it releases no permit taken so).
+func (s *Semaphore) AcquireToken(ctx context.Context, token string, opts ...Option) (TokenGrant, error) {
+	return s.c.AcquireToken(ctx, s.name, token, opts...)
+}
+
+// RenewToken renews token's permit for lease from now, as Client.RenewToken
+// renews a lock; ErrNotHeld if token holds no permit of the semaphore.
+func (s *Semaphore) RenewToken(ctx context.Context, token string, lease time.Duration) error {
+	return s.c.RenewToken(ctx, s.name, token, lease)
+}
+
+// ReleaseToken frees token's permit, as Client.ReleaseToken releases a lock;
+// ErrNotHeld if token holds no permit of the semaphore.
+func (s *Semaphore) ReleaseToken(ctx context.Context, token string) error {
+	return s.c.ReleaseToken(ctx, s.name, token)
+}
+
 // Close releases the permits this handle holds and ends its waits; the
 // client and its backend stay open.
 func (s *Semaphore) Close() error { return s.c.Close() }
