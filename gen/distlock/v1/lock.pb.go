@@ -1379,6 +1379,578 @@ func (x *CloseSessionResponse) GetLocks() int32 {
 	return 0
 }
 
+type AcquirePermitRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The semaphore's name, under the same rules as a lock's key.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The number of permits the caller expects, at least 1. A semaphore first
+	// used gets it; one that keeps another number refuses the call.
+	Permits int32 `protobuf:"varint,2,opt,name=permits,proto3" json:"permits,omitempty"`
+	// How long to wait while every permit is held; zero tries once.
+	Wait *durationpb.Duration `protobuf:"bytes,3,opt,name=wait,proto3" json:"wait,omitempty"`
+	// How long the permit lasts without a renewal; the server's default if
+	// unset.
+	Lease *durationpb.Duration `protobuf:"bytes,4,opt,name=lease,proto3" json:"lease,omitempty"`
+	// Who holds the permit, for people reading InspectPermits.
+	Owner string `protobuf:"bytes,5,opt,name=owner,proto3" json:"owner,omitempty"`
+	// What the permit is for, for the same readers.
+	BusinessId string `protobuf:"bytes,6,opt,name=business_id,json=businessId,proto3" json:"business_id,omitempty"`
+	// Free-form labels; names beginning "distlock." are reserved.
+	Labels map[string]string `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// An unpredictable id (a random UUID) that makes a retried AcquirePermit
+	// idempotent: while the permit it granted is held, the same request id
+	// returns the same token and fence, and takes no second permit.
+	RequestId     string `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquirePermitRequest) Reset() {
+	*x = AcquirePermitRequest{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquirePermitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquirePermitRequest) ProtoMessage() {}
+
+func (x *AcquirePermitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquirePermitRequest.ProtoReflect.Descriptor instead.
+func (*AcquirePermitRequest) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *AcquirePermitRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AcquirePermitRequest) GetPermits() int32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
+}
+
+func (x *AcquirePermitRequest) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
+func (x *AcquirePermitRequest) GetLease() *durationpb.Duration {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+func (x *AcquirePermitRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *AcquirePermitRequest) GetBusinessId() string {
+	if x != nil {
+		return x.BusinessId
+	}
+	return ""
+}
+
+func (x *AcquirePermitRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *AcquirePermitRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+type AcquirePermitResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Proves the permit to RenewPermit and ReleasePermit. Keep it secret.
+	Token string `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	// Strictly increases with every permit granted for the name.
+	Fence uint64 `protobuf:"varint,2,opt,name=fence,proto3" json:"fence,omitempty"`
+	// The lease granted.
+	Lease *durationpb.Duration `protobuf:"bytes,3,opt,name=lease,proto3" json:"lease,omitempty"`
+	// When the lease ends, by the server's clock, unless renewed.
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquirePermitResponse) Reset() {
+	*x = AcquirePermitResponse{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquirePermitResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquirePermitResponse) ProtoMessage() {}
+
+func (x *AcquirePermitResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquirePermitResponse.ProtoReflect.Descriptor instead.
+func (*AcquirePermitResponse) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *AcquirePermitResponse) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *AcquirePermitResponse) GetFence() uint64 {
+	if x != nil {
+		return x.Fence
+	}
+	return 0
+}
+
+func (x *AcquirePermitResponse) GetLease() *durationpb.Duration {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+func (x *AcquirePermitResponse) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+type RenewPermitRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Token string                 `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	// A new lease; unset keeps the one the permit was acquired with.
+	Lease         *durationpb.Duration `protobuf:"bytes,3,opt,name=lease,proto3" json:"lease,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewPermitRequest) Reset() {
+	*x = RenewPermitRequest{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewPermitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewPermitRequest) ProtoMessage() {}
+
+func (x *RenewPermitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewPermitRequest.ProtoReflect.Descriptor instead.
+func (*RenewPermitRequest) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *RenewPermitRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RenewPermitRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *RenewPermitRequest) GetLease() *durationpb.Duration {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+type RenewPermitResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Lease         *durationpb.Duration   `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewPermitResponse) Reset() {
+	*x = RenewPermitResponse{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewPermitResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewPermitResponse) ProtoMessage() {}
+
+func (x *RenewPermitResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewPermitResponse.ProtoReflect.Descriptor instead.
+func (*RenewPermitResponse) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *RenewPermitResponse) GetLease() *durationpb.Duration {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+func (x *RenewPermitResponse) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+type ReleasePermitRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Token         string                 `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleasePermitRequest) Reset() {
+	*x = ReleasePermitRequest{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleasePermitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleasePermitRequest) ProtoMessage() {}
+
+func (x *ReleasePermitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleasePermitRequest.ProtoReflect.Descriptor instead.
+func (*ReleasePermitRequest) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ReleasePermitRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ReleasePermitRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+type ReleasePermitResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleasePermitResponse) Reset() {
+	*x = ReleasePermitResponse{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleasePermitResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleasePermitResponse) ProtoMessage() {}
+
+func (x *ReleasePermitResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleasePermitResponse.ProtoReflect.Descriptor instead.
+func (*ReleasePermitResponse) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{27}
+}
+
+type SetPermitsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// At least 1.
+	Permits       int32 `protobuf:"varint,2,opt,name=permits,proto3" json:"permits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPermitsRequest) Reset() {
+	*x = SetPermitsRequest{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPermitsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPermitsRequest) ProtoMessage() {}
+
+func (x *SetPermitsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPermitsRequest.ProtoReflect.Descriptor instead.
+func (*SetPermitsRequest) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *SetPermitsRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetPermitsRequest) GetPermits() int32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
+}
+
+type SetPermitsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPermitsResponse) Reset() {
+	*x = SetPermitsResponse{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPermitsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPermitsResponse) ProtoMessage() {}
+
+func (x *SetPermitsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPermitsResponse.ProtoReflect.Descriptor instead.
+func (*SetPermitsResponse) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{29}
+}
+
+type InspectPermitsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InspectPermitsRequest) Reset() {
+	*x = InspectPermitsRequest{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InspectPermitsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InspectPermitsRequest) ProtoMessage() {}
+
+func (x *InspectPermitsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InspectPermitsRequest.ProtoReflect.Descriptor instead.
+func (*InspectPermitsRequest) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *InspectPermitsRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type InspectPermitsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The semaphore's number of permits; 0 before any use.
+	Permits int32 `protobuf:"varint,1,opt,name=permits,proto3" json:"permits,omitempty"`
+	// The live permits: key is the semaphore's name.
+	Held          []*Lock `protobuf:"bytes,2,rep,name=held,proto3" json:"held,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InspectPermitsResponse) Reset() {
+	*x = InspectPermitsResponse{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InspectPermitsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InspectPermitsResponse) ProtoMessage() {}
+
+func (x *InspectPermitsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InspectPermitsResponse.ProtoReflect.Descriptor instead.
+func (*InspectPermitsResponse) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *InspectPermitsResponse) GetPermits() int32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
+}
+
+func (x *InspectPermitsResponse) GetHeld() []*Lock {
+	if x != nil {
+		return x.Held
+	}
+	return nil
+}
+
 var File_distlock_v1_lock_proto protoreflect.FileDescriptor
 
 const file_distlock_v1_lock_proto_rawDesc = "" +
@@ -1488,7 +2060,48 @@ const file_distlock_v1_lock_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\",\n" +
 	"\x14CloseSessionResponse\x12\x14\n" +
-	"\x05locks\x18\x01 \x01(\x05R\x05locks2\xe6\x05\n" +
+	"\x05locks\x18\x01 \x01(\x05R\x05locks\"\xfc\x02\n" +
+	"\x14AcquirePermitRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\apermits\x18\x02 \x01(\x05R\apermits\x12-\n" +
+	"\x04wait\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12/\n" +
+	"\x05lease\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12\x14\n" +
+	"\x05owner\x18\x05 \x01(\tR\x05owner\x12\x1f\n" +
+	"\vbusiness_id\x18\x06 \x01(\tR\n" +
+	"businessId\x12E\n" +
+	"\x06labels\x18\a \x03(\v2-.distlock.v1.AcquirePermitRequest.LabelsEntryR\x06labels\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\b \x01(\tR\trequestId\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xaf\x01\n" +
+	"\x15AcquirePermitResponse\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12\x14\n" +
+	"\x05fence\x18\x02 \x01(\x04R\x05fence\x12/\n" +
+	"\x05lease\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x129\n" +
+	"\n" +
+	"expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"o\n" +
+	"\x12RenewPermitRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\x12/\n" +
+	"\x05lease\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05lease\"\x81\x01\n" +
+	"\x13RenewPermitResponse\x12/\n" +
+	"\x05lease\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x129\n" +
+	"\n" +
+	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"@\n" +
+	"\x14ReleasePermitRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\"\x17\n" +
+	"\x15ReleasePermitResponse\"A\n" +
+	"\x11SetPermitsRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\apermits\x18\x02 \x01(\x05R\apermits\"\x14\n" +
+	"\x12SetPermitsResponse\"+\n" +
+	"\x15InspectPermitsRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"Y\n" +
+	"\x16InspectPermitsResponse\x12\x18\n" +
+	"\apermits\x18\x01 \x01(\x05R\apermits\x12%\n" +
+	"\x04held\x18\x02 \x03(\v2\x11.distlock.v1.LockR\x04held2\x92\t\n" +
 	"\vLockService\x12D\n" +
 	"\aAcquire\x12\x1b.distlock.v1.AcquireRequest\x1a\x1c.distlock.v1.AcquireResponse\x12>\n" +
 	"\x05Renew\x12\x19.distlock.v1.RenewRequest\x1a\x1a.distlock.v1.RenewResponse\x12D\n" +
@@ -1499,7 +2112,13 @@ const file_distlock_v1_lock_proto_rawDesc = "" +
 	"\fForceRelease\x12 .distlock.v1.ForceReleaseRequest\x1a!.distlock.v1.ForceReleaseResponse\x12P\n" +
 	"\vOpenSession\x12\x1f.distlock.v1.OpenSessionRequest\x1a .distlock.v1.OpenSessionResponse\x12J\n" +
 	"\tKeepAlive\x12\x1d.distlock.v1.KeepAliveRequest\x1a\x1e.distlock.v1.KeepAliveResponse\x12S\n" +
-	"\fCloseSession\x12 .distlock.v1.CloseSessionRequest\x1a!.distlock.v1.CloseSessionResponseB9Z7github.com/distlock/distlock/gen/distlock/v1;distlockv1b\x06proto3"
+	"\fCloseSession\x12 .distlock.v1.CloseSessionRequest\x1a!.distlock.v1.CloseSessionResponse\x12V\n" +
+	"\rAcquirePermit\x12!.distlock.v1.AcquirePermitRequest\x1a\".distlock.v1.AcquirePermitResponse\x12P\n" +
+	"\vRenewPermit\x12\x1f.distlock.v1.RenewPermitRequest\x1a .distlock.v1.RenewPermitResponse\x12V\n" +
+	"\rReleasePermit\x12!.distlock.v1.ReleasePermitRequest\x1a\".distlock.v1.ReleasePermitResponse\x12M\n" +
+	"\n" +
+	"SetPermits\x12\x1e.distlock.v1.SetPermitsRequest\x1a\x1f.distlock.v1.SetPermitsResponse\x12Y\n" +
+	"\x0eInspectPermits\x12\".distlock.v1.InspectPermitsRequest\x1a#.distlock.v1.InspectPermitsResponseB9Z7github.com/distlock/distlock/gen/distlock/v1;distlockv1b\x06proto3"
 
 var (
 	file_distlock_v1_lock_proto_rawDescOnce sync.Once
@@ -1514,85 +2133,115 @@ func file_distlock_v1_lock_proto_rawDescGZIP() []byte {
 }
 
 var file_distlock_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_distlock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_distlock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_distlock_v1_lock_proto_goTypes = []any{
-	(Event_Type)(0),               // 0: distlock.v1.Event.Type
-	(*AcquireRequest)(nil),        // 1: distlock.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 2: distlock.v1.AcquireResponse
-	(*RenewRequest)(nil),          // 3: distlock.v1.RenewRequest
-	(*RenewResponse)(nil),         // 4: distlock.v1.RenewResponse
-	(*ReleaseRequest)(nil),        // 5: distlock.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 6: distlock.v1.ReleaseResponse
-	(*InspectRequest)(nil),        // 7: distlock.v1.InspectRequest
-	(*InspectResponse)(nil),       // 8: distlock.v1.InspectResponse
-	(*ListRequest)(nil),           // 9: distlock.v1.ListRequest
-	(*ListResponse)(nil),          // 10: distlock.v1.ListResponse
-	(*Lock)(nil),                  // 11: distlock.v1.Lock
-	(*WatchRequest)(nil),          // 12: distlock.v1.WatchRequest
-	(*WatchResponse)(nil),         // 13: distlock.v1.WatchResponse
-	(*Event)(nil),                 // 14: distlock.v1.Event
-	(*ForceReleaseRequest)(nil),   // 15: distlock.v1.ForceReleaseRequest
-	(*ForceReleaseResponse)(nil),  // 16: distlock.v1.ForceReleaseResponse
-	(*OpenSessionRequest)(nil),    // 17: distlock.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),   // 18: distlock.v1.OpenSessionResponse
-	(*KeepAliveRequest)(nil),      // 19: distlock.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),     // 20: distlock.v1.KeepAliveResponse
-	(*CloseSessionRequest)(nil),   // 21: distlock.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),  // 22: distlock.v1.CloseSessionResponse
-	nil,                           // 23: distlock.v1.AcquireRequest.LabelsEntry
-	nil,                           // 24: distlock.v1.Lock.LabelsEntry
-	(*durationpb.Duration)(nil),   // 25: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
+	(Event_Type)(0),                // 0: distlock.v1.Event.Type
+	(*AcquireRequest)(nil),         // 1: distlock.v1.AcquireRequest
+	(*AcquireResponse)(nil),        // 2: distlock.v1.AcquireResponse
+	(*RenewRequest)(nil),           // 3: distlock.v1.RenewRequest
+	(*RenewResponse)(nil),          // 4: distlock.v1.RenewResponse
+	(*ReleaseRequest)(nil),         // 5: distlock.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),        // 6: distlock.v1.ReleaseResponse
+	(*InspectRequest)(nil),         // 7: distlock.v1.InspectRequest
+	(*InspectResponse)(nil),        // 8: distlock.v1.InspectResponse
+	(*ListRequest)(nil),            // 9: distlock.v1.ListRequest
+	(*ListResponse)(nil),           // 10: distlock.v1.ListResponse
+	(*Lock)(nil),                   // 11: distlock.v1.Lock
+	(*WatchRequest)(nil),           // 12: distlock.v1.WatchRequest
+	(*WatchResponse)(nil),          // 13: distlock.v1.WatchResponse
+	(*Event)(nil),                  // 14: distlock.v1.Event
+	(*ForceReleaseRequest)(nil),    // 15: distlock.v1.ForceReleaseRequest
+	(*ForceReleaseResponse)(nil),   // 16: distlock.v1.ForceReleaseResponse
+	(*OpenSessionRequest)(nil),     // 17: distlock.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),    // 18: distlock.v1.OpenSessionResponse
+	(*KeepAliveRequest)(nil),       // 19: distlock.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),      // 20: distlock.v1.KeepAliveResponse
+	(*CloseSessionRequest)(nil),    // 21: distlock.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),   // 22: distlock.v1.CloseSessionResponse
+	(*AcquirePermitRequest)(nil),   // 23: distlock.v1.AcquirePermitRequest
+	(*AcquirePermitResponse)(nil),  // 24: distlock.v1.AcquirePermitResponse
+	(*RenewPermitRequest)(nil),     // 25: distlock.v1.RenewPermitRequest
+	(*RenewPermitResponse)(nil),    // 26: distlock.v1.RenewPermitResponse
+	(*ReleasePermitRequest)(nil),   // 27: distlock.v1.ReleasePermitRequest
+	(*ReleasePermitResponse)(nil),  // 28: distlock.v1.ReleasePermitResponse
+	(*SetPermitsRequest)(nil),      // 29: distlock.v1.SetPermitsRequest
+	(*SetPermitsResponse)(nil),     // 30: distlock.v1.SetPermitsResponse
+	(*InspectPermitsRequest)(nil),  // 31: distlock.v1.InspectPermitsRequest
+	(*InspectPermitsResponse)(nil), // 32: distlock.v1.InspectPermitsResponse
+	nil,                            // 33: distlock.v1.AcquireRequest.LabelsEntry
+	nil,                            // 34: distlock.v1.Lock.LabelsEntry
+	nil,                            // 35: distlock.v1.AcquirePermitRequest.LabelsEntry
+	(*durationpb.Duration)(nil),    // 36: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 37: google.protobuf.Timestamp
 }
 var file_distlock_v1_lock_proto_depIdxs = []int32{
-	25, // 0: distlock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	25, // 1: distlock.v1.AcquireRequest.lease:type_name -> google.protobuf.Duration
-	25, // 2: distlock.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	23, // 3: distlock.v1.AcquireRequest.labels:type_name -> distlock.v1.AcquireRequest.LabelsEntry
-	25, // 4: distlock.v1.AcquireResponse.lease:type_name -> google.protobuf.Duration
-	26, // 5: distlock.v1.AcquireResponse.expires_at:type_name -> google.protobuf.Timestamp
-	25, // 6: distlock.v1.RenewRequest.lease:type_name -> google.protobuf.Duration
-	25, // 7: distlock.v1.RenewResponse.lease:type_name -> google.protobuf.Duration
-	26, // 8: distlock.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
+	36, // 0: distlock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	36, // 1: distlock.v1.AcquireRequest.lease:type_name -> google.protobuf.Duration
+	36, // 2: distlock.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	33, // 3: distlock.v1.AcquireRequest.labels:type_name -> distlock.v1.AcquireRequest.LabelsEntry
+	36, // 4: distlock.v1.AcquireResponse.lease:type_name -> google.protobuf.Duration
+	37, // 5: distlock.v1.AcquireResponse.expires_at:type_name -> google.protobuf.Timestamp
+	36, // 6: distlock.v1.RenewRequest.lease:type_name -> google.protobuf.Duration
+	36, // 7: distlock.v1.RenewResponse.lease:type_name -> google.protobuf.Duration
+	37, // 8: distlock.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
 	11, // 9: distlock.v1.InspectResponse.lock:type_name -> distlock.v1.Lock
 	11, // 10: distlock.v1.ListResponse.locks:type_name -> distlock.v1.Lock
-	25, // 11: distlock.v1.Lock.ttl:type_name -> google.protobuf.Duration
-	24, // 12: distlock.v1.Lock.labels:type_name -> distlock.v1.Lock.LabelsEntry
+	36, // 11: distlock.v1.Lock.ttl:type_name -> google.protobuf.Duration
+	34, // 12: distlock.v1.Lock.labels:type_name -> distlock.v1.Lock.LabelsEntry
 	14, // 13: distlock.v1.WatchResponse.event:type_name -> distlock.v1.Event
 	0,  // 14: distlock.v1.Event.type:type_name -> distlock.v1.Event.Type
 	11, // 15: distlock.v1.Event.lock:type_name -> distlock.v1.Lock
-	26, // 16: distlock.v1.Event.time:type_name -> google.protobuf.Timestamp
+	37, // 16: distlock.v1.Event.time:type_name -> google.protobuf.Timestamp
 	11, // 17: distlock.v1.ForceReleaseResponse.lock:type_name -> distlock.v1.Lock
-	25, // 18: distlock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	25, // 19: distlock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
-	26, // 20: distlock.v1.OpenSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
-	25, // 21: distlock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
-	26, // 22: distlock.v1.KeepAliveResponse.expires_at:type_name -> google.protobuf.Timestamp
-	1,  // 23: distlock.v1.LockService.Acquire:input_type -> distlock.v1.AcquireRequest
-	3,  // 24: distlock.v1.LockService.Renew:input_type -> distlock.v1.RenewRequest
-	5,  // 25: distlock.v1.LockService.Release:input_type -> distlock.v1.ReleaseRequest
-	7,  // 26: distlock.v1.LockService.Inspect:input_type -> distlock.v1.InspectRequest
-	9,  // 27: distlock.v1.LockService.List:input_type -> distlock.v1.ListRequest
-	12, // 28: distlock.v1.LockService.Watch:input_type -> distlock.v1.WatchRequest
-	15, // 29: distlock.v1.LockService.ForceRelease:input_type -> distlock.v1.ForceReleaseRequest
-	17, // 30: distlock.v1.LockService.OpenSession:input_type -> distlock.v1.OpenSessionRequest
-	19, // 31: distlock.v1.LockService.KeepAlive:input_type -> distlock.v1.KeepAliveRequest
-	21, // 32: distlock.v1.LockService.CloseSession:input_type -> distlock.v1.CloseSessionRequest
-	2,  // 33: distlock.v1.LockService.Acquire:output_type -> distlock.v1.AcquireResponse
-	4,  // 34: distlock.v1.LockService.Renew:output_type -> distlock.v1.RenewResponse
-	6,  // 35: distlock.v1.LockService.Release:output_type -> distlock.v1.ReleaseResponse
-	8,  // 36: distlock.v1.LockService.Inspect:output_type -> distlock.v1.InspectResponse
-	10, // 37: distlock.v1.LockService.List:output_type -> distlock.v1.ListResponse
-	13, // 38: distlock.v1.LockService.Watch:output_type -> distlock.v1.WatchResponse
-	16, // 39: distlock.v1.LockService.ForceRelease:output_type -> distlock.v1.ForceReleaseResponse
-	18, // 40: distlock.v1.LockService.OpenSession:output_type -> distlock.v1.OpenSessionResponse
-	20, // 41: distlock.v1.LockService.KeepAlive:output_type -> distlock.v1.KeepAliveResponse
-	22, // 42: distlock.v1.LockService.CloseSession:output_type -> distlock.v1.CloseSessionResponse
-	33, // [33:43] is the sub-list for method output_type
-	23, // [23:33] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	36, // 18: distlock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	36, // 19: distlock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	37, // 20: distlock.v1.OpenSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
+	36, // 21: distlock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	37, // 22: distlock.v1.KeepAliveResponse.expires_at:type_name -> google.protobuf.Timestamp
+	36, // 23: distlock.v1.AcquirePermitRequest.wait:type_name -> google.protobuf.Duration
+	36, // 24: distlock.v1.AcquirePermitRequest.lease:type_name -> google.protobuf.Duration
+	35, // 25: distlock.v1.AcquirePermitRequest.labels:type_name -> distlock.v1.AcquirePermitRequest.LabelsEntry
+	36, // 26: distlock.v1.AcquirePermitResponse.lease:type_name -> google.protobuf.Duration
+	37, // 27: distlock.v1.AcquirePermitResponse.expires_at:type_name -> google.protobuf.Timestamp
+	36, // 28: distlock.v1.RenewPermitRequest.lease:type_name -> google.protobuf.Duration
+	36, // 29: distlock.v1.RenewPermitResponse.lease:type_name -> google.protobuf.Duration
+	37, // 30: distlock.v1.RenewPermitResponse.expires_at:type_name -> google.protobuf.Timestamp
+	11, // 31: distlock.v1.InspectPermitsResponse.held:type_name -> distlock.v1.Lock
+	1,  // 32: distlock.v1.LockService.Acquire:input_type -> distlock.v1.AcquireRequest
+	3,  // 33: distlock.v1.LockService.Renew:input_type -> distlock.v1.RenewRequest
+	5,  // 34: distlock.v1.LockService.Release:input_type -> distlock.v1.ReleaseRequest
+	7,  // 35: distlock.v1.LockService.Inspect:input_type -> distlock.v1.InspectRequest
+	9,  // 36: distlock.v1.LockService.List:input_type -> distlock.v1.ListRequest
+	12, // 37: distlock.v1.LockService.Watch:input_type -> distlock.v1.WatchRequest
+	15, // 38: distlock.v1.LockService.ForceRelease:input_type -> distlock.v1.ForceReleaseRequest
+	17, // 39: distlock.v1.LockService.OpenSession:input_type -> distlock.v1.OpenSessionRequest
+	19, // 40: distlock.v1.LockService.KeepAlive:input_type -> distlock.v1.KeepAliveRequest
+	21, // 41: distlock.v1.LockService.CloseSession:input_type -> distlock.v1.CloseSessionRequest
+	23, // 42: distlock.v1.LockService.AcquirePermit:input_type -> distlock.v1.AcquirePermitRequest
+	25, // 43: distlock.v1.LockService.RenewPermit:input_type -> distlock.v1.RenewPermitRequest
+	27, // 44: distlock.v1.LockService.ReleasePermit:input_type -> distlock.v1.ReleasePermitRequest
+	29, // 45: distlock.v1.LockService.SetPermits:input_type -> distlock.v1.SetPermitsRequest
+	31, // 46: distlock.v1.LockService.InspectPermits:input_type -> distlock.v1.InspectPermitsRequest
+	2,  // 47: distlock.v1.LockService.Acquire:output_type -> distlock.v1.AcquireResponse
+	4,  // 48: distlock.v1.LockService.Renew:output_type -> distlock.v1.RenewResponse
+	6,  // 49: distlock.v1.LockService.Release:output_type -> distlock.v1.ReleaseResponse
+	8,  // 50: distlock.v1.LockService.Inspect:output_type -> distlock.v1.InspectResponse
+	10, // 51: distlock.v1.LockService.List:output_type -> distlock.v1.ListResponse
+	13, // 52: distlock.v1.LockService.Watch:output_type -> distlock.v1.WatchResponse
+	16, // 53: distlock.v1.LockService.ForceRelease:output_type -> distlock.v1.ForceReleaseResponse
+	18, // 54: distlock.v1.LockService.OpenSession:output_type -> distlock.v1.OpenSessionResponse
+	20, // 55: distlock.v1.LockService.KeepAlive:output_type -> distlock.v1.KeepAliveResponse
+	22, // 56: distlock.v1.LockService.CloseSession:output_type -> distlock.v1.CloseSessionResponse
+	24, // 57: distlock.v1.LockService.AcquirePermit:output_type -> distlock.v1.AcquirePermitResponse
+	26, // 58: distlock.v1.LockService.RenewPermit:output_type -> distlock.v1.RenewPermitResponse
+	28, // 59: distlock.v1.LockService.ReleasePermit:output_type -> distlock.v1.ReleasePermitResponse
+	30, // 60: distlock.v1.LockService.SetPermits:output_type -> distlock.v1.SetPermitsResponse
+	32, // 61: distlock.v1.LockService.InspectPermits:output_type -> distlock.v1.InspectPermitsResponse
+	47, // [47:62] is the sub-list for method output_type
+	32, // [32:47] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_distlock_v1_lock_proto_init() }
@@ -1606,7 +2255,7 @@ func file_distlock_v1_lock_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_distlock_v1_lock_proto_rawDesc), len(file_distlock_v1_lock_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

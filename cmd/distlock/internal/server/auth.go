@@ -23,16 +23,21 @@ type procedure struct {
 // and ForceRelease of another tenant's key need auth.Administer too, which
 // they check once they have read the request.
 var procedures = map[string]procedure{
-	distlockv1connect.LockServiceAcquireProcedure:      {"Acquire", auth.Write},
-	distlockv1connect.LockServiceRenewProcedure:        {"Renew", auth.Write},
-	distlockv1connect.LockServiceReleaseProcedure:      {"Release", auth.Write},
-	distlockv1connect.LockServiceInspectProcedure:      {"Inspect", auth.Read},
-	distlockv1connect.LockServiceListProcedure:         {"List", auth.Read},
-	distlockv1connect.LockServiceWatchProcedure:        {"Watch", auth.Read},
-	distlockv1connect.LockServiceForceReleaseProcedure: {"ForceRelease", auth.Force},
-	distlockv1connect.LockServiceOpenSessionProcedure:  {"OpenSession", auth.Write},
-	distlockv1connect.LockServiceKeepAliveProcedure:    {"KeepAlive", auth.Write},
-	distlockv1connect.LockServiceCloseSessionProcedure: {"CloseSession", auth.Write},
+	distlockv1connect.LockServiceAcquireProcedure:        {"Acquire", auth.Write},
+	distlockv1connect.LockServiceRenewProcedure:          {"Renew", auth.Write},
+	distlockv1connect.LockServiceReleaseProcedure:        {"Release", auth.Write},
+	distlockv1connect.LockServiceInspectProcedure:        {"Inspect", auth.Read},
+	distlockv1connect.LockServiceListProcedure:           {"List", auth.Read},
+	distlockv1connect.LockServiceWatchProcedure:          {"Watch", auth.Read},
+	distlockv1connect.LockServiceForceReleaseProcedure:   {"ForceRelease", auth.Force},
+	distlockv1connect.LockServiceOpenSessionProcedure:    {"OpenSession", auth.Write},
+	distlockv1connect.LockServiceKeepAliveProcedure:      {"KeepAlive", auth.Write},
+	distlockv1connect.LockServiceCloseSessionProcedure:   {"CloseSession", auth.Write},
+	distlockv1connect.LockServiceAcquirePermitProcedure:  {"AcquirePermit", auth.Write},
+	distlockv1connect.LockServiceRenewPermitProcedure:    {"RenewPermit", auth.Write},
+	distlockv1connect.LockServiceReleasePermitProcedure:  {"ReleasePermit", auth.Write},
+	distlockv1connect.LockServiceSetPermitsProcedure:     {"SetPermits", auth.Write},
+	distlockv1connect.LockServiceInspectPermitsProcedure: {"InspectPermits", auth.Read},
 }
 
 // guard admits a call to next, before its request is read: the server must

@@ -96,6 +96,8 @@ type Server struct {
 	waiters  tenantCaps // Acquire calls waiting, per tenant
 	streams  tenantCaps // Watch streams, per tenant
 	sessions sessionCache
+	// permitCalls lets a retried AcquirePermit wait for its first call.
+	permitCalls callGate
 
 	stopping atomic.Bool
 	stopCtx  context.Context    // cancelled by Shutdown: ends waits and watches

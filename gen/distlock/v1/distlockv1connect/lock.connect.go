@@ -65,6 +65,19 @@ const (
 	// LockServiceCloseSessionProcedure is the fully-qualified name of the LockService's CloseSession
 	// RPC.
 	LockServiceCloseSessionProcedure = "/distlock.v1.LockService/CloseSession"
+	// LockServiceAcquirePermitProcedure is the fully-qualified name of the LockService's AcquirePermit
+	// RPC.
+	LockServiceAcquirePermitProcedure = "/distlock.v1.LockService/AcquirePermit"
+	// LockServiceRenewPermitProcedure is the fully-qualified name of the LockService's RenewPermit RPC.
+	LockServiceRenewPermitProcedure = "/distlock.v1.LockService/RenewPermit"
+	// LockServiceReleasePermitProcedure is the fully-qualified name of the LockService's ReleasePermit
+	// RPC.
+	LockServiceReleasePermitProcedure = "/distlock.v1.LockService/ReleasePermit"
+	// LockServiceSetPermitsProcedure is the fully-qualified name of the LockService's SetPermits RPC.
+	LockServiceSetPermitsProcedure = "/distlock.v1.LockService/SetPermits"
+	// LockServiceInspectPermitsProcedure is the fully-qualified name of the LockService's
+	// InspectPermits RPC.
+	LockServiceInspectPermitsProcedure = "/distlock.v1.LockService/InspectPermits"
 )
 
 // LockServiceClient is a client for the distlock.v1.LockService service.
@@ -100,6 +113,24 @@ type LockServiceClient interface {
 	KeepAlive(context.Context, *connect.Request[v1.KeepAliveRequest]) (*connect.Response[v1.KeepAliveResponse], error)
 	// CloseSession ends a session and releases every lock tied to it.
 	CloseSession(context.Context, *connect.Request[v1.CloseSessionRequest]) (*connect.Response[v1.CloseSessionResponse], error)
+	// AcquirePermit takes one of a semaphore's permits: at most its number of
+	// permits are held at once, each with a token, a lease and a fence, as a
+	// lock is. It waits up to wait (and the call's deadline) while all are
+	// held. Codes: ABORTED if none came free; INVALID_ARGUMENT for a bad
+	// name, number, lease or wait, or a number of permits other than the one
+	// the semaphore keeps (SetPermits changes that).
+	AcquirePermit(context.Context, *connect.Request[v1.AcquirePermitRequest]) (*connect.Response[v1.AcquirePermitResponse], error)
+	// RenewPermit extends a held permit by its lease, or by a new lease if
+	// one is given. NOT_FOUND if the token holds no permit of the semaphore.
+	RenewPermit(context.Context, *connect.Request[v1.RenewPermitRequest]) (*connect.Response[v1.RenewPermitResponse], error)
+	// ReleasePermit gives a permit back. NOT_FOUND if the token holds none.
+	ReleasePermit(context.Context, *connect.Request[v1.ReleasePermitRequest]) (*connect.Response[v1.ReleasePermitResponse], error)
+	// SetPermits changes a semaphore's number of permits, for every caller.
+	// Permits held over a lowered number stay until released or expired.
+	SetPermits(context.Context, *connect.Request[v1.SetPermitsRequest]) (*connect.Response[v1.SetPermitsResponse], error)
+	// InspectPermits reports a semaphore's number of permits and its live
+	// permits, without their tokens.
+	InspectPermits(context.Context, *connect.Request[v1.InspectPermitsRequest]) (*connect.Response[v1.InspectPermitsResponse], error)
 }
 
 // NewLockServiceClient constructs a client for the distlock.v1.LockService service. By default, it
@@ -173,21 +204,56 @@ func NewLockServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(lockServiceMethods.ByName("CloseSession")),
 			connect.WithClientOptions(opts...),
 		),
+		acquirePermit: connect.NewClient[v1.AcquirePermitRequest, v1.AcquirePermitResponse](
+			httpClient,
+			baseURL+LockServiceAcquirePermitProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("AcquirePermit")),
+			connect.WithClientOptions(opts...),
+		),
+		renewPermit: connect.NewClient[v1.RenewPermitRequest, v1.RenewPermitResponse](
+			httpClient,
+			baseURL+LockServiceRenewPermitProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("RenewPermit")),
+			connect.WithClientOptions(opts...),
+		),
+		releasePermit: connect.NewClient[v1.ReleasePermitRequest, v1.ReleasePermitResponse](
+			httpClient,
+			baseURL+LockServiceReleasePermitProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("ReleasePermit")),
+			connect.WithClientOptions(opts...),
+		),
+		setPermits: connect.NewClient[v1.SetPermitsRequest, v1.SetPermitsResponse](
+			httpClient,
+			baseURL+LockServiceSetPermitsProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("SetPermits")),
+			connect.WithClientOptions(opts...),
+		),
+		inspectPermits: connect.NewClient[v1.InspectPermitsRequest, v1.InspectPermitsResponse](
+			httpClient,
+			baseURL+LockServiceInspectPermitsProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("InspectPermits")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // lockServiceClient implements LockServiceClient.
 type lockServiceClient struct {
-	acquire      *connect.Client[v1.AcquireRequest, v1.AcquireResponse]
-	renew        *connect.Client[v1.RenewRequest, v1.RenewResponse]
-	release      *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
-	inspect      *connect.Client[v1.InspectRequest, v1.InspectResponse]
-	list         *connect.Client[v1.ListRequest, v1.ListResponse]
-	watch        *connect.Client[v1.WatchRequest, v1.WatchResponse]
-	forceRelease *connect.Client[v1.ForceReleaseRequest, v1.ForceReleaseResponse]
-	openSession  *connect.Client[v1.OpenSessionRequest, v1.OpenSessionResponse]
-	keepAlive    *connect.Client[v1.KeepAliveRequest, v1.KeepAliveResponse]
-	closeSession *connect.Client[v1.CloseSessionRequest, v1.CloseSessionResponse]
+	acquire        *connect.Client[v1.AcquireRequest, v1.AcquireResponse]
+	renew          *connect.Client[v1.RenewRequest, v1.RenewResponse]
+	release        *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
+	inspect        *connect.Client[v1.InspectRequest, v1.InspectResponse]
+	list           *connect.Client[v1.ListRequest, v1.ListResponse]
+	watch          *connect.Client[v1.WatchRequest, v1.WatchResponse]
+	forceRelease   *connect.Client[v1.ForceReleaseRequest, v1.ForceReleaseResponse]
+	openSession    *connect.Client[v1.OpenSessionRequest, v1.OpenSessionResponse]
+	keepAlive      *connect.Client[v1.KeepAliveRequest, v1.KeepAliveResponse]
+	closeSession   *connect.Client[v1.CloseSessionRequest, v1.CloseSessionResponse]
+	acquirePermit  *connect.Client[v1.AcquirePermitRequest, v1.AcquirePermitResponse]
+	renewPermit    *connect.Client[v1.RenewPermitRequest, v1.RenewPermitResponse]
+	releasePermit  *connect.Client[v1.ReleasePermitRequest, v1.ReleasePermitResponse]
+	setPermits     *connect.Client[v1.SetPermitsRequest, v1.SetPermitsResponse]
+	inspectPermits *connect.Client[v1.InspectPermitsRequest, v1.InspectPermitsResponse]
 }
 
 // Acquire calls distlock.v1.LockService.Acquire.
@@ -240,6 +306,31 @@ func (c *lockServiceClient) CloseSession(ctx context.Context, req *connect.Reque
 	return c.closeSession.CallUnary(ctx, req)
 }
 
+// AcquirePermit calls distlock.v1.LockService.AcquirePermit.
+func (c *lockServiceClient) AcquirePermit(ctx context.Context, req *connect.Request[v1.AcquirePermitRequest]) (*connect.Response[v1.AcquirePermitResponse], error) {
+	return c.acquirePermit.CallUnary(ctx, req)
+}
+
+// RenewPermit calls distlock.v1.LockService.RenewPermit.
+func (c *lockServiceClient) RenewPermit(ctx context.Context, req *connect.Request[v1.RenewPermitRequest]) (*connect.Response[v1.RenewPermitResponse], error) {
+	return c.renewPermit.CallUnary(ctx, req)
+}
+
+// ReleasePermit calls distlock.v1.LockService.ReleasePermit.
+func (c *lockServiceClient) ReleasePermit(ctx context.Context, req *connect.Request[v1.ReleasePermitRequest]) (*connect.Response[v1.ReleasePermitResponse], error) {
+	return c.releasePermit.CallUnary(ctx, req)
+}
+
+// SetPermits calls distlock.v1.LockService.SetPermits.
+func (c *lockServiceClient) SetPermits(ctx context.Context, req *connect.Request[v1.SetPermitsRequest]) (*connect.Response[v1.SetPermitsResponse], error) {
+	return c.setPermits.CallUnary(ctx, req)
+}
+
+// InspectPermits calls distlock.v1.LockService.InspectPermits.
+func (c *lockServiceClient) InspectPermits(ctx context.Context, req *connect.Request[v1.InspectPermitsRequest]) (*connect.Response[v1.InspectPermitsResponse], error) {
+	return c.inspectPermits.CallUnary(ctx, req)
+}
+
 // LockServiceHandler is an implementation of the distlock.v1.LockService service.
 type LockServiceHandler interface {
 	// Acquire takes a key, waiting up to wait (and the call's deadline) for it
@@ -273,6 +364,24 @@ type LockServiceHandler interface {
 	KeepAlive(context.Context, *connect.Request[v1.KeepAliveRequest]) (*connect.Response[v1.KeepAliveResponse], error)
 	// CloseSession ends a session and releases every lock tied to it.
 	CloseSession(context.Context, *connect.Request[v1.CloseSessionRequest]) (*connect.Response[v1.CloseSessionResponse], error)
+	// AcquirePermit takes one of a semaphore's permits: at most its number of
+	// permits are held at once, each with a token, a lease and a fence, as a
+	// lock is. It waits up to wait (and the call's deadline) while all are
+	// held. Codes: ABORTED if none came free; INVALID_ARGUMENT for a bad
+	// name, number, lease or wait, or a number of permits other than the one
+	// the semaphore keeps (SetPermits changes that).
+	AcquirePermit(context.Context, *connect.Request[v1.AcquirePermitRequest]) (*connect.Response[v1.AcquirePermitResponse], error)
+	// RenewPermit extends a held permit by its lease, or by a new lease if
+	// one is given. NOT_FOUND if the token holds no permit of the semaphore.
+	RenewPermit(context.Context, *connect.Request[v1.RenewPermitRequest]) (*connect.Response[v1.RenewPermitResponse], error)
+	// ReleasePermit gives a permit back. NOT_FOUND if the token holds none.
+	ReleasePermit(context.Context, *connect.Request[v1.ReleasePermitRequest]) (*connect.Response[v1.ReleasePermitResponse], error)
+	// SetPermits changes a semaphore's number of permits, for every caller.
+	// Permits held over a lowered number stay until released or expired.
+	SetPermits(context.Context, *connect.Request[v1.SetPermitsRequest]) (*connect.Response[v1.SetPermitsResponse], error)
+	// InspectPermits reports a semaphore's number of permits and its live
+	// permits, without their tokens.
+	InspectPermits(context.Context, *connect.Request[v1.InspectPermitsRequest]) (*connect.Response[v1.InspectPermitsResponse], error)
 }
 
 // NewLockServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -342,6 +451,36 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(lockServiceMethods.ByName("CloseSession")),
 		connect.WithHandlerOptions(opts...),
 	)
+	lockServiceAcquirePermitHandler := connect.NewUnaryHandler(
+		LockServiceAcquirePermitProcedure,
+		svc.AcquirePermit,
+		connect.WithSchema(lockServiceMethods.ByName("AcquirePermit")),
+		connect.WithHandlerOptions(opts...),
+	)
+	lockServiceRenewPermitHandler := connect.NewUnaryHandler(
+		LockServiceRenewPermitProcedure,
+		svc.RenewPermit,
+		connect.WithSchema(lockServiceMethods.ByName("RenewPermit")),
+		connect.WithHandlerOptions(opts...),
+	)
+	lockServiceReleasePermitHandler := connect.NewUnaryHandler(
+		LockServiceReleasePermitProcedure,
+		svc.ReleasePermit,
+		connect.WithSchema(lockServiceMethods.ByName("ReleasePermit")),
+		connect.WithHandlerOptions(opts...),
+	)
+	lockServiceSetPermitsHandler := connect.NewUnaryHandler(
+		LockServiceSetPermitsProcedure,
+		svc.SetPermits,
+		connect.WithSchema(lockServiceMethods.ByName("SetPermits")),
+		connect.WithHandlerOptions(opts...),
+	)
+	lockServiceInspectPermitsHandler := connect.NewUnaryHandler(
+		LockServiceInspectPermitsProcedure,
+		svc.InspectPermits,
+		connect.WithSchema(lockServiceMethods.ByName("InspectPermits")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/distlock.v1.LockService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case LockServiceAcquireProcedure:
@@ -364,6 +503,16 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 			lockServiceKeepAliveHandler.ServeHTTP(w, r)
 		case LockServiceCloseSessionProcedure:
 			lockServiceCloseSessionHandler.ServeHTTP(w, r)
+		case LockServiceAcquirePermitProcedure:
+			lockServiceAcquirePermitHandler.ServeHTTP(w, r)
+		case LockServiceRenewPermitProcedure:
+			lockServiceRenewPermitHandler.ServeHTTP(w, r)
+		case LockServiceReleasePermitProcedure:
+			lockServiceReleasePermitHandler.ServeHTTP(w, r)
+		case LockServiceSetPermitsProcedure:
+			lockServiceSetPermitsHandler.ServeHTTP(w, r)
+		case LockServiceInspectPermitsProcedure:
+			lockServiceInspectPermitsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -411,4 +560,24 @@ func (UnimplementedLockServiceHandler) KeepAlive(context.Context, *connect.Reque
 
 func (UnimplementedLockServiceHandler) CloseSession(context.Context, *connect.Request[v1.CloseSessionRequest]) (*connect.Response[v1.CloseSessionResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("distlock.v1.LockService.CloseSession is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) AcquirePermit(context.Context, *connect.Request[v1.AcquirePermitRequest]) (*connect.Response[v1.AcquirePermitResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("distlock.v1.LockService.AcquirePermit is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) RenewPermit(context.Context, *connect.Request[v1.RenewPermitRequest]) (*connect.Response[v1.RenewPermitResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("distlock.v1.LockService.RenewPermit is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) ReleasePermit(context.Context, *connect.Request[v1.ReleasePermitRequest]) (*connect.Response[v1.ReleasePermitResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("distlock.v1.LockService.ReleasePermit is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) SetPermits(context.Context, *connect.Request[v1.SetPermitsRequest]) (*connect.Response[v1.SetPermitsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("distlock.v1.LockService.SetPermits is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) InspectPermits(context.Context, *connect.Request[v1.InspectPermitsRequest]) (*connect.Response[v1.InspectPermitsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("distlock.v1.LockService.InspectPermits is not implemented"))
 }

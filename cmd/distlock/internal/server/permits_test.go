@@ -1,0 +1,193 @@
+package server_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/distlock/distlock/cmd/distlock/internal/server"
+	distlockv1 "github.com/distlock/distlock/gen/distlock/v1"
+	"github.com/distlock/distlock/gen/distlock/v1/distlockv1connect"
+)
+
+// acquirePermit takes a permit of name (of permits) or fails t.
+func acquirePermit(t *testing.T, api distlockv1connect.LockServiceClient, req *distlockv1.AcquirePermitRequest) *distlockv1.AcquirePermitResponse {
+	t.Helper()
+	res, err := api.AcquirePermit(ctx(t), connect.NewRequest(req))
+	if err != nil {
+		t.Fatalf("AcquirePermit %q: %v", req.GetName(), err)
+	}
+	return res.Msg
+}
+
+// TestPermits: a semaphore over the service holds at most its permits,
+// each with a token, a lease and an increasing fence; a waiter gets one
+// when one is given back; renewals and releases go by token; the number
+// of permits changes only explicitly; and another tenant sees nothing of
+// it.
+func TestPermits(t *testing.T) {
+	forEachStore(t, func(t *testing.T, st store) {
+		e := newEnv(t, st, server.Limits{})
+		api := e.api(alphaClient)
+		name := keyFor(t, "pool")
+		minute := durationpb.New(time.Minute)
+		a := acquirePermit(t, api, &distlockv1.AcquirePermitRequest{Name: name, Permits: 2, Lease: minute, Owner: "worker-a"})
+		b := acquirePermit(t, api, &distlockv1.AcquirePermitRequest{Name: name, Permits: 2, Lease: minute})
+		if a.GetToken() == "" || a.GetToken() == b.GetToken() || b.GetFence() <= a.GetFence() || a.GetLease().AsDuration() != time.Minute {
+			t.Fatalf("two permits: %v and %v; want tokens of their own, fences increasing, a minute's lease", a, b)
+		}
+		_, err := api.AcquirePermit(ctx(t), connect.NewRequest(&distlockv1.AcquirePermitRequest{Name: name, Permits: 2}))
+		wantCode(t, "a third permit of two", err, connect.CodeAborted)
+		_, err = api.AcquirePermit(ctx(t), connect.NewRequest(&distlockv1.AcquirePermitRequest{Name: name, Permits: 3}))
+		wantCode(t, "a permit of another number", err, connect.CodeInvalidArgument)
+
+		got := make(chan *distlockv1.AcquirePermitResponse, 1)
+		go func() {
+			res, err := api.AcquirePermit(context.Background(), connect.NewRequest(&distlockv1.AcquirePermitRequest{Name: name, Permits: 2, Wait: durationpb.New(20 * time.Second)}))
+			if err != nil {
+				t.Errorf("the waiting AcquirePermit: %v", err)
+			}
+			got <- res.Msg
+		}()
+		eventually(t, 10*time.Second, "the AcquirePermit waits", func() bool { return gauge(t, e, "distlock_server_waiting") == 1 })
+		if _, err := api.RenewPermit(ctx(t), connect.NewRequest(&distlockv1.RenewPermitRequest{Name: name, Token: a.GetToken()})); err != nil {
+			t.Fatalf("RenewPermit: %v", err)
+		}
+		_, err = api.RenewPermit(ctx(t), connect.NewRequest(&distlockv1.RenewPermitRequest{Name: name, Token: strings.Repeat("0", 32)}))
+		wantCode(t, "RenewPermit by a token with no permit", err, connect.CodeNotFound)
+		if _, err := api.ReleasePermit(ctx(t), connect.NewRequest(&distlockv1.ReleasePermitRequest{Name: name, Token: a.GetToken()})); err != nil {
+			t.Fatalf("ReleasePermit: %v", err)
+		}
+		var c *distlockv1.AcquirePermitResponse
+		select {
+		case c = <-got:
+		case <-time.After(15 * time.Second):
+			t.Fatal("the waiter got no permit within 15s of a release")
+		}
+		if c.GetFence() <= b.GetFence() {
+			t.Errorf("the waiter's fence %d, want above %d", c.GetFence(), b.GetFence())
+		}
+		_, err = api.ReleasePermit(ctx(t), connect.NewRequest(&distlockv1.ReleasePermitRequest{Name: name, Token: a.GetToken()}))
+		wantCode(t, "a second release", err, connect.CodeNotFound)
+
+		info, err := e.api(alphaViewer).InspectPermits(ctx(t), connect.NewRequest(&distlockv1.InspectPermitsRequest{Name: name}))
+		if err != nil || info.Msg.GetPermits() != 2 || len(info.Msg.GetHeld()) != 2 {
+			t.Fatalf("InspectPermits: %v, %v; want 2 permits, both held", info, err)
+		}
+		for _, p := range info.Msg.GetHeld() {
+			if p.GetKey() != name || !p.GetHeld() || p.GetFence() == 0 || strings.Contains(p.String(), b.GetToken()) {
+				t.Errorf("a permit shown as %v: want the name, held, a fence, and no token", p)
+			}
+		}
+		other, err := e.api(betaClient).InspectPermits(ctx(t), connect.NewRequest(&distlockv1.InspectPermitsRequest{Name: name}))
+		if err != nil || other.Msg.GetPermits() != 0 || len(other.Msg.GetHeld()) != 0 {
+			t.Errorf("another tenant's InspectPermits of the name: %v, %v; want nothing", other, err)
+		}
+		if _, err := e.api(betaClient).AcquirePermit(ctx(t), connect.NewRequest(&distlockv1.AcquirePermitRequest{Name: name, Permits: 1})); err != nil {
+			t.Errorf("another tenant's semaphore of the same name: %v", err)
+		}
+
+		if _, err := api.SetPermits(ctx(t), connect.NewRequest(&distlockv1.SetPermitsRequest{Name: name, Permits: 3})); err != nil {
+			t.Fatalf("SetPermits: %v", err)
+		}
+		acquirePermit(t, api, &distlockv1.AcquirePermitRequest{Name: name, Permits: 3})
+		_, err = e.api(alphaViewer).AcquirePermit(ctx(t), connect.NewRequest(&distlockv1.AcquirePermitRequest{Name: name, Permits: 3}))
+		wantCode(t, "a viewer's AcquirePermit", err, connect.CodePermissionDenied)
+	})
+}
+
+// TestPermitRetry: a retried AcquirePermit with the same request id gets
+// the same token and fence and takes no second permit, while the first is
+// held; without a request id each call takes a permit of its own.
+func TestPermitRetry(t *testing.T) {
+	forEachStore(t, func(t *testing.T, st store) {
+		e := newEnv(t, st, server.Limits{})
+		api := e.api(alphaClient)
+		name := keyFor(t, "pool")
+		req := &distlockv1.AcquirePermitRequest{Name: name, Permits: 2, RequestId: "7f0c8b8e-1f4e-4d43-9d0e-6c1b7a1e2f3a", Wait: durationpb.New(time.Second)}
+		first := acquirePermit(t, api, req)
+		again := acquirePermit(t, api, req)
+		if again.GetToken() != first.GetToken() || again.GetFence() != first.GetFence() {
+			t.Fatalf("a retry: %v, want the first grant %v", again, first)
+		}
+		info, err := api.InspectPermits(ctx(t), connect.NewRequest(&distlockv1.InspectPermitsRequest{Name: name}))
+		if err != nil || len(info.Msg.GetHeld()) != 1 {
+			t.Fatalf("after a retry: %v, %v; want one permit held", info, err)
+		}
+		acquirePermit(t, api, &distlockv1.AcquirePermitRequest{Name: name, Permits: 2})
+		_, err = api.AcquirePermit(ctx(t), connect.NewRequest(&distlockv1.AcquirePermitRequest{Name: name, Permits: 2}))
+		wantCode(t, "a third call without a request id", err, connect.CodeAborted)
+	})
+}
+
+// TestPermitsBadInput: bad names, numbers, leases and tokens are refused
+// with InvalidArgument before any store call.
+func TestPermitsBadInput(t *testing.T) {
+	e := newEnv(t, stores(t)[0], server.Limits{})
+	api := e.api(alphaClient)
+	for what, call := range map[string]func() error{
+		"no name": func() error {
+			_, err := api.AcquirePermit(ctx(t), connect.NewRequest(&distlockv1.AcquirePermitRequest{Permits: 1}))
+			return err
+		},
+		"zero permits": func() error {
+			_, err := api.AcquirePermit(ctx(t), connect.NewRequest(&distlockv1.AcquirePermitRequest{Name: "s", Permits: 0}))
+			return err
+		},
+		"negative permits": func() error {
+			_, err := api.SetPermits(ctx(t), connect.NewRequest(&distlockv1.SetPermitsRequest{Name: "s", Permits: -1}))
+			return err
+		},
+		"a lease of a nanosecond": func() error {
+			_, err := api.AcquirePermit(ctx(t), connect.NewRequest(&distlockv1.AcquirePermitRequest{Name: "s", Permits: 1, Lease: durationpb.New(1)}))
+			return err
+		},
+		"a reserved label": func() error {
+			_, err := api.AcquirePermit(ctx(t), connect.NewRequest(&distlockv1.AcquirePermitRequest{Name: "s", Permits: 1, Labels: map[string]string{"distlock.permit": "x"}}))
+			return err
+		},
+		"no token": func() error {
+			_, err := api.ReleasePermit(ctx(t), connect.NewRequest(&distlockv1.ReleasePermitRequest{Name: "s"}))
+			return err
+		},
+		"a control character": func() error {
+			_, err := api.InspectPermits(ctx(t), connect.NewRequest(&distlockv1.InspectPermitsRequest{Name: "s\x00"}))
+			return err
+		},
+	} {
+		wantCode(t, what, call(), connect.CodeInvalidArgument)
+	}
+	info, err := api.InspectPermits(ctx(t), connect.NewRequest(&distlockv1.InspectPermitsRequest{Name: "s"}))
+	if err != nil || info.Msg.GetPermits() != 0 {
+		t.Errorf("after the refusals: %v, %v; want the semaphore untouched", info, err)
+	}
+}
+
+// TestEveryProcedureIsGuarded calls every method of the LockService
+// without a token: each is refused Unauthenticated, so no method can be
+// added to the API without the guard knowing it.
+func TestEveryProcedureIsGuarded(t *testing.T) {
+	e := newEnv(t, stores(t)[0], server.Limits{})
+	methods := distlockv1.File_distlock_v1_lock_proto.Services().ByName("LockService").Methods()
+	for i := range methods.Len() {
+		path := "/distlock.v1.LockService/" + string(methods.Get(i).Name())
+		req, err := http.NewRequestWithContext(ctx(t), http.MethodPost, e.url+path, strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		res, err := e.h1.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = res.Body.Close()
+		if res.StatusCode != http.StatusUnauthorized {
+			t.Errorf("%s without a token: HTTP %d, want 401", path, res.StatusCode)
+		}
+	}
+}
