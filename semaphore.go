@@ -55,7 +55,11 @@ func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 	}
 	limit := new(atomic.Int64)
 	limit.Store(int64(permits))
-	inner, err := c.derive(permitBackend{sem: sem, limit: limit})
+	var pb driver.Backend = permitBackend{sem: sem, limit: limit}
+	if w, ok := sem.(driver.PermitWaiter); ok {
+		pb = waitingPermits{permitBackend{sem: sem, limit: limit}, w}
+	}
+	inner, err := c.derive(pb)
 	if err != nil {
 		return nil, keyErr("semaphore", name, err)
 	}
@@ -161,3 +165,17 @@ func (p permitBackend) Watch(ctx context.Context, name string) (<-chan struct{},
 
 // Close leaves the backend, which the parent client owns, open.
 func (permitBackend) Close() error { return nil }
+
+// waitingPermits is a permitBackend whose backend waits for permits itself
+// (driver.PermitWaiter): the client waits through AcquireWait, as for a
+// lock in a store's queue.
+type waitingPermits struct {
+	permitBackend
+	w driver.PermitWaiter
+}
+
+var _ driver.Waiter = waitingPermits{}
+
+func (p waitingPermits) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	return p.w.AcquirePermitWait(ctx, req, int(p.limit.Load()))
+}

@@ -14,7 +14,8 @@
 //   - ForceReleaser: freeing a key whoever holds it, with the operator's
 //     ForceOptions;
 //   - Namer: a short name for metrics and logs;
-//   - Semaphores: leased permits (distlock.Semaphore);
+//   - Semaphores: leased permits (distlock.Semaphore), and PermitWaiter:
+//     waiting for a permit where the permits are kept;
 //   - RWLocks: read-write locks (distlock.RWMutex).
 //
 // The sentinel errors are the same values as distlock's, so errors.Is matches

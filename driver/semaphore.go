@@ -36,3 +36,14 @@ type Semaphores interface {
 	// name may have become free. stop must be called once.
 	WatchPermits(ctx context.Context, name string) (wake <-chan struct{}, stop func(), err error)
 }
+
+// PermitWaiter is implemented by Semaphores backends that wait for a permit
+// where the permits are kept (a lock service's own wait) rather than by
+// WatchPermits notices: the client's Semaphore then waits through it, as it
+// waits for a lock through Waiter. AcquirePermitWait blocks until a permit
+// of req.Key is granted or ctx ends; ctx carries the caller's wait
+// deadline. On failure it holds no permit and returns an error matching
+// ErrNotAcquired, joined with ctx.Err().
+type PermitWaiter interface {
+	AcquirePermitWait(ctx context.Context, req AcquireRequest, limit int) (Grant, error)
+}
