@@ -1400,7 +1400,11 @@ type AcquirePermitRequest struct {
 	// An unpredictable id (a random UUID) that makes a retried AcquirePermit
 	// idempotent: while the permit it granted is held, the same request id
 	// returns the same token and fence, and takes no second permit.
-	RequestId     string `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Says that no earlier call with this request_id can have been granted,
+	// as AcquireRequest.first_try does: the server then does not look for
+	// the permit of an earlier call.
+	FirstTry      bool `protobuf:"varint,9,opt,name=first_try,json=firstTry,proto3" json:"first_try,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1489,6 +1493,13 @@ func (x *AcquirePermitRequest) GetRequestId() string {
 		return x.RequestId
 	}
 	return ""
+}
+
+func (x *AcquirePermitRequest) GetFirstTry() bool {
+	if x != nil {
+		return x.FirstTry
+	}
+	return false
 }
 
 type AcquirePermitResponse struct {
@@ -2060,7 +2071,7 @@ const file_distlock_v1_lock_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\",\n" +
 	"\x14CloseSessionResponse\x12\x14\n" +
-	"\x05locks\x18\x01 \x01(\x05R\x05locks\"\xfc\x02\n" +
+	"\x05locks\x18\x01 \x01(\x05R\x05locks\"\x99\x03\n" +
 	"\x14AcquirePermitRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\apermits\x18\x02 \x01(\x05R\apermits\x12-\n" +
@@ -2071,7 +2082,8 @@ const file_distlock_v1_lock_proto_rawDesc = "" +
 	"businessId\x12E\n" +
 	"\x06labels\x18\a \x03(\v2-.distlock.v1.AcquirePermitRequest.LabelsEntryR\x06labels\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\b \x01(\tR\trequestId\x1a9\n" +
+	"request_id\x18\b \x01(\tR\trequestId\x12\x1b\n" +
+	"\tfirst_try\x18\t \x01(\bR\bfirstTry\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xaf\x01\n" +

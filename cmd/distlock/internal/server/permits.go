@@ -30,7 +30,7 @@ func (h *service) AcquirePermit(ctx context.Context, req *connect.Request[distlo
 	s, m := h.s, req.Msg
 	noteKey(ctx, short(m.GetName()))
 	a, err := s.limits.checkAcquire(&distlockv1.AcquireRequest{Key: m.GetName(), Wait: m.GetWait(), Lease: m.GetLease(),
-		Owner: m.GetOwner(), BusinessId: m.GetBusinessId(), Labels: m.GetLabels(), RequestId: m.GetRequestId()})
+		Owner: m.GetOwner(), BusinessId: m.GetBusinessId(), Labels: m.GetLabels(), RequestId: m.GetRequestId(), FirstTry: m.GetFirstTry()})
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +64,7 @@ func (h *service) AcquirePermit(ctx context.Context, req *connect.Request[distlo
 		return nil, s.storeError(ctx, "acquire permit", a.key, sk, err)
 	}
 	defer sem.Close()
-	if a.requestID != "" {
+	if a.requestID != "" && !a.firstTry {
 		// A retry of a call that was granted, or is still waiting on this
 		// server, must not take a second permit: it waits for that call,
 		// then answers the permit its token holds, if any.
