@@ -10,62 +10,62 @@ import (
 
 // keep records a grant of req, made by a request sent at sent, and returns
 // the grant's Lost context.
-func (b *Backend) keep(req driver.AcquireRequest, resp *distlockv1.AcquireResponse, sent time.Time) context.Context {
+func (b *Backend) keep(k calls, req driver.AcquireRequest, resp *distlockv1.AcquireResponse, sent time.Time) context.Context {
 	lost, cancel := context.WithCancel(context.Background())
-	h := &holding{server: resp.GetToken(), fence: resp.GetFence(), until: sent.Add(req.TTL + sweepGrace), lost: cancel}
-	id := lockID{req.Key, req.Token}
+	h := &holding{server: resp.GetToken(), calls: k, fence: resp.GetFence(), until: sent.Add(req.TTL + sweepGrace), lost: cancel}
+	id := k.id(req)
 	b.mu.Lock()
 	if old := b.held[id]; old != nil && b.watch != nil {
-		b.watch.forget(req.Key, old.fence)
+		b.watch.forget(id.key, old.fence)
 	}
 	b.held[id] = h
 	b.sweepLocked()
 	b.mu.Unlock()
-	if b.watch != nil {
+	if _, lock := k.(lockCalls); lock && b.watch != nil { // the Watch stream tells of locks only
 		b.watch.follow(req.Key, h.fence, id)
 	}
 	return lost
 }
 
-// keepUnknown records an acquisition of req whose reply never came, so
-// that a Release of its token frees what it may have taken.
-func (b *Backend) keepUnknown(req driver.AcquireRequest, sent time.Time) {
-	id := lockID{req.Key, req.Token}
+// keepUnknown records an acquisition of req (of kind k) whose reply never
+// came, so that a Release of its token frees what it may have taken.
+func (b *Backend) keepUnknown(k calls, req driver.AcquireRequest, sent time.Time) {
+	id := k.id(req)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.held[id] != nil { // a grant of the same token is known: keep it
 		return
 	}
-	b.held[id] = &holding{req: req, until: sent.Add(req.TTL + sweepGrace)}
+	b.held[id] = &holding{req: req, calls: k, until: sent.Add(req.TTL + sweepGrace)}
 	b.sweepLocked()
 }
 
-// firstTry reports whether no call of this backend for req can have been
-// granted: it knows of no grant of req's token, and of no call for it
+// firstTry reports whether no call of this backend for the hold id can
+// have been granted: it knows of no grant of it, and of no call for it
 // whose reply never came. The service then need not look for the grant
 // (first_try).
-func (b *Backend) firstTry(req driver.AcquireRequest) bool {
+func (b *Backend) firstTry(id lockID) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.held[lockID{req.Key, req.Token}] == nil
+	return b.held[id] == nil
 }
 
-// serverToken returns the service's token for the core's token of key.
-func (b *Backend) serverToken(key, token string) (string, bool) {
+// serverToken returns the service's token for the hold id.
+func (b *Backend) serverToken(id lockID) (string, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	h := b.held[lockID{key, token}]
+	h := b.held[id]
 	if h == nil || h.server == "" {
 		return "", false
 	}
 	return h.server, true
 }
 
-// confirmed notes that the service kept key for token for ttl from sent.
-func (b *Backend) confirmed(key, token string, sent time.Time, ttl time.Duration) {
+// confirmed notes that the service kept the hold id for ttl from sent.
+func (b *Backend) confirmed(id lockID, sent time.Time, ttl time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if h := b.held[lockID{key, token}]; h != nil {
+	if h := b.held[id]; h != nil {
 		h.until = sent.Add(ttl + sweepGrace)
 	}
 }

@@ -20,20 +20,25 @@ import (
 // remembered, so that a Release of its token (which the core makes for
 // such an attempt) frees what it may have taken.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	return b.acquireOnce(ctx, lockCalls{b.rpc}, req)
+}
+
+// acquireOnce is Acquire for a hold of kind k.
+func (b *Backend) acquireOnce(ctx context.Context, k calls, req driver.AcquireRequest) (driver.Grant, error) {
 	c, err := b.begin(ctx, b.requestTimeout)
 	if err != nil {
 		return driver.Grant{}, err
 	}
 	defer c.end()
 	sent := time.Now()
-	resp, err := b.rpc.Acquire(c.ctx, connect.NewRequest(acquireMsg(req, 0, b.firstTry(req))))
+	resp, err := k.acquire(c.ctx, req, 0, b.firstTry(k.id(req)))
 	if err != nil {
 		if !definite(err) {
-			b.keepUnknown(req, sent)
+			b.keepUnknown(k, req, sent)
 		}
 		return driver.Grant{}, b.fail(c, err)
 	}
-	return driver.Grant{Fence: resp.Msg.GetFence(), Lost: b.keep(req, resp.Msg, sent), TTL: given(req.TTL, resp.Msg.GetLease())}, nil
+	return driver.Grant{Fence: resp.GetFence(), Lost: b.keep(k, req, resp, sent), TTL: given(req.TTL, resp.GetLease())}, nil
 }
 
 // given is the time to live the service answered when it is less than
@@ -61,6 +66,11 @@ func given(asked time.Duration, answered *durationpb.Duration) time.Duration {
 // that Grant.Sent, from which the lock's validity counts, is no earlier
 // than the service's grant.
 func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	return b.acquireWait(ctx, lockCalls{b.rpc}, req)
+}
+
+// acquireWait is AcquireWait for a hold of kind k.
+func (b *Backend) acquireWait(ctx context.Context, k calls, req driver.AcquireRequest) (driver.Grant, error) {
 	c, err := b.begin(ctx, 0) // each call has its own bound
 	if err != nil {
 		return driver.Grant{}, err
@@ -85,10 +95,10 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 		// Each call gets its own bound: the wait plus one request's time.
 		cctx, cancel := context.WithTimeout(c.ctx, wait+b.requestTimeout)
 		sent := time.Now()
-		resp, err := b.rpc.Acquire(cctx, connect.NewRequest(acquireMsg(req, wait, b.firstTry(req))))
+		resp, err := k.acquire(cctx, req, wait, b.firstTry(k.id(req)))
 		cancel()
 		if err == nil {
-			g, again, err := b.grantedAfterWait(c, req, resp.Msg, sent)
+			g, again, err := b.grantedAfterWait(c, k, req, resp, sent)
 			if !again {
 				return g, err
 			}
@@ -115,11 +125,11 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 			return driver.Grant{}, b.fail(c, err)
 		case c.ctx.Err() != nil:
 			// Cut short by ctx or Close: the grant may have come as it ended.
-			_ = b.abandon(context.Background(), req)
+			_ = b.abandon(context.Background(), k, req)
 			return driver.Grant{}, notAcquired()
 		default:
 			// No answer, or a store failure: the core releases the token.
-			b.keepUnknown(req, sent)
+			b.keepUnknown(k, req, sent)
 			return driver.Grant{}, b.fail(c, err)
 		}
 	}
@@ -134,8 +144,8 @@ const confirmAfter = 10
 // sent. If the reply took long, the grant may have been made long after
 // sent: a renewal then confirms it, and Grant.Sent is when that was sent.
 // again says that the lock was gone by then, so the wait should go on.
-func (b *Backend) grantedAfterWait(c *call, req driver.AcquireRequest, resp *distlockv1.AcquireResponse, sent time.Time) (g driver.Grant, again bool, err error) {
-	lost := b.keep(req, resp, sent)
+func (b *Backend) grantedAfterWait(c *call, k calls, req driver.AcquireRequest, resp *distlockv1.AcquireResponse, sent time.Time) (g driver.Grant, again bool, err error) {
+	lost := b.keep(k, req, resp, sent)
 	g = driver.Grant{Fence: resp.GetFence(), Lost: lost, Sent: sent, TTL: given(req.TTL, resp.GetLease())}
 	ttl := req.TTL
 	if g.TTL > 0 {
@@ -147,13 +157,13 @@ func (b *Backend) grantedAfterWait(c *call, req driver.AcquireRequest, resp *dis
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), b.requestTimeout)
 	defer cancel()
 	renewSent := time.Now()
-	rr, rerr := b.rpc.Renew(ctx, connect.NewRequest(&distlockv1.RenewRequest{Key: req.Key, Token: resp.GetToken(), Lease: durationpb.New(req.TTL)}))
+	rr, rerr := k.renew(ctx, req.Key, resp.GetToken(), req.TTL)
 	switch {
 	case rerr == nil:
-		g.Sent, g.TTL = renewSent, given(req.TTL, rr.Msg.GetLease())
-		b.confirmed(req.Key, req.Token, renewSent, req.TTL)
+		g.Sent, g.TTL = renewSent, given(req.TTL, rr.GetLease())
+		b.confirmed(k.id(req), renewSent, req.TTL)
 	case connect.CodeOf(rerr) == connect.CodeNotFound:
-		b.drop(lockID{req.Key, req.Token}, true)
+		b.drop(k.id(req), true)
 		if c.ctx.Err() == nil {
 			return driver.Grant{}, true, nil
 		}
@@ -182,25 +192,22 @@ func acquireMsg(req driver.AcquireRequest, wait time.Duration, firstTry bool) *d
 	return m
 }
 
-// abandon frees what an acquisition of req whose reply never came may have
-// taken: it repeats the request without a wait, which returns the same lock
-// if the first one was granted (or takes the key if it is free), and
-// releases the lock it gets. It returns nil if it released a lock, an error
-// matching driver.ErrNotHeld if another holds the key, or the failure.
-func (b *Backend) abandon(ctx context.Context, req driver.AcquireRequest) error {
+// abandon frees what an acquisition of req (of kind k) whose reply never
+// came may have taken: it repeats the request without a wait, which
+// returns the same hold if the first one was granted (or takes a free
+// one), and releases the hold it gets. It returns nil if it released one,
+// an error matching driver.ErrNotHeld if none was free, or the failure.
+func (b *Backend) abandon(ctx context.Context, k calls, req driver.AcquireRequest) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.requestTimeout)
 	defer cancel()
-	resp, err := b.rpc.Acquire(ctx, connect.NewRequest(acquireMsg(req, 0, false)))
+	resp, err := k.acquire(ctx, req, 0, false)
 	if err != nil {
 		if connect.CodeOf(err) == connect.CodeAborted {
 			return driver.ErrNotHeld
 		}
 		return b.fail(nil, err)
 	}
-	err = throughRate(ctx, func() error {
-		_, err := b.rpc.Release(ctx, connect.NewRequest(&distlockv1.ReleaseRequest{Key: req.Key, Token: resp.Msg.GetToken()}))
-		return err
-	})
+	err = throughRate(ctx, func() error { return k.release(ctx, req.Key, resp.GetToken()) })
 	if err != nil && connect.CodeOf(err) != connect.CodeNotFound {
 		return b.fail(nil, err)
 	}
@@ -222,35 +229,40 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 // driver.ErrNotHeld without a call; so does one the service no longer
 // knows, whose grant's Lost context then ends.
 func (b *Backend) RenewTTL(ctx context.Context, key, token string, ttl time.Duration) (time.Duration, error) {
+	return b.renewHold(ctx, lockCalls{b.rpc}, key, lockID{key, token}, ttl)
+}
+
+// renewHold is RenewTTL for the hold id of key, of kind k.
+func (b *Backend) renewHold(ctx context.Context, k calls, key string, id lockID, ttl time.Duration) (time.Duration, error) {
 	c, err := b.begin(ctx, b.requestTimeout)
 	if err != nil {
 		return 0, err
 	}
 	defer c.end()
-	server, ok := b.serverToken(key, token)
+	server, ok := b.serverToken(id)
 	if !ok {
 		return 0, driver.ErrNotHeld
 	}
 	var (
 		sent time.Time
-		resp *connect.Response[distlockv1.RenewResponse]
+		resp *distlockv1.RenewResponse
 	)
 	err = throughRate(c.ctx, func() error {
 		sent = time.Now()
 		var err error
-		resp, err = b.rpc.Renew(c.ctx, connect.NewRequest(&distlockv1.RenewRequest{Key: key, Token: server, Lease: durationpb.New(ttl)}))
+		resp, err = k.renew(c.ctx, key, server, ttl)
 		return err
 	})
 	if err != nil {
 		if connect.CodeOf(err) == connect.CodeNotFound {
-			b.drop(lockID{key, token}, true)
+			b.drop(id, true)
 		}
 		return 0, b.fail(c, err)
 	}
-	if g := given(ttl, resp.Msg.GetLease()); g > 0 {
+	if g := given(ttl, resp.GetLease()); g > 0 {
 		ttl = g
 	}
-	b.confirmed(key, token, sent, ttl)
+	b.confirmed(id, sent, ttl)
 	return ttl, nil
 }
 
@@ -259,12 +271,17 @@ func (b *Backend) RenewTTL(ctx context.Context, key, token string, ttl time.Dura
 // driver.ErrNotHeld without a call, unless its acquisition's reply never
 // came: then Release frees what it may have taken (see AcquireWait).
 func (b *Backend) Release(ctx context.Context, key, token string) error {
+	return b.releaseHold(ctx, key, lockID{key, token})
+}
+
+// releaseHold is Release for the hold id of key, of the kind it was
+// acquired as.
+func (b *Backend) releaseHold(ctx context.Context, key string, id lockID) error {
 	c, err := b.begin(ctx, b.requestTimeout)
 	if err != nil {
 		return err
 	}
 	defer c.end()
-	id := lockID{key, token}
 	b.mu.Lock()
 	h := b.held[id]
 	b.mu.Unlock()
@@ -272,16 +289,13 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 	case h == nil:
 		return driver.ErrNotHeld
 	case h.server == "":
-		err := b.abandon(c.ctx, h.req)
+		err := b.abandon(c.ctx, h.calls, h.req)
 		if err == nil || errors.Is(err, driver.ErrNotHeld) {
 			b.drop(id, false)
 		}
 		return err
 	}
-	err = throughRate(c.ctx, func() error {
-		_, err := b.rpc.Release(c.ctx, connect.NewRequest(&distlockv1.ReleaseRequest{Key: key, Token: h.server}))
-		return err
-	})
+	err = throughRate(c.ctx, func() error { return h.calls.release(c.ctx, key, h.server) })
 	if err == nil || connect.CodeOf(err) == connect.CodeNotFound {
 		b.drop(id, false)
 	}

@@ -62,6 +62,7 @@ type holding struct {
 	// of the acquisition is unknown (its reply never came), when req says
 	// what to release.
 	server string
+	calls  calls // the service's calls for it: a lock's or a permit's
 	req    driver.AcquireRequest
 	fence  uint64
 	// until is when the entry may be dropped: long after the lease the

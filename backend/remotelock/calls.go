@@ -1,0 +1,103 @@
+package remotelock
+
+import (
+	"context"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/distlock/distlock/driver"
+	distlockv1 "github.com/distlock/distlock/gen/distlock/v1"
+	"github.com/distlock/distlock/gen/distlock/v1/distlockv1connect"
+)
+
+// calls are the service's calls for one kind of hold, a lock or a
+// semaphore's permit, so that one wait loop, one bookkeeping and one
+// abandon serve both.
+type calls interface {
+	// id is what the backend keeps a hold of req under.
+	id(req driver.AcquireRequest) lockID
+	// acquire asks for req with the token as request id, waiting up to wait;
+	// firstTry says that no earlier call for req can have been granted.
+	acquire(ctx context.Context, req driver.AcquireRequest, wait time.Duration, firstTry bool) (*distlockv1.AcquireResponse, error)
+	// renew renews the hold of key under the service's token server.
+	renew(ctx context.Context, key, server string, lease time.Duration) (*distlockv1.RenewResponse, error)
+	// release frees the hold of key under the service's token server.
+	release(ctx context.Context, key, server string) error
+}
+
+// lockCalls are a lock's calls.
+type lockCalls struct {
+	rpc distlockv1connect.LockServiceClient
+}
+
+func (lockCalls) id(req driver.AcquireRequest) lockID { return lockID{req.Key, req.Token} }
+
+func (l lockCalls) acquire(ctx context.Context, req driver.AcquireRequest, wait time.Duration, firstTry bool) (*distlockv1.AcquireResponse, error) {
+	resp, err := l.rpc.Acquire(ctx, connect.NewRequest(acquireMsg(req, wait, firstTry)))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg, nil
+}
+
+func (l lockCalls) renew(ctx context.Context, key, server string, lease time.Duration) (*distlockv1.RenewResponse, error) {
+	resp, err := l.rpc.Renew(ctx, connect.NewRequest(&distlockv1.RenewRequest{Key: key, Token: server, Lease: durationpb.New(lease)}))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg, nil
+}
+
+func (l lockCalls) release(ctx context.Context, key, server string) error {
+	_, err := l.rpc.Release(ctx, connect.NewRequest(&distlockv1.ReleaseRequest{Key: key, Token: server}))
+	return err
+}
+
+// permitCalls are the calls of a permit of a semaphore of limit permits.
+type permitCalls struct {
+	rpc   distlockv1connect.LockServiceClient
+	limit int
+}
+
+// permitID keys a permit of name apart from any lock: no lock key has a
+// control character.
+func permitID(name, token string) lockID { return lockID{"\x00permit\x00" + name, token} }
+
+func (permitCalls) id(req driver.AcquireRequest) lockID { return permitID(req.Key, req.Token) }
+
+func (p permitCalls) acquire(ctx context.Context, req driver.AcquireRequest, wait time.Duration, firstTry bool) (*distlockv1.AcquireResponse, error) {
+	m := &distlockv1.AcquirePermitRequest{
+		Name:       req.Key,
+		Permits:    int32(min(p.limit, 1<<31-1)),
+		Lease:      durationpb.New(req.TTL),
+		Owner:      req.Meta.Owner,
+		BusinessId: req.Meta.BusinessID,
+		Labels:     req.Meta.Labels,
+		RequestId:  req.Token,
+		FirstTry:   firstTry,
+	}
+	if wait > 0 {
+		m.Wait = durationpb.New(wait)
+	}
+	resp, err := p.rpc.AcquirePermit(ctx, connect.NewRequest(m))
+	if err != nil {
+		return nil, err
+	}
+	r := resp.Msg
+	return &distlockv1.AcquireResponse{Token: r.GetToken(), Fence: r.GetFence(), Lease: r.GetLease(), ExpiresAt: r.GetExpiresAt()}, nil
+}
+
+func (p permitCalls) renew(ctx context.Context, name, server string, lease time.Duration) (*distlockv1.RenewResponse, error) {
+	resp, err := p.rpc.RenewPermit(ctx, connect.NewRequest(&distlockv1.RenewPermitRequest{Name: name, Token: server, Lease: durationpb.New(lease)}))
+	if err != nil {
+		return nil, err
+	}
+	return &distlockv1.RenewResponse{Lease: resp.Msg.GetLease(), ExpiresAt: resp.Msg.GetExpiresAt()}, nil
+}
+
+func (p permitCalls) release(ctx context.Context, name, server string) error {
+	_, err := p.rpc.ReleasePermit(ctx, connect.NewRequest(&distlockv1.ReleasePermitRequest{Name: name, Token: server}))
+	return err
+}
