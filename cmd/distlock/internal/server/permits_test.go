@@ -191,3 +191,77 @@ func TestEveryProcedureIsGuarded(t *testing.T) {
 		}
 	}
 }
+
+// TestPermitMaxHold: a policy's max hold caps a permit as it caps a lock:
+// the grant's lease is cut to the cap, renewals to what is left of it, a
+// renewal past it is refused, and a retry by request id cannot renew it
+// past the cap either (past its end, a retry is a new permit).
+func TestPermitMaxHold(t *testing.T) {
+	const limit = 1500 * time.Millisecond
+	e := cappedEnv(t, stores(t)[1], limit)
+	api := e.api(alphaClient)
+	lease := durationpb.New(10 * time.Second)
+	req := &distlockv1.AcquirePermitRequest{Name: "capped/pool", Permits: 2, Lease: lease, RequestId: "0b7e9f52-9a43-4c1e-8d41-2f6a3c5e7d90"}
+	p := acquirePermit(t, api, req)
+	if got := p.GetLease().AsDuration(); got != limit {
+		t.Errorf("a permit with a lease over the cap: lease %v, want the cap %v", got, limit)
+	}
+	r, err := api.RenewPermit(ctx(t), connect.NewRequest(&distlockv1.RenewPermitRequest{Name: "capped/pool", Token: p.GetToken(), Lease: lease}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Msg.GetLease().AsDuration(); got <= 0 || got > limit {
+		t.Errorf("renew under the cap: lease %v, want at most what is left of %v", got, limit)
+	}
+	var refused error
+	eventually(t, 5*time.Second, "a renewal refused at the cap", func() bool {
+		_, refused = api.RenewPermit(ctx(t), connect.NewRequest(&distlockv1.RenewPermitRequest{Name: "capped/pool", Token: p.GetToken(), Lease: lease}))
+		return refused != nil
+	})
+	wantCode(t, "renew past the cap", refused, connect.CodeNotFound)
+	// A retry finds the capped permit and is refused, or finds it ended at
+	// its cap and takes a new one: never the old one renewed.
+	if again, err := api.AcquirePermit(ctx(t), connect.NewRequest(req)); err == nil && again.Msg.GetFence() == p.GetFence() {
+		t.Errorf("a retry past the cap renewed the permit: %v", again.Msg)
+	}
+}
+
+// TestPermitRetryWhileWaiting: a retry sent while the first call still
+// waits (its caller timed out, say) takes no second permit: both calls
+// answer the one permit, and only one is held.
+func TestPermitRetryWhileWaiting(t *testing.T) {
+	forEachStore(t, func(t *testing.T, st store) {
+		e := newEnv(t, st, server.Limits{})
+		api := e.api(alphaClient)
+		name := keyFor(t, "pool")
+		held := acquirePermit(t, api, &distlockv1.AcquirePermitRequest{Name: name, Permits: 1})
+		req := &distlockv1.AcquirePermitRequest{Name: name, Permits: 1, RequestId: "5d2f8a61-3c7b-4e09-a1f4-9b8c6d2e0f17", Wait: durationpb.New(20 * time.Second)}
+		answers := make(chan *distlockv1.AcquirePermitResponse, 2)
+		for range 2 {
+			go func() {
+				res, err := api.AcquirePermit(context.Background(), connect.NewRequest(req))
+				if err != nil {
+					t.Errorf("a waiting AcquirePermit: %v", err)
+					answers <- nil
+					return
+				}
+				answers <- res.Msg
+			}()
+		}
+		time.Sleep(300 * time.Millisecond) // both calls in: the second waits for the first
+		if _, err := api.ReleasePermit(ctx(t), connect.NewRequest(&distlockv1.ReleasePermitRequest{Name: name, Token: held.GetToken()})); err != nil {
+			t.Fatal(err)
+		}
+		a, b := <-answers, <-answers
+		if a == nil || b == nil {
+			t.FailNow()
+		}
+		if a.GetToken() != b.GetToken() || a.GetFence() != b.GetFence() {
+			t.Errorf("the call and its retry answered %v and %v, want one permit", a, b)
+		}
+		info, err := api.InspectPermits(ctx(t), connect.NewRequest(&distlockv1.InspectPermitsRequest{Name: name}))
+		if err != nil || len(info.Msg.GetHeld()) != 1 {
+			t.Errorf("after a call and its retry: %v, %v; want one permit held", info, err)
+		}
+	})
+}
