@@ -223,3 +223,79 @@ func TestPermitTokenRoundTrip(t *testing.T) {
 		t.Fatalf("a permit after a release: %+v, %v; want one with a fence above %d", g, err, b.Fence)
 	}
 }
+
+// TestRWTokenRoundTrip takes a read-write lock's holds under callers'
+// tokens: readers share it, a writer is refused while they hold it, a
+// writer waiting by token keeps a new reader out, and holds are renewed
+// and released by token from another handle.
+func TestRWTokenRoundTrip(t *testing.T) {
+	const tokenC, tokenD = "cccccccccccccccccccccccccccccccc", "dddddddddddddddddddddddddddddddd"
+	ctx := context.Background()
+	c := distlock.New(memlock.New())
+	defer c.Close()
+	m, err := c.RWMutex("rw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	lease := distlock.WithLease(time.Minute)
+	a, err := m.AcquireToken(ctx, false, tokenA, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.AcquireToken(ctx, false, tokenB, lease); err != nil {
+		t.Fatalf("a second reader: %v", err)
+	}
+	if _, err := m.AcquireToken(ctx, true, tokenC, lease); !errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatalf("a writer while readers hold: %v, want ErrNotAcquired", err)
+	}
+	type result struct {
+		g   distlock.TokenGrant
+		err error
+	}
+	writer := make(chan result, 1)
+	go func() {
+		g, err := m.AcquireToken(ctx, true, tokenC, lease, distlock.WithWait(10*time.Second))
+		writer <- result{g, err}
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		info, err := m.Inspect(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.WritersWaiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the waiting writer's intent did not show within 5s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := m.AcquireToken(ctx, false, tokenD, lease); !errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatalf("a new reader while a writer waits: %v, want ErrNotAcquired", err)
+	}
+	other, err := c.RWMutex("rw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := other.RenewToken(ctx, tokenA, time.Minute); err != nil {
+		t.Fatalf("renew a reader by token: %v", err)
+	}
+	for _, tok := range []string{tokenA, tokenB} {
+		if err := other.ReleaseToken(ctx, tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := <-writer
+	if w.err != nil || w.g.Fence <= a.Fence {
+		t.Fatalf("the waiting writer: %+v, %v; want a grant with a fence above %d", w.g, w.err, a.Fence)
+	}
+	if err := other.ReleaseToken(ctx, tokenC); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.ReleaseToken(ctx, tokenC); !errors.Is(err, distlock.ErrNotHeld) {
+		t.Fatalf("second release: %v, want ErrNotHeld", err)
+	}
+}
