@@ -49,11 +49,11 @@ func (c *Client) RWMutex(name string) (*RWMutex, error) {
 	if !ok {
 		return nil, keyErr("rwmutex", name, fmt.Errorf("%s keeps no read-write locks: %w", c.backendName, errors.ErrUnsupported))
 	}
-	readers, err := c.derive(rwBackend{rw: rw, mode: driver.Shared})
+	readers, err := c.derive(rwHolds(rw, driver.Shared))
 	if err != nil {
 		return nil, keyErr("rwmutex", name, err)
 	}
-	writers, err := c.derive(rwBackend{rw: rw, mode: driver.Exclusive})
+	writers, err := c.derive(rwHolds(rw, driver.Exclusive))
 	if err != nil {
 		_ = readers.Close()
 		return nil, keyErr("rwmutex", name, err)
@@ -80,16 +80,52 @@ func (m *RWMutex) TryRLock(ctx context.Context, opts ...Option) (*Lock, error) {
 // WithWait if given, else until ctx ends (ErrNotAcquired then). While it
 // waits, new readers are kept out; readers already in finish first.
 func (m *RWMutex) Lock(ctx context.Context, opts ...Option) (*Lock, error) {
-	intent := newToken()
-	withIntent := func(r *Request) { r.intent = intent }
+	withIntent, done := m.writing(ctx)
 	l, err := m.writers.Lock(ctx, m.name, append([]Option{withIntent}, opts...)...)
-	if err != nil {
-		// Let the readers kept out in now rather than at the intent's expiry.
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		_ = m.rw.WithdrawIntent(wctx, m.name, intent)
-		cancel()
-	}
+	done(err)
 	return l, err
+}
+
+// writing returns the option that gives a writer's attempts a write
+// intent, and the function to call with the outcome: a writer that did not
+// get the lock withdraws its intent, letting the readers it kept out in now
+// rather than at the intent's expiry.
+func (m *RWMutex) writing(ctx context.Context) (Option, func(error)) {
+	intent := newToken()
+	return func(r *Request) { r.intent = intent }, func(err error) {
+		if err != nil {
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			_ = m.rw.WithdrawIntent(wctx, m.name, intent)
+			cancel()
+		}
+	}
+}
+
+// AcquireToken takes a hold, a writer's if write and else a reader's, for a
+// holder elsewhere, as Client.AcquireToken takes a lock: the holder proves
+// itself with token to RenewToken and ReleaseToken, on this handle or any
+// other of the name, and the handle keeps nothing. A waiting writer keeps
+// new readers out, as Lock's does.
+func (m *RWMutex) AcquireToken(ctx context.Context, write bool, token string, opts ...Option) (TokenGrant, error) {
+	if !write {
+		return m.readers.AcquireToken(ctx, m.name, token, opts...)
+	}
+	withIntent, done := m.writing(ctx)
+	g, err := m.writers.AcquireToken(ctx, m.name, token, append([]Option{withIntent}, opts...)...)
+	done(err)
+	return g, err
+}
+
+// RenewToken renews token's hold, of either mode, for lease from now;
+// ErrNotHeld if token holds none.
+func (m *RWMutex) RenewToken(ctx context.Context, token string, lease time.Duration) error {
+	return m.readers.RenewToken(ctx, m.name, token, lease)
+}
+
+// ReleaseToken frees token's hold, of either mode; ErrNotHeld if token
+// holds none.
+func (m *RWMutex) ReleaseToken(ctx context.Context, token string) error {
+	return m.readers.ReleaseToken(ctx, m.name, token)
 }
 
 // TryLock makes one attempt to take the write hold; refused, it keeps no
@@ -151,3 +187,26 @@ func (b rwBackend) Watch(ctx context.Context, name string) (<-chan struct{}, fun
 
 // Close leaves the backend, which the parent client owns, open.
 func (rwBackend) Close() error { return nil }
+
+// rwHolds returns the backend of rw's holds in mode: an rwBackend, which
+// also waits through rw if rw waits for holds itself (driver.RWWaiter).
+func rwHolds(rw driver.RWLocks, mode driver.Mode) driver.Backend {
+	b := rwBackend{rw: rw, mode: mode}
+	if w, ok := rw.(driver.RWWaiter); ok {
+		return waitingRW{b, w}
+	}
+	return b
+}
+
+// waitingRW is an rwBackend whose backend waits for holds itself: the
+// client waits through AcquireWait, as for a lock in a store's queue.
+type waitingRW struct {
+	rwBackend
+	w driver.RWWaiter
+}
+
+var _ driver.Waiter = waitingRW{}
+
+func (b waitingRW) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	return b.w.AcquireRWWait(ctx, req, b.mode)
+}

@@ -16,7 +16,8 @@
 //   - Namer: a short name for metrics and logs;
 //   - Semaphores: leased permits (distlock.Semaphore), and PermitWaiter:
 //     waiting for a permit where the permits are kept;
-//   - RWLocks: read-write locks (distlock.RWMutex).
+//   - RWLocks: read-write locks (distlock.RWMutex), and RWWaiter: waiting
+//     for a hold where the locks are kept.
 //
 // The sentinel errors are the same values as distlock's, so errors.Is matches
 // them on either side.

@@ -64,3 +64,14 @@ type RWLocks interface {
 	// released or an intent withdrawn.
 	WatchRW(ctx context.Context, name string) (wake <-chan struct{}, stop func(), err error)
 }
+
+// RWWaiter is implemented by RWLocks backends that wait for a hold where
+// the locks are kept (a lock service's own wait, which keeps new readers
+// out while a writer waits) rather than by WatchRW notices: the client's
+// RWMutex then waits through it, as it waits for a lock through Waiter.
+// AcquireRWWait blocks until req.Key is granted in mode or ctx ends; ctx
+// carries the caller's wait deadline. On failure it holds nothing and
+// returns an error matching ErrNotAcquired, joined with ctx.Err().
+type RWWaiter interface {
+	AcquireRWWait(ctx context.Context, req AcquireRequest, mode Mode) (Grant, error)
+}
