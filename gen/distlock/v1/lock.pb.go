@@ -1962,6 +1962,502 @@ func (x *InspectPermitsResponse) GetHeld() []*Lock {
 	return nil
 }
 
+type AcquireRWRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The lock's name, under the same rules as a lock's key. Read-write locks
+	// are apart from plain locks and semaphores of the same name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The writer's hold; false takes a reader's.
+	Write bool `protobuf:"varint,2,opt,name=write,proto3" json:"write,omitempty"`
+	// How long to wait; zero tries once.
+	Wait *durationpb.Duration `protobuf:"bytes,3,opt,name=wait,proto3" json:"wait,omitempty"`
+	// How long the hold lasts without a renewal; the server's default if
+	// unset.
+	Lease      *durationpb.Duration `protobuf:"bytes,4,opt,name=lease,proto3" json:"lease,omitempty"`
+	Owner      string               `protobuf:"bytes,5,opt,name=owner,proto3" json:"owner,omitempty"`
+	BusinessId string               `protobuf:"bytes,6,opt,name=business_id,json=businessId,proto3" json:"business_id,omitempty"`
+	// Free-form labels; names beginning "distlock." are reserved.
+	Labels map[string]string `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Makes a retried AcquireRW idempotent, as AcquirePermitRequest.request_id.
+	RequestId string `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// As AcquireRequest.first_try.
+	FirstTry      bool `protobuf:"varint,9,opt,name=first_try,json=firstTry,proto3" json:"first_try,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireRWRequest) Reset() {
+	*x = AcquireRWRequest{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireRWRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireRWRequest) ProtoMessage() {}
+
+func (x *AcquireRWRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireRWRequest.ProtoReflect.Descriptor instead.
+func (*AcquireRWRequest) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *AcquireRWRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AcquireRWRequest) GetWrite() bool {
+	if x != nil {
+		return x.Write
+	}
+	return false
+}
+
+func (x *AcquireRWRequest) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
+func (x *AcquireRWRequest) GetLease() *durationpb.Duration {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+func (x *AcquireRWRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *AcquireRWRequest) GetBusinessId() string {
+	if x != nil {
+		return x.BusinessId
+	}
+	return ""
+}
+
+func (x *AcquireRWRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *AcquireRWRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *AcquireRWRequest) GetFirstTry() bool {
+	if x != nil {
+		return x.FirstTry
+	}
+	return false
+}
+
+type AcquireRWResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Proves the hold to RenewRW and ReleaseRW. Keep it secret.
+	Token string `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	// Strictly increases with every hold granted for the name, in either
+	// mode: a writer's is above every reader's before it.
+	Fence         uint64                 `protobuf:"varint,2,opt,name=fence,proto3" json:"fence,omitempty"`
+	Lease         *durationpb.Duration   `protobuf:"bytes,3,opt,name=lease,proto3" json:"lease,omitempty"`
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireRWResponse) Reset() {
+	*x = AcquireRWResponse{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireRWResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireRWResponse) ProtoMessage() {}
+
+func (x *AcquireRWResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireRWResponse.ProtoReflect.Descriptor instead.
+func (*AcquireRWResponse) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *AcquireRWResponse) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *AcquireRWResponse) GetFence() uint64 {
+	if x != nil {
+		return x.Fence
+	}
+	return 0
+}
+
+func (x *AcquireRWResponse) GetLease() *durationpb.Duration {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+func (x *AcquireRWResponse) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+type RenewRWRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Token string                 `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	// A new lease; unset keeps the one the hold was acquired with.
+	Lease         *durationpb.Duration `protobuf:"bytes,3,opt,name=lease,proto3" json:"lease,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewRWRequest) Reset() {
+	*x = RenewRWRequest{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewRWRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewRWRequest) ProtoMessage() {}
+
+func (x *RenewRWRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewRWRequest.ProtoReflect.Descriptor instead.
+func (*RenewRWRequest) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *RenewRWRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RenewRWRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *RenewRWRequest) GetLease() *durationpb.Duration {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+type RenewRWResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Lease         *durationpb.Duration   `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewRWResponse) Reset() {
+	*x = RenewRWResponse{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewRWResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewRWResponse) ProtoMessage() {}
+
+func (x *RenewRWResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewRWResponse.ProtoReflect.Descriptor instead.
+func (*RenewRWResponse) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *RenewRWResponse) GetLease() *durationpb.Duration {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+func (x *RenewRWResponse) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+type ReleaseRWRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Token         string                 `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseRWRequest) Reset() {
+	*x = ReleaseRWRequest{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseRWRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseRWRequest) ProtoMessage() {}
+
+func (x *ReleaseRWRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseRWRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseRWRequest) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ReleaseRWRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ReleaseRWRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+type ReleaseRWResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseRWResponse) Reset() {
+	*x = ReleaseRWResponse{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseRWResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseRWResponse) ProtoMessage() {}
+
+func (x *ReleaseRWResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseRWResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseRWResponse) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{37}
+}
+
+type InspectRWRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InspectRWRequest) Reset() {
+	*x = InspectRWRequest{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InspectRWRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InspectRWRequest) ProtoMessage() {}
+
+func (x *InspectRWRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InspectRWRequest.ProtoReflect.Descriptor instead.
+func (*InspectRWRequest) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *InspectRWRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type InspectRWResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The holds are the writer's (one); otherwise they are readers'.
+	Writer bool `protobuf:"varint,1,opt,name=writer,proto3" json:"writer,omitempty"`
+	// The live holds: key is the lock's name.
+	Held []*Lock `protobuf:"bytes,2,rep,name=held,proto3" json:"held,omitempty"`
+	// Writers whose wait keeps new readers out.
+	WritersWaiting int32 `protobuf:"varint,3,opt,name=writers_waiting,json=writersWaiting,proto3" json:"writers_waiting,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *InspectRWResponse) Reset() {
+	*x = InspectRWResponse{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InspectRWResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InspectRWResponse) ProtoMessage() {}
+
+func (x *InspectRWResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InspectRWResponse.ProtoReflect.Descriptor instead.
+func (*InspectRWResponse) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *InspectRWResponse) GetWriter() bool {
+	if x != nil {
+		return x.Writer
+	}
+	return false
+}
+
+func (x *InspectRWResponse) GetHeld() []*Lock {
+	if x != nil {
+		return x.Held
+	}
+	return nil
+}
+
+func (x *InspectRWResponse) GetWritersWaiting() int32 {
+	if x != nil {
+		return x.WritersWaiting
+	}
+	return 0
+}
+
 var File_distlock_v1_lock_proto protoreflect.FileDescriptor
 
 const file_distlock_v1_lock_proto_rawDesc = "" +
@@ -2113,7 +2609,46 @@ const file_distlock_v1_lock_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"Y\n" +
 	"\x16InspectPermitsResponse\x12\x18\n" +
 	"\apermits\x18\x01 \x01(\x05R\apermits\x12%\n" +
-	"\x04held\x18\x02 \x03(\v2\x11.distlock.v1.LockR\x04held2\x92\t\n" +
+	"\x04held\x18\x02 \x03(\v2\x11.distlock.v1.LockR\x04held\"\x8d\x03\n" +
+	"\x10AcquireRWRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05write\x18\x02 \x01(\bR\x05write\x12-\n" +
+	"\x04wait\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12/\n" +
+	"\x05lease\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12\x14\n" +
+	"\x05owner\x18\x05 \x01(\tR\x05owner\x12\x1f\n" +
+	"\vbusiness_id\x18\x06 \x01(\tR\n" +
+	"businessId\x12A\n" +
+	"\x06labels\x18\a \x03(\v2).distlock.v1.AcquireRWRequest.LabelsEntryR\x06labels\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\b \x01(\tR\trequestId\x12\x1b\n" +
+	"\tfirst_try\x18\t \x01(\bR\bfirstTry\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xab\x01\n" +
+	"\x11AcquireRWResponse\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12\x14\n" +
+	"\x05fence\x18\x02 \x01(\x04R\x05fence\x12/\n" +
+	"\x05lease\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x129\n" +
+	"\n" +
+	"expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"k\n" +
+	"\x0eRenewRWRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\x12/\n" +
+	"\x05lease\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05lease\"}\n" +
+	"\x0fRenewRWResponse\x12/\n" +
+	"\x05lease\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x129\n" +
+	"\n" +
+	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"<\n" +
+	"\x10ReleaseRWRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\"\x13\n" +
+	"\x11ReleaseRWResponse\"&\n" +
+	"\x10InspectRWRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"{\n" +
+	"\x11InspectRWResponse\x12\x16\n" +
+	"\x06writer\x18\x01 \x01(\bR\x06writer\x12%\n" +
+	"\x04held\x18\x02 \x03(\v2\x11.distlock.v1.LockR\x04held\x12'\n" +
+	"\x0fwriters_waiting\x18\x03 \x01(\x05R\x0ewritersWaiting2\xbc\v\n" +
 	"\vLockService\x12D\n" +
 	"\aAcquire\x12\x1b.distlock.v1.AcquireRequest\x1a\x1c.distlock.v1.AcquireResponse\x12>\n" +
 	"\x05Renew\x12\x19.distlock.v1.RenewRequest\x1a\x1a.distlock.v1.RenewResponse\x12D\n" +
@@ -2130,7 +2665,11 @@ const file_distlock_v1_lock_proto_rawDesc = "" +
 	"\rReleasePermit\x12!.distlock.v1.ReleasePermitRequest\x1a\".distlock.v1.ReleasePermitResponse\x12M\n" +
 	"\n" +
 	"SetPermits\x12\x1e.distlock.v1.SetPermitsRequest\x1a\x1f.distlock.v1.SetPermitsResponse\x12Y\n" +
-	"\x0eInspectPermits\x12\".distlock.v1.InspectPermitsRequest\x1a#.distlock.v1.InspectPermitsResponseB9Z7github.com/distlock/distlock/gen/distlock/v1;distlockv1b\x06proto3"
+	"\x0eInspectPermits\x12\".distlock.v1.InspectPermitsRequest\x1a#.distlock.v1.InspectPermitsResponse\x12J\n" +
+	"\tAcquireRW\x12\x1d.distlock.v1.AcquireRWRequest\x1a\x1e.distlock.v1.AcquireRWResponse\x12D\n" +
+	"\aRenewRW\x12\x1b.distlock.v1.RenewRWRequest\x1a\x1c.distlock.v1.RenewRWResponse\x12J\n" +
+	"\tReleaseRW\x12\x1d.distlock.v1.ReleaseRWRequest\x1a\x1e.distlock.v1.ReleaseRWResponse\x12J\n" +
+	"\tInspectRW\x12\x1d.distlock.v1.InspectRWRequest\x1a\x1e.distlock.v1.InspectRWResponseB9Z7github.com/distlock/distlock/gen/distlock/v1;distlockv1b\x06proto3"
 
 var (
 	file_distlock_v1_lock_proto_rawDescOnce sync.Once
@@ -2145,7 +2684,7 @@ func file_distlock_v1_lock_proto_rawDescGZIP() []byte {
 }
 
 var file_distlock_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_distlock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_distlock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_distlock_v1_lock_proto_goTypes = []any{
 	(Event_Type)(0),                // 0: distlock.v1.Event.Type
 	(*AcquireRequest)(nil),         // 1: distlock.v1.AcquireRequest
@@ -2180,80 +2719,106 @@ var file_distlock_v1_lock_proto_goTypes = []any{
 	(*SetPermitsResponse)(nil),     // 30: distlock.v1.SetPermitsResponse
 	(*InspectPermitsRequest)(nil),  // 31: distlock.v1.InspectPermitsRequest
 	(*InspectPermitsResponse)(nil), // 32: distlock.v1.InspectPermitsResponse
-	nil,                            // 33: distlock.v1.AcquireRequest.LabelsEntry
-	nil,                            // 34: distlock.v1.Lock.LabelsEntry
-	nil,                            // 35: distlock.v1.AcquirePermitRequest.LabelsEntry
-	(*durationpb.Duration)(nil),    // 36: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 37: google.protobuf.Timestamp
+	(*AcquireRWRequest)(nil),       // 33: distlock.v1.AcquireRWRequest
+	(*AcquireRWResponse)(nil),      // 34: distlock.v1.AcquireRWResponse
+	(*RenewRWRequest)(nil),         // 35: distlock.v1.RenewRWRequest
+	(*RenewRWResponse)(nil),        // 36: distlock.v1.RenewRWResponse
+	(*ReleaseRWRequest)(nil),       // 37: distlock.v1.ReleaseRWRequest
+	(*ReleaseRWResponse)(nil),      // 38: distlock.v1.ReleaseRWResponse
+	(*InspectRWRequest)(nil),       // 39: distlock.v1.InspectRWRequest
+	(*InspectRWResponse)(nil),      // 40: distlock.v1.InspectRWResponse
+	nil,                            // 41: distlock.v1.AcquireRequest.LabelsEntry
+	nil,                            // 42: distlock.v1.Lock.LabelsEntry
+	nil,                            // 43: distlock.v1.AcquirePermitRequest.LabelsEntry
+	nil,                            // 44: distlock.v1.AcquireRWRequest.LabelsEntry
+	(*durationpb.Duration)(nil),    // 45: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 46: google.protobuf.Timestamp
 }
 var file_distlock_v1_lock_proto_depIdxs = []int32{
-	36, // 0: distlock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	36, // 1: distlock.v1.AcquireRequest.lease:type_name -> google.protobuf.Duration
-	36, // 2: distlock.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	33, // 3: distlock.v1.AcquireRequest.labels:type_name -> distlock.v1.AcquireRequest.LabelsEntry
-	36, // 4: distlock.v1.AcquireResponse.lease:type_name -> google.protobuf.Duration
-	37, // 5: distlock.v1.AcquireResponse.expires_at:type_name -> google.protobuf.Timestamp
-	36, // 6: distlock.v1.RenewRequest.lease:type_name -> google.protobuf.Duration
-	36, // 7: distlock.v1.RenewResponse.lease:type_name -> google.protobuf.Duration
-	37, // 8: distlock.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
+	45, // 0: distlock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	45, // 1: distlock.v1.AcquireRequest.lease:type_name -> google.protobuf.Duration
+	45, // 2: distlock.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	41, // 3: distlock.v1.AcquireRequest.labels:type_name -> distlock.v1.AcquireRequest.LabelsEntry
+	45, // 4: distlock.v1.AcquireResponse.lease:type_name -> google.protobuf.Duration
+	46, // 5: distlock.v1.AcquireResponse.expires_at:type_name -> google.protobuf.Timestamp
+	45, // 6: distlock.v1.RenewRequest.lease:type_name -> google.protobuf.Duration
+	45, // 7: distlock.v1.RenewResponse.lease:type_name -> google.protobuf.Duration
+	46, // 8: distlock.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
 	11, // 9: distlock.v1.InspectResponse.lock:type_name -> distlock.v1.Lock
 	11, // 10: distlock.v1.ListResponse.locks:type_name -> distlock.v1.Lock
-	36, // 11: distlock.v1.Lock.ttl:type_name -> google.protobuf.Duration
-	34, // 12: distlock.v1.Lock.labels:type_name -> distlock.v1.Lock.LabelsEntry
+	45, // 11: distlock.v1.Lock.ttl:type_name -> google.protobuf.Duration
+	42, // 12: distlock.v1.Lock.labels:type_name -> distlock.v1.Lock.LabelsEntry
 	14, // 13: distlock.v1.WatchResponse.event:type_name -> distlock.v1.Event
 	0,  // 14: distlock.v1.Event.type:type_name -> distlock.v1.Event.Type
 	11, // 15: distlock.v1.Event.lock:type_name -> distlock.v1.Lock
-	37, // 16: distlock.v1.Event.time:type_name -> google.protobuf.Timestamp
+	46, // 16: distlock.v1.Event.time:type_name -> google.protobuf.Timestamp
 	11, // 17: distlock.v1.ForceReleaseResponse.lock:type_name -> distlock.v1.Lock
-	36, // 18: distlock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	36, // 19: distlock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
-	37, // 20: distlock.v1.OpenSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
-	36, // 21: distlock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
-	37, // 22: distlock.v1.KeepAliveResponse.expires_at:type_name -> google.protobuf.Timestamp
-	36, // 23: distlock.v1.AcquirePermitRequest.wait:type_name -> google.protobuf.Duration
-	36, // 24: distlock.v1.AcquirePermitRequest.lease:type_name -> google.protobuf.Duration
-	35, // 25: distlock.v1.AcquirePermitRequest.labels:type_name -> distlock.v1.AcquirePermitRequest.LabelsEntry
-	36, // 26: distlock.v1.AcquirePermitResponse.lease:type_name -> google.protobuf.Duration
-	37, // 27: distlock.v1.AcquirePermitResponse.expires_at:type_name -> google.protobuf.Timestamp
-	36, // 28: distlock.v1.RenewPermitRequest.lease:type_name -> google.protobuf.Duration
-	36, // 29: distlock.v1.RenewPermitResponse.lease:type_name -> google.protobuf.Duration
-	37, // 30: distlock.v1.RenewPermitResponse.expires_at:type_name -> google.protobuf.Timestamp
+	45, // 18: distlock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	45, // 19: distlock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	46, // 20: distlock.v1.OpenSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
+	45, // 21: distlock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	46, // 22: distlock.v1.KeepAliveResponse.expires_at:type_name -> google.protobuf.Timestamp
+	45, // 23: distlock.v1.AcquirePermitRequest.wait:type_name -> google.protobuf.Duration
+	45, // 24: distlock.v1.AcquirePermitRequest.lease:type_name -> google.protobuf.Duration
+	43, // 25: distlock.v1.AcquirePermitRequest.labels:type_name -> distlock.v1.AcquirePermitRequest.LabelsEntry
+	45, // 26: distlock.v1.AcquirePermitResponse.lease:type_name -> google.protobuf.Duration
+	46, // 27: distlock.v1.AcquirePermitResponse.expires_at:type_name -> google.protobuf.Timestamp
+	45, // 28: distlock.v1.RenewPermitRequest.lease:type_name -> google.protobuf.Duration
+	45, // 29: distlock.v1.RenewPermitResponse.lease:type_name -> google.protobuf.Duration
+	46, // 30: distlock.v1.RenewPermitResponse.expires_at:type_name -> google.protobuf.Timestamp
 	11, // 31: distlock.v1.InspectPermitsResponse.held:type_name -> distlock.v1.Lock
-	1,  // 32: distlock.v1.LockService.Acquire:input_type -> distlock.v1.AcquireRequest
-	3,  // 33: distlock.v1.LockService.Renew:input_type -> distlock.v1.RenewRequest
-	5,  // 34: distlock.v1.LockService.Release:input_type -> distlock.v1.ReleaseRequest
-	7,  // 35: distlock.v1.LockService.Inspect:input_type -> distlock.v1.InspectRequest
-	9,  // 36: distlock.v1.LockService.List:input_type -> distlock.v1.ListRequest
-	12, // 37: distlock.v1.LockService.Watch:input_type -> distlock.v1.WatchRequest
-	15, // 38: distlock.v1.LockService.ForceRelease:input_type -> distlock.v1.ForceReleaseRequest
-	17, // 39: distlock.v1.LockService.OpenSession:input_type -> distlock.v1.OpenSessionRequest
-	19, // 40: distlock.v1.LockService.KeepAlive:input_type -> distlock.v1.KeepAliveRequest
-	21, // 41: distlock.v1.LockService.CloseSession:input_type -> distlock.v1.CloseSessionRequest
-	23, // 42: distlock.v1.LockService.AcquirePermit:input_type -> distlock.v1.AcquirePermitRequest
-	25, // 43: distlock.v1.LockService.RenewPermit:input_type -> distlock.v1.RenewPermitRequest
-	27, // 44: distlock.v1.LockService.ReleasePermit:input_type -> distlock.v1.ReleasePermitRequest
-	29, // 45: distlock.v1.LockService.SetPermits:input_type -> distlock.v1.SetPermitsRequest
-	31, // 46: distlock.v1.LockService.InspectPermits:input_type -> distlock.v1.InspectPermitsRequest
-	2,  // 47: distlock.v1.LockService.Acquire:output_type -> distlock.v1.AcquireResponse
-	4,  // 48: distlock.v1.LockService.Renew:output_type -> distlock.v1.RenewResponse
-	6,  // 49: distlock.v1.LockService.Release:output_type -> distlock.v1.ReleaseResponse
-	8,  // 50: distlock.v1.LockService.Inspect:output_type -> distlock.v1.InspectResponse
-	10, // 51: distlock.v1.LockService.List:output_type -> distlock.v1.ListResponse
-	13, // 52: distlock.v1.LockService.Watch:output_type -> distlock.v1.WatchResponse
-	16, // 53: distlock.v1.LockService.ForceRelease:output_type -> distlock.v1.ForceReleaseResponse
-	18, // 54: distlock.v1.LockService.OpenSession:output_type -> distlock.v1.OpenSessionResponse
-	20, // 55: distlock.v1.LockService.KeepAlive:output_type -> distlock.v1.KeepAliveResponse
-	22, // 56: distlock.v1.LockService.CloseSession:output_type -> distlock.v1.CloseSessionResponse
-	24, // 57: distlock.v1.LockService.AcquirePermit:output_type -> distlock.v1.AcquirePermitResponse
-	26, // 58: distlock.v1.LockService.RenewPermit:output_type -> distlock.v1.RenewPermitResponse
-	28, // 59: distlock.v1.LockService.ReleasePermit:output_type -> distlock.v1.ReleasePermitResponse
-	30, // 60: distlock.v1.LockService.SetPermits:output_type -> distlock.v1.SetPermitsResponse
-	32, // 61: distlock.v1.LockService.InspectPermits:output_type -> distlock.v1.InspectPermitsResponse
-	47, // [47:62] is the sub-list for method output_type
-	32, // [32:47] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	45, // 32: distlock.v1.AcquireRWRequest.wait:type_name -> google.protobuf.Duration
+	45, // 33: distlock.v1.AcquireRWRequest.lease:type_name -> google.protobuf.Duration
+	44, // 34: distlock.v1.AcquireRWRequest.labels:type_name -> distlock.v1.AcquireRWRequest.LabelsEntry
+	45, // 35: distlock.v1.AcquireRWResponse.lease:type_name -> google.protobuf.Duration
+	46, // 36: distlock.v1.AcquireRWResponse.expires_at:type_name -> google.protobuf.Timestamp
+	45, // 37: distlock.v1.RenewRWRequest.lease:type_name -> google.protobuf.Duration
+	45, // 38: distlock.v1.RenewRWResponse.lease:type_name -> google.protobuf.Duration
+	46, // 39: distlock.v1.RenewRWResponse.expires_at:type_name -> google.protobuf.Timestamp
+	11, // 40: distlock.v1.InspectRWResponse.held:type_name -> distlock.v1.Lock
+	1,  // 41: distlock.v1.LockService.Acquire:input_type -> distlock.v1.AcquireRequest
+	3,  // 42: distlock.v1.LockService.Renew:input_type -> distlock.v1.RenewRequest
+	5,  // 43: distlock.v1.LockService.Release:input_type -> distlock.v1.ReleaseRequest
+	7,  // 44: distlock.v1.LockService.Inspect:input_type -> distlock.v1.InspectRequest
+	9,  // 45: distlock.v1.LockService.List:input_type -> distlock.v1.ListRequest
+	12, // 46: distlock.v1.LockService.Watch:input_type -> distlock.v1.WatchRequest
+	15, // 47: distlock.v1.LockService.ForceRelease:input_type -> distlock.v1.ForceReleaseRequest
+	17, // 48: distlock.v1.LockService.OpenSession:input_type -> distlock.v1.OpenSessionRequest
+	19, // 49: distlock.v1.LockService.KeepAlive:input_type -> distlock.v1.KeepAliveRequest
+	21, // 50: distlock.v1.LockService.CloseSession:input_type -> distlock.v1.CloseSessionRequest
+	23, // 51: distlock.v1.LockService.AcquirePermit:input_type -> distlock.v1.AcquirePermitRequest
+	25, // 52: distlock.v1.LockService.RenewPermit:input_type -> distlock.v1.RenewPermitRequest
+	27, // 53: distlock.v1.LockService.ReleasePermit:input_type -> distlock.v1.ReleasePermitRequest
+	29, // 54: distlock.v1.LockService.SetPermits:input_type -> distlock.v1.SetPermitsRequest
+	31, // 55: distlock.v1.LockService.InspectPermits:input_type -> distlock.v1.InspectPermitsRequest
+	33, // 56: distlock.v1.LockService.AcquireRW:input_type -> distlock.v1.AcquireRWRequest
+	35, // 57: distlock.v1.LockService.RenewRW:input_type -> distlock.v1.RenewRWRequest
+	37, // 58: distlock.v1.LockService.ReleaseRW:input_type -> distlock.v1.ReleaseRWRequest
+	39, // 59: distlock.v1.LockService.InspectRW:input_type -> distlock.v1.InspectRWRequest
+	2,  // 60: distlock.v1.LockService.Acquire:output_type -> distlock.v1.AcquireResponse
+	4,  // 61: distlock.v1.LockService.Renew:output_type -> distlock.v1.RenewResponse
+	6,  // 62: distlock.v1.LockService.Release:output_type -> distlock.v1.ReleaseResponse
+	8,  // 63: distlock.v1.LockService.Inspect:output_type -> distlock.v1.InspectResponse
+	10, // 64: distlock.v1.LockService.List:output_type -> distlock.v1.ListResponse
+	13, // 65: distlock.v1.LockService.Watch:output_type -> distlock.v1.WatchResponse
+	16, // 66: distlock.v1.LockService.ForceRelease:output_type -> distlock.v1.ForceReleaseResponse
+	18, // 67: distlock.v1.LockService.OpenSession:output_type -> distlock.v1.OpenSessionResponse
+	20, // 68: distlock.v1.LockService.KeepAlive:output_type -> distlock.v1.KeepAliveResponse
+	22, // 69: distlock.v1.LockService.CloseSession:output_type -> distlock.v1.CloseSessionResponse
+	24, // 70: distlock.v1.LockService.AcquirePermit:output_type -> distlock.v1.AcquirePermitResponse
+	26, // 71: distlock.v1.LockService.RenewPermit:output_type -> distlock.v1.RenewPermitResponse
+	28, // 72: distlock.v1.LockService.ReleasePermit:output_type -> distlock.v1.ReleasePermitResponse
+	30, // 73: distlock.v1.LockService.SetPermits:output_type -> distlock.v1.SetPermitsResponse
+	32, // 74: distlock.v1.LockService.InspectPermits:output_type -> distlock.v1.InspectPermitsResponse
+	34, // 75: distlock.v1.LockService.AcquireRW:output_type -> distlock.v1.AcquireRWResponse
+	36, // 76: distlock.v1.LockService.RenewRW:output_type -> distlock.v1.RenewRWResponse
+	38, // 77: distlock.v1.LockService.ReleaseRW:output_type -> distlock.v1.ReleaseRWResponse
+	40, // 78: distlock.v1.LockService.InspectRW:output_type -> distlock.v1.InspectRWResponse
+	60, // [60:79] is the sub-list for method output_type
+	41, // [41:60] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_distlock_v1_lock_proto_init() }
@@ -2267,7 +2832,7 @@ func file_distlock_v1_lock_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_distlock_v1_lock_proto_rawDesc), len(file_distlock_v1_lock_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   35,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

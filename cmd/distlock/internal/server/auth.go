@@ -38,6 +38,10 @@ var procedures = map[string]procedure{
 	distlockv1connect.LockServiceReleasePermitProcedure:  {"ReleasePermit", auth.Write},
 	distlockv1connect.LockServiceSetPermitsProcedure:     {"SetPermits", auth.Write},
 	distlockv1connect.LockServiceInspectPermitsProcedure: {"InspectPermits", auth.Read},
+	distlockv1connect.LockServiceAcquireRWProcedure:      {"AcquireRW", auth.Write},
+	distlockv1connect.LockServiceRenewRWProcedure:        {"RenewRW", auth.Write},
+	distlockv1connect.LockServiceReleaseRWProcedure:      {"ReleaseRW", auth.Write},
+	distlockv1connect.LockServiceInspectRWProcedure:      {"InspectRW", auth.Read},
 }
 
 // guard admits a call to next, before its request is read: the server must

@@ -96,8 +96,9 @@ type Server struct {
 	waiters  tenantCaps // Acquire calls waiting, per tenant
 	streams  tenantCaps // Watch streams, per tenant
 	sessions sessionCache
-	// permitCalls lets a retried AcquirePermit wait for its first call.
-	permitCalls callGate
+	// holdCalls lets a retried AcquirePermit or AcquireRW wait for its
+	// first call.
+	holdCalls callGate
 
 	stopping atomic.Bool
 	stopCtx  context.Context    // cancelled by Shutdown: ends waits and watches

@@ -78,6 +78,14 @@ const (
 	// LockServiceInspectPermitsProcedure is the fully-qualified name of the LockService's
 	// InspectPermits RPC.
 	LockServiceInspectPermitsProcedure = "/distlock.v1.LockService/InspectPermits"
+	// LockServiceAcquireRWProcedure is the fully-qualified name of the LockService's AcquireRW RPC.
+	LockServiceAcquireRWProcedure = "/distlock.v1.LockService/AcquireRW"
+	// LockServiceRenewRWProcedure is the fully-qualified name of the LockService's RenewRW RPC.
+	LockServiceRenewRWProcedure = "/distlock.v1.LockService/RenewRW"
+	// LockServiceReleaseRWProcedure is the fully-qualified name of the LockService's ReleaseRW RPC.
+	LockServiceReleaseRWProcedure = "/distlock.v1.LockService/ReleaseRW"
+	// LockServiceInspectRWProcedure is the fully-qualified name of the LockService's InspectRW RPC.
+	LockServiceInspectRWProcedure = "/distlock.v1.LockService/InspectRW"
 )
 
 // LockServiceClient is a client for the distlock.v1.LockService service.
@@ -131,6 +139,18 @@ type LockServiceClient interface {
 	// InspectPermits reports a semaphore's number of permits and its live
 	// permits, without their tokens.
 	InspectPermits(context.Context, *connect.Request[v1.InspectPermitsRequest]) (*connect.Response[v1.InspectPermitsResponse], error)
+	// AcquireRW takes a read-write lock: a reader's hold (shared with other
+	// readers) or, with write, the writer's (alone), each with a token, a
+	// lease and a fence from one sequence for both. A writer that waits keeps
+	// new readers out. Codes as Acquire's.
+	AcquireRW(context.Context, *connect.Request[v1.AcquireRWRequest]) (*connect.Response[v1.AcquireRWResponse], error)
+	// RenewRW extends a hold of either mode. NOT_FOUND if the token holds none.
+	RenewRW(context.Context, *connect.Request[v1.RenewRWRequest]) (*connect.Response[v1.RenewRWResponse], error)
+	// ReleaseRW frees a hold of either mode. NOT_FOUND if the token holds none.
+	ReleaseRW(context.Context, *connect.Request[v1.ReleaseRWRequest]) (*connect.Response[v1.ReleaseRWResponse], error)
+	// InspectRW reports a read-write lock's holds, without their tokens, and
+	// its waiting writers.
+	InspectRW(context.Context, *connect.Request[v1.InspectRWRequest]) (*connect.Response[v1.InspectRWResponse], error)
 }
 
 // NewLockServiceClient constructs a client for the distlock.v1.LockService service. By default, it
@@ -234,6 +254,30 @@ func NewLockServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(lockServiceMethods.ByName("InspectPermits")),
 			connect.WithClientOptions(opts...),
 		),
+		acquireRW: connect.NewClient[v1.AcquireRWRequest, v1.AcquireRWResponse](
+			httpClient,
+			baseURL+LockServiceAcquireRWProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("AcquireRW")),
+			connect.WithClientOptions(opts...),
+		),
+		renewRW: connect.NewClient[v1.RenewRWRequest, v1.RenewRWResponse](
+			httpClient,
+			baseURL+LockServiceRenewRWProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("RenewRW")),
+			connect.WithClientOptions(opts...),
+		),
+		releaseRW: connect.NewClient[v1.ReleaseRWRequest, v1.ReleaseRWResponse](
+			httpClient,
+			baseURL+LockServiceReleaseRWProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("ReleaseRW")),
+			connect.WithClientOptions(opts...),
+		),
+		inspectRW: connect.NewClient[v1.InspectRWRequest, v1.InspectRWResponse](
+			httpClient,
+			baseURL+LockServiceInspectRWProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("InspectRW")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -254,6 +298,10 @@ type lockServiceClient struct {
 	releasePermit  *connect.Client[v1.ReleasePermitRequest, v1.ReleasePermitResponse]
 	setPermits     *connect.Client[v1.SetPermitsRequest, v1.SetPermitsResponse]
 	inspectPermits *connect.Client[v1.InspectPermitsRequest, v1.InspectPermitsResponse]
+	acquireRW      *connect.Client[v1.AcquireRWRequest, v1.AcquireRWResponse]
+	renewRW        *connect.Client[v1.RenewRWRequest, v1.RenewRWResponse]
+	releaseRW      *connect.Client[v1.ReleaseRWRequest, v1.ReleaseRWResponse]
+	inspectRW      *connect.Client[v1.InspectRWRequest, v1.InspectRWResponse]
 }
 
 // Acquire calls distlock.v1.LockService.Acquire.
@@ -331,6 +379,26 @@ func (c *lockServiceClient) InspectPermits(ctx context.Context, req *connect.Req
 	return c.inspectPermits.CallUnary(ctx, req)
 }
 
+// AcquireRW calls distlock.v1.LockService.AcquireRW.
+func (c *lockServiceClient) AcquireRW(ctx context.Context, req *connect.Request[v1.AcquireRWRequest]) (*connect.Response[v1.AcquireRWResponse], error) {
+	return c.acquireRW.CallUnary(ctx, req)
+}
+
+// RenewRW calls distlock.v1.LockService.RenewRW.
+func (c *lockServiceClient) RenewRW(ctx context.Context, req *connect.Request[v1.RenewRWRequest]) (*connect.Response[v1.RenewRWResponse], error) {
+	return c.renewRW.CallUnary(ctx, req)
+}
+
+// ReleaseRW calls distlock.v1.LockService.ReleaseRW.
+func (c *lockServiceClient) ReleaseRW(ctx context.Context, req *connect.Request[v1.ReleaseRWRequest]) (*connect.Response[v1.ReleaseRWResponse], error) {
+	return c.releaseRW.CallUnary(ctx, req)
+}
+
+// InspectRW calls distlock.v1.LockService.InspectRW.
+func (c *lockServiceClient) InspectRW(ctx context.Context, req *connect.Request[v1.InspectRWRequest]) (*connect.Response[v1.InspectRWResponse], error) {
+	return c.inspectRW.CallUnary(ctx, req)
+}
+
 // LockServiceHandler is an implementation of the distlock.v1.LockService service.
 type LockServiceHandler interface {
 	// Acquire takes a key, waiting up to wait (and the call's deadline) for it
@@ -382,6 +450,18 @@ type LockServiceHandler interface {
 	// InspectPermits reports a semaphore's number of permits and its live
 	// permits, without their tokens.
 	InspectPermits(context.Context, *connect.Request[v1.InspectPermitsRequest]) (*connect.Response[v1.InspectPermitsResponse], error)
+	// AcquireRW takes a read-write lock: a reader's hold (shared with other
+	// readers) or, with write, the writer's (alone), each with a token, a
+	// lease and a fence from one sequence for both. A writer that waits keeps
+	// new readers out. Codes as Acquire's.
+	AcquireRW(context.Context, *connect.Request[v1.AcquireRWRequest]) (*connect.Response[v1.AcquireRWResponse], error)
+	// RenewRW extends a hold of either mode. NOT_FOUND if the token holds none.
+	RenewRW(context.Context, *connect.Request[v1.RenewRWRequest]) (*connect.Response[v1.RenewRWResponse], error)
+	// ReleaseRW frees a hold of either mode. NOT_FOUND if the token holds none.
+	ReleaseRW(context.Context, *connect.Request[v1.ReleaseRWRequest]) (*connect.Response[v1.ReleaseRWResponse], error)
+	// InspectRW reports a read-write lock's holds, without their tokens, and
+	// its waiting writers.
+	InspectRW(context.Context, *connect.Request[v1.InspectRWRequest]) (*connect.Response[v1.InspectRWResponse], error)
 }
 
 // NewLockServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -481,6 +561,30 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(lockServiceMethods.ByName("InspectPermits")),
 		connect.WithHandlerOptions(opts...),
 	)
+	lockServiceAcquireRWHandler := connect.NewUnaryHandler(
+		LockServiceAcquireRWProcedure,
+		svc.AcquireRW,
+		connect.WithSchema(lockServiceMethods.ByName("AcquireRW")),
+		connect.WithHandlerOptions(opts...),
+	)
+	lockServiceRenewRWHandler := connect.NewUnaryHandler(
+		LockServiceRenewRWProcedure,
+		svc.RenewRW,
+		connect.WithSchema(lockServiceMethods.ByName("RenewRW")),
+		connect.WithHandlerOptions(opts...),
+	)
+	lockServiceReleaseRWHandler := connect.NewUnaryHandler(
+		LockServiceReleaseRWProcedure,
+		svc.ReleaseRW,
+		connect.WithSchema(lockServiceMethods.ByName("ReleaseRW")),
+		connect.WithHandlerOptions(opts...),
+	)
+	lockServiceInspectRWHandler := connect.NewUnaryHandler(
+		LockServiceInspectRWProcedure,
+		svc.InspectRW,
+		connect.WithSchema(lockServiceMethods.ByName("InspectRW")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/distlock.v1.LockService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case LockServiceAcquireProcedure:
@@ -513,6 +617,14 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 			lockServiceSetPermitsHandler.ServeHTTP(w, r)
 		case LockServiceInspectPermitsProcedure:
 			lockServiceInspectPermitsHandler.ServeHTTP(w, r)
+		case LockServiceAcquireRWProcedure:
+			lockServiceAcquireRWHandler.ServeHTTP(w, r)
+		case LockServiceRenewRWProcedure:
+			lockServiceRenewRWHandler.ServeHTTP(w, r)
+		case LockServiceReleaseRWProcedure:
+			lockServiceReleaseRWHandler.ServeHTTP(w, r)
+		case LockServiceInspectRWProcedure:
+			lockServiceInspectRWHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -580,4 +692,20 @@ func (UnimplementedLockServiceHandler) SetPermits(context.Context, *connect.Requ
 
 func (UnimplementedLockServiceHandler) InspectPermits(context.Context, *connect.Request[v1.InspectPermitsRequest]) (*connect.Response[v1.InspectPermitsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("distlock.v1.LockService.InspectPermits is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) AcquireRW(context.Context, *connect.Request[v1.AcquireRWRequest]) (*connect.Response[v1.AcquireRWResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("distlock.v1.LockService.AcquireRW is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) RenewRW(context.Context, *connect.Request[v1.RenewRWRequest]) (*connect.Response[v1.RenewRWResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("distlock.v1.LockService.RenewRW is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) ReleaseRW(context.Context, *connect.Request[v1.ReleaseRWRequest]) (*connect.Response[v1.ReleaseRWResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("distlock.v1.LockService.ReleaseRW is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) InspectRW(context.Context, *connect.Request[v1.InspectRWRequest]) (*connect.Response[v1.InspectRWResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("distlock.v1.LockService.InspectRW is not implemented"))
 }

@@ -1,0 +1,99 @@
+package server
+
+import (
+	"context"
+
+	"connectrpc.com/connect"
+
+	"github.com/distlock/distlock"
+	distlockv1 "github.com/distlock/distlock/gen/distlock/v1"
+)
+
+// rwLock opens a handle on the read-write lock sk, whose holds are taken in
+// write's mode.
+func (s *Server) rwLock(write bool) func(sk string) (holder, error) {
+	return func(sk string) (holder, error) {
+		m, err := s.client.RWMutex(sk)
+		if err != nil {
+			return nil, err
+		}
+		return rwHolds{m, write}, nil
+	}
+}
+
+// AcquireRW takes a reader's or the writer's hold of a tenant's read-write
+// lock (see acquireHold).
+func (h *service) AcquireRW(ctx context.Context, req *connect.Request[distlockv1.AcquireRWRequest]) (*connect.Response[distlockv1.AcquireRWResponse], error) {
+	s, m := h.s, req.Msg
+	noteKey(ctx, short(m.GetName()))
+	a, err := s.limits.checkAcquire(&distlockv1.AcquireRequest{Key: m.GetName(), Wait: m.GetWait(), Lease: m.GetLease(),
+		Owner: m.GetOwner(), BusinessId: m.GetBusinessId(), Labels: m.GetLabels(), RequestId: m.GetRequestId(), FirstTry: m.GetFirstTry()})
+	if err != nil {
+		return nil, err
+	}
+	refused := "held by a writer, or a writer waits"
+	if m.GetWrite() {
+		refused = "held by readers or a writer"
+	}
+	g, err := s.acquireHold(ctx, "acquire rw", a, s.rwLock(m.GetWrite()), refused)
+	if err != nil {
+		return nil, err
+	}
+	d, at := expiry(g.lease, g.sent)
+	return connect.NewResponse(&distlockv1.AcquireRWResponse{Token: g.token, Fence: g.fence, Lease: d, ExpiresAt: at}), nil
+}
+
+// RenewRW extends a hold of either mode by the lease given, or by the one
+// it was acquired with, within its group's hold cap.
+func (h *service) RenewRW(ctx context.Context, req *connect.Request[distlockv1.RenewRWRequest]) (*connect.Response[distlockv1.RenewRWResponse], error) {
+	s, m := h.s, req.Msg
+	noteKey(ctx, short(m.GetName()))
+	c, err := s.openHold(ctx, "renew rw", m.GetName(), m.GetToken(), s.rwLock(false)) // renewals are of either mode
+	if err != nil {
+		return nil, err
+	}
+	defer c.h.Close()
+	lease, sent, err := s.renewHold(ctx, c, m.GetToken(), m.GetLease())
+	if err != nil {
+		return nil, err
+	}
+	d, at := expiry(lease, sent)
+	return connect.NewResponse(&distlockv1.RenewRWResponse{Lease: d, ExpiresAt: at}), nil
+}
+
+// ReleaseRW frees a hold of either mode.
+func (h *service) ReleaseRW(ctx context.Context, req *connect.Request[distlockv1.ReleaseRWRequest]) (*connect.Response[distlockv1.ReleaseRWResponse], error) {
+	s, m := h.s, req.Msg
+	noteKey(ctx, short(m.GetName()))
+	c, err := s.openHold(ctx, "release rw", m.GetName(), m.GetToken(), s.rwLock(false))
+	if err != nil {
+		return nil, err
+	}
+	defer c.h.Close()
+	if err := c.h.ReleaseToken(ctx, m.GetToken()); err != nil {
+		return nil, s.storeError(ctx, c.op, c.name, c.sk, err)
+	}
+	return connect.NewResponse(&distlockv1.ReleaseRWResponse{}), nil
+}
+
+// InspectRW reports a tenant's read-write lock: its holds, without their
+// tokens, and its waiting writers.
+func (h *service) InspectRW(ctx context.Context, req *connect.Request[distlockv1.InspectRWRequest]) (*connect.Response[distlockv1.InspectRWResponse], error) {
+	s, name := h.s, req.Msg.GetName()
+	noteKey(ctx, short(name))
+	if err := s.limits.checkKey(name); err != nil {
+		return nil, err
+	}
+	sk := storeKey(callOf(ctx).id.Tenant, name)
+	var info distlock.RWInfo
+	m, err := s.client.RWMutex(sk)
+	if err == nil {
+		defer m.Close()
+		info, err = m.Inspect(ctx)
+	}
+	if err != nil {
+		return nil, s.storeError(ctx, "inspect rw", name, sk, err)
+	}
+	return connect.NewResponse(&distlockv1.InspectRWResponse{Writer: info.Writer, Held: shownHolds(name, info.Held),
+		WritersWaiting: int32(min(info.WritersWaiting, 1<<31-1))}), nil
+}
