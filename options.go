@@ -116,6 +116,14 @@ func Reentrant() Option { return func(r *Request) { r.Reentrant = true } }
 // a job name) for Inspect and logs.
 func WithBusinessID(id string) Option { return func(r *Request) { r.Meta.BusinessID = id } }
 
+// WithWriteIntent gives a writer's attempt by token (RWMutex.AcquireToken
+// with write) the write intent id: refused, the attempt keeps new readers
+// out for driver.WriteIntentTTL, as a waiting writer does, until an attempt
+// with the same id renews it, a grant ends it or RWMutex.WithdrawIntent
+// does. It is for a lock service waiting on its caller's behalf; RWMutex's
+// Lock keeps an intent of its own.
+func WithWriteIntent(id string) Option { return func(r *Request) { r.intent = id } }
+
 // WithMetadata records labels with the lock for Inspect and logs.
 func WithMetadata(labels map[string]string) Option {
 	return func(r *Request) { r.Meta.Labels = maps.Clone(labels) }

@@ -110,10 +110,27 @@ func (m *RWMutex) AcquireToken(ctx context.Context, write bool, token string, op
 	if !write {
 		return m.readers.AcquireToken(ctx, m.name, token, opts...)
 	}
+	var r Request
+	for _, o := range opts {
+		o(&r)
+	}
+	if r.intent != "" { // the caller's own (WithWriteIntent), which it withdraws
+		return m.writers.AcquireToken(ctx, m.name, token, opts...)
+	}
 	withIntent, done := m.writing(ctx)
 	g, err := m.writers.AcquireToken(ctx, m.name, token, append([]Option{withIntent}, opts...)...)
 	done(err)
 	return g, err
+}
+
+// WithdrawIntent ends the write intent id that a writer's attempt recorded
+// (WithWriteIntent), letting the readers it kept out in; an intent that
+// ended already is no error.
+func (m *RWMutex) WithdrawIntent(ctx context.Context, id string) error {
+	if err := m.rw.WithdrawIntent(ctx, m.name, id); err != nil {
+		return keyErr("withdraw intent", m.name, err)
+	}
+	return nil
 }
 
 // RenewToken renews token's hold, of either mode, for lease from now;

@@ -299,3 +299,35 @@ func TestRWTokenRoundTrip(t *testing.T) {
 		t.Fatalf("second release: %v, want ErrNotHeld", err)
 	}
 }
+
+// TestRWTokenIntent: a writer's refused attempt by token with the caller's
+// write intent keeps new readers out until the caller withdraws it.
+func TestRWTokenIntent(t *testing.T) {
+	ctx := context.Background()
+	c := distlock.New(memlock.New())
+	defer c.Close()
+	m, err := c.RWMutex("rw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if _, err := m.AcquireToken(ctx, false, tokenA); err != nil {
+		t.Fatal(err)
+	}
+	const intent = "writer-intent-0001"
+	if _, err := m.AcquireToken(ctx, true, tokenB, distlock.WithWriteIntent(intent)); !errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatalf("a writer while a reader holds: %v, want ErrNotAcquired", err)
+	}
+	if info, err := m.Inspect(ctx); err != nil || info.WritersWaiting != 1 {
+		t.Fatalf("after the refused writer: %+v, %v; want its intent kept", info, err)
+	}
+	if _, err := m.AcquireToken(ctx, false, "cccccccccccccccccccccccccccccccc"); !errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatalf("a new reader under the intent: %v, want ErrNotAcquired", err)
+	}
+	if err := m.WithdrawIntent(ctx, intent); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.AcquireToken(ctx, false, "cccccccccccccccccccccccccccccccc"); err != nil {
+		t.Fatalf("a new reader after the intent was withdrawn: %v", err)
+	}
+}
