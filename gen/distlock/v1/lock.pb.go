@@ -1981,7 +1981,12 @@ type AcquireRWRequest struct {
 	// Makes a retried AcquireRW idempotent, as AcquirePermitRequest.request_id.
 	RequestId string `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// As AcquireRequest.first_try.
-	FirstTry      bool `protobuf:"varint,9,opt,name=first_try,json=firstTry,proto3" json:"first_try,omitempty"`
+	FirstTry bool `protobuf:"varint,9,opt,name=first_try,json=firstTry,proto3" json:"first_try,omitempty"`
+	// For a writer that waits by attempts of its own: an id it chooses (1 to
+	// 128 letters, digits, '-' or '_'). A refused attempt with it keeps new
+	// readers out for 2 seconds, renewed by each attempt with the same id,
+	// until a grant or WithdrawIntent. A writer waiting with wait needs none.
+	Intent        string `protobuf:"bytes,10,opt,name=intent,proto3" json:"intent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2077,6 +2082,13 @@ func (x *AcquireRWRequest) GetFirstTry() bool {
 		return x.FirstTry
 	}
 	return false
+}
+
+func (x *AcquireRWRequest) GetIntent() string {
+	if x != nil {
+		return x.Intent
+	}
+	return ""
 }
 
 type AcquireRWResponse struct {
@@ -2458,6 +2470,94 @@ func (x *InspectRWResponse) GetWritersWaiting() int32 {
 	return 0
 }
 
+type WithdrawIntentRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Intent        string                 `protobuf:"bytes,2,opt,name=intent,proto3" json:"intent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WithdrawIntentRequest) Reset() {
+	*x = WithdrawIntentRequest{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WithdrawIntentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WithdrawIntentRequest) ProtoMessage() {}
+
+func (x *WithdrawIntentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WithdrawIntentRequest.ProtoReflect.Descriptor instead.
+func (*WithdrawIntentRequest) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *WithdrawIntentRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *WithdrawIntentRequest) GetIntent() string {
+	if x != nil {
+		return x.Intent
+	}
+	return ""
+}
+
+type WithdrawIntentResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WithdrawIntentResponse) Reset() {
+	*x = WithdrawIntentResponse{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WithdrawIntentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WithdrawIntentResponse) ProtoMessage() {}
+
+func (x *WithdrawIntentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WithdrawIntentResponse.ProtoReflect.Descriptor instead.
+func (*WithdrawIntentResponse) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{41}
+}
+
 var File_distlock_v1_lock_proto protoreflect.FileDescriptor
 
 const file_distlock_v1_lock_proto_rawDesc = "" +
@@ -2609,7 +2709,7 @@ const file_distlock_v1_lock_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"Y\n" +
 	"\x16InspectPermitsResponse\x12\x18\n" +
 	"\apermits\x18\x01 \x01(\x05R\apermits\x12%\n" +
-	"\x04held\x18\x02 \x03(\v2\x11.distlock.v1.LockR\x04held\"\x8d\x03\n" +
+	"\x04held\x18\x02 \x03(\v2\x11.distlock.v1.LockR\x04held\"\xa5\x03\n" +
 	"\x10AcquireRWRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05write\x18\x02 \x01(\bR\x05write\x12-\n" +
@@ -2621,7 +2721,9 @@ const file_distlock_v1_lock_proto_rawDesc = "" +
 	"\x06labels\x18\a \x03(\v2).distlock.v1.AcquireRWRequest.LabelsEntryR\x06labels\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\b \x01(\tR\trequestId\x12\x1b\n" +
-	"\tfirst_try\x18\t \x01(\bR\bfirstTry\x1a9\n" +
+	"\tfirst_try\x18\t \x01(\bR\bfirstTry\x12\x16\n" +
+	"\x06intent\x18\n" +
+	" \x01(\tR\x06intent\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xab\x01\n" +
@@ -2648,7 +2750,11 @@ const file_distlock_v1_lock_proto_rawDesc = "" +
 	"\x11InspectRWResponse\x12\x16\n" +
 	"\x06writer\x18\x01 \x01(\bR\x06writer\x12%\n" +
 	"\x04held\x18\x02 \x03(\v2\x11.distlock.v1.LockR\x04held\x12'\n" +
-	"\x0fwriters_waiting\x18\x03 \x01(\x05R\x0ewritersWaiting2\xbc\v\n" +
+	"\x0fwriters_waiting\x18\x03 \x01(\x05R\x0ewritersWaiting\"C\n" +
+	"\x15WithdrawIntentRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06intent\x18\x02 \x01(\tR\x06intent\"\x18\n" +
+	"\x16WithdrawIntentResponse2\x97\f\n" +
 	"\vLockService\x12D\n" +
 	"\aAcquire\x12\x1b.distlock.v1.AcquireRequest\x1a\x1c.distlock.v1.AcquireResponse\x12>\n" +
 	"\x05Renew\x12\x19.distlock.v1.RenewRequest\x1a\x1a.distlock.v1.RenewResponse\x12D\n" +
@@ -2669,7 +2775,8 @@ const file_distlock_v1_lock_proto_rawDesc = "" +
 	"\tAcquireRW\x12\x1d.distlock.v1.AcquireRWRequest\x1a\x1e.distlock.v1.AcquireRWResponse\x12D\n" +
 	"\aRenewRW\x12\x1b.distlock.v1.RenewRWRequest\x1a\x1c.distlock.v1.RenewRWResponse\x12J\n" +
 	"\tReleaseRW\x12\x1d.distlock.v1.ReleaseRWRequest\x1a\x1e.distlock.v1.ReleaseRWResponse\x12J\n" +
-	"\tInspectRW\x12\x1d.distlock.v1.InspectRWRequest\x1a\x1e.distlock.v1.InspectRWResponseB9Z7github.com/distlock/distlock/gen/distlock/v1;distlockv1b\x06proto3"
+	"\tInspectRW\x12\x1d.distlock.v1.InspectRWRequest\x1a\x1e.distlock.v1.InspectRWResponse\x12Y\n" +
+	"\x0eWithdrawIntent\x12\".distlock.v1.WithdrawIntentRequest\x1a#.distlock.v1.WithdrawIntentResponseB9Z7github.com/distlock/distlock/gen/distlock/v1;distlockv1b\x06proto3"
 
 var (
 	file_distlock_v1_lock_proto_rawDescOnce sync.Once
@@ -2684,7 +2791,7 @@ func file_distlock_v1_lock_proto_rawDescGZIP() []byte {
 }
 
 var file_distlock_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_distlock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_distlock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_distlock_v1_lock_proto_goTypes = []any{
 	(Event_Type)(0),                // 0: distlock.v1.Event.Type
 	(*AcquireRequest)(nil),         // 1: distlock.v1.AcquireRequest
@@ -2727,54 +2834,56 @@ var file_distlock_v1_lock_proto_goTypes = []any{
 	(*ReleaseRWResponse)(nil),      // 38: distlock.v1.ReleaseRWResponse
 	(*InspectRWRequest)(nil),       // 39: distlock.v1.InspectRWRequest
 	(*InspectRWResponse)(nil),      // 40: distlock.v1.InspectRWResponse
-	nil,                            // 41: distlock.v1.AcquireRequest.LabelsEntry
-	nil,                            // 42: distlock.v1.Lock.LabelsEntry
-	nil,                            // 43: distlock.v1.AcquirePermitRequest.LabelsEntry
-	nil,                            // 44: distlock.v1.AcquireRWRequest.LabelsEntry
-	(*durationpb.Duration)(nil),    // 45: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 46: google.protobuf.Timestamp
+	(*WithdrawIntentRequest)(nil),  // 41: distlock.v1.WithdrawIntentRequest
+	(*WithdrawIntentResponse)(nil), // 42: distlock.v1.WithdrawIntentResponse
+	nil,                            // 43: distlock.v1.AcquireRequest.LabelsEntry
+	nil,                            // 44: distlock.v1.Lock.LabelsEntry
+	nil,                            // 45: distlock.v1.AcquirePermitRequest.LabelsEntry
+	nil,                            // 46: distlock.v1.AcquireRWRequest.LabelsEntry
+	(*durationpb.Duration)(nil),    // 47: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 48: google.protobuf.Timestamp
 }
 var file_distlock_v1_lock_proto_depIdxs = []int32{
-	45, // 0: distlock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	45, // 1: distlock.v1.AcquireRequest.lease:type_name -> google.protobuf.Duration
-	45, // 2: distlock.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	41, // 3: distlock.v1.AcquireRequest.labels:type_name -> distlock.v1.AcquireRequest.LabelsEntry
-	45, // 4: distlock.v1.AcquireResponse.lease:type_name -> google.protobuf.Duration
-	46, // 5: distlock.v1.AcquireResponse.expires_at:type_name -> google.protobuf.Timestamp
-	45, // 6: distlock.v1.RenewRequest.lease:type_name -> google.protobuf.Duration
-	45, // 7: distlock.v1.RenewResponse.lease:type_name -> google.protobuf.Duration
-	46, // 8: distlock.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
+	47, // 0: distlock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	47, // 1: distlock.v1.AcquireRequest.lease:type_name -> google.protobuf.Duration
+	47, // 2: distlock.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	43, // 3: distlock.v1.AcquireRequest.labels:type_name -> distlock.v1.AcquireRequest.LabelsEntry
+	47, // 4: distlock.v1.AcquireResponse.lease:type_name -> google.protobuf.Duration
+	48, // 5: distlock.v1.AcquireResponse.expires_at:type_name -> google.protobuf.Timestamp
+	47, // 6: distlock.v1.RenewRequest.lease:type_name -> google.protobuf.Duration
+	47, // 7: distlock.v1.RenewResponse.lease:type_name -> google.protobuf.Duration
+	48, // 8: distlock.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
 	11, // 9: distlock.v1.InspectResponse.lock:type_name -> distlock.v1.Lock
 	11, // 10: distlock.v1.ListResponse.locks:type_name -> distlock.v1.Lock
-	45, // 11: distlock.v1.Lock.ttl:type_name -> google.protobuf.Duration
-	42, // 12: distlock.v1.Lock.labels:type_name -> distlock.v1.Lock.LabelsEntry
+	47, // 11: distlock.v1.Lock.ttl:type_name -> google.protobuf.Duration
+	44, // 12: distlock.v1.Lock.labels:type_name -> distlock.v1.Lock.LabelsEntry
 	14, // 13: distlock.v1.WatchResponse.event:type_name -> distlock.v1.Event
 	0,  // 14: distlock.v1.Event.type:type_name -> distlock.v1.Event.Type
 	11, // 15: distlock.v1.Event.lock:type_name -> distlock.v1.Lock
-	46, // 16: distlock.v1.Event.time:type_name -> google.protobuf.Timestamp
+	48, // 16: distlock.v1.Event.time:type_name -> google.protobuf.Timestamp
 	11, // 17: distlock.v1.ForceReleaseResponse.lock:type_name -> distlock.v1.Lock
-	45, // 18: distlock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	45, // 19: distlock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
-	46, // 20: distlock.v1.OpenSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
-	45, // 21: distlock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
-	46, // 22: distlock.v1.KeepAliveResponse.expires_at:type_name -> google.protobuf.Timestamp
-	45, // 23: distlock.v1.AcquirePermitRequest.wait:type_name -> google.protobuf.Duration
-	45, // 24: distlock.v1.AcquirePermitRequest.lease:type_name -> google.protobuf.Duration
-	43, // 25: distlock.v1.AcquirePermitRequest.labels:type_name -> distlock.v1.AcquirePermitRequest.LabelsEntry
-	45, // 26: distlock.v1.AcquirePermitResponse.lease:type_name -> google.protobuf.Duration
-	46, // 27: distlock.v1.AcquirePermitResponse.expires_at:type_name -> google.protobuf.Timestamp
-	45, // 28: distlock.v1.RenewPermitRequest.lease:type_name -> google.protobuf.Duration
-	45, // 29: distlock.v1.RenewPermitResponse.lease:type_name -> google.protobuf.Duration
-	46, // 30: distlock.v1.RenewPermitResponse.expires_at:type_name -> google.protobuf.Timestamp
+	47, // 18: distlock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	47, // 19: distlock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	48, // 20: distlock.v1.OpenSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
+	47, // 21: distlock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	48, // 22: distlock.v1.KeepAliveResponse.expires_at:type_name -> google.protobuf.Timestamp
+	47, // 23: distlock.v1.AcquirePermitRequest.wait:type_name -> google.protobuf.Duration
+	47, // 24: distlock.v1.AcquirePermitRequest.lease:type_name -> google.protobuf.Duration
+	45, // 25: distlock.v1.AcquirePermitRequest.labels:type_name -> distlock.v1.AcquirePermitRequest.LabelsEntry
+	47, // 26: distlock.v1.AcquirePermitResponse.lease:type_name -> google.protobuf.Duration
+	48, // 27: distlock.v1.AcquirePermitResponse.expires_at:type_name -> google.protobuf.Timestamp
+	47, // 28: distlock.v1.RenewPermitRequest.lease:type_name -> google.protobuf.Duration
+	47, // 29: distlock.v1.RenewPermitResponse.lease:type_name -> google.protobuf.Duration
+	48, // 30: distlock.v1.RenewPermitResponse.expires_at:type_name -> google.protobuf.Timestamp
 	11, // 31: distlock.v1.InspectPermitsResponse.held:type_name -> distlock.v1.Lock
-	45, // 32: distlock.v1.AcquireRWRequest.wait:type_name -> google.protobuf.Duration
-	45, // 33: distlock.v1.AcquireRWRequest.lease:type_name -> google.protobuf.Duration
-	44, // 34: distlock.v1.AcquireRWRequest.labels:type_name -> distlock.v1.AcquireRWRequest.LabelsEntry
-	45, // 35: distlock.v1.AcquireRWResponse.lease:type_name -> google.protobuf.Duration
-	46, // 36: distlock.v1.AcquireRWResponse.expires_at:type_name -> google.protobuf.Timestamp
-	45, // 37: distlock.v1.RenewRWRequest.lease:type_name -> google.protobuf.Duration
-	45, // 38: distlock.v1.RenewRWResponse.lease:type_name -> google.protobuf.Duration
-	46, // 39: distlock.v1.RenewRWResponse.expires_at:type_name -> google.protobuf.Timestamp
+	47, // 32: distlock.v1.AcquireRWRequest.wait:type_name -> google.protobuf.Duration
+	47, // 33: distlock.v1.AcquireRWRequest.lease:type_name -> google.protobuf.Duration
+	46, // 34: distlock.v1.AcquireRWRequest.labels:type_name -> distlock.v1.AcquireRWRequest.LabelsEntry
+	47, // 35: distlock.v1.AcquireRWResponse.lease:type_name -> google.protobuf.Duration
+	48, // 36: distlock.v1.AcquireRWResponse.expires_at:type_name -> google.protobuf.Timestamp
+	47, // 37: distlock.v1.RenewRWRequest.lease:type_name -> google.protobuf.Duration
+	47, // 38: distlock.v1.RenewRWResponse.lease:type_name -> google.protobuf.Duration
+	48, // 39: distlock.v1.RenewRWResponse.expires_at:type_name -> google.protobuf.Timestamp
 	11, // 40: distlock.v1.InspectRWResponse.held:type_name -> distlock.v1.Lock
 	1,  // 41: distlock.v1.LockService.Acquire:input_type -> distlock.v1.AcquireRequest
 	3,  // 42: distlock.v1.LockService.Renew:input_type -> distlock.v1.RenewRequest
@@ -2795,27 +2904,29 @@ var file_distlock_v1_lock_proto_depIdxs = []int32{
 	35, // 57: distlock.v1.LockService.RenewRW:input_type -> distlock.v1.RenewRWRequest
 	37, // 58: distlock.v1.LockService.ReleaseRW:input_type -> distlock.v1.ReleaseRWRequest
 	39, // 59: distlock.v1.LockService.InspectRW:input_type -> distlock.v1.InspectRWRequest
-	2,  // 60: distlock.v1.LockService.Acquire:output_type -> distlock.v1.AcquireResponse
-	4,  // 61: distlock.v1.LockService.Renew:output_type -> distlock.v1.RenewResponse
-	6,  // 62: distlock.v1.LockService.Release:output_type -> distlock.v1.ReleaseResponse
-	8,  // 63: distlock.v1.LockService.Inspect:output_type -> distlock.v1.InspectResponse
-	10, // 64: distlock.v1.LockService.List:output_type -> distlock.v1.ListResponse
-	13, // 65: distlock.v1.LockService.Watch:output_type -> distlock.v1.WatchResponse
-	16, // 66: distlock.v1.LockService.ForceRelease:output_type -> distlock.v1.ForceReleaseResponse
-	18, // 67: distlock.v1.LockService.OpenSession:output_type -> distlock.v1.OpenSessionResponse
-	20, // 68: distlock.v1.LockService.KeepAlive:output_type -> distlock.v1.KeepAliveResponse
-	22, // 69: distlock.v1.LockService.CloseSession:output_type -> distlock.v1.CloseSessionResponse
-	24, // 70: distlock.v1.LockService.AcquirePermit:output_type -> distlock.v1.AcquirePermitResponse
-	26, // 71: distlock.v1.LockService.RenewPermit:output_type -> distlock.v1.RenewPermitResponse
-	28, // 72: distlock.v1.LockService.ReleasePermit:output_type -> distlock.v1.ReleasePermitResponse
-	30, // 73: distlock.v1.LockService.SetPermits:output_type -> distlock.v1.SetPermitsResponse
-	32, // 74: distlock.v1.LockService.InspectPermits:output_type -> distlock.v1.InspectPermitsResponse
-	34, // 75: distlock.v1.LockService.AcquireRW:output_type -> distlock.v1.AcquireRWResponse
-	36, // 76: distlock.v1.LockService.RenewRW:output_type -> distlock.v1.RenewRWResponse
-	38, // 77: distlock.v1.LockService.ReleaseRW:output_type -> distlock.v1.ReleaseRWResponse
-	40, // 78: distlock.v1.LockService.InspectRW:output_type -> distlock.v1.InspectRWResponse
-	60, // [60:79] is the sub-list for method output_type
-	41, // [41:60] is the sub-list for method input_type
+	41, // 60: distlock.v1.LockService.WithdrawIntent:input_type -> distlock.v1.WithdrawIntentRequest
+	2,  // 61: distlock.v1.LockService.Acquire:output_type -> distlock.v1.AcquireResponse
+	4,  // 62: distlock.v1.LockService.Renew:output_type -> distlock.v1.RenewResponse
+	6,  // 63: distlock.v1.LockService.Release:output_type -> distlock.v1.ReleaseResponse
+	8,  // 64: distlock.v1.LockService.Inspect:output_type -> distlock.v1.InspectResponse
+	10, // 65: distlock.v1.LockService.List:output_type -> distlock.v1.ListResponse
+	13, // 66: distlock.v1.LockService.Watch:output_type -> distlock.v1.WatchResponse
+	16, // 67: distlock.v1.LockService.ForceRelease:output_type -> distlock.v1.ForceReleaseResponse
+	18, // 68: distlock.v1.LockService.OpenSession:output_type -> distlock.v1.OpenSessionResponse
+	20, // 69: distlock.v1.LockService.KeepAlive:output_type -> distlock.v1.KeepAliveResponse
+	22, // 70: distlock.v1.LockService.CloseSession:output_type -> distlock.v1.CloseSessionResponse
+	24, // 71: distlock.v1.LockService.AcquirePermit:output_type -> distlock.v1.AcquirePermitResponse
+	26, // 72: distlock.v1.LockService.RenewPermit:output_type -> distlock.v1.RenewPermitResponse
+	28, // 73: distlock.v1.LockService.ReleasePermit:output_type -> distlock.v1.ReleasePermitResponse
+	30, // 74: distlock.v1.LockService.SetPermits:output_type -> distlock.v1.SetPermitsResponse
+	32, // 75: distlock.v1.LockService.InspectPermits:output_type -> distlock.v1.InspectPermitsResponse
+	34, // 76: distlock.v1.LockService.AcquireRW:output_type -> distlock.v1.AcquireRWResponse
+	36, // 77: distlock.v1.LockService.RenewRW:output_type -> distlock.v1.RenewRWResponse
+	38, // 78: distlock.v1.LockService.ReleaseRW:output_type -> distlock.v1.ReleaseRWResponse
+	40, // 79: distlock.v1.LockService.InspectRW:output_type -> distlock.v1.InspectRWResponse
+	42, // 80: distlock.v1.LockService.WithdrawIntent:output_type -> distlock.v1.WithdrawIntentResponse
+	61, // [61:81] is the sub-list for method output_type
+	41, // [41:61] is the sub-list for method input_type
 	41, // [41:41] is the sub-list for extension type_name
 	41, // [41:41] is the sub-list for extension extendee
 	0,  // [0:41] is the sub-list for field type_name
@@ -2832,7 +2943,7 @@ func file_distlock_v1_lock_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_distlock_v1_lock_proto_rawDesc), len(file_distlock_v1_lock_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   44,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

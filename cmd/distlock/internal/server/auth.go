@@ -42,6 +42,7 @@ var procedures = map[string]procedure{
 	distlockv1connect.LockServiceRenewRWProcedure:        {"RenewRW", auth.Write},
 	distlockv1connect.LockServiceReleaseRWProcedure:      {"ReleaseRW", auth.Write},
 	distlockv1connect.LockServiceInspectRWProcedure:      {"InspectRW", auth.Read},
+	distlockv1connect.LockServiceWithdrawIntentProcedure: {"WithdrawIntent", auth.Write},
 }
 
 // guard admits a call to next, before its request is read: the server must

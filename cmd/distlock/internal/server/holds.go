@@ -149,8 +149,9 @@ func (s *Server) acquireHold(ctx context.Context, op string, a acquireArgs, open
 		defer s.metrics.wait(-1)
 	}
 	start := time.Now()
-	g, err := h.AcquireToken(wctx, token, distlock.WithLease(a.lease), distlock.WithOwner(a.owner),
-		distlock.WithBusinessID(a.businessID), distlock.WithMetadata(labels), distlock.WithWait(a.wait))
+	opts := append([]distlock.Option{distlock.WithLease(a.lease), distlock.WithOwner(a.owner),
+		distlock.WithBusinessID(a.businessID), distlock.WithMetadata(labels), distlock.WithWait(a.wait)}, a.extra...)
+	g, err := h.AcquireToken(wctx, token, opts...)
 	if ambiguous(err) {
 		if a.requestID == "" { // no retry can claim the token: give the hold back if it was granted
 			actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), abandonBudget)

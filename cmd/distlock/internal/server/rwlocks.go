@@ -35,6 +35,15 @@ func (h *service) AcquireRW(ctx context.Context, req *connect.Request[distlockv1
 	if m.GetWrite() {
 		refused = "held by readers or a writer"
 	}
+	if m.GetIntent() != "" {
+		if !m.GetWrite() {
+			return nil, invalid("acquire rw %q: an intent is a writer's: set write, or leave intent empty", a.key)
+		}
+		if err := checkIntent(a.key, m.GetIntent()); err != nil {
+			return nil, err
+		}
+		a.extra = append(a.extra, distlock.WithWriteIntent(m.GetIntent()))
+	}
 	g, err := s.acquireHold(ctx, "acquire rw", a, s.rwLock(m.GetWrite()), refused)
 	if err != nil {
 		return nil, err
@@ -96,4 +105,43 @@ func (h *service) InspectRW(ctx context.Context, req *connect.Request[distlockv1
 	}
 	return connect.NewResponse(&distlockv1.InspectRWResponse{Writer: info.Writer, Held: shownHolds(name, info.Held),
 		WritersWaiting: int32(min(info.WritersWaiting, 1<<31-1))}), nil
+}
+
+// WithdrawIntent ends a writer's intent on a tenant's read-write lock.
+func (h *service) WithdrawIntent(ctx context.Context, req *connect.Request[distlockv1.WithdrawIntentRequest]) (*connect.Response[distlockv1.WithdrawIntentResponse], error) {
+	s, name, intent := h.s, req.Msg.GetName(), req.Msg.GetIntent()
+	noteKey(ctx, short(name))
+	if err := s.limits.checkKey(name); err != nil {
+		return nil, err
+	}
+	if err := checkIntent(name, intent); err != nil {
+		return nil, err
+	}
+	sk := storeKey(callOf(ctx).id.Tenant, name)
+	m, err := s.client.RWMutex(sk)
+	if err == nil {
+		defer m.Close()
+		err = m.WithdrawIntent(ctx, intent)
+	}
+	if err != nil {
+		return nil, s.storeError(ctx, "withdraw intent", name, sk, err)
+	}
+	return connect.NewResponse(&distlockv1.WithdrawIntentResponse{}), nil
+}
+
+// maxIntentLen bounds a writer's intent id.
+const maxIntentLen = 128
+
+// checkIntent checks a writer's intent id: 1 to maxIntentLen letters,
+// digits, '-' or '_'.
+func checkIntent(name, intent string) error {
+	if intent == "" || len(intent) > maxIntentLen {
+		return invalid("rw %q: intent is %d bytes: want 1 to %d", name, len(intent), maxIntentLen)
+	}
+	for _, r := range intent {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return invalid("rw %q: intent %q: want letters, digits, '-' and '_' only", name, intent)
+		}
+	}
+	return nil
 }

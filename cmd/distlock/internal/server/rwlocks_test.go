@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,4 +117,40 @@ func TestRWRetry(t *testing.T) {
 			t.Fatalf("after a retry: %v, %v; want one hold", info, err)
 		}
 	})
+}
+
+// TestRWBadInput: an intent on a reader's attempt, an intent of bad
+// characters or length, and a withdrawal without one are refused with
+// InvalidArgument before any store call.
+func TestRWBadInput(t *testing.T) {
+	e := newEnv(t, stores(t)[0], server.Limits{})
+	api := e.api(alphaClient)
+	for what, call := range map[string]func() error{
+		"a reader's intent": func() error {
+			_, err := api.AcquireRW(ctx(t), connect.NewRequest(&distlockv1.AcquireRWRequest{Name: "rw", Intent: "i1"}))
+			return err
+		},
+		"an intent with a slash": func() error {
+			_, err := api.AcquireRW(ctx(t), connect.NewRequest(&distlockv1.AcquireRWRequest{Name: "rw", Write: true, Intent: "a/b"}))
+			return err
+		},
+		"an intent of 129 bytes": func() error {
+			_, err := api.AcquireRW(ctx(t), connect.NewRequest(&distlockv1.AcquireRWRequest{Name: "rw", Write: true, Intent: strings.Repeat("i", 129)}))
+			return err
+		},
+		"a withdrawal without an intent": func() error {
+			_, err := api.WithdrawIntent(ctx(t), connect.NewRequest(&distlockv1.WithdrawIntentRequest{Name: "rw"}))
+			return err
+		},
+		"no token": func() error {
+			_, err := api.RenewRW(ctx(t), connect.NewRequest(&distlockv1.RenewRWRequest{Name: "rw"}))
+			return err
+		},
+	} {
+		wantCode(t, what, call(), connect.CodeInvalidArgument)
+	}
+	info, err := api.InspectRW(ctx(t), connect.NewRequest(&distlockv1.InspectRWRequest{Name: "rw"}))
+	if err != nil || len(info.Msg.GetHeld()) != 0 || info.Msg.GetWritersWaiting() != 0 {
+		t.Errorf("after the refusals: %v, %v; want the lock untouched", info, err)
+	}
 }

@@ -53,6 +53,7 @@ type acquireArgs struct {
 	requestID  string
 	firstTry   bool // no earlier call with requestID can have been granted
 	sessionID  string
+	extra      []distlock.Option // what the kind of hold adds (a writer's intent)
 }
 
 // checkAcquire checks everything an Acquire asks before any store call.

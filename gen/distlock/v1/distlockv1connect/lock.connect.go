@@ -86,6 +86,9 @@ const (
 	LockServiceReleaseRWProcedure = "/distlock.v1.LockService/ReleaseRW"
 	// LockServiceInspectRWProcedure is the fully-qualified name of the LockService's InspectRW RPC.
 	LockServiceInspectRWProcedure = "/distlock.v1.LockService/InspectRW"
+	// LockServiceWithdrawIntentProcedure is the fully-qualified name of the LockService's
+	// WithdrawIntent RPC.
+	LockServiceWithdrawIntentProcedure = "/distlock.v1.LockService/WithdrawIntent"
 )
 
 // LockServiceClient is a client for the distlock.v1.LockService service.
@@ -151,6 +154,9 @@ type LockServiceClient interface {
 	// InspectRW reports a read-write lock's holds, without their tokens, and
 	// its waiting writers.
 	InspectRW(context.Context, *connect.Request[v1.InspectRWRequest]) (*connect.Response[v1.InspectRWResponse], error)
+	// WithdrawIntent ends a writer's intent (AcquireRWRequest.intent), letting
+	// the readers it kept out in. An intent that ended already is no error.
+	WithdrawIntent(context.Context, *connect.Request[v1.WithdrawIntentRequest]) (*connect.Response[v1.WithdrawIntentResponse], error)
 }
 
 // NewLockServiceClient constructs a client for the distlock.v1.LockService service. By default, it
@@ -278,6 +284,12 @@ func NewLockServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(lockServiceMethods.ByName("InspectRW")),
 			connect.WithClientOptions(opts...),
 		),
+		withdrawIntent: connect.NewClient[v1.WithdrawIntentRequest, v1.WithdrawIntentResponse](
+			httpClient,
+			baseURL+LockServiceWithdrawIntentProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("WithdrawIntent")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -302,6 +314,7 @@ type lockServiceClient struct {
 	renewRW        *connect.Client[v1.RenewRWRequest, v1.RenewRWResponse]
 	releaseRW      *connect.Client[v1.ReleaseRWRequest, v1.ReleaseRWResponse]
 	inspectRW      *connect.Client[v1.InspectRWRequest, v1.InspectRWResponse]
+	withdrawIntent *connect.Client[v1.WithdrawIntentRequest, v1.WithdrawIntentResponse]
 }
 
 // Acquire calls distlock.v1.LockService.Acquire.
@@ -399,6 +412,11 @@ func (c *lockServiceClient) InspectRW(ctx context.Context, req *connect.Request[
 	return c.inspectRW.CallUnary(ctx, req)
 }
 
+// WithdrawIntent calls distlock.v1.LockService.WithdrawIntent.
+func (c *lockServiceClient) WithdrawIntent(ctx context.Context, req *connect.Request[v1.WithdrawIntentRequest]) (*connect.Response[v1.WithdrawIntentResponse], error) {
+	return c.withdrawIntent.CallUnary(ctx, req)
+}
+
 // LockServiceHandler is an implementation of the distlock.v1.LockService service.
 type LockServiceHandler interface {
 	// Acquire takes a key, waiting up to wait (and the call's deadline) for it
@@ -462,6 +480,9 @@ type LockServiceHandler interface {
 	// InspectRW reports a read-write lock's holds, without their tokens, and
 	// its waiting writers.
 	InspectRW(context.Context, *connect.Request[v1.InspectRWRequest]) (*connect.Response[v1.InspectRWResponse], error)
+	// WithdrawIntent ends a writer's intent (AcquireRWRequest.intent), letting
+	// the readers it kept out in. An intent that ended already is no error.
+	WithdrawIntent(context.Context, *connect.Request[v1.WithdrawIntentRequest]) (*connect.Response[v1.WithdrawIntentResponse], error)
 }
 
 // NewLockServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -585,6 +606,12 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(lockServiceMethods.ByName("InspectRW")),
 		connect.WithHandlerOptions(opts...),
 	)
+	lockServiceWithdrawIntentHandler := connect.NewUnaryHandler(
+		LockServiceWithdrawIntentProcedure,
+		svc.WithdrawIntent,
+		connect.WithSchema(lockServiceMethods.ByName("WithdrawIntent")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/distlock.v1.LockService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case LockServiceAcquireProcedure:
@@ -625,6 +652,8 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 			lockServiceReleaseRWHandler.ServeHTTP(w, r)
 		case LockServiceInspectRWProcedure:
 			lockServiceInspectRWHandler.ServeHTTP(w, r)
+		case LockServiceWithdrawIntentProcedure:
+			lockServiceWithdrawIntentHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -708,4 +737,8 @@ func (UnimplementedLockServiceHandler) ReleaseRW(context.Context, *connect.Reque
 
 func (UnimplementedLockServiceHandler) InspectRW(context.Context, *connect.Request[v1.InspectRWRequest]) (*connect.Response[v1.InspectRWResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("distlock.v1.LockService.InspectRW is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) WithdrawIntent(context.Context, *connect.Request[v1.WithdrawIntentRequest]) (*connect.Response[v1.WithdrawIntentResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("distlock.v1.LockService.WithdrawIntent is not implemented"))
 }
