@@ -101,3 +101,51 @@ func (p permitCalls) release(ctx context.Context, name, server string) error {
 	_, err := p.rpc.ReleasePermit(ctx, connect.NewRequest(&distlockv1.ReleasePermitRequest{Name: name, Token: server}))
 	return err
 }
+
+// rwCalls are the calls of a read-write lock's hold in mode.
+type rwCalls struct {
+	rpc  distlockv1connect.LockServiceClient
+	mode driver.Mode
+}
+
+// rwID keys a read-write lock's hold of name apart from any lock and
+// permit.
+func rwID(name, token string) lockID { return lockID{"\x00rw\x00" + name, token} }
+
+func (rwCalls) id(req driver.AcquireRequest) lockID { return rwID(req.Key, req.Token) }
+
+func (r rwCalls) acquire(ctx context.Context, req driver.AcquireRequest, wait time.Duration, firstTry bool) (*distlockv1.AcquireResponse, error) {
+	m := &distlockv1.AcquireRWRequest{
+		Name:       req.Key,
+		Write:      r.mode == driver.Exclusive,
+		Lease:      durationpb.New(req.TTL),
+		Owner:      req.Meta.Owner,
+		BusinessId: req.Meta.BusinessID,
+		Labels:     req.Meta.Labels,
+		RequestId:  req.Token,
+		FirstTry:   firstTry,
+		Intent:     req.Intent,
+	}
+	if wait > 0 {
+		m.Wait = durationpb.New(wait)
+	}
+	resp, err := r.rpc.AcquireRW(ctx, connect.NewRequest(m))
+	if err != nil {
+		return nil, err
+	}
+	g := resp.Msg
+	return &distlockv1.AcquireResponse{Token: g.GetToken(), Fence: g.GetFence(), Lease: g.GetLease(), ExpiresAt: g.GetExpiresAt()}, nil
+}
+
+func (r rwCalls) renew(ctx context.Context, name, server string, lease time.Duration) (*distlockv1.RenewResponse, error) {
+	resp, err := r.rpc.RenewRW(ctx, connect.NewRequest(&distlockv1.RenewRWRequest{Name: name, Token: server, Lease: durationpb.New(lease)}))
+	if err != nil {
+		return nil, err
+	}
+	return &distlockv1.RenewResponse{Lease: resp.Msg.GetLease(), ExpiresAt: resp.Msg.GetExpiresAt()}, nil
+}
+
+func (r rwCalls) release(ctx context.Context, name, server string) error {
+	_, err := r.rpc.ReleaseRW(ctx, connect.NewRequest(&distlockv1.ReleaseRWRequest{Name: name, Token: server}))
+	return err
+}

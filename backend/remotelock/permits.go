@@ -74,13 +74,19 @@ func (b *Backend) InspectPermits(ctx context.Context, name string) (int, []drive
 	return int(resp.Msg.GetPermits()), held, nil
 }
 
-// permitPoll is how often WatchPermits fires.
-const permitPoll = time.Second
-
 // WatchPermits fires every second until stop: the service tells of no
 // permit's release, and the client waits for permits through
 // AcquirePermitWait, in the service, instead.
 func (b *Backend) WatchPermits(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+	return b.ticks(ctx, name)
+}
+
+// tickEvery is how often ticks fires.
+const tickEvery = time.Second
+
+// ticks is the Watch of a primitive the service tells nothing of: a wake
+// every tickEvery until stop or ctx ends.
+func (b *Backend) ticks(ctx context.Context, name string) (<-chan struct{}, func(), error) {
 	if err := driver.ValidateKey(name); err != nil {
 		return nil, nil, err
 	}
@@ -91,7 +97,7 @@ func (b *Backend) WatchPermits(ctx context.Context, name string) (<-chan struct{
 	wake := make(chan struct{}, 1)
 	go func() {
 		defer c.end()
-		t := time.NewTicker(permitPoll)
+		t := time.NewTicker(tickEvery)
 		defer t.Stop()
 		for {
 			select {
