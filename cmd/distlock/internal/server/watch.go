@@ -30,8 +30,15 @@ import (
 // The stream ends with Unavailable at Shutdown, when the store fails, or
 // when it has lasted Limits.MaxStreamLifetime.
 func (h *service) Watch(ctx context.Context, req *connect.Request[distlockv1.WatchRequest], stream *connect.ServerStream[distlockv1.WatchResponse]) error {
-	s := h.s
-	prefix := req.Msg.GetPrefix()
+	return h.s.follow(ctx, req.Msg.GetPrefix(), func() { stream.ResponseHeader().Set(liveHeader, "1") },
+		func(e *distlockv1.Event) error { return stream.Send(&distlockv1.WatchResponse{Event: e}) })
+}
+
+// follow streams the events of the caller's tenant's keys under prefix to
+// send until the stream's lifetime, Shutdown or ctx ends it, counted
+// against the tenant's streams. live is called once the stream has begun,
+// before the first event, to set its response headers.
+func (s *Server) follow(ctx context.Context, prefix string, live func(), send func(*distlockv1.Event) error) error {
 	noteKey(ctx, short(prefix))
 	if err := s.limits.checkPrefix(prefix); err != nil {
 		return err
@@ -71,7 +78,7 @@ func (h *service) Watch(ctx context.Context, req *connect.Request[distlockv1.Wat
 	// them. A response header set through the stream too keeps gRPC-Web's
 	// status in trailers, where a trailers-only answer would put it in the
 	// headers already sent.
-	stream.ResponseHeader().Set(liveHeader, "1")
+	live()
 	callOf(ctx).live()
 	for {
 		var events []*distlockv1.Event
@@ -106,7 +113,7 @@ func (h *service) Watch(ctx context.Context, req *connect.Request[distlockv1.Wat
 			}
 		}
 		for _, e := range events {
-			if err := stream.Send(&distlockv1.WatchResponse{Event: e}); err != nil {
+			if err := send(e); err != nil {
 				return err
 			}
 		}
