@@ -2558,6 +2558,481 @@ func (*WithdrawIntentResponse) Descriptor() ([]byte, []int) {
 	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{41}
 }
 
+type CampaignRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The election's name: "election/" and the name must make a valid key.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Tells others who leads (an address, a pod name).
+	Value string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// How long to wait to lead; zero tries once.
+	Wait *durationpb.Duration `protobuf:"bytes,3,opt,name=wait,proto3" json:"wait,omitempty"`
+	// How long the term lasts without a renewal; the server's default if
+	// unset.
+	Lease *durationpb.Duration `protobuf:"bytes,4,opt,name=lease,proto3" json:"lease,omitempty"`
+	Owner string               `protobuf:"bytes,5,opt,name=owner,proto3" json:"owner,omitempty"`
+	// As AcquireRequest.request_id and first_try.
+	RequestId     string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	FirstTry      bool   `protobuf:"varint,7,opt,name=first_try,json=firstTry,proto3" json:"first_try,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CampaignRequest) Reset() {
+	*x = CampaignRequest{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CampaignRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CampaignRequest) ProtoMessage() {}
+
+func (x *CampaignRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CampaignRequest.ProtoReflect.Descriptor instead.
+func (*CampaignRequest) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *CampaignRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CampaignRequest) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *CampaignRequest) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
+func (x *CampaignRequest) GetLease() *durationpb.Duration {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+func (x *CampaignRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *CampaignRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *CampaignRequest) GetFirstTry() bool {
+	if x != nil {
+		return x.FirstTry
+	}
+	return false
+}
+
+type CampaignResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Proves the term to Renew and Resign. Keep it secret.
+	Token string `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	// Strictly increases with every term: pass it to what the leader writes.
+	Fence     uint64                 `protobuf:"varint,2,opt,name=fence,proto3" json:"fence,omitempty"`
+	Lease     *durationpb.Duration   `protobuf:"bytes,3,opt,name=lease,proto3" json:"lease,omitempty"`
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// The term's lock key, for Renew.
+	Key           string `protobuf:"bytes,5,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CampaignResponse) Reset() {
+	*x = CampaignResponse{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CampaignResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CampaignResponse) ProtoMessage() {}
+
+func (x *CampaignResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CampaignResponse.ProtoReflect.Descriptor instead.
+func (*CampaignResponse) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *CampaignResponse) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *CampaignResponse) GetFence() uint64 {
+	if x != nil {
+		return x.Fence
+	}
+	return 0
+}
+
+func (x *CampaignResponse) GetLease() *durationpb.Duration {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+func (x *CampaignResponse) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *CampaignResponse) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+type LeaderRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaderRequest) Reset() {
+	*x = LeaderRequest{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaderRequest) ProtoMessage() {}
+
+func (x *LeaderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaderRequest.ProtoReflect.Descriptor instead.
+func (*LeaderRequest) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *LeaderRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type LeaderResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether anyone leads; the rest is empty if not.
+	Held  bool   `protobuf:"varint,1,opt,name=held,proto3" json:"held,omitempty"`
+	Value string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Fence uint64 `protobuf:"varint,3,opt,name=fence,proto3" json:"fence,omitempty"`
+	Owner string `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
+	// The time the term has left, as the store reports it.
+	Ttl           *durationpb.Duration `protobuf:"bytes,5,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaderResponse) Reset() {
+	*x = LeaderResponse{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaderResponse) ProtoMessage() {}
+
+func (x *LeaderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaderResponse.ProtoReflect.Descriptor instead.
+func (*LeaderResponse) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *LeaderResponse) GetHeld() bool {
+	if x != nil {
+		return x.Held
+	}
+	return false
+}
+
+func (x *LeaderResponse) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *LeaderResponse) GetFence() uint64 {
+	if x != nil {
+		return x.Fence
+	}
+	return 0
+}
+
+func (x *LeaderResponse) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *LeaderResponse) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+type ObserveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObserveRequest) Reset() {
+	*x = ObserveRequest{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObserveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObserveRequest) ProtoMessage() {}
+
+func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
+func (*ObserveRequest) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ObserveRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type ObserveResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Leader        *LeaderResponse        `protobuf:"bytes,1,opt,name=leader,proto3" json:"leader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObserveResponse) Reset() {
+	*x = ObserveResponse{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObserveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObserveResponse) ProtoMessage() {}
+
+func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObserveResponse.ProtoReflect.Descriptor instead.
+func (*ObserveResponse) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ObserveResponse) GetLeader() *LeaderResponse {
+	if x != nil {
+		return x.Leader
+	}
+	return nil
+}
+
+type ResignRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Token         string                 `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResignRequest) Reset() {
+	*x = ResignRequest{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResignRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResignRequest) ProtoMessage() {}
+
+func (x *ResignRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResignRequest.ProtoReflect.Descriptor instead.
+func (*ResignRequest) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *ResignRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ResignRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+type ResignResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResignResponse) Reset() {
+	*x = ResignResponse{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResignResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResignResponse) ProtoMessage() {}
+
+func (x *ResignResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResignResponse.ProtoReflect.Descriptor instead.
+func (*ResignResponse) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{49}
+}
+
 var File_distlock_v1_lock_proto protoreflect.FileDescriptor
 
 const file_distlock_v1_lock_proto_rawDesc = "" +
@@ -2754,7 +3229,39 @@ const file_distlock_v1_lock_proto_rawDesc = "" +
 	"\x15WithdrawIntentRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06intent\x18\x02 \x01(\tR\x06intent\"\x18\n" +
-	"\x16WithdrawIntentResponse2\x97\f\n" +
+	"\x16WithdrawIntentResponse\"\xed\x01\n" +
+	"\x0fCampaignRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\x12-\n" +
+	"\x04wait\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12/\n" +
+	"\x05lease\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12\x14\n" +
+	"\x05owner\x18\x05 \x01(\tR\x05owner\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x06 \x01(\tR\trequestId\x12\x1b\n" +
+	"\tfirst_try\x18\a \x01(\bR\bfirstTry\"\xbc\x01\n" +
+	"\x10CampaignResponse\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12\x14\n" +
+	"\x05fence\x18\x02 \x01(\x04R\x05fence\x12/\n" +
+	"\x05lease\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x129\n" +
+	"\n" +
+	"expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x10\n" +
+	"\x03key\x18\x05 \x01(\tR\x03key\"#\n" +
+	"\rLeaderRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x93\x01\n" +
+	"\x0eLeaderResponse\x12\x12\n" +
+	"\x04held\x18\x01 \x01(\bR\x04held\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\x12\x14\n" +
+	"\x05fence\x18\x03 \x01(\x04R\x05fence\x12\x14\n" +
+	"\x05owner\x18\x04 \x01(\tR\x05owner\x12+\n" +
+	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"$\n" +
+	"\x0eObserveRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"F\n" +
+	"\x0fObserveResponse\x123\n" +
+	"\x06leader\x18\x01 \x01(\v2\x1b.distlock.v1.LeaderResponseR\x06leader\"9\n" +
+	"\rResignRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\"\x10\n" +
+	"\x0eResignResponse2\xae\x0e\n" +
 	"\vLockService\x12D\n" +
 	"\aAcquire\x12\x1b.distlock.v1.AcquireRequest\x1a\x1c.distlock.v1.AcquireResponse\x12>\n" +
 	"\x05Renew\x12\x19.distlock.v1.RenewRequest\x1a\x1a.distlock.v1.RenewResponse\x12D\n" +
@@ -2776,7 +3283,11 @@ const file_distlock_v1_lock_proto_rawDesc = "" +
 	"\aRenewRW\x12\x1b.distlock.v1.RenewRWRequest\x1a\x1c.distlock.v1.RenewRWResponse\x12J\n" +
 	"\tReleaseRW\x12\x1d.distlock.v1.ReleaseRWRequest\x1a\x1e.distlock.v1.ReleaseRWResponse\x12J\n" +
 	"\tInspectRW\x12\x1d.distlock.v1.InspectRWRequest\x1a\x1e.distlock.v1.InspectRWResponse\x12Y\n" +
-	"\x0eWithdrawIntent\x12\".distlock.v1.WithdrawIntentRequest\x1a#.distlock.v1.WithdrawIntentResponseB9Z7github.com/distlock/distlock/gen/distlock/v1;distlockv1b\x06proto3"
+	"\x0eWithdrawIntent\x12\".distlock.v1.WithdrawIntentRequest\x1a#.distlock.v1.WithdrawIntentResponse\x12G\n" +
+	"\bCampaign\x12\x1c.distlock.v1.CampaignRequest\x1a\x1d.distlock.v1.CampaignResponse\x12A\n" +
+	"\x06Leader\x12\x1a.distlock.v1.LeaderRequest\x1a\x1b.distlock.v1.LeaderResponse\x12F\n" +
+	"\aObserve\x12\x1b.distlock.v1.ObserveRequest\x1a\x1c.distlock.v1.ObserveResponse0\x01\x12A\n" +
+	"\x06Resign\x12\x1a.distlock.v1.ResignRequest\x1a\x1b.distlock.v1.ResignResponseB9Z7github.com/distlock/distlock/gen/distlock/v1;distlockv1b\x06proto3"
 
 var (
 	file_distlock_v1_lock_proto_rawDescOnce sync.Once
@@ -2791,7 +3302,7 @@ func file_distlock_v1_lock_proto_rawDescGZIP() []byte {
 }
 
 var file_distlock_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_distlock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_distlock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_distlock_v1_lock_proto_goTypes = []any{
 	(Event_Type)(0),                // 0: distlock.v1.Event.Type
 	(*AcquireRequest)(nil),         // 1: distlock.v1.AcquireRequest
@@ -2836,100 +3347,122 @@ var file_distlock_v1_lock_proto_goTypes = []any{
 	(*InspectRWResponse)(nil),      // 40: distlock.v1.InspectRWResponse
 	(*WithdrawIntentRequest)(nil),  // 41: distlock.v1.WithdrawIntentRequest
 	(*WithdrawIntentResponse)(nil), // 42: distlock.v1.WithdrawIntentResponse
-	nil,                            // 43: distlock.v1.AcquireRequest.LabelsEntry
-	nil,                            // 44: distlock.v1.Lock.LabelsEntry
-	nil,                            // 45: distlock.v1.AcquirePermitRequest.LabelsEntry
-	nil,                            // 46: distlock.v1.AcquireRWRequest.LabelsEntry
-	(*durationpb.Duration)(nil),    // 47: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 48: google.protobuf.Timestamp
+	(*CampaignRequest)(nil),        // 43: distlock.v1.CampaignRequest
+	(*CampaignResponse)(nil),       // 44: distlock.v1.CampaignResponse
+	(*LeaderRequest)(nil),          // 45: distlock.v1.LeaderRequest
+	(*LeaderResponse)(nil),         // 46: distlock.v1.LeaderResponse
+	(*ObserveRequest)(nil),         // 47: distlock.v1.ObserveRequest
+	(*ObserveResponse)(nil),        // 48: distlock.v1.ObserveResponse
+	(*ResignRequest)(nil),          // 49: distlock.v1.ResignRequest
+	(*ResignResponse)(nil),         // 50: distlock.v1.ResignResponse
+	nil,                            // 51: distlock.v1.AcquireRequest.LabelsEntry
+	nil,                            // 52: distlock.v1.Lock.LabelsEntry
+	nil,                            // 53: distlock.v1.AcquirePermitRequest.LabelsEntry
+	nil,                            // 54: distlock.v1.AcquireRWRequest.LabelsEntry
+	(*durationpb.Duration)(nil),    // 55: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 56: google.protobuf.Timestamp
 }
 var file_distlock_v1_lock_proto_depIdxs = []int32{
-	47, // 0: distlock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	47, // 1: distlock.v1.AcquireRequest.lease:type_name -> google.protobuf.Duration
-	47, // 2: distlock.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	43, // 3: distlock.v1.AcquireRequest.labels:type_name -> distlock.v1.AcquireRequest.LabelsEntry
-	47, // 4: distlock.v1.AcquireResponse.lease:type_name -> google.protobuf.Duration
-	48, // 5: distlock.v1.AcquireResponse.expires_at:type_name -> google.protobuf.Timestamp
-	47, // 6: distlock.v1.RenewRequest.lease:type_name -> google.protobuf.Duration
-	47, // 7: distlock.v1.RenewResponse.lease:type_name -> google.protobuf.Duration
-	48, // 8: distlock.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
+	55, // 0: distlock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	55, // 1: distlock.v1.AcquireRequest.lease:type_name -> google.protobuf.Duration
+	55, // 2: distlock.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	51, // 3: distlock.v1.AcquireRequest.labels:type_name -> distlock.v1.AcquireRequest.LabelsEntry
+	55, // 4: distlock.v1.AcquireResponse.lease:type_name -> google.protobuf.Duration
+	56, // 5: distlock.v1.AcquireResponse.expires_at:type_name -> google.protobuf.Timestamp
+	55, // 6: distlock.v1.RenewRequest.lease:type_name -> google.protobuf.Duration
+	55, // 7: distlock.v1.RenewResponse.lease:type_name -> google.protobuf.Duration
+	56, // 8: distlock.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
 	11, // 9: distlock.v1.InspectResponse.lock:type_name -> distlock.v1.Lock
 	11, // 10: distlock.v1.ListResponse.locks:type_name -> distlock.v1.Lock
-	47, // 11: distlock.v1.Lock.ttl:type_name -> google.protobuf.Duration
-	44, // 12: distlock.v1.Lock.labels:type_name -> distlock.v1.Lock.LabelsEntry
+	55, // 11: distlock.v1.Lock.ttl:type_name -> google.protobuf.Duration
+	52, // 12: distlock.v1.Lock.labels:type_name -> distlock.v1.Lock.LabelsEntry
 	14, // 13: distlock.v1.WatchResponse.event:type_name -> distlock.v1.Event
 	0,  // 14: distlock.v1.Event.type:type_name -> distlock.v1.Event.Type
 	11, // 15: distlock.v1.Event.lock:type_name -> distlock.v1.Lock
-	48, // 16: distlock.v1.Event.time:type_name -> google.protobuf.Timestamp
+	56, // 16: distlock.v1.Event.time:type_name -> google.protobuf.Timestamp
 	11, // 17: distlock.v1.ForceReleaseResponse.lock:type_name -> distlock.v1.Lock
-	47, // 18: distlock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	47, // 19: distlock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
-	48, // 20: distlock.v1.OpenSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
-	47, // 21: distlock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
-	48, // 22: distlock.v1.KeepAliveResponse.expires_at:type_name -> google.protobuf.Timestamp
-	47, // 23: distlock.v1.AcquirePermitRequest.wait:type_name -> google.protobuf.Duration
-	47, // 24: distlock.v1.AcquirePermitRequest.lease:type_name -> google.protobuf.Duration
-	45, // 25: distlock.v1.AcquirePermitRequest.labels:type_name -> distlock.v1.AcquirePermitRequest.LabelsEntry
-	47, // 26: distlock.v1.AcquirePermitResponse.lease:type_name -> google.protobuf.Duration
-	48, // 27: distlock.v1.AcquirePermitResponse.expires_at:type_name -> google.protobuf.Timestamp
-	47, // 28: distlock.v1.RenewPermitRequest.lease:type_name -> google.protobuf.Duration
-	47, // 29: distlock.v1.RenewPermitResponse.lease:type_name -> google.protobuf.Duration
-	48, // 30: distlock.v1.RenewPermitResponse.expires_at:type_name -> google.protobuf.Timestamp
+	55, // 18: distlock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	55, // 19: distlock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	56, // 20: distlock.v1.OpenSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
+	55, // 21: distlock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	56, // 22: distlock.v1.KeepAliveResponse.expires_at:type_name -> google.protobuf.Timestamp
+	55, // 23: distlock.v1.AcquirePermitRequest.wait:type_name -> google.protobuf.Duration
+	55, // 24: distlock.v1.AcquirePermitRequest.lease:type_name -> google.protobuf.Duration
+	53, // 25: distlock.v1.AcquirePermitRequest.labels:type_name -> distlock.v1.AcquirePermitRequest.LabelsEntry
+	55, // 26: distlock.v1.AcquirePermitResponse.lease:type_name -> google.protobuf.Duration
+	56, // 27: distlock.v1.AcquirePermitResponse.expires_at:type_name -> google.protobuf.Timestamp
+	55, // 28: distlock.v1.RenewPermitRequest.lease:type_name -> google.protobuf.Duration
+	55, // 29: distlock.v1.RenewPermitResponse.lease:type_name -> google.protobuf.Duration
+	56, // 30: distlock.v1.RenewPermitResponse.expires_at:type_name -> google.protobuf.Timestamp
 	11, // 31: distlock.v1.InspectPermitsResponse.held:type_name -> distlock.v1.Lock
-	47, // 32: distlock.v1.AcquireRWRequest.wait:type_name -> google.protobuf.Duration
-	47, // 33: distlock.v1.AcquireRWRequest.lease:type_name -> google.protobuf.Duration
-	46, // 34: distlock.v1.AcquireRWRequest.labels:type_name -> distlock.v1.AcquireRWRequest.LabelsEntry
-	47, // 35: distlock.v1.AcquireRWResponse.lease:type_name -> google.protobuf.Duration
-	48, // 36: distlock.v1.AcquireRWResponse.expires_at:type_name -> google.protobuf.Timestamp
-	47, // 37: distlock.v1.RenewRWRequest.lease:type_name -> google.protobuf.Duration
-	47, // 38: distlock.v1.RenewRWResponse.lease:type_name -> google.protobuf.Duration
-	48, // 39: distlock.v1.RenewRWResponse.expires_at:type_name -> google.protobuf.Timestamp
+	55, // 32: distlock.v1.AcquireRWRequest.wait:type_name -> google.protobuf.Duration
+	55, // 33: distlock.v1.AcquireRWRequest.lease:type_name -> google.protobuf.Duration
+	54, // 34: distlock.v1.AcquireRWRequest.labels:type_name -> distlock.v1.AcquireRWRequest.LabelsEntry
+	55, // 35: distlock.v1.AcquireRWResponse.lease:type_name -> google.protobuf.Duration
+	56, // 36: distlock.v1.AcquireRWResponse.expires_at:type_name -> google.protobuf.Timestamp
+	55, // 37: distlock.v1.RenewRWRequest.lease:type_name -> google.protobuf.Duration
+	55, // 38: distlock.v1.RenewRWResponse.lease:type_name -> google.protobuf.Duration
+	56, // 39: distlock.v1.RenewRWResponse.expires_at:type_name -> google.protobuf.Timestamp
 	11, // 40: distlock.v1.InspectRWResponse.held:type_name -> distlock.v1.Lock
-	1,  // 41: distlock.v1.LockService.Acquire:input_type -> distlock.v1.AcquireRequest
-	3,  // 42: distlock.v1.LockService.Renew:input_type -> distlock.v1.RenewRequest
-	5,  // 43: distlock.v1.LockService.Release:input_type -> distlock.v1.ReleaseRequest
-	7,  // 44: distlock.v1.LockService.Inspect:input_type -> distlock.v1.InspectRequest
-	9,  // 45: distlock.v1.LockService.List:input_type -> distlock.v1.ListRequest
-	12, // 46: distlock.v1.LockService.Watch:input_type -> distlock.v1.WatchRequest
-	15, // 47: distlock.v1.LockService.ForceRelease:input_type -> distlock.v1.ForceReleaseRequest
-	17, // 48: distlock.v1.LockService.OpenSession:input_type -> distlock.v1.OpenSessionRequest
-	19, // 49: distlock.v1.LockService.KeepAlive:input_type -> distlock.v1.KeepAliveRequest
-	21, // 50: distlock.v1.LockService.CloseSession:input_type -> distlock.v1.CloseSessionRequest
-	23, // 51: distlock.v1.LockService.AcquirePermit:input_type -> distlock.v1.AcquirePermitRequest
-	25, // 52: distlock.v1.LockService.RenewPermit:input_type -> distlock.v1.RenewPermitRequest
-	27, // 53: distlock.v1.LockService.ReleasePermit:input_type -> distlock.v1.ReleasePermitRequest
-	29, // 54: distlock.v1.LockService.SetPermits:input_type -> distlock.v1.SetPermitsRequest
-	31, // 55: distlock.v1.LockService.InspectPermits:input_type -> distlock.v1.InspectPermitsRequest
-	33, // 56: distlock.v1.LockService.AcquireRW:input_type -> distlock.v1.AcquireRWRequest
-	35, // 57: distlock.v1.LockService.RenewRW:input_type -> distlock.v1.RenewRWRequest
-	37, // 58: distlock.v1.LockService.ReleaseRW:input_type -> distlock.v1.ReleaseRWRequest
-	39, // 59: distlock.v1.LockService.InspectRW:input_type -> distlock.v1.InspectRWRequest
-	41, // 60: distlock.v1.LockService.WithdrawIntent:input_type -> distlock.v1.WithdrawIntentRequest
-	2,  // 61: distlock.v1.LockService.Acquire:output_type -> distlock.v1.AcquireResponse
-	4,  // 62: distlock.v1.LockService.Renew:output_type -> distlock.v1.RenewResponse
-	6,  // 63: distlock.v1.LockService.Release:output_type -> distlock.v1.ReleaseResponse
-	8,  // 64: distlock.v1.LockService.Inspect:output_type -> distlock.v1.InspectResponse
-	10, // 65: distlock.v1.LockService.List:output_type -> distlock.v1.ListResponse
-	13, // 66: distlock.v1.LockService.Watch:output_type -> distlock.v1.WatchResponse
-	16, // 67: distlock.v1.LockService.ForceRelease:output_type -> distlock.v1.ForceReleaseResponse
-	18, // 68: distlock.v1.LockService.OpenSession:output_type -> distlock.v1.OpenSessionResponse
-	20, // 69: distlock.v1.LockService.KeepAlive:output_type -> distlock.v1.KeepAliveResponse
-	22, // 70: distlock.v1.LockService.CloseSession:output_type -> distlock.v1.CloseSessionResponse
-	24, // 71: distlock.v1.LockService.AcquirePermit:output_type -> distlock.v1.AcquirePermitResponse
-	26, // 72: distlock.v1.LockService.RenewPermit:output_type -> distlock.v1.RenewPermitResponse
-	28, // 73: distlock.v1.LockService.ReleasePermit:output_type -> distlock.v1.ReleasePermitResponse
-	30, // 74: distlock.v1.LockService.SetPermits:output_type -> distlock.v1.SetPermitsResponse
-	32, // 75: distlock.v1.LockService.InspectPermits:output_type -> distlock.v1.InspectPermitsResponse
-	34, // 76: distlock.v1.LockService.AcquireRW:output_type -> distlock.v1.AcquireRWResponse
-	36, // 77: distlock.v1.LockService.RenewRW:output_type -> distlock.v1.RenewRWResponse
-	38, // 78: distlock.v1.LockService.ReleaseRW:output_type -> distlock.v1.ReleaseRWResponse
-	40, // 79: distlock.v1.LockService.InspectRW:output_type -> distlock.v1.InspectRWResponse
-	42, // 80: distlock.v1.LockService.WithdrawIntent:output_type -> distlock.v1.WithdrawIntentResponse
-	61, // [61:81] is the sub-list for method output_type
-	41, // [41:61] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	55, // 41: distlock.v1.CampaignRequest.wait:type_name -> google.protobuf.Duration
+	55, // 42: distlock.v1.CampaignRequest.lease:type_name -> google.protobuf.Duration
+	55, // 43: distlock.v1.CampaignResponse.lease:type_name -> google.protobuf.Duration
+	56, // 44: distlock.v1.CampaignResponse.expires_at:type_name -> google.protobuf.Timestamp
+	55, // 45: distlock.v1.LeaderResponse.ttl:type_name -> google.protobuf.Duration
+	46, // 46: distlock.v1.ObserveResponse.leader:type_name -> distlock.v1.LeaderResponse
+	1,  // 47: distlock.v1.LockService.Acquire:input_type -> distlock.v1.AcquireRequest
+	3,  // 48: distlock.v1.LockService.Renew:input_type -> distlock.v1.RenewRequest
+	5,  // 49: distlock.v1.LockService.Release:input_type -> distlock.v1.ReleaseRequest
+	7,  // 50: distlock.v1.LockService.Inspect:input_type -> distlock.v1.InspectRequest
+	9,  // 51: distlock.v1.LockService.List:input_type -> distlock.v1.ListRequest
+	12, // 52: distlock.v1.LockService.Watch:input_type -> distlock.v1.WatchRequest
+	15, // 53: distlock.v1.LockService.ForceRelease:input_type -> distlock.v1.ForceReleaseRequest
+	17, // 54: distlock.v1.LockService.OpenSession:input_type -> distlock.v1.OpenSessionRequest
+	19, // 55: distlock.v1.LockService.KeepAlive:input_type -> distlock.v1.KeepAliveRequest
+	21, // 56: distlock.v1.LockService.CloseSession:input_type -> distlock.v1.CloseSessionRequest
+	23, // 57: distlock.v1.LockService.AcquirePermit:input_type -> distlock.v1.AcquirePermitRequest
+	25, // 58: distlock.v1.LockService.RenewPermit:input_type -> distlock.v1.RenewPermitRequest
+	27, // 59: distlock.v1.LockService.ReleasePermit:input_type -> distlock.v1.ReleasePermitRequest
+	29, // 60: distlock.v1.LockService.SetPermits:input_type -> distlock.v1.SetPermitsRequest
+	31, // 61: distlock.v1.LockService.InspectPermits:input_type -> distlock.v1.InspectPermitsRequest
+	33, // 62: distlock.v1.LockService.AcquireRW:input_type -> distlock.v1.AcquireRWRequest
+	35, // 63: distlock.v1.LockService.RenewRW:input_type -> distlock.v1.RenewRWRequest
+	37, // 64: distlock.v1.LockService.ReleaseRW:input_type -> distlock.v1.ReleaseRWRequest
+	39, // 65: distlock.v1.LockService.InspectRW:input_type -> distlock.v1.InspectRWRequest
+	41, // 66: distlock.v1.LockService.WithdrawIntent:input_type -> distlock.v1.WithdrawIntentRequest
+	43, // 67: distlock.v1.LockService.Campaign:input_type -> distlock.v1.CampaignRequest
+	45, // 68: distlock.v1.LockService.Leader:input_type -> distlock.v1.LeaderRequest
+	47, // 69: distlock.v1.LockService.Observe:input_type -> distlock.v1.ObserveRequest
+	49, // 70: distlock.v1.LockService.Resign:input_type -> distlock.v1.ResignRequest
+	2,  // 71: distlock.v1.LockService.Acquire:output_type -> distlock.v1.AcquireResponse
+	4,  // 72: distlock.v1.LockService.Renew:output_type -> distlock.v1.RenewResponse
+	6,  // 73: distlock.v1.LockService.Release:output_type -> distlock.v1.ReleaseResponse
+	8,  // 74: distlock.v1.LockService.Inspect:output_type -> distlock.v1.InspectResponse
+	10, // 75: distlock.v1.LockService.List:output_type -> distlock.v1.ListResponse
+	13, // 76: distlock.v1.LockService.Watch:output_type -> distlock.v1.WatchResponse
+	16, // 77: distlock.v1.LockService.ForceRelease:output_type -> distlock.v1.ForceReleaseResponse
+	18, // 78: distlock.v1.LockService.OpenSession:output_type -> distlock.v1.OpenSessionResponse
+	20, // 79: distlock.v1.LockService.KeepAlive:output_type -> distlock.v1.KeepAliveResponse
+	22, // 80: distlock.v1.LockService.CloseSession:output_type -> distlock.v1.CloseSessionResponse
+	24, // 81: distlock.v1.LockService.AcquirePermit:output_type -> distlock.v1.AcquirePermitResponse
+	26, // 82: distlock.v1.LockService.RenewPermit:output_type -> distlock.v1.RenewPermitResponse
+	28, // 83: distlock.v1.LockService.ReleasePermit:output_type -> distlock.v1.ReleasePermitResponse
+	30, // 84: distlock.v1.LockService.SetPermits:output_type -> distlock.v1.SetPermitsResponse
+	32, // 85: distlock.v1.LockService.InspectPermits:output_type -> distlock.v1.InspectPermitsResponse
+	34, // 86: distlock.v1.LockService.AcquireRW:output_type -> distlock.v1.AcquireRWResponse
+	36, // 87: distlock.v1.LockService.RenewRW:output_type -> distlock.v1.RenewRWResponse
+	38, // 88: distlock.v1.LockService.ReleaseRW:output_type -> distlock.v1.ReleaseRWResponse
+	40, // 89: distlock.v1.LockService.InspectRW:output_type -> distlock.v1.InspectRWResponse
+	42, // 90: distlock.v1.LockService.WithdrawIntent:output_type -> distlock.v1.WithdrawIntentResponse
+	44, // 91: distlock.v1.LockService.Campaign:output_type -> distlock.v1.CampaignResponse
+	46, // 92: distlock.v1.LockService.Leader:output_type -> distlock.v1.LeaderResponse
+	48, // 93: distlock.v1.LockService.Observe:output_type -> distlock.v1.ObserveResponse
+	50, // 94: distlock.v1.LockService.Resign:output_type -> distlock.v1.ResignResponse
+	71, // [71:95] is the sub-list for method output_type
+	47, // [47:71] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_distlock_v1_lock_proto_init() }
@@ -2943,7 +3476,7 @@ func file_distlock_v1_lock_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_distlock_v1_lock_proto_rawDesc), len(file_distlock_v1_lock_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   46,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

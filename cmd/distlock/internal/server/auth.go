@@ -43,6 +43,10 @@ var procedures = map[string]procedure{
 	distlockv1connect.LockServiceReleaseRWProcedure:      {"ReleaseRW", auth.Write},
 	distlockv1connect.LockServiceInspectRWProcedure:      {"InspectRW", auth.Read},
 	distlockv1connect.LockServiceWithdrawIntentProcedure: {"WithdrawIntent", auth.Write},
+	distlockv1connect.LockServiceCampaignProcedure:       {"Campaign", auth.Write},
+	distlockv1connect.LockServiceLeaderProcedure:         {"Leader", auth.Read},
+	distlockv1connect.LockServiceObserveProcedure:        {"Observe", auth.Read},
+	distlockv1connect.LockServiceResignProcedure:         {"Resign", auth.Write},
 }
 
 // guard admits a call to next, before its request is read: the server must

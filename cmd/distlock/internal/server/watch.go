@@ -30,15 +30,16 @@ import (
 // The stream ends with Unavailable at Shutdown, when the store fails, or
 // when it has lasted Limits.MaxStreamLifetime.
 func (h *service) Watch(ctx context.Context, req *connect.Request[distlockv1.WatchRequest], stream *connect.ServerStream[distlockv1.WatchResponse]) error {
-	return h.s.follow(ctx, req.Msg.GetPrefix(), func() { stream.ResponseHeader().Set(liveHeader, "1") },
+	return h.s.follow(ctx, req.Msg.GetPrefix(), func() error { stream.ResponseHeader().Set(liveHeader, "1"); return nil },
 		func(e *distlockv1.Event) error { return stream.Send(&distlockv1.WatchResponse{Event: e}) })
 }
 
 // follow streams the events of the caller's tenant's keys under prefix to
 // send until the stream's lifetime, Shutdown or ctx ends it, counted
 // against the tenant's streams. live is called once the stream has begun,
-// before the first event, to set its response headers.
-func (s *Server) follow(ctx context.Context, prefix string, live func(), send func(*distlockv1.Event) error) error {
+// before the first event, to set its response headers (and send what the
+// stream begins with); its error ends the stream.
+func (s *Server) follow(ctx context.Context, prefix string, live func() error, send func(*distlockv1.Event) error) error {
 	noteKey(ctx, short(prefix))
 	if err := s.limits.checkPrefix(prefix); err != nil {
 		return err
@@ -78,7 +79,9 @@ func (s *Server) follow(ctx context.Context, prefix string, live func(), send fu
 	// them. A response header set through the stream too keeps gRPC-Web's
 	// status in trailers, where a trailers-only answer would put it in the
 	// headers already sent.
-	live()
+	if err := live(); err != nil {
+		return err
+	}
 	callOf(ctx).live()
 	for {
 		var events []*distlockv1.Event

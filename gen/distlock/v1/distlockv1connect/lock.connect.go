@@ -89,6 +89,14 @@ const (
 	// LockServiceWithdrawIntentProcedure is the fully-qualified name of the LockService's
 	// WithdrawIntent RPC.
 	LockServiceWithdrawIntentProcedure = "/distlock.v1.LockService/WithdrawIntent"
+	// LockServiceCampaignProcedure is the fully-qualified name of the LockService's Campaign RPC.
+	LockServiceCampaignProcedure = "/distlock.v1.LockService/Campaign"
+	// LockServiceLeaderProcedure is the fully-qualified name of the LockService's Leader RPC.
+	LockServiceLeaderProcedure = "/distlock.v1.LockService/Leader"
+	// LockServiceObserveProcedure is the fully-qualified name of the LockService's Observe RPC.
+	LockServiceObserveProcedure = "/distlock.v1.LockService/Observe"
+	// LockServiceResignProcedure is the fully-qualified name of the LockService's Resign RPC.
+	LockServiceResignProcedure = "/distlock.v1.LockService/Resign"
 )
 
 // LockServiceClient is a client for the distlock.v1.LockService service.
@@ -157,6 +165,19 @@ type LockServiceClient interface {
 	// WithdrawIntent ends a writer's intent (AcquireRWRequest.intent), letting
 	// the readers it kept out in. An intent that ended already is no error.
 	WithdrawIntent(context.Context, *connect.Request[v1.WithdrawIntentRequest]) (*connect.Response[v1.WithdrawIntentResponse], error)
+	// Campaign waits until the caller leads the election name, as etcd's
+	// election service's Campaign does, and returns its term: the lock
+	// "election/<name>" (as the Go package election keeps it), held with the
+	// caller's value. Renew the term with Renew and end it with Resign.
+	// Codes as Acquire's.
+	Campaign(context.Context, *connect.Request[v1.CampaignRequest]) (*connect.Response[v1.CampaignResponse], error)
+	// Leader reports who leads the election: its value and its term's fence.
+	Leader(context.Context, *connect.Request[v1.LeaderRequest]) (*connect.Response[v1.LeaderResponse], error)
+	// Observe streams the election's leader: the current one first, then each
+	// change (a response with held false when a term ends and nobody leads).
+	Observe(context.Context, *connect.Request[v1.ObserveRequest]) (*connect.ServerStreamForClient[v1.ObserveResponse], error)
+	// Resign ends the caller's term. NOT_FOUND if the token no longer leads.
+	Resign(context.Context, *connect.Request[v1.ResignRequest]) (*connect.Response[v1.ResignResponse], error)
 }
 
 // NewLockServiceClient constructs a client for the distlock.v1.LockService service. By default, it
@@ -290,6 +311,30 @@ func NewLockServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(lockServiceMethods.ByName("WithdrawIntent")),
 			connect.WithClientOptions(opts...),
 		),
+		campaign: connect.NewClient[v1.CampaignRequest, v1.CampaignResponse](
+			httpClient,
+			baseURL+LockServiceCampaignProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("Campaign")),
+			connect.WithClientOptions(opts...),
+		),
+		leader: connect.NewClient[v1.LeaderRequest, v1.LeaderResponse](
+			httpClient,
+			baseURL+LockServiceLeaderProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("Leader")),
+			connect.WithClientOptions(opts...),
+		),
+		observe: connect.NewClient[v1.ObserveRequest, v1.ObserveResponse](
+			httpClient,
+			baseURL+LockServiceObserveProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("Observe")),
+			connect.WithClientOptions(opts...),
+		),
+		resign: connect.NewClient[v1.ResignRequest, v1.ResignResponse](
+			httpClient,
+			baseURL+LockServiceResignProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("Resign")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -315,6 +360,10 @@ type lockServiceClient struct {
 	releaseRW      *connect.Client[v1.ReleaseRWRequest, v1.ReleaseRWResponse]
 	inspectRW      *connect.Client[v1.InspectRWRequest, v1.InspectRWResponse]
 	withdrawIntent *connect.Client[v1.WithdrawIntentRequest, v1.WithdrawIntentResponse]
+	campaign       *connect.Client[v1.CampaignRequest, v1.CampaignResponse]
+	leader         *connect.Client[v1.LeaderRequest, v1.LeaderResponse]
+	observe        *connect.Client[v1.ObserveRequest, v1.ObserveResponse]
+	resign         *connect.Client[v1.ResignRequest, v1.ResignResponse]
 }
 
 // Acquire calls distlock.v1.LockService.Acquire.
@@ -417,6 +466,26 @@ func (c *lockServiceClient) WithdrawIntent(ctx context.Context, req *connect.Req
 	return c.withdrawIntent.CallUnary(ctx, req)
 }
 
+// Campaign calls distlock.v1.LockService.Campaign.
+func (c *lockServiceClient) Campaign(ctx context.Context, req *connect.Request[v1.CampaignRequest]) (*connect.Response[v1.CampaignResponse], error) {
+	return c.campaign.CallUnary(ctx, req)
+}
+
+// Leader calls distlock.v1.LockService.Leader.
+func (c *lockServiceClient) Leader(ctx context.Context, req *connect.Request[v1.LeaderRequest]) (*connect.Response[v1.LeaderResponse], error) {
+	return c.leader.CallUnary(ctx, req)
+}
+
+// Observe calls distlock.v1.LockService.Observe.
+func (c *lockServiceClient) Observe(ctx context.Context, req *connect.Request[v1.ObserveRequest]) (*connect.ServerStreamForClient[v1.ObserveResponse], error) {
+	return c.observe.CallServerStream(ctx, req)
+}
+
+// Resign calls distlock.v1.LockService.Resign.
+func (c *lockServiceClient) Resign(ctx context.Context, req *connect.Request[v1.ResignRequest]) (*connect.Response[v1.ResignResponse], error) {
+	return c.resign.CallUnary(ctx, req)
+}
+
 // LockServiceHandler is an implementation of the distlock.v1.LockService service.
 type LockServiceHandler interface {
 	// Acquire takes a key, waiting up to wait (and the call's deadline) for it
@@ -483,6 +552,19 @@ type LockServiceHandler interface {
 	// WithdrawIntent ends a writer's intent (AcquireRWRequest.intent), letting
 	// the readers it kept out in. An intent that ended already is no error.
 	WithdrawIntent(context.Context, *connect.Request[v1.WithdrawIntentRequest]) (*connect.Response[v1.WithdrawIntentResponse], error)
+	// Campaign waits until the caller leads the election name, as etcd's
+	// election service's Campaign does, and returns its term: the lock
+	// "election/<name>" (as the Go package election keeps it), held with the
+	// caller's value. Renew the term with Renew and end it with Resign.
+	// Codes as Acquire's.
+	Campaign(context.Context, *connect.Request[v1.CampaignRequest]) (*connect.Response[v1.CampaignResponse], error)
+	// Leader reports who leads the election: its value and its term's fence.
+	Leader(context.Context, *connect.Request[v1.LeaderRequest]) (*connect.Response[v1.LeaderResponse], error)
+	// Observe streams the election's leader: the current one first, then each
+	// change (a response with held false when a term ends and nobody leads).
+	Observe(context.Context, *connect.Request[v1.ObserveRequest], *connect.ServerStream[v1.ObserveResponse]) error
+	// Resign ends the caller's term. NOT_FOUND if the token no longer leads.
+	Resign(context.Context, *connect.Request[v1.ResignRequest]) (*connect.Response[v1.ResignResponse], error)
 }
 
 // NewLockServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -612,6 +694,30 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(lockServiceMethods.ByName("WithdrawIntent")),
 		connect.WithHandlerOptions(opts...),
 	)
+	lockServiceCampaignHandler := connect.NewUnaryHandler(
+		LockServiceCampaignProcedure,
+		svc.Campaign,
+		connect.WithSchema(lockServiceMethods.ByName("Campaign")),
+		connect.WithHandlerOptions(opts...),
+	)
+	lockServiceLeaderHandler := connect.NewUnaryHandler(
+		LockServiceLeaderProcedure,
+		svc.Leader,
+		connect.WithSchema(lockServiceMethods.ByName("Leader")),
+		connect.WithHandlerOptions(opts...),
+	)
+	lockServiceObserveHandler := connect.NewServerStreamHandler(
+		LockServiceObserveProcedure,
+		svc.Observe,
+		connect.WithSchema(lockServiceMethods.ByName("Observe")),
+		connect.WithHandlerOptions(opts...),
+	)
+	lockServiceResignHandler := connect.NewUnaryHandler(
+		LockServiceResignProcedure,
+		svc.Resign,
+		connect.WithSchema(lockServiceMethods.ByName("Resign")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/distlock.v1.LockService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case LockServiceAcquireProcedure:
@@ -654,6 +760,14 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 			lockServiceInspectRWHandler.ServeHTTP(w, r)
 		case LockServiceWithdrawIntentProcedure:
 			lockServiceWithdrawIntentHandler.ServeHTTP(w, r)
+		case LockServiceCampaignProcedure:
+			lockServiceCampaignHandler.ServeHTTP(w, r)
+		case LockServiceLeaderProcedure:
+			lockServiceLeaderHandler.ServeHTTP(w, r)
+		case LockServiceObserveProcedure:
+			lockServiceObserveHandler.ServeHTTP(w, r)
+		case LockServiceResignProcedure:
+			lockServiceResignHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -741,4 +855,20 @@ func (UnimplementedLockServiceHandler) InspectRW(context.Context, *connect.Reque
 
 func (UnimplementedLockServiceHandler) WithdrawIntent(context.Context, *connect.Request[v1.WithdrawIntentRequest]) (*connect.Response[v1.WithdrawIntentResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("distlock.v1.LockService.WithdrawIntent is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) Campaign(context.Context, *connect.Request[v1.CampaignRequest]) (*connect.Response[v1.CampaignResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("distlock.v1.LockService.Campaign is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) Leader(context.Context, *connect.Request[v1.LeaderRequest]) (*connect.Response[v1.LeaderResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("distlock.v1.LockService.Leader is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) Observe(context.Context, *connect.Request[v1.ObserveRequest], *connect.ServerStream[v1.ObserveResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("distlock.v1.LockService.Observe is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) Resign(context.Context, *connect.Request[v1.ResignRequest]) (*connect.Response[v1.ResignResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("distlock.v1.LockService.Resign is not implemented"))
 }
