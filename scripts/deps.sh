@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the store servers the tests start, the headless browser the
-# dashboard's tests drive, and Lua 5.1's compiler, with which a test checks
-# the Redis scripts (Debian/Ubuntu), skipping what is already present;
+# dashboard's tests drive, Lua 5.1's compiler, with which a test checks
+# the Redis scripts, and pytest for the Python client (Debian/Ubuntu), skipping what is already present;
 # then dynalite, the DynamoDB-compatible server, from npm at the version
 # package-lock.json pins, into node_modules at the repository root. Safe to
 # run again.
@@ -26,6 +26,8 @@ want /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf fonts-dejavu-core
 want luac5.1 lua5.1
 want node nodejs
 want npm npm
+# The Python client's tests run on Debian's python3 with its pytest.
+/usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 || need+=(python3-pytest)
 
 if [ ${#need[@]} -eq 0 ]; then
 	echo "deps: all store servers and the browser present"

@@ -1,0 +1,373 @@
+"""The client: locks, sessions, semaphores, read-write locks, elections."""
+
+import threading
+import time
+import uuid
+
+from .errors import NotAcquired, NotHeld
+from .transport import NoAnswer, Transport
+
+# The longest wait one call asks the service for; a longer wait is made of
+# such calls one after another (the service's --max-wait is 5 minutes).
+MAX_CALL_WAIT = 60.0
+
+# How many times a call whose answer never came is sent again (with its
+# request id, which makes the retry return what the first call got).
+RETRIES = 3
+
+
+def duration(seconds):
+    """Protobuf's JSON form of a duration in seconds: "1.500s"."""
+    return f"{seconds:.3f}s"
+
+
+def seconds(text):
+    """The seconds of protobuf's JSON form of a duration ("30s")."""
+    return float(text.rstrip("s")) if text else 0.0
+
+
+class Client:
+    """A client of one lock service.
+
+    url is the service's address (http://host:7070); token the bearer
+    token of a tenant's client, or None against --insecure-no-auth. timeout
+    bounds each call that does not wait. A Client is safe for use from
+    several threads; close it when done.
+    """
+
+    def __init__(self, url="http://127.0.0.1:7070", token=None, timeout=10.0):
+        self._t = Transport(url, token, timeout)
+
+    def close(self):
+        self._t.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def call(self, method, body, timeout=None):
+        """Makes one LockService call: body and answer as in the proto's JSON."""
+        return self._t.unary(method, body, timeout)
+
+    def _acquire(self, method, body, wait):
+        """Acquires with a new request id, waiting up to wait seconds (None:
+        until granted), in calls of at most MAX_CALL_WAIT; a call whose
+        answer never came is sent again with the same request id."""
+        body = dict(body, requestId=str(uuid.uuid4()), firstTry=True)
+        deadline = None if wait is None else time.monotonic() + wait
+        retries = 0
+        while True:
+            left = MAX_CALL_WAIT if deadline is None else max(0.0, deadline - time.monotonic())
+            this = min(left, MAX_CALL_WAIT)
+            body.pop("wait", None)
+            if this > 0:
+                body["wait"] = duration(this)
+            try:
+                return self._t.unary(method, body, timeout=this + self._t.timeout)
+            except NotAcquired:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+                body["firstTry"] = True  # refused: no earlier call was granted
+            except NoAnswer:
+                retries += 1
+                if retries > RETRIES:
+                    raise
+                body["firstTry"] = False  # it may have been granted: ask again by id
+
+    def lock(self, key, lease=30.0, wait=None, owner=None, business_id=None, labels=None,
+             session=None, on_lost=None):
+        """Takes key, waiting up to wait seconds (None: until it is granted),
+        and returns a Lock that renews itself every lease/3 until released.
+        Raises NotAcquired if the wait ends first. Use it as a context
+        manager: `with client.lock("k", lease=30) as lk:`."""
+        body = _meta({"key": key, "lease": duration(lease)}, owner, business_id, labels)
+        if session is not None:
+            body["sessionId"] = session.id
+        g = self._acquire("Acquire", body, wait)
+        kind = _SESSION_LOCK if session is not None else _LOCK
+        return Lock(self, kind, key, g, on_lost, session)
+
+    def try_lock(self, key, **kw):
+        """lock() with no wait: NotAcquired at once if key is held."""
+        return self.lock(key, wait=0, **kw)
+
+    def inspect(self, key):
+        """Who holds key, as the service's Lock message (no token)."""
+        return self._t.unary("Inspect", {"key": key}).get("lock", {})
+
+    def session(self, ttl=15.0, on_lost=None):
+        """Opens a session that keeps itself alive every ttl/3: locks taken
+        with session=it share its TTL and end with it."""
+        return Session(self, ttl, on_lost)
+
+    def semaphore(self, name, permits):
+        """A counting semaphore of permits permits."""
+        return Semaphore(self, name, permits)
+
+    def rwlock(self, name):
+        """A read-write lock."""
+        return RWLock(self, name)
+
+    def election(self, name):
+        """A leader election, shared with the Go package election."""
+        return Election(self, name)
+
+
+def _meta(body, owner, business_id, labels):
+    if owner:
+        body["owner"] = owner
+    if business_id:
+        body["businessId"] = business_id
+    if labels:
+        body["labels"] = dict(labels)
+    return body
+
+
+class _Kind:
+    """The calls that renew and release one kind of hold, and the fields
+    that name it in each."""
+
+    def __init__(self, renew, renew_field, release, release_field, renews=True):
+        self.renew, self.renew_field = renew, renew_field
+        self.release, self.release_field = release, release_field
+        self.renews = renews
+
+
+_LOCK = _Kind("Renew", "key", "Release", "key")
+_SESSION_LOCK = _Kind("Renew", "key", "Release", "key", renews=False)  # the session's KeepAlive renews it
+_PERMIT = _Kind("RenewPermit", "name", "ReleasePermit", "name")
+_RW = _Kind("RenewRW", "name", "ReleaseRW", "name")
+_TERM = _Kind("Renew", "key", "Resign", "name")  # a term is renewed as its lock, ended by Resign
+
+
+class Lock:
+    """A held lock, permit, read-write hold or election term.
+
+    token proves it; fence strictly increases with every grant of the name:
+    pass it to what the lock guards. It renews itself every lease/3 from a
+    background thread until released; if a renewal is refused (the lock was
+    taken or force-released) or none succeeds before the lease ends, it is
+    lost: lost is set, lost_reason says why and on_lost(lock) is called.
+    """
+
+    def __init__(self, client, kind, name, grant, on_lost=None, session=None, release_name=None):
+        self._c = client
+        self._kind = kind
+        self.name = name
+        self._release_name = release_name or name
+        self.token = grant["token"]
+        self.fence = int(grant.get("fence", 0))
+        self.lease = seconds(grant.get("lease"))
+        self._until = time.monotonic() + self.lease
+        self.lost = threading.Event()
+        self.lost_reason = None
+        self._on_lost = on_lost
+        self._stop = threading.Event()
+        self._thread = None
+        if kind.renews:
+            self._thread = threading.Thread(target=self._keep, name=f"distlock renew {name}", daemon=True)
+            self._thread.start()
+        elif session is not None:
+            session._follow(self)
+
+    @property
+    def held(self):
+        """False once released or lost."""
+        return not self._stop.is_set() and not self.lost.is_set()
+
+    def _keep(self):
+        interval = max(self.lease / 3, 0.05)
+        while not self._stop.wait(interval):
+            sent = time.monotonic()
+            try:
+                r = self._c.call(self._kind.renew, {self._kind.renew_field: self.name, "token": self.token,
+                                                    "lease": duration(self.lease)})
+            except NotHeld as e:
+                self._lose(f"taken or released by another: {e.message}")
+                return
+            except Exception:  # noqa: BLE001 - a failed renewal is retried until the lease ends
+                if time.monotonic() >= self._until:
+                    self._lose("expired: no renewal succeeded within the lease")
+                    return
+                interval = min(1.0, max(self._until - time.monotonic(), 0.05))
+                continue
+            self._until = sent + seconds(r.get("lease")) if r.get("lease") else sent + self.lease
+            interval = max(self.lease / 3, 0.05)
+
+    def _lose(self, reason):
+        if self.lost.is_set() or self._stop.is_set():
+            return
+        self.lost_reason = reason
+        self.lost.set()
+        if self._on_lost is not None:
+            self._on_lost(self)
+
+    def release(self):
+        """Stops the renewals and frees the hold. Returns False if it was
+        lost already (the service no longer knew the token)."""
+        if self._stop.is_set():
+            return False
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        try:
+            self._c.call(self._kind.release, {self._kind.release_field: self._release_name, "token": self.token})
+        except NotHeld:
+            return False
+        return True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+class Session:
+    """A session: locks tied to it share its TTL and one keepalive."""
+
+    def __init__(self, client, ttl, on_lost=None):
+        self._c = client
+        r = client.call("OpenSession", {"ttl": duration(ttl)})
+        self.id = r["sessionId"]
+        self.ttl = seconds(r.get("ttl")) or ttl
+        self._until = time.monotonic() + self.ttl
+        self.lost = threading.Event()
+        self.lost_reason = None
+        self._on_lost = on_lost
+        self._locks = []
+        self._mu = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._keep, name="distlock session", daemon=True)
+        self._thread.start()
+
+    def _follow(self, lock):
+        with self._mu:
+            self._locks.append(lock)
+
+    def _keep(self):
+        interval = self.ttl / 3
+        while not self._stop.wait(interval):
+            sent = time.monotonic()
+            try:
+                self._c.call("KeepAlive", {"sessionId": self.id})
+            except NotHeld as e:
+                self._lose(f"the session ended: {e.message}")
+                return
+            except Exception:  # noqa: BLE001 - retried until the TTL ends
+                if time.monotonic() >= self._until:
+                    self._lose("expired: no KeepAlive succeeded within the TTL")
+                    return
+                interval = 1.0
+                continue
+            self._until = sent + self.ttl
+            interval = self.ttl / 3
+
+    def _lose(self, reason):
+        self.lost_reason = reason
+        self.lost.set()
+        with self._mu:
+            locks = list(self._locks)
+        for lk in locks:
+            lk._lose(reason)
+        if self._on_lost is not None:
+            self._on_lost(self)
+
+    def close(self):
+        """Ends the session and releases its locks."""
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+        with self._mu:
+            for lk in self._locks:
+                lk._stop.set()
+        try:
+            self._c.call("CloseSession", {"sessionId": self.id})
+        except NotHeld:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Semaphore:
+    """At most permits holders of name at once, each a Lock."""
+
+    def __init__(self, client, name, permits):
+        self._c, self.name, self.permits = client, name, permits
+
+    def acquire(self, lease=30.0, wait=None, owner=None, business_id=None, labels=None, on_lost=None):
+        """Takes a permit, waiting up to wait seconds (None: until one is
+        free); raises NotAcquired if none came free."""
+        body = _meta({"name": self.name, "permits": self.permits, "lease": duration(lease)}, owner, business_id, labels)
+        g = self._c._acquire("AcquirePermit", body, wait)
+        return Lock(self._c, _PERMIT, self.name, g, on_lost)
+
+    def try_acquire(self, **kw):
+        """acquire() with no wait."""
+        return self.acquire(wait=0, **kw)
+
+    def set_permits(self, n):
+        """Changes the number of permits, for every caller."""
+        self._c.call("SetPermits", {"name": self.name, "permits": n})
+        self.permits = n
+
+    def inspect(self):
+        """The number of permits and the live permits (no tokens)."""
+        r = self._c.call("InspectPermits", {"name": self.name})
+        return int(r.get("permits", 0)), r.get("held", [])
+
+
+class RWLock:
+    """Readers share name; a writer holds it alone, and keeps new readers
+    out while it waits."""
+
+    def __init__(self, client, name):
+        self._c, self.name = client, name
+
+    def _hold(self, write, lease, wait, owner, on_lost):
+        body = _meta({"name": self.name, "write": write, "lease": duration(lease)}, owner, None, None)
+        g = self._c._acquire("AcquireRW", body, wait)
+        return Lock(self._c, _RW, self.name, g, on_lost)
+
+    def read_lock(self, lease=30.0, wait=None, owner=None, on_lost=None):
+        """Takes a reader's hold."""
+        return self._hold(False, lease, wait, owner, on_lost)
+
+    def write_lock(self, lease=30.0, wait=None, owner=None, on_lost=None):
+        """Takes the writer's hold."""
+        return self._hold(True, lease, wait, owner, on_lost)
+
+    def inspect(self):
+        """(writer, holds, writers waiting)."""
+        r = self._c.call("InspectRW", {"name": self.name})
+        return bool(r.get("writer")), r.get("held", []), int(r.get("writersWaiting", 0))
+
+
+class Election:
+    """A leader election: one candidate leads at a time."""
+
+    def __init__(self, client, name):
+        self._c, self.name = client, name
+
+    def campaign(self, value, lease=30.0, wait=None, owner=None, on_lost=None):
+        """Waits to lead, up to wait seconds (None: until leading), and
+        returns the term: a Lock, renewed in the background, whose release
+        resigns."""
+        body = _meta({"name": self.name, "value": value, "lease": duration(lease)}, owner, None, None)
+        g = self._c._acquire("Campaign", body, wait)
+        return Lock(self._c, _TERM, g["key"], g, on_lost, release_name=self.name)
+
+    def leader(self):
+        """The leader: {"held", "value", "fence", ...}; {} if nobody leads."""
+        return self._c.call("Leader", {"name": self.name})
+
+    def observe(self):
+        """The leader now, then each change, as a Stream of {"leader": ...}
+        messages: iterate it, and close() it to stop."""
+        return self._c._t.stream("Observe", {"name": self.name})

@@ -1,0 +1,160 @@
+"""Connect's protocol over HTTP/1.1 with JSON, on the standard library.
+
+A unary call is a POST of a JSON body to /distlock.v1.LockService/<Method>;
+an error is a non-200 status with {"code", "message"}. A server stream is
+a POST of one enveloped message (a flags byte, a 4-byte big-endian length,
+the JSON) answered by envelopes, the last flagged 0x02 with any error.
+"""
+
+import http.client
+import json
+import socket
+import struct
+import threading
+import urllib.parse
+
+from .errors import DistlockError, Unavailable, from_code
+
+SERVICE = "/distlock.v1.LockService/"
+
+
+class NoAnswer(Unavailable):
+    """The call was sent and no answer came: it may have taken effect.
+
+    Acquisitions are retried with their request id, which makes the retry
+    return what the first call got."""
+
+
+class Transport:
+    """Calls to one service, over kept-alive connections."""
+
+    def __init__(self, url, token=None, timeout=10.0):
+        u = urllib.parse.urlsplit(url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"service URL {url!r}: want http://host:port or https://host:port")
+        self._https = u.scheme == "https"
+        self._host = u.hostname
+        self._port = u.port or (443 if self._https else 80)
+        self._base = u.path.rstrip("/")
+        self._headers = {"Connect-Protocol-Version": "1"}
+        if token:
+            self._headers["Authorization"] = "Bearer " + token
+        self.timeout = timeout
+        self._mu = threading.Lock()
+        self._idle = []
+
+    def _connect(self, timeout):
+        cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+        return cls(self._host, self._port, timeout=timeout)
+
+    def _take(self, timeout):
+        with self._mu:
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            return self._connect(timeout)
+        conn.timeout = timeout
+        if conn.sock is not None:
+            conn.sock.settimeout(timeout)
+        return conn
+
+    def _give(self, conn):
+        with self._mu:
+            if len(self._idle) < 16:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def unary(self, method, body, timeout=None):
+        """Makes one call and returns the answer's fields, or raises."""
+        timeout = self.timeout if timeout is None else timeout
+        data = json.dumps(body).encode()
+        headers = dict(self._headers, **{"Content-Type": "application/json"})
+        conn = self._take(timeout)
+        try:
+            conn.request("POST", self._base + SERVICE + method, data, headers)
+            resp = conn.getresponse()
+            payload = resp.read()
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            raise NoAnswer("unavailable", f"{method}: no answer: {e}") from e
+        if resp.will_close:
+            conn.close()
+        else:
+            self._give(conn)
+        if resp.status != 200:
+            raise _error(resp.status, payload)
+        return json.loads(payload) if payload else {}
+
+    def stream(self, method, body):
+        """Makes a server-streaming call; returns a Stream of its answers."""
+        msg = json.dumps(body).encode()
+        headers = dict(self._headers, **{"Content-Type": "application/connect+json"})
+        conn = self._connect(None)
+        try:
+            conn.request("POST", self._base + SERVICE + method, struct.pack(">BI", 0, len(msg)) + msg, headers)
+            resp = conn.getresponse()
+            if resp.status != 200:
+                raise _error(resp.status, resp.read())
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            raise Unavailable("unavailable", f"{method}: {e}") from e
+        except DistlockError:
+            conn.close()
+            raise
+        return Stream(conn, resp)
+
+    def close(self):
+        """Closes the idle connections."""
+        with self._mu:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+
+class Stream:
+    """The answers of a server-streaming call: iterate, then close."""
+
+    def __init__(self, conn, resp):
+        self._conn = conn
+        self._resp = resp
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        try:
+            head = self._resp.read(5)
+            if len(head) < 5:
+                raise Unavailable("unavailable", "the stream ended without its end message")
+            flags, n = struct.unpack(">BI", head)
+            payload = self._resp.read(n)
+        except (OSError, http.client.HTTPException, ValueError) as e:
+            self.close()
+            raise Unavailable("unavailable", f"the stream broke: {e}") from e
+        msg = json.loads(payload) if payload else {}
+        if flags & 0x02:
+            self.close()
+            err = msg.get("error")
+            if err:
+                raise from_code(err.get("code", "unknown"), err.get("message", ""))
+            raise StopIteration
+        return msg
+
+    def close(self):
+        """Ends the call, also from another thread while one reads it."""
+        sock = self._conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # wakes a read in progress
+            except OSError:
+                pass
+        self._resp.close()
+        self._conn.close()
+
+
+def _error(status, payload):
+    try:
+        err = json.loads(payload)
+        return from_code(err.get("code", "unknown"), err.get("message", ""))
+    except ValueError:
+        return DistlockError("unknown", f"HTTP {status}: {payload[:200]!r}")

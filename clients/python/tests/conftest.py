@@ -1,0 +1,48 @@
+"""Starts a real `distlock serve` (the binary DISTLOCK_BIN names) on a free
+loopback port over its embedded store, with a token file of two tenants."""
+
+import json
+import os
+import subprocess
+import tempfile
+
+import pytest
+
+TOKENS = {
+    "alpha": "alpha-client-token-00001",
+    "beta": "beta-client-token-000001",
+    "viewer": "alpha-viewer-token-00001",
+    "admin": "alpha-admin-token-000001",
+}
+
+
+@pytest.fixture(scope="session")
+def service():
+    binary = os.environ.get("DISTLOCK_BIN")
+    if not binary or not os.access(binary, os.X_OK):
+        pytest.fail("DISTLOCK_BIN must name a distlock binary: go build -o /tmp/distlock ./cmd/distlock "
+                    "(from cmd/distlock), then DISTLOCK_BIN=/tmp/distlock python3 -m pytest; make test does both")
+    with tempfile.TemporaryDirectory() as d:
+        tokens = os.path.join(d, "tokens")
+        with open(tokens, "w") as f:
+            f.write(f"{TOKENS['alpha']} alpha client\n{TOKENS['beta']} beta client\n"
+                    f"{TOKENS['viewer']} alpha viewer\n{TOKENS['admin']} alpha admin\n")
+        os.chmod(tokens, 0o600)
+        proc = subprocess.Popen(
+            [binary, "serve", "--listen", "127.0.0.1:0", "--tokens", tokens, "--data-dir", os.path.join(d, "data"), "-o", "json"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            text = ""
+            for line in proc.stdout:  # the first JSON object says where it listens
+                text += line
+                if line.startswith("}"):
+                    break
+            url = json.loads(text)["url"]
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

@@ -1,0 +1,196 @@
+"""The client against a real lock service."""
+
+import threading
+import time
+import uuid
+
+import pytest
+
+import distlock
+from conftest import TOKENS
+
+
+@pytest.fixture
+def client(service):
+    c = distlock.Client(service, token=TOKENS["alpha"])
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def other(service):
+    c = distlock.Client(service, token=TOKENS["alpha"])
+    yield c
+    c.close()
+
+
+def key():
+    return "py/" + uuid.uuid4().hex
+
+
+def test_lock_excludes_and_renews(client, other):
+    k = key()
+    with client.lock(k, lease=1.5, owner="py-test") as lk:
+        assert lk.fence > 0 and lk.token
+        time.sleep(3.5)  # past two leases: only the renewals keep it
+        assert lk.held and not lk.lost.is_set()
+        with pytest.raises(distlock.NotAcquired):
+            other.try_lock(k)
+        assert other.inspect(k)["owner"] == "py-test"
+    again = other.try_lock(k)
+    assert again.fence > lk.fence
+    assert again.release()
+    assert not again.release()  # released once
+
+
+def test_lock_waits_for_release(client, other):
+    k = key()
+    first = client.lock(k, lease=30)
+    threading.Timer(0.5, first.release).start()
+    start = time.monotonic()
+    second = other.lock(k, lease=30, wait=10)
+    assert 0.4 < time.monotonic() - start < 5
+    assert second.fence > first.fence
+    second.release()
+    with pytest.raises(distlock.NotAcquired):
+        held = client.lock(k, lease=30)
+        try:
+            other.lock(k, wait=0.3)
+        finally:
+            held.release()
+
+
+def test_loss_is_told(service, client):
+    k = key()
+    lost = threading.Event()
+    lk = client.lock(k, lease=1.5, on_lost=lambda _: lost.set())
+    admin = distlock.Client(service, token=TOKENS["admin"])
+    try:
+        admin.call("ForceRelease", {"key": k, "reason": "the Python client's test"})
+    finally:
+        admin.close()
+    assert lost.wait(5), "the holder was not told within 5s"
+    assert lk.lost.is_set() and "taken" in lk.lost_reason
+    assert not lk.release()
+
+
+def test_errors(service, client):
+    with pytest.raises(distlock.InvalidArgument):
+        client.try_lock("bad\x00key")
+    with pytest.raises(distlock.InvalidArgument):
+        client.lock(key(), lease=0.0001)
+    stranger = distlock.Client(service, token="no-such-token-000000000")
+    with pytest.raises(distlock.Unauthenticated):
+        stranger.try_lock(key())
+    stranger.close()
+    viewer = distlock.Client(service, token=TOKENS["viewer"])
+    with pytest.raises(distlock.PermissionDenied):
+        viewer.try_lock(key())
+    viewer.close()
+    with pytest.raises(ValueError):
+        distlock.Client("ftp://127.0.0.1:1")
+    unreachable = distlock.Client("http://127.0.0.1:9", timeout=1)
+    with pytest.raises(distlock.Unavailable):
+        unreachable.try_lock(key())
+
+
+def test_tenants_apart(service, client):
+    k = key()
+    with client.lock(k):
+        beta = distlock.Client(service, token=TOKENS["beta"])
+        try:
+            assert not beta.inspect(k).get("held")
+            beta.try_lock(k).release()  # beta's own key of the same name
+        finally:
+            beta.close()
+
+
+def test_session(client, other):
+    a, b = key(), key()
+    with client.session(ttl=2) as s:
+        la = client.lock(a, session=s)
+        lb = client.lock(b, session=s)
+        time.sleep(3)  # past the TTL: only the session's KeepAlives keep them
+        assert other.inspect(a).get("held") and other.inspect(b).get("held")
+        assert la.held and lb.held
+    assert not other.inspect(a).get("held") and not other.inspect(b).get("held")
+
+
+def test_semaphore(client, other):
+    name = key()
+    sem = client.semaphore(name, 2)
+    p1, p2 = sem.acquire(lease=30), sem.acquire(lease=30)
+    assert p2.fence > p1.fence
+    with pytest.raises(distlock.NotAcquired):
+        other.semaphore(name, 2).try_acquire()
+    threading.Timer(0.3, p1.release).start()
+    p3 = other.semaphore(name, 2).acquire(wait=10)
+    permits, held = sem.inspect()
+    assert permits == 2 and len(held) == 2
+    with pytest.raises(distlock.InvalidArgument):
+        other.semaphore(name, 3).try_acquire()
+    for p in (p2, p3):
+        p.release()
+
+
+def test_rwlock(client, other):
+    name = key()
+    rw = client.rwlock(name)
+    r1, r2 = rw.read_lock(), rw.read_lock()
+    with pytest.raises(distlock.NotAcquired):
+        other.rwlock(name).write_lock(wait=0)
+    got = {}
+    t = threading.Thread(target=lambda: got.setdefault("w", other.rwlock(name).write_lock(wait=10)))
+    t.start()
+    deadline = time.monotonic() + 5
+    while rw.inspect()[2] == 0:
+        assert time.monotonic() < deadline, "the waiting writer kept no reader out"
+        time.sleep(0.02)
+    with pytest.raises(distlock.NotAcquired):
+        rw.read_lock(wait=0)  # a writer waits: new readers stay out
+    r1.release()
+    r2.release()
+    t.join(10)
+    w = got["w"]
+    assert w.fence > max(r1.fence, r2.fence)
+    writer, held, _ = rw.inspect()
+    assert writer and len(held) == 1
+    w.release()
+
+
+def test_election(client, other):
+    name = key()
+    el = client.election(name)
+    a = el.campaign("10.0.0.1", lease=30)
+    stream = other.election(name).observe()
+    try:
+        first = next(stream)["leader"]
+        assert first["value"] == "10.0.0.1" and int(first["fence"]) == a.fence
+        got = {}
+        t = threading.Thread(target=lambda: got.setdefault("b", other.election(name).campaign("10.0.0.2", wait=10)))
+        t.start()
+        time.sleep(0.3)
+        assert el.leader()["value"] == "10.0.0.1"
+        a.release()  # resigns
+        t.join(10)
+        b = got["b"]
+        assert b.fence > a.fence
+        for msg in stream:  # the first term's end may come first
+            leader = msg["leader"]
+            if leader.get("held"):
+                assert leader["value"] == "10.0.0.2" and int(leader["fence"]) == b.fence
+                break
+            assert int(leader["fence"]) == a.fence
+        assert el.leader()["value"] == "10.0.0.2"
+        b.release()
+    finally:
+        stream.close()
+
+
+def test_retry_by_request_id(client):
+    k = key()
+    body = {"key": k, "requestId": str(uuid.uuid4()), "lease": "30s"}
+    first = client.call("Acquire", body)
+    again = client.call("Acquire", body)  # a retry whose first answer was lost
+    assert again["token"] == first["token"] and again["fence"] == first["fence"]
+    client.call("Release", {"key": k, "token": first["token"]})
