@@ -265,3 +265,43 @@ func TestPermitRetryWhileWaiting(t *testing.T) {
 		}
 	})
 }
+
+// TestPermitRetryGivesUp: a retry waiting behind its first call (both
+// waiting on a full semaphore) ends when its own caller gives up, not when
+// the first call does.
+func TestPermitRetryGivesUp(t *testing.T) {
+	e := newEnv(t, stores(t)[1], server.Limits{})
+	api := e.api(alphaClient)
+	name := keyFor(t, "pool")
+	held := acquirePermit(t, api, &distlockv1.AcquirePermitRequest{Name: name, Permits: 1})
+	req := &distlockv1.AcquirePermitRequest{Name: name, Permits: 1, RequestId: "9e8d7c6b-5a49-4382-b1c0-d9e8f7a6b5c4", Wait: durationpb.New(30 * time.Second)}
+	first := make(chan error, 1)
+	fctx, stopFirst := context.WithCancel(context.Background())
+	defer stopFirst()
+	go func() {
+		_, err := api.AcquirePermit(fctx, connect.NewRequest(req))
+		first <- err
+	}()
+	eventually(t, 10*time.Second, "the first call waits", func() bool { return gauge(t, e, "distlock_server_waiting") == 1 })
+	rctx, cancel := context.WithTimeout(ctx(t), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := api.AcquirePermit(rctx, connect.NewRequest(req))
+	if err == nil || time.Since(start) > 5*time.Second {
+		t.Errorf("a retry whose caller gave up after 0.5s: %v after %v, want an error within a few seconds", err, time.Since(start))
+	}
+	// The server ends the retry's call too, while the first still waits.
+	eventually(t, 5*time.Second, "the server to end the retry's call", func() bool {
+		for _, code := range []string{"canceled", "deadline_exceeded"} {
+			if gauge(t, e, `distlock_server_requests_total{code="`+code+`",method="AcquirePermit"}`) > 0 {
+				return true
+			}
+		}
+		return false
+	})
+	stopFirst()
+	<-first
+	if _, err := api.ReleasePermit(ctx(t), connect.NewRequest(&distlockv1.ReleasePermitRequest{Name: name, Token: held.GetToken()})); err != nil {
+		t.Fatal(err)
+	}
+}
