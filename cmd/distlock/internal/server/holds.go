@@ -129,7 +129,11 @@ func (s *Server) acquireHold(ctx context.Context, op string, a acquireArgs, open
 		// A retry of a call that was granted, or is still waiting on this
 		// server, must not take a second hold: it waits for that call,
 		// then answers the hold its token has, if any.
-		defer s.holdCalls.enter(token)()
+		leave, err := s.holdCalls.enter(ctx, s.stopCtx, token)
+		if err != nil {
+			return heldGrant{}, s.storeError(ctx, op, a.key, sk, err)
+		}
+		defer leave()
 		if info, ok, err := s.holdOf(ctx, c, token); err != nil || ok {
 			if err != nil {
 				return heldGrant{}, s.storeError(ctx, op, a.key, sk, err)
@@ -251,8 +255,8 @@ type callGate struct {
 }
 
 // enter waits until no call holds token, then holds it until the returned
-// function is called.
-func (g *callGate) enter(token string) func() {
+// function is called; it gives up when ctx or stop ends.
+func (g *callGate) enter(ctx, stop context.Context, token string) (func(), error) {
 	for {
 		g.mu.Lock()
 		if g.calls == nil {
@@ -268,9 +272,15 @@ func (g *callGate) enter(token string) func() {
 				delete(g.calls, token)
 				g.mu.Unlock()
 				close(done)
-			}
+			}, nil
 		}
 		g.mu.Unlock()
-		<-busy
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-stop.Done():
+			return nil, distlock.ErrClosed
+		}
 	}
 }
