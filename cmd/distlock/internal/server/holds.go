@@ -10,6 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/distlock/distlock"
 	distlockv1 "github.com/distlock/distlock/gen/distlock/v1"
@@ -204,15 +205,20 @@ func (s *Server) regrantHold(ctx context.Context, c holdCall, lease time.Duratio
 	return heldGrant{}, s.storeError(ctx, c.op, c.name, c.sk, err)
 }
 
-// renewHold renews token's hold of c by lease, or by the lease it was
-// acquired with if lease is nil, within its group's hold cap, and returns
-// the lease given and when it was asked for.
-func (s *Server) renewHold(ctx context.Context, c holdCall, token string, asked *durationpb.Duration) (time.Duration, time.Time, error) {
+// renewByToken renews token's hold of the tenant's name (opened with
+// open) by lease, or by the lease it was acquired with if lease is nil,
+// within its group's hold cap, and returns the lease given and its end.
+func (s *Server) renewByToken(ctx context.Context, op, name, token string, asked *durationpb.Duration, open func(sk string) (holder, error)) (*durationpb.Duration, *timestamppb.Timestamp, error) {
+	noteKey(ctx, short(name))
+	c, err := s.openHold(ctx, op, name, token, open)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer c.h.Close()
 	lease := time.Duration(0)
 	if asked != nil {
-		var err error
-		if lease, err = checkDuration(c.name, "lease", asked, distlock.MinLease, s.limits.MaxLease); err != nil {
-			return 0, time.Time{}, err
+		if lease, err = checkDuration(name, "lease", asked, distlock.MinLease, s.limits.MaxLease); err != nil {
+			return nil, nil, err
 		}
 	}
 	if lease == 0 || s.maxHold(c.sk) > 0 {
@@ -221,20 +227,36 @@ func (s *Server) renewHold(ctx context.Context, c holdCall, token string, asked 
 			err = distlock.ErrNotHeld
 		}
 		if err != nil {
-			return 0, time.Time{}, s.storeError(ctx, c.op, c.name, c.sk, err)
+			return nil, nil, s.storeError(ctx, op, name, c.sk, err)
 		}
 		if lease == 0 {
 			lease = leaseOf(info, s.limits.DefaultLease)
 		}
 		if lease, err = s.capLease(c.sk, info, lease, time.Now()); err != nil {
-			return 0, time.Time{}, s.storeError(ctx, c.op, c.name, c.sk, err)
+			return nil, nil, s.storeError(ctx, op, name, c.sk, err)
 		}
 	}
 	sent := time.Now()
 	if err := c.h.RenewToken(ctx, token, lease); err != nil {
-		return 0, time.Time{}, s.storeError(ctx, c.op, c.name, c.sk, err)
+		return nil, nil, s.storeError(ctx, op, name, c.sk, err)
 	}
-	return lease, sent, nil
+	d, at := expiry(lease, sent)
+	return d, at, nil
+}
+
+// releaseByToken frees token's hold of the tenant's name (opened with
+// open).
+func (s *Server) releaseByToken(ctx context.Context, op, name, token string, open func(sk string) (holder, error)) error {
+	noteKey(ctx, short(name))
+	c, err := s.openHold(ctx, op, name, token, open)
+	if err != nil {
+		return err
+	}
+	defer c.h.Close()
+	if err := c.h.ReleaseToken(ctx, token); err != nil {
+		return s.storeError(ctx, op, name, c.sk, err)
+	}
+	return nil
 }
 
 // shownHolds are holds as a caller of name is shown them.

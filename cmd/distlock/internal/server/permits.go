@@ -43,34 +43,20 @@ func (h *service) AcquirePermit(ctx context.Context, req *connect.Request[distlo
 }
 
 // RenewPermit extends a held permit by the lease given, or by the one it
-// was acquired with, within its group's hold cap.
+// was acquired with, within its group's hold cap. (The number of permits
+// matters only to an acquisition.)
 func (h *service) RenewPermit(ctx context.Context, req *connect.Request[distlockv1.RenewPermitRequest]) (*connect.Response[distlockv1.RenewPermitResponse], error) {
-	s, m := h.s, req.Msg
-	noteKey(ctx, short(m.GetName()))
-	c, err := s.openHold(ctx, "renew permit", m.GetName(), m.GetToken(), s.semaphore(1)) // the number matters only to an acquisition
+	d, at, err := h.s.renewByToken(ctx, "renew permit", req.Msg.GetName(), req.Msg.GetToken(), req.Msg.GetLease(), h.s.semaphore(1))
 	if err != nil {
 		return nil, err
 	}
-	defer c.h.Close()
-	lease, sent, err := s.renewHold(ctx, c, m.GetToken(), m.GetLease())
-	if err != nil {
-		return nil, err
-	}
-	d, at := expiry(lease, sent)
 	return connect.NewResponse(&distlockv1.RenewPermitResponse{Lease: d, ExpiresAt: at}), nil
 }
 
 // ReleasePermit gives a permit back.
 func (h *service) ReleasePermit(ctx context.Context, req *connect.Request[distlockv1.ReleasePermitRequest]) (*connect.Response[distlockv1.ReleasePermitResponse], error) {
-	s, m := h.s, req.Msg
-	noteKey(ctx, short(m.GetName()))
-	c, err := s.openHold(ctx, "release permit", m.GetName(), m.GetToken(), s.semaphore(1))
-	if err != nil {
+	if err := h.s.releaseByToken(ctx, "release permit", req.Msg.GetName(), req.Msg.GetToken(), h.s.semaphore(1)); err != nil {
 		return nil, err
-	}
-	defer c.h.Close()
-	if err := c.h.ReleaseToken(ctx, m.GetToken()); err != nil {
-		return nil, s.storeError(ctx, c.op, c.name, c.sk, err)
 	}
 	return connect.NewResponse(&distlockv1.ReleasePermitResponse{}), nil
 }

@@ -53,34 +53,20 @@ func (h *service) AcquireRW(ctx context.Context, req *connect.Request[distlockv1
 }
 
 // RenewRW extends a hold of either mode by the lease given, or by the one
-// it was acquired with, within its group's hold cap.
+// it was acquired with, within its group's hold cap. (Renewals and releases
+// are of either mode.)
 func (h *service) RenewRW(ctx context.Context, req *connect.Request[distlockv1.RenewRWRequest]) (*connect.Response[distlockv1.RenewRWResponse], error) {
-	s, m := h.s, req.Msg
-	noteKey(ctx, short(m.GetName()))
-	c, err := s.openHold(ctx, "renew rw", m.GetName(), m.GetToken(), s.rwLock(false)) // renewals are of either mode
+	d, at, err := h.s.renewByToken(ctx, "renew rw", req.Msg.GetName(), req.Msg.GetToken(), req.Msg.GetLease(), h.s.rwLock(false))
 	if err != nil {
 		return nil, err
 	}
-	defer c.h.Close()
-	lease, sent, err := s.renewHold(ctx, c, m.GetToken(), m.GetLease())
-	if err != nil {
-		return nil, err
-	}
-	d, at := expiry(lease, sent)
 	return connect.NewResponse(&distlockv1.RenewRWResponse{Lease: d, ExpiresAt: at}), nil
 }
 
 // ReleaseRW frees a hold of either mode.
 func (h *service) ReleaseRW(ctx context.Context, req *connect.Request[distlockv1.ReleaseRWRequest]) (*connect.Response[distlockv1.ReleaseRWResponse], error) {
-	s, m := h.s, req.Msg
-	noteKey(ctx, short(m.GetName()))
-	c, err := s.openHold(ctx, "release rw", m.GetName(), m.GetToken(), s.rwLock(false))
-	if err != nil {
+	if err := h.s.releaseByToken(ctx, "release rw", req.Msg.GetName(), req.Msg.GetToken(), h.s.rwLock(false)); err != nil {
 		return nil, err
-	}
-	defer c.h.Close()
-	if err := c.h.ReleaseToken(ctx, m.GetToken()); err != nil {
-		return nil, s.storeError(ctx, c.op, c.name, c.sk, err)
 	}
 	return connect.NewResponse(&distlockv1.ReleaseRWResponse{}), nil
 }
