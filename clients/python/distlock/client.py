@@ -37,9 +37,28 @@ class Client:
 
     def __init__(self, url="http://127.0.0.1:7070", token=None, timeout=10.0):
         self._t = Transport(url, token, timeout)
+        self._mu = threading.Lock()
+        self._holds = set()  # held locks, permits, holds, terms and open sessions
 
     def close(self):
+        """Releases what the client still holds (best effort, each within the
+        timeout), closes its sessions and its connections."""
+        with self._mu:
+            holds, self._holds = list(self._holds), set()
+        for h in holds:
+            try:
+                h.release() if isinstance(h, Lock) else h.close()
+            except Exception:  # noqa: BLE001 - the rest still go
+                pass
         self._t.close()
+
+    def _track(self, h):
+        with self._mu:
+            self._holds.add(h)
+
+    def _untrack(self, h):
+        with self._mu:
+            self._holds.discard(h)
 
     def __enter__(self):
         return self
@@ -166,6 +185,7 @@ class Lock:
         self._on_lost = on_lost
         self._stop = threading.Event()
         self._thread = None
+        client._track(self)
         if kind.renews:
             self._thread = threading.Thread(target=self._keep, name=f"distlock renew {name}", daemon=True)
             self._thread.start()
@@ -178,6 +198,10 @@ class Lock:
         return not self._stop.is_set() and not self.lost.is_set()
 
     def _keep(self):
+        # Renewals that keep failing give up a tenth of the lease (at most a
+        # second) before it ends, so that the loss is told while the lease
+        # still holds the lock: the holder stops before another can start.
+        margin = min(self.lease / 10, 1.0)
         interval = max(self.lease / 3, 0.05)
         while not self._stop.wait(interval):
             sent = time.monotonic()
@@ -188,10 +212,11 @@ class Lock:
                 self._lose(f"taken or released by another: {e.message}")
                 return
             except Exception:  # noqa: BLE001 - a failed renewal is retried until the lease ends
-                if time.monotonic() >= self._until:
-                    self._lose("expired: no renewal succeeded within the lease")
+                left = self._until - margin - time.monotonic()
+                if left <= 0:
+                    self._lose("expiring: no renewal succeeded within the lease")
                     return
-                interval = min(1.0, max(self._until - time.monotonic(), 0.05))
+                interval = min(0.5, max(left, 0.01))
                 continue
             self._until = sent + seconds(r.get("lease")) if r.get("lease") else sent + self.lease
             interval = max(self.lease / 3, 0.05)
@@ -210,6 +235,7 @@ class Lock:
         if self._stop.is_set():
             return False
         self._stop.set()
+        self._c._untrack(self)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
         try:
@@ -242,6 +268,7 @@ class Session:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._keep, name="distlock session", daemon=True)
         self._thread.start()
+        client._track(self)
 
     def _follow(self, lock):
         with self._mu:
@@ -257,10 +284,11 @@ class Session:
                 self._lose(f"the session ended: {e.message}")
                 return
             except Exception:  # noqa: BLE001 - retried until the TTL ends
-                if time.monotonic() >= self._until:
-                    self._lose("expired: no KeepAlive succeeded within the TTL")
+                left = self._until - min(self.ttl / 10, 1.0) - time.monotonic()
+                if left <= 0:
+                    self._lose("expiring: no KeepAlive succeeded within the TTL")
                     return
-                interval = 1.0
+                interval = min(0.5, max(left, 0.01))
                 continue
             self._until = sent + self.ttl
             interval = self.ttl / 3
@@ -277,12 +305,16 @@ class Session:
 
     def close(self):
         """Ends the session and releases its locks."""
+        if self._stop.is_set():
+            return
         self._stop.set()
+        self._c._untrack(self)
         if self._thread is not threading.current_thread():
             self._thread.join()
         with self._mu:
             for lk in self._locks:
                 lk._stop.set()
+                self._c._untrack(lk)
         try:
             self._c.call("CloseSession", {"sessionId": self.id})
         except NotHeld:

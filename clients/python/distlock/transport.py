@@ -74,6 +74,9 @@ class Transport:
             conn.request("POST", self._base + SERVICE + method, data, headers)
             resp = conn.getresponse()
             payload = resp.read()
+        except ConnectionRefusedError as e:  # nothing was sent
+            conn.close()
+            raise Unavailable("unavailable", f"{method}: {self._host}:{self._port} refused the connection") from e
         except (OSError, http.client.HTTPException) as e:
             conn.close()
             raise NoAnswer("unavailable", f"{method}: no answer: {e}") from e

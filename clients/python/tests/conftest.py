@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import tempfile
+from contextlib import contextmanager
 
 import pytest
 
@@ -16,12 +17,13 @@ TOKENS = {
 }
 
 
-@pytest.fixture(scope="session")
-def service():
+@contextmanager
+def running_service():
+    """A serve process of its own: yields (process, url); stops it after."""
     binary = os.environ.get("DISTLOCK_BIN")
     if not binary or not os.access(binary, os.X_OK):
-        pytest.fail("DISTLOCK_BIN must name a distlock binary: go build -o /tmp/distlock ./cmd/distlock "
-                    "(from cmd/distlock), then DISTLOCK_BIN=/tmp/distlock python3 -m pytest; make test does both")
+        pytest.fail("DISTLOCK_BIN must name a distlock binary: go build -o /tmp/distlock . (in cmd/distlock), "
+                    "then DISTLOCK_BIN=/tmp/distlock python3 -m pytest; make test does both")
     with tempfile.TemporaryDirectory() as d:
         tokens = os.path.join(d, "tokens")
         with open(tokens, "w") as f:
@@ -37,12 +39,19 @@ def service():
                 text += line
                 if line.startswith("}"):
                     break
-            url = json.loads(text)["url"]
-            yield url
+            yield proc, json.loads(text)["url"]
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            proc.wait()
+            proc.stdout.close()
+
+
+@pytest.fixture(scope="session")
+def service():
+    with running_service() as (_, url):
+        yield url

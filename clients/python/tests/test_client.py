@@ -1,5 +1,6 @@
 """The client against a real lock service."""
 
+import socket
 import threading
 import time
 import uuid
@@ -89,9 +90,6 @@ def test_errors(service, client):
     viewer.close()
     with pytest.raises(ValueError):
         distlock.Client("ftp://127.0.0.1:1")
-    unreachable = distlock.Client("http://127.0.0.1:9", timeout=1)
-    with pytest.raises(distlock.Unavailable):
-        unreachable.try_lock(key())
 
 
 def test_tenants_apart(service, client):
@@ -194,3 +192,52 @@ def test_retry_by_request_id(client):
     again = client.call("Acquire", body)  # a retry whose first answer was lost
     assert again["token"] == first["token"] and again["fence"] == first["fence"]
     client.call("Release", {"key": k, "token": first["token"]})
+
+
+def test_close_releases(service, other):
+    c = distlock.Client(service, token=TOKENS["alpha"])
+    k, name = key(), key()
+    lk = c.lock(k)
+    permit = c.semaphore(name, 1).acquire()
+    writer = c.rwlock(name).write_lock()
+    c.close()
+    assert not lk.held and not permit.held and not writer.held
+    other.try_lock(k).release()
+    other.semaphore(name, 1).try_acquire().release()
+    other.rwlock(name).write_lock(wait=0).release()
+
+
+def test_loss_when_the_service_dies():
+    from conftest import running_service
+
+    with running_service() as (proc, url):
+        c = distlock.Client(url, token=TOKENS["alpha"], timeout=0.5)
+        lease = 3.0
+        lk = c.lock(key(), lease=lease)
+        granted = time.monotonic()
+        proc.kill()
+        proc.wait()
+        assert lk.lost.wait(lease + 1), "no loss told after the service died"
+        told = time.monotonic() - granted
+        assert told < lease, f"the loss was told {told:.2f}s after the grant, not within the lease of {lease}s"
+        assert "expiring" in lk.lost_reason
+        c.close()  # the service is gone: closing still returns
+
+
+def test_unreachable_within_timeout():
+    c = distlock.Client("http://127.0.0.1:9", timeout=1)
+    start = time.monotonic()
+    with pytest.raises(distlock.Unavailable) as refused:
+        c.try_lock(key())
+    assert time.monotonic() - start < 5
+    assert "refused" in refused.value.message
+    c.close()
+    with socket.socket() as mute:  # accepts connections, never answers
+        mute.bind(("127.0.0.1", 0))
+        mute.listen(16)
+        silent = distlock.Client(f"http://127.0.0.1:{mute.getsockname()[1]}", timeout=0.3)
+        start = time.monotonic()
+        with pytest.raises(distlock.NoAnswer):
+            silent.try_lock(key())
+        assert time.monotonic() - start < 0.3 * 5 + 1  # the timeout, for the call and its retries
+        silent.close()
