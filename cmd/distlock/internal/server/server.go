@@ -21,6 +21,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -86,6 +87,7 @@ type Server struct {
 	log      *slog.Logger
 	metrics  *metrics
 	ready    func(ctx context.Context) error
+	probe    *sharedProbe                        // ready, shared by its askers
 	maxHold  func(storeKey string) time.Duration // never nil
 	lease    func(storeKey string) time.Duration // nil: Limits.DefaultLease
 	limiters *limiters
@@ -148,6 +150,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.stopCtx, s.stop = context.WithCancel(context.Background())
+	s.probe = &sharedProbe{run: s.ready, stop: s.stopCtx, log: s.log}
 	s.polls = polls{client: s.client, interval: limits.WatchInterval, stopCtx: s.stopCtx}
 	s.handler = s.routes()
 	return s, nil
@@ -237,11 +240,70 @@ func (s *Server) readiness(ctx context.Context) error {
 	if s.stopping.Load() {
 		return errors.New("shutting down")
 	}
-	if err := s.ready(ctx); err != nil {
-		s.log.WarnContext(ctx, "not ready: the store does not answer", "err", err)
+	if err := s.probe.check(ctx); err != nil {
 		return errors.New("the store does not answer (the log says why)")
 	}
 	return nil
+}
+
+// probeEvery is how long a readiness probe's answer serves every asker.
+const probeEvery = time.Second
+
+// probeTimeout bounds one readiness probe.
+const probeTimeout = 5 * time.Second
+
+// sharedProbe runs the readiness probe once for every asker at the time,
+// and lets its answer serve later askers for probeEvery: anyone who
+// reaches the port may ask, and must not cost the store a read each.
+type sharedProbe struct {
+	run  func(context.Context) error
+	stop context.Context // Shutdown ends a probe in flight
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	at      time.Time // when the last probe ended
+	err     error
+	running chan struct{} // closed when the probe in flight ends; nil if none
+}
+
+// check returns the answer of a probe that ended within probeEvery, or of
+// the one it starts or joins, or ctx's error if ctx ends first.
+func (p *sharedProbe) check(ctx context.Context) error {
+	p.mu.Lock()
+	if !p.at.IsZero() && time.Since(p.at) < probeEvery {
+		defer p.mu.Unlock()
+		return p.err
+	}
+	done := p.running
+	if done == nil {
+		done = make(chan struct{})
+		p.running = done
+		go p.probe(done)
+	}
+	p.mu.Unlock()
+	select {
+	case <-done:
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// probe runs one probe, within probeTimeout and until Shutdown, whoever
+// asked having gone or not, and closes done.
+func (p *sharedProbe) probe(done chan struct{}) {
+	ctx, cancel := context.WithTimeout(p.stop, probeTimeout)
+	err := p.run(ctx)
+	cancel()
+	if err != nil {
+		p.log.Warn("not ready: the store does not answer", "err", err)
+	}
+	p.mu.Lock()
+	p.err, p.at, p.running = err, time.Now(), nil
+	p.mu.Unlock()
+	close(done)
 }
 
 // probeStore is the default readiness probe: one Inspect of a key no one holds.
