@@ -228,27 +228,30 @@ func TestPermitMaxHold(t *testing.T) {
 
 // TestPermitRetryWhileWaiting: a retry sent while the first call still
 // waits (its caller timed out, say) takes no second permit: both calls
-// answer the one permit, and only one is held.
+// answer the one permit, and only one is held. The first call says it is
+// the first (first_try), as the clients send it; the retry does not.
 func TestPermitRetryWhileWaiting(t *testing.T) {
 	forEachStore(t, func(t *testing.T, st store) {
 		e := newEnv(t, st, server.Limits{})
 		api := e.api(alphaClient)
 		name := keyFor(t, "pool")
 		held := acquirePermit(t, api, &distlockv1.AcquirePermitRequest{Name: name, Permits: 1})
-		req := &distlockv1.AcquirePermitRequest{Name: name, Permits: 1, RequestId: "5d2f8a61-3c7b-4e09-a1f4-9b8c6d2e0f17", Wait: durationpb.New(20 * time.Second)}
 		answers := make(chan *distlockv1.AcquirePermitResponse, 2)
-		for range 2 {
-			go func() {
-				res, err := api.AcquirePermit(context.Background(), connect.NewRequest(req))
-				if err != nil {
-					t.Errorf("a waiting AcquirePermit: %v", err)
-					answers <- nil
-					return
-				}
-				answers <- res.Msg
-			}()
+		call := func(firstTry bool) {
+			req := &distlockv1.AcquirePermitRequest{Name: name, Permits: 1, RequestId: "5d2f8a61-3c7b-4e09-a1f4-9b8c6d2e0f17",
+				Wait: durationpb.New(20 * time.Second), FirstTry: firstTry}
+			res, err := api.AcquirePermit(context.Background(), connect.NewRequest(req))
+			if err != nil {
+				t.Errorf("a waiting AcquirePermit (first_try %v): %v", firstTry, err)
+				answers <- nil
+				return
+			}
+			answers <- res.Msg
 		}
-		time.Sleep(300 * time.Millisecond) // both calls in: the second waits for the first
+		go call(true)
+		eventually(t, 10*time.Second, "the first call waits", func() bool { return gauge(t, e, "distlock_server_waiting") == 1 })
+		go call(false)
+		time.Sleep(300 * time.Millisecond) // the retry in: it waits for the first call
 		if _, err := api.ReleasePermit(ctx(t), connect.NewRequest(&distlockv1.ReleasePermitRequest{Name: name, Token: held.GetToken()})); err != nil {
 			t.Fatal(err)
 		}
