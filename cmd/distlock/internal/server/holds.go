@@ -126,15 +126,18 @@ func (s *Server) acquireHold(ctx context.Context, op string, a acquireArgs, open
 	}
 	defer h.Close()
 	c := holdCall{op: op, name: a.key, sk: sk, h: h}
-	if a.requestID != "" && !a.firstTry {
+	if a.requestID != "" {
 		// A retry of a call that was granted, or is still waiting on this
-		// server, must not take a second hold: it waits for that call,
-		// then answers the hold its token has, if any.
+		// server, must not take a second hold: every call of a request id
+		// passes a gate one at a time, and a retry (not a first try) then
+		// answers the hold its token has, if any.
 		leave, err := s.holdCalls.enter(ctx, s.stopCtx, token)
 		if err != nil {
 			return heldGrant{}, s.storeError(ctx, op, a.key, sk, err)
 		}
 		defer leave()
+	}
+	if a.requestID != "" && !a.firstTry {
 		if info, ok, err := s.holdOf(ctx, c, token); err != nil || ok {
 			if err != nil {
 				return heldGrant{}, s.storeError(ctx, op, a.key, sk, err)
