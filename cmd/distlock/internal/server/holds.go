@@ -70,18 +70,28 @@ type holdCall struct {
 // openHold checks a renewal's or release's name and token and opens the
 // tenant's holder of name with open; the caller closes it.
 func (s *Server) openHold(ctx context.Context, op, name, token string, open func(sk string) (holder, error)) (holdCall, error) {
-	if err := s.limits.checkKey(name); err != nil {
+	sk, err := s.tenantKey(ctx, name)
+	if err != nil {
 		return holdCall{}, err
 	}
 	if token == "" {
 		return holdCall{}, invalid("%s %q: token is required", op, name)
 	}
-	sk := storeKey(callOf(ctx).id.Tenant, name)
 	h, err := open(sk)
 	if err != nil {
 		return holdCall{}, s.storeError(ctx, op, name, sk, err)
 	}
 	return holdCall{op: op, name: name, sk: sk, h: h}, nil
+}
+
+// tenantKey checks a name the caller gave and returns it in the store,
+// in the caller's tenant's namespace.
+func (s *Server) tenantKey(ctx context.Context, name string) (string, error) {
+	noteKey(ctx, short(name))
+	if err := s.limits.checkKey(name); err != nil {
+		return "", err
+	}
+	return storeKey(callOf(ctx).id.Tenant, name), nil
 }
 
 // heldGrant is a hold granted: what the caller is answered.
@@ -212,7 +222,6 @@ func (s *Server) regrantHold(ctx context.Context, c holdCall, lease time.Duratio
 // open) by lease, or by the lease it was acquired with if lease is nil,
 // within its group's hold cap, and returns the lease given and its end.
 func (s *Server) renewByToken(ctx context.Context, op, name, token string, asked *durationpb.Duration, open func(sk string) (holder, error)) (*durationpb.Duration, *timestamppb.Timestamp, error) {
-	noteKey(ctx, short(name))
 	c, err := s.openHold(ctx, op, name, token, open)
 	if err != nil {
 		return nil, nil, err
@@ -250,7 +259,6 @@ func (s *Server) renewByToken(ctx context.Context, op, name, token string, asked
 // releaseByToken frees token's hold of the tenant's name (opened with
 // open).
 func (s *Server) releaseByToken(ctx context.Context, op, name, token string, open func(sk string) (holder, error)) error {
-	noteKey(ctx, short(name))
 	c, err := s.openHold(ctx, op, name, token, open)
 	if err != nil {
 		return err

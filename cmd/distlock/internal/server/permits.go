@@ -64,14 +64,13 @@ func (h *service) ReleasePermit(ctx context.Context, req *connect.Request[distlo
 // SetPermits changes a tenant's semaphore's number of permits.
 func (h *service) SetPermits(ctx context.Context, req *connect.Request[distlockv1.SetPermitsRequest]) (*connect.Response[distlockv1.SetPermitsResponse], error) {
 	s, name, n := h.s, req.Msg.GetName(), int(req.Msg.GetPermits())
-	noteKey(ctx, short(name))
-	if err := s.limits.checkKey(name); err != nil {
+	sk, err := s.tenantKey(ctx, name)
+	if err != nil {
 		return nil, err
 	}
 	if n < 1 {
 		return nil, invalid("semaphore %q: permits is %d: want at least 1", name, n)
 	}
-	sk := storeKey(callOf(ctx).id.Tenant, name)
 	sem, err := s.client.Semaphore(sk, n)
 	if err == nil {
 		defer sem.Close()
@@ -87,11 +86,10 @@ func (h *service) SetPermits(ctx context.Context, req *connect.Request[distlockv
 // its live permits, without their tokens.
 func (h *service) InspectPermits(ctx context.Context, req *connect.Request[distlockv1.InspectPermitsRequest]) (*connect.Response[distlockv1.InspectPermitsResponse], error) {
 	s, name := h.s, req.Msg.GetName()
-	noteKey(ctx, short(name))
-	if err := s.limits.checkKey(name); err != nil {
+	sk, err := s.tenantKey(ctx, name)
+	if err != nil {
 		return nil, err
 	}
-	sk := storeKey(callOf(ctx).id.Tenant, name)
 	var info distlock.SemaphoreInfo
 	sem, err := s.client.Semaphore(sk, 1)
 	if err == nil {

@@ -75,11 +75,10 @@ func (h *service) ReleaseRW(ctx context.Context, req *connect.Request[distlockv1
 // tokens, and its waiting writers.
 func (h *service) InspectRW(ctx context.Context, req *connect.Request[distlockv1.InspectRWRequest]) (*connect.Response[distlockv1.InspectRWResponse], error) {
 	s, name := h.s, req.Msg.GetName()
-	noteKey(ctx, short(name))
-	if err := s.limits.checkKey(name); err != nil {
+	sk, err := s.tenantKey(ctx, name)
+	if err != nil {
 		return nil, err
 	}
-	sk := storeKey(callOf(ctx).id.Tenant, name)
 	var info distlock.RWInfo
 	m, err := s.client.RWMutex(sk)
 	if err == nil {
@@ -96,14 +95,13 @@ func (h *service) InspectRW(ctx context.Context, req *connect.Request[distlockv1
 // WithdrawIntent ends a writer's intent on a tenant's read-write lock.
 func (h *service) WithdrawIntent(ctx context.Context, req *connect.Request[distlockv1.WithdrawIntentRequest]) (*connect.Response[distlockv1.WithdrawIntentResponse], error) {
 	s, name, intent := h.s, req.Msg.GetName(), req.Msg.GetIntent()
-	noteKey(ctx, short(name))
-	if err := s.limits.checkKey(name); err != nil {
+	sk, err := s.tenantKey(ctx, name)
+	if err != nil {
 		return nil, err
 	}
 	if err := checkIntent(name, intent); err != nil {
 		return nil, err
 	}
-	sk := storeKey(callOf(ctx).id.Tenant, name)
 	m, err := s.client.RWMutex(sk)
 	if err == nil {
 		defer m.Close()
