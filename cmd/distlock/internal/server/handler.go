@@ -19,10 +19,13 @@ type service struct{ s *Server }
 
 var _ distlockv1connect.LockServiceHandler = (*service)(nil)
 
-// deadlineMargin is how long before the call's deadline a wait gives up, so
-// that its Aborted answer reaches the caller before the caller stops
-// listening.
-const deadlineMargin = 50 * time.Millisecond
+// deadlineMargin returns how long before a deadline remaining away a wait
+// gives up, so that its Aborted answer (after the wait's withdrawal from the
+// store) reaches the caller before the caller stops listening: a tenth of
+// the time, at least 100ms and at most a second.
+func deadlineMargin(remaining time.Duration) time.Duration {
+	return min(max(remaining/10, 100*time.Millisecond), time.Second)
+}
 
 // Acquire checks the whole request, then takes the key for a new token (one
 // derived from the request id or the session, so that a retry finds it),
@@ -260,7 +263,8 @@ func (s *Server) stillHeld(ctx context.Context, sk string, fence uint64) bool {
 // Shutdown. It shortens *wait to end deadlineMargin before ctx's deadline.
 func (s *Server) waitContext(ctx context.Context, wait *time.Duration) (context.Context, context.CancelFunc) {
 	if d, ok := ctx.Deadline(); ok && *wait > 0 {
-		*wait = max(0, min(*wait, time.Until(d)-deadlineMargin))
+		remaining := time.Until(d)
+		*wait = max(0, min(*wait, remaining-deadlineMargin(remaining)))
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(s.stopCtx, cancel)
