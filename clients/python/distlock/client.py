@@ -116,6 +116,15 @@ class Client:
         """Who holds key, as the service's Lock message (no token)."""
         return self._t.unary("Inspect", {"key": key}).get("lock", {})
 
+    def force_release(self, key, reason, tenant=None):
+        """Frees key whoever holds it (an admin's or tenant admin's call), with
+        the reason the audit log keeps; returns the hold it removed (held is
+        false if the key was free). Its holder learns at its next renewal."""
+        body = {"key": key, "reason": reason}
+        if tenant is not None:
+            body["tenant"] = tenant
+        return self._t.unary("ForceRelease", body).get("lock", {})
+
     def session(self, ttl=15.0, on_lost=None):
         """Opens a session that keeps itself alive every ttl/3: locks taken
         with session=it share its TTL and end with it."""

@@ -67,7 +67,11 @@ def test_loss_is_told(service, client):
     lk = client.lock(k, lease=1.5, on_lost=lambda _: lost.set())
     admin = distlock.Client(service, token=TOKENS["admin"])
     try:
-        admin.call("ForceRelease", {"key": k, "reason": "the Python client's test"})
+        removed = admin.force_release(k, "the Python client's test")
+        assert removed["held"] and int(removed["fence"]) == lk.fence
+        assert not admin.force_release(k, "again").get("held")  # free now: nothing removed
+        with pytest.raises(distlock.PermissionDenied):
+            client.force_release(k, "a client may not")
     finally:
         admin.close()
     assert lost.wait(5), "the holder was not told within 5s"
