@@ -752,3 +752,35 @@ func TestHoldsShareOneSchedule(t *testing.T) {
 		_ = renewed.Release(ctx)
 	})
 }
+
+// An error of a semaphore's or a read-write lock's acquisition names what
+// was attempted, not "lock", which would send its reader to the wrong
+// primitive.
+func TestAcquireErrorsNameThePrimitive(t *testing.T) {
+	ctx := context.Background()
+	c := distlock.New(memlock.New())
+	defer c.Close()
+	sem, err := c.Semaphore("exports", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sem.TryAcquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rw, err := c.RWMutex("catalog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rw.TryLock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for want, try := range map[string]func() error{
+		`distlock: acquire permit "exports": `: func() error { _, err := sem.TryAcquire(ctx); return err },
+		`distlock: read-lock "catalog": `:      func() error { _, err := rw.TryRLock(ctx); return err },
+		`distlock: write-lock "catalog": `:     func() error { _, err := rw.TryLock(ctx); return err },
+	} {
+		if err := try(); !errors.Is(err, distlock.ErrNotAcquired) || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("got %v, want ErrNotAcquired beginning %q", err, want)
+		}
+	}
+}
