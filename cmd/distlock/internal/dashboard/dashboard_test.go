@@ -3,6 +3,7 @@ package dashboard_test
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -143,6 +144,62 @@ func TestDashboard(t *testing.T) {
 		took := waitFor(t, ctx, 4*time.Second, "the near max hold highlight", cond)
 		t.Logf("highlighted %v after the grant's row showed (max hold 3s)", took.Round(time.Millisecond))
 		waitFor(t, ctx, 3*time.Second, "the lock to end at its max hold", row("alpha", k)+" === null")
+	})
+
+	t.Run("permits, read-write holds and election terms show beside the locks", func(t *testing.T) {
+		ctx := tab(t, bctx)
+		login(t, ctx, svc.url, alphaAdmin, true)
+		sem, rw, elect := keyFor(t, "exports"), keyFor(t, "catalog"), keyFor(t, "billing")
+		api, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var permits []string
+		for range 2 {
+			p, err := alpha.AcquirePermit(api, connect.NewRequest(&distlockv1.AcquirePermitRequest{Name: sem, Permits: 3, Owner: "exporter"}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			permits = append(permits, p.Msg.GetToken())
+		}
+		r, err := alpha.AcquireRW(api, connect.NewRequest(&distlockv1.AcquireRWRequest{Name: rw, Owner: "reader-1"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := alpha.Campaign(api, connect.NewRequest(&distlockv1.CampaignRequest{Name: elect, Value: "10.0.0.7:8080"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows := func(key string) string {
+			b, _ := json.Marshal(`#locks-body tr[data-key="alpha/` + key + `"]`)
+			return "document.querySelectorAll(" + string(b) + ")"
+		}
+		waitFor(t, ctx, 2*live, "a row per permit", rows(sem)+".length === 2")
+		waitFor(t, ctx, 2*live, "the reader's row", row("alpha", rw)+" !== null")
+		waitFor(t, ctx, 2*live, "the leader's row", row("alpha", "election/"+elect)+" !== null")
+		for key, want := range map[string]string{sem: "permit of 3", rw: "reader", "election/" + elect: "leader: 10.0.0.7:8080"} {
+			if got := eval[string](t, ctx, row("alpha", key)+`.querySelector("td.key").textContent`); !strings.Contains(got, want) {
+				t.Errorf("the row of %s says %q, want the badge %q", key, got, want)
+			}
+		}
+		// A permit or a read-write hold ends at its lease: no forced release
+		// is offered; an election's term is a lock, and has one.
+		if eval[bool](t, ctx, row("alpha", sem)+`.querySelector("a.force") !== null`) {
+			t.Error("a permit's row offers a forced release")
+		}
+		if !eval[bool](t, ctx, row("alpha", "election/"+elect)+`.querySelector("a.force") !== null`) {
+			t.Error("the leader's row offers no forced release to a tenant admin")
+		}
+		for _, tok := range permits {
+			if _, err := alpha.ReleasePermit(api, connect.NewRequest(&distlockv1.ReleasePermitRequest{Name: sem, Token: tok})); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := alpha.ReleaseRW(api, connect.NewRequest(&distlockv1.ReleaseRWRequest{Name: rw, Token: r.Msg.GetToken()})); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := alpha.Resign(api, connect.NewRequest(&distlockv1.ResignRequest{Name: elect, Token: c.Msg.GetToken()})); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, ctx, 2*live, "the rows gone", rows(sem)+".length === 0 && "+row("alpha", rw)+" === null && "+row("alpha", "election/"+elect)+" === null")
 	})
 
 	t.Run("release and see it go", func(t *testing.T) {

@@ -49,6 +49,8 @@ type wireLock struct {
 	Failing    bool   `json:"failing"`
 	Session    bool   `json:"session"`
 	MaxHoldMs  int64  `json:"maxHoldMs"`
+	Kind       string `json:"kind,omitempty"` // holdBadge's text
+	Forcible   bool   `json:"forcible"`
 }
 
 type wireContended struct {
@@ -92,7 +94,7 @@ func wire(v server.View, now time.Time) wireView {
 			Tenant: l.Tenant, Key: l.Key, Shown: shownKey(l.Key), Owner: shownKey(l.Owner), BusinessID: shownKey(l.BusinessID),
 			Fence: strconv.FormatUint(l.Fence, 10), Since: rfc3339(l.Since), Expires: rfc3339(l.Expires),
 			LeaseMs: l.Lease.Milliseconds(), Waiters: l.Waiters, Failing: l.RenewFailing, Session: l.Session,
-			MaxHoldMs: l.MaxHold.Milliseconds(),
+			MaxHoldMs: l.MaxHold.Milliseconds(), Kind: holdBadge(l), Forcible: forcible(l),
 		})
 	}
 	for _, c := range v.Contended {

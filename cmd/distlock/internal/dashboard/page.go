@@ -149,6 +149,8 @@ var funcs = template.FuncMap{
 	"heldFor":   heldFor,
 	"leaseLeft": leaseLeft,
 	"lockClass": lockClass,
+	"holdBadge": holdBadge,
+	"forcible":  forcible,
 	"nearMax":   nearMaxHold,
 	"dur":       func(d time.Duration) string { return human(d) },
 	"wait":      waitTime,
@@ -259,4 +261,27 @@ func lockClass(now time.Time, l server.HeldLock) string {
 		return "warn"
 	}
 	return ""
+}
+
+// holdBadge names what a row holds when it is not a plain lock: an
+// election's leader and its value, a semaphore's permit, a read-write
+// lock's reader or writer; "" for a lock.
+func holdBadge(l server.HeldLock) string {
+	switch l.Kind {
+	case server.HoldLeader:
+		return "leader: " + shownKey(l.Value)
+	case server.HoldPermit:
+		return fmt.Sprintf("permit of %d", l.Permits)
+	case server.HoldRead:
+		return "reader"
+	case server.HoldWrite:
+		return "writer"
+	}
+	return ""
+}
+
+// forcible reports whether a row's hold can be force-released: a lock's or
+// an election term's. (A permit or a read-write hold ends at its lease.)
+func forcible(l server.HeldLock) bool {
+	return l.Kind == server.HoldLock || l.Kind == server.HoldLeader
 }

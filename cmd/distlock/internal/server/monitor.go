@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/election"
 )
 
 // The monitor is what the dashboard shows: every tenant's held locks, the
@@ -72,6 +73,10 @@ type monitor struct {
 	waiting map[string]int // store key → Acquire calls waiting at this server
 	stats   map[string]*waitStats
 	losses  []Loss // oldest first, at most maxLosses
+
+	sharedNames     map[sharedName]struct{} // semaphores and read-write locks to inspect (shared.go)
+	sharedPerTenant map[string]int          // how many of sharedNames are each tenant's
+	shared          []HeldLock              // their holds, as of the last poll
 
 	changed chan struct{} // closed at the next change
 }
@@ -148,6 +153,7 @@ func (m *monitor) run(s *Server) {
 		m.mu.Lock()
 		m.running = false
 		clear(m.held)
+		m.shared = nil
 		clear(m.ended)
 		m.polled, m.prevPoll = time.Time{}, time.Time{}
 		m.bumpLocked()
@@ -162,6 +168,11 @@ func (m *monitor) poll(s *Server) {
 	defer cancel()
 	start := time.Now()
 	infos, err := s.client.List(ctx, tenantsRoot)
+	var sharedRows []HeldLock
+	var free []sharedName
+	if err == nil {
+		sharedRows, free = m.inspectShared(ctx, s, start)
+	}
 	now := time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -173,6 +184,7 @@ func (m *monitor) poll(s *Server) {
 		return
 	}
 	changed := m.pollErr != nil || m.polled.IsZero() // the first poll makes the view current
+	changed = m.setSharedLocked(sharedRows, free) || changed
 	m.pollErr = nil
 	baseline := m.baseline
 	m.baseline = false
@@ -535,16 +547,23 @@ func (m *monitor) viewLocked(tenant string, all bool, prefix string, now time.Ti
 			continue
 		}
 		lease, _ := time.ParseDuration(t.info.Meta.Labels[labelLease])
+		kind, value := HoldLock, ""
+		if v, ok := t.info.Meta.Labels[election.ValueLabel]; ok && strings.HasPrefix(key, election.KeyPrefix) {
+			kind, value = HoldLeader, v
+		}
 		v.Locks = append(v.Locks, HeldLock{
-			Tenant: tn, Key: key, Owner: t.info.Meta.Owner, BusinessID: t.info.Meta.BusinessID,
+			Tenant: tn, Key: key, Kind: kind, Value: value, Owner: t.info.Meta.Owner, BusinessID: t.info.Meta.BusinessID,
 			Fence: t.info.Fence, Since: t.since, Expires: t.expires, Lease: lease,
 			Waiters: m.waiting[sk], RenewFailing: t.failing, Session: t.info.Meta.Labels[labelSession] != "",
 			MaxHold: m.maxHold(sk),
 		})
 	}
-	slices.SortFunc(v.Locks, func(a, b HeldLock) int {
-		return cmpPair(a.Tenant, a.Key, b.Tenant, b.Key)
-	})
+	for _, l := range m.shared {
+		if _, _, ok := visible(storeKey(l.Tenant, l.Key)); ok {
+			v.Locks = append(v.Locks, l)
+		}
+	}
+	slices.SortFunc(v.Locks, compareHeld)
 	if len(v.Locks) > MaxViewLocks {
 		v.More = len(v.Locks) - MaxViewLocks
 		v.Locks = v.Locks[:MaxViewLocks]

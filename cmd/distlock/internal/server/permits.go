@@ -38,6 +38,7 @@ func (h *service) AcquirePermit(ctx context.Context, req *connect.Request[distlo
 	if err != nil {
 		return nil, err
 	}
+	s.mon.noteShared(storeKey(callOf(ctx).id.Tenant, a.key), true)
 	d, at := expiry(g.lease, g.sent)
 	return connect.NewResponse(&distlockv1.AcquirePermitResponse{Token: g.token, Fence: g.fence, Lease: d, ExpiresAt: at}), nil
 }

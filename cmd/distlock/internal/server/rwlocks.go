@@ -48,6 +48,7 @@ func (h *service) AcquireRW(ctx context.Context, req *connect.Request[distlockv1
 	if err != nil {
 		return nil, err
 	}
+	s.mon.noteShared(storeKey(callOf(ctx).id.Tenant, a.key), false)
 	d, at := expiry(g.lease, g.sent)
 	return connect.NewResponse(&distlockv1.AcquireRWResponse{Token: g.token, Fence: g.fence, Lease: d, ExpiresAt: at}), nil
 }

@@ -49,10 +49,18 @@ type View struct {
 	Losses []Loss
 }
 
-// HeldLock is a held lock as the dashboard shows it: never its token.
+// HeldLock is a held lock, or a hold of a semaphore or a read-write lock,
+// as the dashboard shows it: never its token.
 type HeldLock struct {
-	Tenant     string
-	Key        string // the client key, without the tenant's namespace
+	Tenant string
+	Key    string // the client key (a semaphore's or read-write lock's name), without the tenant's namespace
+	// Kind is what is held: a lock, an election's term, a permit, a
+	// reader's or the writer's hold.
+	Kind HoldKind
+	// Value is a leader's value (Kind HoldLeader).
+	Value string
+	// Permits is a permit's semaphore's number of permits (Kind HoldPermit).
+	Permits    int
 	Owner      string
 	BusinessID string
 	Fence      uint64

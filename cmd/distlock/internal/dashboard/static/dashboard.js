@@ -104,6 +104,7 @@
       key.append(' ', b);
     }
     if (l.session) key.append(' ', badge('session'));
+    if (l.kind) key.append(' ', badge(l.kind, 'kind'));
     tr.append(key);
     if (admin) tr.append(td('Tenant', l.tenant));
     tr.append(td('Owner', l.owner), td('Business id', l.businessId));
@@ -115,11 +116,13 @@
     tr.append(since, left, td('Fence', l.fence, 'num'), td('Waiters', String(l.waiters), l.waiters ? 'num hot' : 'num'));
     if (canForce) {
       const act = td('', '', 'act');
-      const a = document.createElement('a');
-      a.className = 'force';
-      a.href = '/dashboard/force-release?' + new URLSearchParams({ tenant: l.tenant, key: l.key, fence: l.fence });
-      a.textContent = 'Force release…';
-      act.append(a);
+      if (l.forcible) {
+        const a = document.createElement('a');
+        a.className = 'force';
+        a.href = '/dashboard/force-release?' + new URLSearchParams({ tenant: l.tenant, key: l.key, fence: l.fence });
+        a.textContent = 'Force release…';
+        act.append(a);
+      }
       tr.append(act);
     }
     tr._lock = l;
