@@ -23,7 +23,7 @@ func (c *Client) acquire(ctx context.Context, key string, once bool, opts []Opti
 		return nil, err
 	}
 	if !c.enterAcquire() {
-		return nil, keyErr("lock", key, ErrClosed)
+		return nil, keyErr(c.acquireOp, key, ErrClosed)
 	}
 	defer c.inflight.Done()
 	if r.Reentrant {
@@ -60,7 +60,7 @@ func (c *Client) prepare(ctx context.Context, key string, once bool, opts []Opti
 	}
 	if c.policy != nil {
 		if err := c.policy.Apply(ctx, &r); err != nil {
-			err = keyErr("lock", key, err)
+			err = keyErr(c.acquireOp, key, err)
 			if c.observer != nil { // a refused acquisition still starts and ends once
 				obsCtx := c.observer.AcquireStarted(ctx, c.event(&r, observe.Event{Kind: observe.AcquireStart}))
 				c.observe(obsCtx, &r, observe.Event{Kind: observe.NotAcquired, Err: err})
@@ -69,7 +69,7 @@ func (c *Client) prepare(ctx context.Context, key string, once bool, opts []Opti
 		}
 	}
 	if err := r.validate(c.maxLease); err != nil {
-		return r, keyErr("lock", key, err)
+		return r, keyErr(c.acquireOp, key, err)
 	}
 	return r, nil
 }
@@ -99,7 +99,7 @@ func (c *Client) take(ctx context.Context, r *Request, req *driver.AcquireReques
 		if !errors.Is(err, ErrNotAcquired) {
 			kind = observe.AcquireFailed
 		}
-		err = keyErr("lock", r.Key, err)
+		err = keyErr(c.acquireOp, r.Key, err)
 		c.observe(obsCtx, r, observe.Event{Kind: kind, Wait: waited, Err: err, Remote: r.keepToken})
 		return driver.Grant{}, err
 	}

@@ -19,6 +19,7 @@ import (
 type Client struct {
 	backend     driver.Backend
 	backendName string
+	acquireOp   string // what its acquisitions' errors say was attempted: "lock", or a child's primitive's
 	maxLease    time.Duration
 	observer    observe.Observer
 	policy      Policy
@@ -37,7 +38,7 @@ type Client struct {
 	bgClosed  bool // no new background work: Close is waiting for it
 	holds     map[*hold]struct{}
 	reentrant map[ownedKey]*hold
-	children  map[*Client]struct{} // of semaphores: closed by Close
+	children  map[*Client]struct{} // of semaphores and read-write locks: closed by Close
 	parent    *Client              // of a child, which leaves it at Close
 }
 
@@ -51,6 +52,7 @@ func New(backend driver.Backend, opts ...ClientOption) *Client {
 	}
 	c := &Client{
 		backend:   backend,
+		acquireOp: "lock",
 		holds:     make(map[*hold]struct{}),
 		reentrant: make(map[ownedKey]*hold),
 		children:  make(map[*Client]struct{}),
@@ -308,8 +310,9 @@ func (c *Client) Close() error {
 }
 
 // derive returns a client over b, a view of c's backend (a semaphore's
-// permits), with c's options; c's Close closes it.
-func (c *Client) derive(b driver.Backend) (*Client, error) {
+// permits, a read-write lock's holds of one mode), with c's options, whose
+// acquisitions' errors say op was attempted; c's Close closes it.
+func (c *Client) derive(b driver.Backend, op string) (*Client, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -317,6 +320,7 @@ func (c *Client) derive(b driver.Backend) (*Client, error) {
 	}
 	d := New(b)
 	d.backendName, d.maxLease, d.observer, d.policy, d.parent = c.backendName, c.maxLease, c.observer, c.policy, c
+	d.acquireOp = op
 	c.children[d] = struct{}{}
 	return d, nil
 }

@@ -34,8 +34,9 @@ var (
 )
 
 // KeyError is an error about one key: Op is what was attempted ("lock",
-// "release", "renew", "extend", "inspect", "force release", "list" with the
-// prefix as Key), Key the key, and Err the cause, which matches the
+// "acquire permit", "read-lock", "write-lock", "release", "renew",
+// "extend", "inspect", "force release", "list" with the prefix as Key),
+// Key the key (a semaphore's or read-write lock's name), and Err the cause, which matches the
 // sentinels above where one applies. It is the one place that names the
 // operation and the key: the cause, a backend's error among them, names
 // neither, and starts with its sentinel where it has one, as in

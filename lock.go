@@ -345,13 +345,13 @@ func (h *hold) errLocked() error {
 	case stateLost:
 		return h.lostErrorLocked()
 	case stateReleased:
-		return keyErr("lock", h.r.Key, fmt.Errorf("%w: released", ErrNotHeld))
+		return keyErr(h.c.acquireOp, h.r.Key, fmt.Errorf("%w: released", ErrNotHeld))
 	}
 	return nil
 }
 
 func (h *hold) lostErrorLocked() error {
-	return keyErr("lock", h.r.Key, fmt.Errorf("%w (%s)", ErrLockLost, h.lossReason))
+	return keyErr(h.c.acquireOp, h.r.Key, fmt.Errorf("%w (%s)", ErrLockLost, h.lossReason))
 }
 
 // endLocked moves a held lock to state s and stops its renewals. Unless

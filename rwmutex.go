@@ -49,11 +49,11 @@ func (c *Client) RWMutex(name string) (*RWMutex, error) {
 	if !ok {
 		return nil, keyErr("rwmutex", name, fmt.Errorf("%s keeps no read-write locks: %w", c.backendName, errors.ErrUnsupported))
 	}
-	readers, err := c.derive(rwHolds(rw, driver.Shared))
+	readers, err := c.derive(rwHolds(rw, driver.Shared), "read-lock")
 	if err != nil {
 		return nil, keyErr("rwmutex", name, err)
 	}
-	writers, err := c.derive(rwHolds(rw, driver.Exclusive))
+	writers, err := c.derive(rwHolds(rw, driver.Exclusive), "write-lock")
 	if err != nil {
 		_ = readers.Close()
 		return nil, keyErr("rwmutex", name, err)

@@ -59,7 +59,7 @@ func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 	if w, ok := sem.(driver.PermitWaiter); ok {
 		pb = waitingPermits{permitBackend{sem: sem, limit: limit}, w}
 	}
-	inner, err := c.derive(pb)
+	inner, err := c.derive(pb, "acquire permit")
 	if err != nil {
 		return nil, keyErr("semaphore", name, err)
 	}

@@ -52,14 +52,14 @@ const (
 // the repeat. RenewToken with the token succeeds if it holds the key.
 func (c *Client) AcquireToken(ctx context.Context, key, token string, opts ...Option) (TokenGrant, error) {
 	if err := validToken(token); err != nil {
-		return TokenGrant{}, keyErr("lock", key, err)
+		return TokenGrant{}, keyErr(c.acquireOp, key, err)
 	}
 	r, err := c.prepare(ctx, key, false, append([]Option{WithWait(0)}, opts...))
 	if err != nil {
 		return TokenGrant{}, err
 	}
 	if !c.enterAcquire() {
-		return TokenGrant{}, keyErr("lock", key, ErrClosed)
+		return TokenGrant{}, keyErr(c.acquireOp, key, ErrClosed)
 	}
 	defer c.inflight.Done()
 	r.keepToken = true
