@@ -1,0 +1,771 @@
+// The client: locks, sessions, semaphores, read-write locks, elections.
+
+import { randomUUID } from "node:crypto";
+import { setMaxListeners } from "node:events";
+
+import type { Duration } from "@bufbuild/protobuf/wkt";
+
+import { DistlockError, LockLost, NoAnswer, NotAcquired, NotHeld, type LossKind } from "./errors.js";
+import type { Lock as LockMessage, LeaderResponse } from "./gen/distlock/v1/lock_pb.js";
+import { Rpc, abortReason, link, type CallBounds, type RequestOf, type ResponseOf, type UnaryMethod } from "./transport.js";
+
+/**
+ * The longest wait one call asks the service for; a longer wait is made of
+ * such calls one after another (the service's --max-wait is 5 minutes).
+ */
+export const MAX_CALL_WAIT_MS = 60_000;
+
+/**
+ * How many times a call whose answer never came is sent again (with its
+ * request id, which makes the retry return what the first call got).
+ */
+export const RETRIES = 3;
+
+/** Options of a Client. */
+export interface ClientOptions {
+  /** The bearer token of a tenant's client; none against --insecure-no-auth. */
+  token?: string;
+  /** Bounds each call that does not wait, in milliseconds (10 s if unset). */
+  timeoutMs?: number;
+}
+
+/** Options of an acquisition: a lock, a permit, a read-write hold, a term. */
+export interface HoldOptions {
+  /** How long the hold lasts without a renewal, in milliseconds (30 s if unset). */
+  leaseMs?: number;
+  /**
+   * How long to wait while it is held by others, in milliseconds: undefined
+   * waits until granted (in calls of at most a minute), 0 tries once.
+   */
+  waitMs?: number;
+  /** Who holds it, for people reading inspect(). */
+  owner?: string;
+  /** What it protects (an order id, a job name), for the same readers. */
+  businessId?: string;
+  /** Free-form labels; names beginning "distlock." are reserved. */
+  labels?: Record<string, string>;
+  /** Called once if the hold is lost (also told by lock.signal). */
+  onLost?: (lock: Lock, reason: LockLost) => void;
+  /** Gives up waiting when it aborts: the acquisition throws its reason. */
+  signal?: AbortSignal;
+}
+
+/** Options of client.lock(). */
+export interface LockOptions extends HoldOptions {
+  /** Ties the lock to a session: its KeepAlive keeps it, and it ends with it. leaseMs is then ignored. */
+  session?: Session;
+}
+
+/** Options of client.session(). */
+export interface SessionOptions {
+  /** How long the session and its locks last without a KeepAlive, in milliseconds (15 s if unset). */
+  ttlMs?: number;
+  /** Called once if the session is lost, after each of its locks' onLost. */
+  onLost?: (session: Session, reason: LockLost) => void;
+}
+
+/** What anyone allowed to read a key sees of it: never its token. */
+export interface LockInfo {
+  key: string;
+  held: boolean;
+  fence: bigint;
+  /** The time the lease has left, as the store reports it, in milliseconds. */
+  ttlMs: number;
+  owner: string;
+  businessId: string;
+  labels: Record<string, string>;
+  /** The tenant whose key it is (set in cross-tenant answers). */
+  tenant: string;
+}
+
+/** Who leads an election. */
+export interface Leader {
+  /** Whether anyone leads; the rest is empty if not (fence: that of the term that ended, in observe()). */
+  held: boolean;
+  value: string;
+  fence: bigint;
+  owner: string;
+  /** The time the term has left, as the store reports it, in milliseconds. */
+  ttlMs: number;
+}
+
+const DEFAULT_LEASE_MS = 30_000;
+const DEFAULT_TTL_MS = 15_000;
+
+/** Protobuf's Duration of a number of milliseconds. */
+export function duration(ms: number): Duration {
+  if (!Number.isFinite(ms)) throw new RangeError(`duration ${ms}: want a finite number of milliseconds`);
+  const ns = BigInt(Math.round(ms * 1e6));
+  return { seconds: ns / 1_000_000_000n, nanos: Number(ns % 1_000_000_000n) } as Duration;
+}
+
+/** The milliseconds of a Duration (0 if unset). */
+export function millis(d: Duration | undefined): number {
+  return d ? Number(d.seconds) * 1000 + d.nanos / 1e6 : 0;
+}
+
+function info(l: LockMessage | undefined): LockInfo {
+  return {
+    key: l?.key ?? "",
+    held: l?.held ?? false,
+    fence: l?.fence ?? 0n,
+    ttlMs: millis(l?.ttl),
+    owner: l?.owner ?? "",
+    businessId: l?.businessId ?? "",
+    labels: { ...(l?.labels ?? {}) },
+    tenant: l?.tenant ?? "",
+  };
+}
+
+function leader(l: LeaderResponse | undefined): Leader {
+  return { held: l?.held ?? false, value: l?.value ?? "", fence: l?.fence ?? 0n, owner: l?.owner ?? "", ttlMs: millis(l?.ttl) };
+}
+
+function meta(o: HoldOptions) {
+  return { owner: o.owner ?? "", businessId: o.businessId ?? "", labels: { ...(o.labels ?? {}) } };
+}
+
+const now = () => performance.now();
+
+/**
+ * A client of one lock service.
+ *
+ * url is the service's address (http://host:7070). Close it when done
+ * (`await using client = new Client(...)` or `await client.close()`):
+ * closing releases what it still holds and closes its sessions.
+ */
+export class Client implements AsyncDisposable {
+  /** @internal */
+  readonly rpc: Rpc;
+  readonly #holds = new Set<Lock | Session>();
+  readonly #closed = new AbortController();
+  #closing: Promise<void> | undefined;
+
+  constructor(url = "http://127.0.0.1:7070", options: ClientOptions = {}) {
+    this.rpc = new Rpc(url, options.token, options.timeoutMs ?? 10_000);
+    setMaxListeners(Infinity, this.#closed.signal); // one for each wait and observer
+  }
+
+  /** The bound of each call that does not wait, in milliseconds. */
+  get timeoutMs(): number {
+    return this.rpc.timeoutMs;
+  }
+
+  /** Aborted once close() is called: waits and observe() end with it. */
+  get closedSignal(): AbortSignal {
+    return this.#closed.signal;
+  }
+
+  /**
+   * Makes one LockService call, request and answer as in the proto (for
+   * what the rest of the client does not cover), bounded by the client's
+   * timeout or bounds.timeoutMs.
+   */
+  call<K extends UnaryMethod>(method: K, request: RequestOf<K>, bounds?: CallBounds): Promise<ResponseOf<K>> {
+    return this.rpc.unary(method, request, bounds);
+  }
+
+  /**
+   * Takes key, waiting up to waitMs (undefined: until it is granted), and
+   * returns a Lock that renews itself every leaseMs/3 until released.
+   * Throws NotAcquired if the wait ends first.
+   * `await using lk = await client.lock("orders/42")` releases it at the
+   * block's end.
+   */
+  async lock(key: string, options: LockOptions = {}): Promise<Lock> {
+    const session = options.session;
+    const g = await this.acquire(
+      "acquire",
+      {
+        key,
+        lease: session ? undefined : duration(options.leaseMs ?? DEFAULT_LEASE_MS),
+        sessionId: session?.id ?? "",
+        ...meta(options),
+      },
+      options,
+    );
+    return this.adopt(() => new Lock(this, session ? SESSION_LOCK : LOCK, key, key, g, options.onLost, session));
+  }
+
+  /** lock() with no wait: NotAcquired at once if key is held. */
+  tryLock(key: string, options: Omit<LockOptions, "waitMs"> = {}): Promise<Lock> {
+    return this.lock(key, { ...options, waitMs: 0 });
+  }
+
+  /** Who holds key (no token). */
+  async inspect(key: string): Promise<LockInfo> {
+    return info((await this.rpc.unary("inspect", { key })).lock);
+  }
+
+  /**
+   * Frees key whoever holds it, recording reason in the audit log (admin
+   * role), and returns the holder it removed (held false if key was free).
+   */
+  async forceRelease(key: string, reason: string, options: { tenant?: string } = {}): Promise<LockInfo> {
+    return info((await this.rpc.unary("forceRelease", { key, reason, tenant: options.tenant ?? "" })).lock);
+  }
+
+  /**
+   * Opens a session that keeps itself alive every ttlMs/3: locks taken with
+   * { session } share its TTL and end with it.
+   */
+  async session(options: SessionOptions = {}): Promise<Session> {
+    this.checkOpen();
+    const r = await this.rpc.unary("openSession", { ttl: duration(options.ttlMs ?? DEFAULT_TTL_MS) });
+    return this.adopt(() => new Session(this, r.sessionId, millis(r.ttl) || (options.ttlMs ?? DEFAULT_TTL_MS), options.onLost));
+  }
+
+  /** A counting semaphore of permits permits. */
+  semaphore(name: string, permits: number): Semaphore {
+    return new Semaphore(this, name, permits);
+  }
+
+  /** A read-write lock. */
+  rwlock(name: string): RWLock {
+    return new RWLock(this, name);
+  }
+
+  /** A leader election, shared with the Go package election. */
+  election(name: string): Election {
+    return new Election(this, name);
+  }
+
+  /**
+   * Releases what the client still holds (each within the timeout, all at
+   * once), closes its sessions, ends its waits and observers, and closes
+   * its connections. Calling it again waits for the first.
+   */
+  close(): Promise<void> {
+    this.#closing ??= (async () => {
+      this.#closed.abort(new DistlockError("canceled", "the client was closed"));
+      const holds = [...this.#holds].filter((h) => !(h instanceof Lock && h.session));
+      this.#holds.clear();
+      await Promise.allSettled(holds.map((h) => (h instanceof Lock ? h.release() : h.close())));
+      this.rpc.close();
+    })();
+    return this.#closing;
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  /** @internal */
+  track(h: Lock | Session): void {
+    this.#holds.add(h);
+  }
+
+  /** @internal */
+  untrack(h: Lock | Session): void {
+    this.#holds.delete(h);
+  }
+
+  private checkOpen(): void {
+    if (this.#closed.signal.aborted) throw abortReason(this.#closed.signal);
+  }
+
+  /**
+   * @internal Makes a hold just granted, unless the client closed
+   * meanwhile: then it releases it and throws.
+   */
+  async adopt<T extends Lock | Session>(make: () => T): Promise<T> {
+    const h = make();
+    if (this.#closed.signal.aborted) {
+      await (h instanceof Lock ? h.release() : (h as Session).close()).catch(() => {});
+      throw abortReason(this.#closed.signal);
+    }
+    return h;
+  }
+
+  /**
+   * @internal Acquires with a new request id, waiting up to waitMs
+   * (undefined: until granted), in calls of at most MAX_CALL_WAIT_MS; a call
+   * whose answer never came is sent again with the same request id.
+   */
+  async acquire<K extends "acquire" | "acquirePermit" | "acquireRW" | "campaign">(
+    method: K,
+    body: RequestOf<K>,
+    options: { waitMs?: number; signal?: AbortSignal },
+  ): Promise<ResponseOf<K>> {
+    this.checkOpen();
+    const { waitMs } = options;
+    if (waitMs !== undefined && !(waitMs >= 0)) throw new RangeError(`waitMs ${waitMs}: want 0 or more milliseconds`);
+    const ctl = new AbortController(); // the caller's signal or close()
+    const unlinkCaller = link(options.signal, ctl);
+    const unlinkClose = link(this.#closed.signal, ctl);
+    const req = { ...body, requestId: randomUUID() as string, firstTry: true as boolean } as unknown as RequestOf<K> & { wait?: Duration; firstTry: boolean };
+    const deadline = waitMs === undefined ? undefined : now() + waitMs;
+    let retries = 0;
+    try {
+      for (;;) {
+        const left = deadline === undefined ? MAX_CALL_WAIT_MS : Math.max(0, deadline - now());
+        const wait = Math.min(left, MAX_CALL_WAIT_MS);
+        req.wait = wait > 0 ? duration(wait) : undefined;
+        try {
+          return await this.rpc.unary(method, req, { timeoutMs: wait + this.rpc.timeoutMs, signal: ctl.signal });
+        } catch (e) {
+          if (e instanceof NotAcquired) {
+            if (deadline !== undefined && now() >= deadline) throw e;
+            req.firstTry = true; // refused: no earlier call was granted
+          } else if (e instanceof NoAnswer && !ctl.signal.aborted) {
+            if (++retries > RETRIES) throw e;
+            req.firstTry = false; // it may have been granted: ask again by id
+          } else {
+            throw e;
+          }
+        }
+      }
+    } finally {
+      unlinkCaller();
+      unlinkClose();
+    }
+  }
+}
+
+/** The calls that renew and release one kind of hold. */
+interface Kind {
+  /** Renews name's hold by token; returns the lease granted. undefined: it does not renew itself. */
+  renew?: (rpc: Rpc, name: string, token: string, leaseMs: number, bounds: CallBounds) => Promise<Duration | undefined>;
+  release: (rpc: Rpc, name: string, token: string, bounds: CallBounds) => Promise<unknown>;
+}
+
+const LOCK: Kind = {
+  renew: async (rpc, key, token, ms, b) => (await rpc.unary("renew", { key, token, lease: duration(ms) }, b)).lease,
+  release: (rpc, key, token, b) => rpc.unary("release", { key, token }, b),
+};
+// A session's lock is renewed by the session's KeepAlive.
+const SESSION_LOCK: Kind = { release: LOCK.release };
+const PERMIT: Kind = {
+  renew: async (rpc, name, token, ms, b) => (await rpc.unary("renewPermit", { name, token, lease: duration(ms) }, b)).lease,
+  release: (rpc, name, token, b) => rpc.unary("releasePermit", { name, token }, b),
+};
+const RW: Kind = {
+  renew: async (rpc, name, token, ms, b) => (await rpc.unary("renewRW", { name, token, lease: duration(ms) }, b)).lease,
+  release: (rpc, name, token, b) => rpc.unary("releaseRW", { name, token }, b),
+};
+// A term is renewed as its lock ("election/<name>") and ended by Resign.
+const TERM: Kind = {
+  renew: LOCK.renew,
+  release: (rpc, name, token, b) => rpc.unary("resign", { name, token }, b),
+};
+
+/**
+ * Keeps a lease alive: a renewal every period/3, and the loss told when a
+ * renewal is refused, or when none succeeded and only a tenth of the period
+ * (at most a second) is left, so that the holder stops while the lease
+ * still keeps others out.
+ */
+abstract class Keeper {
+  readonly signal: AbortSignal;
+  protected stopped = false;
+  readonly #lost = new AbortController();
+  #until = 0;
+  #renewTimer: ReturnType<typeof setTimeout> | undefined;
+  #expiryTimer: ReturnType<typeof setTimeout> | undefined;
+  #inflight: AbortController | undefined;
+
+  constructor(
+    protected readonly client: Client,
+    private readonly lossKey: string,
+    private readonly periodMs: number,
+  ) {
+    this.signal = this.#lost.signal;
+  }
+
+  /** False once released (or closed) or lost. */
+  get held(): boolean {
+    return !this.stopped && !this.signal.aborted;
+  }
+
+  /** Renews once; returns the period granted (0: the one asked). */
+  protected abstract renewOnce(bounds: CallBounds): Promise<number>;
+  /** The words of a loss: by refusal, with the service's message, or by expiry. */
+  protected abstract refusedWords(e: NotHeld): string;
+  protected abstract expiredWords(): string;
+  /** Tells the loss to whom it concerns; after signal aborted. */
+  protected abstract told(reason: LockLost): void;
+
+  private get margin(): number {
+    return Math.min(this.periodMs / 10, 1000);
+  }
+
+  private get interval(): number {
+    return Math.max(this.periodMs / 3, 50);
+  }
+
+  protected startKeeping(): void {
+    this.#until = now() + this.periodMs;
+    this.armExpiry();
+    this.schedule(this.interval);
+  }
+
+  private armExpiry(): void {
+    clearTimeout(this.#expiryTimer);
+    this.#expiryTimer = setTimeout(() => this.lose("expired", this.expiredWords(), undefined), Math.max(0, this.#until - this.margin - now()));
+  }
+
+  private schedule(ms: number): void {
+    this.#renewTimer = setTimeout(() => void this.renew(), ms);
+  }
+
+  private async renew(): Promise<void> {
+    this.#renewTimer = undefined;
+    if (!this.held) return;
+    const sent = now();
+    const ctl = (this.#inflight = new AbortController());
+    try {
+      // A renewal that hangs must not take the whole lease: retry sooner.
+      const granted = await this.renewOnce({ signal: ctl.signal, timeoutMs: Math.min(this.client.timeoutMs, Math.max(this.interval, 100)) });
+      if (!this.held) return;
+      this.#until = sent + (granted || this.periodMs);
+      this.armExpiry();
+      this.schedule(this.interval);
+    } catch (e) {
+      if (!this.held) return;
+      if (e instanceof NotHeld) {
+        this.lose("refused", this.refusedWords(e), e);
+        return;
+      }
+      // Retried until the expiry timer tells the loss.
+      const left = this.#until - this.margin - now();
+      this.schedule(Math.min(500, Math.max(left, 10)));
+    } finally {
+      if (this.#inflight === ctl) this.#inflight = undefined;
+    }
+  }
+
+  /** Stops the timers and the renewal in flight. */
+  protected stopKeeping(): void {
+    clearTimeout(this.#renewTimer);
+    clearTimeout(this.#expiryTimer);
+    this.#renewTimer = this.#expiryTimer = undefined;
+    this.#inflight?.abort();
+  }
+
+  /** @internal Tells the loss, once, unless released first. */
+  lose(kind: LossKind, words: string, cause: unknown): void {
+    if (!this.held) return;
+    this.stopKeeping();
+    const reason = new LockLost(kind, this.lossKey, words, { cause });
+    this.#lost.abort(reason);
+    this.told(reason);
+  }
+}
+
+function callBack<T>(fn: ((h: T, r: LockLost) => void) | undefined, h: T, r: LockLost): void {
+  if (!fn) return;
+  try {
+    fn(h, r);
+  } catch (e) {
+    process.emitWarning(`distlock: onLost threw: ${e instanceof Error ? e.stack : String(e)}`);
+  }
+}
+
+/**
+ * A held lock, permit, read-write hold or election term.
+ *
+ * token proves it; fence strictly increases with every grant of the name:
+ * pass it to what the lock guards. It renews itself every lease/3 until
+ * released; if a renewal is refused (the lock was taken or force-released)
+ * or none succeeds before the lease ends, it is lost: signal aborts with a
+ * LockLost reason and onLost is called.
+ */
+export class Lock extends Keeper implements AsyncDisposable {
+  /** The key held: a lock's key, a semaphore's or read-write lock's name, a term's key ("election/<name>"). */
+  readonly key: string;
+  readonly token: string;
+  readonly fence: bigint;
+  /** The lease granted, in milliseconds (a session lock's: the session's TTL). */
+  readonly leaseMs: number;
+  /** The session it is tied to, if any. */
+  readonly session: Session | undefined;
+  readonly #kind: Kind;
+  readonly #releaseName: string;
+  readonly #onLost: HoldOptions["onLost"];
+
+  /** @internal */
+  constructor(
+    client: Client,
+    kind: Kind,
+    key: string,
+    releaseName: string,
+    grant: { token: string; fence: bigint; lease?: Duration },
+    onLost?: HoldOptions["onLost"],
+    session?: Session,
+  ) {
+    const leaseMs = session ? session.ttlMs : millis(grant.lease) || DEFAULT_LEASE_MS;
+    super(client, key, leaseMs);
+    this.key = key;
+    this.#kind = kind;
+    this.#releaseName = releaseName;
+    this.token = grant.token;
+    this.fence = grant.fence;
+    this.leaseMs = leaseMs;
+    this.session = session;
+    this.#onLost = onLost;
+    client.track(this);
+    if (kind.renew) this.startKeeping();
+    else session?.follow(this);
+  }
+
+  protected renewOnce(bounds: CallBounds): Promise<number> {
+    return this.#kind.renew!(this.client.rpc, this.key, this.token, this.leaseMs, bounds).then(millis);
+  }
+
+  protected refusedWords(e: NotHeld): string {
+    return `taken or released by another: ${e.message}`;
+  }
+
+  protected expiredWords(): string {
+    return "expiring: no renewal succeeded within the lease";
+  }
+
+  protected told(reason: LockLost): void {
+    callBack(this.#onLost, this, reason);
+  }
+
+  /** @internal Ended without a release of its own (its session closed). */
+  end(): void {
+    this.stopped = true;
+    this.stopKeeping();
+    this.client.untrack(this);
+  }
+
+  /**
+   * Stops the renewals and frees the hold. Returns false if it was lost
+   * already (the service no longer knew the token), or released before. A
+   * call whose answer never came is sent again; after a loss, an error of
+   * the call is not thrown (false is returned).
+   */
+  async release(): Promise<boolean> {
+    if (this.stopped) return false;
+    const wasLost = this.signal.aborted;
+    this.end();
+    this.session?.forget(this);
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await this.#kind.release(this.client.rpc, this.#releaseName, this.token, {});
+        return true;
+      } catch (e) {
+        // After a lost answer, NotHeld may be the first call's doing: say
+        // false all the same, as it may as well have been lost before.
+        if (e instanceof NotHeld) return false;
+        if (e instanceof NoAnswer && attempt < RETRIES) continue;
+        if (wasLost) return false;
+        throw e;
+      }
+    }
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.release();
+  }
+}
+
+/** A session: locks tied to it share its TTL and one KeepAlive. */
+export class Session extends Keeper implements AsyncDisposable {
+  /** Names the session in calls. Keep it secret: it holds the session's locks. */
+  readonly id: string;
+  readonly ttlMs: number;
+  readonly #locks = new Set<Lock>();
+  readonly #onLost: SessionOptions["onLost"];
+
+  /** @internal */
+  constructor(client: Client, id: string, ttlMs: number, onLost?: SessionOptions["onLost"]) {
+    super(client, "session", ttlMs);
+    this.id = id;
+    this.ttlMs = ttlMs;
+    this.#onLost = onLost;
+    client.track(this);
+    this.startKeeping();
+  }
+
+  /** @internal */
+  follow(lock: Lock): void {
+    this.#locks.add(lock);
+  }
+
+  /** @internal */
+  forget(lock: Lock): void {
+    this.#locks.delete(lock);
+  }
+
+  protected async renewOnce(bounds: CallBounds): Promise<number> {
+    return millis((await this.client.rpc.unary("keepAlive", { sessionId: this.id }, bounds)).ttl);
+  }
+
+  protected refusedWords(e: NotHeld): string {
+    return `the session ended: ${e.message}`;
+  }
+
+  protected expiredWords(): string {
+    return "expiring: no KeepAlive succeeded within the TTL";
+  }
+
+  protected told(reason: LockLost): void {
+    for (const lk of this.#locks) lk.lose(reason.kind, reason.message, reason);
+    callBack(this.#onLost, this, reason);
+  }
+
+  /** Ends the session and releases its locks. */
+  async close(): Promise<void> {
+    if (this.stopped) return;
+    const wasLost = this.signal.aborted;
+    this.stopped = true;
+    this.stopKeeping();
+    this.client.untrack(this);
+    for (const lk of this.#locks) lk.end();
+    this.#locks.clear();
+    try {
+      await this.client.rpc.unary("closeSession", { sessionId: this.id });
+    } catch (e) {
+      if (e instanceof NotHeld || wasLost) return;
+      throw e;
+    }
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}
+
+/** At most permits holders of name at once, each a Lock. */
+export class Semaphore {
+  constructor(
+    private readonly client: Client,
+    readonly name: string,
+    public permits: number,
+  ) {}
+
+  /** Takes a permit, waiting up to waitMs (undefined: until one is free); NotAcquired if none came free. */
+  async acquire(options: HoldOptions = {}): Promise<Lock> {
+    const c = this.client;
+    const g = await c.acquire(
+      "acquirePermit",
+      { name: this.name, permits: this.permits, lease: duration(options.leaseMs ?? DEFAULT_LEASE_MS), ...meta(options) },
+      options,
+    );
+    return c.adopt(() => new Lock(c, PERMIT, this.name, this.name, g, options.onLost));
+  }
+
+  /** acquire() with no wait. */
+  tryAcquire(options: Omit<HoldOptions, "waitMs"> = {}): Promise<Lock> {
+    return this.acquire({ ...options, waitMs: 0 });
+  }
+
+  /** Changes the number of permits, for every caller. */
+  async setPermits(n: number): Promise<void> {
+    await this.client.rpc.unary("setPermits", { name: this.name, permits: n });
+    this.permits = n;
+  }
+
+  /** The number of permits (0 before any use) and the live permits (no tokens). */
+  async inspect(): Promise<{ permits: number; held: LockInfo[] }> {
+    const r = await this.client.rpc.unary("inspectPermits", { name: this.name });
+    return { permits: r.permits, held: r.held.map(info) };
+  }
+}
+
+/** Readers share name; a writer holds it alone, and keeps new readers out while it waits. */
+export class RWLock {
+  constructor(
+    private readonly client: Client,
+    readonly name: string,
+  ) {}
+
+  private async take(write: boolean, options: HoldOptions): Promise<Lock> {
+    const c = this.client;
+    const g = await c.acquire(
+      "acquireRW",
+      { name: this.name, write, lease: duration(options.leaseMs ?? DEFAULT_LEASE_MS), ...meta(options) },
+      options,
+    );
+    return c.adopt(() => new Lock(c, RW, this.name, this.name, g, options.onLost));
+  }
+
+  /** Takes a reader's hold. */
+  readLock(options: HoldOptions = {}): Promise<Lock> {
+    return this.take(false, options);
+  }
+
+  /** Takes the writer's hold. */
+  writeLock(options: HoldOptions = {}): Promise<Lock> {
+    return this.take(true, options);
+  }
+
+  /** Whether the holds are the writer's, the live holds (no tokens), and the writers waiting. */
+  async inspect(): Promise<{ writer: boolean; held: LockInfo[]; writersWaiting: number }> {
+    const r = await this.client.rpc.unary("inspectRW", { name: this.name });
+    return { writer: r.writer, held: r.held.map(info), writersWaiting: r.writersWaiting };
+  }
+}
+
+/** Options of election.campaign(): those of a hold, less businessId and labels. */
+export type CampaignOptions = Omit<HoldOptions, "businessId" | "labels">;
+
+/** A leader election: one candidate leads at a time. */
+export class Election {
+  constructor(
+    private readonly client: Client,
+    readonly name: string,
+  ) {}
+
+  /**
+   * Waits to lead, up to waitMs (undefined: until leading), and returns the
+   * term: a Lock, renewed in the background, whose release resigns.
+   */
+  async campaign(value: string, options: CampaignOptions = {}): Promise<Lock> {
+    const c = this.client;
+    const g = await c.acquire(
+      "campaign",
+      { name: this.name, value, lease: duration(options.leaseMs ?? DEFAULT_LEASE_MS), owner: options.owner ?? "" },
+      options,
+    );
+    return c.adopt(() => new Lock(c, TERM, g.key, this.name, g, options.onLost));
+  }
+
+  /** Who leads (held false if nobody). */
+  async leader(): Promise<Leader> {
+    return leader(await this.client.rpc.unary("leader", { name: this.name }));
+  }
+
+  /**
+   * The leader now, then each change (held false when a term ends and
+   * nobody leads yet), until signal aborts or the client closes: then the
+   * iteration ends. A stream that the service ends after it served for a
+   * second or more (at its --max-stream-lifetime) is opened again, without
+   * repeating the leader last seen; otherwise an error of the stream is
+   * thrown (Unavailable when the service is down).
+   */
+  async *observe(options: { signal?: AbortSignal } = {}): AsyncGenerator<Leader, void, undefined> {
+    const ctl = new AbortController();
+    const unlinkCaller = link(options.signal, ctl);
+    const unlinkClose = link(this.client.closedSignal, ctl);
+    let last: Leader | undefined;
+    try {
+      for (;;) {
+        const opened = now();
+        let got = 0;
+        try {
+          for await (const msg of this.client.rpc.stream("observe", { name: this.name }, ctl.signal)) {
+            got++;
+            const l = leader(msg.leader);
+            // A reopened stream starts with the leader now: no news if seen.
+            if (last && (l.fence < last.fence || (l.fence === last.fence && l.held === last.held))) continue;
+            last = l;
+            yield l;
+          }
+        } catch (e) {
+          const ended = e instanceof DistlockError && e.code === "unavailable";
+          if (!ended || got === 0 || now() - opened < 1000) throw e;
+          continue;
+        }
+        if (ctl.signal.aborted || got === 0 || now() - opened < 1000) return;
+      }
+    } finally {
+      unlinkCaller();
+      unlinkClose();
+      ctl.abort();
+    }
+  }
+}

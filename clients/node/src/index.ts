@@ -1,0 +1,48 @@
+// @distlock/client: locks, semaphores, read-write locks, sessions and
+// leader election from a distlock lock service (`distlock serve`), over
+// Connect's protocol.
+//
+//     import { Client } from "@distlock/client";
+//
+//     await using client = new Client("http://127.0.0.1:7070", { token });
+//     await using lk = await client.lock("orders/42", { leaseMs: 30_000 });
+//     await charge(order, { fence: lk.fence, signal: lk.signal });
+//
+// A lock renews itself every third of its lease; a refused renewal, or a
+// lease about to run out with no renewal, aborts lk.signal (its reason a
+// LockLost) and calls onLost. Pass lk.fence to what the lock guards, so
+// that it can refuse a holder that lost the lock without knowing (a paused
+// process).
+
+export {
+  Client,
+  Election,
+  Lock,
+  RWLock,
+  Semaphore,
+  Session,
+  MAX_CALL_WAIT_MS,
+  RETRIES,
+  type CampaignOptions,
+  type ClientOptions,
+  type HoldOptions,
+  type Leader,
+  type LockInfo,
+  type LockOptions,
+  type SessionOptions,
+} from "./client.js";
+export {
+  DeadlineExceeded,
+  DistlockError,
+  InvalidArgument,
+  LockLost,
+  NoAnswer,
+  NotAcquired,
+  NotHeld,
+  PermissionDenied,
+  ResourceExhausted,
+  Unauthenticated,
+  Unavailable,
+  type LossKind,
+} from "./errors.js";
+export type { CallBounds, RequestOf, ResponseOf, UnaryMethod } from "./transport.js";
