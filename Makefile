@@ -48,13 +48,16 @@ bench:
 
 # make generate  regenerates gen/ from proto/ with the generators pinned as
 #                tools in cmd/distlock/go.mod (buf, protoc-gen-go,
-#                protoc-gen-connect-go), after linting the protos.
+#                protoc-gen-connect-go), after linting the protos; then the
+#                TypeScript client's clients/node/src/gen/ with the same buf
+#                and the protoc-gen-es of clients/node/package-lock.json.
 generate:
 	cd cmd/distlock && GOBIN=$(CURDIR)/bin/tools $(GO) install tool
 	PATH="$(CURDIR)/bin/tools:$$PATH" bin/tools/buf lint
 	rm -rf gen/distlock
 	PATH="$(CURDIR)/bin/tools:$$PATH" bin/tools/buf generate
 	./scripts/proto-sum.sh >gen/proto.sum
+	cd clients/node && npm ci --no-audit --no-fund --loglevel=error && $(CURDIR)/bin/tools/buf generate
 
 # generate-check fails if the committed gen/ differs from what generate makes.
 # It regenerates only when gen/proto.sum, the checksum of the protos, the

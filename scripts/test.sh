@@ -2,14 +2,15 @@
 # Runs every test of the repository with the race detector against real
 # servers: the library's module, the distlock binary's module
 # (cmd/distlock), the service's Go client (backend/remotelock), the short
-# form of the chaos run, and the Python client (clients/python, with
-# Debian's python3 and pytest against a real distlock serve). The modules
-# run side by side, the library's two packages at a time: most of the
-# suite's time is spent waiting for leases to run out and stores to answer,
-# not on the CPU. (More at once starves the timing tests on 2 cores:
-# Redlock's 1 s leases give each node a tenth of a second to answer.) Each
-# module's output is printed whole once it ends, then the slowest packages
-# and the time taken.
+# form of the chaos run, the Python client (clients/python, with Debian's
+# python3 and pytest) and the TypeScript client (clients/node: npm ci, then
+# tsc and node --test), both clients against real distlock serves of one
+# binary built for them. The modules run side by side, the library's two
+# packages at a time: most of the suite's time is spent waiting for leases
+# to run out and stores to answer, not on the CPU. (More at once starves
+# the timing tests on 2 cores: Redlock's 1 s leases give each node a tenth
+# of a second to answer.) Each module's output is printed whole once it
+# ends, then the slowest packages and the time taken.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
@@ -28,19 +29,35 @@ run library . -p 2 -timeout 30m ./... &
 run cmd cmd/distlock -p 1 -timeout 20m ./... &
 run remotelock backend/remotelock -p 1 -timeout 5m ./... &
 run chaos . -tags chaos -short -timeout 5m ./internal/chaos/ &
-python() { # the Python client's tests, against a distlock binary built for them
-	(cd cmd/distlock && "$GO" build -o "$logs/distlock" .) &&
-		(cd clients/python && DISTLOCK_BIN="$logs/distlock" PYTHONDONTWRITEBYTECODE=1 \
-			timeout 600 "${PYTHON:-/usr/bin/python3}" -m pytest -q -p no:cacheprovider)
+python() { # the Python client's tests
+	cd clients/python && DISTLOCK_BIN="$logs/distlock" PYTHONDONTWRITEBYTECODE=1 \
+		timeout 600 "${PYTHON:-/usr/bin/python3}" -m pytest -q -p no:cacheprovider
 }
-{
-	python >"$logs/python.log" 2>&1
-	echo $? >"$logs/python.rc"
-} &
+node_client() { # the TypeScript client's tests: npm ci, then tsc and node --test
+	cd clients/node && timeout 600 npm ci --no-audit --no-fund --loglevel=error &&
+		DISTLOCK_BIN="$logs/distlock" timeout 600 npm test
+}
+client() { # name function: one client's tests, logged as name
+	("$2") >"$logs/$1.log" 2>&1
+	echo $? >"$logs/$1.rc"
+}
+clients() { # the clients' tests side by side, against a distlock binary built for them
+	if ! (cd cmd/distlock && "$GO" build -o "$logs/distlock" .) >"$logs/build.log" 2>&1; then
+		for name in python node; do
+			cp "$logs/build.log" "$logs/$name.log"
+			echo 1 >"$logs/$name.rc"
+		done
+		return
+	fi
+	client python python &
+	client node node_client &
+	wait
+}
+clients &
 wait
 
 status=0
-for name in library cmd remotelock chaos python; do
+for name in library cmd remotelock chaos python node; do
 	echo "=== $name"
 	cat "$logs/$name.log"
 	[ "$(cat "$logs/$name.rc")" = 0 ] || status=1
