@@ -55,7 +55,10 @@ export async function startService(...flags: string[]): Promise<Service> {
     if (stderr.length < 64 * 1024) stderr += b.toString();
   });
   // A test process that dies takes its service along.
-  const orphan = () => proc.kill("SIGKILL");
+  const orphan = () => {
+    proc.kill("SIGKILL");
+    rmSync(dir, { recursive: true, force: true });
+  };
   process.once("exit", orphan);
   const ended = new Promise<void>((resolve) =>
     proc.once("exit", () => {
