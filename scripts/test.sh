@@ -5,7 +5,9 @@
 # form of the chaos run, the Python client (clients/python, with Debian's
 # python3 and pytest) and the TypeScript client (clients/node: npm ci, then
 # tsc and node --test), both clients against real distlock serves of one
-# binary built for them. The modules run side by side, the library's two
+# binary built for them, and, once the TypeScript client is built, the
+# worked example of docs/clients.md in Go, Python, TypeScript and curl
+# (examples/charge/run.sh). The modules run side by side, the library's two
 # packages at a time: most of the suite's time is spent waiting for leases
 # to run out and stores to answer, not on the CPU. (More at once starves
 # the timing tests on 2 cores: Redlock's 1 s leases give each node a tenth
@@ -37,27 +39,33 @@ node_client() { # the TypeScript client's tests: npm ci, then tsc and node --tes
 	cd clients/node && timeout 600 npm ci --no-audit --no-fund --loglevel=error &&
 		DISTLOCK_BIN="$logs/distlock" timeout 600 npm test
 }
+examples() { # the worked example of docs/clients.md in each language (the TypeScript one built by node_client)
+	DISTLOCK_BIN="$logs/distlock" timeout 300 examples/charge/run.sh
+}
 client() { # name function: one client's tests, logged as name
 	("$2") >"$logs/$1.log" 2>&1
 	echo $? >"$logs/$1.rc"
 }
 clients() { # the clients' tests side by side, against a distlock binary built for them
 	if ! (cd cmd/distlock && "$GO" build -o "$logs/distlock" .) >"$logs/build.log" 2>&1; then
-		for name in python node; do
+		for name in python node examples; do
 			cp "$logs/build.log" "$logs/$name.log"
 			echo 1 >"$logs/$name.rc"
 		done
 		return
 	fi
 	client python python &
-	client node node_client &
+	{
+		client node node_client
+		client examples examples
+	} &
 	wait
 }
 clients &
 wait
 
 status=0
-for name in library cmd remotelock chaos python node; do
+for name in library cmd remotelock chaos python node examples; do
 	echo "=== $name"
 	cat "$logs/$name.log"
 	[ "$(cat "$logs/$name.rc")" = 0 ] || status=1
