@@ -3,7 +3,9 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -158,4 +160,74 @@ func nextEvent(t *testing.T, events <-chan *distlockv1.Event, key string) *distl
 			t.Fatalf("no event about %q within 10s", key)
 		}
 	}
+}
+
+// A release that reaches the watchers after the key was granted to a
+// waiter is the release of the earlier hold: it must not end the waiter's
+// hold in the stream (nor in the dashboard's view), whose own release must
+// then show. Each round: A holds, B waits, A releases; the stream must show
+// A's release and B's grant in either order, and then B's release.
+func TestWatchReleaseOfAnEarlierHold(t *testing.T) {
+	forEachStore(t, func(t *testing.T, st store) {
+		// Polls of the whole prefix an hour apart: the events are the
+		// calls' own and the readings the store's notices ask for.
+		e := newEnv(t, st, server.Limits{WatchInterval: time.Hour})
+		api := e.api(alphaClient)
+		prefix := keyFor(t, "")
+		events, _ := watch(t, e.api(alphaViewer), prefix)
+		viewer, ok := e.srv.Identify(alphaViewer)
+		if !ok {
+			t.Fatal("the viewer's token is unknown")
+		}
+		e.srv.Monitor(viewer, prefix) // the dashboard's view, kept while it is asked for
+		for round := range 10 {
+			key := fmt.Sprintf("%sk%d", prefix, round)
+			a := acquire(t, api, &distlockv1.AcquireRequest{Key: key, Lease: durationpb.New(time.Minute)})
+			if ev := nextEvent(t, events, key); ev.GetType() != distlockv1.Event_TYPE_ACQUIRED {
+				t.Fatalf("round %d: %v, want A's grant", round, ev)
+			}
+			granted := make(chan *distlockv1.AcquireResponse, 1)
+			go func() {
+				res, err := api.Acquire(ctx(t), connect.NewRequest(&distlockv1.AcquireRequest{Key: key,
+					Lease: durationpb.New(time.Minute), Wait: durationpb.New(10 * time.Second)}))
+				if err != nil {
+					t.Error(err)
+					close(granted)
+					return
+				}
+				granted <- res.Msg
+			}()
+			eventually(t, 5*time.Second, "B waits", func() bool { return gauge(t, e, "distlock_server_waiting") == 1 })
+			if _, err := api.Release(ctx(t), connect.NewRequest(&distlockv1.ReleaseRequest{Key: key, Token: a.GetToken()})); err != nil {
+				t.Fatal(err)
+			}
+			b, ok := <-granted
+			if !ok {
+				return
+			}
+			view, _ := e.srv.Monitor(viewer, prefix)
+			if !slices.ContainsFunc(view.Locks, func(l server.HeldLock) bool { return l.Key == key && l.Fence == b.GetFence() }) {
+				t.Errorf("round %d: the dashboard's view lacks B's hold (fence %d) after A's release: %+v", round, b.GetFence(), view.Locks)
+			}
+			var sawRelease, sawGrant bool
+			for !sawRelease || !sawGrant {
+				ev := nextEvent(t, events, key)
+				switch f := ev.GetLock().GetFence(); {
+				case ev.GetType() == distlockv1.Event_TYPE_RELEASED && f == a.GetFence() && !sawRelease:
+					sawRelease = true
+				case ev.GetType() == distlockv1.Event_TYPE_ACQUIRED && f == b.GetFence() && !sawGrant:
+					sawGrant = true
+				default:
+					t.Fatalf("round %d: %v of fence %d, want A's release (fence %d) and B's grant (fence %d)",
+						round, ev.GetType(), f, a.GetFence(), b.GetFence())
+				}
+			}
+			if _, err := api.Release(ctx(t), connect.NewRequest(&distlockv1.ReleaseRequest{Key: key, Token: b.GetToken()})); err != nil {
+				t.Fatal(err)
+			}
+			if ev := nextEvent(t, events, key); ev.GetType() != distlockv1.Event_TYPE_RELEASED || ev.GetLock().GetFence() != b.GetFence() {
+				t.Fatalf("round %d: %v of fence %d, want B's release (fence %d)", round, ev.GetType(), ev.GetLock().GetFence(), b.GetFence())
+			}
+		}
+	})
 }
