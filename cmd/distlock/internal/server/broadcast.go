@@ -16,7 +16,11 @@ type change struct {
 	// info is the lock: its store key, and for a grant or a forced release
 	// its fence and metadata. A release knows only the key (fence 0).
 	info distlock.Info
-	at   time.Time
+	// token is the hold's token, for a grant or a release by token: a
+	// release that reaches a stream after the key's next grant (to a
+	// waiter) is told apart from a release of that grant by it.
+	token string
+	at    time.Time
 }
 
 // subBuffer is how many changes a slow stream may have pending; beyond it

@@ -172,7 +172,7 @@ func (s *Server) grantedOnce(ctx context.Context, tenant string, a acquireArgs, 
 
 // granted tells this server's watchers of a grant and answers it.
 func (s *Server) granted(tenant string, a acquireArgs, labels map[string]string, g distlock.TokenGrant) *connect.Response[distlockv1.AcquireResponse] {
-	s.events.publish(tenant, change{typ: distlockv1.Event_TYPE_ACQUIRED, at: g.Sent, info: distlock.Info{
+	s.events.publish(tenant, change{typ: distlockv1.Event_TYPE_ACQUIRED, at: g.Sent, token: g.Token, info: distlock.Info{
 		Key: g.Key, Held: true, Fence: g.Fence, TTL: g.Lease + g.LockDelay,
 		Meta: distlock.Meta{Owner: a.owner, BusinessID: a.businessID, Labels: labels},
 	}})
@@ -341,7 +341,7 @@ func (h *service) Release(ctx context.Context, req *connect.Request[distlockv1.R
 	if err := s.releaseToken(ctx, sk, req.Msg.GetToken()); err != nil {
 		return nil, s.storeError(ctx, "release", key, sk, err)
 	}
-	s.events.publish(tenant, change{typ: distlockv1.Event_TYPE_RELEASED, at: time.Now(), info: distlock.Info{Key: sk}})
+	s.events.publish(tenant, change{typ: distlockv1.Event_TYPE_RELEASED, at: time.Now(), token: req.Msg.GetToken(), info: distlock.Info{Key: sk}})
 	return connect.NewResponse(&distlockv1.ReleaseResponse{}), nil
 }
 

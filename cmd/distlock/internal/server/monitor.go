@@ -88,6 +88,7 @@ type tracked struct {
 	expires time.Time     // when the store lets it expire unless renewed
 	seen    time.Time     // when it was last confirmed held
 	failing bool          // a renewal through this server failed, other than as not held
+	token   string        // of a grant through this server; "" if only read from the store
 	capped  bool          // its lease was cut to its hold cap: it ends there
 }
 
@@ -340,7 +341,7 @@ func (s *Server) acquireToken(ctx context.Context, sk, token string, opts ...dis
 	m.held[sk] = &tracked{
 		info: distlock.Info{Key: sk, Held: true, Fence: g.Fence, TTL: ttl,
 			Meta: distlock.Meta{Owner: r.Meta.Owner, BusinessID: r.Meta.BusinessID, Labels: labels}},
-		since: since, expires: g.Sent.Add(ttl), seen: end,
+		since: since, expires: g.Sent.Add(ttl), seen: end, token: token,
 	}
 	m.bumpLocked()
 	return g, labels, err
@@ -472,6 +473,9 @@ func (s *Server) releaseToken(ctx context.Context, sk, token string) error {
 	m.initLocked()
 	var fence uint64
 	if t := m.held[sk]; t != nil {
+		if t.token != "" && t.token != token {
+			return nil // a later grant (to a waiter) came first, and ended this hold in the view
+		}
 		fence = t.info.Fence
 		delete(m.held, sk)
 		m.bumpLocked()

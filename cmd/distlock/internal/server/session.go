@@ -301,7 +301,7 @@ func (h *service) CloseSession(ctx context.Context, req *connect.Request[distloc
 			return nil, s.storeError(ctx, "close session", l.key, lk, err)
 		default:
 			n++
-			s.events.publish(tenant, change{typ: distlockv1.Event_TYPE_RELEASED, at: time.Now(), info: distlock.Info{Key: lk}})
+			s.events.publish(tenant, change{typ: distlockv1.Event_TYPE_RELEASED, at: time.Now(), token: l.token, info: distlock.Info{Key: lk}})
 		}
 		if l.member != "" {
 			_ = s.client.ReleaseToken(ctx, l.member, l.memberToken)

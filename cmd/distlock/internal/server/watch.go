@@ -154,6 +154,7 @@ type sighting struct {
 	info     distlock.Info
 	at       time.Time // when it was last confirmed held
 	baseline bool      // held when the Watch began, and not reported
+	token    string    // of a grant through this server; "" if only read from the store
 }
 
 // tombstone is the end of a key's holds up to a fence, reported at at.
@@ -190,14 +191,17 @@ func (w *watcher) apply(c change, now time.Time) []*distlockv1.Event {
 			return nil
 		}
 		if wasSeen && old.info.Fence < c.info.Fence {
-			events = append(events, w.end(sk, old, now))
+			events = append(events, w.end(sk, old, now, 0)) // it ended before this grant
 		}
-		w.seen[sk] = sighting{info: c.info, at: now}
+		w.seen[sk] = sighting{info: c.info, at: now, token: c.token}
 		return append(events, event(distlockv1.Event_TYPE_ACQUIRED, sk, c.info, c.at))
 	case distlockv1.Event_TYPE_RELEASED:
 		if !wasSeen {
 			w.bury(sk, 0, now)
 			return nil
+		}
+		if old.token != "" && c.token != "" && old.token != c.token {
+			return nil // of a hold before the one seen, whose grant reported its end
 		}
 		delete(w.seen, sk)
 		w.bury(sk, old.info.Fence, now)
@@ -232,7 +236,7 @@ func (w *watcher) diff(infos []distlock.Info, start, now time.Time) []*distlockv
 	}
 	slices.Sort(gone)
 	for _, sk := range gone {
-		events = append(events, w.end(sk, w.seen[sk], now))
+		events = append(events, w.end(sk, w.seen[sk], now, w.interval))
 		delete(w.seen, sk)
 	}
 	for sk, t := range w.ended { // every later poll begins after these ends
@@ -258,7 +262,9 @@ func (w *watcher) patch(keys []string, infos []distlock.Info, start, now time.Ti
 		if i, ok := held[sk]; ok {
 			events = append(events, w.sighted(i, start, now)...)
 		} else if old, ok := w.seen[sk]; ok && old.at.Before(start) {
-			events = append(events, w.end(sk, old, now))
+			// A reading the store's notice of sk asked for: the hold ended
+			// just now, not up to an interval ago.
+			events = append(events, w.end(sk, old, now, min(w.interval, expirySlack)))
 			delete(w.seen, sk)
 		}
 		if t, ok := w.ended[sk]; ok && t.at.Before(start) { // every later reading begins after it
@@ -278,23 +284,24 @@ func (w *watcher) sighted(i distlock.Info, start, now time.Time) []*distlockv1.E
 	}
 	old, wasSeen := w.seen[sk]
 	if wasSeen && old.info.Fence == i.Fence {
-		w.seen[sk] = sighting{info: i, at: now, baseline: old.baseline}
+		w.seen[sk] = sighting{info: i, at: now, baseline: old.baseline, token: old.token}
 		return nil
 	}
 	var events []*distlockv1.Event
 	if wasSeen {
-		events = append(events, w.end(sk, old, now))
+		events = append(events, w.end(sk, old, now, w.interval))
 	}
 	w.seen[sk] = sighting{info: i, at: now}
 	return append(events, event(distlockv1.Event_TYPE_ACQUIRED, sk, i, now))
 }
 
 // end reports a hold found gone: EXPIRED if its TTL when last seen has run
-// out by now, with an interval's slack, else RELEASED.
-func (w *watcher) end(sk string, old sighting, now time.Time) *distlockv1.Event {
+// out by now, with slack (a poll's interval, for a hold found gone by a
+// poll), else RELEASED.
+func (w *watcher) end(sk string, old sighting, now time.Time, slack time.Duration) *distlockv1.Event {
 	w.bury(sk, old.info.Fence, now)
 	typ := distlockv1.Event_TYPE_RELEASED
-	if old.info.TTL <= now.Sub(old.at)+w.interval {
+	if old.info.TTL <= now.Sub(old.at)+slack {
 		typ = distlockv1.Event_TYPE_EXPIRED
 	}
 	return event(typ, sk, old.info, now)
