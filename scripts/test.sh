@@ -20,11 +20,15 @@ logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 start=$(date +%s)
 
+took() { # name: records that the job name ended now
+	echo $(($(date +%s) - start)) >"$logs/$1.took"
+}
 run() { # name dir args...
 	local name=$1 dir=$2
 	shift 2
 	(cd "$dir" && "$GO" test -race -count=1 "$@") >"$logs/$name.log" 2>&1
 	echo $? >"$logs/$name.rc"
+	took "$name"
 }
 
 run library . -p 2 -timeout 30m ./... &
@@ -45,6 +49,7 @@ examples() { # the worked example of docs/clients.md in each language (the TypeS
 client() { # name function: one client's tests, logged as name
 	("$2") >"$logs/$1.log" 2>&1
 	echo $? >"$logs/$1.rc"
+	took "$1"
 }
 clients() { # the clients' tests side by side, against a distlock binary built for them
 	if ! (cd cmd/distlock && "$GO" build -o "$logs/distlock" .) >"$logs/build.log" 2>&1; then
@@ -66,7 +71,7 @@ wait
 
 status=0
 for name in library cmd remotelock chaos python node examples; do
-	echo "=== $name"
+	echo "=== $name (ended after $(cat "$logs/$name.took" 2>/dev/null || echo ?)s)"
 	cat "$logs/$name.log"
 	[ "$(cat "$logs/$name.rc")" = 0 ] || status=1
 done
