@@ -236,7 +236,7 @@ func (w *watcher) diff(infos []distlock.Info, start, now time.Time) []*distlockv
 	}
 	slices.Sort(gone)
 	for _, sk := range gone {
-		events = append(events, w.end(sk, w.seen[sk], now, w.interval))
+		events = append(events, w.end(sk, w.seen[sk], now, w.slack()))
 		delete(w.seen, sk)
 	}
 	for sk, t := range w.ended { // every later poll begins after these ends
@@ -262,9 +262,7 @@ func (w *watcher) patch(keys []string, infos []distlock.Info, start, now time.Ti
 		if i, ok := held[sk]; ok {
 			events = append(events, w.sighted(i, start, now)...)
 		} else if old, ok := w.seen[sk]; ok && old.at.Before(start) {
-			// A reading the store's notice of sk asked for: the hold ended
-			// just now, not up to an interval ago.
-			events = append(events, w.end(sk, old, now, min(w.interval, expirySlack)))
+			events = append(events, w.end(sk, old, now, w.slack()))
 			delete(w.seen, sk)
 		}
 		if t, ok := w.ended[sk]; ok && t.at.Before(start) { // every later reading begins after it
@@ -289,15 +287,21 @@ func (w *watcher) sighted(i distlock.Info, start, now time.Time) []*distlockv1.E
 	}
 	var events []*distlockv1.Event
 	if wasSeen {
-		events = append(events, w.end(sk, old, now, w.interval))
+		events = append(events, w.end(sk, old, now, w.slack()))
 	}
 	w.seen[sk] = sighting{info: i, at: now}
 	return append(events, event(distlockv1.Event_TYPE_ACQUIRED, sk, i, now))
 }
 
+// slack is how early a hold found gone by a reading may have run out of
+// its TTL as last seen and still be reported EXPIRED: the interval between
+// readings, at most expirySlack. (A reading whose interval is long found
+// the key gone just now, whatever the interval.)
+func (w *watcher) slack() time.Duration { return min(w.interval, expirySlack) }
+
 // end reports a hold found gone: EXPIRED if its TTL when last seen has run
-// out by now, with slack (a poll's interval, for a hold found gone by a
-// poll), else RELEASED.
+// out by now, with slack (a reading's, for a hold found gone by one), else
+// RELEASED.
 func (w *watcher) end(sk string, old sighting, now time.Time, slack time.Duration) *distlockv1.Event {
 	w.bury(sk, old.info.Fence, now)
 	typ := distlockv1.Event_TYPE_RELEASED
