@@ -1,0 +1,66 @@
+package redislock_test
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/backend/redislock"
+	"github.com/distlock/distlock/internal/testserver"
+)
+
+// lostChannel is the channel on which a forced release names the token it
+// removed, under the default prefix.
+const lostChannel = redislock.DefaultPrefix + "notify:lost"
+
+// A holder learns that its lock was force-released at once, from the
+// notice the forced release publishes, not at its next renewal (a third of
+// its 30 s lease), with each client library.
+func TestForcedReleaseToldAtOnce(t *testing.T) {
+	s := testserver.Redis(t)
+	for _, a := range adapters[:2] {
+		t.Run(a.name, func(t *testing.T) {
+			ctx := testContext(t)
+			holder, operator := newClient(t, a.new(t, s.Addr())), newClient(t, a.new(t, s.Addr()))
+			key := "told/" + t.Name()
+			l, err := holder.Lock(ctx, key, distlock.WithLease(30*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "the holder listens for lost notices", func() error {
+				if n := channelSubscribers(t, s.Addr(), lostChannel); n < 1 {
+					return fmt.Errorf("%d subscribers of %s", n, lostChannel)
+				}
+				return nil
+			})
+			start := time.Now()
+			if _, err := operator.ForceRelease(ctx, key, "the holder is stuck"); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-l.Done():
+				t.Logf("told %v after the forced release", time.Since(start).Round(time.Millisecond))
+			case <-time.After(5 * time.Second):
+				t.Fatal("the holder was not told within 5 s of the forced release")
+			}
+			if err := l.Err(); !errors.Is(err, distlock.ErrLockLost) {
+				t.Fatalf("Err() = %v, want ErrLockLost", err)
+			}
+			if err := l.Release(ctx); !errors.Is(err, distlock.ErrNotHeld) && !errors.Is(err, distlock.ErrLockLost) {
+				t.Fatalf("Release after the loss: %v, want ErrNotHeld or ErrLockLost", err)
+			}
+		})
+	}
+}
+
+// channelSubscribers is PUBSUB NUMSUB's count for channel.
+func channelSubscribers(t *testing.T, addr, channel string) int {
+	t.Helper()
+	_, count, _ := strings.Cut(rawCommand(t, []string{addr}, "PUBSUB", "NUMSUB", channel), "\n") // "channel\ncount"
+	n, _ := strconv.Atoi(count)
+	return n
+}
