@@ -2,8 +2,10 @@
 -- it held as inspect.lua does: {held "1"/"0", fence, ms to live, metadata
 -- JSON}. A free key is left as it is. If waiters may be queued, the key
 -- passes to the first live one, as release.lua does for another client. The
--- key's watchers are woken. The fence counter stays, so the next grant gets
--- a higher fence.
+-- key's watchers are woken, and the holder's token is published on the
+-- channel ARGV[1] .. 'lost', on which every backend holding locks listens,
+-- so that the holder learns at once. The fence counter stays, so the next
+-- grant gets a higher fence.
 -- KEYS and ARGV[1] as in queue.lua
 --[[queue.lua]]
 local holder = redis.call('GET', KEYS[1])
@@ -12,9 +14,12 @@ if not holder then
 end
 local held = {'1', redis.call('GET', KEYS[2]) or '', tostring(redis.call('PTTL', KEYS[1])), redis.call('GET', KEYS[3]) or ''}
 redis.call('DEL', KEYS[1], KEYS[3])
+local token = holder
 if string.byte(holder, -1) == 10 then
+	token = string.sub(holder, 1, -2)
 	local now, t = clockMs()
 	passOn(now, t, nil)
 end
+redis.call('PUBLISH', ARGV[1] .. 'lost', token)
 wakeWatchers(KEYS[7], ARGV[1])
 return held

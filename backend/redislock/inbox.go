@@ -16,14 +16,20 @@ import (
 // order, of which only the first is queued in Redis; and the backend's one
 // subscription, to the channel <prefix>notify:<id>, on which a release tells
 // one waiter of this backend, by its token, that it is its turn
-// (queue.lua). The channel is subscribed when a waiter first has to wait,
-// and stays subscribed until Close. A release by this backend that grants
+// (queue.lua), and to <prefix>notify:lost, on which a forced release names
+// the token it removed (lost.go). The channels are subscribed when a waiter
+// first has to wait or a lock is first granted, and stay subscribed until
+// Close. A release by this backend that grants
 // the key to one of its own waiters hands the grant over here, without
 // Redis.
 type inbox struct {
 	ps      pubsub
 	channel string
-	timeout time.Duration // bounds one SUBSCRIBE
+	// lostChannel carries the tokens that forced releases removed, which
+	// onLost is told (lost.go).
+	lostChannel string
+	onLost      func(token string)
+	timeout     time.Duration // bounds one SUBSCRIBE
 
 	mu      sync.Mutex
 	waiters map[string]*mailbox // by token
@@ -88,8 +94,9 @@ type mailbox struct {
 // nextWaiter is a waiter as release.lua takes it.
 type nextWaiter struct{ token, ttl, meta, member string }
 
-func newInbox(st store, channel string, timeout time.Duration) *inbox {
-	ib := &inbox{channel: channel, timeout: timeout, waiters: make(map[string]*mailbox), lines: make(map[string]*line),
+func newInbox(st store, channel, lostChannel string, timeout time.Duration, onLost func(token string)) *inbox {
+	ib := &inbox{channel: channel, lostChannel: lostChannel, onLost: onLost, timeout: timeout,
+		waiters: make(map[string]*mailbox), lines: make(map[string]*line),
 		gaveUp: make(map[string]time.Time), contended: make(map[string]time.Time)}
 	ib.ps = st.newPubSub(pubsubEvents{message: ib.message, subscribed: ib.confirmed, lost: ib.lost})
 	return ib
@@ -254,7 +261,7 @@ func (ib *inbox) listen(ctx context.Context) bool {
 	ib.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, ib.timeout)
 	defer cancel()
-	if err := ib.ps.subscribe(ctx, []string{ib.channel}); err != nil {
+	if err := ib.ps.subscribe(ctx, []string{ib.channel, ib.lostChannel}); err != nil {
 		ib.mu.Lock()
 		if ib.state == subscribing {
 			ib.state = unsubscribed
@@ -270,6 +277,10 @@ func (ib *inbox) listen(ctx context.Context) bool {
 // it. On a Cluster a notice comes once from each master; the waiter takes
 // the first.
 func (ib *inbox) message(channel, payload string) {
+	if channel == ib.lostChannel {
+		ib.onLost(payload)
+		return
+	}
 	if channel != ib.channel {
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,9 +52,11 @@ func eventually(t *testing.T, what string, check func() error) {
 	}
 }
 
-// TestOneSubscriptionPerBackend has 20 waiters on 5 keys in one backend:
-// they must share one subscription connection with one channel, the
-// backend's own, woken by releases; the channel stays until Close.
+// TestOneSubscriptionPerBackend has 20 waiters on 5 keys in one backend,
+// whose holds are another backend's: each backend has one subscription
+// connection with two channels, its own (woken by releases) and the lost
+// notices', whatever the number of waiters and holds; the channels stay
+// until Close.
 func TestOneSubscriptionPerBackend(t *testing.T) {
 	s := testserver.Redis(t)
 	for _, a := range adapters[:2] {
@@ -79,9 +82,9 @@ func TestOneSubscriptionPerBackend(t *testing.T) {
 					results <- err
 				}()
 			}
-			eventually(t, "one subscription connection with one channel", func() error {
-				if subs := subscribers(t, s.Addr()); len(subs) != 1 || subs[0] != 1 {
-					return fmt.Errorf("subscribed connections and their channel counts: %v, want [1]", subs)
+			eventually(t, "one subscription connection with two channels per backend", func() error {
+				if subs := subscribers(t, s.Addr()); !slices.Equal(subs, []int{2, 2}) {
+					return fmt.Errorf("subscribed connections and their channel counts: %v, want [2 2]", subs)
 				}
 				return nil
 			})
@@ -95,10 +98,19 @@ func TestOneSubscriptionPerBackend(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if subs := subscribers(t, s.Addr()); len(subs) != 1 || subs[0] != 1 {
-				t.Fatalf("once nobody waits: subscribed connections %v, want [1] until Close", subs)
+			if subs := subscribers(t, s.Addr()); !slices.Equal(subs, []int{2, 2}) {
+				t.Fatalf("once nobody waits or holds: subscribed connections %v, want [2 2] until Close", subs)
 			}
 			if err := waiters.Close(); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "the holder's subscription alone after the waiters' Close", func() error {
+				if subs := subscribers(t, s.Addr()); !slices.Equal(subs, []int{2}) {
+					return fmt.Errorf("subscribed connections: %v, want [2]", subs)
+				}
+				return nil
+			})
+			if err := holder.Close(); err != nil {
 				t.Fatal(err)
 			}
 			eventually(t, "no subscription after Close", func() error {

@@ -31,6 +31,7 @@ type Backend struct {
 	id       string
 	channels string
 	inbox    *inbox
+	holders  holders // this backend's locks, for lost notices (lost.go)
 
 	closed    atomic.Bool
 	mu        sync.Mutex // orders waits.Add before Close's waits.Wait
@@ -65,7 +66,7 @@ func newBackend(ctx context.Context, st store, cfg config) (*Backend, error) {
 	if cfg.watchedReleases {
 		b.release = scriptReleaseWatched
 	}
-	b.inbox = newInbox(st, b.channels+b.id, cfg.requestTimeout)
+	b.inbox = newInbox(st, b.channels+b.id, b.channels+lostChannel, cfg.requestTimeout, b.holders.removed)
 	b.closing, b.stopWaits = context.WithCancel(context.Background())
 	return b, nil
 }
@@ -135,6 +136,7 @@ func (b *Backend) Name() string { return "redis" }
 
 // Acquire takes req.Key for req.Token with one script: SET NX PX, and the
 // fence counter advanced to max(last+1, server time in µs) in the same step.
+// Its Lost context ends as soon as a forced release removes the hold.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	fence, err := b.grant(ctx, req, "")
 	switch {
@@ -143,7 +145,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	case fence <= 0:
 		return driver.Grant{}, driver.ErrNotAcquired
 	}
-	return driver.Grant{Fence: uint64(fence)}, nil
+	return b.granted(driver.Grant{Fence: uint64(fence)}, nil, req.Token, req.TTL)
 }
 
 // Handoff gives key to next.Token, with a new fence and next's time to live
@@ -165,7 +167,8 @@ func (b *Backend) Handoff(ctx context.Context, key, token string, next driver.Ac
 	case fence <= 0:
 		return driver.Grant{}, driver.ErrNotHeld
 	}
-	return driver.Grant{Fence: uint64(fence)}, nil
+	b.holders.forget(token)
+	return b.granted(driver.Grant{Fence: uint64(fence)}, nil, next.Token, next.TTL)
 }
 
 // grant runs the acquire script for req, handed over from token from if it
@@ -193,7 +196,17 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 	}
 	lock, fence, meta := b.lockNames(key)
 	ok, err := b.evalInt(ctx, scriptRenew, []string{lock, meta, fence}, token, millis(ttl))
-	return held(ok, err)
+	switch err := held(ok, err); {
+	case err == nil:
+		b.holders.renewed(token, ttl)
+		b.listenForLoss() // after a lost subscription
+		return nil
+	case errors.Is(err, driver.ErrNotHeld):
+		b.holders.forget(token)
+		return err
+	default:
+		return err
+	}
 }
 
 // Release frees key if token holds it. If another waiter of this backend
@@ -206,6 +219,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 	if err := validRequest(key, token, nil); err != nil {
 		return driver.Wrap("redislock", err)
 	}
+	b.holders.forget(token)
 	k := b.keysFor(key).all()
 	args := []string{b.channels, token, b.id}
 	next, passOver, ok := b.inbox.first(key)

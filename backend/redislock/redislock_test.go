@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -210,10 +211,10 @@ func subscriptionPerMaster(t *testing.T, newBackend func(testing.TB) driver.Back
 		}
 		got <- err
 	}()
-	eventually(t, "one subscribed connection with one channel on every master", func() error {
+	eventually(t, "one subscribed connection with two channels per backend on every master", func() error {
 		for _, addr := range addrs {
-			if subs := subscribers(t, addr); len(subs) != 1 || subs[0] != 1 {
-				return fmt.Errorf("%s: subscribed connections and their channel counts %v, want [1]", addr, subs)
+			if subs := subscribers(t, addr); !slices.Equal(subs, []int{2, 2}) {
+				return fmt.Errorf("%s: subscribed connections and their channel counts %v, want [2 2] (the holder's and the waiter's)", addr, subs)
 			}
 		}
 		return nil

@@ -40,6 +40,12 @@ import (
 // with ctx's error), or driver.ErrClosed if the backend was closed; if the
 // last step or leaving failed, it returns that store error instead.
 func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	g, err := b.acquireWait(ctx, req)
+	return b.granted(g, err, req.Token, req.TTL)
+}
+
+// acquireWait is AcquireWait without the grant's Lost context.
+func (b *Backend) acquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := validRequest(req.Key, req.Token, &req.TTL); err != nil {
 		return driver.Grant{}, driver.Wrap("redislock", err)
 	}

@@ -293,7 +293,7 @@ func (r *lossRecorder) explain() string {
 	case observe.LossMaxHold:
 		return "--max-hold reached (max_hold)"
 	case observe.LossStoreDeleted:
-		return "the store ended the session that held the lock (store_deleted)"
+		return "the store reported the lock gone (store_deleted): force-released, or the session or connection that held it ended"
 	}
 	return r.reason
 }

@@ -109,6 +109,7 @@ func TestRun(t *testing.T) {
 	t.Run("ExitCode", func(t *testing.T) { testRunExitCode(t, bin, s) })
 	t.Run("Environment", func(t *testing.T) { testRunEnvironment(t, bin, s) })
 	t.Run("LockDeleted", func(t *testing.T) { testRunLockDeleted(t, bin, s) })
+	t.Run("ForceReleased", func(t *testing.T) { testRunForceReleased(t, bin, s) })
 	t.Run("GraceThenKill", func(t *testing.T) { testRunGraceThenKill(t, bin, s) })
 	t.Run("MaxHold", func(t *testing.T) { testRunMaxHold(t, bin, s) })
 	t.Run("SignalForwarding", func(t *testing.T) { testRunSignalForwarding(t, bin, s) })
@@ -250,6 +251,29 @@ func testRunLockDeleted(t *testing.T, bin string, s store) {
 		t.Errorf("the command ended %v after the lock was deleted, want within the lease %v", took, lease)
 	}
 	t.Logf("lock deleted → command stopped and distlock exited in %v (lease %v)", took, lease)
+}
+
+// A forced release (distlock release --force) stops the command at once:
+// the holder hears the release's notice, long before its next renewal (a
+// third of the default 30 s lease).
+func testRunForceReleased(t *testing.T, bin string, s store) {
+	dir := t.TempDir()
+	p := startDistlock(t, bin, s.env, "", "run", "--key", "forced", "--", "sh", "-c", waitingJob(dir, ""))
+	awaitStart(t, dir)
+	forced := time.Now()
+	if r := runDistlock(t, bin, s.env, "release", "--force", "--yes", "forced", "--reason", "the job hung"); r.code != 0 {
+		t.Fatalf("release --force exited %d: %s", r.code, r.stderr)
+	}
+	r := p.mustWait(t, processTimeout)
+	took := time.Since(forced)
+	if r.code != ExitLockLost {
+		t.Fatalf("exit %d, want %d; stderr: %s", r.code, ExitLockLost, r.stderr)
+	}
+	wantOneLine(t, r, `lock "forced" lost while the command ran: the store reported the lock gone (store_deleted)`, "stopped with SIGTERM")
+	if took > 5*time.Second {
+		t.Errorf("the command ended %v after the forced release, want long before the next renewal at 10s", took)
+	}
+	t.Logf("forced release → command stopped and distlock exited in %v (including the release command's own run)", took)
 }
 
 // A command that ignores SIGTERM is killed after --grace.
