@@ -164,3 +164,19 @@ func benchmarkList(b *testing.B, eps []string, layout etcdlock.KeyLayout, held i
 		})
 	}
 }
+
+// BenchmarkLossNotice is locktest.LossNotice: a holder learns of a forced
+// release from its watch of its entry, which starts after lossWatchDelay
+// (100 ms), so each hold lasts 150 ms first.
+func BenchmarkLossNotice(b *testing.B) {
+	for _, srv := range servers {
+		b.Run(srv.name, func(b *testing.B) {
+			eps := srv.start(b)
+			prefix := uniquePrefix(b)
+			holder, operator := distlock.New(dial(b, eps, prefix)), distlock.New(dial(b, eps, prefix))
+			defer holder.Close()
+			defer operator.Close()
+			locktest.LossNotice(b, holder, operator, 150*time.Millisecond)
+		})
+	}
+}

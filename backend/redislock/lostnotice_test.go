@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/redislock"
 	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/locktest"
 )
 
 // lostChannel is the channel on which a forced release names the token it
@@ -67,43 +67,27 @@ func channelSubscribers(t testing.TB, addr, channel string) int {
 	return n
 }
 
-// BenchmarkForcedReleaseNotice measures how long a holder takes to learn
-// of a forced release: from just before the operator's ForceRelease is
-// sent (so the figure includes its round trip, within which the store
-// changes) to the holder's Done(). One op is a grant, the forced release
-// and the notice; p50 and p99 are reported.
+// BenchmarkForcedReleaseNotice is locktest.LossNotice with each client
+// library: a holder is told of a forced release by its notice.
 func BenchmarkForcedReleaseNotice(b *testing.B) {
 	s := testserver.Redis(b)
 	for _, a := range adapters[:2] {
 		b.Run(a.name, func(b *testing.B) {
-			ctx := context.Background()
 			holder, operator := distlock.New(a.new(b, s.Addr())), distlock.New(a.new(b, s.Addr()))
 			defer holder.Close()
 			defer operator.Close()
-			took := make([]time.Duration, 0, b.N)
-			for i := range b.N {
-				key := fmt.Sprintf("told-bench/%s/%d", a.name, i)
-				l, err := holder.Lock(ctx, key, distlock.WithLease(30*time.Second))
-				if err != nil {
-					b.Fatal(err)
-				}
-				for i == 0 && channelSubscribers(b, s.Addr(), lostChannel) < 1 {
-					time.Sleep(time.Millisecond) // the first grant subscribes
-				}
-				start := time.Now()
-				if _, err := operator.ForceRelease(ctx, key, "benchmark"); err != nil {
-					b.Fatal(err)
-				}
-				select {
-				case <-l.Done():
-					took = append(took, time.Since(start))
-				case <-time.After(5 * time.Second):
-					b.Fatal("the holder was not told within 5 s")
-				}
+			// The first grant subscribes the holder's backend to the notices.
+			l, err := holder.Lock(context.Background(), "loss-notice/first")
+			if err != nil {
+				b.Fatal(err)
 			}
-			slices.Sort(took)
-			b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "p50-ms")
-			b.ReportMetric(float64(took[len(took)*99/100].Microseconds())/1000, "p99-ms")
+			for channelSubscribers(b, s.Addr(), lostChannel) < 1 {
+				time.Sleep(time.Millisecond)
+			}
+			if err := l.Release(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			locktest.LossNotice(b, holder, operator, 0)
 		})
 	}
 }

@@ -158,3 +158,15 @@ func received(b *testing.B, addr string) int64 {
 	b.Fatalf("srvr: no Received line in %q", out)
 	return 0
 }
+
+// BenchmarkLossNotice is locktest.LossNotice: a holder learns of a forced
+// release from its watch of its node, which starts after lossWatchDelay
+// (100 ms), so each hold lasts 150 ms first.
+func BenchmarkLossNotice(b *testing.B) {
+	srv := testserver.ZooKeeper(b)
+	root := uniqueRoot(b)
+	holder, operator := distlock.New(dial(b, srv.Addr(), root)), distlock.New(dial(b, srv.Addr(), root))
+	defer holder.Close()
+	defer operator.Close()
+	locktest.LossNotice(b, holder, operator, 150*time.Millisecond)
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/remotelock"
+	"github.com/distlock/distlock/locktest"
 )
 
 // BenchmarkRemote measures Lock+Release through the service (remotelock,
@@ -235,4 +236,30 @@ func median(d []time.Duration) time.Duration {
 	}
 	slices.Sort(d)
 	return d[len(d)/2]
+}
+
+// BenchmarkRemoteLossNotice is locktest.LossNotice through the service, on
+// each store: the holder's backend, built WithLossWatch, learns of a forced
+// release from the service's event stream; the admin's forced release goes
+// through the same service.
+func BenchmarkRemoteLossNotice(b *testing.B) {
+	for _, st := range remoteStores(b) {
+		b.Run(st.name, func(b *testing.B) {
+			svc := startRemoteService(b, st)
+			holder := distlock.New(remoteBackendAt(b, svc.addr, remoteClient, remotelock.WithLossWatch()))
+			defer holder.Close()
+			operator := distlock.New(remoteBackendAt(b, svc.addr, remoteAdmin))
+			defer operator.Close()
+			// The stream starts with the first grant and misses what comes
+			// before it is live: warm it up with a lock of its own.
+			ctx := context.Background()
+			warm, err := holder.TryLock(ctx, "loss-notice/warm")
+			if err != nil {
+				b.Fatal(err)
+			}
+			_ = warm.Release(ctx)
+			time.Sleep(500 * time.Millisecond)
+			locktest.LossNotice(b, holder, operator, 0)
+		})
+	}
 }
