@@ -109,7 +109,7 @@ func TestRun(t *testing.T) {
 	t.Run("ExitCode", func(t *testing.T) { testRunExitCode(t, bin, s) })
 	t.Run("Environment", func(t *testing.T) { testRunEnvironment(t, bin, s) })
 	t.Run("LockDeleted", func(t *testing.T) { testRunLockDeleted(t, bin, s) })
-	t.Run("ForceReleased", func(t *testing.T) { testRunForceReleased(t, bin, s) })
+	t.Run("ForceReleased", func(t *testing.T) { testRunForceReleased(t, bin, s.env) })
 	t.Run("GraceThenKill", func(t *testing.T) { testRunGraceThenKill(t, bin, s) })
 	t.Run("MaxHold", func(t *testing.T) { testRunMaxHold(t, bin, s) })
 	t.Run("SignalForwarding", func(t *testing.T) { testRunSignalForwarding(t, bin, s) })
@@ -256,12 +256,12 @@ func testRunLockDeleted(t *testing.T, bin string, s store) {
 // A forced release (distlock release --force) stops the command at once:
 // the holder hears the release's notice, long before its next renewal (a
 // third of the default 30 s lease).
-func testRunForceReleased(t *testing.T, bin string, s store) {
+func testRunForceReleased(t *testing.T, bin string, env []string) {
 	dir := t.TempDir()
-	p := startDistlock(t, bin, s.env, "", "run", "--key", "forced", "--", "sh", "-c", waitingJob(dir, ""))
+	p := startDistlock(t, bin, env, "", "run", "--key", "forced", "--", "sh", "-c", waitingJob(dir, ""))
 	awaitStart(t, dir)
 	forced := time.Now()
-	if r := runDistlock(t, bin, s.env, "release", "--force", "--yes", "forced", "--reason", "the job hung"); r.code != 0 {
+	if r := runDistlock(t, bin, env, "release", "--force", "--yes", "forced", "--reason", "the job hung"); r.code != 0 {
 		t.Fatalf("release --force exited %d: %s", r.code, r.stderr)
 	}
 	r := p.mustWait(t, processTimeout)
@@ -274,6 +274,15 @@ func testRunForceReleased(t *testing.T, bin string, s store) {
 		t.Errorf("the command ended %v after the forced release, want long before the next renewal at 10s", took)
 	}
 	t.Logf("forced release → command stopped and distlock exited in %v (including the release command's own run)", took)
+}
+
+// Over the lock service too, a forced release stops the command at once:
+// run follows the service's event stream for its lock unless the URL says
+// watch_loss=false.
+func TestRunForceReleasedOverService(t *testing.T) {
+	bin := buildDistlock(t)
+	p := startServe(t, nil, "--insecure-no-auth", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir())
+	testRunForceReleased(t, bin, []string{"DISTLOCK_BACKEND=distlock://" + p.banner.Listen})
 }
 
 // A command that ignores SIGTERM is killed after --grace.
