@@ -106,12 +106,13 @@ func TestOps(t *testing.T) {
 		if s.held(t, "ops/a") {
 			t.Error("the key is still held after release --force")
 		}
-		// The holder learns at its next renewal and stops its command.
+		// The holder is told at once by the release's notice and stops its
+		// command.
 		r := holder.mustWait(t, processTimeout)
 		if r.code != ExitLockLost {
 			t.Fatalf("the holder exited %d, want %d: %s", r.code, ExitLockLost, r.stderr)
 		}
-		wantOneLine(t, r, "renew_refused")
+		wantOneLine(t, r, "store_deleted")
 	})
 	t.Run("ForceReleaseText", func(t *testing.T) {
 		dir := t.TempDir()
@@ -125,13 +126,14 @@ func TestOps(t *testing.T) {
 		}
 		p.mustWait(t, processTimeout)
 	})
-	t.Run("ForceReleaseUnnoticed", func(t *testing.T) {
-		// Freed between two renewals, a run whose command ends first learns
-		// it at release: the command's exit code, and a warning.
+	t.Run("DeletedUnnoticed", func(t *testing.T) {
+		// Deleted between two renewals behind distlock's back (a forced
+		// release would be told at once), a run whose command ends first
+		// learns it at release: the command's exit code, and a warning.
 		dir := t.TempDir()
 		p := startDistlock(t, bin, s.env, "", "run", "--key", "ops/c", "--", "sh", "-c", waitingJob(dir, ""))
 		awaitStart(t, dir)
-		ops(t, "release", "--force", "--yes", "ops/c", "--reason", "test")
+		s.redis(t, "DEL", lockName("ops/c"))
 		letGo(t, dir)
 		r := p.mustWait(t, processTimeout)
 		if r.code != 0 {

@@ -125,7 +125,7 @@ func confirm(ctx context.Context, cmd *cobra.Command, c *distlock.Client, key st
 	}
 	v := viewOf(info)
 	fmt.Fprintf(cmd.ErrOrStderr(), "%q is held by %s (business id %s, fence %d, lease left %s).\n"+
-		"Its holder is not told until its next renewal and may still write meanwhile.\nFree it? [y/N] ",
+		"Its holder may still write until it learns of the release, at once or at its next renewal.\nFree it? [y/N] ",
 		key, v.owner(), dash(v.BusinessID), v.Fence, v.leaseLeft())
 	if !answeredYes(ctx, cmd.InOrStdin()) {
 		return exit(ExitError, fmt.Errorf("release --force: not confirmed; %q is still held", key))

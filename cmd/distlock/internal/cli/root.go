@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -52,6 +53,9 @@ func usage(format string, args ...any) error {
 type globals struct {
 	backend string // --backend, else $DISTLOCK_BACKEND
 	output  string // -o: text or json
+	// watchLoss has open follow the lock service's event stream, so that a
+	// lock taken through the service learns of its loss at once (run).
+	watchLoss bool
 }
 
 // backendURL returns the store URL from --backend or $DISTLOCK_BACKEND.
@@ -73,6 +77,9 @@ func (g *globals) open(ctx context.Context, opts ...distlock.ClientOption) (*dis
 	if err != nil {
 		return nil, err
 	}
+	if g.watchLoss {
+		u = withLossWatch(u)
+	}
 	c, err := distlock.Open(ctx, u, opts...)
 	switch {
 	case errors.Is(err, distlock.ErrInvalidOption) || errors.Is(err, distlock.ErrInvalidKey):
@@ -83,6 +90,22 @@ func (g *globals) open(ctx context.Context, opts ...distlock.ClientOption) (*dis
 		return nil, exit(ExitUnavailable, err)
 	}
 	return c, nil
+}
+
+// withLossWatch returns the store URL u with watch_loss=true if it names
+// the lock service and does not set watch_loss itself.
+func withLossWatch(u string) string {
+	p, err := url.Parse(u)
+	if err != nil || (p.Scheme != "distlock" && p.Scheme != "distlocks") {
+		return u
+	}
+	q := p.Query()
+	if q.Has("watch_loss") {
+		return u
+	}
+	q.Set("watch_loss", "true")
+	p.RawQuery = q.Encode()
+	return p.String()
 }
 
 // isURLError reports whether Open failed on the URL itself (no such scheme,

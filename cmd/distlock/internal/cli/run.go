@@ -57,10 +57,13 @@ one of them; the others exit with code 75 (or 0 with --skip-ok) and one
 line on stderr saying who holds the key.
 
 distlock exits with the command's exit code, or 128+N if it died of
-signal N. If the lock is lost while the command runs (the store refused a
-renewal, could not be reached before the lease ran out, or --max-hold was
-reached), the command's process group gets SIGTERM, then SIGKILL after
---grace, and distlock exits with code 76 naming the reason.
+signal N. If the lock is lost while the command runs (force-released, the
+store refused a renewal, could not be reached before the lease ran out, or
+--max-hold was reached), the command's process group gets SIGTERM, then
+SIGKILL after --grace, and distlock exits with code 76 naming the reason.
+A forced release is seen at once on Redis, etcd, ZooKeeper and the lock
+service (over distlock:// run adds watch_loss=true to the URL unless it
+sets watch_loss), elsewhere at the next renewal.
 
 The command runs in a process group of its own; SIGINT, SIGTERM, SIGHUP and
 SIGQUIT sent to distlock are forwarded to that group, and the lock is
@@ -181,6 +184,9 @@ func (f *runFlags) run(cmd *cobra.Command, g *globals, argv []string) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), forwardedSignals...)
 	defer stop()
 	losses := &lossRecorder{}
+	// A run holds one lock as long as its command runs: over the lock
+	// service, one event stream tells it of the lock's loss at once.
+	g.watchLoss = true
 	client, err := openClient(ctx, g, "run", distlock.WithObserver(losses))
 	if err != nil {
 		return err
