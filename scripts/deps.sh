@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the store servers the tests start, the headless browser the
 # dashboard's tests drive, Lua 5.1's compiler, with which a test checks
-# the Redis scripts, and pytest for the Python client (Debian/Ubuntu), skipping what is already present;
+# the Redis scripts, pytest for the Python client, Node.js for the
+# TypeScript client and curl for the curl example (Debian/Ubuntu), skipping what is already present;
 # then dynalite, the DynamoDB-compatible server, from npm at the version
 # package-lock.json pins, into node_modules at the repository root. Safe to
 # run again.
@@ -26,6 +27,8 @@ want /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf fonts-dejavu-core
 want luac5.1 lua5.1
 want node nodejs
 want npm npm
+# The worked example of docs/clients.md runs its curl version too.
+want curl curl
 # The Python client's tests run on Debian's python3 with its pytest.
 /usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 || need+=(python3-pytest)
 
