@@ -2,7 +2,12 @@ package sqllock_test
 
 import (
 	"context"
+	"database/sql"
+	"encoding/binary"
 	"errors"
+	"io"
+	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,28 +27,9 @@ func TestPostgresWaitQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := uniqueKey(t)
-	// queued counts the sessions holding or waiting for key's queue lock.
-	queued := func() (holding, waiting int) {
-		err := admin.DB().QueryRowContext(ctx, `
-			SELECT count(*) FILTER (WHERE granted), count(*) FILTER (WHERE NOT granted) FROM pg_locks
-			WHERE locktype = 'advisory' AND classid = 1936813169 AND objid = hashtext($1)::oid AND objsubid = 2`, key).Scan(&holding, &waiting)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return holding, waiting
-	}
 	awaitQueued := func(holding, waiting int, what string) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); ; {
-			h, w := queued()
-			if h == holding && w == waiting {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %d holding and %d waiting for the queue, want %d and %d", what, h, w, holding, waiting)
-			}
-			time.Sleep(10 * time.Millisecond) // a poll of the server's state
-		}
+		awaitQueue(t, ctx, admin.DB(), key, holding, waiting, what)
 	}
 	type result struct {
 		l   *distlock.Lock
@@ -154,4 +140,200 @@ func TestPostgresCloseGivesUpQueuePlaces(t *testing.T) {
 		t.Fatalf("TryLock after the queue's head was closed: %v", err)
 	}
 	_ = l.Release(ctx)
+}
+
+// TestPostgresCutQueueWaitLeavesNoPlace: a wait that ends while its
+// backend waits for its place in the key's queue (inside pg_advisory_lock,
+// behind an earlier head) leaves no place behind, however late the server
+// hears of the wait's end. When the context of a statement ends, pgx drops
+// the connection at once but ends the server's session only afterwards, in
+// the background: a cancel request on a new connection, then Terminate.
+// Until they arrive the abandoned session waits on in the queue, and is
+// granted the place when the earlier head leaves. Here the cancel request
+// is lost on the way (a relay holds it), which keeps that window open as
+// long as the test needs.
+func TestPostgresCutQueueWaitLeavesNoPlace(t *testing.T) {
+	st := postgres(t)
+	admin := st.open(t)
+	t.Cleanup(func() { _ = admin.Close() })
+	ctx := testContext(t, time.Minute)
+	if err := admin.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	key := uniqueKey(t)
+	holder := st.client(t)
+	l := mustLockT(t, ctx, holder, key)
+
+	// An earlier head of the queue, so that the waiter waits inside
+	// pg_advisory_lock.
+	head, err := admin.DB().Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer head.Close()
+	if _, err := head.ExecContext(ctx, "SELECT pg_advisory_lock(1936813169, hashtext($1))", key); err != nil {
+		t.Fatal(err)
+	}
+
+	waiter := distlock.New(st.openAt(t, cancelLosingRelay(t, st.s.Addr())))
+	t.Cleanup(func() { _ = waiter.Close() })
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		l, err := waiter.Lock(wctx, key, distlock.WithWait(time.Minute))
+		if err == nil {
+			_ = l.Release(ctx)
+		}
+		done <- err
+	}()
+	awaitQueue(t, ctx, admin.DB(), key, 1, 1, "the waiter queues behind the earlier head")
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, distlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("the cancelled wait: %v, want ErrNotAcquired joined with context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cancelled wait did not return within 10s")
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("the cancelled wait returned after %v", took)
+	}
+
+	// The earlier head leaves and the holder releases: the key is free to
+	// the client whose wait was cancelled (the conformance suite's
+	// ContextCancelWhileWaiting), and then to every client.
+	if _, err := head.ExecContext(ctx, "SELECT pg_advisory_unlock(1936813169, hashtext($1))", key); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := waiter.TryLock(ctx, key)
+	if err != nil {
+		h, w, _ := queueSessions(ctx, admin.DB(), key)
+		t.Fatalf("key not free after a cut wait for the queue and a release: %v (queue: %d holding, %d waiting)", err, h, w)
+	}
+	if err := l2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	awaitQueue(t, ctx, admin.DB(), key, 0, 0, "the queue is empty")
+	l3, err := st.client(t).TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("a try by another client once the queue is empty: %v", err)
+	}
+	_ = l3.Release(ctx)
+}
+
+// queueSessions counts the sessions holding and waiting for key's queue
+// lock.
+func queueSessions(ctx context.Context, db *sql.DB, key string) (holding, waiting int, err error) {
+	err = db.QueryRowContext(ctx, `
+		SELECT count(*) FILTER (WHERE granted), count(*) FILTER (WHERE NOT granted) FROM pg_locks
+		WHERE locktype = 'advisory' AND classid = 1936813169 AND objid = hashtext($1)::oid AND objsubid = 2`, key).Scan(&holding, &waiting)
+	return holding, waiting, err
+}
+
+// awaitQueue waits up to 10s for holding sessions to hold key's queue lock
+// and waiting ones to wait for it.
+func awaitQueue(t *testing.T, ctx context.Context, db *sql.DB, key string, holding, waiting int, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		h, w, err := queueSessions(ctx, db, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h == holding && w == waiting {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d holding and %d waiting for the queue, want %d and %d", what, h, w, holding, waiting)
+		}
+		time.Sleep(10 * time.Millisecond) // a poll of the server's state
+	}
+}
+
+// cancelLosingRelay relays TCP connections to target from a loopback
+// address, which it returns, except PostgreSQL cancel requests: it takes
+// those and holds them, unanswered, until the test ends, as a network or a
+// pooler in between may lose them.
+func cancelLosingRelay(t *testing.T, target string) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu     sync.Mutex
+		closed bool
+		conns  []net.Conn
+		wg     sync.WaitGroup
+	)
+	track := func(cs ...net.Conn) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if closed {
+			for _, c := range cs {
+				_ = c.Close()
+			}
+			return false
+		}
+		conns = append(conns, cs...)
+		return true
+	}
+	relay := func(c net.Conn) {
+		defer wg.Done()
+		if !track(c) {
+			return
+		}
+		// A connection starts with its message's length and code; a cancel
+		// request's are 16 and 80877102.
+		var start [8]byte
+		if _, err := io.ReadFull(c, start[:]); err != nil {
+			_ = c.Close()
+			return
+		}
+		if binary.BigEndian.Uint32(start[:4]) == 16 && binary.BigEndian.Uint32(start[4:]) == 80877102 {
+			return // held until the test ends
+		}
+		up, err := net.Dial("tcp", target)
+		if err != nil || !track(up) {
+			_ = c.Close()
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = io.Copy(c, up)
+			_ = c.Close()
+		}()
+		if _, err := up.Write(start[:]); err == nil {
+			_, _ = io.Copy(up, c)
+		}
+		_ = up.Close()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go relay(c)
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		closed = true
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return ln.Addr().String()
 }
