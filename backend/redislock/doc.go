@@ -27,6 +27,16 @@
 // or ctx's deadline if sooner; the clients passed to New and NewRueidis keep
 // their own dial timeouts (5s by default in both libraries).
 //
+// # Waiting for replicas
+//
+// WithReplicaAck (URL parameters replica_ack and replica_ack_timeout)
+// confirms a grant, and a renewal, only once that many replicas
+// acknowledged it: WAIT follows the write on the connection that made it
+// (on a Cluster, to the master of the key's slot). A grant they did not
+// acknowledge in time is released and refused (ReplicaAckError, matching
+// driver.ErrNotAcquired). It narrows, and does not close, the window in
+// which a failover to a replica that missed a grant admits a second holder.
+//
 // After Close, and once the client under the backend was closed (go-redis's
 // ErrClosed, rueidis's ErrClosing), every call returns an error matching
 // driver.ErrClosed at once.

@@ -3,11 +3,14 @@ package redislock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/distlock/distlock/driver"
 )
 
 // New returns a backend on a go-redis client: a *redis.Client (single node,
@@ -31,7 +34,14 @@ func New(client redis.UniversalClient, opts ...Option) (*Backend, error) {
 	if client == nil {
 		return nil, errors.New("redislock: New needs a client")
 	}
-	st := &goRedis{c: client, bounded: contextTimeoutEnabled(client)}
+	st := &goRedis{c: client, bounded: contextTimeoutEnabled(client), readTimeout: readTimeout(client)}
+	if cfg.ack.replicas > 0 {
+		switch client.(type) {
+		case *redis.Client, *redis.ClusterClient:
+		default:
+			return nil, fmt.Errorf("redislock: replica acknowledgement: %w: it needs a *redis.Client or *redis.ClusterClient, to send WAIT on the connection of the write; got %T", driver.ErrInvalidOption, client)
+		}
+	}
 	for i, src := range scriptSources {
 		st.scripts[i] = redis.NewScript(src)
 	}
@@ -46,6 +56,9 @@ type goRedis struct {
 	late    sync.WaitGroup // requests abandoned at their deadline, when !bounded
 	mu      sync.Mutex     // orders late.Add before close's late.Wait
 	closing bool           // close has begun: requests run in the caller
+	// readTimeout is the client's ReadTimeout, which bounds a pipeline's
+	// replies whatever the context says (0: none).
+	readTimeout time.Duration
 }
 
 func contextTimeoutEnabled(c redis.UniversalClient) bool {
@@ -60,6 +73,17 @@ func contextTimeoutEnabled(c redis.UniversalClient) bool {
 	return false
 }
 
+func readTimeout(c redis.UniversalClient) time.Duration {
+	var d time.Duration
+	switch c := c.(type) {
+	case *redis.Client:
+		d = c.Options().ReadTimeout
+	case *redis.ClusterClient:
+		d = c.Options().ReadTimeout
+	}
+	return max(d, 0) // -1 and -2: no timeout
+}
+
 // run runs the lock script s within ctx even if the client ignores its
 // deadline.
 func (g *goRedis) run(ctx context.Context, s script, keys []string, args []string) *redis.Cmd {
@@ -72,29 +96,102 @@ func (g *goRedis) runScript(ctx context.Context, sc *redis.Script, keys []string
 	for i, a := range args {
 		vals[i] = a
 	}
+	return bound(g, ctx, func(ctx context.Context) *redis.Cmd { return sc.Run(ctx, g.c, keys, vals...) },
+		func(err error) *redis.Cmd {
+			cmd := redis.NewCmd(ctx)
+			cmd.SetErr(err)
+			return cmd
+		})
+}
+
+// bound returns req's result within ctx even if the client ignores its
+// deadline: unless the client bounds requests itself, req runs in a
+// goroutine, and cut makes the result of a request abandoned when ctx
+// ended.
+func bound[T any](g *goRedis, ctx context.Context, req func(context.Context) T, cut func(error) T) T {
 	if g.bounded || ctx.Done() == nil {
-		return sc.Run(ctx, g.c, keys, vals...)
+		return req(ctx)
 	}
 	g.mu.Lock()
 	if g.closing {
 		g.mu.Unlock()
-		return sc.Run(ctx, g.c, keys, vals...)
+		return req(ctx)
 	}
 	g.late.Add(1)
 	g.mu.Unlock()
-	done := make(chan *redis.Cmd, 1)
+	done := make(chan T, 1)
 	go func() {
 		defer g.late.Done()
-		done <- sc.Run(ctx, g.c, keys, vals...)
+		done <- req(ctx)
 	}()
 	select {
-	case cmd := <-done:
-		return cmd
+	case r := <-done:
+		return r
 	case <-ctx.Done():
-		cmd := redis.NewCmd(ctx)
-		cmd.SetErr(ctx.Err())
-		return cmd
+		return cut(ctx.Err())
 	}
+}
+
+// evalIntAcked pipelines EVALSHA (EVAL after NOSCRIPT) and WAIT on one
+// connection of the client's pool, or on a Cluster of the pool of the
+// master that serves the keys' slot (MasterForKey): go-redis sends a
+// pipeline of a *redis.Client on one connection, in order, and routes a
+// keyless command such as WAIT to a random node in a *redis.ClusterClient's.
+// WAIT waits less than the client's ReadTimeout, which bounds its reply.
+func (g *goRedis) evalIntAcked(ctx context.Context, s script, keys []string, args []string, replicas int, wait time.Duration) (int64, int, error) {
+	if g.readTimeout > 0 {
+		wait = min(wait, g.readTimeout*3/4)
+	}
+	vals := make([]any, len(args))
+	for i, a := range args {
+		vals[i] = a
+	}
+	type reply struct {
+		n, acked int64
+		err      error
+	}
+	r := bound(g, ctx, func(ctx context.Context) reply {
+		c, err := g.master(ctx, keys[0])
+		if err != nil {
+			return reply{err: err}
+		}
+		run := func(eval func(redis.Pipeliner) *redis.Cmd) reply {
+			var ev, ack *redis.Cmd
+			_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				ev = eval(p)
+				ack = p.Do(ctx, "wait", replicas, waitMillis(wait))
+				return nil
+			})
+			n, err := ev.Int64()
+			if err != nil {
+				return reply{err: err}
+			}
+			acked, err := ack.Int64()
+			return reply{n: n, acked: acked, err: err}
+		}
+		sc := g.scripts[s]
+		rep := run(func(p redis.Pipeliner) *redis.Cmd { return p.EvalSha(ctx, sc.Hash(), keys, vals...) })
+		if rep.err != nil && redis.HasErrorPrefix(rep.err, "NOSCRIPT") {
+			rep = run(func(p redis.Pipeliner) *redis.Cmd { return p.Eval(ctx, scriptSources[s], keys, vals...) })
+		}
+		if cc, ok := g.c.(*redis.ClusterClient); ok && rep.err != nil && (redis.HasErrorPrefix(rep.err, "MOVED") || redis.HasErrorPrefix(rep.err, "ASK")) {
+			cc.ReloadState(ctx) // the slot moved: the next request finds its master
+		}
+		return rep
+	}, func(err error) reply { return reply{err: err} })
+	return r.n, int(r.acked), r.err
+}
+
+// master returns the client of the node that serves key: the client
+// itself, or a Cluster's master of key's slot.
+func (g *goRedis) master(ctx context.Context, key string) (*redis.Client, error) {
+	switch c := g.c.(type) {
+	case *redis.Client:
+		return c, nil
+	case *redis.ClusterClient:
+		return c.MasterForKey(ctx, key)
+	}
+	return nil, fmt.Errorf("WAIT needs a *redis.Client or *redis.ClusterClient, got %T", g.c)
 }
 
 func (g *goRedis) evalInt(ctx context.Context, s script, keys []string, args ...string) (int64, error) {

@@ -61,16 +61,27 @@ func TestInvalidInputSendsNothing(t *testing.T) {
 		t.Errorf("Open with a bad prefix: got %v, want ErrInvalidOption", err)
 	}
 	for name, opt := range map[string]redislock.Option{
-		"zero request timeout":     redislock.WithRequestTimeout(0),
-		"negative request timeout": redislock.WithRequestTimeout(-time.Second),
-		"zero dial timeout":        redislock.WithDialTimeout(0),
-		"zero waiter timeout":      redislock.WithWaiterTimeout(0),
-		"short waiter timeout":     redislock.WithWaiterTimeout(10 * time.Millisecond),
+		"zero request timeout":                       redislock.WithRequestTimeout(0),
+		"negative request timeout":                   redislock.WithRequestTimeout(-time.Second),
+		"zero dial timeout":                          redislock.WithDialTimeout(0),
+		"zero waiter timeout":                        redislock.WithWaiterTimeout(0),
+		"short waiter timeout":                       redislock.WithWaiterTimeout(10 * time.Millisecond),
+		"negative replica acks":                      redislock.WithReplicaAck(-1, time.Second),
+		"zero replica ack timeout":                   redislock.WithReplicaAck(1, 0),
+		"negative replica ack timeout":               redislock.WithReplicaAck(1, -time.Second),
+		"replica ack timeout at the request timeout": redislock.WithReplicaAck(1, redislock.DefaultRequestTimeout),
 	} {
 		if _, err := redislock.New(client, opt); !errors.Is(err, distlock.ErrInvalidOption) {
 			t.Errorf("New with %s: got %v, want ErrInvalidOption", name, err)
 		}
 	}
+	// WAIT must follow the write on its connection, which a Ring does not
+	// say.
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": s.Addr()}})
+	if _, err := redislock.New(ring, redislock.WithReplicaAck(1, time.Second)); !errors.Is(err, distlock.ErrInvalidOption) {
+		t.Errorf("New on a Ring with WithReplicaAck: got %v, want ErrInvalidOption", err)
+	}
+	_ = ring.Close()
 	for _, u := range []string{
 		"redis-sentinel://127.0.0.1:1/",
 		"redis-sentinel:///mymaster",
@@ -80,6 +91,9 @@ func TestInvalidInputSendsNothing(t *testing.T) {
 		"redis://127.0.0.1:1/0?request_timeout=soon",
 		"redis://127.0.0.1:1/0?dial_timeout=-1s",
 		"redis://127.0.0.1:1/0?waiter_timeout=1ms",
+		"redis://127.0.0.1:1/0?replica_ack=-1",
+		"redis://127.0.0.1:1/0?replica_ack=1&replica_ack_timeout=0s",
+		"redis://127.0.0.1:1/0?replica_ack_timeout=1s",
 		// The Sentinel master is named by redis-sentinel://host/master;
 		// a redis:// URL naming one would have it ignored.
 		"redis://127.0.0.1:1/0?master_set=mymaster",

@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -62,6 +63,8 @@ type Config struct {
 //	dial_timeout=5s      WithDialTimeout: each connection attempt (default 5s)
 //	request_timeout=5s   WithRequestTimeout: each request (default 5s)
 //	waiter_timeout=1s    WithWaiterTimeout: a waiter's place in a queue (default 1s)
+//	replica_ack=N        WithReplicaAck: confirm grants and renewals once N replicas acknowledged them (default 0: off)
+//	replica_ack_timeout=1s  how long WAIT waits for them (default 1s; needs replica_ack)
 //
 // and rueidis.ParseURL's: db, addr, client_name, write_timeout,
 // skip_verify, protocol, client_cache, max_retries. Any other is an error
@@ -82,9 +85,32 @@ func ParseURL(u *url.URL) (Config, error) {
 			cfg.Options = append(cfg.Options, p.with(d))
 		}
 	}
+	ack := replicaAck{timeout: DefaultReplicaAckTimeout}
+	ackSet := r.Func("replica_ack", func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return errors.New("want a count of replicas, 0 or more")
+		}
+		ack.replicas = n
+		return nil
+	})
+	timeoutSet := r.Func("replica_ack_timeout", func(v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return errors.New("want a positive duration such as 100ms or 1s")
+		}
+		ack.timeout = d
+		return nil
+	})
 	q := r.Pass(clientParams...)
 	if err := r.Done(); err != nil {
 		return Config{}, err
+	}
+	if timeoutSet && ack.replicas == 0 {
+		return Config{}, r.Error("replica_ack_timeout", "", errors.New("needs replica_ack=N with N of 1 or more"))
+	}
+	if ackSet {
+		cfg.Options = append(cfg.Options, WithReplicaAck(ack.replicas, ack.timeout))
 	}
 	if _, err := newConfig(cfg.Options); err != nil {
 		return Config{}, err
@@ -112,6 +138,20 @@ func (cfg Config) DialTimeout() time.Duration {
 		return DefaultDialTimeout
 	}
 	return c.dialTimeout
+}
+
+// ReplicaAck returns what cfg's Options set with WithReplicaAck (URL
+// parameters replica_ack and replica_ack_timeout): how many replicas must
+// acknowledge each grant and renewal, and within what timeout; 0 replicas
+// when none is asked for, or when the options are invalid (ParseURL returns
+// none invalid). It is for a program that checks the deployment for them,
+// as the doctor does.
+func (cfg Config) ReplicaAck() (replicas int, timeout time.Duration) {
+	c, err := newConfig(cfg.Options)
+	if err != nil || c.ack.replicas == 0 {
+		return 0, 0
+	}
+	return c.ack.replicas, c.ack.timeout
 }
 
 // pkg begins the errors of the backend's URL grammar.

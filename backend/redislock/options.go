@@ -18,6 +18,10 @@ const (
 	// DefaultWaiterTimeout is how long a waiter's place in a key's queue
 	// lasts without a refresh, without WithWaiterTimeout.
 	DefaultWaiterTimeout = time.Second
+	// DefaultReplicaAckTimeout is how long a grant or renewal waits for its
+	// replicas' acknowledgement when the URL parameter replica_ack is given
+	// without replica_ack_timeout.
+	DefaultReplicaAckTimeout = time.Second
 )
 
 // Option configures a Backend.
@@ -29,6 +33,13 @@ type config struct {
 	dialTimeout     time.Duration
 	waiterTimeout   time.Duration
 	watchedReleases bool
+	ack             replicaAck
+}
+
+// replicaAck is what WithReplicaAck asks for; replicas 0 asks for nothing.
+type replicaAck struct {
+	replicas int
+	timeout  time.Duration
 }
 
 // WithPrefix sets the prefix of every Redis key and channel the backend uses.
@@ -93,6 +104,39 @@ func WithWatchedReleases() Option {
 	}
 }
 
+// WithReplicaAck makes the backend confirm a lock's grant, and its
+// renewal, only once replicas replicas have acknowledged it: right after the
+// write, WAIT replicas timeout runs on the connection that made it (on a
+// Cluster, a connection to the master of the key's slot), in the same round
+// trip for Acquire, Handoff and Renew. A grant that reached the waiter
+// otherwise (a release passed it on, or a queued step took it) is confirmed
+// by a renewal and WAIT, one round trip more.
+//
+// A grant that fewer replicas acknowledge within timeout is released by its
+// token and refused with a *ReplicaAckError that matches
+// driver.ErrNotAcquired. A renewal that fewer acknowledge returns a
+// *ReplicaAckError that matches no sentinel: the client counts the renewal
+// as failed, retries it, and reports the lock lost once its validity, from
+// the last acknowledged renewal, runs out. WAIT waits at most timeout, less
+// if the request's context (its deadline, or the request timeout) ends
+// sooner.
+//
+// WAIT narrows the window in which a failover loses a grant; it does not
+// close it: a failover may promote a replica that has not acknowledged, and
+// an old primary cut off from the others still grants. Semaphores and
+// read-write locks do not wait.
+//
+// replicas 0 turns it off, the default; a negative count, or a timeout that
+// is not positive or not below the request timeout, is refused with
+// driver.ErrInvalidOption. Open reads it from the URL parameters
+// replica_ack and replica_ack_timeout (default DefaultReplicaAckTimeout).
+func WithReplicaAck(replicas int, timeout time.Duration) Option {
+	return func(c *config) error {
+		c.ack = replicaAck{replicas: replicas, timeout: timeout}
+		return nil
+	}
+}
+
 // minWaiterTimeout is the least WithWaiterTimeout takes: a waiter refreshes
 // its place every fifth to third of it, each refresh a round trip.
 const minWaiterTimeout = 50 * time.Millisecond
@@ -113,7 +157,26 @@ func newConfig(opts []Option) (config, error) {
 	if c.waiterTimeout < minWaiterTimeout {
 		return c, fmt.Errorf("redislock: waiter timeout %v: %w: must be at least %v", c.waiterTimeout, driver.ErrInvalidOption, minWaiterTimeout)
 	}
+	if err := c.ack.valid(c.requestTimeout); err != nil {
+		return c, err
+	}
 	return c, validatePrefix(c.prefix)
+}
+
+// valid checks a replica acknowledgement against the request timeout,
+// which bounds the WAIT as every request.
+func (a replicaAck) valid(requestTimeout time.Duration) error {
+	switch {
+	case a.replicas < 0:
+		return fmt.Errorf("redislock: replica acknowledgements %d: %w: must not be negative", a.replicas, driver.ErrInvalidOption)
+	case a.replicas == 0:
+		return nil
+	case a.timeout <= 0:
+		return fmt.Errorf("redislock: replica acknowledgement timeout %v: %w: must be positive", a.timeout, driver.ErrInvalidOption)
+	case a.timeout >= requestTimeout:
+		return fmt.Errorf("redislock: replica acknowledgement timeout %v: %w: must be below the request timeout (%v)", a.timeout, driver.ErrInvalidOption, requestTimeout)
+	}
+	return nil
 }
 
 func positive(what string, d time.Duration) error {

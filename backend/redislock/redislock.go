@@ -26,6 +26,7 @@ type Backend struct {
 	timeout       time.Duration // per request
 	waiterTimeout time.Duration
 	release       script // scriptRelease, or scriptReleaseWatched (WithWatchedReleases)
+	ack           replicaAck
 	// id names the backend among the waiters of every key, and its notice
 	// channel, channels + id.
 	id       string
@@ -62,7 +63,7 @@ func newBackend(ctx context.Context, st store, cfg config) (*Backend, error) {
 	var id [8]byte
 	_, _ = crand.Read(id[:]) // crypto/rand.Read never fails
 	b := &Backend{st: st, prefix: cfg.prefix, timeout: cfg.requestTimeout, waiterTimeout: cfg.waiterTimeout,
-		release: scriptRelease, id: hex.EncodeToString(id[:]), channels: cfg.prefix + "notify:"}
+		release: scriptRelease, ack: cfg.ack, id: hex.EncodeToString(id[:]), channels: cfg.prefix + "notify:"}
 	if cfg.watchedReleases {
 		b.release = scriptReleaseWatched
 	}
@@ -136,7 +137,10 @@ func (b *Backend) Name() string { return "redis" }
 
 // Acquire takes req.Key for req.Token with one script: SET NX PX, and the
 // fence counter advanced to max(last+1, server time in µs) in the same step.
-// Its Lost context ends as soon as a forced release removes the hold.
+// Its Lost context ends as soon as a forced release removes the hold. With
+// WithReplicaAck, WAIT follows the script on its connection, and a grant
+// the replicas did not acknowledge is released and refused
+// (*ReplicaAckError).
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	fence, err := b.grant(ctx, req, "")
 	switch {
@@ -151,7 +155,9 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 // Handoff gives key to next.Token, with a new fence and next's time to live
 // and metadata, if token holds it: the acquire script, run on the condition
 // that token holds the key instead of that nobody does. No release notice is
-// published, since the key is never free.
+// published, since the key is never free. With WithReplicaAck, a handover
+// the replicas did not acknowledge is released, leaving the key free, and
+// refused (*ReplicaAckError, matching driver.ErrNotAcquired).
 func (b *Backend) Handoff(ctx context.Context, key, token string, next driver.AcquireRequest) (driver.Grant, error) {
 	var fence int64
 	err := validRequest(key, token, nil)
@@ -182,20 +188,41 @@ func (b *Backend) grant(ctx context.Context, req driver.AcquireRequest, from str
 		return 0, err
 	}
 	lock, fence, metaName := b.lockNames(req.Key)
+	keys, args := []string{lock, fence, metaName}, []string{req.Token, millis(req.TTL), meta, from}
 	if meta == "" && from == "" { // the common case: a shorter request
-		return b.evalInt(ctx, scriptAcquire, []string{lock, fence}, req.Token, millis(req.TTL))
+		keys, args = keys[:2], args[:2]
 	}
-	return b.evalInt(ctx, scriptAcquire, []string{lock, fence, metaName}, req.Token, millis(req.TTL), meta, from)
+	if !b.acks() {
+		return b.evalInt(ctx, scriptAcquire, keys, args...)
+	}
+	n, acked, wait, err := b.evalIntAcked(ctx, scriptAcquire, keys, args...)
+	if err != nil || n <= 0 || acked >= b.ack.replicas {
+		return n, err
+	}
+	return 0, b.refuseUnacked(ctx, req.Key, req.Token, acked, wait)
 }
 
 // Renew resets key's time to live to ttl if token holds it, and keeps its
-// fence counter at least a minute beyond it.
+// fence counter at least a minute beyond it. With WithReplicaAck, WAIT
+// follows on the same connection, and a renewal the replicas did not
+// acknowledge returns a *ReplicaAckError.
 func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
 	if err := validRequest(key, token, &ttl); err != nil {
 		return driver.Wrap("redislock", err)
 	}
 	lock, fence, meta := b.lockNames(key)
-	ok, err := b.evalInt(ctx, scriptRenew, []string{lock, meta, fence}, token, millis(ttl))
+	var ok int64
+	var err error
+	if b.acks() {
+		var acked int
+		var wait time.Duration
+		ok, acked, wait, err = b.evalIntAcked(ctx, scriptRenew, []string{lock, meta, fence}, token, millis(ttl))
+		if err == nil && ok == 1 && acked < b.ack.replicas {
+			return &ReplicaAckError{Renewal: true, Acked: acked, Want: b.ack.replicas, Waited: wait}
+		}
+	} else {
+		ok, err = b.evalInt(ctx, scriptRenew, []string{lock, meta, fence}, token, millis(ttl))
+	}
 	switch err := held(ok, err); {
 	case err == nil:
 		b.holders.renewed(token, ttl)

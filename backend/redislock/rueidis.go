@@ -2,8 +2,11 @@ package redislock
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -31,6 +34,8 @@ func newRueidis(ctx context.Context, client rueidis.Client, owned bool, cfg conf
 	st := &rueidisStore{c: client, owned: owned}
 	for i, src := range scriptSources {
 		st.scripts[i] = rueidis.NewLuaScript(src)
+		sum := sha1.Sum([]byte(src))
+		st.shas[i] = hex.EncodeToString(sum[:])
 	}
 	return newBackend(ctx, st, cfg)
 }
@@ -39,7 +44,8 @@ func newRueidis(ctx context.Context, client rueidis.Client, owned bool, cfg conf
 type rueidisStore struct {
 	c       rueidis.Client
 	scripts [numScripts]*rueidis.Lua
-	owned   bool // built by Open: Close closes it
+	shas    [numScripts]string // each script's SHA1, for EVALSHA beside WAIT
+	owned   bool               // built by Open: Close closes it
 }
 
 func (r *rueidisStore) evalInt(ctx context.Context, s script, keys []string, args ...string) (int64, error) {
@@ -48,6 +54,30 @@ func (r *rueidisStore) evalInt(ctx context.Context, s script, keys []string, arg
 
 func (r *rueidisStore) evalStrings(ctx context.Context, s script, keys []string, args ...string) ([]string, error) {
 	return r.scripts[s].Exec(ctx, r.c, keys, args).AsStrSlice()
+}
+
+// evalIntAcked sends EVALSHA (EVAL after NOSCRIPT) and WAIT in one DoMulti.
+// rueidis sends a DoMulti that holds a blocking command, as WAIT is, on one
+// connection of its pool of dedicated ones, in order; on a Cluster it sends
+// a keyless command such as WAIT with the commands beside it that have a
+// slot, to the master of that slot. The script's write and the WAIT thus
+// share a connection, whose last write is what WAIT waits for.
+func (r *rueidisStore) evalIntAcked(ctx context.Context, s script, keys []string, args []string, replicas int, wait time.Duration) (int64, int, error) {
+	n, acked, err := r.evalWait(ctx, r.c.B().Evalsha().Sha1(r.shas[s]).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), replicas, wait)
+	if e, ok := rueidis.IsRedisErr(err); ok && e.IsNoScript() {
+		n, acked, err = r.evalWait(ctx, r.c.B().Eval().Script(scriptSources[s]).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), replicas, wait)
+	}
+	return n, acked, err
+}
+
+func (r *rueidisStore) evalWait(ctx context.Context, eval rueidis.Completed, replicas int, wait time.Duration) (int64, int, error) {
+	res := r.c.DoMulti(ctx, eval, r.c.B().Wait().Numreplicas(int64(replicas)).Timeout(waitMillis(wait)).Build())
+	n, err := res[0].AsInt64()
+	if err != nil {
+		return 0, 0, err
+	}
+	acked, err := res[1].AsInt64()
+	return n, int(acked), err
 }
 
 func (r *rueidisStore) scan(ctx context.Context, match string, fn func(string)) error {

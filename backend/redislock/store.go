@@ -1,6 +1,9 @@
 package redislock
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // store is what the lock logic needs from a Redis client. One adapter per
 // client library implements it (goredis.go, rueidis.go); everything else is
@@ -10,6 +13,12 @@ type store interface {
 	evalInt(ctx context.Context, s script, keys []string, args ...string) (int64, error)
 	// evalStrings runs s and returns its reply, an array of strings.
 	evalStrings(ctx context.Context, s script, keys []string, args ...string) ([]string, error)
+	// evalIntAcked runs s and then WAIT replicas wait, pipelined on one
+	// connection (on a Cluster, to the master of the keys' slot), and
+	// returns the script's integer reply and how many replicas acknowledged
+	// every write that connection made, the script's included. wait is at
+	// least a millisecond: WAIT 0 would block for ever.
+	evalIntAcked(ctx context.Context, s script, keys []string, args []string, replicas int, wait time.Duration) (n int64, acked int, err error)
 	// scan calls fn with every key matching the SCAN pattern match, on every
 	// master; a key may come more than once.
 	scan(ctx context.Context, match string, fn func(key string)) error

@@ -40,21 +40,26 @@ import (
 // with ctx's error), or driver.ErrClosed if the backend was closed; if the
 // last step or leaving failed, it returns that store error instead.
 func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	g, err := b.acquireWait(ctx, req)
+	g, acked, err := b.acquireWait(ctx, req)
+	if err == nil && b.acks() && !acked {
+		err = b.confirm(ctx, req.Key, req.Token, req.TTL)
+	}
 	return b.granted(g, err, req.Token, req.TTL)
 }
 
-// acquireWait is AcquireWait without the grant's Lost context.
-func (b *Backend) acquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+// acquireWait is AcquireWait without the grant's Lost context and, unless
+// it reports acked, without the replicas' acknowledgement of the grant
+// that WithReplicaAck asks for.
+func (b *Backend) acquireWait(ctx context.Context, req driver.AcquireRequest) (_ driver.Grant, acked bool, _ error) {
 	if err := validRequest(req.Key, req.Token, &req.TTL); err != nil {
-		return driver.Grant{}, driver.Wrap("redislock", err)
+		return driver.Grant{}, false, driver.Wrap("redislock", err)
 	}
 	meta, err := encodeMeta(req.Meta)
 	if err != nil {
-		return driver.Grant{}, driver.Wrap("redislock", err)
+		return driver.Grant{}, false, driver.Wrap("redislock", err)
 	}
 	if !b.enterWait() {
-		return driver.Grant{}, driver.ErrClosed
+		return driver.Grant{}, false, driver.ErrClosed
 	}
 	defer b.waits.Done()
 	if b.inbox.idle(req.Key) {
@@ -63,11 +68,14 @@ func (b *Backend) acquireWait(ctx context.Context, req driver.AcquireRequest) (d
 		// the queue. Most waits end here.
 		sent := time.Now()
 		fence, err := b.grant(ctx, req, "")
+		var unacked *ReplicaAckError
 		switch {
 		case err == nil && fence > 0:
-			return driver.Grant{Fence: uint64(fence), Sent: sent}, nil
+			return driver.Grant{Fence: uint64(fence), Sent: sent}, true, nil
+		case errors.As(err, &unacked):
+			return driver.Grant{}, false, err // granted, but not kept: waiting on would only repeat it
 		case errors.Is(err, driver.ErrClosed):
-			return driver.Grant{}, driver.Wrap("redislock", err)
+			return driver.Grant{}, false, driver.Wrap("redislock", err)
 		} // refused, or failed: the queue's steps go on (a step finds the key if the attempt took it)
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -77,16 +85,18 @@ func (b *Backend) acquireWait(ctx context.Context, req driver.AcquireRequest) (d
 	next := nextWaiter{token: req.Token, ttl: ttl, meta: meta, member: b.id + "|" + ttl + "|" + req.Token}
 	mb, err := b.inbox.join(req.Key, next)
 	if err != nil {
-		return driver.Grant{}, driver.Wrap("redislock", err)
+		return driver.Grant{}, false, driver.Wrap("redislock", err)
 	}
 	w := &queueWaiter{b: b, key: req.Key, ttl: req.TTL, next: next, mb: mb, keys: b.keysFor(req.Key).all(),
 		args: []string{b.channels, req.Token, ttl, meta, next.member, millis(b.waiterTimeout), "", ""}}
 	select {
 	case <-mb.head:
 	case <-ctx.Done():
-		return w.giveUp(ctx, false, nil)
+		g, err := w.giveUp(ctx, false, nil)
+		return g, false, err
 	}
-	return w.run(ctx)
+	g, err := w.run(ctx)
+	return g, false, err
 }
 
 // queueWaiter is one AcquireWait.

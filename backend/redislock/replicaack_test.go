@@ -1,0 +1,319 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/backend/redislock"
+	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/locktest"
+)
+
+// ackTimeout is how long the replica acknowledgement tests let WAIT wait.
+const ackTimeout = 200 * time.Millisecond
+
+// primaryWithReplica starts a redis-server and a replica of it, and waits
+// until the primary counts the replica as online.
+func primaryWithReplica(t *testing.T) (primary, replica *testserver.Server) {
+	t.Helper()
+	primary = testserver.Redis(t)
+	replica = testserver.Redis(t, "--replicaof", testserver.Host, strconv.Itoa(primary.Port))
+	eventually(t, "the replica in sync", func() error { return replicasOnline(primary.Addr(), 1) })
+	return primary, replica
+}
+
+// replicasOnline checks that the server at addr has n replicas online.
+func replicasOnline(addr string, n int) error {
+	info, err := testserver.RedisCommand(context.Background(), addr, "INFO", "replication")
+	if err != nil {
+		return err
+	}
+	if got := strings.Count(info, "state=online"); got != n {
+		return errors.New("replicas online: " + strconv.Itoa(got) + ", want " + strconv.Itoa(n))
+	}
+	return nil
+}
+
+// ackAdapters are the backends with WithReplicaAck(1, ackTimeout), one per
+// client library, on a single primary at addr.
+var ackAdapters = []struct {
+	name string
+	new  func(t testing.TB, addr string) *redislock.Backend
+}{
+	{"rueidis", func(t testing.TB, addr string) *redislock.Backend {
+		return openURL(t, "redis://"+addr+"/0?replica_ack=1&replica_ack_timeout="+ackTimeout.String())
+	}},
+	{"go-redis", func(t testing.TB, addr string) *redislock.Backend {
+		return ackGoRedis(t, redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true}))
+	}},
+	{"go-redis-default-options", func(t testing.TB, addr string) *redislock.Backend {
+		return ackGoRedis(t, redis.NewClient(&redis.Options{Addr: addr}))
+	}},
+}
+
+// ackGoRedis returns a backend on client with WithReplicaAck(1, ackTimeout);
+// the test's end closes both.
+func ackGoRedis(t testing.TB, client redis.UniversalClient) *redislock.Backend {
+	t.Helper()
+	b, err := redislock.New(client, redislock.WithReplicaAck(1, ackTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close(); _ = client.Close() })
+	return b
+}
+
+// TestReplicaAck runs grants and renewals with WithReplicaAck(1) on a
+// primary with one replica, for each client library: confirmed while the
+// replica answers (and the replica has the lock when the grant returns);
+// refused, with the key left free, while the replica is stopped (SIGSTOP);
+// confirmed again once it runs.
+func TestReplicaAck(t *testing.T) {
+	primary, replica := primaryWithReplica(t)
+	for _, a := range ackAdapters {
+		t.Run(a.name, func(t *testing.T) {
+			ctx := testContext(t)
+			b := a.new(t, primary.Addr())
+			c := newClient(t, b)
+			plain := openURL(t, "redis://"+primary.Addr()+"/0") // another client, which does not wait for replicas
+			t.Cleanup(func() { _ = plain.Close() })
+			key := "ack/" + a.name
+			req := func(token string) driver.AcquireRequest {
+				return driver.AcquireRequest{Key: key, Token: token, TTL: 10 * time.Second}
+			}
+
+			// Acknowledged: the replica has every grant when it returns.
+			g, err := b.Acquire(ctx, req("t1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v := rawCommand(t, []string{replica.Addr()}, "GET", lockName(key)); v != "t1" {
+				t.Fatalf("the replica holds %q right after the grant, want t1", v)
+			}
+			if err := b.Renew(ctx, key, "t1", 10*time.Second); err != nil {
+				t.Fatalf("renew: %v", err)
+			}
+			if err := b.Release(ctx, key, "t1"); err != nil {
+				t.Fatal(err)
+			}
+			if g2, err := b.AcquireWait(ctx, req("t2")); err != nil || g2.Fence <= g.Fence {
+				t.Fatalf("AcquireWait on a free key = %+v, %v; want a fence above %d", g2, err, g.Fence)
+			}
+			if err := b.Release(ctx, key, "t2"); err != nil {
+				t.Fatal(err)
+			}
+			if err := waitedGrant(t, ctx, plain, b, primary.Addr(), key); err != nil {
+				t.Fatalf("waited grant: %v", err)
+			}
+			if v := rawCommand(t, []string{replica.Addr()}, "GET", lockName(key)); v != "waiter" {
+				t.Fatalf("the replica holds %q right after a waited grant, want the waiter's token", v)
+			}
+			if err := b.Release(ctx, key, "waiter"); err != nil {
+				t.Fatal(err)
+			}
+			l, err := c.TryLock(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+
+			// The replica stopped: nothing is confirmed, nothing is kept.
+			if _, err := b.Acquire(ctx, req("held")); err != nil {
+				t.Fatal(err)
+			}
+			replica.Pause()
+			paused := true
+			defer func() {
+				if paused {
+					replica.Resume()
+				}
+			}()
+			err = b.Renew(ctx, key, "held", 10*time.Second)
+			var ae *redislock.ReplicaAckError
+			if !errors.As(err, &ae) || !ae.Renewal || ae.Acked != 0 || ae.Want != 1 || errors.Is(err, driver.ErrNotHeld) {
+				t.Fatalf("renew while the replica is stopped: %v; want a renewal's ReplicaAckError, 0 of 1", err)
+			}
+			if !strings.Contains(err.Error(), "0 of 1 replicas acknowledged the renewal") {
+				t.Errorf("renewal error %q does not say the replicas did not acknowledge", err)
+			}
+			if err := b.Release(ctx, key, "held"); err != nil {
+				t.Fatal(err)
+			}
+			wantUnacked(t, "a grant passed on by a release", waitedGrant(t, ctx, plain, b, primary.Addr(), key))
+			keyFree(t, primary, key)
+
+			start := time.Now()
+			_, err = b.Acquire(ctx, req("t3"))
+			took := time.Since(start)
+			wantUnacked(t, "Acquire", err)
+			if took < ackTimeout || took > ackTimeout+2*time.Second {
+				t.Errorf("Acquire refused after %v, want about the ack timeout %v", took, ackTimeout)
+			}
+			keyFree(t, primary, key)
+			_, err = b.AcquireWait(ctx, req("t4"))
+			wantUnacked(t, "AcquireWait", err)
+			keyFree(t, primary, key)
+			if _, err := c.TryLock(ctx, key); !errors.Is(err, distlock.ErrNotAcquired) {
+				t.Errorf("TryLock: %v, want ErrNotAcquired", err)
+			}
+			keyFree(t, primary, key)
+
+			// A context shorter than the timeout bounds the wait.
+			sctx, cancel := context.WithTimeout(ctx, ackTimeout/4)
+			start = time.Now()
+			_, err = b.Acquire(sctx, req("t5"))
+			cancel()
+			if took := time.Since(start); took > ackTimeout*3/4 {
+				t.Errorf("Acquire with a %v context returned after %v", ackTimeout/4, took)
+			}
+			if err == nil {
+				t.Fatal("Acquire granted while the replica is stopped")
+			}
+			// WAIT's reply may come after the deadline (Redis times blocked
+			// commands out at its cron's pace, 100ms at hz 10): the grant is
+			// then unknown, and the caller releases the token, as
+			// distlock's client does.
+			t.Logf("with a short context: %v", err)
+			if err := b.Release(context.WithoutCancel(ctx), key, "t5"); err != nil && !errors.Is(err, driver.ErrNotHeld) {
+				t.Fatal(err)
+			}
+
+			replica.Resume()
+			paused = false
+			if _, err := b.Acquire(ctx, req("t6")); err != nil {
+				t.Fatalf("after the replica resumed: %v", err)
+			}
+			if err := b.Release(ctx, key, "t6"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// waitedGrant has token "waiter" of backend waiter wait (AcquireWait) for
+// key, which holder takes first, until the waiter is queued, then releases
+// holder's token: the release passes the key to the waiter, whose backend
+// learns of it from the release's notice. It returns the waiter's error.
+func waitedGrant(t *testing.T, ctx context.Context, holder driver.Backend, waiter driver.Waiter, addr, key string) error {
+	t.Helper()
+	if _, err := holder.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "first", TTL: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, err := waiter.AcquireWait(ctx, driver.AcquireRequest{Key: key, Token: "waiter", TTL: 10 * time.Second})
+		got <- err
+	}()
+	eventually(t, "the waiter queued", func() error {
+		if n := rawCommand(t, []string{addr}, "ZCARD", lockName(key)+":q"); n != "1" {
+			return errors.New(n + " queued")
+		}
+		return nil
+	})
+	if err := holder.Release(ctx, key, "first"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter got no answer within 10s of the release")
+		return nil
+	}
+}
+
+// wantUnacked checks that err is a refused grant's ReplicaAckError.
+func wantUnacked(t *testing.T, what string, err error) {
+	t.Helper()
+	var ae *redislock.ReplicaAckError
+	switch {
+	case !errors.Is(err, driver.ErrNotAcquired):
+		t.Errorf("%s: %v, want ErrNotAcquired", what, err)
+	case !errors.As(err, &ae) || ae.Renewal || ae.Acked != 0 || ae.Want != 1 || ae.ReleaseErr != nil:
+		t.Errorf("%s: %v, want a released grant's ReplicaAckError, 0 of 1", what, err)
+	case !strings.Contains(err.Error(), "0 of 1 replicas acknowledged the grant") || !strings.Contains(err.Error(), "released"):
+		t.Errorf("%s: error %q does not say that the replicas did not acknowledge and the key was released", what, err)
+	}
+}
+
+// keyFree checks that the primary holds no lock for key.
+func keyFree(t *testing.T, primary *testserver.Server, key string) {
+	t.Helper()
+	if n := rawCommand(t, []string{primary.Addr()}, "EXISTS", lockName(key)); n != "0" {
+		t.Fatalf("the primary still holds %s", key)
+	}
+}
+
+// TestParseURLReplicaAck reads the replica acknowledgement parameters, and
+// refuses bad ones with an error that names the parameter.
+func TestParseURLReplicaAck(t *testing.T) {
+	for raw, want := range map[string]struct {
+		replicas int
+		timeout  time.Duration
+	}{
+		"redis://127.0.0.1:6379/0":                                                          {0, 0},
+		"redis://127.0.0.1:6379/0?replica_ack=0":                                            {0, 0},
+		"redis://127.0.0.1:6379/0?replica_ack=1":                                            {1, redislock.DefaultReplicaAckTimeout},
+		"redis://127.0.0.1:6379/0?replica_ack=2&replica_ack_timeout=250ms":                  {2, 250 * time.Millisecond},
+		"redis-cluster://127.0.0.1:7000?replica_ack=1&replica_ack_timeout=100ms":            {1, 100 * time.Millisecond},
+		"redis-sentinel://127.0.0.1:26379/mymaster?replica_ack=1&replica_ack_timeout=2s":    {1, 2 * time.Second},
+		"redis://127.0.0.1:6379/0?replica_ack=1&replica_ack_timeout=8s&request_timeout=10s": {1, 8 * time.Second},
+	} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := redislock.ParseURL(u)
+		if err != nil {
+			t.Errorf("ParseURL(%q): %v", raw, err)
+			continue
+		}
+		if n, d := cfg.ReplicaAck(); n != want.replicas || d != want.timeout {
+			t.Errorf("ParseURL(%q).ReplicaAck() = %d, %v; want %d, %v", raw, n, d, want.replicas, want.timeout)
+		}
+	}
+	for query, says := range map[string]string{
+		"replica_ack=-1":                                          `parameter replica_ack="-1"`,
+		"replica_ack=one":                                         `parameter replica_ack="one"`,
+		"replica_ack=1.5":                                         `parameter replica_ack="1.5"`,
+		"replica_ack=1&replica_ack=2":                             "parameter replica_ack: distlock: invalid option: given 2 times",
+		"replica_ack=1&replica_ack_timeout=0s":                    `parameter replica_ack_timeout="0s"`,
+		"replica_ack=1&replica_ack_timeout=-1s":                   `parameter replica_ack_timeout="-1s"`,
+		"replica_ack=1&replica_ack_timeout=soon":                  `parameter replica_ack_timeout="soon"`,
+		"replica_ack_timeout=100ms":                               "parameter replica_ack_timeout: distlock: invalid option: needs replica_ack",
+		"replica_ack=0&replica_ack_timeout=100ms":                 "parameter replica_ack_timeout: distlock: invalid option: needs replica_ack",
+		"replica_ack=1&replica_ack_timeout=5s":                    "must be below the request timeout (5s)",
+		"replica_ack=1&replica_ack_timeout=2s&request_timeout=1s": "must be below the request timeout (1s)",
+		"replica_acks=1":                                          "parameter replica_acks: distlock: invalid option: unknown",
+	} {
+		u, err := url.Parse("redis://127.0.0.1:6379/0?" + query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = redislock.ParseURL(u)
+		if !errors.Is(err, driver.ErrInvalidOption) || !strings.Contains(err.Error(), says) {
+			t.Errorf("ParseURL(?%s): %v; want ErrInvalidOption saying %q", query, err, says)
+		}
+	}
+}
+
+// TestConformanceReplicaAck runs the whole suite with WithReplicaAck(1) on a
+// primary with one replica, through rueidis (the client Open builds): every
+// grant and renewal of the suite waits for the replica.
+func TestConformanceReplicaAck(t *testing.T) {
+	primary, _ := primaryWithReplica(t)
+	locktest.Run(t, singleNode(primary, func(t testing.TB, addr string) driver.Backend {
+		return openURL(t, "redis://"+addr+"/0?replica_ack=1&replica_ack_timeout="+ackTimeout.String())
+	}))
+}
