@@ -295,6 +295,14 @@ func TestConformanceSentinel(t *testing.T) {
 		})
 		t.Run("dead-waiter", func(t *testing.T) { deadWaiterProcess(t, url, primary) })
 	})
+	t.Run("replica-ack", func(t *testing.T) {
+		url := "redis-sentinel://" + sentinels[0] + "/" + testserver.SentinelMaster + "?replica_ack=1&replica_ack_timeout=" + ackTimeout.String()
+		replicaAckGrants(t, map[string]*redislock.Backend{
+			"rueidis": openURL(t, url),
+			"go-redis": ackGoRedis(t, redis.NewFailoverClient(&redis.FailoverOptions{
+				MasterName: testserver.SentinelMaster, SentinelAddrs: sentinels, ContextTimeoutEnabled: true})),
+		}, s.Replica().Addr())
+	})
 }
 
 func testContext(t *testing.T) context.Context {

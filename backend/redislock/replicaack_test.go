@@ -317,3 +317,104 @@ func TestConformanceReplicaAck(t *testing.T) {
 		return openURL(t, "redis://"+addr+"/0?replica_ack=1&replica_ack_timeout="+ackTimeout.String())
 	}))
 }
+
+// TestReplicaAckCluster runs WithReplicaAck(1) on a Cluster of three masters
+// of which only the first has a replica: a key whose slot that master
+// serves is granted, any other is refused, with each client library. A
+// WAIT sent to another node than the key's master would answer for that
+// node's replicas (a connection that wrote nothing there waits for nothing):
+// keys of the other masters would be granted, or the first master's refused.
+func TestReplicaAckCluster(t *testing.T) {
+	c := testserver.RedisCluster(t, 3)
+	addrs := c.Addrs()
+	clusterReplica(t, c.Nodes[0])
+	clients := map[string]func(t testing.TB) *redislock.Backend{
+		"rueidis": func(t testing.TB) *redislock.Backend {
+			return openURL(t, "redis-cluster://"+addrs[0]+"?replica_ack=1&replica_ack_timeout="+ackTimeout.String())
+		},
+		"go-redis": func(t testing.TB) *redislock.Backend {
+			return ackGoRedis(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true}))
+		},
+	}
+	for name, newBackend := range clients {
+		t.Run(name, func(t *testing.T) {
+			ctx := testContext(t)
+			b := newBackend(t)
+			defer b.Close()
+			var granted, refused int
+			for i := range 12 {
+				key := "ack-slot/" + name + "/" + strconv.Itoa(i)
+				onFirst := servedBy(c.Nodes[0].Addr(), lockName(key))
+				_, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "t", TTL: 10 * time.Second})
+				switch {
+				case onFirst && err != nil:
+					t.Errorf("%s, on the master with a replica: %v", key, err)
+				case onFirst:
+					granted++
+				case !errors.Is(err, driver.ErrNotAcquired):
+					t.Errorf("%s, on a master without replicas: %v, want ErrNotAcquired", key, err)
+				default:
+					refused++
+					if n := rawCommand(t, addrs, "EXISTS", lockName(key)); n != "0" {
+						t.Errorf("%s: refused, but still held", key)
+					}
+				}
+			}
+			if granted == 0 || refused == 0 {
+				t.Fatalf("%d keys on the first master, %d elsewhere: want some of each", granted, refused)
+			}
+			t.Logf("%d granted on the master with a replica, %d refused elsewhere", granted, refused)
+		})
+	}
+}
+
+// servedBy reports whether the Cluster node at addr serves name's slot
+// (it answers rather than redirects).
+func servedBy(addr, name string) bool {
+	_, err := testserver.RedisCommand(context.Background(), addr, "EXISTS", name)
+	return err == nil
+}
+
+// clusterReplica starts a Cluster node, joins it to master's Cluster as a
+// replica of master, and waits until master counts it online.
+func clusterReplica(t *testing.T, master *testserver.Server) *testserver.Server {
+	t.Helper()
+	ctx := testContext(t)
+	r := testserver.Redis(t, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(testserver.FreePort(t)),
+		"--cluster-node-timeout", "2000")
+	id, err := testserver.RedisCommand(ctx, master.Addr(), "CLUSTER", "MYID")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testserver.RedisCommand(ctx, r.Addr(), "CLUSTER", "MEET", testserver.Host, strconv.Itoa(master.Port)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the new node knows the master", func() error {
+		_, err := testserver.RedisCommand(ctx, r.Addr(), "CLUSTER", "REPLICATE", id)
+		return err
+	})
+	eventually(t, "the replica in sync", func() error { return replicasOnline(master.Addr(), 1) })
+	return r
+}
+
+// replicaAckGrants takes a key through each backend, built with
+// WithReplicaAck(1), and checks that the replica at replica has the lock
+// when the grant returns.
+func replicaAckGrants(t *testing.T, backends map[string]*redislock.Backend, replica string) {
+	for name, b := range backends {
+		t.Run(name, func(t *testing.T) {
+			ctx := testContext(t)
+			defer b.Close()
+			key := "replica-ack/" + name
+			if _, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "t", TTL: 10 * time.Second}); err != nil {
+				t.Fatal(err)
+			}
+			if v := rawCommand(t, []string{replica}, "GET", lockName(key)); v != "t" {
+				t.Fatalf("the replica holds %q right after the grant, want t", v)
+			}
+			if err := b.Release(ctx, key, "t"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
