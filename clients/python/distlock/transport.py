@@ -88,16 +88,26 @@ class Transport:
             raise _error(resp.status, payload)
         return json.loads(payload) if payload else {}
 
-    def stream(self, method, body):
-        """Makes a server-streaming call; returns a Stream of its answers."""
+    def stream(self, method, body, timeout=None, on_conn=None):
+        """Makes a server-streaming call; returns a Stream of its answers.
+
+        timeout bounds the connection and the answer's headers (None: no
+        bound); reading the stream then has none. on_conn(conn), if given,
+        is called once connected, so that another thread can end the call
+        (conn.sock.shutdown) while it waits."""
         msg = json.dumps(body).encode()
         headers = dict(self._headers, **{"Content-Type": "application/connect+json"})
-        conn = self._connect(None)
+        conn = self._connect(timeout)
         try:
+            conn.connect()
+            if on_conn is not None:
+                on_conn(conn)
             conn.request("POST", self._base + SERVICE + method, struct.pack(">BI", 0, len(msg)) + msg, headers)
             resp = conn.getresponse()
             if resp.status != 200:
                 raise _error(resp.status, resp.read())
+            if conn.sock is not None:
+                conn.sock.settimeout(None)
         except (OSError, http.client.HTTPException) as e:
             conn.close()
             raise Unavailable("unavailable", f"{method}: {e}") from e
@@ -120,39 +130,72 @@ class Stream:
     def __init__(self, conn, resp):
         self._conn = conn
         self._resp = resp
+        self._mu = threading.Lock()
+        self._reading = False  # a thread is in __next__
+        self._closed = False
+
+    def header(self, name):
+        """A header of the answer, or None."""
+        return self._resp.getheader(name)
 
     def __iter__(self):
         return self
 
     def __next__(self):
+        with self._mu:
+            if self._closed:
+                raise Unavailable("unavailable", "the stream was closed")
+            self._reading = True
         try:
             head = self._resp.read(5)
             if len(head) < 5:
                 raise Unavailable("unavailable", "the stream ended without its end message")
             flags, n = struct.unpack(">BI", head)
             payload = self._resp.read(n)
+            msg = json.loads(payload) if payload else {}
         except (OSError, http.client.HTTPException, ValueError) as e:
-            self.close()
+            self._done(True)
             raise Unavailable("unavailable", f"the stream broke: {e}") from e
-        msg = json.loads(payload) if payload else {}
+        except BaseException:
+            self._done(True)
+            raise
         if flags & 0x02:
-            self.close()
+            self._done(True)
             err = msg.get("error")
             if err:
                 raise from_code(err.get("code", "unknown"), err.get("message", ""))
             raise StopIteration
+        self._done(False)
         return msg
 
+    def _done(self, end):
+        """Ends a read; closes the call if end, or if close() came meanwhile."""
+        with self._mu:
+            self._reading = False
+            end = end or self._closed
+            if end:
+                self._closed = True
+        if end:
+            self._resp.close()
+            self._conn.close()
+
     def close(self):
-        """Ends the call, also from another thread while one reads it."""
+        """Ends the call, also from another thread while one reads it: that
+        read then ends (with Unavailable) and closes what it was reading."""
+        with self._mu:
+            if self._closed:
+                return
+            self._closed = True
+            reading = self._reading
         sock = self._conn.sock
         if sock is not None:
             try:
                 sock.shutdown(socket.SHUT_RDWR)  # wakes a read in progress
             except OSError:
                 pass
-        self._resp.close()
-        self._conn.close()
+        if not reading:
+            self._resp.close()
+            self._conn.close()
 
 
 def _error(status, payload):
