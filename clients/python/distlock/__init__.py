@@ -12,6 +12,9 @@ alone, over Connect's JSON protocol.
 
 The lock renews itself from a background thread every third of its lease;
 a refused renewal or a lease that ran out sets lk.lost and calls on_lost.
+With Client(..., watch_loss=True) a forced release or an expiry is told as
+soon as the service reports it, in milliseconds, from one event stream per
+client.
 Pass lk.fence to what the lock guards, so that it can refuse a holder that
 lost the lock without knowing (a paused process).
 """

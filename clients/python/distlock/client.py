@@ -5,6 +5,7 @@ import time
 import uuid
 
 from .errors import NotAcquired, NotHeld
+from .losswatch import LossWatch
 from .transport import NoAnswer, Transport
 
 # The longest wait one call asks the service for; a longer wait is made of
@@ -33,16 +34,30 @@ class Client:
     token of a tenant's client, or None against --insecure-no-auth. timeout
     bounds each call that does not wait. A Client is safe for use from
     several threads; close it when done.
+
+    watch_loss=True makes its locks (session locks and election terms too)
+    learn that they were force-released or expired as soon as the service
+    reports it, in milliseconds, rather than at their next renewal (a third
+    of the lease): the client keeps one Watch stream of its tenant's keys
+    open, in a thread, from its first lock to close(). The stream counts
+    against the tenant's streams (--max-streams-per-tenant, 64 unless set)
+    and carries every lock event of the tenant, so share one client per
+    process. The renewals go on as before, and tell a loss when the stream
+    is down. Permits and read-write holds learn at their renewal. The
+    default is off.
     """
 
-    def __init__(self, url="http://127.0.0.1:7070", token=None, timeout=10.0):
+    def __init__(self, url="http://127.0.0.1:7070", token=None, timeout=10.0, watch_loss=False):
         self._t = Transport(url, token, timeout)
         self._mu = threading.Lock()
         self._holds = set()  # held locks, permits, holds, terms and open sessions
+        self._watch = LossWatch(self._t) if watch_loss else None
 
     def close(self):
         """Releases what the client still holds (best effort, each within the
-        timeout), closes its sessions and its connections."""
+        timeout), closes its sessions, its loss watch and its connections."""
+        if self._watch is not None:
+            self._watch.close()
         with self._mu:
             holds, self._holds = list(self._holds), set()
         for h in holds:
@@ -59,6 +74,16 @@ class Client:
     def _untrack(self, h):
         with self._mu:
             self._holds.discard(h)
+        if self._watch is not None and isinstance(h, Lock):
+            self._watch.forget(h)
+
+    def _follow(self, lk):
+        if self._watch is not None and lk._kind.watched:
+            self._watch.follow(lk)
+
+    def _untrack_watch(self, lk):
+        if self._watch is not None:
+            self._watch.forget(lk)
 
     def __enter__(self):
         return self
@@ -73,7 +98,8 @@ class Client:
     def _acquire(self, method, body, wait):
         """Acquires with a new request id, waiting up to wait seconds (None:
         until granted), in calls of at most MAX_CALL_WAIT; a call whose
-        answer never came is sent again with the same request id."""
+        answer never came is sent again with the same request id. Returns
+        the grant and when the call that got it was sent (monotonic)."""
         body = dict(body, requestId=str(uuid.uuid4()), firstTry=True)
         deadline = None if wait is None else time.monotonic() + wait
         retries = 0
@@ -83,8 +109,9 @@ class Client:
             body.pop("wait", None)
             if this > 0:
                 body["wait"] = duration(this)
+            sent = time.monotonic()
             try:
-                return self._t.unary(method, body, timeout=this + self._t.timeout)
+                return self._t.unary(method, body, timeout=this + self._t.timeout), sent
             except NotAcquired:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise
@@ -104,9 +131,9 @@ class Client:
         body = _meta({"key": key, "lease": duration(lease)}, owner, business_id, labels)
         if session is not None:
             body["sessionId"] = session.id
-        g = self._acquire("Acquire", body, wait)
+        g, sent = self._acquire("Acquire", body, wait)
         kind = _SESSION_LOCK if session is not None else _LOCK
-        return Lock(self, kind, key, g, on_lost, session)
+        return Lock(self, kind, key, g, on_lost, session, sent=sent)
 
     def try_lock(self, key, **kw):
         """lock() with no wait: NotAcquired at once if key is held."""
@@ -119,7 +146,8 @@ class Client:
     def force_release(self, key, reason, tenant=None):
         """Frees key whoever holds it (an admin's or tenant admin's call), with
         the reason the audit log keeps; returns the hold it removed (held is
-        false if the key was free). Its holder learns at its next renewal."""
+        false if the key was free). Its holder learns at once if it follows
+        the loss stream (watch_loss), else at its next renewal."""
         body = {"key": key, "reason": reason}
         if tenant is not None:
             body["tenant"] = tenant
@@ -157,16 +185,17 @@ class _Kind:
     """The calls that renew and release one kind of hold, and the fields
     that name it in each."""
 
-    def __init__(self, renew, renew_field, release, release_field, renews=True):
+    def __init__(self, renew, renew_field, release, release_field, renews=True, watched=True):
         self.renew, self.renew_field = renew, renew_field
         self.release, self.release_field = release, release_field
         self.renews = renews
+        self.watched = watched  # the Watch stream tells of it (by its key and fence)
 
 
 _LOCK = _Kind("Renew", "key", "Release", "key")
 _SESSION_LOCK = _Kind("Renew", "key", "Release", "key", renews=False)  # the session's KeepAlive renews it
-_PERMIT = _Kind("RenewPermit", "name", "ReleasePermit", "name")
-_RW = _Kind("RenewRW", "name", "ReleaseRW", "name")
+_PERMIT = _Kind("RenewPermit", "name", "ReleasePermit", "name", watched=False)
+_RW = _Kind("RenewRW", "name", "ReleaseRW", "name", watched=False)
 _TERM = _Kind("Renew", "key", "Resign", "name")  # a term is renewed as its lock, ended by Resign
 
 
@@ -177,10 +206,13 @@ class Lock:
     pass it to what the lock guards. It renews itself every lease/3 from a
     background thread until released; if a renewal is refused (the lock was
     taken or force-released) or none succeeds before the lease ends, it is
-    lost: lost is set, lost_reason says why and on_lost(lock) is called.
+    lost: lost is set, lost_reason says why and on_lost(lock) is called,
+    once, from a thread of the client (keep it short). With the client's
+    watch_loss, a lock learns of a forced release or an expiry as soon as
+    the service reports it.
     """
 
-    def __init__(self, client, kind, name, grant, on_lost=None, session=None, release_name=None):
+    def __init__(self, client, kind, name, grant, on_lost=None, session=None, release_name=None, sent=None):
         self._c = client
         self._kind = kind
         self.name = name
@@ -189,10 +221,13 @@ class Lock:
         self.fence = int(grant.get("fence", 0))
         self.lease = seconds(grant.get("lease"))
         self._until = time.monotonic() + self.lease
+        self._sent = time.monotonic() if sent is None else sent  # when the acquisition was sent
         self.lost = threading.Event()
         self.lost_reason = None
         self._on_lost = on_lost
+        self._mu = threading.Lock()
         self._stop = threading.Event()
+        self._wake = threading.Event()  # ends the renewal thread's pause: released, lost or to renew now
         self._thread = None
         client._track(self)
         if kind.renews:
@@ -200,6 +235,7 @@ class Lock:
             self._thread.start()
         elif session is not None:
             session._follow(self)
+        client._follow(self)
 
     @property
     def held(self):
@@ -212,7 +248,11 @@ class Lock:
         # still holds the lock: the holder stops before another can start.
         margin = min(self.lease / 10, 1.0)
         interval = max(self.lease / 3, 0.05)
-        while not self._stop.wait(interval):
+        while True:
+            self._wake.wait(interval)
+            self._wake.clear()
+            if self._stop.is_set() or self.lost.is_set():
+                return
             sent = time.monotonic()
             try:
                 r = self._c.call(self._kind.renew, {self._kind.renew_field: self.name, "token": self.token,
@@ -230,20 +270,31 @@ class Lock:
             self._until = sent + seconds(r.get("lease")) if r.get("lease") else sent + self.lease
             interval = max(self.lease / 3, 0.05)
 
+    def _check(self):
+        """Renews now, if it renews itself: a loss the loss watch may have
+        missed is then told by the refused renewal."""
+        if self._thread is not None:
+            self._wake.set()
+
     def _lose(self, reason):
-        if self.lost.is_set() or self._stop.is_set():
-            return
-        self.lost_reason = reason
-        self.lost.set()
+        with self._mu:
+            if self.lost.is_set() or self._stop.is_set():
+                return
+            self.lost_reason = reason
+            self.lost.set()
+        self._wake.set()
+        self._c._untrack_watch(self)
         if self._on_lost is not None:
             self._on_lost(self)
 
     def release(self):
         """Stops the renewals and frees the hold. Returns False if it was
         lost already (the service no longer knew the token)."""
-        if self._stop.is_set():
-            return False
-        self._stop.set()
+        with self._mu:
+            if self._stop.is_set():
+                return False
+            self._stop.set()
+        self._wake.set()
         self._c._untrack(self)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
@@ -346,8 +397,8 @@ class Semaphore:
         """Takes a permit, waiting up to wait seconds (None: until one is
         free); raises NotAcquired if none came free."""
         body = _meta({"name": self.name, "permits": self.permits, "lease": duration(lease)}, owner, business_id, labels)
-        g = self._c._acquire("AcquirePermit", body, wait)
-        return Lock(self._c, _PERMIT, self.name, g, on_lost)
+        g, sent = self._c._acquire("AcquirePermit", body, wait)
+        return Lock(self._c, _PERMIT, self.name, g, on_lost, sent=sent)
 
     def try_acquire(self, **kw):
         """acquire() with no wait."""
@@ -373,8 +424,8 @@ class RWLock:
 
     def _hold(self, write, lease, wait, owner, on_lost):
         body = _meta({"name": self.name, "write": write, "lease": duration(lease)}, owner, None, None)
-        g = self._c._acquire("AcquireRW", body, wait)
-        return Lock(self._c, _RW, self.name, g, on_lost)
+        g, sent = self._c._acquire("AcquireRW", body, wait)
+        return Lock(self._c, _RW, self.name, g, on_lost, sent=sent)
 
     def read_lock(self, lease=30.0, wait=None, owner=None, on_lost=None):
         """Takes a reader's hold."""
@@ -401,8 +452,8 @@ class Election:
         returns the term: a Lock, renewed in the background, whose release
         resigns."""
         body = _meta({"name": self.name, "value": value, "lease": duration(lease)}, owner, None, None)
-        g = self._c._acquire("Campaign", body, wait)
-        return Lock(self._c, _TERM, g["key"], g, on_lost, release_name=self.name)
+        g, sent = self._c._acquire("Campaign", body, wait)
+        return Lock(self._c, _TERM, g["key"], g, on_lost, release_name=self.name, sent=sent)
 
     def leader(self):
         """The leader: {"held", "value", "fence", ...}; {} if nobody leads."""

@@ -18,8 +18,9 @@ TOKENS = {
 
 
 @contextmanager
-def running_service():
-    """A serve process of its own: yields (process, url); stops it after."""
+def running_service(*flags):
+    """A serve process of its own, with extra flags (over the embedded store
+    unless they name a --backend): yields (process, url); stops it after."""
     binary = os.environ.get("DISTLOCK_BIN")
     if not binary or not os.access(binary, os.X_OK):
         pytest.fail("DISTLOCK_BIN must name a distlock binary: go build -o /tmp/distlock . (in cmd/distlock), "
@@ -30,8 +31,9 @@ def running_service():
             f.write(f"{TOKENS['alpha']} alpha client\n{TOKENS['beta']} beta client\n"
                     f"{TOKENS['viewer']} alpha viewer\n{TOKENS['admin']} alpha admin\n")
         os.chmod(tokens, 0o600)
+        store = [] if "--backend" in flags else ["--data-dir", os.path.join(d, "data")]
         proc = subprocess.Popen(
-            [binary, "serve", "--listen", "127.0.0.1:0", "--tokens", tokens, "--data-dir", os.path.join(d, "data"), "-o", "json"],
+            [binary, "serve", "--listen", "127.0.0.1:0", "--tokens", tokens, *store, "-o", "json", *flags],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         try:
             text = ""
