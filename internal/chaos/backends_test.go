@@ -3,6 +3,9 @@
 package chaos
 
 import (
+	"context"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,12 +24,56 @@ func deployRedis(args ...string) func(*testing.T) *deployment {
 	return func(t *testing.T) *deployment { return single(testserver.Redis(t, args...), redisURL) }
 }
 
-func deploySentinel(t *testing.T) *deployment {
-	set := testserver.RedisSentinel(t)
-	addrs := set.SentinelAddrs()
-	u := "redis-sentinel://" + addrs[0] + "/" + testserver.SentinelMaster + "?addr=" + strings.Join(addrs[1:], "&addr=")
-	return &deployment{url: func(string) string { return u }, sent: set}
+// deploySentinel starts a Sentinel set (a primary and a replica); its
+// clients open it with the URL parameters params ("" for none). With spare,
+// a second replica follows the primary that the sentinels never promote
+// (replica-priority 0): they point it at each new primary as part of the
+// failover.
+func deploySentinel(params string, spare bool) func(*testing.T) *deployment {
+	return func(t *testing.T) *deployment {
+		set := testserver.RedisSentinel(t)
+		if spare {
+			p := set.Primary()
+			testserver.Redis(t, "--replicaof", testserver.Host, strconv.Itoa(p.Port), "--replica-priority", "0")
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			if err := until(ctx, func() error { return role(ctx, p.Addr(), "master", "connected_slaves:2") }); err != nil {
+				t.Fatal(err)
+			}
+			// The sentinels learn of a replica from the primary's INFO, which
+			// they read every 10s: one they do not know yet would be left
+			// behind by a failover.
+			for _, sn := range set.SentinelAddrs() {
+				if err := until(ctx, func() error { return sentinelReplicas(ctx, sn, 2) }); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		addrs := set.SentinelAddrs()
+		u := "redis-sentinel://" + addrs[0] + "/" + testserver.SentinelMaster + "?addr=" + strings.Join(addrs[1:], "&addr=")
+		if params != "" {
+			u += "&" + params
+		}
+		return &deployment{url: func(string) string { return u }, sent: set}
+	}
 }
+
+// sentinelReplicas checks that the sentinel at addr knows n replicas of
+// the primary.
+func sentinelReplicas(ctx context.Context, addr string, n int) error {
+	reply, err := testserver.RedisCommand(ctx, addr, "SENTINEL", "MASTER", testserver.SentinelMaster)
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(reply, "num-slaves\n"+strconv.Itoa(n)+"\n") {
+		return fmt.Errorf("the sentinel at %s does not know %d replicas yet", addr, n)
+	}
+	return nil
+}
+
+// replicaAck makes every grant and renewal wait for one replica, at most
+// a fifth of the lease.
+const replicaAck = "replica_ack=1&replica_ack_timeout=200ms"
 
 func deployRedlock(t *testing.T) *deployment {
 	var servers []*testserver.Server
@@ -98,7 +145,11 @@ func scenarios() []scenario {
 		{backend: "redis", fault: "renewal late", deploy: deployRedis(), failpoint: distlock.FailpointRenew, work: longWork, fenceSafe: fence},
 		{backend: "redis", fault: "restart, no persistence", deploy: deployRedis(), inject: restart, work: longWork, fenceSafe: fence, short: true},
 		{backend: "redis", fault: "restart, AOF always", deploy: deployRedis("--appendonly", "yes", "--appendfsync", "always"), inject: restart, exclusive: excl, fenceSafe: fence},
-		{backend: "redis-sentinel", fault: "failover", deploy: deploySentinel, inject: failover, work: longWork, fenceSafe: fence},
+		{backend: "redis-sentinel", fault: "failover", deploy: deploySentinel("", false), inject: failover, work: longWork, fenceSafe: fence},
+		{backend: "redis-sentinel", fault: "failover, replica_ack=1", deploy: deploySentinel(replicaAck, false), inject: failover, work: longWork, fenceSafe: fence},
+		{backend: "redis-sentinel", fault: "failover, replica_ack=1, spare replica", deploy: deploySentinel(replicaAck, true), inject: failover, work: longWork, fenceSafe: fence},
+		{backend: "redis-cluster", fault: "failover", deploy: deployCluster(""), inject: clusterFailover, work: longWork, fenceSafe: fence},
+		{backend: "redis-cluster", fault: "failover, replica_ack=1", deploy: deployCluster(replicaAck), inject: clusterFailover, work: longWork, fenceSafe: fence},
 		{backend: "redlock", fault: "none", deploy: deployRedlock, exclusive: excl, fenceSafe: fence},
 		{backend: "redlock", fault: "pause", deploy: deployRedlock, inject: pause},
 		{backend: "redlock", fault: "pause before write", deploy: deployRedlock, failpoint: failpointWrite},

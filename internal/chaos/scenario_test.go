@@ -43,6 +43,7 @@ type deployment struct {
 	addr    string
 	servers []*testserver.Server
 	sent    *testserver.RedisSentinelSet
+	cluster *redisShards
 }
 
 type scenario struct {
