@@ -5,6 +5,7 @@
 
 import * as http from "node:http";
 import * as https from "node:https";
+import type { Duplex } from "node:stream";
 
 import { ConnectError, createClient, type CallOptions, type Client as ConnectClient, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
@@ -25,6 +26,18 @@ export type RequestOf<K extends UnaryMethod> = Parameters<Service[K]>[0];
 /** A unary method's answer. */
 export type ResponseOf<K extends UnaryMethod> = Awaited<ReturnType<Service[K]>>;
 
+/** Options of a server stream. */
+export interface StreamOptions {
+  /**
+   * Called when the answer's headers come: the stream is then open, and the
+   * client's timeout bounds only the wait for them (not for a first message,
+   * which a Watch sends only at the first change).
+   */
+  onHeader?: (header: Headers) => void;
+  /** The stream does not keep the process running (its socket is unref'd). */
+  background?: boolean;
+}
+
 /** Bounds of one call. */
 export interface CallBounds {
   /** How long the call may take, in milliseconds; the client's timeout if unset. */
@@ -42,6 +55,8 @@ export class Rpc {
   readonly #svc: Service;
   readonly #agent: http.Agent;
   readonly #where: string;
+  readonly #newService: (agent: http.Agent) => Service;
+  #background: { svc: Service; agent: http.Agent } | undefined;
 
   constructor(url: string, token: string | undefined, timeoutMs: number) {
     let u: URL;
@@ -64,13 +79,26 @@ export class Rpc {
       if (token) req.header.set("Authorization", "Bearer " + token);
       return next(req);
     };
-    const transport = createConnectTransport({
-      baseUrl: url.replace(/\/+$/, ""),
-      httpVersion: "1.1",
-      nodeOptions: { agent: this.#agent },
-      interceptors: [auth],
-    });
-    this.#svc = createClient(LockService, transport);
+    this.#newService = (agent) =>
+      createClient(
+        LockService,
+        createConnectTransport({
+          baseUrl: url.replace(/\/+$/, ""),
+          httpVersion: "1.1",
+          nodeOptions: { agent },
+          interceptors: [auth],
+        }),
+      );
+    this.#svc = this.#newService(this.#agent);
+  }
+
+  /** The service over connections that do not keep the process running. */
+  private background(): Service {
+    if (!this.#background) {
+      const agent = this.#agent instanceof https.Agent ? new UnrefHttpsAgent() : new UnrefHttpAgent();
+      this.#background = { svc: this.#newService(agent), agent };
+    }
+    return this.#background.svc;
   }
 
   /** Makes one call within bounds and returns its answer, or throws a DistlockError. */
@@ -97,14 +125,16 @@ export class Rpc {
   }
 
   /**
-   * Opens a server stream of method; the first answer must come within the
-   * client's timeout (each of LockService's streams sends one at once).
-   * Ends quietly when signal aborts; otherwise throws a DistlockError.
+   * Opens a server stream of method; the first answer (or with
+   * options.onHeader, the answer's headers) must come within the client's
+   * timeout (Observe sends an answer at once, Watch its headers). Ends
+   * quietly when signal aborts; otherwise throws a DistlockError.
    */
   async *stream<M extends "observe" | "watch">(
     method: M,
     req: Parameters<Service[M]>[0],
     signal: AbortSignal,
+    options: StreamOptions = {},
   ): AsyncGenerator<ReturnType<Service[M]> extends AsyncIterable<infer O> ? O : never> {
     const ctl = new AbortController();
     let timedOut = false;
@@ -112,10 +142,18 @@ export class Rpc {
       timedOut = true;
       ctl.abort();
     }, this.timeoutMs);
+    if (options.background) timer.unref();
     const stop = link(signal, ctl);
     try {
-      const fn = this.#svc[method] as unknown as (r: typeof req, o: CallOptions) => AsyncIterable<never>;
-      for await (const msg of fn(req, { signal: ctl.signal })) {
+      const svc = options.background ? this.background() : this.#svc;
+      const fn = svc[method] as unknown as (r: typeof req, o: CallOptions) => AsyncIterable<never>;
+      const onHeader = options.onHeader
+        ? (header: Headers) => {
+            clearTimeout(timer);
+            options.onHeader!(header);
+          }
+        : undefined;
+      for await (const msg of fn(req, { signal: ctl.signal, onHeader })) {
         clearTimeout(timer);
         yield msg;
       }
@@ -148,7 +186,27 @@ export class Rpc {
   /** Closes the connections. */
   close(): void {
     this.#agent.destroy();
+    this.#background?.agent.destroy();
   }
+}
+
+// Agents whose connections do not keep the process running: a stream that
+// only listens (the loss watch) must not, where the holds' timers do.
+class UnrefHttpAgent extends http.Agent {
+  override createConnection(options: http.ClientRequestArgs, cb?: (err: Error | null, s: Duplex) => void): Duplex | null | undefined {
+    return unref(super.createConnection(options, cb));
+  }
+}
+
+class UnrefHttpsAgent extends https.Agent {
+  override createConnection(options: https.RequestOptions, cb?: (err: Error | null, s: Duplex) => void): Duplex | null | undefined {
+    return unref(super.createConnection(options, cb));
+  }
+}
+
+function unref<S extends Duplex | null | undefined>(s: S): S {
+  (s as { unref?: () => void } | null | undefined)?.unref?.();
+  return s;
 }
 
 /** Aborts ctl when signal does; returns the function that unlinks them. */
