@@ -7,6 +7,7 @@ import type { Duration } from "@bufbuild/protobuf/wkt";
 
 import { DistlockError, LockLost, NoAnswer, NotAcquired, NotHeld, type LossKind } from "./errors.js";
 import type { Lock as LockMessage, LeaderResponse } from "./gen/distlock/v1/lock_pb.js";
+import { LossWatch } from "./losswatch.js";
 import { Rpc, abortReason, link, type CallBounds, type RequestOf, type ResponseOf, type UnaryMethod } from "./transport.js";
 
 /**
@@ -27,6 +28,19 @@ export interface ClientOptions {
   token?: string;
   /** Bounds each call that does not wait, in milliseconds (10 s if unset). */
   timeoutMs?: number;
+  /**
+   * Makes its locks (session locks and election terms too) learn that they
+   * were force-released or expired as soon as the service reports it, in
+   * milliseconds, rather than at their next renewal (a third of the lease):
+   * the client keeps one Watch stream of its tenant's keys open from its
+   * first lock to close(). The stream counts against the tenant's streams
+   * (--max-streams-per-tenant, 64 unless set) and carries every lock event
+   * of the tenant, so share one client per process. It does not keep the
+   * process running. The renewals go on as before, and tell a loss when the
+   * stream is down. Permits and read-write holds learn at their renewal.
+   * Off unless set.
+   */
+  watchLoss?: boolean;
 }
 
 /** Options of an acquisition: a lock, a permit, a read-write hold, a term. */
@@ -140,10 +154,13 @@ export class Client implements AsyncDisposable {
   readonly #holds = new Set<Lock | Session>();
   readonly #closed = new AbortController();
   #closing: Promise<void> | undefined;
+  /** @internal The loss watch, with watchLoss. */
+  readonly lossWatch: LossWatch | undefined;
 
   constructor(url = "http://127.0.0.1:7070", options: ClientOptions = {}) {
     this.rpc = new Rpc(url, options.token, options.timeoutMs ?? 10_000);
     setMaxListeners(Infinity, this.#closed.signal); // one for each wait and observer
+    if (options.watchLoss) this.lossWatch = new LossWatch(this.rpc);
   }
 
   /** The bound of each call that does not wait, in milliseconds. */
@@ -174,7 +191,7 @@ export class Client implements AsyncDisposable {
    */
   async lock(key: string, options: LockOptions = {}): Promise<Lock> {
     const session = options.session;
-    const g = await this.acquire(
+    const { grant: g, sentAt } = await this.acquire(
       "acquire",
       {
         key,
@@ -184,7 +201,7 @@ export class Client implements AsyncDisposable {
       },
       options,
     );
-    return this.adopt(() => new Lock(this, session ? SESSION_LOCK : LOCK, key, key, g, options.onLost, session));
+    return this.adopt(() => new Lock(this, session ? SESSION_LOCK : LOCK, key, key, g, sentAt, options.onLost, session));
   }
 
   /** lock() with no wait: NotAcquired at once if key is held. */
@@ -200,6 +217,8 @@ export class Client implements AsyncDisposable {
   /**
    * Frees key whoever holds it, recording reason in the audit log (admin
    * role), and returns the holder it removed (held false if key was free).
+   * Its holder learns at once if it follows the loss stream (watchLoss),
+   * else at its next renewal.
    */
   async forceRelease(key: string, reason: string, options: { tenant?: string } = {}): Promise<LockInfo> {
     return info((await this.rpc.unary("forceRelease", { key, reason, tenant: options.tenant ?? "" })).lock);
@@ -232,12 +251,13 @@ export class Client implements AsyncDisposable {
 
   /**
    * Releases what the client still holds (each within the timeout, all at
-   * once), closes its sessions, ends its waits and observers, and closes
-   * its connections. Calling it again waits for the first.
+   * once), closes its sessions, ends its waits, observers and loss watch,
+   * and closes its connections. Calling it again waits for the first.
    */
   close(): Promise<void> {
     this.#closing ??= (async () => {
       this.#closed.abort(new DistlockError("canceled", "the client was closed"));
+      await this.lossWatch?.close();
       const holds = [...this.#holds].filter((h) => !(h instanceof Lock && h.session));
       this.#holds.clear();
       await Promise.allSettled(holds.map((h) => (h instanceof Lock ? h.release() : h.close())));
@@ -280,13 +300,14 @@ export class Client implements AsyncDisposable {
   /**
    * @internal Acquires with a new request id, waiting up to waitMs
    * (undefined: until granted), in calls of at most MAX_CALL_WAIT_MS; a call
-   * whose answer never came is sent again with the same request id.
+   * whose answer never came is sent again with the same request id. Returns
+   * the grant and when the call that got it was sent.
    */
   async acquire<K extends "acquire" | "acquirePermit" | "acquireRW" | "campaign">(
     method: K,
     body: RequestOf<K>,
     options: { waitMs?: number; signal?: AbortSignal },
-  ): Promise<ResponseOf<K>> {
+  ): Promise<{ grant: ResponseOf<K>; sentAt: number }> {
     this.checkOpen();
     const { waitMs } = options;
     if (waitMs !== undefined && !(waitMs >= 0)) throw new RangeError(`waitMs ${waitMs}: want 0 or more milliseconds`);
@@ -301,8 +322,9 @@ export class Client implements AsyncDisposable {
         const left = deadline === undefined ? MAX_CALL_WAIT_MS : Math.max(0, deadline - now());
         const wait = Math.min(left, MAX_CALL_WAIT_MS);
         req.wait = wait > 0 ? duration(wait) : undefined;
+        const sentAt = now();
         try {
-          return await this.rpc.unary(method, req, { timeoutMs: wait + this.rpc.timeoutMs, signal: ctl.signal });
+          return { grant: await this.rpc.unary(method, req, { timeoutMs: wait + this.rpc.timeoutMs, signal: ctl.signal }), sentAt };
         } catch (e) {
           if (e instanceof NotAcquired) {
             if (deadline !== undefined && now() >= deadline) throw e;
@@ -327,26 +349,32 @@ interface Kind {
   /** Renews name's hold by token; returns the lease granted. undefined: it does not renew itself. */
   renew?: (rpc: Rpc, name: string, token: string, leaseMs: number, bounds: CallBounds) => Promise<Duration | undefined>;
   release: (rpc: Rpc, name: string, token: string, bounds: CallBounds) => Promise<unknown>;
+  /** The Watch stream tells of it, by its key and fence. */
+  watched: boolean;
 }
 
 const LOCK: Kind = {
   renew: async (rpc, key, token, ms, b) => (await rpc.unary("renew", { key, token, lease: duration(ms) }, b)).lease,
   release: (rpc, key, token, b) => rpc.unary("release", { key, token }, b),
+  watched: true,
 };
 // A session's lock is renewed by the session's KeepAlive.
-const SESSION_LOCK: Kind = { release: LOCK.release };
+const SESSION_LOCK: Kind = { release: LOCK.release, watched: true };
 const PERMIT: Kind = {
   renew: async (rpc, name, token, ms, b) => (await rpc.unary("renewPermit", { name, token, lease: duration(ms) }, b)).lease,
   release: (rpc, name, token, b) => rpc.unary("releasePermit", { name, token }, b),
+  watched: false,
 };
 const RW: Kind = {
   renew: async (rpc, name, token, ms, b) => (await rpc.unary("renewRW", { name, token, lease: duration(ms) }, b)).lease,
   release: (rpc, name, token, b) => rpc.unary("releaseRW", { name, token }, b),
+  watched: false,
 };
 // A term is renewed as its lock ("election/<name>") and ended by Resign.
 const TERM: Kind = {
   renew: LOCK.renew,
   release: (rpc, name, token, b) => rpc.unary("resign", { name, token }, b),
+  watched: true,
 };
 
 /**
@@ -363,6 +391,7 @@ abstract class Keeper {
   #renewTimer: ReturnType<typeof setTimeout> | undefined;
   #expiryTimer: ReturnType<typeof setTimeout> | undefined;
   #inflight: AbortController | undefined;
+  #again = false; // renew again as soon as the renewal in flight ends
 
   constructor(
     protected readonly client: Client,
@@ -408,6 +437,17 @@ abstract class Keeper {
     this.#renewTimer = setTimeout(() => void this.renew(), ms);
   }
 
+  /** @internal Renews now (or once the renewal in flight ends), if it renews itself. */
+  check(): void {
+    if (!this.held) return;
+    if (this.#inflight) {
+      this.#again = true;
+    } else if (this.#renewTimer !== undefined) {
+      clearTimeout(this.#renewTimer);
+      this.schedule(0);
+    }
+  }
+
   private async renew(): Promise<void> {
     this.#renewTimer = undefined;
     if (!this.held) return;
@@ -419,7 +459,7 @@ abstract class Keeper {
       if (!this.held) return;
       this.#until = sent + (granted || this.periodMs);
       this.armExpiry();
-      this.schedule(this.interval);
+      this.schedule(this.#again ? 0 : this.interval);
     } catch (e) {
       if (!this.held) return;
       if (e instanceof NotHeld) {
@@ -431,6 +471,7 @@ abstract class Keeper {
       this.schedule(Math.min(500, Math.max(left, 10)));
     } finally {
       if (this.#inflight === ctl) this.#inflight = undefined;
+      this.#again = false;
     }
   }
 
@@ -479,6 +520,8 @@ export class Lock extends Keeper implements AsyncDisposable {
   readonly leaseMs: number;
   /** The session it is tied to, if any. */
   readonly session: Session | undefined;
+  /** @internal When the call that acquired it was sent. */
+  readonly sentAt: number;
   readonly #kind: Kind;
   readonly #releaseName: string;
   readonly #onLost: HoldOptions["onLost"];
@@ -490,6 +533,7 @@ export class Lock extends Keeper implements AsyncDisposable {
     key: string,
     releaseName: string,
     grant: { token: string; fence: bigint; lease?: Duration },
+    sentAt: number,
     onLost?: HoldOptions["onLost"],
     session?: Session,
   ) {
@@ -502,10 +546,12 @@ export class Lock extends Keeper implements AsyncDisposable {
     this.fence = grant.fence;
     this.leaseMs = leaseMs;
     this.session = session;
+    this.sentAt = sentAt;
     this.#onLost = onLost;
     client.track(this);
     if (kind.renew) this.startKeeping();
     else session?.follow(this);
+    if (kind.watched) client.lossWatch?.follow(this);
   }
 
   protected renewOnce(bounds: CallBounds): Promise<number> {
@@ -521,6 +567,7 @@ export class Lock extends Keeper implements AsyncDisposable {
   }
 
   protected told(reason: LockLost): void {
+    this.client.lossWatch?.forget(this);
     callBack(this.#onLost, this, reason);
   }
 
@@ -529,6 +576,7 @@ export class Lock extends Keeper implements AsyncDisposable {
     this.stopped = true;
     this.stopKeeping();
     this.client.untrack(this);
+    this.client.lossWatch?.forget(this);
   }
 
   /**
@@ -640,12 +688,12 @@ export class Semaphore {
   /** Takes a permit, waiting up to waitMs (undefined: until one is free); NotAcquired if none came free. */
   async acquire(options: HoldOptions = {}): Promise<Lock> {
     const c = this.client;
-    const g = await c.acquire(
+    const { grant: g, sentAt } = await c.acquire(
       "acquirePermit",
       { name: this.name, permits: this.permits, lease: duration(options.leaseMs ?? DEFAULT_LEASE_MS), ...meta(options) },
       options,
     );
-    return c.adopt(() => new Lock(c, PERMIT, this.name, this.name, g, options.onLost));
+    return c.adopt(() => new Lock(c, PERMIT, this.name, this.name, g, sentAt, options.onLost));
   }
 
   /** acquire() with no wait. */
@@ -675,12 +723,12 @@ export class RWLock {
 
   private async take(write: boolean, options: HoldOptions): Promise<Lock> {
     const c = this.client;
-    const g = await c.acquire(
+    const { grant: g, sentAt } = await c.acquire(
       "acquireRW",
       { name: this.name, write, lease: duration(options.leaseMs ?? DEFAULT_LEASE_MS), ...meta(options) },
       options,
     );
-    return c.adopt(() => new Lock(c, RW, this.name, this.name, g, options.onLost));
+    return c.adopt(() => new Lock(c, RW, this.name, this.name, g, sentAt, options.onLost));
   }
 
   /** Takes a reader's hold. */
@@ -716,12 +764,12 @@ export class Election {
    */
   async campaign(value: string, options: CampaignOptions = {}): Promise<Lock> {
     const c = this.client;
-    const g = await c.acquire(
+    const { grant: g, sentAt } = await c.acquire(
       "campaign",
       { name: this.name, value, lease: duration(options.leaseMs ?? DEFAULT_LEASE_MS), owner: options.owner ?? "" },
       options,
     );
-    return c.adopt(() => new Lock(c, TERM, g.key, this.name, g, options.onLost));
+    return c.adopt(() => new Lock(c, TERM, g.key, this.name, g, sentAt, options.onLost));
   }
 
   /** Who leads (held false if nobody). */

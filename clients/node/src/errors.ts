@@ -61,7 +61,9 @@ export type LossKind = "refused" | "expired";
  * The reason of a lost hold's signal (lock.signal.reason) and the argument
  * of onLost. kind "refused": a renewal (or its session's KeepAlive) was
  * refused, because the hold was taken, force-released or ended at the
- * service. kind "expired": no renewal succeeded while the lease lasted
+ * service; or, with the client's watchLoss, the service's event stream
+ * reported the hold force-released or expired (the message begins
+ * "force-released" or "expired"). kind "expired": no renewal succeeded while the lease lasted
  * (the service is down or cut off), and the loss is told a tenth of the
  * lease (at most a second) before the lease ends. cause is the last error
  * of the calls that failed.

@@ -10,7 +10,9 @@
 //
 // A lock renews itself every third of its lease; a refused renewal, or a
 // lease about to run out with no renewal, aborts lk.signal (its reason a
-// LockLost) and calls onLost. Pass lk.fence to what the lock guards, so
+// LockLost) and calls onLost. With new Client(url, { watchLoss: true }) a
+// forced release or an expiry is told as soon as the service reports it,
+// in milliseconds, from one event stream per client. Pass lk.fence to what the lock guards, so
 // that it can refuse a holder that lost the lock without knowing (a paused
 // process).
 

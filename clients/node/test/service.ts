@@ -37,7 +37,10 @@ function binary(): string {
   return bin;
 }
 
-/** Starts serve with extra flags; resolves once it says where it listens. */
+/**
+ * Starts serve with extra flags (over the embedded store unless they name a
+ * --backend); resolves once it says where it listens.
+ */
 export async function startService(...flags: string[]): Promise<Service> {
   const bin = binary();
   const dir = mkdtempSync(join(tmpdir(), "distlock-node-"));
@@ -47,7 +50,8 @@ export async function startService(...flags: string[]): Promise<Service> {
     `${TOKENS.alpha} alpha client\n${TOKENS.beta} beta client\n` + `${TOKENS.viewer} alpha viewer\n${TOKENS.admin} alpha admin\n`,
     { mode: 0o600 },
   );
-  const proc = spawn(bin, ["serve", "--listen", "127.0.0.1:0", "--tokens", tokens, "--data-dir", join(dir, "data"), "-o", "json", ...flags], {
+  const store = flags.includes("--backend") ? [] : ["--data-dir", join(dir, "data")];
+  const proc = spawn(bin, ["serve", "--listen", "127.0.0.1:0", "--tokens", tokens, ...store, "-o", "json", ...flags], {
     stdio: ["ignore", "pipe", "pipe"],
   });
   let stderr = "";
