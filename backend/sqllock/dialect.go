@@ -35,6 +35,10 @@ type Dialect struct {
 	inspectForUpdate string // key -> as inspect, locking the row
 	forceRelease     string // key
 
+	// queueAbandoned (key, pid -> running, ended) ends a session the
+	// backend dropped from the key's queue (PostgreSQL only, see queue.go).
+	queueAbandoned string
+
 	// hasFenceSequence (-> count) finds the fence sequence of an earlier
 	// version of the schema, and migrateFromSequence raises the fence floor
 	// above it; both empty where the schema never had one.
@@ -89,6 +93,7 @@ func loadDialect(name string, grant func(context.Context, *Backend, string, ...a
 	}
 	if name == "postgres" {
 		d.acquireQueued = read("acquire_queued.sql")
+		d.queueAbandoned = read("queue_abandoned.sql")
 	}
 	if name == "mariadb" {
 		d.hasFenceSequence = read("has_fence_sequence.sql")

@@ -5,6 +5,9 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/stdlib"
 )
 
 // On PostgreSQL, clients that wait for a key queue for it in the database,
@@ -20,6 +23,16 @@ import (
 // place up once its waiter leaves, granted or not (the lock is unlocked in
 // the background, or the connection closed, which frees it too); a process
 // that dies gives it up with its session.
+//
+// A connection dropped while its session may hold or wait for the lock (a
+// wait that ended inside pg_advisory_lock, an unlock that failed) frees it
+// only once the server ends the session. pgx asks for that in the
+// background (a cancel request, then Terminate), and a session that waits
+// for a lock does not notice by itself that its client left: meanwhile it
+// keeps its place, or is granted it, and the backend's own next attempt
+// would fail as a barge-in. So the backend ends the session itself
+// (queue_abandoned.sql) and counts the place as being given up until the
+// server shows the session gone.
 //
 // The hard truth: a head whose process freezes, with its connection open,
 // holds the queue until it resumes or the server sees the connection die
@@ -41,10 +54,11 @@ type queue struct {
 }
 
 // place is a backend's place at the head of key's queue: the session lock
-// held on conn.
+// held on conn, whose session is the server process pid.
 type place struct {
 	key  string
 	conn *sql.Conn
+	pid  uint32
 	once sync.Once // gives it up
 }
 
@@ -123,12 +137,16 @@ func (q *queue) join(ctx context.Context, b *Backend, key string, limit int) (le
 		q.giveConn()
 		return nil, err
 	}
+	pid := backendPID(conn)
 	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1, hashtext($2))", queueClass, key); err != nil {
-		discard(conn) // the lock may have been granted as the wait ended
+		// The session may wait on, or have been granted the lock as the
+		// wait ended.
+		discard(conn)
 		q.giveConn()
+		q.abandoned(b, key, pid)
 		return nil, err
 	}
-	p := &place{key: key, conn: conn}
+	p := &place{key: key, conn: conn, pid: pid}
 	q.mu.Lock()
 	if q.byKey == nil {
 		q.byKey, q.held = make(map[string]int), make(map[*place]struct{})
@@ -160,25 +178,62 @@ func (q *queue) giveUp(b *Backend, p *place) {
 			err := p.conn.QueryRowContext(ctx, "SELECT pg_advisory_unlock($1, hashtext($2))", queueClass, p.key).Scan(&unlocked)
 			if err != nil || !unlocked {
 				discard(p.conn)
+				if err != nil { // the session may hold the lock still
+					q.awaitEnded(b, p.key, p.pid)
+				}
 				return
 			}
 			_ = p.conn.Close()
 		}
-		b.stmtsMu.Lock()
-		closed := b.closed
-		if !closed {
-			b.wg.Add(1)
-		}
-		b.stmtsMu.Unlock()
-		if closed {
+		if !b.background(unlock) {
 			unlock()
+		}
+	})
+}
+
+// abandoned counts a place in key's queue as being given up while the
+// session pid, whose connection join dropped, may still hold or wait for
+// it: until the server shows the session gone.
+func (q *queue) abandoned(b *Backend, key string, pid uint32) {
+	if pid == 0 {
+		return
+	}
+	q.unlockStarted(key)
+	end := func() {
+		defer q.unlockEnded(key)
+		q.awaitEnded(b, key, pid)
+	}
+	if !b.background(end) {
+		end()
+	}
+}
+
+// awaitEnded waits until the server shows that the session pid, whose
+// connection was dropped, has ended, and ends it meanwhile if it holds or
+// waits for key's queue lock. It gives up after the request timeout, and
+// at Close. A pid of 0 (a driver other than pgx) is not waited for.
+func (q *queue) awaitEnded(b *Backend, key string, pid uint32) {
+	if pid == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, b.opts.requestTimeout)
+	defer cancel()
+	for wait := time.Millisecond; ctx.Err() == nil; wait = min(2*wait, 50*time.Millisecond) {
+		var (
+			running bool
+			ended   int64
+		)
+		err := b.scanRow(ctx, func(r *sql.Row) error { return r.Scan(&running, &ended) }, b.d.queueAbandoned, key, int64(pid))
+		if err == nil && !running {
 			return
 		}
-		go func() {
-			defer b.wg.Done()
-			unlock()
-		}()
-	})
+		t := time.NewTimer(wait) // the server ends a session in a few ms
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+	}
 }
 
 // close gives up every place still held; Close calls it before it closes
@@ -218,4 +273,16 @@ func (q *queue) giveConn() {
 func discard(conn *sql.Conn) {
 	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 	_ = conn.Close()
+}
+
+// backendPID returns the server process of conn's session, or 0 if its
+// driver is not pgx.
+func backendPID(conn *sql.Conn) (pid uint32) {
+	_ = conn.Raw(func(dc any) error {
+		if c, ok := dc.(*stdlib.Conn); ok {
+			pid = c.Conn().PgConn().PID()
+		}
+		return nil
+	})
+	return pid
 }

@@ -130,6 +130,22 @@ func (b *Backend) run(ctx context.Context, f func(context.Context) error) error 
 	return f(ctx)
 }
 
+// background runs f in a goroutine that Close waits for, unless Close has
+// begun; it reports whether it did.
+func (b *Backend) background(f func()) bool {
+	b.stmtsMu.Lock()
+	defer b.stmtsMu.Unlock()
+	if b.closed {
+		return false
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		f()
+	}()
+	return true
+}
+
 func (b *Backend) isClosed() bool {
 	b.stmtsMu.Lock()
 	defer b.stmtsMu.Unlock()
