@@ -33,6 +33,10 @@ type redisTarget struct {
 	master string   // the Sentinel master name
 	db     int
 	base   redis.Options // credentials, TLS and timeouts for every connection
+	// ackReplicas and ackTimeout are the URL's replica_ack and
+	// replica_ack_timeout (redislock.WithReplicaAck); 0 replicas: none.
+	ackReplicas int
+	ackTimeout  time.Duration
 }
 
 // newTarget returns the target of cfg, read by redislock.ParseURL from a
@@ -42,6 +46,7 @@ type redisTarget struct {
 func newTarget(scheme string, cfg redislock.Config, o doctor.Options) *redisTarget {
 	c := cfg.Client
 	t := &redisTarget{kind: "node", addrs: c.InitAddress, master: c.Sentinel.MasterSet, db: c.SelectDB}
+	t.ackReplicas, t.ackTimeout = cfg.ReplicaAck()
 	switch {
 	case t.master != "":
 		t.kind = "sentinel"
@@ -289,6 +294,9 @@ func checkRedisNode(ctx context.Context, t *redisTarget, n redisNode, standalone
 		r.Add(doctor.Unread("replication", n.addr, err, "run INFO replication on the node"))
 	} else if cfg != nil {
 		replicationFindings(n, standalone, infoFields(info), cfg, r)
+		if t.ackReplicas > 0 && infoFields(info)["role"] == "master" && !n.member {
+			r.Add(replicaAckFinding(n.addr, t.ackReplicas, t.ackTimeout, strings.Count(info, "state=online")))
+		}
 	}
 	r.Add(doctor.ClockFinding(ctx, n.addr, time.Microsecond, func(ctx context.Context) (time.Time, error) { return c.Time(ctx).Result() },
 		"the redislock fence is max(last fence + 1, the server's TIME in µs): after a restart without the counter or a failover, fences keep increasing only if the new server's clock is not behind the old one's by more than the restart took; an unsynchronised clock is the usual way that breaks. Lock expiry itself is measured by Redis as a duration and does not depend on the offset"))
@@ -386,4 +394,25 @@ func replicationFindings(n redisNode, standalone bool, info, cfg map[string]stri
 		r.Add(doctor.Finding{Severity: doctor.Info, Check: "replicas", Node: n.addr,
 			Seen: "no replicas: while this node is down no lock can be taken or renewed"})
 	}
+}
+
+// replicaAckFinding judges a master's replicas online against the URL's
+// replica_ack: grants and renewals wait for that many, and fail without
+// them.
+func replicaAckFinding(node string, want int, timeout time.Duration, online int) doctor.Finding {
+	f := doctor.Finding{Check: "replica-ack", Node: node,
+		Seen: fmt.Sprintf("replica_ack=%d, replica_ack_timeout=%v; %d replicas online", want, timeout, online)}
+	switch {
+	case online < want:
+		f.Severity = doctor.Danger
+		f.Consequence = fmt.Sprintf("every grant of a key on this node waits %v for acknowledgements that cannot come, then is released and refused, and every renewal fails: no lock can be taken here, and held ones are lost when their validity ends", timeout)
+		f.Fix = fmt.Sprintf("bring the replicas back, or lower replica_ack to the replicas this node keeps online (at most %d)", online)
+	case online == want:
+		f.Severity = doctor.Warning
+		f.Consequence = "locking stops whenever one replica is missing: a replica's restart, and every failover, after which the new primary has one replica fewer until the old primary rejoins as its replica (about 10s under Sentinel)"
+		f.Fix = fmt.Sprintf("run %d replicas, one more than replica_ack", want+1)
+	default:
+		f.Severity = doctor.Info
+	}
+	return f
 }

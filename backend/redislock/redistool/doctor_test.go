@@ -3,6 +3,7 @@ package redistool
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -142,6 +143,7 @@ func TestInvalidURLs(t *testing.T) {
 // TestRefusedAsOpen: a URL redislock refuses, doctor refuses in its words.
 func TestRefusedAsOpen(t *testing.T) {
 	doctortest.Refused(t, redislock.ParseURL, "redis://127.0.0.1:1?colour=red", "redis://127.0.0.1:1?waiter_timeout=1ms",
+		"redis://127.0.0.1:1?replica_ack=-1", "redis://127.0.0.1:1?replica_ack_timeout=1s",
 		"rediss://127.0.0.1:1?dial_timeout=soon", "redis-cluster://127.0.0.1:1?prefix=a{b}", "redis-sentinel://127.0.0.1:1/m/0/1")
 }
 
@@ -149,4 +151,27 @@ func TestUnreachable(t *testing.T) {
 	doctortest.Unreachable(t, func(a string) []string {
 		return []string{"redis://" + a, "redis-cluster://" + a, "redis-sentinel://" + a + "/m"}
 	})
+}
+
+// TestRedisReplicaAck: replica_ack against the replicas a primary has
+// online: too few is a danger, exactly as many a warning, more is fine.
+func TestRedisReplicaAck(t *testing.T) {
+	p := testserver.Redis(t)
+	u := "redis://" + p.Addr() + "?replica_ack=1&replica_ack_timeout=250ms"
+	f := doctortest.Want(t, doctortest.Run(t, u, doctor.Options{}), "replica-ack", doctor.Danger, "replica_ack=1, replica_ack_timeout=250ms; 0 replicas online")
+	if !strings.Contains(f.Consequence, "no lock can be taken") {
+		t.Errorf("consequence does not say that locking stops: %s", f.Consequence)
+	}
+	testserver.Redis(t, "--replicaof", testserver.Host, strconv.Itoa(p.Port))
+	deadline := time.Now().Add(20 * time.Second)
+	r := doctortest.Run(t, u, doctor.Options{})
+	for len(doctortest.Findings(r, "replica-ack")) > 0 && doctortest.Findings(r, "replica-ack")[0].Severity == doctor.Danger && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond) // until the replica is in sync
+		r = doctortest.Run(t, u, doctor.Options{})
+	}
+	doctortest.Want(t, r, "replica-ack", doctor.Warning, "1 replicas online")
+	doctortest.Want(t, doctortest.Run(t, "redis://"+p.Addr()+"?replica_ack=2", doctor.Options{}), "replica-ack", doctor.Danger, "replica_ack=2, replica_ack_timeout=1s; 1 replicas online")
+	if f := doctortest.Findings(doctortest.Run(t, "redis://"+p.Addr(), doctor.Options{}), "replica-ack"); len(f) != 0 {
+		t.Errorf("replica-ack reported without replica_ack: %+v", f)
+	}
 }
