@@ -44,7 +44,7 @@ func (c *Client) acquire(ctx context.Context, key string, once bool, opts []Opti
 	if err != nil {
 		return nil, err
 	}
-	h.arm(g.Lost)
+	h.arm(g)
 	return &Lock{h: h}, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/observe"
@@ -172,6 +173,48 @@ func (c *Client) ForceRelease(ctx context.Context, key, reason string) (Info, er
 		e := observe.Event{Kind: observe.ForceReleased, Key: key, Backend: c.backendName, Reason: reason, Fence: info.Fence,
 			Owner: info.Meta.Owner, BusinessID: info.Meta.BusinessID}
 		c.observer.Observe(ctx, e)
+	}
+	return info, nil
+}
+
+// MaxRequestReason is the longest reason, in bytes, that RequestRelease
+// takes: it travels in the store's notice to the holder.
+const MaxRequestReason = 256
+
+// RequestRelease asks the holder of key to release it (Curator's
+// revocation): the holder's Lock.ReleaseRequested closes, with reason, and
+// the holder may finish its unit of work and Release. Nothing in the store
+// changes; use ForceRelease when the holder does not answer. reason is
+// required, at most MaxRequestReason bytes of UTF-8. It returns the holder's
+// Info, an error matching ErrNotHeld if the key is free, and one matching
+// errors.ErrUnsupported if the backend cannot tell a holder (see
+// driver.ReleaseRequester).
+//
+// The request reaches the holder's current grant only, through the store's
+// notices: a holder that has not followed them since before the request (a
+// dropped connection) does not learn of it, and a later holder of the key is
+// not asked.
+func (c *Client) RequestRelease(ctx context.Context, key, reason string) (Info, error) {
+	if err := ValidateKey(key); err != nil {
+		return Info{}, keyErr("request release", key, err)
+	}
+	switch {
+	case strings.TrimSpace(reason) == "":
+		return Info{}, keyErr("request release", key, fmt.Errorf("%w: a reason is required", ErrInvalidOption))
+	case len(reason) > MaxRequestReason || !utf8.ValidString(reason):
+		return Info{}, keyErr("request release", key, fmt.Errorf("%w: a reason is at most %d bytes of UTF-8", ErrInvalidOption, MaxRequestReason))
+	}
+	rr, ok := c.backend.(driver.ReleaseRequester)
+	if !ok {
+		return Info{}, keyErr("request release", key, fmt.Errorf("backend %s: %w", c.backendName, errors.ErrUnsupported))
+	}
+	var info Info
+	err := c.call(ctx, nil, "request_release", func() (err error) {
+		info, err = rr.RequestRelease(ctx, key, reason)
+		return err
+	})
+	if err != nil {
+		return Info{}, keyErr("request release", key, err)
 	}
 	return info, nil
 }

@@ -486,6 +486,59 @@ func TestForceRelease(t *testing.T) {
 	}
 }
 
+func TestRequestRelease(t *testing.T) {
+	ctx := context.Background()
+	store := memlock.New()
+	rec := &recorder{}
+	asker := distlock.New(store.Connect())
+	holder := distlock.New(store.Connect(), distlock.WithObserver(rec))
+	defer asker.Close()
+	defer holder.Close()
+	l, err := holder.TryLock(ctx, "nightly", distlock.WithOwner("job-7"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, reason := range []string{"", "  ", strings.Repeat("x", distlock.MaxRequestReason+1), "\xff"} {
+		if _, err := asker.RequestRelease(ctx, "nightly", reason); !errors.Is(err, distlock.ErrInvalidOption) {
+			t.Fatalf("request release with reason %q: %v, want ErrInvalidOption", reason, err)
+		}
+	}
+	select {
+	case <-l.ReleaseRequested():
+		t.Fatal("a refused request reached the holder")
+	default:
+	}
+	info, err := asker.RequestRelease(ctx, "nightly", "deploy")
+	if err != nil || info.Fence != l.Fence() || info.Meta.Owner != "job-7" {
+		t.Fatalf("request release = %+v, %v; want the hold", info, err)
+	}
+	<-l.ReleaseRequested()
+	if l.ReleaseReason() != "deploy" || l.Err() != nil {
+		t.Fatalf("after the request: reason %q, err %v", l.ReleaseReason(), l.Err())
+	}
+	if e, ok := rec.find(observe.ReleaseRequested); !ok || e.Reason != "deploy" || e.Key != "nightly" || e.Fence != l.Fence() {
+		t.Fatalf("release requested event %+v (found %v)", e, ok)
+	}
+	// A second request changes nothing for the holder.
+	if _, err := asker.RequestRelease(ctx, "nightly", "again"); err != nil || l.ReleaseReason() != "deploy" {
+		t.Fatalf("second request: %v, reason %q", err, l.ReleaseReason())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := asker.RequestRelease(ctx, "nightly", "deploy"); !errors.Is(err, distlock.ErrNotHeld) {
+		t.Fatalf("request release of a free key: %v, want ErrNotHeld", err)
+	}
+	if _, err := asker.RequestRelease(ctx, "", "x"); !errors.Is(err, distlock.ErrInvalidKey) {
+		t.Fatalf("request release of an invalid key: %v", err)
+	}
+	plain := distlock.New(noForce{memlock.New()})
+	defer plain.Close()
+	if _, err := plain.RequestRelease(ctx, "k", "x"); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("request release without the capability: %v, want ErrUnsupported", err)
+	}
+}
+
 // noForce hides every optional capability of a backend.
 type noForce struct{ driver.Backend }
 

@@ -63,6 +63,21 @@ func (l *Lock) Err() error {
 // released; context.Cause gives the same error as Err.
 func (l *Lock) Context() context.Context { return l.h.context() }
 
+// ReleaseRequested returns a channel that is closed once somebody asked the
+// holder to release the lock (Client.RequestRelease), so that it can finish
+// its unit of work and Release instead of being force-released mid-write.
+// The lock stays held and renewed until then; ReleaseReason says why. On a
+// backend that cannot tell (see driver.ReleaseRequester) it is never closed.
+func (l *Lock) ReleaseRequested() <-chan struct{} { return l.h.requestedChan() }
+
+// ReleaseReason returns the reason of the request that closed
+// ReleaseRequested, and "" before one came.
+func (l *Lock) ReleaseReason() string {
+	l.h.mu.Lock()
+	defer l.h.mu.Unlock()
+	return l.h.requestReason
+}
+
 // HeldFor returns how long the lock has been held.
 func (l *Lock) HeldFor() time.Duration { return time.Since(l.h.acquired) }
 
@@ -155,6 +170,9 @@ type hold struct {
 	retry             backoff
 	refs              int
 	stopLost          func() bool        // stops following Grant.Lost; nil unless the backend signals loss
+	stopRequested     func() bool        // stops following Grant.Requested; nil unless the backend tells
+	requested         chan struct{}      // created on first use by ReleaseRequested; closed once asked
+	requestReason     string             // set once asked; never "" then
 	cancelRenew       context.CancelFunc // of the renewal in flight
 	ctx               context.Context    // created on first use by Done or Context
 	cancel            context.CancelCauseFunc
@@ -209,23 +227,64 @@ func newRetry(interval time.Duration) backoff {
 	return backoff{min: max(interval/16, time.Millisecond), max: interval / 2}
 }
 
-// arm starts following the backend's loss signal and schedules the first
-// tick, unless the hold already ended.
-func (h *hold) arm(lost context.Context) {
+// arm starts following the backend's loss and release-request signals and
+// schedules the first tick, unless the hold already ended.
+func (h *hold) arm(g driver.Grant) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.state != stateHeld {
 		return
 	}
-	if lost != nil {
-		h.stopLost = context.AfterFunc(lost, func() {
+	if g.Lost != nil {
+		h.stopLost = context.AfterFunc(g.Lost, func() {
 			if h.c.enterBackground() {
 				defer h.c.bg.Done()
 				h.markLost(observe.LossStoreDeleted)
 			}
 		})
 	}
+	if asked := g.Requested; asked != nil {
+		h.stopRequested = context.AfterFunc(asked, func() {
+			if h.c.enterBackground() {
+				defer h.c.bg.Done()
+				var req *driver.ReleaseRequest
+				if !errors.As(context.Cause(asked), &req) {
+					req = &driver.ReleaseRequest{Reason: "unknown"}
+				}
+				h.markRequested(req.Reason)
+			}
+		})
+	}
 	h.c.sched.set(h, h.nextDueLocked())
+}
+
+// markRequested records the first request to release the held lock, closes
+// ReleaseRequested's channel and reports observe.ReleaseRequested.
+func (h *hold) markRequested(reason string) {
+	h.mu.Lock()
+	if h.state != stateHeld || h.requestReason != "" {
+		h.mu.Unlock()
+		return
+	}
+	h.requestReason = reason
+	if h.requested != nil {
+		close(h.requested)
+	}
+	h.mu.Unlock()
+	h.emit(observe.Event{Kind: observe.ReleaseRequested, Reason: reason, Hold: time.Since(h.acquired)})
+}
+
+// requestedChan returns ReleaseRequested's channel, creating it on first use.
+func (h *hold) requestedChan() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.requested == nil {
+		h.requested = make(chan struct{})
+		if h.requestReason != "" {
+			close(h.requested)
+		}
+	}
+	return h.requested
 }
 
 // nextDueLocked is when tick must next run.
@@ -369,6 +428,9 @@ func (h *hold) endLocked(s holdState, quiet bool) bool {
 	}
 	if h.stopLost != nil {
 		h.stopLost()
+	}
+	if h.stopRequested != nil {
+		h.stopRequested()
 	}
 	if h.cancel != nil && !quiet {
 		h.cancel(h.errLocked())

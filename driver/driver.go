@@ -13,6 +13,8 @@
 //     tells of them;
 //   - ForceReleaser: freeing a key whoever holds it, with the operator's
 //     ForceOptions;
+//   - ReleaseRequester: asking a key's holder to release it, told through
+//     its Grant's Requested context;
 //   - Namer: a short name for metrics and logs;
 //   - Semaphores: leased permits (distlock.Semaphore), and PermitWaiter:
 //     waiting for a permit where the permits are kept;
@@ -109,6 +111,11 @@ type Grant struct {
 	// last lease confirmation before the grant. Zero means the client uses the
 	// time it sent the acquire request.
 	Sent time.Time
+	// Requested, if not nil, is done once somebody asked the holder to
+	// release the key (ReleaseRequester); context.Cause is a
+	// *ReleaseRequest. The hold goes on: the holder decides. Backends that
+	// cannot tell leave it nil.
+	Requested context.Context
 	// TTL, if not zero, is the time to live the store gave when it gave less
 	// than req.TTL (a lock service that caps how long a key may be held):
 	// the client's validity then counts with it.
@@ -201,6 +208,26 @@ type ForceOptions struct {
 	// empty.
 	Reason string
 }
+
+// ReleaseRequester is implemented by backends that can ask a key's holder to
+// release it: a polite request, which the holder may honour once its unit of
+// work is done, where ForceReleaser takes the key at once.
+type ReleaseRequester interface {
+	// RequestRelease ends the Requested context of the grant that holds key,
+	// with a *ReleaseRequest carrying reason as its cause, and returns the
+	// key's Info. It changes nothing in the store's hold. If key is free it
+	// returns an error matching ErrNotHeld and tells nobody. A request is a
+	// notice, not a record: a holder that is not following its store's
+	// notices at that moment does not learn of it.
+	RequestRelease(ctx context.Context, key, reason string) (Info, error)
+}
+
+// ReleaseRequest is the cause of a Grant's Requested context.
+type ReleaseRequest struct {
+	Reason string // why the holder is asked to release, as the requester said
+}
+
+func (r *ReleaseRequest) Error() string { return "release requested: " + r.Reason }
 
 // Namer is implemented by backends that report a short name for metrics and
 // logs, such as "redis" or "etcd".

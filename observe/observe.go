@@ -62,9 +62,12 @@ const (
 	// ForceReleased: an operator freed the key whoever held it (Reason is
 	// theirs; Fence, Owner and BusinessID are the ended hold's).
 	ForceReleased
+	// ReleaseRequested: somebody asked this holder to release the lock
+	// (Reason is theirs; Hold set). The lock is still held.
+	ReleaseRequested
 )
 
-var kindNames = [...]string{"", "acquire_start", "acquired", "not_acquired", "acquire_failed", "renewed", "renew_failed", "released", "lost", "store_call", "force_released"}
+var kindNames = [...]string{"", "acquire_start", "acquired", "not_acquired", "acquire_failed", "renewed", "renew_failed", "released", "lost", "store_call", "force_released", "release_requested"}
 
 // String returns the kind's name in snake case, such as "acquired" or
 // "store_call", as metrics and logs label it; "unknown" for a kind not
@@ -111,11 +114,13 @@ type Event struct {
 	// Hold is how long the lock was held.
 	Hold time.Duration
 	// Op and Latency describe a store call: "acquire", "renew", "release",
-	// "handoff", "inspect", "list", "list_page" or "force_release".
+	// "handoff", "inspect", "list", "list_page", "force_release" or
+	// "request_release".
 	Op      string
 	Latency time.Duration
-	// Reason is a loss or release reason (see the constants above), or an
-	// operator's reason for ForceReleased.
+	// Reason is a loss or release reason (see the constants above), or the
+	// operator's or requester's reason for ForceReleased and
+	// ReleaseRequested.
 	Reason string
 	Err    error
 	// Remote marks an event of a lock held elsewhere, through

@@ -63,6 +63,8 @@ func TestFailureEvents(t *testing.T) {
 	}))
 	// An operator frees a stuck key.
 	obs.Observe(ctx, with(observe.ForceReleased, func(e *observe.Event) { e.Reason = "job stuck since 02:00" }))
+	// A holder is asked to give its lock up.
+	obs.Observe(ctx, with(observe.ReleaseRequested, func(e *observe.Event) { e.Reason = "deploy at 02:00" }))
 
 	expected := `
 # HELP distlock_acquisitions_total Lock acquisitions by result.
@@ -102,6 +104,7 @@ distlock_waiters{backend="redis",group="jobs"} 0
 		{"lock renewal failed", "WARN"},
 		{"lock released after its lease expired", "WARN"},
 		{"lock force-released", "WARN"},
+		{"lock release requested", "INFO"},
 	} {
 		if got := logs.find(c.msg, map[string]string{"level": c.level, "key": "k", "token_id": "0a1b2c3d"}); len(got) != 1 {
 			t.Errorf("want one %s record %q, got %d:\n%s", c.level, c.msg, len(got), strings.Join(logs.all(), "\n"))

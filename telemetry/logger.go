@@ -79,7 +79,7 @@ func (g *Logger) Observe(ctx context.Context, e observe.Event) {
 		attrs = append(attrs, slog.Duration("wait", e.Wait))
 	case observe.Released, observe.Lost:
 		attrs = append(attrs, slog.Duration("hold", e.Hold), slog.String("reason", e.Reason))
-	case observe.ForceReleased:
+	case observe.ForceReleased, observe.ReleaseRequested:
 		attrs = append(attrs, slog.String("reason", e.Reason))
 	}
 	if e.Err != nil {
@@ -106,6 +106,8 @@ func (g *Logger) classify(e observe.Event) (slog.Level, string) {
 		return slog.LevelWarn, "lock lost"
 	case observe.ForceReleased:
 		return slog.LevelWarn, "lock force-released"
+	case observe.ReleaseRequested:
+		return slog.LevelInfo, "lock release requested"
 	case observe.Released:
 		switch {
 		case e.Reason == observe.ReleaseExpired:

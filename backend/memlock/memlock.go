@@ -52,7 +52,20 @@ type entry struct {
 	fence   uint64
 	expires time.Time
 	meta    driver.Meta
+
+	requested context.Context         // the grant's Requested
+	ask       context.CancelCauseFunc // ends requested with a *driver.ReleaseRequest
 }
+
+// newEntry is a fresh grant of fence to req.
+func newEntry(req driver.AcquireRequest, fence uint64, now time.Time) *entry {
+	e := &entry{token: req.Token, fence: fence, expires: now.Add(req.TTL), meta: req.Meta}
+	e.requested, e.ask = context.WithCancelCause(context.Background())
+	return e
+}
+
+// grant is the driver's view of e.
+func (e *entry) grant() driver.Grant { return driver.Grant{Fence: e.fence, Requested: e.requested} }
 
 var (
 	_ driver.Backend    = (*Backend)(nil)
@@ -62,7 +75,8 @@ var (
 	_ driver.Namer      = (*Backend)(nil)
 	_ driver.Handoff    = (*Backend)(nil)
 
-	_ driver.ForceReleaser = (*Backend)(nil)
+	_ driver.ForceReleaser    = (*Backend)(nil)
+	_ driver.ReleaseRequester = (*Backend)(nil)
 )
 
 // New returns a handle on a new, empty store.
@@ -106,16 +120,17 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if e := b.live(req.Key, now); e != nil {
 		if e.token == req.Token { // a retried request that already won: renewed from now
 			e.expires = now.Add(req.TTL)
-			return driver.Grant{Fence: e.fence}, nil
+			return e.grant(), nil
 		}
 		return driver.Grant{}, driver.ErrNotAcquired
 	}
 	b.fence++
-	b.locks[req.Key] = &entry{token: req.Token, fence: b.fence, expires: now.Add(req.TTL), meta: req.Meta}
+	e := newEntry(req, b.fence, now)
+	b.locks[req.Key] = e
 	if len(b.locks) >= b.sweepAt {
 		b.sweepLocked(now)
 	}
-	return driver.Grant{Fence: b.fence}, nil
+	return e.grant(), nil
 }
 
 // sweepLocked drops expired entries so that abandoned keys do not pile up.
@@ -169,8 +184,9 @@ func (b *Backend) Handoff(ctx context.Context, key, token string, next driver.Ac
 		return driver.Grant{}, driver.ErrNotHeld
 	}
 	b.fence++
-	b.locks[key] = &entry{token: next.Token, fence: b.fence, expires: now.Add(next.TTL), meta: next.Meta}
-	return driver.Grant{Fence: b.fence}, nil
+	n := newEntry(next, b.fence, now)
+	b.locks[key] = n
+	return n.grant(), nil
 }
 
 // ForceRelease removes key whoever holds it, as an operator would, wakes its
@@ -189,6 +205,23 @@ func (b *Backend) ForceRelease(ctx context.Context, key string, _ driver.ForceOp
 	}
 	delete(b.locks, key)
 	b.notifyLocked(key)
+	return e.info(key, now), nil
+}
+
+// RequestRelease tells key's holder that reason asks it to release the key,
+// and returns what the store knows of the hold.
+func (b *Backend) RequestRelease(ctx context.Context, key, reason string) (driver.Info, error) {
+	if err := b.check(ctx); err != nil {
+		return driver.Info{}, err
+	}
+	now := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e := b.live(key, now)
+	if e == nil {
+		return driver.Info{}, driver.ErrNotHeld
+	}
+	e.ask(&driver.ReleaseRequest{Reason: reason})
 	return e.info(key, now), nil
 }
 
