@@ -25,10 +25,11 @@ import (
 type inbox struct {
 	ps      pubsub
 	channel string
-	// lostChannel carries the tokens that forced releases removed, which
-	// onLost is told (lost.go).
+	// lostChannel carries the tokens that forced releases removed and the
+	// requests to release, which onLost is told (lost.go).
 	lostChannel string
-	onLost      func(token string)
+	onLost      func(payload string)
+	onListening func()        // the lost channel's subscription is confirmed
 	timeout     time.Duration // bounds one SUBSCRIBE
 
 	mu      sync.Mutex
@@ -94,8 +95,8 @@ type mailbox struct {
 // nextWaiter is a waiter as release.lua takes it.
 type nextWaiter struct{ token, ttl, meta, member string }
 
-func newInbox(st store, channel, lostChannel string, timeout time.Duration, onLost func(token string)) *inbox {
-	ib := &inbox{channel: channel, lostChannel: lostChannel, onLost: onLost, timeout: timeout,
+func newInbox(st store, channel, lostChannel string, timeout time.Duration, onLost func(payload string), onListening func()) *inbox {
+	ib := &inbox{channel: channel, lostChannel: lostChannel, onLost: onLost, onListening: onListening, timeout: timeout,
 		waiters: make(map[string]*mailbox), lines: make(map[string]*line),
 		gaveUp: make(map[string]time.Time), contended: make(map[string]time.Time)}
 	ib.ps = st.newPubSub(pubsubEvents{message: ib.message, subscribed: ib.confirmed, lost: ib.lost})
@@ -325,6 +326,9 @@ func (ib *inbox) refusedAt(mb *mailbox, sent time.Time) {
 // confirmed marks the subscription live and wakes every waiter: a notice
 // sent before it was live never came.
 func (ib *inbox) confirmed(channel string) {
+	if channel == ib.lostChannel {
+		ib.onListening()
+	}
 	if channel != ib.channel {
 		return
 	}

@@ -49,6 +49,11 @@ func (b *Backend) lockNames(key string) (lock, fence, meta string) {
 	return all[:n], all[:m], all[m:]
 }
 
+// requestName is the name of key's last request to release (request.lua).
+func (b *Backend) requestName(key string) string {
+	return b.prefix + "{" + escapeKey(key) + "}:request"
+}
+
 // all returns the names in the order of queue.lua's KEYS.
 func (k keys) all() []string {
 	return []string{k.lock, k.fence, k.meta, k.queue, k.expiry, k.waiterMeta, k.watchers}

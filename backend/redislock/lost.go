@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -9,8 +10,9 @@ import (
 )
 
 // lostChannel is the channel, after the notice channels' prefix, on which
-// a forced release names the token it removed (forcerelease.lua). No
-// backend id is "lost": ids are hex.
+// a forced release names the token it removed (forcerelease.lua), and a
+// request to release names the holder's token and the reason (request.lua).
+// No backend id is "lost": ids are hex.
 const lostChannel = "lost"
 
 // holders are the locks this backend holds, by token, each with the
@@ -29,18 +31,21 @@ type holders struct {
 
 // heldLock is a held lock as holders keep it.
 type heldLock struct {
-	lost   context.Context
-	cancel context.CancelFunc
-	until  time.Time // when its lease runs out unless renewed
+	lost      context.Context
+	cancel    context.CancelFunc
+	requested context.Context         // its driver.Grant.Requested
+	ask       context.CancelCauseFunc // ends requested
+	key       string
+	until     time.Time // when its lease runs out unless renewed
 }
 
 // staleAfter is how long after its lease ran out an entry is dropped.
 const staleAfter = time.Minute
 
-// hold records a grant to token for ttl and returns its Lost context. A
-// repeated grant to the same token (a retry whose reply was lost) shares
-// the first one's.
-func (h *holders) hold(token string, ttl time.Duration) context.Context {
+// hold records a grant to token for ttl and returns it, whose Lost and
+// Requested contexts the grant takes. A repeated grant to the same token (a
+// retry whose reply was lost) shares the first one's.
+func (h *holders) hold(key, token string, ttl time.Duration) *heldLock {
 	now := time.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -57,11 +62,13 @@ func (h *holders) hold(token string, ttl time.Duration) context.Context {
 	}
 	if l, ok := h.byToken[token]; ok {
 		l.until = now.Add(ttl)
-		return l.lost
+		return l
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	h.byToken[token] = &heldLock{lost: ctx, cancel: cancel, until: now.Add(ttl)}
-	return ctx
+	l := &heldLock{key: key, until: now.Add(ttl)}
+	l.lost, l.cancel = context.WithCancel(context.Background())
+	l.requested, l.ask = context.WithCancelCause(context.Background())
+	h.byToken[token] = l
+	return l
 }
 
 // renewed records that token's lease now runs for ttl.
@@ -80,6 +87,27 @@ func (h *holders) forget(token string) {
 	delete(h.byToken, token)
 }
 
+// notice takes a message of the lost channel: a token that a forced
+// release removed (forcerelease.lua), or "<token> <reason>", a request to
+// release (request.lua).
+func (h *holders) notice(payload string) {
+	if token, reason, asked := strings.Cut(payload, " "); asked {
+		h.asked(token, reason)
+		return
+	}
+	h.removed(payload)
+}
+
+// asked ends the Requested context of token's hold with reason.
+func (h *holders) asked(token, reason string) {
+	h.mu.Lock()
+	l, ok := h.byToken[token]
+	h.mu.Unlock()
+	if ok {
+		l.ask(&driver.ReleaseRequest{Reason: reason})
+	}
+}
+
 // removed ends the Lost context of token's hold, which a forced release
 // removed.
 func (h *holders) removed(token string) {
@@ -94,13 +122,52 @@ func (h *holders) removed(token string) {
 
 // granted records a grant that err did not refuse and sets its Lost
 // context, then makes sure the backend listens for lost notices.
-func (b *Backend) granted(g driver.Grant, err error, token string, ttl time.Duration) (driver.Grant, error) {
+func (b *Backend) granted(g driver.Grant, err error, key, token string, ttl time.Duration) (driver.Grant, error) {
 	if err != nil {
 		return g, err
 	}
-	g.Lost = b.holders.hold(token, ttl)
+	l := b.holders.hold(key, token, ttl)
+	g.Lost, g.Requested = l.lost, l.requested
 	b.listenForLoss()
 	return g, nil
+}
+
+// unasked returns the holds that no request has reached yet.
+func (h *holders) unasked() map[string]string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	keys := make(map[string]string)
+	for token, l := range h.byToken {
+		if l.requested.Err() == nil {
+			keys[token] = l.key
+		}
+	}
+	return keys
+}
+
+// readMissedRequests tells the holders of requests made while the inbox
+// was not listening: request.lua records each request under the key's
+// request name, as "<token> <reason>", for as long as the lock lives. It
+// runs once the lost channel's subscription is confirmed, in the
+// background, one read per lock held.
+func (b *Backend) readMissedRequests() {
+	if !b.enterWait() {
+		return
+	}
+	go func() {
+		defer b.waits.Done()
+		for token, key := range b.holders.unasked() {
+			r, err := b.evalStrings(b.closing, scriptRequested, []string{b.requestName(key)})
+			if err != nil {
+				return // the next subscription tries again
+			}
+			if len(r) == 1 {
+				if t, reason, ok := strings.Cut(r[0], " "); ok && t == token {
+					b.holders.asked(token, reason)
+				}
+			}
+		}
+	}()
 }
 
 // listenForLoss subscribes the inbox, in the background, unless it is

@@ -49,7 +49,8 @@ var (
 	_ driver.Namer      = (*Backend)(nil)
 	_ driver.Handoff    = (*Backend)(nil)
 
-	_ driver.ForceReleaser = (*Backend)(nil)
+	_ driver.ForceReleaser    = (*Backend)(nil)
+	_ driver.ReleaseRequester = (*Backend)(nil)
 )
 
 // newBackend checks the server version within ctx and the request timeout,
@@ -67,7 +68,7 @@ func newBackend(ctx context.Context, st store, cfg config) (*Backend, error) {
 	if cfg.watchedReleases {
 		b.release = scriptReleaseWatched
 	}
-	b.inbox = newInbox(st, b.channels+b.id, b.channels+lostChannel, cfg.requestTimeout, b.holders.removed)
+	b.inbox = newInbox(st, b.channels+b.id, b.channels+lostChannel, cfg.requestTimeout, b.holders.notice, b.readMissedRequests)
 	b.closing, b.stopWaits = context.WithCancel(context.Background())
 	return b, nil
 }
@@ -149,7 +150,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	case fence <= 0:
 		return driver.Grant{}, driver.ErrNotAcquired
 	}
-	return b.granted(driver.Grant{Fence: uint64(fence)}, nil, req.Token, req.TTL)
+	return b.granted(driver.Grant{Fence: uint64(fence)}, nil, req.Key, req.Token, req.TTL)
 }
 
 // Handoff gives key to next.Token, with a new fence and next's time to live
@@ -174,7 +175,7 @@ func (b *Backend) Handoff(ctx context.Context, key, token string, next driver.Ac
 		return driver.Grant{}, driver.ErrNotHeld
 	}
 	b.holders.forget(token)
-	return b.granted(driver.Grant{Fence: uint64(fence)}, nil, next.Token, next.TTL)
+	return b.granted(driver.Grant{Fence: uint64(fence)}, nil, key, next.Token, next.TTL)
 }
 
 // grant runs the acquire script for req, handed over from token from if it
@@ -339,8 +340,30 @@ func (b *Backend) ForceRelease(ctx context.Context, key string, _ driver.ForceOp
 	return info, nil
 }
 
-// parseInfo reads the reply of inspect.lua or forcerelease.lua, r, or
-// returns err.
+// RequestRelease asks key's holder to release it, in one script that
+// publishes its token and reason on the channel every holding backend
+// listens on, and returns what the key holds. It also records the request
+// for as long as the lock lives, for a holder whose subscription was not up:
+// the holder reads it once it subscribes. A free key gets an error matching
+// driver.ErrNotHeld and changes nothing.
+func (b *Backend) RequestRelease(ctx context.Context, key, reason string) (driver.Info, error) {
+	if err := driver.ValidateKey(key); err != nil {
+		return driver.Info{}, err
+	}
+	lock, fence, meta := b.lockNames(key)
+	r, err := b.evalStrings(ctx, scriptRequestRelease, []string{lock, fence, meta, b.requestName(key)}, b.channels, reason)
+	info, err := parseInfo(key, r, err)
+	switch {
+	case err != nil:
+		return driver.Info{}, driver.Wrap("redislock", err)
+	case !info.Held:
+		return driver.Info{}, driver.ErrNotHeld
+	}
+	return info, nil
+}
+
+// parseInfo reads the reply of inspect.lua, forcerelease.lua or
+// request.lua, r, or returns err.
 func parseInfo(key string, r []string, err error) (driver.Info, error) {
 	if err == nil && len(r) != 4 {
 		err = fmt.Errorf("script returned %d values, want 4", len(r))

@@ -15,6 +15,8 @@ const (
 	scriptReleaseWatched
 	scriptInspect
 	scriptForceRelease
+	scriptRequestRelease
+	scriptRequested
 	scriptWait
 	scriptLeave
 	scriptWatch
@@ -36,6 +38,10 @@ var (
 	inspectLua string
 	//go:embed forcerelease.lua
 	forceReleaseLua string
+	//go:embed request.lua
+	requestLua string
+	//go:embed requested.lua
+	requestedLua string
 	//go:embed wait.lua
 	waitLua string
 	//go:embed leave.lua
@@ -61,6 +67,8 @@ var scriptSources = [numScripts]string{
 	scriptReleaseWatched: releaseSource(true),
 	scriptInspect:        inspectLua,
 	scriptForceRelease:   counterLua + watchersLua + withQueue(forceReleaseLua, ""),
+	scriptRequestRelease: requestLua,
+	scriptRequested:      requestedLua,
 	scriptWait:           counterLua + withQueue(waitLua, ""),
 	scriptLeave:          counterLua + withQueue(leaveLua, ""),
 	scriptWatch:          watchLua,
