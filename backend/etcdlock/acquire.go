@@ -176,6 +176,9 @@ type holding struct {
 	lost  context.Context    // done when the store dropped the hold
 	lose  context.CancelFunc // ends lost
 
+	requested context.Context         // done when a release was requested (request.go)
+	ask       context.CancelCauseFunc // ends requested
+
 	cancel context.CancelFunc // ends the loss watch once it runs
 	watch  *time.Timer        // starts the loss watch
 
@@ -214,7 +217,8 @@ func (b *Backend) granted(token, entry, value string, t *ticket, rev int64, ttl 
 	ctx, cancel := context.WithCancel(holdWatchContext)
 	h := &holding{entry: entry, value: value, rev: rev, lease: t.id, ttl: t.ttl, cancel: cancel, confirmed: t.confirmed}
 	h.lost, h.lose = context.WithCancel(context.Background())
-	g := driver.Grant{Fence: uint64(rev), Lost: h.lost, Sent: t.sent(ttl)}
+	h.requested, h.ask = context.WithCancelCause(context.Background())
+	g := driver.Grant{Fence: uint64(rev), Lost: h.lost, Requested: h.requested, Sent: t.sent(ttl)}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed.Load() {
@@ -224,6 +228,8 @@ func (b *Backend) granted(token, entry, value string, t *ticket, rev int64, ttl 
 	}
 	id := holdID{dir: entryDir(entry), token: token}
 	b.held[id] = h
+	b.followRequestsLocked()
+	b.claimRequestLocked(h, token)
 	b.bg.Add(1)
 	h.watch = time.AfterFunc(lossWatchDelay, func() {
 		defer b.bg.Done()

@@ -100,7 +100,11 @@ type Backend struct {
 
 	mu   sync.Mutex
 	held map[holdID]*holding // acquisitions this backend made
-	bg   sync.WaitGroup      // loss watchers
+	bg   sync.WaitGroup      // loss watchers and the requests' watch
+	// requests holds the requests to release that no grant of this
+	// backend has claimed yet, by entry name (request.go); nil until the
+	// first grant starts the requests' watch.
+	requests map[string]string
 }
 
 var (
