@@ -126,6 +126,32 @@ func TestOps(t *testing.T) {
 		}
 		p.mustWait(t, processTimeout)
 	})
+	t.Run("ReleaseRequest", func(t *testing.T) {
+		// The holder is told at once, passes it on to its command as
+		// SIGTERM, and exits with the command's code: the lock was not lost.
+		dir := t.TempDir()
+		p := startDistlock(t, bin, s.env, "", "run", "--key", "ops/r", "--owner", "carol", "--on-release-request", "TERM",
+			"--", "sh", "-c", waitingJob(dir, "trap 'exit 0' TERM"))
+		awaitStart(t, dir)
+		var res requestResult
+		decode(t, ops(t, "release", "--request", "ops/r", "--reason", "deploy at 02:00", "-o", "json").stdout, &res)
+		if res.Asked.Owner != "carol" || !res.Asked.Held || res.Reason != "deploy at 02:00" || res.By != operator() {
+			t.Errorf("release --request -o json: %+v, want carol's hold asked by %s", res, operator())
+		}
+		r := p.mustWait(t, processTimeout)
+		if r.code != 0 {
+			t.Fatalf("the holder exited %d, want the command's 0: %s", r.code, r.stderr)
+		}
+		wantOneLine(t, r, `a release of lock "ops/r" was requested: `+operator()+`: deploy at 02:00; the command's process group gets SIGTERM`)
+		if s.held(t, "ops/r") {
+			t.Error("the key is still held after the command ended")
+		}
+		free := runDistlock(t, bin, s.env, "release", "--request", "ops/r", "--reason", "again")
+		if free.code != ExitError {
+			t.Fatalf("release --request of a free key: exit %d, want %d", free.code, ExitError)
+		}
+		wantOneLine(t, free, `"ops/r" is not held; nobody was asked`)
+	})
 	t.Run("DeletedUnnoticed", func(t *testing.T) {
 		// Deleted between two renewals behind distlock's back (a forced
 		// release would be told at once), a run whose command ends first

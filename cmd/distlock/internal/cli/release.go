@@ -18,9 +18,17 @@ import (
 
 // releaseFlags are the flags of distlock release.
 type releaseFlags struct {
-	force  bool
-	yes    bool
-	reason string
+	force   bool
+	request bool
+	yes     bool
+	reason  string
+}
+
+// requestResult is what release --request prints with -o json.
+type requestResult struct {
+	Asked  lockView `json:"asked"`
+	By     string   `json:"by"`
+	Reason string   `json:"reason"`
 }
 
 // releaseResult is what release --force prints with -o json.
@@ -33,12 +41,19 @@ type releaseResult struct {
 func newReleaseCommand(g *globals) *cobra.Command {
 	f := &releaseFlags{}
 	c := &cobra.Command{
-		Use:   "release --force KEY --reason TEXT",
-		Short: "Free a lock whoever holds it (force release)",
-		Long: `release --force frees KEY whoever holds it, for a job known dead or stuck
-while its lock keeps being renewed. A holder releases its own lock with its
-token; freeing a lock by key is only ever a force release, so --force is
-required.
+		Use:   "release (--request | --force) KEY --reason TEXT",
+		Short: "Ask a lock's holder to release it, or free it whoever holds it",
+		Long: `release --request asks the holder of KEY to release it: the holder is told
+at once, with the reason (Lock.ReleaseRequested in Go; distlock run passes it
+on as the signal --on-release-request names), keeps the lock, and may finish
+its unit of work first. The lock itself does not change. The reason is sent as
+USER@HOST: TEXT. Redis and etcd can tell a holder; other stores say they
+cannot.
+
+release --force frees KEY whoever holds it, for a job known dead or stuck
+while its lock keeps being renewed, or one that did not answer a request.
+A holder releases its own lock with its token; freeing a lock by key is only
+ever a force release, so --force or --request is required.
 
 On a terminal it shows the holder and asks for confirmation; elsewhere it
 needs --yes. The reason is recorded as USER@HOST: TEXT and printed with
@@ -50,21 +65,29 @@ fences. Stores that cannot free a lock they did not grant say why (a
 PostgreSQL advisory lock can only be freed by ending the session holding
 it: open the store with terminate_on_force_release=true to allow that).
 
-Exit codes: 0 released; 1 the key was not held, confirmation was declined,
-or the store cannot force-release; 2 bad arguments or no confirmation
-possible (nothing was sent to the store); 69 store unreachable.`,
-		Example: `  distlock release --force nightly-report --reason "report job hung, pid 4242 killed"
+Exit codes: 0 released (or asked); 1 the key was not held, confirmation was
+declined, or the store cannot force-release or tell a holder; 2 bad
+arguments or no confirmation possible (nothing was sent to the store); 69
+store unreachable.`,
+		Example: `  distlock release --request nightly-report --reason "deploy at 02:00"
+  distlock release --force nightly-report --reason "report job hung, pid 4242 killed"
   distlock release --force order:42 --reason "INC-1234" --yes -o json`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := f.validate(cmd, args); err != nil {
 				return err
+			}
+			if f.request {
+				return withClient(cmd, g, "release --request", args[0], func(ctx context.Context, c *distlock.Client, asJSON bool) error {
+					return f.ask(ctx, cmd, c, args[0], asJSON)
+				})
 			}
 			return withClient(cmd, g, "release --force", args[0], func(ctx context.Context, c *distlock.Client, asJSON bool) error {
 				return f.release(ctx, cmd, c, args[0], asJSON)
 			})
 		},
 	}
-	c.Flags().BoolVar(&f.force, "force", false, "free the lock whoever holds it (required)")
+	c.Flags().BoolVar(&f.request, "request", false, "ask the holder to release the lock; it is told at once and decides")
+	c.Flags().BoolVar(&f.force, "force", false, "free the lock whoever holds it")
 	c.Flags().BoolVarP(&f.yes, "yes", "y", false, "do not ask for confirmation")
 	c.Flags().StringVar(&f.reason, "reason", "", "why the lock is freed, recorded with who did it (required)")
 	return c
@@ -73,8 +96,18 @@ possible (nothing was sent to the store); 69 store unreachable.`,
 // validate checks the flags and arguments before any store is opened.
 func (f *releaseFlags) validate(cmd *cobra.Command, args []string) error {
 	switch {
+	case f.request && f.force:
+		return usage("release: --request asks the holder, --force frees the lock; give one")
+	case f.request && len(args) != 1:
+		return usage("release --request takes one KEY, got %d arguments", len(args))
+	case f.request && strings.TrimSpace(f.reason) == "":
+		return usage("release --request: --reason is required: say why the holder should let go")
+	case f.request && len(operator())+2+len(f.reason) > distlock.MaxRequestReason:
+		return usage("release --request: --reason is too long: at most %d bytes with who asks (%s: )", distlock.MaxRequestReason, operator())
+	case f.request:
+		return nil
 	case !f.force:
-		return usage("release: a lock is released by its holder, with its token; freeing a lock by key is a force release: distlock release --force KEY --reason TEXT")
+		return usage("release: a lock is released by its holder, with its token; ask the holder with distlock release --request KEY --reason TEXT, or free it with distlock release --force KEY --reason TEXT")
 	case len(args) != 1:
 		return usage("release --force takes one KEY, got %d arguments", len(args))
 	case strings.TrimSpace(f.reason) == "":
@@ -109,6 +142,28 @@ func (f *releaseFlags) release(ctx context.Context, cmd *cobra.Command, c *distl
 		return writeJSON(cmd.OutOrStdout(), releaseResult{Released: v, By: by, Reason: f.reason})
 	}
 	_, err = fmt.Fprintf(cmd.OutOrStdout(), "released %q held by %s (business id %s, fence %d, lease left %s); by %s: %s\n",
+		key, v.owner(), dash(v.BusinessID), v.Fence, v.leaseLeft(), by, f.reason)
+	return err
+}
+
+// ask asks key's holder to release it and prints whom it asked.
+func (f *releaseFlags) ask(ctx context.Context, cmd *cobra.Command, c *distlock.Client, key string, asJSON bool) error {
+	by := operator()
+	info, err := c.RequestRelease(ctx, key, by+": "+f.reason)
+	switch {
+	case errors.Is(err, distlock.ErrNotHeld):
+		return exit(ExitError, fmt.Errorf("release --request: %q is not held; nobody was asked", key))
+	case errors.Is(err, errors.ErrUnsupported):
+		return exit(ExitError, &opError{op: "release --request: this store cannot tell a holder; release --force frees the lock", err: err})
+	case err != nil:
+		return storeFailure("release --request", err)
+	}
+	info.Key = key
+	v := viewOf(info)
+	if asJSON {
+		return writeJSON(cmd.OutOrStdout(), requestResult{Asked: v, By: by, Reason: f.reason})
+	}
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "asked the holder of %q to release it: %s (business id %s, fence %d, lease left %s); by %s: %s\n",
 		key, v.owner(), dash(v.BusinessID), v.Fence, v.leaseLeft(), by, f.reason)
 	return err
 }

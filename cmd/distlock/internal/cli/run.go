@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -43,6 +44,8 @@ type runFlags struct {
 	maxHold    time.Duration
 	grace      time.Duration
 	skipOK     bool
+	onRequest  string // --on-release-request: a signal's name, or "none"
+	askSignal  syscall.Signal
 }
 
 func newRunCommand(g *globals) *cobra.Command {
@@ -64,6 +67,13 @@ SIGKILL after --grace, and distlock exits with code 76 naming the reason.
 A forced release is seen at once on Redis, etcd, ZooKeeper and the lock
 service (over distlock:// run adds watch_loss=true to the URL unless it
 sets watch_loss), elsewhere at the next renewal.
+
+A request to release the lock (distlock release --request, or
+Client.RequestRelease) is said on stderr, and passed on to the command's
+process group as the signal --on-release-request names (none by default):
+the command can finish its unit of work and exit, and distlock then
+releases the lock as usual, with the command's exit code. It is seen at
+once on Redis and etcd.
 
 The command runs in a process group of its own; SIGINT, SIGTERM, SIGHUP and
 SIGQUIT sent to distlock are forwarded to that group, and the lock is
@@ -89,7 +99,8 @@ while the command ran; 126 the command could not be started; 127 no such
 command; 128+N distlock was interrupted by signal N before the command ran.`,
 		Example: `  distlock run --backend redis://127.0.0.1:6379 --key nightly-report -- ./report.sh --day today
   distlock run --key backup --wait 5m --max-hold 2h -- pg_dump -f /backup/db.sql app
-  distlock run --key cleanup --at-least 1m --skip-ok -- sh -c 'echo fence $DISTLOCK_FENCE'`,
+  distlock run --key cleanup --at-least 1m --skip-ok -- sh -c 'echo fence $DISTLOCK_FENCE'
+  distlock run --key reindex --on-release-request USR1 -- ./reindex.sh`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			argv, err := f.validate(g, args, cmd.ArgsLenAtDash())
 			if err != nil {
@@ -108,6 +119,7 @@ command; 128+N distlock was interrupted by signal N before the command ran.`,
 	fl.DurationVar(&f.maxHold, "max-hold", 0, "stop renewing after this long and stop the command as on a lost lock; 0 is no cap")
 	fl.DurationVar(&f.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the lock is lost")
 	fl.BoolVar(&f.skipOK, "skip-ok", false, "exit 0, silently, when the key is held elsewhere")
+	fl.StringVar(&f.onRequest, "on-release-request", "none", "signal the command's process group gets when a release of the lock is requested (TERM, INT, HUP, USR1, ...), or none")
 	return c
 }
 
@@ -124,6 +136,9 @@ func (f *runFlags) validate(g *globals, args []string, dash int) ([]string, erro
 		return nil, exit(ExitUsage, &opError{op: "run: --key", err: err})
 	}
 	if err := f.validateDurations(); err != nil {
+		return nil, err
+	}
+	if err := f.validateOnRequest(); err != nil {
 		return nil, err
 	}
 	switch {
@@ -151,6 +166,22 @@ func (f *runFlags) validateDurations() error {
 		return usage("run: --wait, --at-least, --max-hold and --grace cannot be negative")
 	case f.maxHold > 0 && f.atLeast > f.maxHold:
 		return usage("run: --at-least %v is longer than --max-hold %v", f.atLeast, f.maxHold)
+	}
+	return nil
+}
+
+// validateOnRequest reads --on-release-request: none, or a signal's name
+// with or without its SIG prefix.
+func (f *runFlags) validateOnRequest() error {
+	name := strings.ToUpper(f.onRequest)
+	if name == "NONE" {
+		return nil
+	}
+	if !strings.HasPrefix(name, "SIG") {
+		name = "SIG" + name
+	}
+	if f.askSignal = unix.SignalNum(name); f.askSignal == 0 || f.askSignal == syscall.SIGKILL || f.askSignal == syscall.SIGSTOP {
+		return usage("run: --on-release-request %q: want none or a signal the command can handle, such as TERM, INT, HUP or USR1", f.onRequest)
 	}
 	return nil
 }
@@ -201,7 +232,7 @@ func (f *runFlags) run(cmd *cobra.Command, g *globals, argv []string) error {
 		return interrupted(sigs, "before the command started")
 	}
 	stop()
-	j := &job{flags: f, lock: l, sigs: sigs, losses: losses}
+	j := &job{flags: f, lock: l, sigs: sigs, losses: losses, stderr: cmd.ErrOrStderr()}
 	return j.run(cmd, argv)
 }
 
@@ -310,6 +341,7 @@ type job struct {
 	lock   *distlock.Lock
 	sigs   <-chan os.Signal
 	losses *lossRecorder
+	stderr io.Writer
 	child  *exec.Cmd
 	killed bool // SIGKILL was sent after --grace
 }
@@ -353,7 +385,7 @@ func (j *job) start(cmd *cobra.Command, argv []string) error {
 func (j *job) supervise() (waitErr error, lost bool) {
 	exited := make(chan error, 1)
 	go func() { exited <- j.child.Wait() }()
-	done := j.lock.Done()
+	done, asked := j.lock.Done(), j.lock.ReleaseRequested()
 	grace := time.NewTimer(time.Hour)
 	grace.Stop()
 	defer grace.Stop()
@@ -366,6 +398,9 @@ func (j *job) supervise() (waitErr error, lost bool) {
 			lost = true
 			j.signal(syscall.SIGTERM)
 			grace.Reset(j.flags.grace)
+		case <-asked:
+			asked = nil
+			j.released()
 		case <-grace.C:
 			j.killed = true
 			j.signal(syscall.SIGKILL)
@@ -373,6 +408,17 @@ func (j *job) supervise() (waitErr error, lost bool) {
 			return err, lost
 		}
 	}
+}
+
+// released tells of a request to release the lock, and passes it on to the
+// command as --on-release-request says.
+func (j *job) released() {
+	what := "the command goes on (--on-release-request passes it on as a signal)"
+	if j.flags.askSignal != 0 {
+		what = "the command's process group gets " + unix.SignalName(j.flags.askSignal)
+		j.signal(j.flags.askSignal)
+	}
+	fmt.Fprintf(j.stderr, "distlock: a release of lock %q was requested: %s; %s\n", j.lock.Key(), j.lock.ReleaseReason(), what)
 }
 
 // signal sends sig to the command's process group. A group that is gone

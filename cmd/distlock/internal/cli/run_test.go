@@ -476,7 +476,12 @@ func TestRunBadInput(t *testing.T) {
 		{"unknown flag", []string{"run", "--lease-time", "1s", "--key", "k", "--", "true"}, ExitUsage, "unknown flag: --lease-time"},
 		{"status without key", []string{"status"}, ExitUsage, "status takes one KEY, got 0"},
 		{"list two prefixes", []string{"list", "a", "b"}, ExitUsage, "at most one PREFIX"},
-		{"release without --force", []string{"release", "k"}, ExitUsage, "freeing a lock by key is a force release"},
+		{"release without --force", []string{"release", "k"}, ExitUsage, "ask the holder with distlock release --request KEY"},
+		{"release both ways", []string{"release", "--request", "--force", "k", "--reason", "x"}, ExitUsage, "give one"},
+		{"request without reason", []string{"release", "--request", "k"}, ExitUsage, "--reason is required"},
+		{"request reason too long", []string{"release", "--request", "k", "--reason", strings.Repeat("x", 300)}, ExitUsage, "--reason is too long"},
+		{"unknown request signal", []string{"run", "--key", "k", "--on-release-request", "BOGUS", "--", "true"}, ExitUsage, `--on-release-request "BOGUS"`},
+		{"request signal KILL", []string{"run", "--key", "k", "--on-release-request", "KILL", "--", "true"}, ExitUsage, "a signal the command can handle"},
 		{"release without reason", []string{"release", "--force", "--yes", "k"}, ExitUsage, "--reason is required"},
 		{"release with no terminal", []string{"release", "--force", "k", "--reason", "stuck"}, ExitUsage, "stdin is not a terminal"},
 	} {
