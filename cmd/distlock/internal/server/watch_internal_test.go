@@ -56,6 +56,23 @@ func TestWatcher(t *testing.T) {
 		check(t, "change", w.apply(change{typ: acq, info: lock("a", 1, minute), at: at(5)}, at(20)), ev{acq, "p/a", 1})
 		check(t, "poll", w.diff([]distlock.Info{lock("a", 1, minute)}, at(100), at(110)))
 	})
+	t.Run("a late release does not end the hold a reading found after it", func(t *testing.T) {
+		// A releases, B is granted; a reading sees B (no token) before the
+		// changes of A's release and B's grant come.
+		w := newWatcher(lock("a", 65, minute))
+		check(t, "A's grant", w.apply(change{typ: acq, token: "A", info: lock("a", 65, minute), at: at(5)}, at(20)), ev{acq, "p/a", 65})
+		check(t, "reading", w.diff([]distlock.Info{lock("a", 66, minute)}, at(100), at(110)), ev{rel, "p/a", 65}, ev{acq, "p/a", 66})
+		check(t, "A's late release", w.apply(change{typ: rel, token: "A", info: distlock.Info{Key: root + "a"}, at: at(90)}, at(120)))
+		check(t, "B's grant", w.apply(change{typ: acq, token: "B", info: lock("a", 66, minute), at: at(95)}, at(130)))
+		check(t, "A's release again", w.apply(change{typ: rel, token: "A", info: distlock.Info{Key: root + "a"}, at: at(90)}, at(140)))
+		check(t, "B forced out", w.apply(change{typ: forced, info: lock("a", 66, minute), at: at(150)}, at(151)), ev{forced, "p/a", 66})
+	})
+	t.Run("a release of a hold a reading found is left to the next reading", func(t *testing.T) {
+		w := newWatcher()
+		check(t, "reading", w.diff([]distlock.Info{lock("a", 9, minute)}, at(100), at(110)), ev{acq, "p/a", 9})
+		check(t, "release by a token never seen", w.apply(change{typ: rel, token: "X", info: distlock.Info{Key: root + "a"}, at: at(120)}, at(121)))
+		check(t, "next reading", w.diff(nil, at(200), at(210)), ev{rel, "p/a", 9})
+	})
 	t.Run("a grant before the start is not", func(t *testing.T) {
 		w := newWatcher(lock("a", 1, minute))
 		w.since = at(6)
