@@ -188,6 +188,10 @@ func (w *watcher) apply(c change, now time.Time) []*distlockv1.Event {
 			return nil
 		}
 		if wasSeen && old.info.Fence >= c.info.Fence && !(old.baseline && !c.at.Before(w.since)) {
+			if old.info.Fence == c.info.Fence && old.token == "" {
+				old.token = c.token // a reading found it first: now its release can be told apart
+				w.seen[sk] = old
+			}
 			return nil
 		}
 		if wasSeen && old.info.Fence < c.info.Fence {
@@ -200,8 +204,12 @@ func (w *watcher) apply(c change, now time.Time) []*distlockv1.Event {
 			w.bury(sk, 0, now)
 			return nil
 		}
-		if old.token != "" && c.token != "" && old.token != c.token {
-			return nil // of a hold before the one seen, whose grant reported its end
+		if c.token != "" && old.token != c.token {
+			// Of a hold before the one seen, whose grant reported its end;
+			// or, where a reading found the hold and no grant named its
+			// token, of a hold that cannot be told apart from it: the next
+			// reading says whether the one seen ended.
+			return nil
 		}
 		delete(w.seen, sk)
 		w.bury(sk, old.info.Fence, now)
