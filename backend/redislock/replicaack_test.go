@@ -23,12 +23,19 @@ const ackTimeout = 200 * time.Millisecond
 
 // primaryWithReplica starts a redis-server and a replica of it, and waits
 // until the primary counts the replica as online.
-func primaryWithReplica(t *testing.T) (primary, replica *testserver.Server) {
+func primaryWithReplica(t testing.TB) (primary, replica *testserver.Server) {
 	t.Helper()
 	primary = testserver.Redis(t)
 	replica = testserver.Redis(t, "--replicaof", testserver.Host, strconv.Itoa(primary.Port))
-	eventually(t, "the replica in sync", func() error { return replicasOnline(primary.Addr(), 1) })
-	return primary, replica
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		err := replicasOnline(primary.Addr(), 1)
+		if err == nil {
+			return primary, replica
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica in sync: %v", err)
+		}
+	}
 }
 
 // replicasOnline checks that the server at addr has n replicas online.
