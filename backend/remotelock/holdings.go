@@ -9,10 +9,11 @@ import (
 )
 
 // keep records a grant of req, made by a request sent at sent, and returns
-// the grant's Lost context.
-func (b *Backend) keep(k calls, req driver.AcquireRequest, resp *distlockv1.AcquireResponse, sent time.Time) context.Context {
+// it with its Fence, Lost and Requested set.
+func (b *Backend) keep(k calls, req driver.AcquireRequest, resp *distlockv1.AcquireResponse, sent time.Time) driver.Grant {
 	lost, cancel := context.WithCancel(context.Background())
-	h := &holding{server: resp.GetToken(), calls: k, fence: resp.GetFence(), until: sent.Add(req.TTL + sweepGrace), lost: cancel}
+	requested, ask := context.WithCancelCause(context.Background())
+	h := &holding{server: resp.GetToken(), calls: k, fence: resp.GetFence(), until: sent.Add(req.TTL + sweepGrace), lost: cancel, ask: ask}
 	id := k.id(req)
 	b.mu.Lock()
 	if old := b.held[id]; old != nil && b.watch != nil {
@@ -21,10 +22,25 @@ func (b *Backend) keep(k calls, req driver.AcquireRequest, resp *distlockv1.Acqu
 	b.held[id] = h
 	b.sweepLocked()
 	b.mu.Unlock()
-	if _, lock := k.(lockCalls); lock && b.watch != nil { // the Watch stream tells of locks only
-		b.watch.follow(req.Key, h.fence, id)
+	g := driver.Grant{Fence: h.fence, Lost: lost}
+	if _, lock := k.(lockCalls); lock { // requests to release are of locks only
+		g.Requested = requested
+		if b.watch != nil { // the Watch stream tells of locks only
+			b.watch.follow(req.Key, h.fence, id)
+		}
 	}
-	return lost
+	return g
+}
+
+// asked ends the Requested context of the hold id with reason: somebody
+// asked its holder to release it.
+func (b *Backend) asked(id lockID, reason string) {
+	b.mu.Lock()
+	h := b.held[id]
+	b.mu.Unlock()
+	if h != nil && h.ask != nil {
+		h.ask(&driver.ReleaseRequest{Reason: reason})
+	}
 }
 
 // keepUnknown records an acquisition of req (of kind k) whose reply never

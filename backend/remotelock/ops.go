@@ -38,7 +38,9 @@ func (b *Backend) acquireOnce(ctx context.Context, k calls, req driver.AcquireRe
 		}
 		return driver.Grant{}, b.fail(c, err)
 	}
-	return driver.Grant{Fence: resp.GetFence(), Lost: b.keep(k, req, resp, sent), TTL: given(req.TTL, resp.GetLease())}, nil
+	g := b.keep(k, req, resp, sent)
+	g.TTL = given(req.TTL, resp.GetLease())
+	return g, nil
 }
 
 // given is the time to live the service answered when it is less than
@@ -145,8 +147,8 @@ const confirmAfter = 10
 // sent: a renewal then confirms it, and Grant.Sent is when that was sent.
 // again says that the lock was gone by then, so the wait should go on.
 func (b *Backend) grantedAfterWait(c *call, k calls, req driver.AcquireRequest, resp *distlockv1.AcquireResponse, sent time.Time) (g driver.Grant, again bool, err error) {
-	lost := b.keep(k, req, resp, sent)
-	g = driver.Grant{Fence: resp.GetFence(), Lost: lost, Sent: sent, TTL: given(req.TTL, resp.GetLease())}
+	g = b.keep(k, req, resp, sent)
+	g.Sent, g.TTL = sent, given(req.TTL, resp.GetLease())
 	ttl := req.TTL
 	if g.TTL > 0 {
 		ttl = g.TTL
@@ -263,6 +265,9 @@ func (b *Backend) renewHold(ctx context.Context, k calls, key string, id lockID,
 		ttl = g
 	}
 	b.confirmed(id, sent, ttl)
+	if reason := resp.GetReleaseRequested(); reason != "" {
+		b.asked(id, reason)
+	}
 	return ttl, nil
 }
 
@@ -370,6 +375,30 @@ func (b *Backend) ForceRelease(ctx context.Context, key string, opts driver.Forc
 	}
 	defer c.end()
 	resp, err := b.rpc.ForceRelease(c.ctx, connect.NewRequest(&distlockv1.ForceReleaseRequest{Key: key, Reason: reasonOf(opts)}))
+	if err != nil {
+		return driver.Info{}, b.fail(c, err)
+	}
+	l := resp.Msg.GetLock()
+	if !l.GetHeld() {
+		return driver.Info{}, driver.ErrNotHeld
+	}
+	info := toInfo(l)
+	info.Key = key
+	return info, nil
+}
+
+// RequestRelease asks the holder of key to release it, through the
+// service, which tells a holder that follows its Watch stream
+// (WithLossWatch) at once and any holder at its next renewal through it.
+// It returns the hold that was asked, or an error matching
+// driver.ErrNotHeld if the key was free.
+func (b *Backend) RequestRelease(ctx context.Context, key, reason string) (driver.Info, error) {
+	c, err := b.begin(ctx, b.requestTimeout)
+	if err != nil {
+		return driver.Info{}, err
+	}
+	defer c.end()
+	resp, err := b.rpc.RequestRelease(c.ctx, connect.NewRequest(&distlockv1.RequestReleaseRequest{Key: key, Reason: reason}))
 	if err != nil {
 		return driver.Info{}, b.fail(c, err)
 	}

@@ -51,6 +51,8 @@ var (
 	_ driver.ForceReleaser = (*Backend)(nil)
 	_ driver.Namer         = (*Backend)(nil)
 	_ driver.TTLRenewer    = (*Backend)(nil)
+
+	_ driver.ReleaseRequester = (*Backend)(nil)
 )
 
 // lockID names one acquisition: the key and the token the core gave it.
@@ -68,7 +70,8 @@ type holding struct {
 	// until is when the entry may be dropped: long after the lease the
 	// service last confirmed ended.
 	until time.Time
-	lost  context.CancelFunc // ends the grant's Lost context; nil while unknown
+	lost  context.CancelFunc      // ends the grant's Lost context; nil while unknown
+	ask   context.CancelCauseFunc // ends the grant's Requested context; nil while unknown
 }
 
 // sweepGrace is how long past its last confirmed lease an entry is kept:

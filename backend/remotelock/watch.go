@@ -11,7 +11,8 @@ import (
 
 // lossWatch follows one Watch stream of the tenant's keys, from the first
 // grant to Close, and ends the Lost context of a grant that the stream
-// reports expired or force-released. Events missed while the stream is
+// reports expired or force-released, and the Requested context of one it
+// reports asked to release. Events missed while the stream is
 // re-established are not replayed: the lock's next renewal finds the loss.
 type lossWatch struct {
 	b       *Backend
@@ -80,18 +81,20 @@ func (w *lossWatch) run() {
 }
 
 // event ends the Lost context of the grant an expiry or a forced release
+// is about, and the Requested context of the grant a request to release
 // is about.
 func (w *lossWatch) event(ev *distlockv1.Event) {
-	switch ev.GetType() {
-	case distlockv1.Event_TYPE_EXPIRED, distlockv1.Event_TYPE_FORCE_RELEASED:
-	default:
-		return
-	}
 	kf := keyFence{ev.GetLock().GetKey(), ev.GetLock().GetFence()}
 	w.mu.Lock()
 	id, ok := w.byFence[kf]
 	w.mu.Unlock()
-	if ok {
+	if !ok {
+		return
+	}
+	switch ev.GetType() {
+	case distlockv1.Event_TYPE_EXPIRED, distlockv1.Event_TYPE_FORCE_RELEASED:
 		w.b.drop(id, true)
+	case distlockv1.Event_TYPE_RELEASE_REQUESTED:
+		w.b.asked(id, ev.GetReason())
 	}
 }

@@ -45,6 +45,9 @@ const (
 	Event_TYPE_EXPIRED Event_Type = 3
 	// An admin force-released the key: the holder lost the lock.
 	Event_TYPE_FORCE_RELEASED Event_Type = 4
+	// Somebody asked the holder to release the key (RequestRelease); the
+	// holder still holds it.
+	Event_TYPE_RELEASE_REQUESTED Event_Type = 5
 )
 
 // Enum value maps for Event_Type.
@@ -55,13 +58,15 @@ var (
 		2: "TYPE_RELEASED",
 		3: "TYPE_EXPIRED",
 		4: "TYPE_FORCE_RELEASED",
+		5: "TYPE_RELEASE_REQUESTED",
 	}
 	Event_Type_value = map[string]int32{
-		"TYPE_UNSPECIFIED":    0,
-		"TYPE_ACQUIRED":       1,
-		"TYPE_RELEASED":       2,
-		"TYPE_EXPIRED":        3,
-		"TYPE_FORCE_RELEASED": 4,
+		"TYPE_UNSPECIFIED":       0,
+		"TYPE_ACQUIRED":          1,
+		"TYPE_RELEASED":          2,
+		"TYPE_EXPIRED":           3,
+		"TYPE_FORCE_RELEASED":    4,
+		"TYPE_RELEASE_REQUESTED": 5,
 	}
 )
 
@@ -363,11 +368,14 @@ func (x *RenewRequest) GetLease() *durationpb.Duration {
 }
 
 type RenewResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Lease         *durationpb.Duration   `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
-	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Lease     *durationpb.Duration   `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// Set once somebody asked the holder to release the lock
+	// (RequestRelease): the requester's reason. The lock is still held.
+	ReleaseRequested string `protobuf:"bytes,3,opt,name=release_requested,json=releaseRequested,proto3" json:"release_requested,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *RenewResponse) Reset() {
@@ -412,6 +420,13 @@ func (x *RenewResponse) GetExpiresAt() *timestamppb.Timestamp {
 		return x.ExpiresAt
 	}
 	return nil
+}
+
+func (x *RenewResponse) GetReleaseRequested() string {
+	if x != nil {
+		return x.ReleaseRequested
+	}
+	return ""
 }
 
 type ReleaseRequest struct {
@@ -913,8 +928,10 @@ type Event struct {
 	Type  Event_Type             `protobuf:"varint,1,opt,name=type,proto3,enum=distlock.v1.Event_Type" json:"type,omitempty"`
 	// The lock the event is about: for a release, expiry or forced release,
 	// the holder as last seen.
-	Lock          *Lock                  `protobuf:"bytes,2,opt,name=lock,proto3" json:"lock,omitempty"`
-	Time          *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
+	Lock *Lock                  `protobuf:"bytes,2,opt,name=lock,proto3" json:"lock,omitempty"`
+	Time *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
+	// The requester's reason, for RELEASE_REQUESTED.
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -968,6 +985,13 @@ func (x *Event) GetTime() *timestamppb.Timestamp {
 		return x.Time
 	}
 	return nil
+}
+
+func (x *Event) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 type ForceReleaseRequest struct {
@@ -1077,6 +1101,105 @@ func (x *ForceReleaseResponse) GetLock() *Lock {
 	return nil
 }
 
+type RequestReleaseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// Why, told to the holder. Required; at most 256 bytes.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestReleaseRequest) Reset() {
+	*x = RequestReleaseRequest{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestReleaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestReleaseRequest) ProtoMessage() {}
+
+func (x *RequestReleaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestReleaseRequest.ProtoReflect.Descriptor instead.
+func (*RequestReleaseRequest) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *RequestReleaseRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *RequestReleaseRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type RequestReleaseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The holder that was asked; held is false if the key was free (nobody
+	// was asked).
+	Lock          *Lock `protobuf:"bytes,1,opt,name=lock,proto3" json:"lock,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestReleaseResponse) Reset() {
+	*x = RequestReleaseResponse{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestReleaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestReleaseResponse) ProtoMessage() {}
+
+func (x *RequestReleaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestReleaseResponse.ProtoReflect.Descriptor instead.
+func (*RequestReleaseResponse) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RequestReleaseResponse) GetLock() *Lock {
+	if x != nil {
+		return x.Lock
+	}
+	return nil
+}
+
 type OpenSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// How long the session and its locks last without a KeepAlive; the
@@ -1088,7 +1211,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[16]
+	mi := &file_distlock_v1_lock_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1100,7 +1223,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[16]
+	mi := &file_distlock_v1_lock_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1113,7 +1236,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{16}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *OpenSessionRequest) GetTtl() *durationpb.Duration {
@@ -1136,7 +1259,7 @@ type OpenSessionResponse struct {
 
 func (x *OpenSessionResponse) Reset() {
 	*x = OpenSessionResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[17]
+	mi := &file_distlock_v1_lock_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1148,7 +1271,7 @@ func (x *OpenSessionResponse) String() string {
 func (*OpenSessionResponse) ProtoMessage() {}
 
 func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[17]
+	mi := &file_distlock_v1_lock_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1161,7 +1284,7 @@ func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionResponse.ProtoReflect.Descriptor instead.
 func (*OpenSessionResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{17}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *OpenSessionResponse) GetSessionId() string {
@@ -1194,7 +1317,7 @@ type KeepAliveRequest struct {
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[18]
+	mi := &file_distlock_v1_lock_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1206,7 +1329,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[18]
+	mi := &file_distlock_v1_lock_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1219,7 +1342,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{18}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *KeepAliveRequest) GetSessionId() string {
@@ -1241,7 +1364,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[19]
+	mi := &file_distlock_v1_lock_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1253,7 +1376,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[19]
+	mi := &file_distlock_v1_lock_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1266,7 +1389,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{19}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *KeepAliveResponse) GetTtl() *durationpb.Duration {
@@ -1299,7 +1422,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[20]
+	mi := &file_distlock_v1_lock_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1311,7 +1434,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[20]
+	mi := &file_distlock_v1_lock_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1324,7 +1447,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{20}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -1344,7 +1467,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[21]
+	mi := &file_distlock_v1_lock_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1356,7 +1479,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[21]
+	mi := &file_distlock_v1_lock_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1369,7 +1492,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{21}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CloseSessionResponse) GetLocks() int32 {
@@ -1411,7 +1534,7 @@ type AcquirePermitRequest struct {
 
 func (x *AcquirePermitRequest) Reset() {
 	*x = AcquirePermitRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[22]
+	mi := &file_distlock_v1_lock_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1423,7 +1546,7 @@ func (x *AcquirePermitRequest) String() string {
 func (*AcquirePermitRequest) ProtoMessage() {}
 
 func (x *AcquirePermitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[22]
+	mi := &file_distlock_v1_lock_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1436,7 +1559,7 @@ func (x *AcquirePermitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquirePermitRequest.ProtoReflect.Descriptor instead.
 func (*AcquirePermitRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{22}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AcquirePermitRequest) GetName() string {
@@ -1518,7 +1641,7 @@ type AcquirePermitResponse struct {
 
 func (x *AcquirePermitResponse) Reset() {
 	*x = AcquirePermitResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[23]
+	mi := &file_distlock_v1_lock_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1530,7 +1653,7 @@ func (x *AcquirePermitResponse) String() string {
 func (*AcquirePermitResponse) ProtoMessage() {}
 
 func (x *AcquirePermitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[23]
+	mi := &file_distlock_v1_lock_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1543,7 +1666,7 @@ func (x *AcquirePermitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquirePermitResponse.ProtoReflect.Descriptor instead.
 func (*AcquirePermitResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{23}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AcquirePermitResponse) GetToken() string {
@@ -1586,7 +1709,7 @@ type RenewPermitRequest struct {
 
 func (x *RenewPermitRequest) Reset() {
 	*x = RenewPermitRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[24]
+	mi := &file_distlock_v1_lock_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1598,7 +1721,7 @@ func (x *RenewPermitRequest) String() string {
 func (*RenewPermitRequest) ProtoMessage() {}
 
 func (x *RenewPermitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[24]
+	mi := &file_distlock_v1_lock_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1611,7 +1734,7 @@ func (x *RenewPermitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewPermitRequest.ProtoReflect.Descriptor instead.
 func (*RenewPermitRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{24}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RenewPermitRequest) GetName() string {
@@ -1645,7 +1768,7 @@ type RenewPermitResponse struct {
 
 func (x *RenewPermitResponse) Reset() {
 	*x = RenewPermitResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[25]
+	mi := &file_distlock_v1_lock_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +1780,7 @@ func (x *RenewPermitResponse) String() string {
 func (*RenewPermitResponse) ProtoMessage() {}
 
 func (x *RenewPermitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[25]
+	mi := &file_distlock_v1_lock_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,7 +1793,7 @@ func (x *RenewPermitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewPermitResponse.ProtoReflect.Descriptor instead.
 func (*RenewPermitResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{25}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RenewPermitResponse) GetLease() *durationpb.Duration {
@@ -1697,7 +1820,7 @@ type ReleasePermitRequest struct {
 
 func (x *ReleasePermitRequest) Reset() {
 	*x = ReleasePermitRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[26]
+	mi := &file_distlock_v1_lock_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1709,7 +1832,7 @@ func (x *ReleasePermitRequest) String() string {
 func (*ReleasePermitRequest) ProtoMessage() {}
 
 func (x *ReleasePermitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[26]
+	mi := &file_distlock_v1_lock_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1722,7 +1845,7 @@ func (x *ReleasePermitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleasePermitRequest.ProtoReflect.Descriptor instead.
 func (*ReleasePermitRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{26}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReleasePermitRequest) GetName() string {
@@ -1747,7 +1870,7 @@ type ReleasePermitResponse struct {
 
 func (x *ReleasePermitResponse) Reset() {
 	*x = ReleasePermitResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[27]
+	mi := &file_distlock_v1_lock_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1759,7 +1882,7 @@ func (x *ReleasePermitResponse) String() string {
 func (*ReleasePermitResponse) ProtoMessage() {}
 
 func (x *ReleasePermitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[27]
+	mi := &file_distlock_v1_lock_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1772,7 +1895,7 @@ func (x *ReleasePermitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleasePermitResponse.ProtoReflect.Descriptor instead.
 func (*ReleasePermitResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{27}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{29}
 }
 
 type SetPermitsRequest struct {
@@ -1786,7 +1909,7 @@ type SetPermitsRequest struct {
 
 func (x *SetPermitsRequest) Reset() {
 	*x = SetPermitsRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[28]
+	mi := &file_distlock_v1_lock_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1798,7 +1921,7 @@ func (x *SetPermitsRequest) String() string {
 func (*SetPermitsRequest) ProtoMessage() {}
 
 func (x *SetPermitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[28]
+	mi := &file_distlock_v1_lock_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1811,7 +1934,7 @@ func (x *SetPermitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPermitsRequest.ProtoReflect.Descriptor instead.
 func (*SetPermitsRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{28}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SetPermitsRequest) GetName() string {
@@ -1836,7 +1959,7 @@ type SetPermitsResponse struct {
 
 func (x *SetPermitsResponse) Reset() {
 	*x = SetPermitsResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[29]
+	mi := &file_distlock_v1_lock_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1848,7 +1971,7 @@ func (x *SetPermitsResponse) String() string {
 func (*SetPermitsResponse) ProtoMessage() {}
 
 func (x *SetPermitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[29]
+	mi := &file_distlock_v1_lock_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1861,7 +1984,7 @@ func (x *SetPermitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPermitsResponse.ProtoReflect.Descriptor instead.
 func (*SetPermitsResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{29}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{31}
 }
 
 type InspectPermitsRequest struct {
@@ -1873,7 +1996,7 @@ type InspectPermitsRequest struct {
 
 func (x *InspectPermitsRequest) Reset() {
 	*x = InspectPermitsRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[30]
+	mi := &file_distlock_v1_lock_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1885,7 +2008,7 @@ func (x *InspectPermitsRequest) String() string {
 func (*InspectPermitsRequest) ProtoMessage() {}
 
 func (x *InspectPermitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[30]
+	mi := &file_distlock_v1_lock_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1898,7 +2021,7 @@ func (x *InspectPermitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectPermitsRequest.ProtoReflect.Descriptor instead.
 func (*InspectPermitsRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{30}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *InspectPermitsRequest) GetName() string {
@@ -1920,7 +2043,7 @@ type InspectPermitsResponse struct {
 
 func (x *InspectPermitsResponse) Reset() {
 	*x = InspectPermitsResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[31]
+	mi := &file_distlock_v1_lock_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1932,7 +2055,7 @@ func (x *InspectPermitsResponse) String() string {
 func (*InspectPermitsResponse) ProtoMessage() {}
 
 func (x *InspectPermitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[31]
+	mi := &file_distlock_v1_lock_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1945,7 +2068,7 @@ func (x *InspectPermitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectPermitsResponse.ProtoReflect.Descriptor instead.
 func (*InspectPermitsResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{31}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *InspectPermitsResponse) GetPermits() int32 {
@@ -1993,7 +2116,7 @@ type AcquireRWRequest struct {
 
 func (x *AcquireRWRequest) Reset() {
 	*x = AcquireRWRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[32]
+	mi := &file_distlock_v1_lock_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2005,7 +2128,7 @@ func (x *AcquireRWRequest) String() string {
 func (*AcquireRWRequest) ProtoMessage() {}
 
 func (x *AcquireRWRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[32]
+	mi := &file_distlock_v1_lock_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2018,7 +2141,7 @@ func (x *AcquireRWRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRWRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRWRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{32}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AcquireRWRequest) GetName() string {
@@ -2106,7 +2229,7 @@ type AcquireRWResponse struct {
 
 func (x *AcquireRWResponse) Reset() {
 	*x = AcquireRWResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[33]
+	mi := &file_distlock_v1_lock_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2118,7 +2241,7 @@ func (x *AcquireRWResponse) String() string {
 func (*AcquireRWResponse) ProtoMessage() {}
 
 func (x *AcquireRWResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[33]
+	mi := &file_distlock_v1_lock_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2131,7 +2254,7 @@ func (x *AcquireRWResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRWResponse.ProtoReflect.Descriptor instead.
 func (*AcquireRWResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{33}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *AcquireRWResponse) GetToken() string {
@@ -2174,7 +2297,7 @@ type RenewRWRequest struct {
 
 func (x *RenewRWRequest) Reset() {
 	*x = RenewRWRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[34]
+	mi := &file_distlock_v1_lock_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2186,7 +2309,7 @@ func (x *RenewRWRequest) String() string {
 func (*RenewRWRequest) ProtoMessage() {}
 
 func (x *RenewRWRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[34]
+	mi := &file_distlock_v1_lock_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2199,7 +2322,7 @@ func (x *RenewRWRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRWRequest.ProtoReflect.Descriptor instead.
 func (*RenewRWRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{34}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RenewRWRequest) GetName() string {
@@ -2233,7 +2356,7 @@ type RenewRWResponse struct {
 
 func (x *RenewRWResponse) Reset() {
 	*x = RenewRWResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[35]
+	mi := &file_distlock_v1_lock_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2245,7 +2368,7 @@ func (x *RenewRWResponse) String() string {
 func (*RenewRWResponse) ProtoMessage() {}
 
 func (x *RenewRWResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[35]
+	mi := &file_distlock_v1_lock_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2258,7 +2381,7 @@ func (x *RenewRWResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRWResponse.ProtoReflect.Descriptor instead.
 func (*RenewRWResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{35}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RenewRWResponse) GetLease() *durationpb.Duration {
@@ -2285,7 +2408,7 @@ type ReleaseRWRequest struct {
 
 func (x *ReleaseRWRequest) Reset() {
 	*x = ReleaseRWRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[36]
+	mi := &file_distlock_v1_lock_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2297,7 +2420,7 @@ func (x *ReleaseRWRequest) String() string {
 func (*ReleaseRWRequest) ProtoMessage() {}
 
 func (x *ReleaseRWRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[36]
+	mi := &file_distlock_v1_lock_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2310,7 +2433,7 @@ func (x *ReleaseRWRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRWRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRWRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{36}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReleaseRWRequest) GetName() string {
@@ -2335,7 +2458,7 @@ type ReleaseRWResponse struct {
 
 func (x *ReleaseRWResponse) Reset() {
 	*x = ReleaseRWResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[37]
+	mi := &file_distlock_v1_lock_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2347,7 +2470,7 @@ func (x *ReleaseRWResponse) String() string {
 func (*ReleaseRWResponse) ProtoMessage() {}
 
 func (x *ReleaseRWResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[37]
+	mi := &file_distlock_v1_lock_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2360,7 +2483,7 @@ func (x *ReleaseRWResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRWResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseRWResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{37}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{39}
 }
 
 type InspectRWRequest struct {
@@ -2372,7 +2495,7 @@ type InspectRWRequest struct {
 
 func (x *InspectRWRequest) Reset() {
 	*x = InspectRWRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[38]
+	mi := &file_distlock_v1_lock_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2384,7 +2507,7 @@ func (x *InspectRWRequest) String() string {
 func (*InspectRWRequest) ProtoMessage() {}
 
 func (x *InspectRWRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[38]
+	mi := &file_distlock_v1_lock_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2397,7 +2520,7 @@ func (x *InspectRWRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectRWRequest.ProtoReflect.Descriptor instead.
 func (*InspectRWRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{38}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *InspectRWRequest) GetName() string {
@@ -2421,7 +2544,7 @@ type InspectRWResponse struct {
 
 func (x *InspectRWResponse) Reset() {
 	*x = InspectRWResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[39]
+	mi := &file_distlock_v1_lock_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2433,7 +2556,7 @@ func (x *InspectRWResponse) String() string {
 func (*InspectRWResponse) ProtoMessage() {}
 
 func (x *InspectRWResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[39]
+	mi := &file_distlock_v1_lock_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2446,7 +2569,7 @@ func (x *InspectRWResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectRWResponse.ProtoReflect.Descriptor instead.
 func (*InspectRWResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{39}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *InspectRWResponse) GetWriter() bool {
@@ -2480,7 +2603,7 @@ type WithdrawIntentRequest struct {
 
 func (x *WithdrawIntentRequest) Reset() {
 	*x = WithdrawIntentRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[40]
+	mi := &file_distlock_v1_lock_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2492,7 +2615,7 @@ func (x *WithdrawIntentRequest) String() string {
 func (*WithdrawIntentRequest) ProtoMessage() {}
 
 func (x *WithdrawIntentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[40]
+	mi := &file_distlock_v1_lock_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2505,7 +2628,7 @@ func (x *WithdrawIntentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WithdrawIntentRequest.ProtoReflect.Descriptor instead.
 func (*WithdrawIntentRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{40}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *WithdrawIntentRequest) GetName() string {
@@ -2530,7 +2653,7 @@ type WithdrawIntentResponse struct {
 
 func (x *WithdrawIntentResponse) Reset() {
 	*x = WithdrawIntentResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[41]
+	mi := &file_distlock_v1_lock_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2542,7 +2665,7 @@ func (x *WithdrawIntentResponse) String() string {
 func (*WithdrawIntentResponse) ProtoMessage() {}
 
 func (x *WithdrawIntentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[41]
+	mi := &file_distlock_v1_lock_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2555,7 +2678,7 @@ func (x *WithdrawIntentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WithdrawIntentResponse.ProtoReflect.Descriptor instead.
 func (*WithdrawIntentResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{41}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{43}
 }
 
 type CampaignRequest struct {
@@ -2579,7 +2702,7 @@ type CampaignRequest struct {
 
 func (x *CampaignRequest) Reset() {
 	*x = CampaignRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[42]
+	mi := &file_distlock_v1_lock_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2591,7 +2714,7 @@ func (x *CampaignRequest) String() string {
 func (*CampaignRequest) ProtoMessage() {}
 
 func (x *CampaignRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[42]
+	mi := &file_distlock_v1_lock_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2604,7 +2727,7 @@ func (x *CampaignRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CampaignRequest.ProtoReflect.Descriptor instead.
 func (*CampaignRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{42}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CampaignRequest) GetName() string {
@@ -2672,7 +2795,7 @@ type CampaignResponse struct {
 
 func (x *CampaignResponse) Reset() {
 	*x = CampaignResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[43]
+	mi := &file_distlock_v1_lock_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2684,7 +2807,7 @@ func (x *CampaignResponse) String() string {
 func (*CampaignResponse) ProtoMessage() {}
 
 func (x *CampaignResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[43]
+	mi := &file_distlock_v1_lock_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2697,7 +2820,7 @@ func (x *CampaignResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CampaignResponse.ProtoReflect.Descriptor instead.
 func (*CampaignResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{43}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CampaignResponse) GetToken() string {
@@ -2744,7 +2867,7 @@ type LeaderRequest struct {
 
 func (x *LeaderRequest) Reset() {
 	*x = LeaderRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[44]
+	mi := &file_distlock_v1_lock_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2756,7 +2879,7 @@ func (x *LeaderRequest) String() string {
 func (*LeaderRequest) ProtoMessage() {}
 
 func (x *LeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[44]
+	mi := &file_distlock_v1_lock_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2769,7 +2892,7 @@ func (x *LeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderRequest.ProtoReflect.Descriptor instead.
 func (*LeaderRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{44}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *LeaderRequest) GetName() string {
@@ -2794,7 +2917,7 @@ type LeaderResponse struct {
 
 func (x *LeaderResponse) Reset() {
 	*x = LeaderResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[45]
+	mi := &file_distlock_v1_lock_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2806,7 +2929,7 @@ func (x *LeaderResponse) String() string {
 func (*LeaderResponse) ProtoMessage() {}
 
 func (x *LeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[45]
+	mi := &file_distlock_v1_lock_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2819,7 +2942,7 @@ func (x *LeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderResponse.ProtoReflect.Descriptor instead.
 func (*LeaderResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{45}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *LeaderResponse) GetHeld() bool {
@@ -2866,7 +2989,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[46]
+	mi := &file_distlock_v1_lock_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2878,7 +3001,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[46]
+	mi := &file_distlock_v1_lock_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2891,7 +3014,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{46}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ObserveRequest) GetName() string {
@@ -2910,7 +3033,7 @@ type ObserveResponse struct {
 
 func (x *ObserveResponse) Reset() {
 	*x = ObserveResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[47]
+	mi := &file_distlock_v1_lock_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2922,7 +3045,7 @@ func (x *ObserveResponse) String() string {
 func (*ObserveResponse) ProtoMessage() {}
 
 func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[47]
+	mi := &file_distlock_v1_lock_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2935,7 +3058,7 @@ func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveResponse.ProtoReflect.Descriptor instead.
 func (*ObserveResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{47}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ObserveResponse) GetLeader() *LeaderResponse {
@@ -2955,7 +3078,7 @@ type ResignRequest struct {
 
 func (x *ResignRequest) Reset() {
 	*x = ResignRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[48]
+	mi := &file_distlock_v1_lock_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2967,7 +3090,7 @@ func (x *ResignRequest) String() string {
 func (*ResignRequest) ProtoMessage() {}
 
 func (x *ResignRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[48]
+	mi := &file_distlock_v1_lock_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2980,7 +3103,7 @@ func (x *ResignRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResignRequest.ProtoReflect.Descriptor instead.
 func (*ResignRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{48}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ResignRequest) GetName() string {
@@ -3005,7 +3128,7 @@ type ResignResponse struct {
 
 func (x *ResignResponse) Reset() {
 	*x = ResignResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[49]
+	mi := &file_distlock_v1_lock_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3017,7 +3140,7 @@ func (x *ResignResponse) String() string {
 func (*ResignResponse) ProtoMessage() {}
 
 func (x *ResignResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[49]
+	mi := &file_distlock_v1_lock_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3030,7 +3153,7 @@ func (x *ResignResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResignResponse.ProtoReflect.Descriptor instead.
 func (*ResignResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{49}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{51}
 }
 
 var File_distlock_v1_lock_proto protoreflect.FileDescriptor
@@ -3066,11 +3189,12 @@ const file_distlock_v1_lock_proto_rawDesc = "" +
 	"\fRenewRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\tR\x05token\x12/\n" +
-	"\x05lease\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05lease\"{\n" +
+	"\x05lease\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05lease\"\xa8\x01\n" +
 	"\rRenewResponse\x12/\n" +
 	"\x05lease\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x129\n" +
 	"\n" +
-	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"8\n" +
+	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12+\n" +
+	"\x11release_requested\x18\x03 \x01(\tR\x10releaseRequested\"8\n" +
 	"\x0eReleaseRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\tR\x05token\"\x11\n" +
@@ -3105,22 +3229,29 @@ const file_distlock_v1_lock_proto_rawDesc = "" +
 	"\fWatchRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\"9\n" +
 	"\rWatchResponse\x12(\n" +
-	"\x05event\x18\x01 \x01(\v2\x12.distlock.v1.EventR\x05event\"\xfa\x01\n" +
+	"\x05event\x18\x01 \x01(\v2\x12.distlock.v1.EventR\x05event\"\xaf\x02\n" +
 	"\x05Event\x12+\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x17.distlock.v1.Event.TypeR\x04type\x12%\n" +
 	"\x04lock\x18\x02 \x01(\v2\x11.distlock.v1.LockR\x04lock\x12.\n" +
-	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"m\n" +
+	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x89\x01\n" +
 	"\x04Type\x12\x14\n" +
 	"\x10TYPE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rTYPE_ACQUIRED\x10\x01\x12\x11\n" +
 	"\rTYPE_RELEASED\x10\x02\x12\x10\n" +
 	"\fTYPE_EXPIRED\x10\x03\x12\x17\n" +
-	"\x13TYPE_FORCE_RELEASED\x10\x04\"W\n" +
+	"\x13TYPE_FORCE_RELEASED\x10\x04\x12\x1a\n" +
+	"\x16TYPE_RELEASE_REQUESTED\x10\x05\"W\n" +
 	"\x13ForceReleaseRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x16\n" +
 	"\x06tenant\x18\x03 \x01(\tR\x06tenant\"=\n" +
 	"\x14ForceReleaseResponse\x12%\n" +
+	"\x04lock\x18\x01 \x01(\v2\x11.distlock.v1.LockR\x04lock\"A\n" +
+	"\x15RequestReleaseRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"?\n" +
+	"\x16RequestReleaseResponse\x12%\n" +
 	"\x04lock\x18\x01 \x01(\v2\x11.distlock.v1.LockR\x04lock\"A\n" +
 	"\x12OpenSessionRequest\x12+\n" +
 	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\x9c\x01\n" +
@@ -3261,7 +3392,7 @@ const file_distlock_v1_lock_proto_rawDesc = "" +
 	"\rResignRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\tR\x05token\"\x10\n" +
-	"\x0eResignResponse2\xae\x0e\n" +
+	"\x0eResignResponse2\x89\x0f\n" +
 	"\vLockService\x12D\n" +
 	"\aAcquire\x12\x1b.distlock.v1.AcquireRequest\x1a\x1c.distlock.v1.AcquireResponse\x12>\n" +
 	"\x05Renew\x12\x19.distlock.v1.RenewRequest\x1a\x1a.distlock.v1.RenewResponse\x12D\n" +
@@ -3269,7 +3400,8 @@ const file_distlock_v1_lock_proto_rawDesc = "" +
 	"\aInspect\x12\x1b.distlock.v1.InspectRequest\x1a\x1c.distlock.v1.InspectResponse\x12;\n" +
 	"\x04List\x12\x18.distlock.v1.ListRequest\x1a\x19.distlock.v1.ListResponse\x12@\n" +
 	"\x05Watch\x12\x19.distlock.v1.WatchRequest\x1a\x1a.distlock.v1.WatchResponse0\x01\x12S\n" +
-	"\fForceRelease\x12 .distlock.v1.ForceReleaseRequest\x1a!.distlock.v1.ForceReleaseResponse\x12P\n" +
+	"\fForceRelease\x12 .distlock.v1.ForceReleaseRequest\x1a!.distlock.v1.ForceReleaseResponse\x12Y\n" +
+	"\x0eRequestRelease\x12\".distlock.v1.RequestReleaseRequest\x1a#.distlock.v1.RequestReleaseResponse\x12P\n" +
 	"\vOpenSession\x12\x1f.distlock.v1.OpenSessionRequest\x1a .distlock.v1.OpenSessionResponse\x12J\n" +
 	"\tKeepAlive\x12\x1d.distlock.v1.KeepAliveRequest\x1a\x1e.distlock.v1.KeepAliveResponse\x12S\n" +
 	"\fCloseSession\x12 .distlock.v1.CloseSessionRequest\x1a!.distlock.v1.CloseSessionResponse\x12V\n" +
@@ -3302,7 +3434,7 @@ func file_distlock_v1_lock_proto_rawDescGZIP() []byte {
 }
 
 var file_distlock_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_distlock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_distlock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_distlock_v1_lock_proto_goTypes = []any{
 	(Event_Type)(0),                // 0: distlock.v1.Event.Type
 	(*AcquireRequest)(nil),         // 1: distlock.v1.AcquireRequest
@@ -3321,148 +3453,153 @@ var file_distlock_v1_lock_proto_goTypes = []any{
 	(*Event)(nil),                  // 14: distlock.v1.Event
 	(*ForceReleaseRequest)(nil),    // 15: distlock.v1.ForceReleaseRequest
 	(*ForceReleaseResponse)(nil),   // 16: distlock.v1.ForceReleaseResponse
-	(*OpenSessionRequest)(nil),     // 17: distlock.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),    // 18: distlock.v1.OpenSessionResponse
-	(*KeepAliveRequest)(nil),       // 19: distlock.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),      // 20: distlock.v1.KeepAliveResponse
-	(*CloseSessionRequest)(nil),    // 21: distlock.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),   // 22: distlock.v1.CloseSessionResponse
-	(*AcquirePermitRequest)(nil),   // 23: distlock.v1.AcquirePermitRequest
-	(*AcquirePermitResponse)(nil),  // 24: distlock.v1.AcquirePermitResponse
-	(*RenewPermitRequest)(nil),     // 25: distlock.v1.RenewPermitRequest
-	(*RenewPermitResponse)(nil),    // 26: distlock.v1.RenewPermitResponse
-	(*ReleasePermitRequest)(nil),   // 27: distlock.v1.ReleasePermitRequest
-	(*ReleasePermitResponse)(nil),  // 28: distlock.v1.ReleasePermitResponse
-	(*SetPermitsRequest)(nil),      // 29: distlock.v1.SetPermitsRequest
-	(*SetPermitsResponse)(nil),     // 30: distlock.v1.SetPermitsResponse
-	(*InspectPermitsRequest)(nil),  // 31: distlock.v1.InspectPermitsRequest
-	(*InspectPermitsResponse)(nil), // 32: distlock.v1.InspectPermitsResponse
-	(*AcquireRWRequest)(nil),       // 33: distlock.v1.AcquireRWRequest
-	(*AcquireRWResponse)(nil),      // 34: distlock.v1.AcquireRWResponse
-	(*RenewRWRequest)(nil),         // 35: distlock.v1.RenewRWRequest
-	(*RenewRWResponse)(nil),        // 36: distlock.v1.RenewRWResponse
-	(*ReleaseRWRequest)(nil),       // 37: distlock.v1.ReleaseRWRequest
-	(*ReleaseRWResponse)(nil),      // 38: distlock.v1.ReleaseRWResponse
-	(*InspectRWRequest)(nil),       // 39: distlock.v1.InspectRWRequest
-	(*InspectRWResponse)(nil),      // 40: distlock.v1.InspectRWResponse
-	(*WithdrawIntentRequest)(nil),  // 41: distlock.v1.WithdrawIntentRequest
-	(*WithdrawIntentResponse)(nil), // 42: distlock.v1.WithdrawIntentResponse
-	(*CampaignRequest)(nil),        // 43: distlock.v1.CampaignRequest
-	(*CampaignResponse)(nil),       // 44: distlock.v1.CampaignResponse
-	(*LeaderRequest)(nil),          // 45: distlock.v1.LeaderRequest
-	(*LeaderResponse)(nil),         // 46: distlock.v1.LeaderResponse
-	(*ObserveRequest)(nil),         // 47: distlock.v1.ObserveRequest
-	(*ObserveResponse)(nil),        // 48: distlock.v1.ObserveResponse
-	(*ResignRequest)(nil),          // 49: distlock.v1.ResignRequest
-	(*ResignResponse)(nil),         // 50: distlock.v1.ResignResponse
-	nil,                            // 51: distlock.v1.AcquireRequest.LabelsEntry
-	nil,                            // 52: distlock.v1.Lock.LabelsEntry
-	nil,                            // 53: distlock.v1.AcquirePermitRequest.LabelsEntry
-	nil,                            // 54: distlock.v1.AcquireRWRequest.LabelsEntry
-	(*durationpb.Duration)(nil),    // 55: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 56: google.protobuf.Timestamp
+	(*RequestReleaseRequest)(nil),  // 17: distlock.v1.RequestReleaseRequest
+	(*RequestReleaseResponse)(nil), // 18: distlock.v1.RequestReleaseResponse
+	(*OpenSessionRequest)(nil),     // 19: distlock.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),    // 20: distlock.v1.OpenSessionResponse
+	(*KeepAliveRequest)(nil),       // 21: distlock.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),      // 22: distlock.v1.KeepAliveResponse
+	(*CloseSessionRequest)(nil),    // 23: distlock.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),   // 24: distlock.v1.CloseSessionResponse
+	(*AcquirePermitRequest)(nil),   // 25: distlock.v1.AcquirePermitRequest
+	(*AcquirePermitResponse)(nil),  // 26: distlock.v1.AcquirePermitResponse
+	(*RenewPermitRequest)(nil),     // 27: distlock.v1.RenewPermitRequest
+	(*RenewPermitResponse)(nil),    // 28: distlock.v1.RenewPermitResponse
+	(*ReleasePermitRequest)(nil),   // 29: distlock.v1.ReleasePermitRequest
+	(*ReleasePermitResponse)(nil),  // 30: distlock.v1.ReleasePermitResponse
+	(*SetPermitsRequest)(nil),      // 31: distlock.v1.SetPermitsRequest
+	(*SetPermitsResponse)(nil),     // 32: distlock.v1.SetPermitsResponse
+	(*InspectPermitsRequest)(nil),  // 33: distlock.v1.InspectPermitsRequest
+	(*InspectPermitsResponse)(nil), // 34: distlock.v1.InspectPermitsResponse
+	(*AcquireRWRequest)(nil),       // 35: distlock.v1.AcquireRWRequest
+	(*AcquireRWResponse)(nil),      // 36: distlock.v1.AcquireRWResponse
+	(*RenewRWRequest)(nil),         // 37: distlock.v1.RenewRWRequest
+	(*RenewRWResponse)(nil),        // 38: distlock.v1.RenewRWResponse
+	(*ReleaseRWRequest)(nil),       // 39: distlock.v1.ReleaseRWRequest
+	(*ReleaseRWResponse)(nil),      // 40: distlock.v1.ReleaseRWResponse
+	(*InspectRWRequest)(nil),       // 41: distlock.v1.InspectRWRequest
+	(*InspectRWResponse)(nil),      // 42: distlock.v1.InspectRWResponse
+	(*WithdrawIntentRequest)(nil),  // 43: distlock.v1.WithdrawIntentRequest
+	(*WithdrawIntentResponse)(nil), // 44: distlock.v1.WithdrawIntentResponse
+	(*CampaignRequest)(nil),        // 45: distlock.v1.CampaignRequest
+	(*CampaignResponse)(nil),       // 46: distlock.v1.CampaignResponse
+	(*LeaderRequest)(nil),          // 47: distlock.v1.LeaderRequest
+	(*LeaderResponse)(nil),         // 48: distlock.v1.LeaderResponse
+	(*ObserveRequest)(nil),         // 49: distlock.v1.ObserveRequest
+	(*ObserveResponse)(nil),        // 50: distlock.v1.ObserveResponse
+	(*ResignRequest)(nil),          // 51: distlock.v1.ResignRequest
+	(*ResignResponse)(nil),         // 52: distlock.v1.ResignResponse
+	nil,                            // 53: distlock.v1.AcquireRequest.LabelsEntry
+	nil,                            // 54: distlock.v1.Lock.LabelsEntry
+	nil,                            // 55: distlock.v1.AcquirePermitRequest.LabelsEntry
+	nil,                            // 56: distlock.v1.AcquireRWRequest.LabelsEntry
+	(*durationpb.Duration)(nil),    // 57: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 58: google.protobuf.Timestamp
 }
 var file_distlock_v1_lock_proto_depIdxs = []int32{
-	55, // 0: distlock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	55, // 1: distlock.v1.AcquireRequest.lease:type_name -> google.protobuf.Duration
-	55, // 2: distlock.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	51, // 3: distlock.v1.AcquireRequest.labels:type_name -> distlock.v1.AcquireRequest.LabelsEntry
-	55, // 4: distlock.v1.AcquireResponse.lease:type_name -> google.protobuf.Duration
-	56, // 5: distlock.v1.AcquireResponse.expires_at:type_name -> google.protobuf.Timestamp
-	55, // 6: distlock.v1.RenewRequest.lease:type_name -> google.protobuf.Duration
-	55, // 7: distlock.v1.RenewResponse.lease:type_name -> google.protobuf.Duration
-	56, // 8: distlock.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
+	57, // 0: distlock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	57, // 1: distlock.v1.AcquireRequest.lease:type_name -> google.protobuf.Duration
+	57, // 2: distlock.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	53, // 3: distlock.v1.AcquireRequest.labels:type_name -> distlock.v1.AcquireRequest.LabelsEntry
+	57, // 4: distlock.v1.AcquireResponse.lease:type_name -> google.protobuf.Duration
+	58, // 5: distlock.v1.AcquireResponse.expires_at:type_name -> google.protobuf.Timestamp
+	57, // 6: distlock.v1.RenewRequest.lease:type_name -> google.protobuf.Duration
+	57, // 7: distlock.v1.RenewResponse.lease:type_name -> google.protobuf.Duration
+	58, // 8: distlock.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
 	11, // 9: distlock.v1.InspectResponse.lock:type_name -> distlock.v1.Lock
 	11, // 10: distlock.v1.ListResponse.locks:type_name -> distlock.v1.Lock
-	55, // 11: distlock.v1.Lock.ttl:type_name -> google.protobuf.Duration
-	52, // 12: distlock.v1.Lock.labels:type_name -> distlock.v1.Lock.LabelsEntry
+	57, // 11: distlock.v1.Lock.ttl:type_name -> google.protobuf.Duration
+	54, // 12: distlock.v1.Lock.labels:type_name -> distlock.v1.Lock.LabelsEntry
 	14, // 13: distlock.v1.WatchResponse.event:type_name -> distlock.v1.Event
 	0,  // 14: distlock.v1.Event.type:type_name -> distlock.v1.Event.Type
 	11, // 15: distlock.v1.Event.lock:type_name -> distlock.v1.Lock
-	56, // 16: distlock.v1.Event.time:type_name -> google.protobuf.Timestamp
+	58, // 16: distlock.v1.Event.time:type_name -> google.protobuf.Timestamp
 	11, // 17: distlock.v1.ForceReleaseResponse.lock:type_name -> distlock.v1.Lock
-	55, // 18: distlock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	55, // 19: distlock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
-	56, // 20: distlock.v1.OpenSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
-	55, // 21: distlock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
-	56, // 22: distlock.v1.KeepAliveResponse.expires_at:type_name -> google.protobuf.Timestamp
-	55, // 23: distlock.v1.AcquirePermitRequest.wait:type_name -> google.protobuf.Duration
-	55, // 24: distlock.v1.AcquirePermitRequest.lease:type_name -> google.protobuf.Duration
-	53, // 25: distlock.v1.AcquirePermitRequest.labels:type_name -> distlock.v1.AcquirePermitRequest.LabelsEntry
-	55, // 26: distlock.v1.AcquirePermitResponse.lease:type_name -> google.protobuf.Duration
-	56, // 27: distlock.v1.AcquirePermitResponse.expires_at:type_name -> google.protobuf.Timestamp
-	55, // 28: distlock.v1.RenewPermitRequest.lease:type_name -> google.protobuf.Duration
-	55, // 29: distlock.v1.RenewPermitResponse.lease:type_name -> google.protobuf.Duration
-	56, // 30: distlock.v1.RenewPermitResponse.expires_at:type_name -> google.protobuf.Timestamp
-	11, // 31: distlock.v1.InspectPermitsResponse.held:type_name -> distlock.v1.Lock
-	55, // 32: distlock.v1.AcquireRWRequest.wait:type_name -> google.protobuf.Duration
-	55, // 33: distlock.v1.AcquireRWRequest.lease:type_name -> google.protobuf.Duration
-	54, // 34: distlock.v1.AcquireRWRequest.labels:type_name -> distlock.v1.AcquireRWRequest.LabelsEntry
-	55, // 35: distlock.v1.AcquireRWResponse.lease:type_name -> google.protobuf.Duration
-	56, // 36: distlock.v1.AcquireRWResponse.expires_at:type_name -> google.protobuf.Timestamp
-	55, // 37: distlock.v1.RenewRWRequest.lease:type_name -> google.protobuf.Duration
-	55, // 38: distlock.v1.RenewRWResponse.lease:type_name -> google.protobuf.Duration
-	56, // 39: distlock.v1.RenewRWResponse.expires_at:type_name -> google.protobuf.Timestamp
-	11, // 40: distlock.v1.InspectRWResponse.held:type_name -> distlock.v1.Lock
-	55, // 41: distlock.v1.CampaignRequest.wait:type_name -> google.protobuf.Duration
-	55, // 42: distlock.v1.CampaignRequest.lease:type_name -> google.protobuf.Duration
-	55, // 43: distlock.v1.CampaignResponse.lease:type_name -> google.protobuf.Duration
-	56, // 44: distlock.v1.CampaignResponse.expires_at:type_name -> google.protobuf.Timestamp
-	55, // 45: distlock.v1.LeaderResponse.ttl:type_name -> google.protobuf.Duration
-	46, // 46: distlock.v1.ObserveResponse.leader:type_name -> distlock.v1.LeaderResponse
-	1,  // 47: distlock.v1.LockService.Acquire:input_type -> distlock.v1.AcquireRequest
-	3,  // 48: distlock.v1.LockService.Renew:input_type -> distlock.v1.RenewRequest
-	5,  // 49: distlock.v1.LockService.Release:input_type -> distlock.v1.ReleaseRequest
-	7,  // 50: distlock.v1.LockService.Inspect:input_type -> distlock.v1.InspectRequest
-	9,  // 51: distlock.v1.LockService.List:input_type -> distlock.v1.ListRequest
-	12, // 52: distlock.v1.LockService.Watch:input_type -> distlock.v1.WatchRequest
-	15, // 53: distlock.v1.LockService.ForceRelease:input_type -> distlock.v1.ForceReleaseRequest
-	17, // 54: distlock.v1.LockService.OpenSession:input_type -> distlock.v1.OpenSessionRequest
-	19, // 55: distlock.v1.LockService.KeepAlive:input_type -> distlock.v1.KeepAliveRequest
-	21, // 56: distlock.v1.LockService.CloseSession:input_type -> distlock.v1.CloseSessionRequest
-	23, // 57: distlock.v1.LockService.AcquirePermit:input_type -> distlock.v1.AcquirePermitRequest
-	25, // 58: distlock.v1.LockService.RenewPermit:input_type -> distlock.v1.RenewPermitRequest
-	27, // 59: distlock.v1.LockService.ReleasePermit:input_type -> distlock.v1.ReleasePermitRequest
-	29, // 60: distlock.v1.LockService.SetPermits:input_type -> distlock.v1.SetPermitsRequest
-	31, // 61: distlock.v1.LockService.InspectPermits:input_type -> distlock.v1.InspectPermitsRequest
-	33, // 62: distlock.v1.LockService.AcquireRW:input_type -> distlock.v1.AcquireRWRequest
-	35, // 63: distlock.v1.LockService.RenewRW:input_type -> distlock.v1.RenewRWRequest
-	37, // 64: distlock.v1.LockService.ReleaseRW:input_type -> distlock.v1.ReleaseRWRequest
-	39, // 65: distlock.v1.LockService.InspectRW:input_type -> distlock.v1.InspectRWRequest
-	41, // 66: distlock.v1.LockService.WithdrawIntent:input_type -> distlock.v1.WithdrawIntentRequest
-	43, // 67: distlock.v1.LockService.Campaign:input_type -> distlock.v1.CampaignRequest
-	45, // 68: distlock.v1.LockService.Leader:input_type -> distlock.v1.LeaderRequest
-	47, // 69: distlock.v1.LockService.Observe:input_type -> distlock.v1.ObserveRequest
-	49, // 70: distlock.v1.LockService.Resign:input_type -> distlock.v1.ResignRequest
-	2,  // 71: distlock.v1.LockService.Acquire:output_type -> distlock.v1.AcquireResponse
-	4,  // 72: distlock.v1.LockService.Renew:output_type -> distlock.v1.RenewResponse
-	6,  // 73: distlock.v1.LockService.Release:output_type -> distlock.v1.ReleaseResponse
-	8,  // 74: distlock.v1.LockService.Inspect:output_type -> distlock.v1.InspectResponse
-	10, // 75: distlock.v1.LockService.List:output_type -> distlock.v1.ListResponse
-	13, // 76: distlock.v1.LockService.Watch:output_type -> distlock.v1.WatchResponse
-	16, // 77: distlock.v1.LockService.ForceRelease:output_type -> distlock.v1.ForceReleaseResponse
-	18, // 78: distlock.v1.LockService.OpenSession:output_type -> distlock.v1.OpenSessionResponse
-	20, // 79: distlock.v1.LockService.KeepAlive:output_type -> distlock.v1.KeepAliveResponse
-	22, // 80: distlock.v1.LockService.CloseSession:output_type -> distlock.v1.CloseSessionResponse
-	24, // 81: distlock.v1.LockService.AcquirePermit:output_type -> distlock.v1.AcquirePermitResponse
-	26, // 82: distlock.v1.LockService.RenewPermit:output_type -> distlock.v1.RenewPermitResponse
-	28, // 83: distlock.v1.LockService.ReleasePermit:output_type -> distlock.v1.ReleasePermitResponse
-	30, // 84: distlock.v1.LockService.SetPermits:output_type -> distlock.v1.SetPermitsResponse
-	32, // 85: distlock.v1.LockService.InspectPermits:output_type -> distlock.v1.InspectPermitsResponse
-	34, // 86: distlock.v1.LockService.AcquireRW:output_type -> distlock.v1.AcquireRWResponse
-	36, // 87: distlock.v1.LockService.RenewRW:output_type -> distlock.v1.RenewRWResponse
-	38, // 88: distlock.v1.LockService.ReleaseRW:output_type -> distlock.v1.ReleaseRWResponse
-	40, // 89: distlock.v1.LockService.InspectRW:output_type -> distlock.v1.InspectRWResponse
-	42, // 90: distlock.v1.LockService.WithdrawIntent:output_type -> distlock.v1.WithdrawIntentResponse
-	44, // 91: distlock.v1.LockService.Campaign:output_type -> distlock.v1.CampaignResponse
-	46, // 92: distlock.v1.LockService.Leader:output_type -> distlock.v1.LeaderResponse
-	48, // 93: distlock.v1.LockService.Observe:output_type -> distlock.v1.ObserveResponse
-	50, // 94: distlock.v1.LockService.Resign:output_type -> distlock.v1.ResignResponse
-	71, // [71:95] is the sub-list for method output_type
-	47, // [47:71] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	11, // 18: distlock.v1.RequestReleaseResponse.lock:type_name -> distlock.v1.Lock
+	57, // 19: distlock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	57, // 20: distlock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	58, // 21: distlock.v1.OpenSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
+	57, // 22: distlock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	58, // 23: distlock.v1.KeepAliveResponse.expires_at:type_name -> google.protobuf.Timestamp
+	57, // 24: distlock.v1.AcquirePermitRequest.wait:type_name -> google.protobuf.Duration
+	57, // 25: distlock.v1.AcquirePermitRequest.lease:type_name -> google.protobuf.Duration
+	55, // 26: distlock.v1.AcquirePermitRequest.labels:type_name -> distlock.v1.AcquirePermitRequest.LabelsEntry
+	57, // 27: distlock.v1.AcquirePermitResponse.lease:type_name -> google.protobuf.Duration
+	58, // 28: distlock.v1.AcquirePermitResponse.expires_at:type_name -> google.protobuf.Timestamp
+	57, // 29: distlock.v1.RenewPermitRequest.lease:type_name -> google.protobuf.Duration
+	57, // 30: distlock.v1.RenewPermitResponse.lease:type_name -> google.protobuf.Duration
+	58, // 31: distlock.v1.RenewPermitResponse.expires_at:type_name -> google.protobuf.Timestamp
+	11, // 32: distlock.v1.InspectPermitsResponse.held:type_name -> distlock.v1.Lock
+	57, // 33: distlock.v1.AcquireRWRequest.wait:type_name -> google.protobuf.Duration
+	57, // 34: distlock.v1.AcquireRWRequest.lease:type_name -> google.protobuf.Duration
+	56, // 35: distlock.v1.AcquireRWRequest.labels:type_name -> distlock.v1.AcquireRWRequest.LabelsEntry
+	57, // 36: distlock.v1.AcquireRWResponse.lease:type_name -> google.protobuf.Duration
+	58, // 37: distlock.v1.AcquireRWResponse.expires_at:type_name -> google.protobuf.Timestamp
+	57, // 38: distlock.v1.RenewRWRequest.lease:type_name -> google.protobuf.Duration
+	57, // 39: distlock.v1.RenewRWResponse.lease:type_name -> google.protobuf.Duration
+	58, // 40: distlock.v1.RenewRWResponse.expires_at:type_name -> google.protobuf.Timestamp
+	11, // 41: distlock.v1.InspectRWResponse.held:type_name -> distlock.v1.Lock
+	57, // 42: distlock.v1.CampaignRequest.wait:type_name -> google.protobuf.Duration
+	57, // 43: distlock.v1.CampaignRequest.lease:type_name -> google.protobuf.Duration
+	57, // 44: distlock.v1.CampaignResponse.lease:type_name -> google.protobuf.Duration
+	58, // 45: distlock.v1.CampaignResponse.expires_at:type_name -> google.protobuf.Timestamp
+	57, // 46: distlock.v1.LeaderResponse.ttl:type_name -> google.protobuf.Duration
+	48, // 47: distlock.v1.ObserveResponse.leader:type_name -> distlock.v1.LeaderResponse
+	1,  // 48: distlock.v1.LockService.Acquire:input_type -> distlock.v1.AcquireRequest
+	3,  // 49: distlock.v1.LockService.Renew:input_type -> distlock.v1.RenewRequest
+	5,  // 50: distlock.v1.LockService.Release:input_type -> distlock.v1.ReleaseRequest
+	7,  // 51: distlock.v1.LockService.Inspect:input_type -> distlock.v1.InspectRequest
+	9,  // 52: distlock.v1.LockService.List:input_type -> distlock.v1.ListRequest
+	12, // 53: distlock.v1.LockService.Watch:input_type -> distlock.v1.WatchRequest
+	15, // 54: distlock.v1.LockService.ForceRelease:input_type -> distlock.v1.ForceReleaseRequest
+	17, // 55: distlock.v1.LockService.RequestRelease:input_type -> distlock.v1.RequestReleaseRequest
+	19, // 56: distlock.v1.LockService.OpenSession:input_type -> distlock.v1.OpenSessionRequest
+	21, // 57: distlock.v1.LockService.KeepAlive:input_type -> distlock.v1.KeepAliveRequest
+	23, // 58: distlock.v1.LockService.CloseSession:input_type -> distlock.v1.CloseSessionRequest
+	25, // 59: distlock.v1.LockService.AcquirePermit:input_type -> distlock.v1.AcquirePermitRequest
+	27, // 60: distlock.v1.LockService.RenewPermit:input_type -> distlock.v1.RenewPermitRequest
+	29, // 61: distlock.v1.LockService.ReleasePermit:input_type -> distlock.v1.ReleasePermitRequest
+	31, // 62: distlock.v1.LockService.SetPermits:input_type -> distlock.v1.SetPermitsRequest
+	33, // 63: distlock.v1.LockService.InspectPermits:input_type -> distlock.v1.InspectPermitsRequest
+	35, // 64: distlock.v1.LockService.AcquireRW:input_type -> distlock.v1.AcquireRWRequest
+	37, // 65: distlock.v1.LockService.RenewRW:input_type -> distlock.v1.RenewRWRequest
+	39, // 66: distlock.v1.LockService.ReleaseRW:input_type -> distlock.v1.ReleaseRWRequest
+	41, // 67: distlock.v1.LockService.InspectRW:input_type -> distlock.v1.InspectRWRequest
+	43, // 68: distlock.v1.LockService.WithdrawIntent:input_type -> distlock.v1.WithdrawIntentRequest
+	45, // 69: distlock.v1.LockService.Campaign:input_type -> distlock.v1.CampaignRequest
+	47, // 70: distlock.v1.LockService.Leader:input_type -> distlock.v1.LeaderRequest
+	49, // 71: distlock.v1.LockService.Observe:input_type -> distlock.v1.ObserveRequest
+	51, // 72: distlock.v1.LockService.Resign:input_type -> distlock.v1.ResignRequest
+	2,  // 73: distlock.v1.LockService.Acquire:output_type -> distlock.v1.AcquireResponse
+	4,  // 74: distlock.v1.LockService.Renew:output_type -> distlock.v1.RenewResponse
+	6,  // 75: distlock.v1.LockService.Release:output_type -> distlock.v1.ReleaseResponse
+	8,  // 76: distlock.v1.LockService.Inspect:output_type -> distlock.v1.InspectResponse
+	10, // 77: distlock.v1.LockService.List:output_type -> distlock.v1.ListResponse
+	13, // 78: distlock.v1.LockService.Watch:output_type -> distlock.v1.WatchResponse
+	16, // 79: distlock.v1.LockService.ForceRelease:output_type -> distlock.v1.ForceReleaseResponse
+	18, // 80: distlock.v1.LockService.RequestRelease:output_type -> distlock.v1.RequestReleaseResponse
+	20, // 81: distlock.v1.LockService.OpenSession:output_type -> distlock.v1.OpenSessionResponse
+	22, // 82: distlock.v1.LockService.KeepAlive:output_type -> distlock.v1.KeepAliveResponse
+	24, // 83: distlock.v1.LockService.CloseSession:output_type -> distlock.v1.CloseSessionResponse
+	26, // 84: distlock.v1.LockService.AcquirePermit:output_type -> distlock.v1.AcquirePermitResponse
+	28, // 85: distlock.v1.LockService.RenewPermit:output_type -> distlock.v1.RenewPermitResponse
+	30, // 86: distlock.v1.LockService.ReleasePermit:output_type -> distlock.v1.ReleasePermitResponse
+	32, // 87: distlock.v1.LockService.SetPermits:output_type -> distlock.v1.SetPermitsResponse
+	34, // 88: distlock.v1.LockService.InspectPermits:output_type -> distlock.v1.InspectPermitsResponse
+	36, // 89: distlock.v1.LockService.AcquireRW:output_type -> distlock.v1.AcquireRWResponse
+	38, // 90: distlock.v1.LockService.RenewRW:output_type -> distlock.v1.RenewRWResponse
+	40, // 91: distlock.v1.LockService.ReleaseRW:output_type -> distlock.v1.ReleaseRWResponse
+	42, // 92: distlock.v1.LockService.InspectRW:output_type -> distlock.v1.InspectRWResponse
+	44, // 93: distlock.v1.LockService.WithdrawIntent:output_type -> distlock.v1.WithdrawIntentResponse
+	46, // 94: distlock.v1.LockService.Campaign:output_type -> distlock.v1.CampaignResponse
+	48, // 95: distlock.v1.LockService.Leader:output_type -> distlock.v1.LeaderResponse
+	50, // 96: distlock.v1.LockService.Observe:output_type -> distlock.v1.ObserveResponse
+	52, // 97: distlock.v1.LockService.Resign:output_type -> distlock.v1.ResignResponse
+	73, // [73:98] is the sub-list for method output_type
+	48, // [48:73] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_distlock_v1_lock_proto_init() }
@@ -3476,7 +3613,7 @@ func file_distlock_v1_lock_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_distlock_v1_lock_proto_rawDesc), len(file_distlock_v1_lock_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   54,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

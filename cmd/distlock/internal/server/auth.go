@@ -30,6 +30,7 @@ var procedures = map[string]procedure{
 	distlockv1connect.LockServiceListProcedure:           {"List", auth.Read},
 	distlockv1connect.LockServiceWatchProcedure:          {"Watch", auth.Read},
 	distlockv1connect.LockServiceForceReleaseProcedure:   {"ForceRelease", auth.Force},
+	distlockv1connect.LockServiceRequestReleaseProcedure: {"RequestRelease", auth.Write},
 	distlockv1connect.LockServiceOpenSessionProcedure:    {"OpenSession", auth.Write},
 	distlockv1connect.LockServiceKeepAliveProcedure:      {"KeepAlive", auth.Write},
 	distlockv1connect.LockServiceCloseSessionProcedure:   {"CloseSession", auth.Write},

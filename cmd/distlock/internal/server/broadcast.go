@@ -19,8 +19,9 @@ type change struct {
 	// token is the hold's token, for a grant or a release by token: a
 	// release that reaches a stream after the key's next grant (to a
 	// waiter) is told apart from a release of that grant by it.
-	token string
-	at    time.Time
+	token  string
+	at     time.Time
+	reason string // a request to release's
 }
 
 // subBuffer is how many changes a slow stream may have pending; beyond it

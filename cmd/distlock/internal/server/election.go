@@ -94,8 +94,11 @@ func (h *service) Observe(ctx context.Context, req *connect.Request[distlockv1.O
 		if l.GetKey() != key { // another election whose name begins with this one's
 			return nil
 		}
-		if e.GetType() == distlockv1.Event_TYPE_ACQUIRED {
+		switch e.GetType() {
+		case distlockv1.Event_TYPE_ACQUIRED:
 			return send(leaderOf(l))
+		case distlockv1.Event_TYPE_RELEASE_REQUESTED:
+			return nil // the leader was asked to resign; it still leads
 		}
 		return send(&distlockv1.LeaderResponse{Fence: l.GetFence()}) // the term ended
 	})

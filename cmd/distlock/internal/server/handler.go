@@ -292,6 +292,7 @@ func (h *service) Renew(ctx context.Context, req *connect.Request[distlockv1.Ren
 		}
 	}
 	// The lock's labels give its lease and when it was granted.
+	var fence uint64 // the holder's, if read
 	if lease == 0 || s.maxHold(sk) > 0 {
 		info, err := s.client.Inspect(ctx, sk)
 		if err != nil {
@@ -300,6 +301,7 @@ func (h *service) Renew(ctx context.Context, req *connect.Request[distlockv1.Ren
 		if !info.Held {
 			return nil, s.storeError(ctx, "renew", key, sk, s.renewRefused(sk))
 		}
+		fence = info.Fence
 		if lease == 0 {
 			lease = leaseOf(info, s.limits.DefaultLease)
 		}
@@ -312,7 +314,8 @@ func (h *service) Renew(ctx context.Context, req *connect.Request[distlockv1.Ren
 		return nil, s.storeError(ctx, "renew", key, sk, err)
 	}
 	d, at := expiry(lease, sent)
-	return connect.NewResponse(&distlockv1.RenewResponse{Lease: d, ExpiresAt: at}), nil
+	return connect.NewResponse(&distlockv1.RenewResponse{Lease: d, ExpiresAt: at,
+		ReleaseRequested: s.releaseRequested(ctx, sk, fence)}), nil
 }
 
 // leaseOf is the lease a lock was acquired with, or def if it has no

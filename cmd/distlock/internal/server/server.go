@@ -92,8 +92,9 @@ type Server struct {
 	lease    func(storeKey string) time.Duration // nil: Limits.DefaultLease
 	limiters *limiters
 	events   *broadcaster
-	polls    polls   // the Watch streams' shared polls of each tenant
-	mon      monitor // the dashboard's view of the locks (monitor.go)
+	requests pendingRequests // requests to release, for the holders' renewals
+	polls    polls           // the Watch streams' shared polls of each tenant
+	mon      monitor         // the dashboard's view of the locks (monitor.go)
 	live     liveCalls
 	waiters  tenantCaps // Acquire calls waiting, per tenant
 	streams  tenantCaps // Watch streams, per tenant

@@ -214,6 +214,10 @@ func (w *watcher) apply(c change, now time.Time) []*distlockv1.Event {
 		delete(w.seen, sk)
 		w.bury(sk, old.info.Fence, now)
 		return []*distlockv1.Event{event(distlockv1.Event_TYPE_RELEASED, sk, old.info, c.at)}
+	case distlockv1.Event_TYPE_RELEASE_REQUESTED:
+		e := event(c.typ, sk, c.info, c.at)
+		e.Lock.Held, e.Reason = true, c.reason
+		return []*distlockv1.Event{e}
 	case distlockv1.Event_TYPE_FORCE_RELEASED:
 		w.bury(sk, max(c.info.Fence, old.info.Fence), now)
 		if !wasSeen {

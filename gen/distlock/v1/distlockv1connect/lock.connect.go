@@ -58,6 +58,9 @@ const (
 	// LockServiceForceReleaseProcedure is the fully-qualified name of the LockService's ForceRelease
 	// RPC.
 	LockServiceForceReleaseProcedure = "/distlock.v1.LockService/ForceRelease"
+	// LockServiceRequestReleaseProcedure is the fully-qualified name of the LockService's
+	// RequestRelease RPC.
+	LockServiceRequestReleaseProcedure = "/distlock.v1.LockService/RequestRelease"
 	// LockServiceOpenSessionProcedure is the fully-qualified name of the LockService's OpenSession RPC.
 	LockServiceOpenSessionProcedure = "/distlock.v1.LockService/OpenSession"
 	// LockServiceKeepAliveProcedure is the fully-qualified name of the LockService's KeepAlive RPC.
@@ -123,6 +126,12 @@ type LockServiceClient interface {
 	// ForceRelease frees a key whoever holds it, and records who did it and
 	// why in the audit log. Admin only.
 	ForceRelease(context.Context, *connect.Request[v1.ForceReleaseRequest]) (*connect.Response[v1.ForceReleaseResponse], error)
+	// RequestRelease asks the holder of a key of the caller's tenant to
+	// release it: the holder keeps the lock and is told, with the reason, by
+	// the Watch stream's RELEASE_REQUESTED event and by its next Renew's
+	// release_requested. Any client of the tenant may ask; the audit log
+	// records who did.
+	RequestRelease(context.Context, *connect.Request[v1.RequestReleaseRequest]) (*connect.Response[v1.RequestReleaseResponse], error)
 	// OpenSession starts a session: locks acquired with its id share its TTL,
 	// are all kept alive by one KeepAlive, and all end when it ends.
 	OpenSession(context.Context, *connect.Request[v1.OpenSessionRequest]) (*connect.Response[v1.OpenSessionResponse], error)
@@ -231,6 +240,12 @@ func NewLockServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			httpClient,
 			baseURL+LockServiceForceReleaseProcedure,
 			connect.WithSchema(lockServiceMethods.ByName("ForceRelease")),
+			connect.WithClientOptions(opts...),
+		),
+		requestRelease: connect.NewClient[v1.RequestReleaseRequest, v1.RequestReleaseResponse](
+			httpClient,
+			baseURL+LockServiceRequestReleaseProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("RequestRelease")),
 			connect.WithClientOptions(opts...),
 		),
 		openSession: connect.NewClient[v1.OpenSessionRequest, v1.OpenSessionResponse](
@@ -347,6 +362,7 @@ type lockServiceClient struct {
 	list           *connect.Client[v1.ListRequest, v1.ListResponse]
 	watch          *connect.Client[v1.WatchRequest, v1.WatchResponse]
 	forceRelease   *connect.Client[v1.ForceReleaseRequest, v1.ForceReleaseResponse]
+	requestRelease *connect.Client[v1.RequestReleaseRequest, v1.RequestReleaseResponse]
 	openSession    *connect.Client[v1.OpenSessionRequest, v1.OpenSessionResponse]
 	keepAlive      *connect.Client[v1.KeepAliveRequest, v1.KeepAliveResponse]
 	closeSession   *connect.Client[v1.CloseSessionRequest, v1.CloseSessionResponse]
@@ -399,6 +415,11 @@ func (c *lockServiceClient) Watch(ctx context.Context, req *connect.Request[v1.W
 // ForceRelease calls distlock.v1.LockService.ForceRelease.
 func (c *lockServiceClient) ForceRelease(ctx context.Context, req *connect.Request[v1.ForceReleaseRequest]) (*connect.Response[v1.ForceReleaseResponse], error) {
 	return c.forceRelease.CallUnary(ctx, req)
+}
+
+// RequestRelease calls distlock.v1.LockService.RequestRelease.
+func (c *lockServiceClient) RequestRelease(ctx context.Context, req *connect.Request[v1.RequestReleaseRequest]) (*connect.Response[v1.RequestReleaseResponse], error) {
+	return c.requestRelease.CallUnary(ctx, req)
 }
 
 // OpenSession calls distlock.v1.LockService.OpenSession.
@@ -510,6 +531,12 @@ type LockServiceHandler interface {
 	// ForceRelease frees a key whoever holds it, and records who did it and
 	// why in the audit log. Admin only.
 	ForceRelease(context.Context, *connect.Request[v1.ForceReleaseRequest]) (*connect.Response[v1.ForceReleaseResponse], error)
+	// RequestRelease asks the holder of a key of the caller's tenant to
+	// release it: the holder keeps the lock and is told, with the reason, by
+	// the Watch stream's RELEASE_REQUESTED event and by its next Renew's
+	// release_requested. Any client of the tenant may ask; the audit log
+	// records who did.
+	RequestRelease(context.Context, *connect.Request[v1.RequestReleaseRequest]) (*connect.Response[v1.RequestReleaseResponse], error)
 	// OpenSession starts a session: locks acquired with its id share its TTL,
 	// are all kept alive by one KeepAlive, and all end when it ends.
 	OpenSession(context.Context, *connect.Request[v1.OpenSessionRequest]) (*connect.Response[v1.OpenSessionResponse], error)
@@ -614,6 +641,12 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 		LockServiceForceReleaseProcedure,
 		svc.ForceRelease,
 		connect.WithSchema(lockServiceMethods.ByName("ForceRelease")),
+		connect.WithHandlerOptions(opts...),
+	)
+	lockServiceRequestReleaseHandler := connect.NewUnaryHandler(
+		LockServiceRequestReleaseProcedure,
+		svc.RequestRelease,
+		connect.WithSchema(lockServiceMethods.ByName("RequestRelease")),
 		connect.WithHandlerOptions(opts...),
 	)
 	lockServiceOpenSessionHandler := connect.NewUnaryHandler(
@@ -734,6 +767,8 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 			lockServiceWatchHandler.ServeHTTP(w, r)
 		case LockServiceForceReleaseProcedure:
 			lockServiceForceReleaseHandler.ServeHTTP(w, r)
+		case LockServiceRequestReleaseProcedure:
+			lockServiceRequestReleaseHandler.ServeHTTP(w, r)
 		case LockServiceOpenSessionProcedure:
 			lockServiceOpenSessionHandler.ServeHTTP(w, r)
 		case LockServiceKeepAliveProcedure:
@@ -803,6 +838,10 @@ func (UnimplementedLockServiceHandler) Watch(context.Context, *connect.Request[v
 
 func (UnimplementedLockServiceHandler) ForceRelease(context.Context, *connect.Request[v1.ForceReleaseRequest]) (*connect.Response[v1.ForceReleaseResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("distlock.v1.LockService.ForceRelease is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) RequestRelease(context.Context, *connect.Request[v1.RequestReleaseRequest]) (*connect.Response[v1.RequestReleaseResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("distlock.v1.LockService.RequestRelease is not implemented"))
 }
 
 func (UnimplementedLockServiceHandler) OpenSession(context.Context, *connect.Request[v1.OpenSessionRequest]) (*connect.Response[v1.OpenSessionResponse], error) {

@@ -22,7 +22,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file distlock/v1/lock.proto.
  */
 export const file_distlock_v1_lock: GenFile = /*@__PURE__*/
-  fileDesc("ChZkaXN0bG9jay92MS9sb2NrLnByb3RvEgtkaXN0bG9jay52MSLmAgoOQWNxdWlyZVJlcXVlc3QSCwoDa2V5GAEgASgJEicKBHdhaXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKAoFbGVhc2UYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLQoKbG9ja19kZWxheRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhINCgVvd25lchgFIAEoCRITCgtidXNpbmVzc19pZBgGIAEoCRI3CgZsYWJlbHMYByADKAsyJy5kaXN0bG9jay52MS5BY3F1aXJlUmVxdWVzdC5MYWJlbHNFbnRyeRISCgpyZXF1ZXN0X2lkGAggASgJEhIKCnNlc3Npb25faWQYCSABKAkSEQoJZmlyc3RfdHJ5GAogASgIGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiiQEKD0FjcXVpcmVSZXNwb25zZRINCgV0b2tlbhgBIAEoCRINCgVmZW5jZRgCIAEoBBIoCgVsZWFzZRgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgpleHBpcmVzX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJUCgxSZW5ld1JlcXVlc3QSCwoDa2V5GAEgASgJEg0KBXRva2VuGAIgASgJEigKBWxlYXNlGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uImkKDVJlbmV3UmVzcG9uc2USKAoFbGVhc2UYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoKZXhwaXJlc19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiLAoOUmVsZWFzZVJlcXVlc3QSCwoDa2V5GAEgASgJEg0KBXRva2VuGAIgASgJIhEKD1JlbGVhc2VSZXNwb25zZSIdCg5JbnNwZWN0UmVxdWVzdBILCgNrZXkYASABKAkiMgoPSW5zcGVjdFJlc3BvbnNlEh8KBGxvY2sYASABKAsyES5kaXN0bG9jay52MS5Mb2NrIlkKC0xpc3RSZXF1ZXN0Eg4KBnByZWZpeBgBIAEoCRIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCRITCgthbGxfdGVuYW50cxgEIAEoCCJJCgxMaXN0UmVzcG9uc2USIAoFbG9ja3MYASADKAsyES5kaXN0bG9jay52MS5Mb2NrEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSLqAQoETG9jaxILCgNrZXkYASABKAkSDAoEaGVsZBgCIAEoCBINCgVmZW5jZRgDIAEoBBImCgN0dGwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDQoFb3duZXIYBSABKAkSEwoLYnVzaW5lc3NfaWQYBiABKAkSLQoGbGFiZWxzGAcgAygLMh0uZGlzdGxvY2sudjEuTG9jay5MYWJlbHNFbnRyeRIOCgZ0ZW5hbnQYCCABKAkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASIeCgxXYXRjaFJlcXVlc3QSDgoGcHJlZml4GAEgASgJIjIKDVdhdGNoUmVzcG9uc2USIQoFZXZlbnQYASABKAsyEi5kaXN0bG9jay52MS5FdmVudCLoAQoFRXZlbnQSJQoEdHlwZRgBIAEoDjIXLmRpc3Rsb2NrLnYxLkV2ZW50LlR5cGUSHwoEbG9jaxgCIAEoCzIRLmRpc3Rsb2NrLnYxLkxvY2sSKAoEdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAibQoEVHlwZRIUChBUWVBFX1VOU1BFQ0lGSUVEEAASEQoNVFlQRV9BQ1FVSVJFRBABEhEKDVRZUEVfUkVMRUFTRUQQAhIQCgxUWVBFX0VYUElSRUQQAxIXChNUWVBFX0ZPUkNFX1JFTEVBU0VEEAQiQgoTRm9yY2VSZWxlYXNlUmVxdWVzdBILCgNrZXkYASABKAkSDgoGcmVhc29uGAIgASgJEg4KBnRlbmFudBgDIAEoCSI3ChRGb3JjZVJlbGVhc2VSZXNwb25zZRIfCgRsb2NrGAEgASgLMhEuZGlzdGxvY2sudjEuTG9jayI8ChJPcGVuU2Vzc2lvblJlcXVlc3QSJgoDdHRsGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIoEBChNPcGVuU2Vzc2lvblJlc3BvbnNlEhIKCnNlc3Npb25faWQYASABKAkSJgoDdHRsGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi4KCmV4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIiYKEEtlZXBBbGl2ZVJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSJ6ChFLZWVwQWxpdmVSZXNwb25zZRImCgN0dGwYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoKZXhwaXJlc19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFbG9ja3MYAyABKAUiKQoTQ2xvc2VTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIiUKFENsb3NlU2Vzc2lvblJlc3BvbnNlEg0KBWxvY2tzGAEgASgFIsECChRBY3F1aXJlUGVybWl0UmVxdWVzdBIMCgRuYW1lGAEgASgJEg8KB3Blcm1pdHMYAiABKAUSJwoEd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIoCgVsZWFzZRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhINCgVvd25lchgFIAEoCRITCgtidXNpbmVzc19pZBgGIAEoCRI9CgZsYWJlbHMYByADKAsyLS5kaXN0bG9jay52MS5BY3F1aXJlUGVybWl0UmVxdWVzdC5MYWJlbHNFbnRyeRISCgpyZXF1ZXN0X2lkGAggASgJEhEKCWZpcnN0X3RyeRgJIAEoCBotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIo8BChVBY3F1aXJlUGVybWl0UmVzcG9uc2USDQoFdG9rZW4YASABKAkSDQoFZmVuY2UYAiABKAQSKAoFbGVhc2UYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoKZXhwaXJlc19hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiWwoSUmVuZXdQZXJtaXRSZXF1ZXN0EgwKBG5hbWUYASABKAkSDQoFdG9rZW4YAiABKAkSKAoFbGVhc2UYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ibwoTUmVuZXdQZXJtaXRSZXNwb25zZRIoCgVsZWFzZRgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgpleHBpcmVzX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIzChRSZWxlYXNlUGVybWl0UmVxdWVzdBIMCgRuYW1lGAEgASgJEg0KBXRva2VuGAIgASgJIhcKFVJlbGVhc2VQZXJtaXRSZXNwb25zZSIyChFTZXRQZXJtaXRzUmVxdWVzdBIMCgRuYW1lGAEgASgJEg8KB3Blcm1pdHMYAiABKAUiFAoSU2V0UGVybWl0c1Jlc3BvbnNlIiUKFUluc3BlY3RQZXJtaXRzUmVxdWVzdBIMCgRuYW1lGAEgASgJIkoKFkluc3BlY3RQZXJtaXRzUmVzcG9uc2USDwoHcGVybWl0cxgBIAEoBRIfCgRoZWxkGAIgAygLMhEuZGlzdGxvY2sudjEuTG9jayLHAgoQQWNxdWlyZVJXUmVxdWVzdBIMCgRuYW1lGAEgASgJEg0KBXdyaXRlGAIgASgIEicKBHdhaXQYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKAoFbGVhc2UYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDQoFb3duZXIYBSABKAkSEwoLYnVzaW5lc3NfaWQYBiABKAkSOQoGbGFiZWxzGAcgAygLMikuZGlzdGxvY2sudjEuQWNxdWlyZVJXUmVxdWVzdC5MYWJlbHNFbnRyeRISCgpyZXF1ZXN0X2lkGAggASgJEhEKCWZpcnN0X3RyeRgJIAEoCBIOCgZpbnRlbnQYCiABKAkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKLAQoRQWNxdWlyZVJXUmVzcG9uc2USDQoFdG9rZW4YASABKAkSDQoFZmVuY2UYAiABKAQSKAoFbGVhc2UYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoKZXhwaXJlc19hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiVwoOUmVuZXdSV1JlcXVlc3QSDAoEbmFtZRgBIAEoCRINCgV0b2tlbhgCIAEoCRIoCgVsZWFzZRgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJrCg9SZW5ld1JXUmVzcG9uc2USKAoFbGVhc2UYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoKZXhwaXJlc19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiLwoQUmVsZWFzZVJXUmVxdWVzdBIMCgRuYW1lGAEgASgJEg0KBXRva2VuGAIgASgJIhMKEVJlbGVhc2VSV1Jlc3BvbnNlIiAKEEluc3BlY3RSV1JlcXVlc3QSDAoEbmFtZRgBIAEoCSJdChFJbnNwZWN0UldSZXNwb25zZRIOCgZ3cml0ZXIYASABKAgSHwoEaGVsZBgCIAMoCzIRLmRpc3Rsb2NrLnYxLkxvY2sSFwoPd3JpdGVyc193YWl0aW5nGAMgASgFIjUKFVdpdGhkcmF3SW50ZW50UmVxdWVzdBIMCgRuYW1lGAEgASgJEg4KBmludGVudBgCIAEoCSIYChZXaXRoZHJhd0ludGVudFJlc3BvbnNlIrcBCg9DYW1wYWlnblJlcXVlc3QSDAoEbmFtZRgBIAEoCRINCgV2YWx1ZRgCIAEoCRInCgR3YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEigKBWxlYXNlGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg0KBW93bmVyGAUgASgJEhIKCnJlcXVlc3RfaWQYBiABKAkSEQoJZmlyc3RfdHJ5GAcgASgIIpcBChBDYW1wYWlnblJlc3BvbnNlEg0KBXRva2VuGAEgASgJEg0KBWZlbmNlGAIgASgEEigKBWxlYXNlGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi4KCmV4cGlyZXNfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgsKA2tleRgFIAEoCSIdCg1MZWFkZXJSZXF1ZXN0EgwKBG5hbWUYASABKAkicwoOTGVhZGVyUmVzcG9uc2USDAoEaGVsZBgBIAEoCBINCgV2YWx1ZRgCIAEoCRINCgVmZW5jZRgDIAEoBBINCgVvd25lchgEIAEoCRImCgN0dGwYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iHgoOT2JzZXJ2ZVJlcXVlc3QSDAoEbmFtZRgBIAEoCSI+Cg9PYnNlcnZlUmVzcG9uc2USKwoGbGVhZGVyGAEgASgLMhsuZGlzdGxvY2sudjEuTGVhZGVyUmVzcG9uc2UiLAoNUmVzaWduUmVxdWVzdBIMCgRuYW1lGAEgASgJEg0KBXRva2VuGAIgASgJIhAKDlJlc2lnblJlc3BvbnNlMq4OCgtMb2NrU2VydmljZRJECgdBY3F1aXJlEhsuZGlzdGxvY2sudjEuQWNxdWlyZVJlcXVlc3QaHC5kaXN0bG9jay52MS5BY3F1aXJlUmVzcG9uc2USPgoFUmVuZXcSGS5kaXN0bG9jay52MS5SZW5ld1JlcXVlc3QaGi5kaXN0bG9jay52MS5SZW5ld1Jlc3BvbnNlEkQKB1JlbGVhc2USGy5kaXN0bG9jay52MS5SZWxlYXNlUmVxdWVzdBocLmRpc3Rsb2NrLnYxLlJlbGVhc2VSZXNwb25zZRJECgdJbnNwZWN0EhsuZGlzdGxvY2sudjEuSW5zcGVjdFJlcXVlc3QaHC5kaXN0bG9jay52MS5JbnNwZWN0UmVzcG9uc2USOwoETGlzdBIYLmRpc3Rsb2NrLnYxLkxpc3RSZXF1ZXN0GhkuZGlzdGxvY2sudjEuTGlzdFJlc3BvbnNlEkAKBVdhdGNoEhkuZGlzdGxvY2sudjEuV2F0Y2hSZXF1ZXN0GhouZGlzdGxvY2sudjEuV2F0Y2hSZXNwb25zZTABElMKDEZvcmNlUmVsZWFzZRIgLmRpc3Rsb2NrLnYxLkZvcmNlUmVsZWFzZVJlcXVlc3QaIS5kaXN0bG9jay52MS5Gb3JjZVJlbGVhc2VSZXNwb25zZRJQCgtPcGVuU2Vzc2lvbhIfLmRpc3Rsb2NrLnYxLk9wZW5TZXNzaW9uUmVxdWVzdBogLmRpc3Rsb2NrLnYxLk9wZW5TZXNzaW9uUmVzcG9uc2USSgoJS2VlcEFsaXZlEh0uZGlzdGxvY2sudjEuS2VlcEFsaXZlUmVxdWVzdBoeLmRpc3Rsb2NrLnYxLktlZXBBbGl2ZVJlc3BvbnNlElMKDENsb3NlU2Vzc2lvbhIgLmRpc3Rsb2NrLnYxLkNsb3NlU2Vzc2lvblJlcXVlc3QaIS5kaXN0bG9jay52MS5DbG9zZVNlc3Npb25SZXNwb25zZRJWCg1BY3F1aXJlUGVybWl0EiEuZGlzdGxvY2sudjEuQWNxdWlyZVBlcm1pdFJlcXVlc3QaIi5kaXN0bG9jay52MS5BY3F1aXJlUGVybWl0UmVzcG9uc2USUAoLUmVuZXdQZXJtaXQSHy5kaXN0bG9jay52MS5SZW5ld1Blcm1pdFJlcXVlc3QaIC5kaXN0bG9jay52MS5SZW5ld1Blcm1pdFJlc3BvbnNlElYKDVJlbGVhc2VQZXJtaXQSIS5kaXN0bG9jay52MS5SZWxlYXNlUGVybWl0UmVxdWVzdBoiLmRpc3Rsb2NrLnYxLlJlbGVhc2VQZXJtaXRSZXNwb25zZRJNCgpTZXRQZXJtaXRzEh4uZGlzdGxvY2sudjEuU2V0UGVybWl0c1JlcXVlc3QaHy5kaXN0bG9jay52MS5TZXRQZXJtaXRzUmVzcG9uc2USWQoOSW5zcGVjdFBlcm1pdHMSIi5kaXN0bG9jay52MS5JbnNwZWN0UGVybWl0c1JlcXVlc3QaIy5kaXN0bG9jay52MS5JbnNwZWN0UGVybWl0c1Jlc3BvbnNlEkoKCUFjcXVpcmVSVxIdLmRpc3Rsb2NrLnYxLkFjcXVpcmVSV1JlcXVlc3QaHi5kaXN0bG9jay52MS5BY3F1aXJlUldSZXNwb25zZRJECgdSZW5ld1JXEhsuZGlzdGxvY2sudjEuUmVuZXdSV1JlcXVlc3QaHC5kaXN0bG9jay52MS5SZW5ld1JXUmVzcG9uc2USSgoJUmVsZWFzZVJXEh0uZGlzdGxvY2sudjEuUmVsZWFzZVJXUmVxdWVzdBoeLmRpc3Rsb2NrLnYxLlJlbGVhc2VSV1Jlc3BvbnNlEkoKCUluc3BlY3RSVxIdLmRpc3Rsb2NrLnYxLkluc3BlY3RSV1JlcXVlc3QaHi5kaXN0bG9jay52MS5JbnNwZWN0UldSZXNwb25zZRJZCg5XaXRoZHJhd0ludGVudBIiLmRpc3Rsb2NrLnYxLldpdGhkcmF3SW50ZW50UmVxdWVzdBojLmRpc3Rsb2NrLnYxLldpdGhkcmF3SW50ZW50UmVzcG9uc2USRwoIQ2FtcGFpZ24SHC5kaXN0bG9jay52MS5DYW1wYWlnblJlcXVlc3QaHS5kaXN0bG9jay52MS5DYW1wYWlnblJlc3BvbnNlEkEKBkxlYWRlchIaLmRpc3Rsb2NrLnYxLkxlYWRlclJlcXVlc3QaGy5kaXN0bG9jay52MS5MZWFkZXJSZXNwb25zZRJGCgdPYnNlcnZlEhsuZGlzdGxvY2sudjEuT2JzZXJ2ZVJlcXVlc3QaHC5kaXN0bG9jay52MS5PYnNlcnZlUmVzcG9uc2UwARJBCgZSZXNpZ24SGi5kaXN0bG9jay52MS5SZXNpZ25SZXF1ZXN0GhsuZGlzdGxvY2sudjEuUmVzaWduUmVzcG9uc2VCOVo3Z2l0aHViLmNvbS9kaXN0bG9jay9kaXN0bG9jay9nZW4vZGlzdGxvY2svdjE7ZGlzdGxvY2t2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChZkaXN0bG9jay92MS9sb2NrLnByb3RvEgtkaXN0bG9jay52MSLmAgoOQWNxdWlyZVJlcXVlc3QSCwoDa2V5GAEgASgJEicKBHdhaXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKAoFbGVhc2UYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLQoKbG9ja19kZWxheRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhINCgVvd25lchgFIAEoCRITCgtidXNpbmVzc19pZBgGIAEoCRI3CgZsYWJlbHMYByADKAsyJy5kaXN0bG9jay52MS5BY3F1aXJlUmVxdWVzdC5MYWJlbHNFbnRyeRISCgpyZXF1ZXN0X2lkGAggASgJEhIKCnNlc3Npb25faWQYCSABKAkSEQoJZmlyc3RfdHJ5GAogASgIGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiiQEKD0FjcXVpcmVSZXNwb25zZRINCgV0b2tlbhgBIAEoCRINCgVmZW5jZRgCIAEoBBIoCgVsZWFzZRgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgpleHBpcmVzX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJUCgxSZW5ld1JlcXVlc3QSCwoDa2V5GAEgASgJEg0KBXRva2VuGAIgASgJEigKBWxlYXNlGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIoQBCg1SZW5ld1Jlc3BvbnNlEigKBWxlYXNlGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi4KCmV4cGlyZXNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhkKEXJlbGVhc2VfcmVxdWVzdGVkGAMgASgJIiwKDlJlbGVhc2VSZXF1ZXN0EgsKA2tleRgBIAEoCRINCgV0b2tlbhgCIAEoCSIRCg9SZWxlYXNlUmVzcG9uc2UiHQoOSW5zcGVjdFJlcXVlc3QSCwoDa2V5GAEgASgJIjIKD0luc3BlY3RSZXNwb25zZRIfCgRsb2NrGAEgASgLMhEuZGlzdGxvY2sudjEuTG9jayJZCgtMaXN0UmVxdWVzdBIOCgZwcmVmaXgYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkSEwoLYWxsX3RlbmFudHMYBCABKAgiSQoMTGlzdFJlc3BvbnNlEiAKBWxvY2tzGAEgAygLMhEuZGlzdGxvY2sudjEuTG9jaxIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAki6gEKBExvY2sSCwoDa2V5GAEgASgJEgwKBGhlbGQYAiABKAgSDQoFZmVuY2UYAyABKAQSJgoDdHRsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg0KBW93bmVyGAUgASgJEhMKC2J1c2luZXNzX2lkGAYgASgJEi0KBmxhYmVscxgHIAMoCzIdLmRpc3Rsb2NrLnYxLkxvY2suTGFiZWxzRW50cnkSDgoGdGVuYW50GAggASgJGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiHgoMV2F0Y2hSZXF1ZXN0Eg4KBnByZWZpeBgBIAEoCSIyCg1XYXRjaFJlc3BvbnNlEiEKBWV2ZW50GAEgASgLMhIuZGlzdGxvY2sudjEuRXZlbnQilQIKBUV2ZW50EiUKBHR5cGUYASABKA4yFy5kaXN0bG9jay52MS5FdmVudC5UeXBlEh8KBGxvY2sYAiABKAsyES5kaXN0bG9jay52MS5Mb2NrEigKBHRpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlYXNvbhgEIAEoCSKJAQoEVHlwZRIUChBUWVBFX1VOU1BFQ0lGSUVEEAASEQoNVFlQRV9BQ1FVSVJFRBABEhEKDVRZUEVfUkVMRUFTRUQQAhIQCgxUWVBFX0VYUElSRUQQAxIXChNUWVBFX0ZPUkNFX1JFTEVBU0VEEAQSGgoWVFlQRV9SRUxFQVNFX1JFUVVFU1RFRBAFIkIKE0ZvcmNlUmVsZWFzZVJlcXVlc3QSCwoDa2V5GAEgASgJEg4KBnJlYXNvbhgCIAEoCRIOCgZ0ZW5hbnQYAyABKAkiNwoURm9yY2VSZWxlYXNlUmVzcG9uc2USHwoEbG9jaxgBIAEoCzIRLmRpc3Rsb2NrLnYxLkxvY2siNAoVUmVxdWVzdFJlbGVhc2VSZXF1ZXN0EgsKA2tleRgBIAEoCRIOCgZyZWFzb24YAiABKAkiOQoWUmVxdWVzdFJlbGVhc2VSZXNwb25zZRIfCgRsb2NrGAEgASgLMhEuZGlzdGxvY2sudjEuTG9jayI8ChJPcGVuU2Vzc2lvblJlcXVlc3QSJgoDdHRsGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIoEBChNPcGVuU2Vzc2lvblJlc3BvbnNlEhIKCnNlc3Npb25faWQYASABKAkSJgoDdHRsGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi4KCmV4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIiYKEEtlZXBBbGl2ZVJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSJ6ChFLZWVwQWxpdmVSZXNwb25zZRImCgN0dGwYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoKZXhwaXJlc19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFbG9ja3MYAyABKAUiKQoTQ2xvc2VTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIiUKFENsb3NlU2Vzc2lvblJlc3BvbnNlEg0KBWxvY2tzGAEgASgFIsECChRBY3F1aXJlUGVybWl0UmVxdWVzdBIMCgRuYW1lGAEgASgJEg8KB3Blcm1pdHMYAiABKAUSJwoEd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIoCgVsZWFzZRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhINCgVvd25lchgFIAEoCRITCgtidXNpbmVzc19pZBgGIAEoCRI9CgZsYWJlbHMYByADKAsyLS5kaXN0bG9jay52MS5BY3F1aXJlUGVybWl0UmVxdWVzdC5MYWJlbHNFbnRyeRISCgpyZXF1ZXN0X2lkGAggASgJEhEKCWZpcnN0X3RyeRgJIAEoCBotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIo8BChVBY3F1aXJlUGVybWl0UmVzcG9uc2USDQoFdG9rZW4YASABKAkSDQoFZmVuY2UYAiABKAQSKAoFbGVhc2UYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoKZXhwaXJlc19hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiWwoSUmVuZXdQZXJtaXRSZXF1ZXN0EgwKBG5hbWUYASABKAkSDQoFdG9rZW4YAiABKAkSKAoFbGVhc2UYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ibwoTUmVuZXdQZXJtaXRSZXNwb25zZRIoCgVsZWFzZRgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgpleHBpcmVzX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIzChRSZWxlYXNlUGVybWl0UmVxdWVzdBIMCgRuYW1lGAEgASgJEg0KBXRva2VuGAIgASgJIhcKFVJlbGVhc2VQZXJtaXRSZXNwb25zZSIyChFTZXRQZXJtaXRzUmVxdWVzdBIMCgRuYW1lGAEgASgJEg8KB3Blcm1pdHMYAiABKAUiFAoSU2V0UGVybWl0c1Jlc3BvbnNlIiUKFUluc3BlY3RQZXJtaXRzUmVxdWVzdBIMCgRuYW1lGAEgASgJIkoKFkluc3BlY3RQZXJtaXRzUmVzcG9uc2USDwoHcGVybWl0cxgBIAEoBRIfCgRoZWxkGAIgAygLMhEuZGlzdGxvY2sudjEuTG9jayLHAgoQQWNxdWlyZVJXUmVxdWVzdBIMCgRuYW1lGAEgASgJEg0KBXdyaXRlGAIgASgIEicKBHdhaXQYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKAoFbGVhc2UYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDQoFb3duZXIYBSABKAkSEwoLYnVzaW5lc3NfaWQYBiABKAkSOQoGbGFiZWxzGAcgAygLMikuZGlzdGxvY2sudjEuQWNxdWlyZVJXUmVxdWVzdC5MYWJlbHNFbnRyeRISCgpyZXF1ZXN0X2lkGAggASgJEhEKCWZpcnN0X3RyeRgJIAEoCBIOCgZpbnRlbnQYCiABKAkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKLAQoRQWNxdWlyZVJXUmVzcG9uc2USDQoFdG9rZW4YASABKAkSDQoFZmVuY2UYAiABKAQSKAoFbGVhc2UYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoKZXhwaXJlc19hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiVwoOUmVuZXdSV1JlcXVlc3QSDAoEbmFtZRgBIAEoCRINCgV0b2tlbhgCIAEoCRIoCgVsZWFzZRgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJrCg9SZW5ld1JXUmVzcG9uc2USKAoFbGVhc2UYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoKZXhwaXJlc19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiLwoQUmVsZWFzZVJXUmVxdWVzdBIMCgRuYW1lGAEgASgJEg0KBXRva2VuGAIgASgJIhMKEVJlbGVhc2VSV1Jlc3BvbnNlIiAKEEluc3BlY3RSV1JlcXVlc3QSDAoEbmFtZRgBIAEoCSJdChFJbnNwZWN0UldSZXNwb25zZRIOCgZ3cml0ZXIYASABKAgSHwoEaGVsZBgCIAMoCzIRLmRpc3Rsb2NrLnYxLkxvY2sSFwoPd3JpdGVyc193YWl0aW5nGAMgASgFIjUKFVdpdGhkcmF3SW50ZW50UmVxdWVzdBIMCgRuYW1lGAEgASgJEg4KBmludGVudBgCIAEoCSIYChZXaXRoZHJhd0ludGVudFJlc3BvbnNlIrcBCg9DYW1wYWlnblJlcXVlc3QSDAoEbmFtZRgBIAEoCRINCgV2YWx1ZRgCIAEoCRInCgR3YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEigKBWxlYXNlGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg0KBW93bmVyGAUgASgJEhIKCnJlcXVlc3RfaWQYBiABKAkSEQoJZmlyc3RfdHJ5GAcgASgIIpcBChBDYW1wYWlnblJlc3BvbnNlEg0KBXRva2VuGAEgASgJEg0KBWZlbmNlGAIgASgEEigKBWxlYXNlGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi4KCmV4cGlyZXNfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgsKA2tleRgFIAEoCSIdCg1MZWFkZXJSZXF1ZXN0EgwKBG5hbWUYASABKAkicwoOTGVhZGVyUmVzcG9uc2USDAoEaGVsZBgBIAEoCBINCgV2YWx1ZRgCIAEoCRINCgVmZW5jZRgDIAEoBBINCgVvd25lchgEIAEoCRImCgN0dGwYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iHgoOT2JzZXJ2ZVJlcXVlc3QSDAoEbmFtZRgBIAEoCSI+Cg9PYnNlcnZlUmVzcG9uc2USKwoGbGVhZGVyGAEgASgLMhsuZGlzdGxvY2sudjEuTGVhZGVyUmVzcG9uc2UiLAoNUmVzaWduUmVxdWVzdBIMCgRuYW1lGAEgASgJEg0KBXRva2VuGAIgASgJIhAKDlJlc2lnblJlc3BvbnNlMokPCgtMb2NrU2VydmljZRJECgdBY3F1aXJlEhsuZGlzdGxvY2sudjEuQWNxdWlyZVJlcXVlc3QaHC5kaXN0bG9jay52MS5BY3F1aXJlUmVzcG9uc2USPgoFUmVuZXcSGS5kaXN0bG9jay52MS5SZW5ld1JlcXVlc3QaGi5kaXN0bG9jay52MS5SZW5ld1Jlc3BvbnNlEkQKB1JlbGVhc2USGy5kaXN0bG9jay52MS5SZWxlYXNlUmVxdWVzdBocLmRpc3Rsb2NrLnYxLlJlbGVhc2VSZXNwb25zZRJECgdJbnNwZWN0EhsuZGlzdGxvY2sudjEuSW5zcGVjdFJlcXVlc3QaHC5kaXN0bG9jay52MS5JbnNwZWN0UmVzcG9uc2USOwoETGlzdBIYLmRpc3Rsb2NrLnYxLkxpc3RSZXF1ZXN0GhkuZGlzdGxvY2sudjEuTGlzdFJlc3BvbnNlEkAKBVdhdGNoEhkuZGlzdGxvY2sudjEuV2F0Y2hSZXF1ZXN0GhouZGlzdGxvY2sudjEuV2F0Y2hSZXNwb25zZTABElMKDEZvcmNlUmVsZWFzZRIgLmRpc3Rsb2NrLnYxLkZvcmNlUmVsZWFzZVJlcXVlc3QaIS5kaXN0bG9jay52MS5Gb3JjZVJlbGVhc2VSZXNwb25zZRJZCg5SZXF1ZXN0UmVsZWFzZRIiLmRpc3Rsb2NrLnYxLlJlcXVlc3RSZWxlYXNlUmVxdWVzdBojLmRpc3Rsb2NrLnYxLlJlcXVlc3RSZWxlYXNlUmVzcG9uc2USUAoLT3BlblNlc3Npb24SHy5kaXN0bG9jay52MS5PcGVuU2Vzc2lvblJlcXVlc3QaIC5kaXN0bG9jay52MS5PcGVuU2Vzc2lvblJlc3BvbnNlEkoKCUtlZXBBbGl2ZRIdLmRpc3Rsb2NrLnYxLktlZXBBbGl2ZVJlcXVlc3QaHi5kaXN0bG9jay52MS5LZWVwQWxpdmVSZXNwb25zZRJTCgxDbG9zZVNlc3Npb24SIC5kaXN0bG9jay52MS5DbG9zZVNlc3Npb25SZXF1ZXN0GiEuZGlzdGxvY2sudjEuQ2xvc2VTZXNzaW9uUmVzcG9uc2USVgoNQWNxdWlyZVBlcm1pdBIhLmRpc3Rsb2NrLnYxLkFjcXVpcmVQZXJtaXRSZXF1ZXN0GiIuZGlzdGxvY2sudjEuQWNxdWlyZVBlcm1pdFJlc3BvbnNlElAKC1JlbmV3UGVybWl0Eh8uZGlzdGxvY2sudjEuUmVuZXdQZXJtaXRSZXF1ZXN0GiAuZGlzdGxvY2sudjEuUmVuZXdQZXJtaXRSZXNwb25zZRJWCg1SZWxlYXNlUGVybWl0EiEuZGlzdGxvY2sudjEuUmVsZWFzZVBlcm1pdFJlcXVlc3QaIi5kaXN0bG9jay52MS5SZWxlYXNlUGVybWl0UmVzcG9uc2USTQoKU2V0UGVybWl0cxIeLmRpc3Rsb2NrLnYxLlNldFBlcm1pdHNSZXF1ZXN0Gh8uZGlzdGxvY2sudjEuU2V0UGVybWl0c1Jlc3BvbnNlElkKDkluc3BlY3RQZXJtaXRzEiIuZGlzdGxvY2sudjEuSW5zcGVjdFBlcm1pdHNSZXF1ZXN0GiMuZGlzdGxvY2sudjEuSW5zcGVjdFBlcm1pdHNSZXNwb25zZRJKCglBY3F1aXJlUlcSHS5kaXN0bG9jay52MS5BY3F1aXJlUldSZXF1ZXN0Gh4uZGlzdGxvY2sudjEuQWNxdWlyZVJXUmVzcG9uc2USRAoHUmVuZXdSVxIbLmRpc3Rsb2NrLnYxLlJlbmV3UldSZXF1ZXN0GhwuZGlzdGxvY2sudjEuUmVuZXdSV1Jlc3BvbnNlEkoKCVJlbGVhc2VSVxIdLmRpc3Rsb2NrLnYxLlJlbGVhc2VSV1JlcXVlc3QaHi5kaXN0bG9jay52MS5SZWxlYXNlUldSZXNwb25zZRJKCglJbnNwZWN0UlcSHS5kaXN0bG9jay52MS5JbnNwZWN0UldSZXF1ZXN0Gh4uZGlzdGxvY2sudjEuSW5zcGVjdFJXUmVzcG9uc2USWQoOV2l0aGRyYXdJbnRlbnQSIi5kaXN0bG9jay52MS5XaXRoZHJhd0ludGVudFJlcXVlc3QaIy5kaXN0bG9jay52MS5XaXRoZHJhd0ludGVudFJlc3BvbnNlEkcKCENhbXBhaWduEhwuZGlzdGxvY2sudjEuQ2FtcGFpZ25SZXF1ZXN0Gh0uZGlzdGxvY2sudjEuQ2FtcGFpZ25SZXNwb25zZRJBCgZMZWFkZXISGi5kaXN0bG9jay52MS5MZWFkZXJSZXF1ZXN0GhsuZGlzdGxvY2sudjEuTGVhZGVyUmVzcG9uc2USRgoHT2JzZXJ2ZRIbLmRpc3Rsb2NrLnYxLk9ic2VydmVSZXF1ZXN0GhwuZGlzdGxvY2sudjEuT2JzZXJ2ZVJlc3BvbnNlMAESQQoGUmVzaWduEhouZGlzdGxvY2sudjEuUmVzaWduUmVxdWVzdBobLmRpc3Rsb2NrLnYxLlJlc2lnblJlc3BvbnNlQjlaN2dpdGh1Yi5jb20vZGlzdGxvY2svZGlzdGxvY2svZ2VuL2Rpc3Rsb2NrL3YxO2Rpc3Rsb2NrdjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message distlock.v1.AcquireRequest
@@ -199,6 +199,14 @@ export type RenewResponse = Message<"distlock.v1.RenewResponse"> & {
    * @generated from field: google.protobuf.Timestamp expires_at = 2;
    */
   expiresAt?: Timestamp;
+
+  /**
+   * Set once somebody asked the holder to release the lock
+   * (RequestRelease): the requester's reason. The lock is still held.
+   *
+   * @generated from field: string release_requested = 3;
+   */
+  releaseRequested: string;
 };
 
 /**
@@ -457,6 +465,13 @@ export type Event = Message<"distlock.v1.Event"> & {
    * @generated from field: google.protobuf.Timestamp time = 3;
    */
   time?: Timestamp;
+
+  /**
+   * The requester's reason, for RELEASE_REQUESTED.
+   *
+   * @generated from field: string reason = 4;
+   */
+  reason: string;
 };
 
 /**
@@ -502,6 +517,14 @@ export enum Event_Type {
    * @generated from enum value: TYPE_FORCE_RELEASED = 4;
    */
   FORCE_RELEASED = 4,
+
+  /**
+   * Somebody asked the holder to release the key (RequestRelease); the
+   * holder still holds it.
+   *
+   * @generated from enum value: TYPE_RELEASE_REQUESTED = 5;
+   */
+  RELEASE_REQUESTED = 5,
 }
 
 /**
@@ -561,6 +584,50 @@ export const ForceReleaseResponseSchema: GenMessage<ForceReleaseResponse> = /*@_
   messageDesc(file_distlock_v1_lock, 15);
 
 /**
+ * @generated from message distlock.v1.RequestReleaseRequest
+ */
+export type RequestReleaseRequest = Message<"distlock.v1.RequestReleaseRequest"> & {
+  /**
+   * @generated from field: string key = 1;
+   */
+  key: string;
+
+  /**
+   * Why, told to the holder. Required; at most 256 bytes.
+   *
+   * @generated from field: string reason = 2;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message distlock.v1.RequestReleaseRequest.
+ * Use `create(RequestReleaseRequestSchema)` to create a new message.
+ */
+export const RequestReleaseRequestSchema: GenMessage<RequestReleaseRequest> = /*@__PURE__*/
+  messageDesc(file_distlock_v1_lock, 16);
+
+/**
+ * @generated from message distlock.v1.RequestReleaseResponse
+ */
+export type RequestReleaseResponse = Message<"distlock.v1.RequestReleaseResponse"> & {
+  /**
+   * The holder that was asked; held is false if the key was free (nobody
+   * was asked).
+   *
+   * @generated from field: distlock.v1.Lock lock = 1;
+   */
+  lock?: Lock;
+};
+
+/**
+ * Describes the message distlock.v1.RequestReleaseResponse.
+ * Use `create(RequestReleaseResponseSchema)` to create a new message.
+ */
+export const RequestReleaseResponseSchema: GenMessage<RequestReleaseResponse> = /*@__PURE__*/
+  messageDesc(file_distlock_v1_lock, 17);
+
+/**
  * @generated from message distlock.v1.OpenSessionRequest
  */
 export type OpenSessionRequest = Message<"distlock.v1.OpenSessionRequest"> & {
@@ -578,7 +645,7 @@ export type OpenSessionRequest = Message<"distlock.v1.OpenSessionRequest"> & {
  * Use `create(OpenSessionRequestSchema)` to create a new message.
  */
 export const OpenSessionRequestSchema: GenMessage<OpenSessionRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 16);
+  messageDesc(file_distlock_v1_lock, 18);
 
 /**
  * @generated from message distlock.v1.OpenSessionResponse
@@ -608,7 +675,7 @@ export type OpenSessionResponse = Message<"distlock.v1.OpenSessionResponse"> & {
  * Use `create(OpenSessionResponseSchema)` to create a new message.
  */
 export const OpenSessionResponseSchema: GenMessage<OpenSessionResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 17);
+  messageDesc(file_distlock_v1_lock, 19);
 
 /**
  * @generated from message distlock.v1.KeepAliveRequest
@@ -625,7 +692,7 @@ export type KeepAliveRequest = Message<"distlock.v1.KeepAliveRequest"> & {
  * Use `create(KeepAliveRequestSchema)` to create a new message.
  */
 export const KeepAliveRequestSchema: GenMessage<KeepAliveRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 18);
+  messageDesc(file_distlock_v1_lock, 20);
 
 /**
  * @generated from message distlock.v1.KeepAliveResponse
@@ -654,7 +721,7 @@ export type KeepAliveResponse = Message<"distlock.v1.KeepAliveResponse"> & {
  * Use `create(KeepAliveResponseSchema)` to create a new message.
  */
 export const KeepAliveResponseSchema: GenMessage<KeepAliveResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 19);
+  messageDesc(file_distlock_v1_lock, 21);
 
 /**
  * @generated from message distlock.v1.CloseSessionRequest
@@ -671,7 +738,7 @@ export type CloseSessionRequest = Message<"distlock.v1.CloseSessionRequest"> & {
  * Use `create(CloseSessionRequestSchema)` to create a new message.
  */
 export const CloseSessionRequestSchema: GenMessage<CloseSessionRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 20);
+  messageDesc(file_distlock_v1_lock, 22);
 
 /**
  * @generated from message distlock.v1.CloseSessionResponse
@@ -690,7 +757,7 @@ export type CloseSessionResponse = Message<"distlock.v1.CloseSessionResponse"> &
  * Use `create(CloseSessionResponseSchema)` to create a new message.
  */
 export const CloseSessionResponseSchema: GenMessage<CloseSessionResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 21);
+  messageDesc(file_distlock_v1_lock, 23);
 
 /**
  * @generated from message distlock.v1.AcquirePermitRequest
@@ -771,7 +838,7 @@ export type AcquirePermitRequest = Message<"distlock.v1.AcquirePermitRequest"> &
  * Use `create(AcquirePermitRequestSchema)` to create a new message.
  */
 export const AcquirePermitRequestSchema: GenMessage<AcquirePermitRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 22);
+  messageDesc(file_distlock_v1_lock, 24);
 
 /**
  * @generated from message distlock.v1.AcquirePermitResponse
@@ -811,7 +878,7 @@ export type AcquirePermitResponse = Message<"distlock.v1.AcquirePermitResponse">
  * Use `create(AcquirePermitResponseSchema)` to create a new message.
  */
 export const AcquirePermitResponseSchema: GenMessage<AcquirePermitResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 23);
+  messageDesc(file_distlock_v1_lock, 25);
 
 /**
  * @generated from message distlock.v1.RenewPermitRequest
@@ -840,7 +907,7 @@ export type RenewPermitRequest = Message<"distlock.v1.RenewPermitRequest"> & {
  * Use `create(RenewPermitRequestSchema)` to create a new message.
  */
 export const RenewPermitRequestSchema: GenMessage<RenewPermitRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 24);
+  messageDesc(file_distlock_v1_lock, 26);
 
 /**
  * @generated from message distlock.v1.RenewPermitResponse
@@ -862,7 +929,7 @@ export type RenewPermitResponse = Message<"distlock.v1.RenewPermitResponse"> & {
  * Use `create(RenewPermitResponseSchema)` to create a new message.
  */
 export const RenewPermitResponseSchema: GenMessage<RenewPermitResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 25);
+  messageDesc(file_distlock_v1_lock, 27);
 
 /**
  * @generated from message distlock.v1.ReleasePermitRequest
@@ -884,7 +951,7 @@ export type ReleasePermitRequest = Message<"distlock.v1.ReleasePermitRequest"> &
  * Use `create(ReleasePermitRequestSchema)` to create a new message.
  */
 export const ReleasePermitRequestSchema: GenMessage<ReleasePermitRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 26);
+  messageDesc(file_distlock_v1_lock, 28);
 
 /**
  * @generated from message distlock.v1.ReleasePermitResponse
@@ -897,7 +964,7 @@ export type ReleasePermitResponse = Message<"distlock.v1.ReleasePermitResponse">
  * Use `create(ReleasePermitResponseSchema)` to create a new message.
  */
 export const ReleasePermitResponseSchema: GenMessage<ReleasePermitResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 27);
+  messageDesc(file_distlock_v1_lock, 29);
 
 /**
  * @generated from message distlock.v1.SetPermitsRequest
@@ -921,7 +988,7 @@ export type SetPermitsRequest = Message<"distlock.v1.SetPermitsRequest"> & {
  * Use `create(SetPermitsRequestSchema)` to create a new message.
  */
 export const SetPermitsRequestSchema: GenMessage<SetPermitsRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 28);
+  messageDesc(file_distlock_v1_lock, 30);
 
 /**
  * @generated from message distlock.v1.SetPermitsResponse
@@ -934,7 +1001,7 @@ export type SetPermitsResponse = Message<"distlock.v1.SetPermitsResponse"> & {
  * Use `create(SetPermitsResponseSchema)` to create a new message.
  */
 export const SetPermitsResponseSchema: GenMessage<SetPermitsResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 29);
+  messageDesc(file_distlock_v1_lock, 31);
 
 /**
  * @generated from message distlock.v1.InspectPermitsRequest
@@ -951,7 +1018,7 @@ export type InspectPermitsRequest = Message<"distlock.v1.InspectPermitsRequest">
  * Use `create(InspectPermitsRequestSchema)` to create a new message.
  */
 export const InspectPermitsRequestSchema: GenMessage<InspectPermitsRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 30);
+  messageDesc(file_distlock_v1_lock, 32);
 
 /**
  * @generated from message distlock.v1.InspectPermitsResponse
@@ -977,7 +1044,7 @@ export type InspectPermitsResponse = Message<"distlock.v1.InspectPermitsResponse
  * Use `create(InspectPermitsResponseSchema)` to create a new message.
  */
 export const InspectPermitsResponseSchema: GenMessage<InspectPermitsResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 31);
+  messageDesc(file_distlock_v1_lock, 33);
 
 /**
  * @generated from message distlock.v1.AcquireRWRequest
@@ -1060,7 +1127,7 @@ export type AcquireRWRequest = Message<"distlock.v1.AcquireRWRequest"> & {
  * Use `create(AcquireRWRequestSchema)` to create a new message.
  */
 export const AcquireRWRequestSchema: GenMessage<AcquireRWRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 32);
+  messageDesc(file_distlock_v1_lock, 34);
 
 /**
  * @generated from message distlock.v1.AcquireRWResponse
@@ -1097,7 +1164,7 @@ export type AcquireRWResponse = Message<"distlock.v1.AcquireRWResponse"> & {
  * Use `create(AcquireRWResponseSchema)` to create a new message.
  */
 export const AcquireRWResponseSchema: GenMessage<AcquireRWResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 33);
+  messageDesc(file_distlock_v1_lock, 35);
 
 /**
  * @generated from message distlock.v1.RenewRWRequest
@@ -1126,7 +1193,7 @@ export type RenewRWRequest = Message<"distlock.v1.RenewRWRequest"> & {
  * Use `create(RenewRWRequestSchema)` to create a new message.
  */
 export const RenewRWRequestSchema: GenMessage<RenewRWRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 34);
+  messageDesc(file_distlock_v1_lock, 36);
 
 /**
  * @generated from message distlock.v1.RenewRWResponse
@@ -1148,7 +1215,7 @@ export type RenewRWResponse = Message<"distlock.v1.RenewRWResponse"> & {
  * Use `create(RenewRWResponseSchema)` to create a new message.
  */
 export const RenewRWResponseSchema: GenMessage<RenewRWResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 35);
+  messageDesc(file_distlock_v1_lock, 37);
 
 /**
  * @generated from message distlock.v1.ReleaseRWRequest
@@ -1170,7 +1237,7 @@ export type ReleaseRWRequest = Message<"distlock.v1.ReleaseRWRequest"> & {
  * Use `create(ReleaseRWRequestSchema)` to create a new message.
  */
 export const ReleaseRWRequestSchema: GenMessage<ReleaseRWRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 36);
+  messageDesc(file_distlock_v1_lock, 38);
 
 /**
  * @generated from message distlock.v1.ReleaseRWResponse
@@ -1183,7 +1250,7 @@ export type ReleaseRWResponse = Message<"distlock.v1.ReleaseRWResponse"> & {
  * Use `create(ReleaseRWResponseSchema)` to create a new message.
  */
 export const ReleaseRWResponseSchema: GenMessage<ReleaseRWResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 37);
+  messageDesc(file_distlock_v1_lock, 39);
 
 /**
  * @generated from message distlock.v1.InspectRWRequest
@@ -1200,7 +1267,7 @@ export type InspectRWRequest = Message<"distlock.v1.InspectRWRequest"> & {
  * Use `create(InspectRWRequestSchema)` to create a new message.
  */
 export const InspectRWRequestSchema: GenMessage<InspectRWRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 38);
+  messageDesc(file_distlock_v1_lock, 40);
 
 /**
  * @generated from message distlock.v1.InspectRWResponse
@@ -1233,7 +1300,7 @@ export type InspectRWResponse = Message<"distlock.v1.InspectRWResponse"> & {
  * Use `create(InspectRWResponseSchema)` to create a new message.
  */
 export const InspectRWResponseSchema: GenMessage<InspectRWResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 39);
+  messageDesc(file_distlock_v1_lock, 41);
 
 /**
  * @generated from message distlock.v1.WithdrawIntentRequest
@@ -1255,7 +1322,7 @@ export type WithdrawIntentRequest = Message<"distlock.v1.WithdrawIntentRequest">
  * Use `create(WithdrawIntentRequestSchema)` to create a new message.
  */
 export const WithdrawIntentRequestSchema: GenMessage<WithdrawIntentRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 40);
+  messageDesc(file_distlock_v1_lock, 42);
 
 /**
  * @generated from message distlock.v1.WithdrawIntentResponse
@@ -1268,7 +1335,7 @@ export type WithdrawIntentResponse = Message<"distlock.v1.WithdrawIntentResponse
  * Use `create(WithdrawIntentResponseSchema)` to create a new message.
  */
 export const WithdrawIntentResponseSchema: GenMessage<WithdrawIntentResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 41);
+  messageDesc(file_distlock_v1_lock, 43);
 
 /**
  * @generated from message distlock.v1.CampaignRequest
@@ -1326,7 +1393,7 @@ export type CampaignRequest = Message<"distlock.v1.CampaignRequest"> & {
  * Use `create(CampaignRequestSchema)` to create a new message.
  */
 export const CampaignRequestSchema: GenMessage<CampaignRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 42);
+  messageDesc(file_distlock_v1_lock, 44);
 
 /**
  * @generated from message distlock.v1.CampaignResponse
@@ -1369,7 +1436,7 @@ export type CampaignResponse = Message<"distlock.v1.CampaignResponse"> & {
  * Use `create(CampaignResponseSchema)` to create a new message.
  */
 export const CampaignResponseSchema: GenMessage<CampaignResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 43);
+  messageDesc(file_distlock_v1_lock, 45);
 
 /**
  * @generated from message distlock.v1.LeaderRequest
@@ -1386,7 +1453,7 @@ export type LeaderRequest = Message<"distlock.v1.LeaderRequest"> & {
  * Use `create(LeaderRequestSchema)` to create a new message.
  */
 export const LeaderRequestSchema: GenMessage<LeaderRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 44);
+  messageDesc(file_distlock_v1_lock, 46);
 
 /**
  * @generated from message distlock.v1.LeaderResponse
@@ -1427,7 +1494,7 @@ export type LeaderResponse = Message<"distlock.v1.LeaderResponse"> & {
  * Use `create(LeaderResponseSchema)` to create a new message.
  */
 export const LeaderResponseSchema: GenMessage<LeaderResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 45);
+  messageDesc(file_distlock_v1_lock, 47);
 
 /**
  * @generated from message distlock.v1.ObserveRequest
@@ -1444,7 +1511,7 @@ export type ObserveRequest = Message<"distlock.v1.ObserveRequest"> & {
  * Use `create(ObserveRequestSchema)` to create a new message.
  */
 export const ObserveRequestSchema: GenMessage<ObserveRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 46);
+  messageDesc(file_distlock_v1_lock, 48);
 
 /**
  * @generated from message distlock.v1.ObserveResponse
@@ -1461,7 +1528,7 @@ export type ObserveResponse = Message<"distlock.v1.ObserveResponse"> & {
  * Use `create(ObserveResponseSchema)` to create a new message.
  */
 export const ObserveResponseSchema: GenMessage<ObserveResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 47);
+  messageDesc(file_distlock_v1_lock, 49);
 
 /**
  * @generated from message distlock.v1.ResignRequest
@@ -1483,7 +1550,7 @@ export type ResignRequest = Message<"distlock.v1.ResignRequest"> & {
  * Use `create(ResignRequestSchema)` to create a new message.
  */
 export const ResignRequestSchema: GenMessage<ResignRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 48);
+  messageDesc(file_distlock_v1_lock, 50);
 
 /**
  * @generated from message distlock.v1.ResignResponse
@@ -1496,7 +1563,7 @@ export type ResignResponse = Message<"distlock.v1.ResignResponse"> & {
  * Use `create(ResignResponseSchema)` to create a new message.
  */
 export const ResignResponseSchema: GenMessage<ResignResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 49);
+  messageDesc(file_distlock_v1_lock, 51);
 
 /**
  * LockService grants, renews, releases and reports locks.
@@ -1581,6 +1648,20 @@ export const LockService: GenService<{
     methodKind: "unary";
     input: typeof ForceReleaseRequestSchema;
     output: typeof ForceReleaseResponseSchema;
+  },
+  /**
+   * RequestRelease asks the holder of a key of the caller's tenant to
+   * release it: the holder keeps the lock and is told, with the reason, by
+   * the Watch stream's RELEASE_REQUESTED event and by its next Renew's
+   * release_requested. Any client of the tenant may ask; the audit log
+   * records who did.
+   *
+   * @generated from rpc distlock.v1.LockService.RequestRelease
+   */
+  requestRelease: {
+    methodKind: "unary";
+    input: typeof RequestReleaseRequestSchema;
+    output: typeof RequestReleaseResponseSchema;
   },
   /**
    * OpenSession starts a session: locks acquired with its id share its TTL,
