@@ -47,8 +47,8 @@ func newReleaseCommand(g *globals) *cobra.Command {
 at once, with the reason (Lock.ReleaseRequested in Go; distlock run passes it
 on as the signal --on-release-request names), keeps the lock, and may finish
 its unit of work first. The lock itself does not change. The reason is sent as
-USER@HOST: TEXT. Redis and etcd can tell a holder; other stores say they
-cannot.
+USER@HOST: TEXT. Redis, etcd and the lock service can tell a holder; other
+stores say they cannot.
 
 release --force frees KEY whoever holds it, for a job known dead or stuck
 while its lock keeps being renewed, or one that did not answer a request.

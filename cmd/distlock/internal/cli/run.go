@@ -73,7 +73,7 @@ Client.RequestRelease) is said on stderr, and passed on to the command's
 process group as the signal --on-release-request names (none by default):
 the command can finish its unit of work and exit, and distlock then
 releases the lock as usual, with the command's exit code. It is seen at
-once on Redis and etcd.
+once on Redis, etcd and the lock service.
 
 The command runs in a process group of its own; SIGINT, SIGTERM, SIGHUP and
 SIGQUIT sent to distlock are forwarded to that group, and the lock is
