@@ -22,22 +22,31 @@ import (
 // release_requested. It records who asked in the audit log at INFO. A free
 // key is not an error: the answer's lock is not held.
 func (h *service) RequestRelease(ctx context.Context, req *connect.Request[distlockv1.RequestReleaseRequest]) (*connect.Response[distlockv1.RequestReleaseResponse], error) {
-	s := h.s
 	c := callOf(ctx)
-	key, reason := req.Msg.GetKey(), req.Msg.GetReason()
+	key := req.Msg.GetKey()
 	noteKey(ctx, short(key))
-	if err := s.limits.checkKey(key); err != nil {
+	info, err := h.s.askRelease(ctx, c.id.Tenant, c.id.Tenant, key, req.Msg.GetReason())
+	if err != nil {
 		return nil, err
+	}
+	return connect.NewResponse(&distlockv1.RequestReleaseResponse{Lock: lockOf(key, c.id.Tenant, info)}), nil
+}
+
+// askRelease asks the holder of tenant's key to release it for a caller of
+// byTenant (RequestRelease's work) and returns the hold it asked; Held is
+// false if the key was free.
+func (s *Server) askRelease(ctx context.Context, byTenant, tenant, key, reason string) (distlock.Info, error) {
+	if err := s.limits.checkKey(key); err != nil {
+		return distlock.Info{}, err
 	}
 	switch {
 	case strings.TrimSpace(reason) == "":
-		return nil, invalid("request release %q: a reason is required, for the holder", key)
+		return distlock.Info{}, invalid("request release %q: a reason is required, for the holder", key)
 	case len(reason) > distlock.MaxRequestReason:
-		return nil, invalid("request release %q: reason has %d bytes, the maximum is %d", key, len(reason), distlock.MaxRequestReason)
+		return distlock.Info{}, invalid("request release %q: reason has %d bytes, the maximum is %d", key, len(reason), distlock.MaxRequestReason)
 	case !utf8.ValidString(reason):
-		return nil, invalid("request release %q: reason is not UTF-8", key)
+		return distlock.Info{}, invalid("request release %q: reason is not UTF-8", key)
 	}
-	tenant := c.id.Tenant
 	sk := storeKey(tenant, key)
 	info, err := s.client.RequestRelease(ctx, sk, reason)
 	if errors.Is(err, errors.ErrUnsupported) { // the store cannot tell: this server still can
@@ -50,11 +59,12 @@ func (h *service) RequestRelease(ctx context.Context, req *connect.Request[distl
 	case errors.Is(err, distlock.ErrNotHeld):
 		info = distlock.Info{}
 	case err != nil:
-		return nil, s.storeError(ctx, "request release", key, sk, err)
+		return distlock.Info{}, s.storeError(ctx, "request release", key, sk, err)
 	}
 	info.Key = sk
 	s.log.LogAttrs(ctx, slog.LevelInfo, "release requested",
-		slog.String("tenant", tenant),
+		slog.String("tenant", byTenant),
+		slog.String("target_tenant", tenant),
 		slog.String("key", key),
 		slog.String("reason", reason),
 		slog.Bool("held", info.Held),
@@ -65,7 +75,7 @@ func (h *service) RequestRelease(ctx context.Context, req *connect.Request[distl
 		s.requests.add(sk, info, reason, time.Now())
 		s.events.publish(tenant, change{typ: distlockv1.Event_TYPE_RELEASE_REQUESTED, at: time.Now(), info: info, reason: reason})
 	}
-	return connect.NewResponse(&distlockv1.RequestReleaseResponse{Lock: lockOf(key, tenant, info)}), nil
+	return info, nil
 }
 
 // maxPendingRequests bounds the requests to release a server keeps for the

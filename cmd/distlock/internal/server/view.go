@@ -147,9 +147,79 @@ func (s *Server) Monitor(id auth.Identity, prefix string) (View, <-chan struct{}
 	return s.mon.viewLocked(id.Tenant, id.Role.Allows(auth.Administer), prefix, time.Now()), changed
 }
 
+// checkTarget makes the checks of a dashboard's call on tenant's key as
+// id: the server not stopping, a role that may force, the tenant's rate, a
+// valid key and tenant that id may reach, and, with a fence other than 0,
+// a hold of that fence (FailedPrecondition otherwise). method names the
+// call, op the operation in errors.
+func (s *Server) checkTarget(ctx context.Context, id auth.Identity, method, op, tenant, key string, fence uint64) error {
+	switch {
+	case s.stopping.Load():
+		return errShutdown()
+	case !id.Role.Allows(auth.Force):
+		return connect.NewError(connect.CodePermissionDenied,
+			fmt.Errorf("%s: role %s of tenant %q may not %s", method, id.Role, id.Tenant, auth.Force))
+	}
+	if err := s.checkRate(method, id.Tenant); err != nil {
+		return err
+	}
+	if err := s.limits.checkKey(key); err != nil {
+		return err
+	}
+	if tenant == "" {
+		tenant = id.Tenant
+	}
+	if !auth.ValidTenant(tenant) {
+		return invalid("%s %q: tenant %q is not a tenant name", op, key, short(tenant))
+	}
+	if err := mayForce(id, tenant); err != nil {
+		return err
+	}
+	if fence == 0 {
+		return nil
+	}
+	sk := storeKey(tenant, key)
+	info, err := s.client.Inspect(ctx, sk)
+	if err != nil {
+		return s.storeError(ctx, op, key, sk, err)
+	}
+	if !info.Held || info.Fence != fence {
+		return connect.NewError(connect.CodeFailedPrecondition,
+			fmt.Errorf("%s %q: the hold with fence %d has ended; nothing was done", op, key, fence))
+	}
+	return nil
+}
+
 // Stopping returns a channel closed when Shutdown begins: a dashboard's
 // event streams end then, as Watch streams do.
 func (s *Server) Stopping() <-chan struct{} { return s.stopCtx.Done() }
+
+// RequestReleaseAs asks the holder of tenant's key to release it, as id,
+// with the checks of a forced release (a role that may force, within its
+// tenant's rate; tenant is id's own unless id administers every tenant)
+// and RequestRelease's work: the audit record, the event to watchers, the
+// answer to the holder's next renewal, and an access-log record and
+// metrics as a RequestRelease call. A fence other than 0 is the hold the
+// caller means: if the key is held with another, nobody is asked and the
+// error is FailedPrecondition. It reports whether a holder was asked; a
+// free key is not an error.
+func (s *Server) RequestReleaseAs(ctx context.Context, id auth.Identity, tenant, key, reason string, fence uint64) (asked bool, err error) {
+	c := newCall("RequestRelease")
+	c.id = id
+	c.key = short(key)
+	defer func() {
+		c.code = codeOf(err)
+		s.finish(c)
+	}()
+	if err := s.checkTarget(ctx, id, "RequestRelease", "request release", tenant, key, fence); err != nil {
+		return false, err
+	}
+	if tenant == "" {
+		tenant = id.Tenant
+	}
+	info, err := s.askRelease(withCall(ctx, c), id.Tenant, tenant, key, reason)
+	return info.Held, err
+}
 
 // ForceReleaseAs force-releases tenant's key as id, through the
 // ForceRelease RPC's own handler: the same checks (an admin, within its
@@ -167,38 +237,11 @@ func (s *Server) ForceReleaseAs(ctx context.Context, id auth.Identity, tenant, k
 		c.code = codeOf(err)
 		s.finish(c)
 	}()
-	switch {
-	case s.stopping.Load():
-		return false, errShutdown()
-	case !id.Role.Allows(auth.Force):
-		return false, connect.NewError(connect.CodePermissionDenied,
-			fmt.Errorf("ForceRelease: role %s of tenant %q may not %s", id.Role, id.Tenant, auth.Force))
-	}
-	if err := s.checkRate("ForceRelease", id.Tenant); err != nil {
-		return false, err
-	}
-	if err := s.limits.checkKey(key); err != nil {
+	if err := s.checkTarget(ctx, id, "ForceRelease", "force release", tenant, key, fence); err != nil {
 		return false, err
 	}
 	if tenant == "" {
 		tenant = id.Tenant
-	}
-	if !auth.ValidTenant(tenant) {
-		return false, invalid("force release %q: tenant %q is not a tenant name", key, short(tenant))
-	}
-	if err := mayForce(id, tenant); err != nil {
-		return false, err
-	}
-	if fence != 0 {
-		sk := storeKey(tenant, key)
-		info, err := s.client.Inspect(ctx, sk)
-		if err != nil {
-			return false, s.storeError(ctx, "force release", key, sk, err)
-		}
-		if !info.Held || info.Fence != fence {
-			return false, connect.NewError(connect.CodeFailedPrecondition,
-				fmt.Errorf("force release %q: the hold with fence %d has ended; nothing was released", key, fence))
-		}
 	}
 	res, err := (&service{s: s}).ForceRelease(withCall(ctx, c), connect.NewRequest(&distlockv1.ForceReleaseRequest{
 		Key: key, Tenant: tenant, Reason: reason,
