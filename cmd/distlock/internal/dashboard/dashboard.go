@@ -19,15 +19,15 @@
 // Auth is the service's own: a token of its token file, entered once in
 // the page's form, kept in an HttpOnly, SameSite=Strict cookie (Secure over
 // TLS), never in a URL or a log. A viewer or client sees its tenant's
-// locks; an admin sees every tenant's and may force-release a lock, with a
-// reason and a confirmation, through the server's ForceRelease (so the
-// audit log records it). Every POST carries a CSRF token (double submit:
+// locks; an admin sees every tenant's and may force-release a lock, or ask
+// its holder to release it, with a reason and a confirmation, through the
+// server's ForceRelease and RequestRelease (so the audit log records it). Every POST carries a CSRF token (double submit:
 // a cookie and a form field that must match) and passes
 // http.CrossOriginProtection.
 //
 // Routes: GET / (the page, or the login form), and under /dashboard/:
-// POST login, POST logout, GET events, GET and POST force-release, GET
-// static/. Register mounts them on a mux beside the API.
+// POST login, POST logout, GET events, GET and POST force-release, POST
+// request-release, GET static/. Register mounts them on a mux beside the API.
 package dashboard
 
 import (
@@ -122,6 +122,7 @@ func New(cfg Config) (*Dashboard, error) {
 	mux.Handle("POST /dashboard/logout", cop.Handler(http.HandlerFunc(d.logout)))
 	mux.HandleFunc("GET /dashboard/force-release", d.confirmForce)
 	mux.Handle("POST /dashboard/force-release", cop.Handler(http.HandlerFunc(d.force)))
+	mux.Handle("POST /dashboard/request-release", cop.Handler(http.HandlerFunc(d.request)))
 	mux.Handle("GET /dashboard/static/", http.StripPrefix("/dashboard/static/", staticHandler(static)))
 	d.handler = secured(mux)
 	return d, nil

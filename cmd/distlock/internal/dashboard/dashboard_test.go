@@ -314,6 +314,56 @@ func TestDashboard(t *testing.T) {
 		release(t, alpha, k, a.GetToken())
 	})
 
+	t.Run("ask the holder from the page: it is told and keeps the lock", func(t *testing.T) {
+		k := keyFor(t, "long-report")
+		rb, err := remotelock.New(nil, svc.url, remotelock.WithToken(alphaClient), remotelock.WithLossWatch())
+		if err != nil {
+			t.Fatal(err)
+		}
+		holder := distlock.New(rb)
+		defer func() {
+			if err := holder.Close(); err != nil {
+				t.Errorf("holder close: %v", err)
+			}
+		}()
+		l, err := holder.Lock(callCtx(t), k, distlock.WithOwner("report-runner"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = l.Release(callCtx(t)) }()
+		ctx := tab(t, bctx)
+		login(t, ctx, svc.url, opsAdmin, true)
+		waitFor(t, ctx, live, "the holder's row", row("alpha", k)+" !== null")
+		const reason = "deploy 4813 at 02:00"
+		do(t, ctx, "ask from the page",
+			chromedp.Click(chromedp.CSS(`tr[data-key="alpha/`+k+`"] a.force`)),
+			chromedp.WaitVisible(chromedp.CSS("#reason")),
+			chromedp.SetValue(chromedp.CSS("#reason"), reason),
+			chromedp.Click(chromedp.CSS("#ask")),
+			chromedp.WaitVisible(chromedp.CSS("#notice")),
+		)
+		if page := html(t, ctx); !strings.Contains(page, "Asked the holder of alpha/"+k) {
+			t.Errorf("the page does not say the holder was asked:\n%s", page)
+		}
+		select {
+		case <-l.ReleaseRequested():
+			if l.ReleaseReason() != reason || l.Err() != nil {
+				t.Errorf("the holder was told %q and has %v, want %q and its lock", l.ReleaseReason(), l.Err(), reason)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the holder was not told within 10s")
+		}
+		waitFor(t, ctx, live, "the lock still held", row("alpha", k)+" !== null")
+		var found bool
+		for _, r := range svc.logs.records(t, "release requested") {
+			if r["key"] == k {
+				found = r["reason"] == reason && r["target_tenant"] == "alpha" && r["tenant"] == "ops" && r["held"] == true
+			}
+		}
+		if !found {
+			t.Errorf("no audit record of the request for %q by ops:\n%s", k, svc.logs)
+		}
+	})
 	t.Run("force-release as admin removes the lock and the holder's client is told", func(t *testing.T) {
 		k := keyFor(t, "stuck-report")
 		rb, err := remotelock.New(nil, svc.url, remotelock.WithToken(alphaClient), remotelock.WithLossWatch())

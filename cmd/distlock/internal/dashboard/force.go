@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/cmd/distlock/internal/auth"
 )
 
@@ -22,6 +24,10 @@ import (
 
 // maxReasonLen bounds a reason as the API does.
 const maxReasonLen = 1024
+
+// A request to release takes the same two steps: the confirmation page's
+// second button posts the form to /dashboard/request-release, which asks
+// the holder through server.RequestReleaseAs.
 
 // confirmForce serves the confirmation page of a forced release.
 func (d *Dashboard) confirmForce(w http.ResponseWriter, r *http.Request) {
@@ -63,20 +69,7 @@ func (d *Dashboard) force(w http.ResponseWriter, r *http.Request) {
 	}
 	released, err := d.srv.ForceReleaseAs(r.Context(), id, c.Tenant, c.Key, c.Reason, c.Fence)
 	if err != nil {
-		status := http.StatusBadGateway
-		switch connect.CodeOf(err) {
-		case connect.CodeInvalidArgument:
-			status = http.StatusBadRequest
-		case connect.CodeFailedPrecondition:
-			status = http.StatusConflict
-		case connect.CodePermissionDenied:
-			status = http.StatusForbidden
-		case connect.CodeResourceExhausted:
-			status = http.StatusTooManyRequests
-		case connect.CodeUnavailable:
-			status = http.StatusServiceUnavailable
-		}
-		d.renderConfirm(w, r, id, c, status, "Nothing was released: "+connectMessage(err))
+		d.renderConfirm(w, r, id, c, statusOf(err), "Nothing was released: "+connectMessage(err))
 		return
 	}
 	if !released {
@@ -84,21 +77,75 @@ func (d *Dashboard) force(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	target := c.Tenant + "/" + c.Key
-	http.Redirect(w, r, "/?released="+url.QueryEscape(target)+"&proof="+releaseProof(r, target), http.StatusSeeOther)
+	http.Redirect(w, r, "/?released="+url.QueryEscape(target)+"&proof="+noticeProof(r, "released", target), http.StatusSeeOther)
 }
 
-// releaseProof is what the redirect after a forced release of target
-// carries for the page to show its notice: a MAC of target under this
-// browser's CSRF secret, which no other site can read (an HttpOnly,
-// SameSite=Strict cookie), so that a link with ?released=<any text> shows
-// nothing. "" without the cookie.
-func releaseProof(r *http.Request, target string) string {
+// request serves the confirmed POST of a request to release.
+func (d *Dashboard) request(w http.ResponseWriter, r *http.Request) {
+	id, ok := d.admin(w, r)
+	if !ok {
+		return
+	}
+	if !parseForm(w, r) || !checkCSRF(r) {
+		d.render(w, r, http.StatusForbidden, d.loginData(w, r, errStaleForm))
+		return
+	}
+	fence, _ := strconv.ParseUint(r.PostFormValue("fence"), 10, 64)
+	c := &confirmData{
+		Tenant: r.PostFormValue("tenant"), Key: r.PostFormValue("key"), Fence: fence,
+		Reason: strings.TrimSpace(r.PostFormValue("reason")),
+	}
+	switch {
+	case c.Reason == "":
+		d.renderConfirm(w, r, id, c, http.StatusBadRequest, "Give a reason: the holder is told it.")
+		return
+	case len(c.Reason) > distlock.MaxRequestReason:
+		d.renderConfirm(w, r, id, c, http.StatusBadRequest, fmt.Sprintf("The reason is too long to ask with (at most %d bytes).", distlock.MaxRequestReason))
+		return
+	}
+	asked, err := d.srv.RequestReleaseAs(r.Context(), id, c.Tenant, c.Key, c.Reason, c.Fence)
+	if err != nil {
+		d.renderConfirm(w, r, id, c, statusOf(err), "Nobody was asked: "+connectMessage(err))
+		return
+	}
+	if !asked {
+		d.renderConfirm(w, r, id, c, http.StatusConflict, "The key was free already: nobody was asked.")
+		return
+	}
+	target := c.Tenant + "/" + c.Key
+	http.Redirect(w, r, "/?asked="+url.QueryEscape(target)+"&proof="+noticeProof(r, "asked", target), http.StatusSeeOther)
+}
+
+// statusOf is the HTTP status of a refused dashboard call.
+func statusOf(err error) int {
+	switch connect.CodeOf(err) {
+	case connect.CodeInvalidArgument:
+		return http.StatusBadRequest
+	case connect.CodeFailedPrecondition:
+		return http.StatusConflict
+	case connect.CodePermissionDenied:
+		return http.StatusForbidden
+	case connect.CodeResourceExhausted:
+		return http.StatusTooManyRequests
+	case connect.CodeUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusBadGateway
+}
+
+// noticeProof is what the redirect after a forced release (kind
+// "released") or a request to release ("asked") of target carries for the
+// page to show its notice: a MAC of kind and target under this browser's
+// CSRF secret, which no other site can read (an HttpOnly, SameSite=Strict
+// cookie), so that a link with ?released=<any text> shows nothing. "" without
+// the cookie.
+func noticeProof(r *http.Request, kind, target string) string {
 	c, err := r.Cookie(csrfCookie)
 	if err != nil || c.Value == "" {
 		return ""
 	}
 	m := hmac.New(sha256.New, []byte(c.Value))
-	m.Write([]byte("distlock-released\x00" + target))
+	m.Write([]byte("distlock-" + kind + "\x00" + target))
 	return hex.EncodeToString(m.Sum(nil))
 }
 

@@ -70,9 +70,13 @@ func (d *Dashboard) page(w http.ResponseWriter, r *http.Request) {
 		prefix = prefix[:maxPrefixLen]
 	}
 	data := d.dashboardData(w, r, id, prefix)
-	if k, proof := r.URL.Query().Get("released"), r.URL.Query().Get("proof"); k != "" && proof != "" &&
-		hmac.Equal([]byte(proof), []byte(releaseProof(r, k))) {
+	q := r.URL.Query()
+	proof := []byte(q.Get("proof"))
+	switch k, a := q.Get("released"), q.Get("asked"); {
+	case k != "" && len(proof) > 0 && hmac.Equal(proof, []byte(noticeProof(r, "released", k))):
 		data.Notice = "Force-released " + k + ". Its holder learns at its next renewal (or at once, if it watches its locks); the audit log has the reason."
+	case a != "" && len(proof) > 0 && hmac.Equal(proof, []byte(noticeProof(r, "asked", a))):
+		data.Notice = "Asked the holder of " + a + " to release it. It learns at once if it watches its locks, else at its next renewal, and keeps the lock until it releases it; the audit log has the reason."
 	}
 	d.render(w, r, http.StatusOK, data)
 }
