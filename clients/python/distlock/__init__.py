@@ -15,6 +15,9 @@ a refused renewal or a lease that ran out sets lk.lost and calls on_lost.
 With Client(..., watch_loss=True) a forced release or an expiry is told as
 soon as the service reports it, in milliseconds, from one event stream per
 client.
+client.request_release(key, reason) asks a key's holder to let go: the
+lock stays held, and its release_requested is set (on_release_requested is
+called) at its next renewal, or at once with watch_loss=True.
 Pass lk.fence to what the lock guards, so that it can refuse a holder that
 lost the lock without knowing (a paused process).
 """

@@ -1,5 +1,6 @@
 """The client: locks, sessions, semaphores, read-write locks, elections."""
 
+import logging
 import threading
 import time
 import uuid
@@ -15,6 +16,8 @@ MAX_CALL_WAIT = 60.0
 # How many times a call whose answer never came is sent again (with its
 # request id, which makes the retry return what the first call got).
 RETRIES = 3
+
+log = logging.getLogger("distlock")
 
 
 def duration(seconds):
@@ -36,15 +39,16 @@ class Client:
     several threads; close it when done.
 
     watch_loss=True makes its locks (session locks and election terms too)
-    learn that they were force-released or expired as soon as the service
-    reports it, in milliseconds, rather than at their next renewal (a third
-    of the lease): the client keeps one Watch stream of its tenant's keys
-    open, in a thread, from its first lock to close(). The stream counts
-    against the tenant's streams (--max-streams-per-tenant, 64 unless set)
-    and carries every lock event of the tenant, so share one client per
-    process. The renewals go on as before, and tell a loss when the stream
-    is down. Permits and read-write holds learn at their renewal. The
-    default is off.
+    learn that they were force-released or expired, or that somebody asked
+    for them (request_release), as soon as the service reports it, in
+    milliseconds, rather than at their next renewal (a third of the lease):
+    the client keeps one Watch stream of its tenant's keys open, in a
+    thread, from its first lock to close(). The stream counts against the
+    tenant's streams (--max-streams-per-tenant, 64 unless set) and carries
+    every lock event of the tenant, so share one client per process. The
+    renewals go on as before, and tell a loss or a request when the stream
+    is down. Permits and read-write holds learn of a loss at their renewal.
+    The default is off.
     """
 
     def __init__(self, url="http://127.0.0.1:7070", token=None, timeout=10.0, watch_loss=False):
@@ -123,17 +127,19 @@ class Client:
                 body["firstTry"] = False  # it may have been granted: ask again by id
 
     def lock(self, key, lease=30.0, wait=None, owner=None, business_id=None, labels=None,
-             session=None, on_lost=None):
+             session=None, on_lost=None, on_release_requested=None):
         """Takes key, waiting up to wait seconds (None: until it is granted),
         and returns a Lock that renews itself every lease/3 until released.
         Raises NotAcquired if the wait ends first. Use it as a context
-        manager: `with client.lock("k", lease=30) as lk:`."""
+        manager: `with client.lock("k", lease=30) as lk:`.
+        on_release_requested(lock) is called once if somebody asks the
+        holder to let go (request_release); see Lock.release_requested."""
         body = _meta({"key": key, "lease": duration(lease)}, owner, business_id, labels)
         if session is not None:
             body["sessionId"] = session.id
         g, sent = self._acquire("Acquire", body, wait)
         kind = _SESSION_LOCK if session is not None else _LOCK
-        return Lock(self, kind, key, g, on_lost, session, sent=sent)
+        return Lock(self, kind, key, g, on_lost, session, sent=sent, on_release_requested=on_release_requested)
 
     def try_lock(self, key, **kw):
         """lock() with no wait: NotAcquired at once if key is held."""
@@ -152,6 +158,21 @@ class Client:
         if tenant is not None:
             body["tenant"] = tenant
         return self._t.unary("ForceRelease", body).get("lock", {})
+
+    def request_release(self, key, reason):
+        """Asks the holder of key, a key of the client's tenant, to release it
+        when it can: the holder keeps the lock, and is told with reason
+        (required, at most 256 bytes) through its lock's release_requested.
+        It is told at once if its client follows the loss stream
+        (watch_loss), else at its next renewal through the same service
+        instance; a session lock only by the stream. Returns the hold that
+        was asked, as force_release does; raises NotHeld if key is free
+        (nobody was asked) and InvalidArgument for an empty or long reason.
+        Only the hold found now is asked: a later holder of key is not."""
+        lock = self._t.unary("RequestRelease", {"key": key, "reason": reason}).get("lock", {})
+        if not lock.get("held"):
+            raise NotHeld("not_found", f"request release {key!r}: the key is not held: nobody was asked")
+        return lock
 
     def session(self, ttl=15.0, on_lost=None):
         """Opens a session that keeps itself alive every ttl/3: locks taken
@@ -210,9 +231,18 @@ class Lock:
     once, from a thread of the client (keep it short). With the client's
     watch_loss, a lock learns of a forced release or an expiry as soon as
     the service reports it.
+
+    When somebody asks the holder to let go (Client.request_release), the
+    lock stays held and renewed: release_requested is set, release_reason
+    says why and on_release_requested(lock) is called, once, from a thread
+    of the client. Finish the unit of work and release. A lock learns of it
+    at its next renewal, or at once with the client's watch_loss (a session
+    lock only so: its session's KeepAlive does not tell). Permits and
+    read-write holds are never asked.
     """
 
-    def __init__(self, client, kind, name, grant, on_lost=None, session=None, release_name=None, sent=None):
+    def __init__(self, client, kind, name, grant, on_lost=None, session=None, release_name=None, sent=None,
+                 on_release_requested=None):
         self._c = client
         self._kind = kind
         self.name = name
@@ -225,6 +255,9 @@ class Lock:
         self.lost = threading.Event()
         self.lost_reason = None
         self._on_lost = on_lost
+        self.release_requested = threading.Event()
+        self.release_reason = None
+        self._on_release_requested = on_release_requested
         self._mu = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()  # ends the renewal thread's pause: released, lost or to renew now
@@ -269,6 +302,8 @@ class Lock:
                 continue
             self._until = sent + seconds(r.get("lease")) if r.get("lease") else sent + self.lease
             interval = max(self.lease / 3, 0.05)
+            if r.get("releaseRequested"):  # sent once, by the instance the request went to
+                self._asked(r["releaseRequested"])
 
     def _check(self):
         """Renews now, if it renews itself: a loss the loss watch may have
@@ -286,6 +321,20 @@ class Lock:
         self._c._untrack_watch(self)
         if self._on_lost is not None:
             self._on_lost(self)
+
+    def _asked(self, reason):
+        """Tells that somebody asked the holder to release the lock, once,
+        unless it was released or lost first."""
+        with self._mu:
+            if self.release_requested.is_set() or self._stop.is_set() or self.lost.is_set():
+                return
+            self.release_reason = reason
+            self.release_requested.set()
+        if self._on_release_requested is not None:
+            try:
+                self._on_release_requested(self)
+            except Exception:  # noqa: BLE001 - the renewals and the stream go on
+                log.exception("distlock: on_release_requested of %r raised", self.name)
 
     def release(self):
         """Stops the renewals and frees the hold. Returns False if it was
@@ -447,13 +496,15 @@ class Election:
     def __init__(self, client, name):
         self._c, self.name = client, name
 
-    def campaign(self, value, lease=30.0, wait=None, owner=None, on_lost=None):
+    def campaign(self, value, lease=30.0, wait=None, owner=None, on_lost=None, on_release_requested=None):
         """Waits to lead, up to wait seconds (None: until leading), and
         returns the term: a Lock, renewed in the background, whose release
-        resigns."""
+        resigns. A request to release the term's key ("election/<name>")
+        is a request to resign: the term keeps leading until it does."""
         body = _meta({"name": self.name, "value": value, "lease": duration(lease)}, owner, None, None)
         g, sent = self._c._acquire("Campaign", body, wait)
-        return Lock(self._c, _TERM, g["key"], g, on_lost, release_name=self.name, sent=sent)
+        return Lock(self._c, _TERM, g["key"], g, on_lost, release_name=self.name, sent=sent,
+                    on_release_requested=on_release_requested)
 
     def leader(self):
         """The leader: {"held", "value", "fence", ...}; {} if nobody leads."""

@@ -1,5 +1,6 @@
 """The loss watch: one Watch stream per client that tells its locks at once
-when the service reports them force-released or expired."""
+when the service reports them force-released or expired, or asked to be
+released."""
 
 import logging
 import random
@@ -22,13 +23,17 @@ _LOSSES = {
     "TYPE_EXPIRED": "expired at the service: told by its event stream",
 }
 
+# A request to release a hold: not a loss, the holder still holds it.
+REQUESTED = "TYPE_RELEASE_REQUESTED"
+
 log = logging.getLogger("distlock")
 
 
 class LossWatch:
     """Follows one Watch stream of the tenant's keys, from the client's first
     followed lock to close(), and tells a lock that the stream reports
-    force-released or expired.
+    force-released or expired (a loss), or asked to be released (the lock
+    is still held).
 
     An event is about a lock's hold when it names the lock's key and fence:
     the fence is unique to each grant of a key, so a late event about an
@@ -140,8 +145,9 @@ class LossWatch:
             lk._check()
 
     def _event(self, ev):
-        reason = _LOSSES.get(ev.get("type"))
-        if reason is None:
+        typ = ev.get("type")
+        reason = _LOSSES.get(typ)
+        if reason is None and typ != REQUESTED:
             return
         info = ev.get("lock") or {}
         try:
@@ -151,6 +157,9 @@ class LossWatch:
         with self._mu:
             lk = self._held.get(k)
         if lk is None:
+            return
+        if reason is None:  # asked to release: _asked logs an on_release_requested that raised
+            lk._asked(ev.get("reason", ""))
             return
         try:
             lk._lose(reason)
