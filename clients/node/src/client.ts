@@ -5,7 +5,7 @@ import { setMaxListeners } from "node:events";
 
 import type { Duration } from "@bufbuild/protobuf/wkt";
 
-import { DistlockError, LockLost, NoAnswer, NotAcquired, NotHeld, type LossKind } from "./errors.js";
+import { DistlockError, LockLost, NoAnswer, NotAcquired, NotHeld, ReleaseRequested, type LossKind } from "./errors.js";
 import type { Lock as LockMessage, LeaderResponse } from "./gen/distlock/v1/lock_pb.js";
 import { LossWatch } from "./losswatch.js";
 import { Rpc, abortReason, link, type CallBounds, type RequestOf, type ResponseOf, type UnaryMethod } from "./transport.js";
@@ -30,15 +30,16 @@ export interface ClientOptions {
   timeoutMs?: number;
   /**
    * Makes its locks (session locks and election terms too) learn that they
-   * were force-released or expired as soon as the service reports it, in
-   * milliseconds, rather than at their next renewal (a third of the lease):
-   * the client keeps one Watch stream of its tenant's keys open from its
-   * first lock to close(). The stream counts against the tenant's streams
+   * were force-released or expired, or that somebody asked for them
+   * (requestRelease), as soon as the service reports it, in milliseconds,
+   * rather than at their next renewal (a third of the lease): the client
+   * keeps one Watch stream of its tenant's keys open from its first lock to
+   * close(). The stream counts against the tenant's streams
    * (--max-streams-per-tenant, 64 unless set) and carries every lock event
    * of the tenant, so share one client per process. It does not keep the
-   * process running. The renewals go on as before, and tell a loss when the
-   * stream is down. Permits and read-write holds learn at their renewal.
-   * Off unless set.
+   * process running. The renewals go on as before, and tell a loss or a
+   * request when the stream is down. Permits and read-write holds learn of
+   * a loss at their renewal. Off unless set.
    */
   watchLoss?: boolean;
 }
@@ -68,6 +69,11 @@ export interface HoldOptions {
 export interface LockOptions extends HoldOptions {
   /** Ties the lock to a session: its KeepAlive keeps it, and it ends with it. leaseMs is then ignored. */
   session?: Session;
+  /**
+   * Called once if somebody asks the holder to release the lock
+   * (client.requestRelease); also told by lock.requestSignal.
+   */
+  onReleaseRequested?: (lock: Lock, request: ReleaseRequested) => void;
 }
 
 /** Options of client.session(). */
@@ -201,7 +207,9 @@ export class Client implements AsyncDisposable {
       },
       options,
     );
-    return this.adopt(() => new Lock(this, session ? SESSION_LOCK : LOCK, key, key, g, sentAt, options.onLost, session));
+    return this.adopt(
+      () => new Lock(this, session ? SESSION_LOCK : LOCK, key, key, g, sentAt, options.onLost, session, options.onReleaseRequested),
+    );
   }
 
   /** lock() with no wait: NotAcquired at once if key is held. */
@@ -222,6 +230,23 @@ export class Client implements AsyncDisposable {
    */
   async forceRelease(key: string, reason: string, options: { tenant?: string } = {}): Promise<LockInfo> {
     return info((await this.rpc.unary("forceRelease", { key, reason, tenant: options.tenant ?? "" })).lock);
+  }
+
+  /**
+   * Asks the holder of key, a key of the client's tenant, to release it when
+   * it can: the holder keeps the lock, and is told with reason (required,
+   * at most 256 bytes) through its lock's requestSignal. It is told at once
+   * if its client follows the loss stream (watchLoss), else at its next
+   * renewal through the same service instance; a session lock only by the
+   * stream. Returns the hold that was asked, as forceRelease does; throws
+   * NotHeld if key is free (nobody was asked) and InvalidArgument for an
+   * empty or long reason. Only the hold found now is asked: a later holder
+   * of key is not.
+   */
+  async requestRelease(key: string, reason: string): Promise<LockInfo> {
+    const lock = info((await this.rpc.unary("requestRelease", { key, reason })).lock);
+    if (!lock.held) throw new NotHeld("not_found", `request release ${JSON.stringify(key)}: the key is not held: nobody was asked`);
+    return lock;
   }
 
   /**
@@ -344,29 +369,35 @@ export class Client implements AsyncDisposable {
   }
 }
 
+/** What a renewal answers: the lease granted, and a request to release, once, if one came. */
+interface Renewed {
+  lease?: Duration;
+  releaseRequested?: string;
+}
+
 /** The calls that renew and release one kind of hold. */
 interface Kind {
-  /** Renews name's hold by token; returns the lease granted. undefined: it does not renew itself. */
-  renew?: (rpc: Rpc, name: string, token: string, leaseMs: number, bounds: CallBounds) => Promise<Duration | undefined>;
+  /** Renews name's hold by token. undefined: it does not renew itself. */
+  renew?: (rpc: Rpc, name: string, token: string, leaseMs: number, bounds: CallBounds) => Promise<Renewed>;
   release: (rpc: Rpc, name: string, token: string, bounds: CallBounds) => Promise<unknown>;
   /** The Watch stream tells of it, by its key and fence. */
   watched: boolean;
 }
 
 const LOCK: Kind = {
-  renew: async (rpc, key, token, ms, b) => (await rpc.unary("renew", { key, token, lease: duration(ms) }, b)).lease,
+  renew: (rpc, key, token, ms, b) => rpc.unary("renew", { key, token, lease: duration(ms) }, b),
   release: (rpc, key, token, b) => rpc.unary("release", { key, token }, b),
   watched: true,
 };
 // A session's lock is renewed by the session's KeepAlive.
 const SESSION_LOCK: Kind = { release: LOCK.release, watched: true };
 const PERMIT: Kind = {
-  renew: async (rpc, name, token, ms, b) => (await rpc.unary("renewPermit", { name, token, lease: duration(ms) }, b)).lease,
+  renew: (rpc, name, token, ms, b) => rpc.unary("renewPermit", { name, token, lease: duration(ms) }, b),
   release: (rpc, name, token, b) => rpc.unary("releasePermit", { name, token }, b),
   watched: false,
 };
 const RW: Kind = {
-  renew: async (rpc, name, token, ms, b) => (await rpc.unary("renewRW", { name, token, lease: duration(ms) }, b)).lease,
+  renew: (rpc, name, token, ms, b) => rpc.unary("renewRW", { name, token, lease: duration(ms) }, b),
   release: (rpc, name, token, b) => rpc.unary("releaseRW", { name, token }, b),
   watched: false,
 };
@@ -493,12 +524,12 @@ abstract class Keeper {
   }
 }
 
-function callBack<T>(fn: ((h: T, r: LockLost) => void) | undefined, h: T, r: LockLost): void {
+function callBack<T, R>(fn: ((h: T, r: R) => void) | undefined, h: T, r: R, what = "onLost"): void {
   if (!fn) return;
   try {
     fn(h, r);
   } catch (e) {
-    process.emitWarning(`distlock: onLost threw: ${e instanceof Error ? e.stack : String(e)}`);
+    process.emitWarning(`distlock: ${what} threw: ${e instanceof Error ? e.stack : String(e)}`);
   }
 }
 
@@ -510,6 +541,14 @@ function callBack<T>(fn: ((h: T, r: LockLost) => void) | undefined, h: T, r: Loc
  * released; if a renewal is refused (the lock was taken or force-released)
  * or none succeeds before the lease ends, it is lost: signal aborts with a
  * LockLost reason and onLost is called.
+ *
+ * When somebody asks the holder to let go (client.requestRelease), the lock
+ * stays held and renewed: requestSignal aborts with a ReleaseRequested
+ * reason, releaseReason says why and onReleaseRequested is called, once.
+ * Finish the unit of work and release. A lock learns of it at its next
+ * renewal, or at once with the client's watchLoss (a session lock only so:
+ * its session's KeepAlive does not tell). Permits and read-write holds are
+ * never asked.
  */
 export class Lock extends Keeper implements AsyncDisposable {
   /** The key held: a lock's key, a semaphore's or read-write lock's name, a term's key ("election/<name>"). */
@@ -522,9 +561,17 @@ export class Lock extends Keeper implements AsyncDisposable {
   readonly session: Session | undefined;
   /** @internal When the call that acquired it was sent. */
   readonly sentAt: number;
+  /**
+   * Aborts, with a ReleaseRequested reason, once somebody asks the holder to
+   * release the lock; the lock is still held (signal tells a loss). Check
+   * it between units of work, or pass it to a wait that should end then.
+   */
+  readonly requestSignal: AbortSignal;
   readonly #kind: Kind;
   readonly #releaseName: string;
   readonly #onLost: HoldOptions["onLost"];
+  readonly #requested = new AbortController();
+  readonly #onReleaseRequested: LockOptions["onReleaseRequested"];
 
   /** @internal */
   constructor(
@@ -536,10 +583,13 @@ export class Lock extends Keeper implements AsyncDisposable {
     sentAt: number,
     onLost?: HoldOptions["onLost"],
     session?: Session,
+    onReleaseRequested?: LockOptions["onReleaseRequested"],
   ) {
     const leaseMs = session ? session.ttlMs : millis(grant.lease) || DEFAULT_LEASE_MS;
     super(client, key, leaseMs);
     this.key = key;
+    this.requestSignal = this.#requested.signal;
+    this.#onReleaseRequested = onReleaseRequested;
     this.#kind = kind;
     this.#releaseName = releaseName;
     this.token = grant.token;
@@ -554,8 +604,23 @@ export class Lock extends Keeper implements AsyncDisposable {
     if (kind.watched) client.lossWatch?.follow(this);
   }
 
-  protected renewOnce(bounds: CallBounds): Promise<number> {
-    return this.#kind.renew!(this.client.rpc, this.key, this.token, this.leaseMs, bounds).then(millis);
+  protected async renewOnce(bounds: CallBounds): Promise<number> {
+    const r = await this.#kind.renew!(this.client.rpc, this.key, this.token, this.leaseMs, bounds);
+    if (r.releaseRequested) this.asked(r.releaseRequested); // sent once, by the instance the request went to
+    return millis(r.lease);
+  }
+
+  /** The requester's reason once somebody asked the holder to release the lock; undefined before. */
+  get releaseReason(): string | undefined {
+    return (this.requestSignal.reason as ReleaseRequested | undefined)?.reason;
+  }
+
+  /** @internal Tells that somebody asked the holder to release the lock, once, unless it was released or lost first. */
+  asked(reason: string): void {
+    if (!this.held || this.requestSignal.aborted) return;
+    const request = new ReleaseRequested(this.key, reason);
+    this.#requested.abort(request);
+    callBack(this.#onReleaseRequested, this, request, "onReleaseRequested");
   }
 
   protected refusedWords(e: NotHeld): string {
@@ -748,8 +813,8 @@ export class RWLock {
   }
 }
 
-/** Options of election.campaign(): those of a hold, less businessId and labels. */
-export type CampaignOptions = Omit<HoldOptions, "businessId" | "labels">;
+/** Options of election.campaign(): those of a hold, less businessId and labels, and onReleaseRequested. */
+export type CampaignOptions = Omit<HoldOptions, "businessId" | "labels"> & Pick<LockOptions, "onReleaseRequested">;
 
 /** A leader election: one candidate leads at a time. */
 export class Election {
@@ -760,7 +825,9 @@ export class Election {
 
   /**
    * Waits to lead, up to waitMs (undefined: until leading), and returns the
-   * term: a Lock, renewed in the background, whose release resigns.
+   * term: a Lock, renewed in the background, whose release resigns. A
+   * request to release the term's key ("election/<name>") is a request to
+   * resign: the term keeps leading until it does.
    */
   async campaign(value: string, options: CampaignOptions = {}): Promise<Lock> {
     const c = this.client;
@@ -769,7 +836,7 @@ export class Election {
       { name: this.name, value, lease: duration(options.leaseMs ?? DEFAULT_LEASE_MS), owner: options.owner ?? "" },
       options,
     );
-    return c.adopt(() => new Lock(c, TERM, g.key, this.name, g, sentAt, options.onLost));
+    return c.adopt(() => new Lock(c, TERM, g.key, this.name, g, sentAt, options.onLost, undefined, options.onReleaseRequested));
   }
 
   /** Who leads (held false if nobody). */

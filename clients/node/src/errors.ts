@@ -84,6 +84,29 @@ export class LockLost extends Error {
   }
 }
 
+/**
+ * The reason of a lock's requestSignal and the argument of
+ * onReleaseRequested: somebody asked the holder to release the lock
+ * (client.requestRelease). The lock is still held and renewed: finish the
+ * unit of work in hand and release it. reason is the requester's words.
+ */
+export class ReleaseRequested extends Error {
+  /** The key (a term's key, "election/<name>") whose holder was asked. */
+  readonly key: string;
+  /** Why, in the requester's words. */
+  readonly reason: string;
+
+  constructor(key: string, reason: string) {
+    super(`release requested: ${reason}`);
+    this.key = key;
+    this.reason = reason;
+  }
+
+  override get name(): string {
+    return "ReleaseRequested";
+  }
+}
+
 const byCode: Partial<Record<Code, new (code: string, message: string, options?: { cause?: unknown }) => DistlockError>> = {
   [Code.Aborted]: NotAcquired,
   [Code.NotFound]: NotHeld,

@@ -14,7 +14,9 @@
 // forced release or an expiry is told as soon as the service reports it,
 // in milliseconds, from one event stream per client. Pass lk.fence to what the lock guards, so
 // that it can refuse a holder that lost the lock without knowing (a paused
-// process).
+// process). client.requestRelease(key, reason) asks a key's holder to let
+// go: the lock stays held, and its requestSignal aborts (a ReleaseRequested)
+// at its next renewal, or at once with watchLoss.
 
 export {
   Client,
@@ -42,6 +44,7 @@ export {
   NotAcquired,
   NotHeld,
   PermissionDenied,
+  ReleaseRequested,
   ResourceExhausted,
   Unauthenticated,
   Unavailable,

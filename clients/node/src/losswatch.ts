@@ -1,5 +1,6 @@
 // The loss watch: one Watch stream per client that tells its locks at once
-// when the service reports them force-released or expired.
+// when the service reports them force-released or expired, or asked to be
+// released.
 
 import { Event_Type, type Event } from "./gen/distlock/v1/lock_pb.js";
 import type { Rpc } from "./transport.js";
@@ -31,6 +32,8 @@ export interface Followed {
   check(): void;
   /** Tells the loss, once, unless released first. */
   lose(kind: "refused", words: string, cause: unknown): void;
+  /** Tells that somebody asked the holder to release it, once, unless released or lost first. */
+  asked(reason: string): void;
 }
 
 const now = () => performance.now();
@@ -38,7 +41,8 @@ const now = () => performance.now();
 /**
  * @internal Follows one Watch stream of the tenant's keys, from the
  * client's first followed lock to close(), and tells a lock that the stream
- * reports force-released or expired.
+ * reports force-released or expired (a loss), or asked to be released (the
+ * lock is still held).
  *
  * An event is about a lock's hold when it names the lock's key and fence:
  * the fence is unique to each grant of a key, so a late event about an
@@ -129,9 +133,13 @@ export class LossWatch {
   }
 
   private event(ev: Event | undefined): void {
-    const words = ev && losses[ev.type];
-    if (!words || !ev.lock) return;
-    this.#held.get(ev.lock.key)?.get(ev.lock.fence)?.lose("refused", words, undefined);
+    if (!ev?.lock) return;
+    const words = losses[ev.type];
+    if (!words && ev.type !== Event_Type.RELEASE_REQUESTED) return;
+    const lock = this.#held.get(ev.lock.key)?.get(ev.lock.fence);
+    if (!lock) return;
+    if (words) lock.lose("refused", words, undefined);
+    else lock.asked(ev.reason);
   }
 }
 
