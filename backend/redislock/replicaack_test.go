@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"strconv"
 	"strings"
@@ -22,20 +23,52 @@ import (
 const ackTimeout = 200 * time.Millisecond
 
 // primaryWithReplica starts a redis-server and a replica of it, and waits
-// until the primary counts the replica as online.
+// until the replica acknowledges a write. (The primary counts a replica
+// online once it sent it the data set, which the replica may still be
+// writing to disk and loading; it acknowledges nothing meanwhile.)
 func primaryWithReplica(t testing.TB) (primary, replica *testserver.Server) {
 	t.Helper()
 	primary = testserver.Redis(t)
 	replica = testserver.Redis(t, "--replicaof", testserver.Host, strconv.Itoa(primary.Port))
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		err := replicasOnline(primary.Addr(), 1)
+	awaitReplicaAck(t, primary.Addr(), "replica-probe")
+	return primary, replica
+}
+
+// awaitReplicaAck waits until a replica of the server at addr acknowledges
+// a write of key, which the server must serve.
+func awaitReplicaAck(t testing.TB, addr, key string) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer c.Close()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		err := replicaAcks(c, key)
 		if err == nil {
-			return primary, replica
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the replica in sync: %v", err)
+			t.Fatalf("no replica of %s acknowledges a write: %v", addr, err)
 		}
 	}
+}
+
+// replicaAcks writes key through c and checks that a replica acknowledges
+// the write within 100ms (SET and WAIT pipelined on one connection).
+func replicaAcks(c *redis.Client, key string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var wait *redis.Cmd
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, key, "1", time.Minute)
+		wait = p.Do(ctx, "WAIT", 1, 100)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if n, err := wait.Int64(); err != nil || n != 1 {
+		return fmt.Errorf("WAIT 1 100: %d, %v", n, err)
+	}
+	return nil
 }
 
 // replicasOnline checks that the server at addr has n replicas online.
@@ -401,6 +434,13 @@ func clusterReplica(t *testing.T, master *testserver.Server) *testserver.Server 
 		return err
 	})
 	eventually(t, "the replica in sync", func() error { return replicasOnline(master.Addr(), 1) })
+	for i := range 1000 {
+		if key := "replica-probe-" + strconv.Itoa(i); servedBy(master.Addr(), key) {
+			awaitReplicaAck(t, master.Addr(), key)
+			return r
+		}
+	}
+	t.Fatalf("no probe key in the slots of %s", master.Addr())
 	return r
 }
 

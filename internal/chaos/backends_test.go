@@ -34,10 +34,10 @@ func deploySentinel(params string, spare bool) func(*testing.T) *deployment {
 		set := testserver.RedisSentinel(t)
 		if spare {
 			p := set.Primary()
-			testserver.Redis(t, "--replicaof", testserver.Host, strconv.Itoa(p.Port), "--replica-priority", "0")
+			r := testserver.Redis(t, "--replicaof", testserver.Host, strconv.Itoa(p.Port), "--replica-priority", "0")
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			if err := until(ctx, func() error { return role(ctx, p.Addr(), "master", "connected_slaves:2") }); err != nil {
+			if err := until(ctx, func() error { return role(ctx, r.Addr(), "slave", "master_link_status:up") }); err != nil {
 				t.Fatal(err)
 			}
 			// The sentinels learn of a replica from the primary's INFO, which

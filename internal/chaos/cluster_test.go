@@ -59,8 +59,8 @@ func clusterReplica(t *testing.T, master *testserver.Server) *testserver.Server 
 		_, err := testserver.RedisCommand(ctx, r.Addr(), "CLUSTER", "REPLICATE", id)
 		return err
 	})
-	if err == nil {
-		err = until(ctx, func() error { return role(ctx, master.Addr(), "master", "state=online") })
+	if err == nil { // loaded, not only sent (a replica acknowledges nothing before)
+		err = until(ctx, func() error { return role(ctx, r.Addr(), "slave", "master_link_status:up") })
 	}
 	if err != nil {
 		t.Fatalf("replica of %s: %v", master.Addr(), err)
