@@ -127,3 +127,7 @@ func TestFirstLossReasonStays(t *testing.T) {
 		t.Fatalf("released tokens %v: a lock capped by MaxHold must be freed by token", store.released)
 	}
 }
+
+func (s *freeStore) Inspect(_ context.Context, key string) (driver.Info, error) {
+	return driver.Info{Key: key}, nil // free: the hold it granted is gone
+}

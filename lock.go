@@ -239,7 +239,7 @@ func (h *hold) arm(g driver.Grant) {
 		h.stopLost = context.AfterFunc(g.Lost, func() {
 			if h.c.enterBackground() {
 				defer h.c.bg.Done()
-				h.markLost(observe.LossStoreDeleted)
+				h.markLost(h.lossCause(observe.LossStoreDeleted))
 			}
 		})
 	}
@@ -362,7 +362,7 @@ func (h *hold) tick() {
 	}
 	if errors.Is(err, ErrNotHeld) {
 		h.mu.Unlock()
-		h.markLost(observe.LossRenewRefused)
+		h.markLost(h.lossCause(observe.LossRenewRefused))
 		return
 	}
 	if err == nil {
@@ -441,7 +441,39 @@ func (h *hold) endLocked(s holdState, quiet bool) bool {
 // storeMayHold reports whether the store may still hold the token of a lock
 // lost for reason, so that it must be released by token.
 func storeMayHold(reason string) bool {
-	return reason != observe.LossRenewRefused && reason != observe.LossStoreDeleted
+	switch reason {
+	case observe.LossRenewRefused, observe.LossStoreDeleted, observe.LossTaken, observe.LossDeleted:
+		return false
+	}
+	return true
+}
+
+// lossReadTimeout bounds the read of the store that tells why a hold the
+// store dropped was lost.
+const lossReadTimeout = time.Second
+
+// lossCause tells why the store no longer holds the lock, which it said
+// with reason (a refused renewal, the backend's loss signal): another
+// holder has the key (observe.LossTaken) or nobody does
+// (observe.LossDeleted), as one read of the store says; reason itself if
+// the store cannot be read within lossReadTimeout, or for a permit or a
+// read-write hold, whose key has several holders.
+func (h *hold) lossCause(reason string) string {
+	if h.c.acquireOp != "lock" {
+		return reason
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), lossReadTimeout)
+	defer cancel()
+	info, err := h.c.backend.Inspect(ctx, h.r.Key)
+	switch {
+	case err != nil:
+		return reason
+	case !info.Held:
+		return observe.LossDeleted
+	case info.Fence != h.fence:
+		return observe.LossTaken
+	}
+	return reason
 }
 
 // unregister removes h from the client's reentrancy table and, if all is
@@ -629,7 +661,7 @@ func (h *hold) renew(ctx context.Context, op string, lease time.Duration) error 
 		h.emit(observe.Event{Kind: observe.Renewed})
 		return nil
 	case errors.Is(err, ErrNotHeld):
-		h.markLost(observe.LossRenewRefused)
+		h.markLost(h.lossCause(observe.LossRenewRefused))
 		return keyErr(op, h.r.Key, causedBy(ErrLockLost, err))
 	default:
 		h.emit(observe.Event{Kind: observe.RenewFailed, Err: err})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -455,6 +456,11 @@ func (s *suite) forceRelease(t *testing.T) {
 	}
 	if err := old.Renew(ctx); !errors.Is(err, distlock.ErrLockLost) {
 		t.Fatalf("renew by the forced-out holder: got %v, want ErrLockLost", err)
+	}
+	// Told at once (when the key was still free) or at that renewal (when
+	// b held it), the old holder says which.
+	if err := old.Err(); !strings.Contains(err.Error(), "("+observe.LossTaken+")") && !strings.Contains(err.Error(), "("+observe.LossDeleted+")") {
+		t.Fatalf("the forced-out holder's Err = %v, want the reason %s or %s", err, observe.LossTaken, observe.LossDeleted)
 	}
 	_ = old.Release(ctx)
 	wantNotAcquired(t, ctx, c, key)
