@@ -323,6 +323,10 @@ func (r *lossRecorder) explain() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch r.reason {
+	case observe.LossTaken:
+		return "taken by another holder (taken): this run's hold was deleted, expired or force-released, and the key granted again"
+	case observe.LossDeleted:
+		return "the key was deleted (deleted): it is free in the store; this run's hold was deleted, evicted, expired or force-released"
 	case observe.LossRenewRefused:
 		return "renewal refused (renew_refused): the store no longer holds the lock for this run; it was deleted, expired or force-released"
 	case observe.LossUnreachable:

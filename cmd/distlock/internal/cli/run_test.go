@@ -243,7 +243,7 @@ func testRunLockDeleted(t *testing.T, bin string, s store) {
 	if r.code != ExitLockLost {
 		t.Fatalf("exit %d, want %d; stderr: %s", r.code, ExitLockLost, r.stderr)
 	}
-	wantOneLine(t, r, `lock "deleted" lost while the command ran: renewal refused (renew_refused)`, "stopped with SIGTERM")
+	wantOneLine(t, r, `lock "deleted" lost while the command ran: the key was deleted (deleted): it is free`, "stopped with SIGTERM")
 	if readFile(t, trapped) != "TERM\n" {
 		t.Error("the command did not get SIGTERM")
 	}
@@ -269,7 +269,7 @@ func testRunForceReleased(t *testing.T, bin string, env []string) {
 	if r.code != ExitLockLost {
 		t.Fatalf("exit %d, want %d; stderr: %s", r.code, ExitLockLost, r.stderr)
 	}
-	wantOneLine(t, r, `lock "forced" lost while the command ran: the store reported the lock gone (store_deleted)`, "stopped with SIGTERM")
+	wantOneLine(t, r, `lock "forced" lost while the command ran: the key was deleted (deleted)`, "stopped with SIGTERM")
 	if took > 5*time.Second {
 		t.Errorf("the command ended %v after the forced release, want long before the next renewal at 10s", took)
 	}
