@@ -143,3 +143,37 @@ func ExampleClient_RWMutex() {
 	// writer refused while they read: true
 	// writer's fence above the readers': true
 }
+
+func ExampleClient_RequestRelease() {
+	ctx := context.Background()
+	store := memlock.New()
+	worker, operator := distlock.New(store), distlock.New(store.Connect())
+	defer worker.Close()
+	defer operator.Close()
+
+	l, _ := worker.TryLock(ctx, "reindex")
+	done := make(chan struct{})
+	go func() { // the holder: batches until asked to let go
+		defer close(done)
+		for {
+			select {
+			case <-l.ReleaseRequested():
+				fmt.Printf("asked (%s): releasing after this batch\n", l.ReleaseReason())
+				_ = l.Release(ctx)
+				return
+			case <-time.After(10 * time.Millisecond): // one batch of work
+			}
+		}
+	}()
+
+	time.Sleep(25 * time.Millisecond)
+	if _, err := operator.RequestRelease(ctx, "reindex", "deploy at 02:00"); err != nil {
+		fmt.Println("request:", err)
+	}
+	<-done
+	_, err := operator.TryLock(ctx, "reindex")
+	fmt.Println("free after the holder let go:", err == nil)
+	// Output:
+	// asked (deploy at 02:00): releasing after this batch
+	// free after the holder let go: true
+}
