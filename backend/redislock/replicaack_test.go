@@ -200,6 +200,7 @@ func TestReplicaAck(t *testing.T) {
 			if took < ackTimeout || took > ackTimeout+2*time.Second {
 				t.Errorf("Acquire refused after %v, want about the ack timeout %v", took, ackTimeout)
 			}
+			t.Logf("Acquire refused after %v", took.Round(time.Millisecond))
 			keyFree(t, primary, key)
 			_, err = b.AcquireWait(ctx, req("t4"))
 			wantUnacked(t, "AcquireWait", err)
