@@ -466,3 +466,41 @@ func replicaAckGrants(t *testing.T, backends map[string]*redislock.Backend, repl
 		})
 	}
 }
+
+// TestReplicaAckDialsAtOpen: with replica_ack, Open has rueidis dial the
+// dedicated connection that WAIT goes on, so that the first grant does not
+// pay for a dial out of its lease (under load that made the conformance
+// suite's first 150ms grant of a client arrive expired). A backend with the
+// option keeps one connection more than one without, before its first
+// grant and after the same grants.
+func TestReplicaAckDialsAtOpen(t *testing.T) {
+	primary, _ := primaryWithReplica(t)
+	ctx := testContext(t)
+	conns := func(name string) int {
+		return strings.Count(rawCommand(t, []string{primary.Addr()}, "CLIENT", "LIST"), " name="+name+" ")
+	}
+	plain := openURL(t, "redis://"+primary.Addr()+"/0?client_name=plain")
+	defer plain.Close()
+	acked := openURL(t, "redis://"+primary.Addr()+"/0?client_name=acked&replica_ack=1&replica_ack_timeout="+ackTimeout.String())
+	defer acked.Close()
+	if n, want := conns("acked"), conns("plain")+1; n != want {
+		t.Fatalf("after Open: %d connections, want %d (those of a backend without the option, and one for WAIT)", n, want)
+	}
+	for name, b := range map[string]*redislock.Backend{"plain": plain, "acked": acked} {
+		for i := range 3 {
+			key := "dial/" + name + "/" + strconv.Itoa(i)
+			if _, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "t", TTL: time.Second}); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Release(ctx, key, "t"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	eventually(t, "the same connections after the grants, and one for WAIT", func() error {
+		if n, want := conns("acked"), conns("plain")+1; n != want {
+			return fmt.Errorf("%d connections, want %d", n, want)
+		}
+		return nil
+	})
+}
