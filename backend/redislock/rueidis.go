@@ -37,7 +37,23 @@ func newRueidis(ctx context.Context, client rueidis.Client, owned bool, cfg conf
 		sum := sha1.Sum([]byte(src))
 		st.shas[i] = hex.EncodeToString(sum[:])
 	}
-	return newBackend(ctx, st, cfg)
+	b, err := newBackend(ctx, st, cfg)
+	if err == nil && cfg.ack.replicas > 0 {
+		st.dialBlocking(ctx, cfg.requestTimeout)
+	}
+	return b, err
+}
+
+// dialBlocking has each node's pool of dedicated connections, on which
+// WAIT goes with its script, dial one now rather than at the first grant,
+// whose lease it would eat into: WAIT 0 1 answers at once. It is best
+// effort (a replica answers WAIT with an error), within timeout.
+func (r *rueidisStore) dialBlocking(ctx context.Context, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for _, n := range r.c.Nodes() {
+		_ = n.Do(ctx, n.B().Wait().Numreplicas(0).Timeout(1).Build()).Error()
+	}
 }
 
 // rueidisStore is the store adapter for rueidis.
