@@ -43,18 +43,9 @@ func (d *Dashboard) confirmForce(w http.ResponseWriter, r *http.Request) {
 
 // force serves the confirmed POST of a forced release.
 func (d *Dashboard) force(w http.ResponseWriter, r *http.Request) {
-	id, ok := d.admin(w, r)
+	id, c, ok := d.confirmation(w, r)
 	if !ok {
 		return
-	}
-	if !parseForm(w, r) || !checkCSRF(r) {
-		d.render(w, r, http.StatusForbidden, d.loginData(w, r, errStaleForm))
-		return
-	}
-	fence, _ := strconv.ParseUint(r.PostFormValue("fence"), 10, 64)
-	c := &confirmData{
-		Tenant: r.PostFormValue("tenant"), Key: r.PostFormValue("key"), Fence: fence,
-		Reason: strings.TrimSpace(r.PostFormValue("reason")),
 	}
 	switch {
 	case r.PostFormValue("confirm") != "yes":
@@ -80,20 +71,29 @@ func (d *Dashboard) force(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/?released="+url.QueryEscape(target)+"&proof="+noticeProof(r, "released", target), http.StatusSeeOther)
 }
 
-// request serves the confirmed POST of a request to release.
-func (d *Dashboard) request(w http.ResponseWriter, r *http.Request) {
+// confirmation reads the POST of a confirmation page: an admin's, with a
+// valid CSRF token. Otherwise it answers with a refusal, and false.
+func (d *Dashboard) confirmation(w http.ResponseWriter, r *http.Request) (auth.Identity, *confirmData, bool) {
 	id, ok := d.admin(w, r)
 	if !ok {
-		return
+		return id, nil, false
 	}
 	if !parseForm(w, r) || !checkCSRF(r) {
 		d.render(w, r, http.StatusForbidden, d.loginData(w, r, errStaleForm))
-		return
+		return id, nil, false
 	}
 	fence, _ := strconv.ParseUint(r.PostFormValue("fence"), 10, 64)
-	c := &confirmData{
+	return id, &confirmData{
 		Tenant: r.PostFormValue("tenant"), Key: r.PostFormValue("key"), Fence: fence,
 		Reason: strings.TrimSpace(r.PostFormValue("reason")),
+	}, true
+}
+
+// request serves the confirmed POST of a request to release.
+func (d *Dashboard) request(w http.ResponseWriter, r *http.Request) {
+	id, c, ok := d.confirmation(w, r)
+	if !ok {
+		return
 	}
 	switch {
 	case c.Reason == "":
