@@ -56,6 +56,14 @@
 // database fails at once with the driver's dial error ("connect:
 // connection refused").
 //
+// An acquisition's statement is not cut short by its caller's context: the
+// server would finish a statement it has begun or not yet read, whatever
+// the driver did with the connection, and could take the key after the
+// caller was told it was not acquired. When the context ends first,
+// Acquire returns its error at once, the statement ends in the background
+// within the request timeout, and whatever it took is released; the
+// backend's next attempt on that key waits for it.
+//
 // # URL
 //
 // Open, and distlock.Open through the scheme "mysql+table", take a URL:

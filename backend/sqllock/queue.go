@@ -49,8 +49,8 @@ type queue struct {
 	mu        sync.Mutex
 	byKey     map[string]int      // places held, by key
 	held      map[*place]struct{} // places held, for Close to give up
-	unlocking map[string]*unlocks
-	conns     int // connections taken for places: waiting, held or being given up
+	unlocking pending             // places being given up
+	conns     int                 // connections taken for places: waiting, held or being given up
 }
 
 // place is a backend's place at the head of key's queue: the session lock
@@ -62,53 +62,12 @@ type place struct {
 	once sync.Once // gives it up
 }
 
-// unlocks are the places in one key's queue being given up.
-type unlocks struct {
-	n    int
-	done chan struct{} // closed when n comes to 0
-}
-
-// unlockStarted counts a place of key being given up; unlockEnded counts it
-// given up.
-func (q *queue) unlockStarted(key string) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.unlocking == nil {
-		q.unlocking = make(map[string]*unlocks)
-	}
-	u := q.unlocking[key]
-	if u == nil {
-		u = &unlocks{done: make(chan struct{})}
-		q.unlocking[key] = u
-	}
-	u.n++
-}
-
-func (q *queue) unlockEnded(key string) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	u := q.unlocking[key]
-	if u.n--; u.n == 0 {
-		close(u.done)
-		delete(q.unlocking, key)
-	}
-}
-
 // settled returns once this backend gives up no place in key's queue, or
 // when ctx ends: a release waits for it, so that a key released after a
 // wait is free to every client when Release returns, not only once the
 // place it waited in is given up in the background.
 func (q *queue) settled(ctx context.Context, key string) {
-	q.mu.Lock()
-	u := q.unlocking[key]
-	q.mu.Unlock()
-	if u == nil {
-		return
-	}
-	select {
-	case <-u.done:
-	case <-ctx.Done():
-	}
+	q.unlocking.wait(ctx, key)
 }
 
 // heads reports whether this backend heads key's queue.
@@ -168,9 +127,9 @@ func (q *queue) giveUp(b *Backend, p *place) {
 		}
 		delete(q.held, p)
 		q.mu.Unlock()
-		q.unlockStarted(p.key)
+		q.unlocking.start(p.key)
 		unlock := func() {
-			defer q.unlockEnded(p.key)
+			defer q.unlocking.end(p.key)
 			defer q.giveConn()
 			ctx, cancel := context.WithTimeout(context.Background(), b.opts.requestTimeout)
 			defer cancel()
@@ -198,9 +157,9 @@ func (q *queue) abandoned(b *Backend, key string, pid uint32) {
 	if pid == 0 {
 		return
 	}
-	q.unlockStarted(key)
+	q.unlocking.start(key)
 	end := func() {
-		defer q.unlockEnded(key)
+		defer q.unlocking.end(key)
 		q.awaitEnded(b, key, pid)
 	}
 	if !b.background(end) {

@@ -26,6 +26,7 @@ type Backend struct {
 
 	notices *listener // release notices; PostgreSQL only
 	queue   queue     // this backend's places at the head of key queues; PostgreSQL only
+	cut     pending   // attempts whose caller left before their statement ended
 
 	ctx    context.Context // cancelled by Close, ends background work
 	cancel context.CancelFunc
@@ -205,7 +206,9 @@ func (b *Backend) scanRow(ctx context.Context, scan func(*sql.Row) error, q stri
 
 // Acquire inserts key for req.Token, or takes over its row if the lease
 // expired or was released, in one statement that draws the fence only once
-// the key is won.
+// the key is won. If ctx ends first, Acquire returns ctx's error at once,
+// and the statement runs to its end in the background, which releases
+// whatever it took (see attempt.go).
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	meta, err := encodeMeta(req.Meta)
 	if err != nil {
@@ -219,7 +222,12 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		// ended) would make its own attempt fail as a barge-in.
 		b.queue.settled(ctx, req.Key)
 	}
-	fence, err := b.d.grant(ctx, b, q, req.Key, req.Token, req.TTL.Microseconds(), req.Meta.Owner, meta)
+	// An attempt whose caller left may still take the key (attempt.go).
+	b.cut.wait(ctx, req.Key)
+	if err := ctx.Err(); err != nil {
+		return driver.Grant{}, b.fail(err)
+	}
+	fence, err := b.grantDetached(ctx, req.Key, req.Token, q, req.Key, req.Token, req.TTL.Microseconds(), req.Meta.Owner, meta)
 	switch {
 	case err != nil:
 		return driver.Grant{}, b.fail(err)
