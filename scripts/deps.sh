@@ -2,7 +2,9 @@
 # Installs the store servers the tests start, the headless browser the
 # dashboard's tests drive, Lua 5.1's compiler, with which a test checks
 # the Redis scripts, pytest for the Python client, Node.js for the
-# TypeScript client and curl for the curl example (Debian/Ubuntu), skipping what is already present;
+# TypeScript client, curl for the curl example, and libfaketime with a C
+# compiler for the chaos suite's clock faults (Debian/Ubuntu), skipping
+# what is already present;
 # then dynalite, the DynamoDB-compatible server, from npm at the version
 # package-lock.json pins, into node_modules at the repository root. Safe to
 # run again.
@@ -29,6 +31,11 @@ want node nodejs
 want npm npm
 # The worked example of docs/clients.md runs its curl version too.
 want curl curl
+# Clock faults run a store under libfaketime (internal/testserver's
+# FakeClock), with a small preload built by the C compiler, which the race
+# detector needs too.
+ls /usr/lib/*/faketime/libfaketimeMT.so.1 >/dev/null 2>&1 || need+=(libfaketime)
+want cc gcc
 # The Python client's tests run on Debian's python3 with its pytest.
 /usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 || need+=(python3-pytest)
 

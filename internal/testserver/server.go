@@ -2,7 +2,8 @@
 // etcd, ZooKeeper, MariaDB, dynalite for DynamoDB) on free loopback ports
 // for tests, waits until each is ready, and stops it when the test ends. A
 // server can be stopped, restarted, killed or paused (SIGSTOP) for fault
-// tests.
+// tests, and run under a FakeClock whose wall clock the test steps or
+// speeds up.
 //
 // A missing server binary fails the test with the Debian package to install,
 // unless the test runs with -short, where it is skipped.
@@ -41,6 +42,7 @@ type Server struct {
 	command func() *exec.Cmd
 	ready   func(ctx context.Context) error
 	stopSig os.Signal
+	clock   *FakeClock // the wall clock the process reads, nil for the true one
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -75,6 +77,9 @@ func (s *Server) start() error {
 		return err
 	}
 	cmd := s.command()
+	if s.clock != nil {
+		cmd.Env = s.clock.environ(cmd.Env)
+	}
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -181,6 +186,9 @@ func (s *Server) sendSignal(sig syscall.Signal, paused bool) {
 func newServer(t testing.TB, s *Server) *Server {
 	t.Helper()
 	s.t = t
+	if c, ok := t.(clockTB); ok {
+		s.clock = c.clock
+	}
 	if s.stopSig == nil {
 		s.stopSig = syscall.SIGTERM
 	}
