@@ -2,6 +2,7 @@ package testserver
 
 import (
 	"context"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -84,5 +85,57 @@ func TestFakeClockRefusesFractions(t *testing.T) {
 	}
 	if err := (&FakeClock{}).SetRate(0); err == nil {
 		t.Error("SetRate(0) did not fail")
+	}
+}
+
+func TestFakeClockMariaDB(t *testing.T) {
+	clock := NewFakeClock(t)
+	s := MariaDB(clock.On(t))
+	client := lookBinary(t, "mariadb-client", "mariadb")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := clock.Set(100 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// The time of the statement, which UTC_TIMESTAMP(6) and NOW(6) give too.
+	out, err := run(ctx, client, "--no-defaults", "-uroot", "-h", Host, "-P", strconv.Itoa(s.Port), "-N", "-e", "SELECT UNIX_TIMESTAMP(NOW(6))")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secs, err := strconv.ParseFloat(strings.TrimSpace(out), 64)
+	if err != nil {
+		t.Fatalf("UNIX_TIMESTAMP answered %q", out)
+	}
+	near(t, "MariaDB's clock after a step of 100s", time.Until(time.Unix(0, int64(secs*1e9))), 100*time.Second)
+}
+
+func TestFakeClockDynalite(t *testing.T) {
+	clock := NewFakeClock(t)
+	s := Dynalite(clock.On(t))
+	if err := clock.Set(-100 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// Node.js's HTTP server dates each response by its clock (Date.now),
+	// which it reads once a second: the date of the readiness check may
+	// still be cached.
+	time.Sleep(1100 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, DynamoEndpoint(s), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	date, err := http.ParseTime(resp.Header.Get("Date"))
+	if err != nil {
+		t.Fatalf("Date header %q: %v", resp.Header.Get("Date"), err)
+	}
+	// The header has whole seconds.
+	if d := time.Until(date); d < -102*time.Second || d > -98*time.Second {
+		t.Errorf("dynalite's clock after a step of -100s is %v from ours", d)
 	}
 }
