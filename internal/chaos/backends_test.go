@@ -184,5 +184,17 @@ func scenarios() []scenario {
 		{backend: "dynamodb", fault: "pause", deploy: deployDynamo, inject: pause, fenceSafe: fence},
 		{backend: "dynamodb", fault: "pause before write", deploy: deployDynamo, failpoint: failpointWrite, fenceSafe: fence},
 		{backend: "dynamodb", fault: "blackhole", deploy: deployDynamo, inject: blackhole(lease * 5 / 2), exclusive: excl, fenceSafe: fence},
+		// The store's wall clock stepped or made fast or slow (clock_test.go).
+		{backend: "redis", fault: "clock forward", deploy: clocked(redisOn), inject: clockStep(2), work: longWork, fenceSafe: fence, short: true},
+		{backend: "redis", fault: "clock back", deploy: clocked(redisOn), inject: clockStep(-2), exclusive: excl, fenceSafe: fence},
+		{backend: "redis", fault: "clock fast (x2)", deploy: clocked(redisOn), inject: clockRate(2), work: longWork, fenceSafe: fence},
+		{backend: "redis", fault: "clock slow (x0.5)", deploy: clocked(redisOn), inject: clockRate(0.5), exclusive: excl, fenceSafe: fence},
+		{backend: "redis", fault: "clock back, restart, no persistence", deploy: clocked(redisOn), inject: clockBackRestart, work: longWork},
+		{backend: "sqllock (MariaDB)", fault: "clock forward", deploy: clocked(sqlLockClocked), inject: clockStep(2), work: longWork, fenceSafe: fence},
+		{backend: "sqllock (MariaDB)", fault: "clock back", deploy: clocked(sqlLockClocked), inject: clockStep(-2), exclusive: excl, fenceSafe: fence},
+		{backend: "sqllock (MariaDB)", fault: "clock fast (x2)", deploy: clocked(sqlLockClocked), inject: clockRate(2), work: longWork, fenceSafe: fence},
+		{backend: "sqllock (MariaDB)", fault: "clock slow (x0.5)", deploy: clocked(sqlLockClocked), inject: clockRate(0.5), exclusive: excl, fenceSafe: fence},
+		{backend: "dynamodb", fault: "clock forward", deploy: clocked(dynamoClocked), inject: clockStep(2), exclusive: excl, fenceSafe: fence},
+		{backend: "dynamodb", fault: "clock back", deploy: clocked(dynamoClocked), inject: clockStep(-2), exclusive: excl, fenceSafe: fence},
 	}
 }

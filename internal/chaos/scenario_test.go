@@ -44,6 +44,7 @@ type deployment struct {
 	servers []*testserver.Server
 	sent    *testserver.RedisSentinelSet
 	cluster *redisShards
+	clock   *testserver.FakeClock // the stores' wall clock, when a scenario moves it
 }
 
 type scenario struct {

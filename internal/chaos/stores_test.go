@@ -20,7 +20,12 @@ import (
 
 // deploySQLLock is the lease table on MariaDB, its tables made once.
 func deploySQLLock(t *testing.T) *deployment {
-	s := testserver.MariaDB(t, durableMariaDB)
+	return sqlLockOn(t, testserver.MariaDB(t, durableMariaDB))
+}
+
+// sqlLockOn is the lease table on the MariaDB server s, its tables made
+// once.
+func sqlLockOn(t *testing.T, s *testserver.Server) *deployment {
 	url := func(addr string) string { return "mysql+table://root@" + addr + "/distlock" }
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -39,7 +44,11 @@ func deploySQLLock(t *testing.T) *deployment {
 // table made once; the clients take their credentials from the
 // environment, as the SDK does.
 func deployDynamo(t *testing.T) *deployment {
-	s := testserver.Dynalite(t)
+	return dynamoOn(t, testserver.Dynalite(t))
+}
+
+// dynamoOn is the lock table on the dynalite server s, as deployDynamo.
+func dynamoOn(t *testing.T, s *testserver.Server) *deployment {
 	t.Setenv("AWS_ACCESS_KEY_ID", "chaos")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "chaos")
 	tr := &http.Transport{}
