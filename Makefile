@@ -18,11 +18,13 @@ test: deps fmt-check generate-check vet
 	GO=$(GO) ./scripts/test.sh
 
 # make chaos  runs every backend under every fault that applies to it (client
-#             processes paused, links cut, stores killed, failed over) and
-#             prints the table of docs/guarantees.md: operations, overlaps at
-#             the resource, stale writes rejected and accepted, fence
-#             regressions, late loss notices. A scenario that breaks what its
-#             backend promises fails. About 10 minutes on 2 cores.
+#             processes paused, links cut, stores killed, failed over, store
+#             clocks stepped or made fast or slow, etcd members added and
+#             removed) and prints the table of docs/guarantees.md:
+#             operations, overlaps at the resource, stale writes rejected
+#             and accepted, fence regressions, late loss notices. A scenario
+#             that breaks what its backend promises fails. About 13 minutes
+#             on 2 cores.
 .PHONY: chaos
 chaos: deps
 	@out=$${TMPDIR:-/tmp}/distlock-chaos.md; \

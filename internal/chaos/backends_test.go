@@ -196,5 +196,7 @@ func scenarios() []scenario {
 		{backend: "sqllock (MariaDB)", fault: "clock slow (x0.5)", deploy: clocked(sqlLockClocked), inject: clockRate(0.5), exclusive: excl, fenceSafe: fence},
 		{backend: "dynamodb", fault: "clock forward", deploy: clocked(dynamoClocked), inject: clockStep(2), exclusive: excl, fenceSafe: fence},
 		{backend: "dynamodb", fault: "clock back", deploy: clocked(dynamoClocked), inject: clockStep(-2), exclusive: excl, fenceSafe: fence},
+		// etcd's membership changed (membership_test.go).
+		{backend: "etcd x3", fault: "member added, leader removed", deploy: deployEtcd(3), inject: membership, exclusive: excl, fenceSafe: fence},
 	}
 }
