@@ -190,6 +190,8 @@ func scenarios() []scenario {
 		{backend: "redis", fault: "clock fast (x2)", deploy: clocked(redisOn), inject: clockRate(2), work: longWork, fenceSafe: fence},
 		{backend: "redis", fault: "clock slow (x0.5)", deploy: clocked(redisOn), inject: clockRate(0.5), exclusive: excl, fenceSafe: fence},
 		{backend: "redis", fault: "clock back, restart, no persistence", deploy: clocked(redisOn), inject: clockBackRestart, work: longWork},
+		{backend: "redlock", fault: "clock forward, 2 of 5 nodes", deploy: clocked(redlockClocked(2)), inject: clockStep(2), work: longWork, exclusive: excl},
+		{backend: "redlock", fault: "clock forward, 3 of 5 nodes", deploy: clocked(redlockClocked(3)), inject: clockStep(2), work: longWork},
 		{backend: "sqllock (MariaDB)", fault: "clock forward", deploy: clocked(sqlLockClocked), inject: clockStep(2), work: longWork, fenceSafe: fence},
 		{backend: "sqllock (MariaDB)", fault: "clock back", deploy: clocked(sqlLockClocked), inject: clockStep(-2), exclusive: excl, fenceSafe: fence},
 		{backend: "sqllock (MariaDB)", fault: "clock fast (x2)", deploy: clocked(sqlLockClocked), inject: clockRate(2), work: longWork, fenceSafe: fence},

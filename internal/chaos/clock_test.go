@@ -3,6 +3,7 @@
 package chaos
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -13,7 +14,7 @@ import (
 // clients', never the monotonic clocks) through testserver.FakeClock,
 // which runs the store under libfaketime. They apply to the stores that
 // time leases by their own wall clock: Redis (key expiry; TIME, the floor
-// of every fence), MariaDB for the lease table (UTC_TIMESTAMP(6) in every
+// of every fence), and so each Redlock node, MariaDB for the lease table (UTC_TIMESTAMP(6) in every
 // statement), and dynalite, where dynamolock reads no store clock at all,
 // which the rows confirm. etcd is a Go program: it reads the clock through
 // the vDSO, past libfaketime, so it has no clock row (its leases run on
@@ -41,6 +42,26 @@ func sqlLockClocked(t *testing.T, on testing.TB) *deployment {
 
 func dynamoClocked(t *testing.T, on testing.TB) *deployment {
 	return dynamoOn(t, testserver.Dynalite(on))
+}
+
+// redlockClocked runs Redlock's five nodes, the first k of them under the
+// fake clock: a clock fault moves those k together.
+func redlockClocked(k int) func(*testing.T, testing.TB) *deployment {
+	return func(t *testing.T, on testing.TB) *deployment {
+		var servers []*testserver.Server
+		var addrs []string
+		for i := range 5 {
+			tb := testing.TB(t)
+			if i < k {
+				tb = on
+			}
+			s := testserver.Redis(tb)
+			servers = append(servers, s)
+			addrs = append(addrs, s.Addr())
+		}
+		u := "redlock://" + strings.Join(addrs, ",")
+		return &deployment{url: func(string) string { return u }, servers: servers}
+	}
 }
 
 // clockStep steps the store's clock by step leases (back if negative),
