@@ -539,6 +539,38 @@ func TestRequestRelease(t *testing.T) {
 	}
 }
 
+// A refused renewal says whether another holder has the key or nobody does.
+func TestLossSaysTakenOrDeleted(t *testing.T) {
+	ctx := context.Background()
+	store := memlock.New()
+	holder, operator := distlock.New(store.Connect()), distlock.New(store.Connect())
+	defer holder.Close()
+	defer operator.Close()
+	for _, c := range []struct {
+		key, want string
+		retake    bool
+	}{{"freed", observe.LossDeleted, false}, {"retaken", observe.LossTaken, true}} {
+		l, err := holder.TryLock(ctx, c.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := operator.ForceRelease(ctx, c.key, "test"); err != nil {
+			t.Fatal(err)
+		}
+		if c.retake {
+			if _, err := operator.TryLock(ctx, c.key); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := l.Renew(ctx); !errors.Is(err, distlock.ErrLockLost) {
+			t.Fatalf("%s: renew = %v, want ErrLockLost", c.key, err)
+		}
+		if err := l.Err(); !strings.Contains(err.Error(), "("+c.want+")") {
+			t.Errorf("%s: Err = %v, want the reason %s", c.key, err, c.want)
+		}
+	}
+}
+
 // noForce hides every optional capability of a backend.
 type noForce struct{ driver.Backend }
 

@@ -239,7 +239,7 @@ func (h *hold) arm(g driver.Grant) {
 		h.stopLost = context.AfterFunc(g.Lost, func() {
 			if h.c.enterBackground() {
 				defer h.c.bg.Done()
-				h.markLost(h.lossCause(observe.LossStoreDeleted))
+				h.markLost(observe.LossStoreDeleted) // at once: the store may be cut off
 			}
 		})
 	}
@@ -448,16 +448,17 @@ func storeMayHold(reason string) bool {
 	return true
 }
 
-// lossReadTimeout bounds the read of the store that tells why a hold the
-// store dropped was lost.
-const lossReadTimeout = time.Second
+// lossReadTimeout bounds the read of the store that tells why a renewal
+// was refused: the loss is reported after it.
+const lossReadTimeout = 250 * time.Millisecond
 
-// lossCause tells why the store no longer holds the lock, which it said
-// with reason (a refused renewal, the backend's loss signal): another
-// holder has the key (observe.LossTaken) or nobody does
-// (observe.LossDeleted), as one read of the store says; reason itself if
-// the store cannot be read within lossReadTimeout, or for a permit or a
-// read-write hold, whose key has several holders.
+// lossCause tells why the store refused to renew the lock, which it said
+// with reason: another holder has the key (observe.LossTaken) or nobody
+// does (observe.LossDeleted), as one read of the store, which has just
+// answered, says; reason itself if the store cannot be read within
+// lossReadTimeout, or for a permit or a read-write hold, whose key has
+// several holders. A backend's own loss signal is reported at once, with
+// no read: it may come from a store that is cut off (a session's expiry).
 func (h *hold) lossCause(reason string) string {
 	if h.c.acquireOp != "lock" {
 		return reason

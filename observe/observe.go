@@ -81,12 +81,12 @@ func (k Kind) String() string {
 
 // Loss reasons (Event.Reason of Lost).
 const (
-	LossTaken        = "taken"         // the store no longer holds the lock for this holder: another holder has the key
-	LossDeleted      = "deleted"       // the store no longer holds the lock for this holder, and the key is free
-	LossRenewRefused = "renew_refused" // the store said the token no longer holds the key, and could not then be read
+	LossTaken        = "taken"         // a renewal was refused, and another holder has the key
+	LossDeleted      = "deleted"       // a renewal was refused, and the key is free
+	LossRenewRefused = "renew_refused" // a renewal was refused, and the store could not then be read
 	LossUnreachable  = "unreachable"   // no renewal was confirmed before the validity deadline
 	LossMaxHold      = "max_hold"      // the MaxHold cap stopped renewal
-	LossStoreDeleted = "store_deleted" // the backend reported the hold gone (session, connection), and the store could not then be read
+	LossStoreDeleted = "store_deleted" // the backend reported the hold gone at once (a forced release, a session's or connection's end)
 	LossExpired      = "expired"       // a lease without watchdog ran out
 )
 

@@ -150,7 +150,7 @@ distlock_acquisitions_total{backend="B",group="orders",result="not_acquired"} 1
 # HELP distlock_lost_total Locks lost before release, by reason.
 # TYPE distlock_lost_total counter
 distlock_lost_total{backend="B",group="orders",reason="max_hold"} 1
-distlock_lost_total{backend="B",group="orders",reason="renew_refused"} 1
+distlock_lost_total{backend="B",group="orders",reason="deleted"} 1
 # HELP distlock_releases_total Lock releases by reason (released, expired, lost).
 # TYPE distlock_releases_total counter
 distlock_releases_total{backend="B",group="orders",reason="lost"} 2
@@ -219,7 +219,7 @@ func checkLogs(t *testing.T, logs *records, key string, l *distlock.Lock) {
 	}{
 		{"lock not acquired", map[string]string{"key": key, "result": "not_acquired", "level": "INFO"}},
 		{"lock released", map[string]string{"key": key, "reason": "released", "token_id": tokenID, "level": "INFO"}},
-		{"lock lost", map[string]string{"reason": "renew_refused", "level": "WARN"}},
+		{"lock lost", map[string]string{"reason": "deleted", "level": "WARN"}},
 		{"lock lost", map[string]string{"reason": "max_hold", "level": "WARN"}},
 		{"lock not acquired", map[string]string{"key": "slow/" + key, "result": "degraded", "level": "INFO"}},
 	}

@@ -269,7 +269,7 @@ func testRunForceReleased(t *testing.T, bin string, env []string) {
 	if r.code != ExitLockLost {
 		t.Fatalf("exit %d, want %d; stderr: %s", r.code, ExitLockLost, r.stderr)
 	}
-	wantOneLine(t, r, `lock "forced" lost while the command ran: the key was deleted (deleted)`, "stopped with SIGTERM")
+	wantOneLine(t, r, `lock "forced" lost while the command ran: the store reported the lock gone (store_deleted)`, "stopped with SIGTERM")
 	if took > 5*time.Second {
 		t.Errorf("the command ended %v after the forced release, want long before the next renewal at 10s", took)
 	}
