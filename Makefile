@@ -23,7 +23,7 @@ test: deps fmt-check generate-check vet
 #             removed) and prints the table of docs/guarantees.md:
 #             operations, overlaps at the resource, stale writes rejected
 #             and accepted, fence regressions, late loss notices. A scenario
-#             that breaks what its backend promises fails. About 13 minutes
+#             that breaks what its backend promises fails. About 16 minutes
 #             on 2 cores.
 .PHONY: chaos
 chaos: deps
