@@ -151,8 +151,9 @@ func etcdMemberID(ctx context.Context, s *Server) (string, error) {
 	return st.Header.MemberID, nil
 }
 
-// etcdCall posts req as JSON to the gRPC gateway of the member s and
-// decodes its reply into reply (unless nil), within 5s.
+// etcdCall posts req as JSON to the gRPC gateway of the member s, on a
+// connection of its own, and decodes its reply into reply (unless nil),
+// within 5s.
 func etcdCall(ctx context.Context, s *Server, path string, req, reply any) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -164,6 +165,7 @@ func etcdCall(ctx context.Context, s *Server, path string, req, reply any) error
 	if err != nil {
 		return err
 	}
+	r.Close = true // no idle connection outlives the call (the chaos suite checks for leaks)
 	resp, err := http.DefaultClient.Do(r)
 	if err != nil {
 		return err
