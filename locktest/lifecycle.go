@@ -254,8 +254,10 @@ func (s *suite) releaseAfterBackendClosed(t *testing.T) {
 	b := s.h.NewBackend(t)
 	c := distlock.New(b)
 	key := s.key(t)
-	// A wait, though the key is free: see releaseThroughDeadLink.
-	l, err := c.Lock(ctx, key, distlock.WithLease(time.Second), distlock.WithWait(10*time.Second))
+	// A wait, though the key is free: see releaseThroughDeadLink. A lease
+	// long enough that a loaded machine cannot let it run out before the
+	// release (a lost lock is released without asking the backend).
+	l, err := c.Lock(ctx, key, distlock.WithLease(10*time.Second), distlock.WithWait(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
