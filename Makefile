@@ -4,10 +4,14 @@
 #            the library's module, the distlock binary's own module
 #            (cmd/distlock, kept apart so that a program importing one
 #            backend does not pull the CLI's dependencies), the service's Go
-#            client and the short chaos run, side by side; then it prints the
-#            slowest packages and the time taken.
+#            client, the short chaos run and the Python and TypeScript
+#            clients, side by side; then it prints the slowest packages and
+#            the time taken.
 
 GO ?= go
+# -trimpath: builds that do not depend on where the clone is, so that the
+# build cache of one clone serves the next.
+export GOFLAGS := $(strip -trimpath $(GOFLAGS))
 
 .PHONY: deps test fuzz fmt-check vet bench build generate generate-check
 
@@ -41,6 +45,7 @@ fmt-check:
 
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags chaos . ./internal/chaos/
 	cd gen && $(GO) vet ./...
 	cd cmd/distlock && $(GO) vet ./...
 	cd backend/remotelock && $(GO) vet ./...
