@@ -301,6 +301,56 @@ func TestValidityCountsFromGrantSent(t *testing.T) {
 	})
 }
 
+// A grant that comes back after its validity, on a slow machine or link,
+// is released and tried again while the caller's wait lasts, with a fresh
+// token; without a wait it is not acquired.
+func TestLateGrantRetriedWithinWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		var late atomic.Int32
+		log := &acquireLog{Backend: &faulty{Backend: memlock.New(), acquireAfter: func(g driver.Grant, err error) (driver.Grant, error) {
+			if err == nil && late.Add(-1) >= 0 {
+				g.Sent = time.Now().Add(-2 * time.Second) // sent longer ago than the lease
+			}
+			return g, err
+		}}}
+		c := distlock.New(log)
+		defer c.Close()
+		late.Store(1)
+		if _, err := c.TryLock(ctx, "late", distlock.WithLease(time.Second)); !errors.Is(err, distlock.ErrNotAcquired) {
+			t.Fatalf("TryLock granted late: %v, want ErrNotAcquired", err)
+		}
+		late.Store(2)
+		log.tokens = nil
+		l, err := c.Lock(ctx, "late", distlock.WithLease(time.Second), distlock.WithWait(5*time.Second))
+		if err != nil {
+			t.Fatalf("Lock with a wait after two late grants: %v", err)
+		}
+		if tk := log.tokens; len(tk) != 3 || tk[0] == tk[1] || tk[1] == tk[2] || l.Token() != tk[2] {
+			t.Errorf("tokens asked for %q, holding %q: want three attempts, each with a fresh token", tk, l.Token())
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		late.Store(1 << 30)
+		if _, err := c.Lock(ctx, "late", distlock.WithLease(time.Second), distlock.WithWait(5*time.Second)); !errors.Is(err, distlock.ErrNotAcquired) {
+			t.Fatalf("Lock whose every grant is late: %v, want ErrNotAcquired once the wait ends", err)
+		}
+	})
+}
+
+// acquireLog records the token of every Acquire, in order; the test reads
+// it while no call is in flight.
+type acquireLog struct {
+	driver.Backend
+	tokens []string
+}
+
+func (a *acquireLog) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
+	a.tokens = append(a.tokens, r.Token)
+	return a.Backend.Acquire(ctx, r)
+}
+
 func TestDoReportsLossDuringWork(t *testing.T) {
 	ctx := context.Background()
 	store := memlock.New()
