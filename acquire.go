@@ -76,23 +76,20 @@ func (c *Client) prepare(ctx context.Context, key string, once bool, opts []Opti
 
 // take acquires req as r says and reports the acquisition to the observer.
 // held turns a grant into the caller's result and returns the token id for
-// the event; its error ends the acquisition like a store's.
+// the event; its error ends the acquisition like a store's, but for
+// errLateGrant while r's wait lasts, after which take tries again with a
+// fresh token.
 func (c *Client) take(ctx context.Context, r *Request, req *driver.AcquireRequest,
 	held func(obsCtx context.Context, g driver.Grant, sent time.Time) (tokenID string, err error)) (driver.Grant, error) {
 	obsCtx := ctx
-	var start time.Time // read the clock only for an observer
+	start := time.Now()
 	if c.observer != nil {
-		start = time.Now()
 		obsCtx = c.observer.AcquireStarted(ctx, c.event(r, observe.Event{Kind: observe.AcquireStart, Remote: r.keepToken}))
 	}
-	g, sent, err := c.acquireWaiting(obsCtx, r, req)
+	g, id, err := c.takeInTime(obsCtx, r, req, start, held)
 	var waited time.Duration
 	if c.observer != nil {
 		waited = time.Since(start)
-	}
-	var id string
-	if err == nil {
-		id, err = held(obsCtx, g, sent)
 	}
 	if err != nil {
 		kind := observe.NotAcquired
@@ -105,6 +102,50 @@ func (c *Client) take(ctx context.Context, r *Request, req *driver.AcquireReques
 	}
 	c.observe(obsCtx, r, observe.Event{Kind: observe.Acquired, Fence: g.Fence, Wait: waited, TokenID: id, Remote: r.keepToken})
 	return g, nil
+}
+
+// errLateGrant refuses a grant that came back after its validity had
+// passed: the client released it.
+var errLateGrant = fmt.Errorf("%w: granted after its validity had passed", ErrNotAcquired)
+
+// takeInTime acquires req and passes the grant to held. A grant that came
+// back too late (held's errLateGrant: a loaded machine, a slow link) is
+// tried again after a backoff, with a fresh token, while the wait r began
+// at start lasts; a caller's own token (r.keepToken) is not, as its late
+// grant is being released in the background.
+func (c *Client) takeInTime(ctx context.Context, r *Request, req *driver.AcquireRequest, start time.Time,
+	held func(obsCtx context.Context, g driver.Grant, sent time.Time) (tokenID string, err error)) (driver.Grant, string, error) {
+	wait := r.Wait
+	defer func() { r.Wait = wait }()
+	retry := backoff{min: 10 * time.Millisecond, max: r.Lease}
+	for {
+		g, sent, err := c.acquireWaiting(ctx, r, req)
+		if err != nil {
+			return g, "", err
+		}
+		id, err := held(ctx, g, sent)
+		if !errors.Is(err, errLateGrant) || wait == 0 || r.keepToken {
+			return g, id, err
+		}
+		pause := retry.next()
+		if wait > 0 {
+			r.Wait = wait - time.Since(start) - pause
+			if r.Wait <= 0 {
+				return g, id, err
+			}
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return g, id, errors.Join(err, ctx.Err())
+		case <-c.closeCtx.Done():
+			t.Stop()
+			return g, id, ErrClosed
+		}
+		req.Token = newToken()
+	}
 }
 
 // attempt makes one acquisition request. A request that failed without a

@@ -322,7 +322,7 @@ func TestLateGrantRetriedWithinWait(t *testing.T) {
 		}
 		late.Store(2)
 		log.tokens = nil
-		l, err := c.Lock(ctx, "late", distlock.WithLease(time.Second), distlock.WithWait(5*time.Second))
+		l, err := c.Lock(ctx, "late/2", distlock.WithLease(time.Second), distlock.WithWait(5*time.Second))
 		if err != nil {
 			t.Fatalf("Lock with a wait after two late grants: %v", err)
 		}
@@ -333,7 +333,7 @@ func TestLateGrantRetriedWithinWait(t *testing.T) {
 			t.Fatal(err)
 		}
 		late.Store(1 << 30)
-		if _, err := c.Lock(ctx, "late", distlock.WithLease(time.Second), distlock.WithWait(5*time.Second)); !errors.Is(err, distlock.ErrNotAcquired) {
+		if _, err := c.Lock(ctx, "late/3", distlock.WithLease(time.Second), distlock.WithWait(5*time.Second)); !errors.Is(err, distlock.ErrNotAcquired) {
 			t.Fatalf("Lock whose every grant is late: %v, want ErrNotAcquired once the wait ends", err)
 		}
 	})

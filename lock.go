@@ -196,7 +196,7 @@ func (c *Client) newHold(obsCtx context.Context, r Request, token string, g driv
 	}
 	if !h.deadline.After(now) {
 		c.releaseAbandoned(&h.r, token)
-		return nil, fmt.Errorf("%w: granted after its validity had passed", ErrNotAcquired)
+		return nil, errLateGrant
 	}
 	if c.observer != nil {
 		h.tokenID, h.obsCtx = tokenID(token), context.WithoutCancel(obsCtx)
