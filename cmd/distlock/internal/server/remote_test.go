@@ -29,7 +29,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/distlock/distlock"
@@ -76,40 +75,27 @@ func (st remoteStore) backend(t testing.TB) driver.Backend {
 }
 
 // remoteStoreBackend returns a new backend of the store name at addr: etcd
-// endpoint URLs, or Redis host:port, comma-separated: several Redis
-// addresses are a Redis Cluster's.
+// (addr is a comma-separated list of endpoints), or Redis (addr is one
+// address, or a comma-separated list of a cluster's nodes), opened as serve
+// opens a store URL, so that the service under test and the direct path
+// of the benchmarks use the client serve uses.
 func remoteStoreBackend(name, addr string) (driver.Backend, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	switch name {
 	case "etcd":
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
 		// The ordered key layout, and so linked queues, as serve's
 		// embedded etcd has: only this release's backends share the store.
 		return etcdlock.Dial(ctx, clientv3.Config{Endpoints: strings.Split(addr, ",")}, etcdlock.WithKeyLayout(etcdlock.KeyLayoutOrdered))
 	case "redis":
-		var rc redis.UniversalClient
-		if strings.Contains(addr, ",") {
-			rc = redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(addr, ","), ContextTimeoutEnabled: true})
-		} else {
-			rc = redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+		first, rest, cluster := strings.Cut(addr, ",")
+		if !cluster {
+			return redislock.Open(ctx, "redis://"+addr)
 		}
-		b, err := redislock.New(rc)
-		if err != nil {
-			_ = rc.Close()
-			return nil, err
-		}
-		return &closingBoth{Backend: b, rc: rc}, nil
+		return redislock.Open(ctx, "redis-cluster://"+first+"?addr="+strings.ReplaceAll(rest, ",", "&addr="))
 	}
 	return nil, fmt.Errorf("unknown store %q", name)
 }
-
-// closingBoth is a Redis backend that closes its client too.
-type closingBoth struct {
-	*redislock.Backend
-	rc redis.UniversalClient
-}
-
-func (c *closingBoth) Close() error { return errors.Join(c.Backend.Close(), c.rc.Close()) }
 
 // remoteStores starts a real etcd and a real redis-server for t.
 func remoteStores(t testing.TB) []remoteStore {
