@@ -14,11 +14,13 @@ import (
 	"github.com/distlock/distlock/locktest"
 )
 
-// TestServeConformance runs the conformance suite through the Go client
-// (remotelock) against the distlock binary serving on its default store, the
-// embedded etcd, as a user starts it. The binary is built without the race
-// detector, which slows etcd's server several times over: the suite would
-// time the detector, not the service.
+// TestServeConformance runs the deployment part of the conformance suite
+// (locktest.RunTopology) through the Go client (remotelock) against the
+// distlock binary serving on its default store, the embedded etcd, as a user
+// starts it; the server package runs the whole suite through the same
+// service over etcd. The binary is built without the race detector, which
+// slows etcd's server several times over: the suite would time the
+// detector, not the service.
 func TestServeConformance(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the distlock binary and runs the lock service")
@@ -44,7 +46,7 @@ func TestServeConformance(t *testing.T) {
 	}
 	admin := distlock.New(newBackend(t)) // --insecure-no-auth: every call may administer
 	defer admin.Close()
-	locktest.Run(t, locktest.Harness{
+	locktest.RunTopology(t, locktest.Harness{
 		NewBackend: newBackend,
 		DeleteKey: func(t testing.TB, key string) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
