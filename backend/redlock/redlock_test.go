@@ -257,10 +257,16 @@ func TestOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A majority holds it under the URL's prefix: a node that answered
+	// after the node timeout was released again.
+	var holding []string
 	for _, a := range addrs {
-		if v, err := testserver.RedisCommand(ctx, a, "GET", "app:{open}"); err != nil || v != l.Token() {
-			t.Errorf("node %s: app:{open} = %q, %v; want the token", a, v, err)
+		if v, err := testserver.RedisCommand(ctx, a, "GET", "app:{open}"); err == nil && v == l.Token() {
+			holding = append(holding, a)
 		}
+	}
+	if len(holding) < 2 {
+		t.Errorf("app:{open} holds the token on %q of %q, want a majority", holding, addrs)
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)

@@ -179,9 +179,16 @@ func (j *job) memEnter(ctx context.Context, hc *http.Client, key string, fc uint
 	return j.post(ctx, hc, "/enter", q)
 }
 
-// memExit leaves the resource; leaving when not inside changes nothing.
+// memExit leaves the resource; leaving when not inside changes nothing. It
+// tries until the resource answers, for up to 10 s: an exit lost to a
+// loaded machine's client timeout would leave the holder inside for ever,
+// and the next holder counted as an overlap.
 func (j *job) memExit(ctx context.Context, hc *http.Client, key, nonce string) {
-	j.post(context.WithoutCancel(ctx), hc, "/exit", url.Values{"key": {key}, "nonce": {nonce}})
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	for !j.post(ctx, hc, "/exit", url.Values{"key": {key}, "nonce": {nonce}}) && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func (j *job) post(ctx context.Context, hc *http.Client, path string, q url.Values) bool {
