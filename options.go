@@ -76,7 +76,9 @@ type Request struct {
 type Option func(*Request)
 
 // WithWait sets how long Lock waits for a held key. 0 tries once. The default
-// for Lock is to wait until its context ends; TryLock always tries once.
+// for Lock is to wait until its context ends; TryLock always tries once. A
+// grant that comes back after its validity (a slow link or machine) is
+// released and, while the wait lasts, tried again with a fresh token.
 func WithWait(d time.Duration) Option { return func(r *Request) { r.Wait = d } }
 
 // WithLease sets the lease. The default is DefaultLease with the watchdog on;
