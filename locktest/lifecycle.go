@@ -486,7 +486,7 @@ func (s *suite) extend(t *testing.T) {
 	ctx := testContext(t, time.Minute)
 	a, b := s.client(t), s.client(t)
 	key := s.key(t)
-	const short, long = 300 * time.Millisecond, 6 * time.Second
+	const short, long = 600 * time.Millisecond, 6 * time.Second
 	start := time.Now()
 	l := mustLock(t, ctx, a, key, distlock.WithLease(short))
 	if err := l.Extend(ctx, long); err != nil {
