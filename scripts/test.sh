@@ -38,7 +38,7 @@ run() { # name dir args...
 	took "$name"
 }
 
-run library . -p 3 -timeout 30m ./... &
+run library . -p 2 -timeout 30m ./... &
 run cmd cmd/distlock -p 2 -timeout 20m ./... &
 run remotelock backend/remotelock -p 1 -timeout 5m ./... &
 run chaos . -tags chaos -short -timeout 5m ./internal/chaos/ &
