@@ -7,18 +7,18 @@
 # tsc and node --test), both clients against real distlock serves of one
 # binary built for them, and, once the TypeScript client is built, the
 # worked example of docs/clients.md in Go, Python, TypeScript and curl
-# (examples/charge/run.sh). Everything runs side by side: most of the
-# suite's time is spent waiting for leases to run out and stores to answer,
-# not on the CPU, and the timing tests hold only what a loaded machine keeps
-# (a bound counted from when the check began, a wake compared with the
-# store's own round trip). go test does not vet again (make test's vet
-# target has), and builds with -trimpath (GOFLAGS, from the Makefile), so
-# that a second clone reuses the build cache of the first. Every Go process
-# of the run (tests, the servers they start, etcd) collects garbage at
-# GOGC=400 unless GOGC is set: memory for CPU, a third less CPU for the
-# cli package's race-built serves. Each module's
-# output is printed whole once it ends, then the slowest packages and the
-# time taken.
+# (examples/charge/run.sh). Everything runs side by side, two packages of
+# each Go module at a time: most of the suite's time is spent waiting for
+# leases to run out and stores to answer, not on the CPU, and the timing
+# tests hold only what a loaded machine keeps (a try that got a key held
+# under a short lease fails only if it returned before the lease ended; a
+# wake is compared with the store's own round trip). go test does not vet
+# again (make test's vet target has), and builds with -trimpath (GOFLAGS,
+# from the Makefile), so that a second clone reuses the build cache of the
+# first. Every Go process of the run (tests, the servers they start, etcd)
+# collects garbage at GOGC=400 unless GOGC is set: memory for CPU, a third
+# less CPU for the cli package's race-built serves. Each module's output is
+# printed whole once it ends, then the slowest packages and the time taken.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
