@@ -32,11 +32,10 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	t, resp, err := b.leased(ctx, req.TTL, func(id clientv3.LeaseID) (*clientv3.TxnResponse, error) {
 		entry = b.entryKey(req.Key, id)
 		take := clientv3.OpPut(entry, val, clientv3.WithLease(id))
-		resp, err := b.cli.Txn(ctx).
-			If(noTail(tail)).
-			Then(clientv3.OpTxn([]clientv3.Cmp{emptyDir(dir)}, []clientv3.Op{take}, nil)).
-			Else(clientv3.OpGet(dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))).
-			Commit()
+		resp, err := b.batch.txn(ctx, dir, len(entry)+len(val),
+			[]clientv3.Cmp{noTail(tail)},
+			[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{emptyDir(dir)}, []clientv3.Op{take}, nil)},
+			[]clientv3.Op{clientv3.OpGet(dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))})
 		switch {
 		case err != nil:
 			return nil, err

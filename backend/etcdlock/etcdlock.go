@@ -92,6 +92,7 @@ type Backend struct {
 	layout         atomic.Pointer[keyLayout] // the namespace's, once ready has learnt it
 	learning       sync.Mutex                // held while ready learns the layout
 	leases         *leasePool
+	batch          *batcher // Acquire's and Release's transactions
 
 	closed  atomic.Bool
 	closing context.Context // done once Close starts: ends the waits
@@ -134,6 +135,7 @@ func newBackend(cli *clientv3.Client, c config) *Backend {
 	b := &Backend{cli: cli, prefix: c.prefix, requestTimeout: c.requestTimeout, linkedQueue: c.linkedQueue, wantLayout: c.keyLayout, held: make(map[holdID]*holding)}
 	b.closing, b.stop = context.WithCancel(context.Background())
 	b.leases = newLeasePool(cli)
+	b.batch = newBatcher(cli, c.requestTimeout, b.closing)
 	return b
 }
 
@@ -202,6 +204,7 @@ func (b *Backend) Close() error {
 	b.held = make(map[holdID]*holding)
 	b.mu.Unlock()
 	b.stop()
+	b.batch.close()
 	b.waits.Wait()
 	for _, h := range held {
 		h.stop(b)

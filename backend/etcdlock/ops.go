@@ -70,7 +70,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 		entry, lease, cond, err = b.entryOf(ctx, nil, key, token)
 		if err == nil {
 			var resp *clientv3.TxnResponse
-			resp, err = b.cli.Txn(ctx).If(cond).Then(clientv3.OpDelete(entry)).Commit()
+			resp, err = b.batch.txn(ctx, entryDir(entry), len(entry), []clientv3.Cmp{cond}, []clientv3.Op{clientv3.OpDelete(entry)}, nil)
 			if err == nil && !resp.Succeeded {
 				err = driver.ErrNotHeld
 			}
@@ -112,10 +112,10 @@ func (b *Backend) releaseHeld(ctx context.Context, key string, h *holding) (bool
 	lease := h.lease
 	b.mu.Unlock()
 	tail, released := b.tailKey(key), b.releasedKey(key)
-	resp, err := b.cli.Txn(ctx).
-		If(noTail(tail)).
-		Then(clientv3.OpDelete(h.entry)). // nobody queued behind it
-		Else(clientv3.OpTxn(
+	resp, err := b.batch.txn(ctx, entryDir(h.entry), len(h.entry)+len(released),
+		[]clientv3.Cmp{noTail(tail)},
+		[]clientv3.Op{clientv3.OpDelete(h.entry)}, // nobody queued behind it
+		[]clientv3.Op{clientv3.OpTxn(
 			[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(tail), "=", h.rev)},
 			[]clientv3.Op{clientv3.OpDelete(h.entry), clientv3.OpDelete(tail), clientv3.OpDelete(released)},
 			[]clientv3.Op{clientv3.OpTxn(
@@ -125,8 +125,7 @@ func (b *Backend) releaseHeld(ctx context.Context, key string, h *holding) (bool
 				[]clientv3.Op{clientv3.OpDelete(h.entry), clientv3.OpPut(released, strconv.FormatInt(h.rev, 10), clientv3.WithLease(lease))},
 				[]clientv3.Op{clientv3.OpDelete(h.entry)},
 			)},
-		)).
-		Commit()
+		)})
 	if err != nil {
 		return false, err
 	}

@@ -1,0 +1,125 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// queueBehindFullBatcher starts each call with the batcher's batches held
+// in flight, waits until all are queued, and lets them go: they meet in
+// batches, as concurrent calls do under load. It returns each call's error.
+func queueBehindFullBatcher(t *testing.T, c *batcher, calls []func() error) []error {
+	t.Helper()
+	c.mu.Lock()
+	c.sending = maxInFlight
+	c.mu.Unlock()
+	errs := make([]error, len(calls))
+	var wg sync.WaitGroup
+	for i, call := range calls {
+		wg.Go(func() { errs[i] = call() })
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		c.mu.Lock()
+		n := len(c.queue)
+		c.mu.Unlock()
+		if n == len(calls) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d calls queued", n, len(calls))
+		}
+	}
+	c.mu.Lock()
+	c.sending = 0
+	c.startLocked()
+	c.startLocked()
+	c.mu.Unlock()
+	wg.Wait()
+	return errs
+}
+
+// etcd evaluates every comparison of a transaction, nested ones included,
+// before it writes: calls on one key that met in a batch would all find it
+// free. A batch holds one call per key, so exactly one is granted.
+func TestBatchHoldsOneCallPerKey(t *testing.T) {
+	cli := renewerClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := newBatcher(cli, 5*time.Second, ctx)
+	defer c.close()
+	const dir = "batch/one/"
+	granted := make([]bool, 16)
+	calls := make([]func() error, len(granted))
+	for i := range calls {
+		calls[i] = func() error {
+			resp, err := c.txn(ctx, dir, 16, []clientv3.Cmp{emptyDir(dir)}, []clientv3.Op{clientv3.OpPut(fmt.Sprintf("%s%02d", dir, i), "")}, nil)
+			if err == nil {
+				granted[i] = resp.Succeeded
+			}
+			return err
+		}
+	}
+	for i, err := range queueBehindFullBatcher(t, c, calls) {
+		if err != nil {
+			t.Errorf("call %d: %v", i, err)
+		}
+	}
+	n := 0
+	for _, ok := range granted {
+		if ok {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d calls took one empty directory, want 1", n)
+	}
+}
+
+// etcd refuses a whole transaction that puts a key on a lease that is gone.
+// A batch holding such a call is sent again call by call: the others
+// succeed, and that call alone gets the error.
+func TestBatchWithAGoneLeaseAnswersEachCall(t *testing.T) {
+	cli := renewerClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := newBatcher(cli, 5*time.Second, ctx)
+	defer c.close()
+	live, err := cli.Grant(ctx, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, err := cli.Grant(ctx, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Revoke(ctx, gone.ID); err != nil {
+		t.Fatal(err)
+	}
+	calls := make([]func() error, 8)
+	for i := range calls {
+		lease := live.ID
+		if i == 3 {
+			lease = gone.ID
+		}
+		calls[i] = func() error {
+			dir := fmt.Sprintf("batch/lease/%d/", i)
+			_, err := c.txn(ctx, dir, 16, nil, []clientv3.Op{clientv3.OpPut(dir+"entry", "", clientv3.WithLease(lease))}, nil)
+			return err
+		}
+	}
+	for i, err := range queueBehindFullBatcher(t, c, calls) {
+		switch {
+		case i == 3 && !errors.Is(err, rpctypes.ErrLeaseNotFound):
+			t.Errorf("the call on a gone lease: %v, want ErrLeaseNotFound", err)
+		case i != 3 && err != nil:
+			t.Errorf("call %d, beside one on a gone lease: %v", i, err)
+		}
+	}
+}
