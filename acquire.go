@@ -241,7 +241,7 @@ func (c *Client) releaseByToken(ctx context.Context, r *Request, token string, f
 // permanent reports whether a store error will not go away by retrying.
 func permanent(err error) bool {
 	return errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidKey) || errors.Is(err, ErrInvalidOption) ||
-		errors.Is(err, errors.ErrUnsupported) || errors.Is(err, context.Canceled)
+		errors.Is(err, ErrNoSchema) || errors.Is(err, errors.ErrUnsupported) || errors.Is(err, context.Canceled)
 }
 
 // reenter returns a new handle on a lock the owner already holds, or nil.

@@ -50,9 +50,9 @@
 // # Errors
 //
 // Errors match the sentinels (ErrNotAcquired, ErrLockLost, ErrNotHeld,
-// ErrInvalidKey, ErrInvalidOption, ErrDegraded, ErrClosed) with errors.Is,
-// and an error about a key is a *KeyError that names the operation and the
-// key.
+// ErrInvalidKey, ErrInvalidOption, ErrDegraded, ErrClosed, ErrNoSchema)
+// with errors.Is, and an error about a key is a *KeyError that names the
+// operation and the key.
 //
 // # Operators
 //

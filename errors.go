@@ -31,6 +31,11 @@ var (
 	ErrDegraded = driver.ErrDegraded
 	// ErrClosed means the client (or its backend) was closed.
 	ErrClosed = driver.ErrClosed
+	// ErrNoSchema means the store lacks a table the backend needs and does
+	// not create on its own (the lease table of sqllock, DynamoDB's table):
+	// create it with the backend's Migrate (dynamolock.CreateTable), or
+	// distlock migrate URL.
+	ErrNoSchema = driver.ErrNoSchema
 )
 
 // KeyError is an error about one key: Op is what was attempted ("lock",

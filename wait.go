@@ -52,6 +52,8 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req *driver.Acq
 		switch {
 		case err == nil:
 			return g, sent, nil
+		case permanent(err) && wctx.Err() == nil:
+			return driver.Grant{}, sent, err // no wait mends it
 		case !errors.Is(err, ErrNotAcquired):
 			lastErr = err
 		}
@@ -100,6 +102,9 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req *driver.Acq
 			if !errors.Is(err, ErrNotAcquired) {
 				if r.keepToken {
 					return driver.Grant{}, sent, err // the caller decides about its token
+				}
+				if permanent(err) && wctx.Err() == nil {
+					return driver.Grant{}, sent, err // no wait mends it
 				}
 				if lastErr == nil || wctx.Err() == nil {
 					// A store failure: keep trying while the wait lasts. One

@@ -28,6 +28,10 @@ var (
 	ErrDegraded = errors.New("distlock: degraded")
 	// ErrClosed means the client or the backend was closed.
 	ErrClosed = errors.New("distlock: closed")
+	// ErrNoSchema means the store lacks a table (or another object) the
+	// backend needs and does not create on its own: the backend's Migrate,
+	// or distlock migrate, creates it.
+	ErrNoSchema = errors.New("distlock: no schema")
 )
 
 // Wrap returns err, from a backend's call to its store, as the backend
@@ -52,4 +56,4 @@ func Wrap(backend string, err error) error {
 }
 
 // sentinels are the errors Wrap passes on as they are.
-var sentinels = []error{ErrNotAcquired, ErrLockLost, ErrNotHeld, ErrInvalidKey, ErrInvalidOption, ErrDegraded, ErrClosed}
+var sentinels = []error{ErrNotAcquired, ErrLockLost, ErrNotHeld, ErrInvalidKey, ErrInvalidOption, ErrDegraded, ErrClosed, ErrNoSchema}

@@ -137,10 +137,10 @@ func refused(err error) (map[string]types.AttributeValue, bool) {
 }
 
 // fail wraps a store error (see driver.Wrap), adding driver.ErrClosed once
-// the backend is closed.
+// the backend is closed, and driver.ErrNoSchema if the table is missing.
 func (b *Backend) fail(err error) error {
 	if b.closed.Load() && !errors.Is(err, driver.ErrClosed) {
 		err = fmt.Errorf("%w: %w", driver.ErrClosed, err)
 	}
-	return driver.Wrap("dynamolock", err)
+	return driver.Wrap("dynamolock", noSchema(err))
 }

@@ -9,6 +9,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/distlock/distlock/driver"
 )
 
 // TableOptions says how CreateTable makes the lock table.
@@ -92,12 +94,8 @@ func CheckTable(ctx context.Context, db *dynamodb.Client, table string) (TableSt
 // string partition key named KeyAttribute and no sort key.
 func describe(ctx context.Context, db *dynamodb.Client, table string, opts ...func(*dynamodb.Options)) error {
 	out, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)}, opts...)
-	var missing *types.ResourceNotFoundException
-	if errors.As(err, &missing) {
-		return fmt.Errorf("%w (create it with dynamolock.CreateTable)", err)
-	}
 	if err != nil {
-		return err
+		return noSchema(err)
 	}
 	t := out.Table
 	keyType := ""
@@ -113,6 +111,17 @@ func describe(ctx context.Context, db *dynamodb.Client, table string, opts ...fu
 		return fmt.Errorf("status %s, not active", t.TableStatus)
 	}
 	return nil
+}
+
+// noSchema returns err, DynamoDB's, matching driver.ErrNoSchema too if it
+// says that the table does not exist (ResourceNotFoundException, which
+// DynamoDB returns for a missing table only).
+func noSchema(err error) error {
+	var missing *types.ResourceNotFoundException
+	if errors.As(err, &missing) {
+		return fmt.Errorf("%w: %w (create it with dynamolock.CreateTable)", driver.ErrNoSchema, err)
+	}
+	return err
 }
 
 // keySchema describes a table's key schema for an error.

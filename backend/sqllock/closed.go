@@ -33,12 +33,13 @@ func (noConnector) Open(string) (sqldriver.Conn, error)             { return nil
 
 // fail wraps err from a call to the database (see driver.Wrap). After
 // Close, or when the database handle was closed, the error also matches
-// driver.ErrClosed, so the caller can tell it from a transient failure.
+// driver.ErrClosed, so the caller can tell it from a transient failure;
+// one that says a table is missing matches driver.ErrNoSchema.
 func (b *Backend) fail(err error) error {
 	if !errors.Is(err, driver.ErrClosed) && (b.isClosed() || errors.Is(err, errDBClosed)) {
 		err = fmt.Errorf("%w: %w", driver.ErrClosed, err)
 	}
-	return driver.Wrap("sqllock", err)
+	return driver.Wrap("sqllock", noSchema(err))
 }
 
 // errClosed is the cause fail reports for a call after Close.

@@ -19,7 +19,10 @@ type Dialect struct {
 	name     string
 	notifies bool // the release statement sends a notice on releaseChannel
 	migrate  []string
-	acquire  string // key, token, ttl µs, owner, metadata -> fence, 0 if held
+	// checkSchema fails, reading no row, if a table or sequence that
+	// migrate makes is missing.
+	checkSchema string
+	acquire     string // key, token, ttl µs, owner, metadata -> fence, 0 if held
 	// acquireQueued is acquire for the head of the key's queue of waiting
 	// clients (PostgreSQL only, see queue.go).
 	acquireQueued string
@@ -79,6 +82,7 @@ func loadDialect(name string, grant func(context.Context, *Backend, string, ...a
 		name:             name,
 		notifies:         name == "postgres",
 		migrate:          splitStatements(read("migrate.sql")),
+		checkSchema:      read("check_schema.sql"),
 		acquire:          read("acquire.sql"),
 		grant:            grant,
 		renew:            read("renew.sql"),
