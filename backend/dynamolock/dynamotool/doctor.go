@@ -14,6 +14,7 @@ import (
 
 	"github.com/distlock/distlock/backend/dynamolock"
 	"github.com/distlock/distlock/storetool/doctor"
+	"github.com/distlock/distlock/storetool/migrate"
 )
 
 // dynamoLowWCU is the provisioned write capacity under which throttling of
@@ -51,7 +52,7 @@ func checkDynamoDB(ctx context.Context, u *url.URL, o doctor.Options, r *doctor.
 		r.Add(doctor.Finding{Severity: doctor.Danger, Check: "table", Node: node,
 			Seen:        fmt.Sprintf("no table %q in %s: %v", table, dynamoWhere(region, endpoint), err),
 			Consequence: "every lock operation fails, and distlock cannot open the store",
-			Fix:         fmt.Sprintf("create it with dynamolock.CreateTable, or: "+dynamoCreateTable, table)})
+			Fix:         fmt.Sprintf("create it: %s, or dynamolock.CreateTable, or: "+dynamoCreateTable, migrate.Command(r.URL), table)})
 		return nil
 	case err != nil:
 		return doctor.Unreachable("dynamodb "+dynamoWhere(region, endpoint)+": describe table "+table, err)

@@ -16,6 +16,7 @@ import (
 	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/storetool/doctor"
 	"github.com/distlock/distlock/storetool/doctor/doctortest"
+	"github.com/distlock/distlock/storetool/migrate"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -107,7 +108,7 @@ func TestDynamoDBMissingTable(t *testing.T) {
 	_, u := dynalite(t, "nosuch")
 	r := doctortest.Run(t, u, doctor.Options{})
 	f := doctortest.Want(t, r, "table", doctor.Danger, `no table "nosuch"`)
-	if !strings.Contains(f.Fix, "dynamolock.CreateTable") || !strings.Contains(f.Fix, "aws dynamodb create-table --table-name nosuch") {
+	if !strings.Contains(f.Fix, migrate.Command(u)) || !strings.Contains(f.Fix, "dynamolock.CreateTable") || !strings.Contains(f.Fix, "aws dynamodb create-table --table-name nosuch") {
 		t.Errorf("fix: %s", f.Fix)
 	}
 	if len(r.Findings) != 1 {

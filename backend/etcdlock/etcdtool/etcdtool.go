@@ -8,9 +8,11 @@ package etcdtool
 import (
 	"github.com/distlock/distlock/storetool/doctor"
 	"github.com/distlock/distlock/storetool/floor"
+	"github.com/distlock/distlock/storetool/migrate"
 )
 
 func init() {
 	doctor.Register("etcd", "etcd", checkEtcd)
+	migrate.None("etcd", "a lock is a key under its prefix, written as it is taken")
 	floor.Register("etcd", openEtcdFloor)
 }

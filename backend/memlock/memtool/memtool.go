@@ -1,6 +1,6 @@
 // Package memtool is memlock's side of distlock's store tools: the floor
-// of mem:// for distlock bench --floor, and the declaration that doctor has
-// nothing to check there. Import it for its side effect:
+// of mem:// for distlock bench --floor, and the declarations that doctor has
+// nothing to check there and migrate nothing to create. Import it for its side effect:
 //
 //	import _ "github.com/distlock/distlock/backend/memlock/memtool"
 package memtool
@@ -15,10 +15,12 @@ import (
 	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/storetool/doctor"
 	"github.com/distlock/distlock/storetool/floor"
+	"github.com/distlock/distlock/storetool/migrate"
 )
 
 func init() {
 	doctor.None("mem", "an in-process store has no server and no settings to check")
+	migrate.None("mem", "an in-process store has no server")
 	floor.Register("mem", OpenFloor)
 }
 

@@ -1,5 +1,6 @@
 // Package pgtool is pglock's side of distlock's store tools: the doctor
-// checks and the bench floor of postgres:// and postgresql://. The backend
+// checks, the bench floor and the migration of postgres:// and
+// postgresql://. The backend
 // does not import it; a program that runs the tools imports it for its
 // side effect:
 //
@@ -9,11 +10,13 @@ package pgtool
 import (
 	"github.com/distlock/distlock/storetool/doctor"
 	"github.com/distlock/distlock/storetool/floor"
+	"github.com/distlock/distlock/storetool/migrate"
 )
 
 func init() {
 	for _, scheme := range []string{"postgres", "postgresql"} {
 		doctor.Register(scheme, "postgres", checkPostgres)
 		floor.Register(scheme, openPostgresFloor)
+		migrate.Register(scheme, migratePostgres)
 	}
 }

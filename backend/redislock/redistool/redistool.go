@@ -10,11 +10,13 @@ package redistool
 import (
 	"github.com/distlock/distlock/storetool/doctor"
 	"github.com/distlock/distlock/storetool/floor"
+	"github.com/distlock/distlock/storetool/migrate"
 )
 
 func init() {
 	for _, scheme := range []string{"redis", "rediss", "redis-sentinel", "redis-cluster"} {
 		doctor.Register(scheme, "redis", Check)
+		migrate.None(scheme, "a lock is a key, written as it is taken")
 	}
 	floor.Register("redis", openRedisFloor)
 	floor.Register("rediss", openRedisFloor)

@@ -17,10 +17,12 @@ import (
 	"github.com/distlock/distlock/backend/redlock"
 	"github.com/distlock/distlock/storetool/doctor"
 	"github.com/distlock/distlock/storetool/floor"
+	"github.com/distlock/distlock/storetool/migrate"
 )
 
 func init() {
 	doctor.Register("redlock", "redis", Check)
+	migrate.None("redlock", "a lock is a key on each node, written as it is taken")
 	floor.None("redlock", "not written yet: SET NX PX on every node in parallel, granted on a majority, and the compare-and-delete script on every node would be its floor")
 }
 

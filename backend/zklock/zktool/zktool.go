@@ -8,9 +8,11 @@ package zktool
 import (
 	"github.com/distlock/distlock/storetool/doctor"
 	"github.com/distlock/distlock/storetool/floor"
+	"github.com/distlock/distlock/storetool/migrate"
 )
 
 func init() {
 	doctor.Register("zk", "zookeeper", checkZooKeeper)
+	migrate.None("zk", "a lock is a node under its root, made as it is taken")
 	floor.Register("zk", openZooKeeperFloor)
 }
