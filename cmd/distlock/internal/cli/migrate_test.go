@@ -33,8 +33,8 @@ func TestMigrateMissingSchema(t *testing.T) {
 			fix := "distlock migrate '" + u + "'"
 			for _, args := range [][]string{{"status", "k"}, {"list"}, {"run", "--key", "k", "--", "true"}} {
 				code, out, errOut := runMain(append([]string{"--backend", u}, args...)...)
-				if code != 78 || out != "" {
-					t.Errorf("%q before migrate: exit %d, stdout %q; want 78 (no schema) and nothing", args, code, out)
+				if code != ExitNoSchema || out != "" {
+					t.Errorf("%q before migrate: exit %d, stdout %q; want %d (no schema) and nothing", args, code, out, ExitNoSchema)
 				}
 				oneLine(t, errOut, fix)
 			}
@@ -124,5 +124,34 @@ func TestMigrateBadInput(t *testing.T) {
 			t.Errorf("%q: exit %d, stdout %q; want %d and nothing", c.args, code, out, c.code)
 		}
 		oneLine(t, errOut, c.want)
+	}
+}
+
+func TestMigrateHelp(t *testing.T) {
+	code, out, _ := runMain("migrate", "--help")
+	if code != ExitOK {
+		t.Fatalf("exit %d", code)
+	}
+	for _, w := range []string{"Exit codes", "exits 78", "Examples:", "distlock migrate 'mysql+table://",
+		"Has a schema: dynamodb:// mysql:// mysql+table:// postgres://", "Keeps none (migrate says so and exits 0): distlock://"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("help lacks %q:\n%s", w, out)
+		}
+	}
+}
+
+// PostgreSQL's advisory locks and MySQL's named locks create their tables
+// on first use; migrate creates them ahead of it, twice without harm.
+func TestMigrateFirstUseStores(t *testing.T) {
+	for u, table := range map[string]string{
+		testserver.PostgresDSN(testserver.Postgres(t)):                          "distlock_pg_locks",
+		"mysql://root@" + testserver.MariaDB(t).Addr() + "/distlock?timeout=5s": "distlock_mysql_locks",
+	} {
+		for i := range 2 {
+			code, out, errOut := runMain("migrate", u)
+			if code != ExitOK || errOut != "" || !strings.Contains(out, table) {
+				t.Errorf("migrate %s #%d: exit %d, stdout %q, stderr %q; want 0 naming %s", u, i+1, code, out, errOut, table)
+			}
+		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/storetool/doctor"
 	"github.com/distlock/distlock/storetool/floor"
+	"github.com/distlock/distlock/storetool/migrate"
 )
 
 // status, list and release --force against a lock held by a distlock run
@@ -206,6 +207,7 @@ func init() {
 	})
 	doctor.None("limited-mem", "a test store: nothing outside the process")
 	floor.None("limited-mem", "a test store, whose operations these tests limit")
+	migrate.None("limited-mem", "a test store in the process")
 }
 
 // A backend without listing or force release: a clear line and ExitError.

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/storetool/migrate"
 )
 
 // Exit codes. A command run by `distlock run` exits with its own code,
@@ -30,6 +31,10 @@ const (
 	ExitUnavailable = 69 // the store could not be reached
 	ExitNotAcquired = 75 // the lock is held by someone else (run, release)
 	ExitLockLost    = 76 // the lock was lost while the command ran
+	// ExitNoSchema: the store lacks a table its backend needs (the error
+	// matches distlock.ErrNoSchema, whatever command met it); the message
+	// gives the distlock migrate command that creates it.
+	ExitNoSchema = 78
 )
 
 // exitError carries an exit code to Main, with the one line to print.
@@ -138,15 +143,14 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// newRoot builds the command tree.
-func newRoot() *cobra.Command {
-	g := &globals{}
+// newRoot builds the command tree, whose shared flags go to g.
+func newRoot(g *globals) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "distlock",
 		Short: "Distributed locks from the command line",
 		Long: `distlock runs a command under a distributed lock (the cron-on-every-replica
 problem), shows and frees locks, checks a store for settings that silently
-break locks, and load-tests a backend.
+break locks, creates the tables a store needs, and load-tests a backend.
 
 The store is a URL, as for distlock.Open: --backend or $DISTLOCK_BACKEND.`,
 		Example: `  distlock run --backend redis://127.0.0.1:6379 --key nightly-report -- ./report.sh
@@ -159,7 +163,7 @@ The store is a URL, as for distlock.Open: --backend or $DISTLOCK_BACKEND.`,
 	root.PersistentFlags().StringVar(&g.backend, "backend", "", "store URL (default $DISTLOCK_BACKEND)")
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "text", "output format: text or json")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return exit(ExitUsage, err) })
-	for _, c := range []func(*globals) *cobra.Command{newRunCommand, newStatusCommand, newListCommand, newReleaseCommand, newDoctorCommand, newBenchCommand, newServeCommand} {
+	for _, c := range []func(*globals) *cobra.Command{newRunCommand, newStatusCommand, newListCommand, newReleaseCommand, newDoctorCommand, newMigrateCommand, newBenchCommand, newServeCommand} {
 		root.AddCommand(c(g))
 	}
 	return root
@@ -170,7 +174,8 @@ The store is a URL, as for distlock.Open: --backend or $DISTLOCK_BACKEND.`,
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	root := newRoot()
+	g := &globals{}
+	root := newRoot(g)
 	root.SetArgs(args)
 	root.SetIn(stdin)
 	root.SetOut(stdout)
@@ -178,6 +183,9 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return ExitOK
+	}
+	if errors.Is(err, distlock.ErrNoSchema) {
+		err = noSchema(g, err)
 	}
 	fmt.Fprintln(stderr, "distlock:", strings.TrimPrefix(err.Error(), "distlock: "))
 	var ee *exitError
@@ -188,6 +196,16 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return ExitUsage
 	}
 	return ExitError
+}
+
+// noSchema returns err, a command's failure on a store without the schema
+// its backend needs, with ExitNoSchema and the command that creates it.
+func noSchema(g *globals, err error) error {
+	fix := "distlock migrate URL"
+	if u, uerr := g.backendURL(); uerr == nil {
+		fix = migrate.Command(u)
+	}
+	return exit(ExitNoSchema, fmt.Errorf("%w; create it with: %s", err, fix))
 }
 
 // isUnknownCommand reports cobra's errors for an unknown command or bad

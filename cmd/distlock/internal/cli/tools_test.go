@@ -7,12 +7,14 @@ import (
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/storetool/doctor"
 	"github.com/distlock/distlock/storetool/floor"
+	"github.com/distlock/distlock/storetool/migrate"
 )
 
 // TestEveryStoreHasItsTools: with every backend and tool package imported,
 // as the binary has them, each scheme distlock.Open knows has doctor
-// checks or says why it has none, and a bench floor or says why it has
-// none; and neither tool knows a scheme Open does not.
+// checks or says why it has none, a bench floor or says why it has none,
+// and a migration or says why it keeps no schema; and no tool knows a
+// scheme Open does not.
 func TestEveryStoreHasItsTools(t *testing.T) {
 	open := distlock.Schemes()
 	for _, tool := range []struct {
@@ -22,6 +24,7 @@ func TestEveryStoreHasItsTools(t *testing.T) {
 	}{
 		{"doctor", doctor.Schemes(), doctor.Declined()},
 		{"floor", floor.Schemes(), floor.Declined()},
+		{"migration", migrate.Schemes(), migrate.Declined()},
 	} {
 		for _, s := range open {
 			if !slices.Contains(tool.has, s) && tool.declined[s] == "" {
