@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/distlock/distlock/cmd/distlock/internal/bench"
 	"github.com/distlock/distlock/internal/testserver"
@@ -155,5 +156,54 @@ func TestBenchBadFlags(t *testing.T) {
 	before := connections() // the check above sees a run that does connect
 	if code, _, errOut := benchCLI("--backend", redisURL, "-n", "1"); code != ExitOK || connections() <= before+1 {
 		t.Errorf("a good run: exit %d (%s), or no connection seen", code, errOut)
+	}
+}
+
+// A duration is a deadline for the whole run: when the store stops
+// answering mid-run, the attempts and releases in flight end with it (the
+// releases after a short grace), and the report's elapsed time is the
+// run's.
+func TestBenchDurationOnAPausedStore(t *testing.T) {
+	srv := testserver.Redis(t)
+	t.Cleanup(srv.Resume)
+	paused := time.AfterFunc(500*time.Millisecond, srv.Pause)
+	defer paused.Stop()
+	start := time.Now()
+	code, out, errOut := benchCLI("--backend", "redis://"+srv.Addr(), "-d", "2s", "-c", "4", "-o", "json")
+	took := time.Since(start)
+	srv.Resume()
+	if code != ExitOK {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v in %q", err, out)
+	}
+	if s := rep.Sides[0]; s.ElapsedSeconds > 2.2 {
+		t.Errorf("the report says the run took %.2fs of a 2s run", s.ElapsedSeconds)
+	}
+	if limit := 2*time.Second + 2*time.Second; took > limit {
+		t.Errorf("a 2s run on a store paused after 500ms took %v, want at most %v", took.Round(time.Millisecond), limit)
+	}
+}
+
+// A counted run on a store that stops answering ends once the store has
+// answered nothing for bench.StallLimit, and says so, rather than making
+// every attempt left.
+func TestBenchCountOnAPausedStore(t *testing.T) {
+	srv := testserver.Redis(t)
+	t.Cleanup(srv.Resume)
+	paused := time.AfterFunc(500*time.Millisecond, srv.Pause)
+	defer paused.Stop()
+	start := time.Now()
+	code, out, errOut := benchCLI("--backend", "redis://"+srv.Addr(), "-n", "200000", "-c", "4")
+	took := time.Since(start)
+	srv.Resume()
+	if code != ExitUnavailable || !strings.Contains(errOut, "answered nothing") {
+		t.Errorf("exit %d, stderr %q; want %d and why", code, errOut, ExitUnavailable)
+	}
+	checkRows(t, out, "attempts")
+	if limit := 500*time.Millisecond + 5*time.Second + 3*time.Second; took > limit {
+		t.Errorf("a counted run on a store paused after 500ms took %v, want at most %v", took.Round(time.Millisecond), limit)
 	}
 }
