@@ -31,6 +31,17 @@ const (
 // interrupted so that no lock is left behind.
 const releaseBudget = 5 * time.Second
 
+// ReleaseGrace is how long past a timed run's end its last releases may
+// take, and how long closing the clients may take after them: the duration
+// is a deadline for every attempt, those in flight included, and the run
+// ends at most twice ReleaseGrace later.
+const ReleaseGrace = 500 * time.Millisecond
+
+// StallLimit ends a run once the store has answered none of its attempts
+// for that long; it also bounds each attempt beyond its wait, so that an
+// attempt on a store that hangs ends.
+const StallLimit = 5 * time.Second
+
 // OpenFunc opens one client on the store under test with the given options.
 type OpenFunc func(ctx context.Context, opts ...distlock.ClientOption) (*distlock.Client, error)
 
@@ -46,7 +57,13 @@ type Report struct {
 	Hold        string  `json:"hold"`
 	Think       string  `json:"think"`
 	Interrupted bool    `json:"interrupted"`
-	Sides       []Side  `json:"sides"`
+	// Stalled is set when the run stopped because the store answered
+	// none of its attempts for StallLimit.
+	Stalled bool `json:"stalled,omitempty"`
+	// CloseTimedOut is set when the clients did not close within
+	// ReleaseGrace; what they still held expires at its lease.
+	CloseTimedOut bool   `json:"close_timed_out,omitempty"`
+	Sides         []Side `json:"sides"`
 	// Ratio compares distlock with the floor; nil without a floor.
 	Ratio *Ratio `json:"ratio,omitempty"`
 }
@@ -93,12 +110,17 @@ type side struct {
 type runner struct {
 	cfg   Config
 	sides []*side
+	end   time.Time // a timed run's deadline; zero for a counted run
+
+	answered atomic.Int64 // when the store last answered an attempt, in Unix nanoseconds
+	stalled  atomic.Bool  // the store answered nothing for StallLimit: the run stops
 }
 
 // Run opens cfg.Clients clients with open and, with cfg.Floor, the store's
 // raw commands for cfg.URL, then runs the load until the count is done, the
-// duration is over or ctx ends. An interrupted run still returns its report,
-// with Interrupted set. The clients and the floor are closed on return.
+// duration is over, the store stops answering (StallLimit) or ctx ends. An
+// interrupted run still returns its report, with Interrupted set. The
+// clients and the floor are closed on return, within ReleaseGrace.
 func Run(ctx context.Context, cfg Config, open OpenFunc) (rep *Report, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -109,18 +131,21 @@ func Run(ctx context.Context, cfg Config, open OpenFunc) (rep *Report, err error
 	}
 	r := &runner{cfg: cfg}
 	r.add("distlock", lt)
-	defer func() { err = errors.Join(err, r.close()) }()
 	if cfg.Floor {
 		ft, err := floor.Open(ctx, cfg.URL, floor.Config{Workers: cfg.Workers, Clients: cfg.Clients, Lease: cfg.Lease, Backend: lt.clients[0].Backend()})
 		if err != nil {
-			return nil, err
+			_, cerr := r.close(ReleaseGrace)
+			return nil, errors.Join(err, cerr)
 		}
 		r.add("floor", floorTarget{ft})
 	}
 	stop := r.startProgress()
 	r.schedule(ctx)
 	stop()
-	return r.report(ctx), nil
+	rep = r.report(ctx)
+	closed, err := r.close(ReleaseGrace)
+	rep.CloseTimedOut = !closed
+	return rep, err
 }
 
 // add makes a side of t.
@@ -132,24 +157,41 @@ func (r *runner) add(name string, t target) {
 	r.sides = append(r.sides, s)
 }
 
-// close closes every side's target.
-func (r *runner) close() error {
-	var errs []error
-	for _, s := range r.sides {
-		errs = append(errs, s.target.close())
+// close closes every side's target, waiting at most grace for them: on a
+// store that stopped answering, a client's close would wait out its own
+// release budget. Closes still going on then are left to finish in the
+// background, and what they still hold expires at its lease; closed is
+// false then.
+func (r *runner) close(grace time.Duration) (closed bool, err error) {
+	done := make(chan error, 1)
+	go func() {
+		var errs []error
+		for _, s := range r.sides {
+			errs = append(errs, s.target.close())
+		}
+		done <- errors.Join(errs...)
+	}()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return true, err
+	case <-t.C:
+		return false, nil
 	}
-	return errors.Join(errs...)
 }
 
 // schedule runs the rounds: one for the whole run without a floor, else
-// alternating rounds of each side.
+// alternating rounds of each side. A timed run's duration is the deadline
+// of every attempt in it.
 func (r *runner) schedule(ctx context.Context) {
+	r.answered.Store(time.Now().UnixNano())
 	if r.cfg.Count > 0 {
 		per := r.cfg.Count
 		if len(r.sides) > 1 {
 			per = int64(roundPerWorker * r.cfg.Workers)
 		}
-		for done := int64(0); done < r.cfg.Count && ctx.Err() == nil; done += per {
+		for done := int64(0); done < r.cfg.Count && ctx.Err() == nil && !r.stalled.Load(); done += per {
 			n := min(per, r.cfg.Count-done)
 			for _, s := range r.sides {
 				r.round(ctx, s, newBudget(n, time.Time{}))
@@ -157,9 +199,11 @@ func (r *runner) schedule(ctx context.Context) {
 		}
 		return
 	}
-	end := time.Now().Add(r.cfg.Duration)
-	for ctx.Err() == nil {
-		slice := time.Until(end) / time.Duration(len(r.sides))
+	r.end = time.Now().Add(r.cfg.Duration)
+	ctx, cancel := context.WithDeadline(ctx, r.end)
+	defer cancel()
+	for ctx.Err() == nil && !r.stalled.Load() {
+		slice := time.Until(r.end) / time.Duration(len(r.sides))
 		if len(r.sides) > 1 {
 			slice = min(slice, roundTime)
 		}
@@ -206,12 +250,21 @@ func (r *runner) round(ctx context.Context, s *side, b *budget) {
 // work is worker w's loop: attempt, hold, release, think.
 func (r *runner) work(ctx context.Context, s *side, w int, b *budget) {
 	rng := rand.New(rand.NewPCG(uint64(w), rand.Uint64()))
-	for b.take(ctx) {
+	for !r.stall() && b.take(ctx) {
 		r.attempt(ctx, s, w, r.key(rng))
 		if !sleep(ctx, r.cfg.Think) {
 			return
 		}
 	}
+}
+
+// stall reports whether the run has stopped for want of answers, and stops
+// it once the store has answered nothing for StallLimit.
+func (r *runner) stall() bool {
+	if !r.stalled.Load() && time.Since(time.Unix(0, r.answered.Load())) > StallLimit {
+		r.stalled.Store(true)
+	}
+	return r.stalled.Load()
 }
 
 // key picks the key of the next attempt: the hot key (0) with probability
@@ -229,22 +282,30 @@ func (r *runner) attempt(ctx context.Context, s *side, w int, key string) {
 	rec := s.recs[w]
 	s.count.attempts.Add(1)
 	start := time.Now()
-	release, wait, err := s.target.lock(ctx, w, key)
+	actx, cancel := context.WithTimeout(ctx, r.cfg.Wait+StallLimit)
+	release, wait, err := s.target.lock(actx, w, key)
+	cancel()
 	took := time.Since(start)
 	if err != nil {
 		if kind := failureKind(ctx, err); kind != "" {
 			s.count.errors.Add(1)
 			rec.note(rec.failed, kind, err)
 		} else {
+			r.answered.Store(time.Now().UnixNano())
 			rec.notAcquired++
 		}
 		return
 	}
+	r.answered.Store(time.Now().UnixNano())
 	rec.acquired++
 	record(rec.acquire, took)
 	record(rec.wait, wait)
 	sleep(ctx, r.cfg.Hold)
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseBudget)
+	by := time.Now().Add(releaseBudget)
+	if !r.end.IsZero() && r.end.Add(ReleaseGrace).Before(by) {
+		by = r.end.Add(ReleaseGrace)
+	}
+	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), by)
 	defer cancel()
 	start = time.Now()
 	err = release(rctx)
@@ -335,7 +396,7 @@ func (r *runner) report(ctx context.Context) *Report {
 	c := r.cfg
 	rep := &Report{Backend: redact(c.URL), Workers: c.Workers, Clients: c.Clients, Keys: c.Keys, Contention: c.Contention,
 		Lease: c.Lease.String(), Wait: c.Wait.String(), Hold: c.Hold.String(), Think: c.Think.String(),
-		Interrupted: ctx.Err() != nil}
+		Interrupted: ctx.Err() != nil, Stalled: r.stalled.Load()}
 	for _, s := range r.sides {
 		all := newRecorder()
 		for _, rec := range s.recs {

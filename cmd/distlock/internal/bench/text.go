@@ -19,6 +19,12 @@ func (rep *Report) WriteText(w io.Writer) error {
 	if rep.Interrupted {
 		fmt.Fprintln(w, "interrupted: the figures cover what ran until then")
 	}
+	if rep.CloseTimedOut {
+		fmt.Fprintf(w, "closing the clients took longer than %v: what they still hold expires at its lease (%s)\n", ReleaseGrace, rep.Lease)
+	}
+	if rep.Stalled {
+		fmt.Fprintf(w, "stopped: the store answered nothing for %v; the figures cover what ran until then\n", StallLimit)
+	}
 	p("\n\telapsed\tattempts\tacquired\tnot acquired\terrors\tops/s\t\n")
 	for _, s := range rep.Sides {
 		p("%s\t%s\t%d\t%d\t%d\t%d\t%.0f\t\n", s.Name, roundSig(time.Duration(s.ElapsedSeconds*1e9)),

@@ -47,12 +47,15 @@ without the client.
 ` + schemeLines("Floors: ", floor.Schemes()) +
 			schemeLines("No floor (bench says why): ", slices.Sorted(maps.Keys(floor.Declined()))) + `
 With --count each side makes that many attempts; --duration is the whole
-run, shared by both sides.
+run, shared by both sides, and the deadline of every attempt in it: the
+last releases and closing the clients get 0.5s each past it. A run stops
+when the store has answered no attempt for 5s.
 
 Live progress goes to stderr once a second when it is a terminal. Ctrl-C
 stops the run; the table of what ran is still printed. Exit codes: 0 the run
 ended (errors are in the table), 2 bad flags (no store was touched), 69 the
-store could not be reached or no attempt got an answer from it.`,
+store could not be reached, no attempt got an answer from it, or it stopped
+answering.`,
 		Example: `  distlock bench --backend redis://127.0.0.1:6379 -c 32 --clients 4 --duration 10s
   distlock bench --backend mem:// --count 100000 --floor
   distlock bench --backend etcd://127.0.0.1:2379 --keys 1 --wait 5s --hold 1ms -n 2000 -o json`,
@@ -126,9 +129,13 @@ func writeReport(w io.Writer, rep *bench.Report, asJSON bool) error {
 }
 
 // unanswered returns ExitUnavailable if every attempt of the run failed
-// for a reason other than its interruption: the store never answered.
+// for a reason other than its interruption, or if the run stopped because
+// the store stopped answering.
 func unanswered(rep *bench.Report) error {
 	lock := rep.Sides[0]
+	if rep.Stalled {
+		return exit(ExitUnavailable, fmt.Errorf("bench: the store answered nothing for %v, so the run stopped after %d attempts; first error: %s", bench.StallLimit, lock.Attempts, firstError(lock)))
+	}
 	failed := lock.Errors - lock.ErrorsByKind[bench.KindCanceled]
 	if failed == 0 || lock.Acquired+lock.NotAcquired > 0 {
 		return nil
