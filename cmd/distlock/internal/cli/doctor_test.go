@@ -107,8 +107,6 @@ func TestDoctorBadInput(t *testing.T) {
 	}{
 		{[]string{"doctor"}, "no store"},
 		{[]string{"doctor", "foo://" + a}, `unknown scheme "foo"`},
-		{[]string{"doctor", "mem://"}, "mem://: an in-process store has no server"},
-		{[]string{"doctor", "distlock://" + a}, "check the store URL the service runs with"},
 		{[]string{"doctor", "%zz"}, "invalid URL escape"},
 		{[]string{"doctor", "redis-sentinel://" + a}, "no master name"},
 		{[]string{"doctor", "zk://" + a + "?session_timeout=soon"}, "session_timeout"},
@@ -127,6 +125,25 @@ func TestDoctorBadInput(t *testing.T) {
 	case <-accepted:
 		t.Error("a bad input made a connection")
 	default:
+	}
+}
+
+// doctor takes what Open takes: on a store with nothing to check it says
+// why, as an info finding, and exits 0, having sent nothing.
+func TestDoctorNothingToCheck(t *testing.T) {
+	for _, c := range []struct{ url, why string }{
+		{"mem://", "an in-process store has no server"},
+		{"distlock://127.0.0.1:1", "check the store URL the service runs with"},
+	} {
+		code, out, errOut := runMain("doctor", c.url)
+		if code != ExitOK || errOut != "" || !strings.Contains(out, "0 danger, 0 warning, 1 info") || !strings.Contains(out, c.why) {
+			t.Errorf("doctor %s: exit %d, stdout %q, stderr %q; want %d, one info finding saying %q", c.url, code, out, errOut, ExitOK, c.why)
+		}
+		code, out, _ = runMain("doctor", c.url, "-o", "json")
+		var r doctor.Report
+		if err := json.Unmarshal([]byte(out), &r); err != nil || code != ExitOK || len(r.Findings) != 1 || r.Findings[0].Severity != doctor.Info {
+			t.Errorf("doctor %s -o json: exit %d, %v, report %+v", c.url, code, err, r)
+		}
 	}
 }
 

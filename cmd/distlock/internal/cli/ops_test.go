@@ -69,9 +69,13 @@ func TestOps(t *testing.T) {
 			t.Errorf("status of a free key:\n%s", out)
 		}
 		var v lockView
-		decode(t, ops(t, "status", "ops/free", "-o", "json").stdout, &v)
+		out := ops(t, "status", "ops/free", "-o", "json").stdout
+		decode(t, out, &v)
 		if v.Held || v.Key != "ops/free" {
 			t.Errorf("status -o json of a free key: %+v", v)
+		}
+		if strings.Contains(out, `"fence"`) { // a field without a value is left out
+			t.Errorf("status -o json of a key never granted: %s, want no fence", out)
 		}
 	})
 	t.Run("ListText", func(t *testing.T) {
@@ -195,7 +199,7 @@ func TestForceReleaseUnsupportedByPostgres(t *testing.T) {
 	if r.code != ExitError {
 		t.Fatalf("exit %d, want %d: %s", r.code, ExitError, r.stderr)
 	}
-	wantOneLine(t, r, "this store cannot free a lock it did not grant", "unsupported", "WithTerminateOnForceRelease")
+	wantOneLine(t, r, "this store cannot free a lock it did not grant", "unsupported", "terminate_on_force_release=true")
 }
 
 // limitedBackend is a store that can neither list nor force-release.
