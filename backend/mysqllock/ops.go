@@ -186,7 +186,7 @@ func (b *Backend) ForceRelease(ctx context.Context, key string, _ driver.ForceOp
 		return driver.Info{}, err
 	}
 	if !b.opts.killOnForce {
-		return driver.Info{}, fmt.Errorf("mysqllock: %w: a named lock belongs to the session holding it and only ending that session frees it; allow that with WithKillOnForceRelease(true)",
+		return driver.Info{}, fmt.Errorf("mysqllock: %w: a named lock belongs to the session holding it and only ending that session frees it; allow that with WithKillOnForceRelease(true) (URL parameter kill_on_force_release=true)",
 			errors.ErrUnsupported)
 	}
 	if err := b.ensureSchema(ctx); err != nil {

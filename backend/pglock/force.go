@@ -35,7 +35,7 @@ func (b *Backend) ForceRelease(ctx context.Context, key string, _ driver.ForceOp
 		return driver.Info{}, err
 	}
 	if !b.opts.forceTerminate {
-		return driver.Info{}, fmt.Errorf("pglock: %w: an advisory lock belongs to the session holding it and only ending that session frees it; allow that with WithTerminateOnForceRelease(true)",
+		return driver.Info{}, fmt.Errorf("pglock: %w: an advisory lock belongs to the session holding it and only ending that session frees it; allow that with WithTerminateOnForceRelease(true) (URL parameter terminate_on_force_release=true)",
 			errors.ErrUnsupported)
 	}
 	if err := b.ensureSchema(ctx); err != nil {

@@ -125,10 +125,6 @@ const DefaultTimeout = 5 * time.Second
 // does not know, or a malformed store address. Nothing was sent.
 var ErrInvalidURL = errors.New("doctor: invalid store URL")
 
-// ErrNoChecks marks a URL whose scheme declared, with None, that doctor has
-// nothing to check there. Nothing was sent.
-var ErrNoChecks = errors.New("doctor: no checks for this store")
-
 // ErrUnreachable marks a store that could not be reached or refused the
 // connection.
 var ErrUnreachable = errors.New("doctor: store unreachable")
@@ -163,7 +159,7 @@ func Register(scheme, store string, check CheckFunc) {
 }
 
 // None declares that doctor has no checks for scheme, and why: Check then
-// fails with ErrNoChecks and the reason. It panics if reason is empty or
+// reports the reason as its one Info finding. It panics if reason is empty or
 // scheme is already registered.
 func None(scheme, reason string) { checkers.Decline(scheme, reason) }
 
@@ -174,9 +170,10 @@ func Schemes() []string { return checkers.Schemes() }
 func Declined() map[string]string { return checkers.Declined() }
 
 // Check inspects the store rawURL names with the checks registered for its
-// scheme. A URL it cannot use fails with an error matching ErrInvalidURL,
-// and a scheme declared with None with one matching ErrNoChecks, before
-// anything is dialled; a store it cannot reach, with one matching
+// scheme. A URL it cannot use fails with an error matching ErrInvalidURL
+// before anything is dialled, and a scheme declared with None gets a report
+// of one Info finding saying why, with nothing sent; a store it cannot
+// reach fails with an error matching
 // ErrUnreachable. Once connected, a check that cannot be made is a Warning
 // finding, not an error. ctx bounds the whole run.
 func Check(ctx context.Context, rawURL string, o Options) (*Report, error) {
@@ -196,7 +193,7 @@ func Check(ctx context.Context, rawURL string, o Options) (*Report, error) {
 		return nil, fmt.Errorf("%w: %q: unknown scheme %q (forgotten import?); doctor checks %s",
 			ErrInvalidURL, driver.RedactURL(u), u.Scheme, strings.Join(Schemes(), ", "))
 	case c.check == nil:
-		return nil, fmt.Errorf("%w: %s://: %s", ErrNoChecks, u.Scheme, reason)
+		return &Report{URL: driver.RedactURL(u), Store: u.Scheme, Findings: []Finding{{Severity: Info, Check: "nothing to check", Seen: reason}}}, nil
 	}
 	r := &Report{URL: driver.RedactURL(u), Store: c.store, Findings: []Finding{}}
 	if err := c.check(ctx, u, o, r); err != nil {

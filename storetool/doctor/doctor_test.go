@@ -45,14 +45,23 @@ func TestCheckRefuses(t *testing.T) {
 		err  error
 		says string
 	}{
-		"%zz":                {ErrInvalidURL, "invalid URL escape"},
-		"foo://host":         {ErrInvalidURL, `unknown scheme "foo" (forgotten import?); doctor checks doctortest`},
-		"doctortest-none://": {ErrNoChecks, "doctortest-none://: nothing to check in a test"},
+		"%zz":        {ErrInvalidURL, "invalid URL escape"},
+		"foo://host": {ErrInvalidURL, `unknown scheme "foo" (forgotten import?); doctor checks doctortest`},
 	} {
 		_, err := Check(context.Background(), u, Options{})
 		if !errors.Is(err, want.err) || !strings.Contains(err.Error(), want.says) {
 			t.Errorf("Check(%q) = %v, want %v saying %q", u, err, want.err, want.says)
 		}
+	}
+}
+
+// A scheme declared with None gets a report of one Info finding, its
+// reason, and no error.
+func TestCheckNone(t *testing.T) {
+	r, err := Check(context.Background(), "doctortest-none://user:secret@host", Options{})
+	if err != nil || r.URL != "doctortest-none://user:xxxxx@host" || r.Store != "doctortest-none" ||
+		len(r.Findings) != 1 || r.Findings[0].Severity != Info || r.Findings[0].Seen != "nothing to check in a test" {
+		t.Errorf("Check = %+v, %v; want one info finding with the reason", r, err)
 	}
 }
 

@@ -58,8 +58,11 @@ how many nodes answer against the quorum.
 
 ` + schemeLines("Checked: ", doctor.Schemes()) +
 			schemeLines("Nothing to check (doctor says why): ", slices.Sorted(maps.Keys(doctor.Declined()))) + `
+A store with nothing to check gets one info finding saying why (nothing is
+sent) and exit 0.
+
 Exit codes: 0 no danger, 3 a danger found, 69 the store could not be reached,
-2 a bad URL or flag, or a store with nothing to check (nothing was sent).`,
+2 a bad URL or flag (nothing was sent).`,
 		Example: `  distlock doctor redis://127.0.0.1:6379
   distlock doctor 'postgres://app@db:5432/app?sslmode=disable' --lease 10s
   distlock doctor redis-sentinel://sentinel-1:26379/mymaster -o json
@@ -90,7 +93,7 @@ func runDoctor(cmd *cobra.Command, g *globals, args []string, opts doctor.Option
 	}
 	report, err := doctor.Check(cmd.Context(), u, opts)
 	switch {
-	case errors.Is(err, doctor.ErrInvalidURL), errors.Is(err, doctor.ErrNoChecks):
+	case errors.Is(err, doctor.ErrInvalidURL):
 		return exit(ExitUsage, err)
 	case errors.Is(err, doctor.ErrUnreachable):
 		return exit(ExitUnavailable, err)

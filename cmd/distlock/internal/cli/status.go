@@ -26,9 +26,9 @@ it expires without renewal. A free key shows the fence of its last grant if
 the store still knows it.
 
 No store records when a lock was taken, so status cannot say how long it has
-been held; a lease left of "-" means the store keeps no lease for the key
-(the lock lasts as long as its holder's session, as with PostgreSQL and
-ZooKeeper).
+been held. The lease left is what the store keeps for the hold ("-" if it
+reported none); on PostgreSQL, MySQL and ZooKeeper the hold also ends with
+its holder's session, whatever the lease left says.
 
 It exits 0 whether the key is held or free (read "held" from -o json);
 2 on bad arguments, 69 if the store cannot be reached.`,
@@ -127,8 +127,9 @@ type lockView struct {
 	Owner      string            `json:"owner,omitempty"`
 	BusinessID string            `json:"business_id,omitempty"`
 	Labels     map[string]string `json:"labels,omitempty"`
-	// Fence is the holder's fence, or the last grant's if the key is free.
-	Fence uint64 `json:"fence"`
+	// Fence is the holder's fence, or the last grant's if the key is free;
+	// absent for a key the store knows no grant of.
+	Fence uint64 `json:"fence,omitempty"`
 	// LeaseLeftMS is the store's time to live of the hold, in milliseconds;
 	// absent when the key is free or the store keeps no lease.
 	LeaseLeftMS int64 `json:"lease_left_ms,omitempty"`
