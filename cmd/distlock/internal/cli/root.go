@@ -174,6 +174,7 @@ The store is a URL, as for distlock.Open: --backend or $DISTLOCK_BACKEND.`,
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	quietDrivers()
 	g := &globals{}
 	root := newRoot(g)
 	root.SetArgs(args)
