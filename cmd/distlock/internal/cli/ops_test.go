@@ -78,6 +78,15 @@ func TestOps(t *testing.T) {
 			t.Errorf("status -o json of a key never granted: %s, want no fence", out)
 		}
 	})
+	t.Run("StatusExitStatus", func(t *testing.T) { // a script needs no jq to ask
+		for key, want := range map[string]int{"ops/a": ExitOK, "ops/free": 3} {
+			for _, args := range [][]string{{"status", "--exit-status", key}, {"status", "--exit-status", key, "-o", "json"}} {
+				if r := runDistlock(t, bin, s.env, args...); r.code != want || r.stdout == "" || r.stderr != "" {
+					t.Errorf("%q: exit %d, stdout %q, stderr %q; want %d and the status", args, r.code, r.stdout, r.stderr, want)
+				}
+			}
+		}
+	})
 	t.Run("ListText", func(t *testing.T) {
 		out := ops(t, "list", "ops/").stdout
 		lines := strings.Split(strings.TrimSpace(out), "\n")
