@@ -28,6 +28,7 @@ const (
 	ExitError       = 1  // a failure not listed below
 	ExitUsage       = 2  // bad flags or arguments; nothing was sent to a store
 	ExitDanger      = 3  // doctor found a setting that breaks locks
+	ExitFree        = 3  // status --exit-status: the key is free (LSB's "not running")
 	ExitUnavailable = 69 // the store could not be reached
 	ExitNotAcquired = 75 // the lock is held by someone else (run, release)
 	ExitLockLost    = 76 // the lock was lost while the command ran
@@ -43,11 +44,20 @@ type exitError struct {
 	err  error
 }
 
-func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
 func (e *exitError) Unwrap() error { return e.err }
 
 // exit returns err with the exit code code.
 func exit(code int, err error) error { return &exitError{code: code, err: err} }
+
+// quietExit is the exit code code, with nothing printed: an answer, not a
+// failure.
+func quietExit(code int) error { return &exitError{code: code} }
 
 // usage returns a usage error: exit code ExitUsage.
 func usage(format string, args ...any) error {
@@ -187,6 +197,10 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	if errors.Is(err, distlock.ErrNoSchema) {
 		err = noSchema(g, err)
+	}
+	var quiet *exitError
+	if errors.As(err, &quiet) && quiet.err == nil {
+		return quiet.code
 	}
 	fmt.Fprintln(stderr, "distlock:", strings.TrimPrefix(err.Error(), "distlock: "))
 	var ee *exitError

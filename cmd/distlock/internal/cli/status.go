@@ -17,7 +17,8 @@ import (
 )
 
 func newStatusCommand(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var exitStatus bool
+	c := &cobra.Command{
 		Use:   "status KEY",
 		Short: "Show who holds a lock",
 		Long: `status asks the store about KEY: whether it is held, by which owner, for
@@ -30,10 +31,12 @@ been held. The lease left is what the store keeps for the hold ("-" if it
 reported none); on PostgreSQL, MySQL and ZooKeeper the hold also ends with
 its holder's session, whatever the lease left says.
 
-It exits 0 whether the key is held or free (read "held" from -o json);
-2 on bad arguments, 69 if the store cannot be reached.`,
+It exits 0 whether the key is held or free (read "held" from -o json), or
+with --exit-status 0 if it is held and 3 if it is free (as the status of an
+LSB init script); 2 on bad arguments, 69 if the store cannot be reached.`,
 		Example: `  distlock status --backend redis://127.0.0.1:6379 nightly-report
-  distlock status nightly-report -o json | jq .held`,
+  distlock status nightly-report -o json | jq .held
+  if distlock status --exit-status nightly-report >/dev/null; then echo "running elsewhere"; fi`,
 		Args: oneKey("status"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withClient(cmd, g, "status", args[0], func(ctx context.Context, c *distlock.Client, asJSON bool) error {
@@ -43,12 +46,19 @@ It exits 0 whether the key is held or free (read "held" from -o json);
 				}
 				v := viewOf(info)
 				if asJSON {
-					return writeJSON(cmd.OutOrStdout(), v)
+					err = writeJSON(cmd.OutOrStdout(), v)
+				} else {
+					err = v.writeText(cmd.OutOrStdout())
 				}
-				return v.writeText(cmd.OutOrStdout())
+				if err == nil && exitStatus && !v.Held {
+					return quietExit(ExitFree)
+				}
+				return err
 			})
 		},
 	}
+	c.Flags().BoolVar(&exitStatus, "exit-status", false, "exit 0 if the key is held, 3 if it is free")
+	return c
 }
 
 // oneKey is the Args check of a command that takes exactly one key.
