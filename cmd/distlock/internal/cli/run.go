@@ -28,6 +28,12 @@ const (
 	exitNotFound  = 127 // no such command
 )
 
+// lostReleaseBound bounds what distlock waits, once the command has exited
+// after its lock was lost, for the lock's release and the client's close:
+// the store may not be answering, the command is stopped already, and the
+// lease frees the key in the store anyway. The release is best effort.
+const lostReleaseBound = time.Second
+
 // forwardedSignals are passed on to the command's process group: the
 // command runs in a group of its own, so the terminal and a service manager
 // only reach distlock.

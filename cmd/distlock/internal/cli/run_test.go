@@ -450,6 +450,56 @@ func testRunUnreachable(t *testing.T, bin string) {
 	}
 }
 
+// A store that stops answering while the command runs: the lock is lost
+// when its lease runs out unconfirmed, the command is stopped, and distlock
+// says it releases the lock, tries within lostReleaseBound and exits, rather
+// than wait for the mute store for the library's whole ReleaseBudget.
+func TestRunStoreStopsAnswering(t *testing.T) {
+	bin := buildDistlock(t)
+	srv := testserver.Redis(t)
+	env := []string{"DISTLOCK_BACKEND=redis://" + srv.Addr()}
+	const lease = 3 * time.Second
+	dir := t.TempDir()
+	trapped := filepath.Join(dir, "trapped")
+	setup := fmt.Sprintf(`trap 'echo TERM > %q; exit 0' TERM`, trapped)
+	p := startDistlock(t, bin, env, "", "run", "--key", "mute", "--lease", lease.String(), "--", "sh", "-c", waitingJob(dir, setup))
+	awaitStart(t, dir)
+	srv.Pause()
+	paused := time.Now()
+	resumed := false
+	defer func() { // before the cleanups, so that nothing waits on a stopped store
+		if !resumed {
+			srv.Resume()
+		}
+	}()
+	if !waitFor(lease+10*time.Second, func() bool { return fileExists(trapped) }) {
+		t.Fatalf("the command was not stopped within %v of the store's pause (lease %v)", lease+10*time.Second, lease)
+	}
+	stopped := time.Now()
+	r := p.mustWait(t, processTimeout)
+	took := time.Since(stopped)
+	srv.Resume()
+	resumed = true
+	t.Logf("store paused → command stopped in %v → distlock exited %v later (bound %v)", stopped.Sub(paused), took, lostReleaseBound)
+
+	if r.code != ExitLockLost {
+		t.Errorf("exit %d, want %d", r.code, ExitLockLost)
+	}
+	if limit := lostReleaseBound + time.Second; took > limit {
+		t.Errorf("distlock exited %v after the command was stopped, want at most %v (the release's bound %v and 1s)", took, limit, lostReleaseBound)
+	}
+	lines := r.stderrLines()
+	if len(lines) != 2 {
+		t.Fatalf("stderr has %d lines, want 2 (the release's wait, then the loss):\n%s", len(lines), r.stderr)
+	}
+	if want := fmt.Sprintf(`distlock: run: lock "mute" was lost; releasing it (up to %v) ...`, lostReleaseBound); lines[0] != want {
+		t.Errorf("stderr's first line is %q, want %q", lines[0], want)
+	}
+	if want := `lock "mute" lost while the command ran: store unreachable (unreachable)`; !strings.Contains(lines[1], want) {
+		t.Errorf("stderr's last line %q does not say %q", lines[1], want)
+	}
+}
+
 // Bad input gives one clear line and a non-zero exit, and touches no store:
 // the store sees no connection but the test's own probes.
 func TestRunBadInput(t *testing.T) {
