@@ -70,6 +70,10 @@ signal N. If the lock is lost while the command runs (force-released, the
 store refused a renewal, could not be reached before the lease ran out, or
 --max-hold was reached), the command's process group gets SIGTERM, then
 SIGKILL after --grace, and distlock exits with code 76 naming the reason.
+Once the command has exited, distlock releases the lost lock best effort,
+waiting for the store 1s at most (said on stderr when the store may still
+hold the lock): a store that stopped answering frees the key when the
+lease runs out.
 A forced release is seen at once on Redis, etcd, ZooKeeper and the lock
 service (over distlock:// run adds watch_loss=true to the URL unless it
 sets watch_loss), elsewhere at the next renewal.
@@ -228,18 +232,43 @@ func (f *runFlags) run(cmd *cobra.Command, g *globals, argv []string) error {
 	if err != nil {
 		return err
 	}
-	defer client.Close()
+	var giveUp time.Time // set once the lock is known lost: when to stop waiting for the store
+	defer func() { closeClient(client, giveUp) }()
 	l, err := client.Lock(ctx, f.key, f.lockOptions()...)
 	if err != nil {
 		return f.notAcquired(ctx, client, err, sigs)
 	}
 	if ctx.Err() != nil { // a signal came as the lock was granted
-		releaseLock(cmd, l)
+		releaseLock(cmd, l, time.Now().Add(distlock.ReleaseBudget))
 		return interrupted(sigs, "before the command started")
 	}
 	stop()
 	j := &job{flags: f, lock: l, sigs: sigs, losses: losses, stderr: cmd.ErrOrStderr()}
-	return j.run(cmd, argv)
+	err = j.run(cmd, argv)
+	giveUp = j.giveUp
+	return err
+}
+
+// closeClient closes the client. Given a deadline (the lock was lost, and
+// the store may not be answering) it waits for the close at most until then
+// and leaves it running: the process ends right after, and the store frees
+// what it still holds when the lease runs out.
+func closeClient(c *distlock.Client, deadline time.Time) {
+	if deadline.IsZero() {
+		_ = c.Close()
+		return
+	}
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		_ = c.Close()
+	}()
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-closed:
+	case <-t.C:
+	}
 }
 
 // notAcquired turns a failed Lock into the exit status: held elsewhere,
@@ -282,12 +311,12 @@ func interrupted(sigs <-chan os.Signal, when string) error {
 	return exit(128+int(sig), fmt.Errorf("run: interrupted by %s %s", unix.SignalName(sig), when))
 }
 
-// releaseLock releases l with a context of its own, as the command's may be
-// cancelled. It warns on stderr if the store no longer held the lock (lost
+// releaseLock releases l, waiting for the store until deadline at most, with
+// a context of its own, as the command's may be cancelled. It warns on stderr if the store no longer held the lock (lost
 // between two renewals, unnoticed) or did not confirm the release; a loss
 // already reported needs no warning.
-func releaseLock(cmd *cobra.Command, l *distlock.Lock) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), distlock.ReleaseBudget)
+func releaseLock(cmd *cobra.Command, l *distlock.Lock, deadline time.Time) {
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(cmd.Context()), deadline)
 	defer cancel()
 	err := l.Release(ctx)
 	switch {
@@ -324,6 +353,19 @@ func (r *lossRecorder) Observe(_ context.Context, e observe.Event) {
 	}
 }
 
+// storeMayHold reports whether the store may still hold the lost lock, so
+// that its release asks the store (as Lock.Release does): not when the store
+// said the lock was no longer this run's.
+func (r *lossRecorder) storeMayHold() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch r.reason {
+	case observe.LossTaken, observe.LossDeleted, observe.LossRenewRefused, observe.LossStoreDeleted:
+		return false
+	}
+	return true
+}
+
 // explain says in words why the lock was lost, with the reason's name.
 func (r *lossRecorder) explain() string {
 	r.mu.Lock()
@@ -353,24 +395,44 @@ type job struct {
 	losses *lossRecorder
 	stderr io.Writer
 	child  *exec.Cmd
-	killed bool // SIGKILL was sent after --grace
+	killed bool      // SIGKILL was sent after --grace
+	giveUp time.Time // the lock was lost: the end of the wait for its release and the client's close
 }
 
 // run starts argv, supervises it, keeps the lock for --at-least, releases
 // it and returns the exit status.
 func (j *job) run(cmd *cobra.Command, argv []string) error {
 	if err := j.start(cmd, argv); err != nil {
-		releaseLock(cmd, j.lock)
+		j.release(cmd)
 		return exit(exitCannotRun, fmt.Errorf("run: %w", err))
 	}
 	waitErr, lost := j.supervise()
+	if !lost {
+		j.holdAtLeast(cmd)
+	}
+	j.release(cmd)
 	if lost {
-		releaseLock(cmd, j.lock)
 		return exit(ExitLockLost, j.lostError())
 	}
-	j.holdAtLeast(cmd)
-	releaseLock(cmd, j.lock)
 	return commandStatus(argv[0], waitErr)
+}
+
+// release releases the lock once the command has exited. A lock known lost
+// is released best effort, within lostReleaseBound, said on stderr if the
+// store may still hold it (it may not be answering): the lease frees the
+// key anyway.
+func (j *job) release(cmd *cobra.Command) {
+	select {
+	case <-j.lock.Done():
+	default:
+		releaseLock(cmd, j.lock, time.Now().Add(distlock.ReleaseBudget))
+		return
+	}
+	j.giveUp = time.Now().Add(lostReleaseBound)
+	if j.losses.storeMayHold() {
+		fmt.Fprintf(j.stderr, "distlock: run: lock %q was lost; releasing it (up to %v) ...\n", j.lock.Key(), lostReleaseBound)
+	}
+	releaseLock(cmd, j.lock, j.giveUp)
 }
 
 // start starts argv in a process group of its own, with DISTLOCK_KEY and

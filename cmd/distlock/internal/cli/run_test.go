@@ -313,7 +313,18 @@ func testRunMaxHold(t *testing.T, bin string, s store) {
 	if r.code != ExitLockLost {
 		t.Fatalf("exit %d, want %d; stderr: %s", r.code, ExitLockLost, r.stderr)
 	}
-	wantOneLine(t, r, `lock "max-hold" lost while the command ran: --max-hold reached (max_hold)`)
+	// The store still holds the lock: distlock says it releases it, then why
+	// it exits.
+	lines := r.stderrLines()
+	if len(lines) != 2 {
+		t.Fatalf("stderr has %d lines, want 2 (the release's wait, then the loss):\n%s", len(lines), r.stderr)
+	}
+	if want := fmt.Sprintf(`distlock: run: lock "max-hold" was lost; releasing it (up to %v) ...`, lostReleaseBound); lines[0] != want {
+		t.Errorf("stderr's first line is %q, want %q", lines[0], want)
+	}
+	if want := `lock "max-hold" lost while the command ran: --max-hold reached (max_hold)`; !strings.Contains(lines[1], want) {
+		t.Errorf("stderr's last line %q does not say %q", lines[1], want)
+	}
 	if s.held(t, "max-hold") {
 		t.Error("the lock is still held after distlock exited")
 	}
