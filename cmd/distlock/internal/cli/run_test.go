@@ -532,6 +532,7 @@ func TestRunBadInput(t *testing.T) {
 		{"no key", []string{"run", "--", "true"}, ExitUsage, "--key is required"},
 		{"bad key", []string{"run", "--key", "a\x01b", "--", "true"}, ExitUsage, "invalid key"},
 		{"bad output", []string{"run", "-o", "yaml", "--key", "k", "--", "true"}, ExitUsage, `-o "yaml": want text or json`},
+		{"json output", []string{"run", "-o", "json", "--key", "k", "--", "true"}, ExitUsage, "run: -o json: run prints no report of its own"},
 		{"no such command", []string{"run", "--key", "k", "--", "/nonexistent/job"}, exitNotFound, "/nonexistent/job"},
 		{"unknown command", []string{"frobnicate"}, ExitUsage, `unknown command "frobnicate"`},
 		{"unknown flag", []string{"run", "--lease-time", "1s", "--key", "k", "--", "true"}, ExitUsage, "unknown flag: --lease-time"},
