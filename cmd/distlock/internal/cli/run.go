@@ -70,13 +70,12 @@ signal N. If the lock is lost while the command runs (force-released, the
 store refused a renewal, could not be reached before the lease ran out, or
 --max-hold was reached), the command's process group gets SIGTERM, then
 SIGKILL after --grace, and distlock exits with code 76 naming the reason.
-Once the command has exited, distlock releases the lost lock best effort,
-waiting for the store 1s at most (said on stderr when the store may still
-hold the lock): a store that stopped answering frees the key when the
-lease runs out.
 A forced release is seen at once on Redis, etcd, ZooKeeper and the lock
 service (over distlock:// run adds watch_loss=true to the URL unless it
-sets watch_loss), elsewhere at the next renewal.
+sets watch_loss), elsewhere at the next renewal. Once the command has
+exited, distlock releases the lost lock best effort, waiting for the store
+1s at most (said on stderr when the store may still hold the lock): a
+store that stopped answering frees the key when the lease runs out.
 
 A request to release the lock (distlock release --request, or
 Client.RequestRelease) is said on stderr, and passed on to the command's
@@ -98,6 +97,10 @@ command ends sooner, so that replicas whose clocks are a little apart do not
 run the job again (ShedLock's lockAtLeastFor): distlock keeps holding and
 renewing the lock until D has passed, then releases it and exits. A signal
 to distlock ends that wait early.
+
+distlock has no report of its own, only lines on stderr (a failure, a
+release request, the release of a lost lock): the command's output passes
+through as is, and -o json is refused.
 
 The command gets DISTLOCK_KEY and DISTLOCK_FENCE in its environment (never
 the lock's token): pass the fence to what it writes, so that a store
@@ -136,8 +139,12 @@ command; 128+N distlock was interrupted by signal N before the command ran.`,
 // validate checks the flags and the command line after --, and returns the
 // command to run. It touches no store.
 func (f *runFlags) validate(g *globals, args []string, dash int) ([]string, error) {
-	if _, err := g.json(); err != nil {
+	asJSON, err := g.json()
+	if err != nil {
 		return nil, err
+	}
+	if asJSON {
+		return nil, usage("run: -o json: run prints no report of its own; the command's output passes through as is")
 	}
 	if f.key == "" {
 		return nil, usage("run: --key is required")
