@@ -319,9 +319,10 @@ func interrupted(sigs <-chan os.Signal, when string) error {
 }
 
 // releaseLock releases l, waiting for the store until deadline at most, with
-// a context of its own, as the command's may be cancelled. It warns on stderr if the store no longer held the lock (lost
-// between two renewals, unnoticed) or did not confirm the release; a loss
-// already reported needs no warning.
+// a context of its own, as the command's may be cancelled. It warns on
+// stderr if the store no longer held the lock (lost between two renewals,
+// unnoticed) or did not confirm the release; a loss already reported needs
+// no warning.
 func releaseLock(cmd *cobra.Command, l *distlock.Lock, deadline time.Time) {
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(cmd.Context()), deadline)
 	defer cancel()
