@@ -115,6 +115,7 @@ func TestRun(t *testing.T) {
 	t.Run("SignalForwarding", func(t *testing.T) { testRunSignalForwarding(t, bin, s) })
 	t.Run("AtLeast", func(t *testing.T) { testRunAtLeast(t, bin, s) })
 	t.Run("HeldElsewhere", func(t *testing.T) { testRunHeldElsewhere(t, bin, s) })
+	t.Run("WaitForever", func(t *testing.T) { testRunWaitForever(t, bin, s) })
 	t.Run("DistlockKilled", func(t *testing.T) { testRunDistlockKilled(t, bin, s) })
 	t.Run("Unreachable", func(t *testing.T) { testRunUnreachable(t, bin) })
 }
@@ -416,6 +417,25 @@ func testRunHeldElsewhere(t *testing.T, bin string, s store) {
 	}
 }
 
+// --wait forever (or inf) waits for a held key as long as it takes, as
+// flock and etcdctl lock do by default.
+func testRunWaitForever(t *testing.T, bin string, s store) {
+	for _, word := range []string{"forever", "inf"} {
+		dir := t.TempDir()
+		holder := startDistlock(t, bin, s.env, "", "run", "--key", "forever", "--", "sh", "-c", waitingJob(dir, ""))
+		awaitStart(t, dir)
+		waiter := startDistlock(t, bin, s.env, "", "run", "--key", "forever", "--wait", word, "--", "true")
+		if r, ended := waiter.wait(time.Second); ended {
+			t.Fatalf("--wait %s on a held key ended at once: exit %d, %s", word, r.code, r.stderr)
+		}
+		letGo(t, dir)
+		holder.mustWait(t, processTimeout)
+		if r := waiter.mustWait(t, processTimeout); r.code != ExitOK {
+			t.Errorf("--wait %s: exit %d once the key was free: %s", word, r.code, r.stderr)
+		}
+	}
+}
+
 // A distlock killed with SIGKILL takes its command with it (Linux), since
 // nothing renews the lock any more.
 func testRunDistlockKilled(t *testing.T, bin string, s store) {
@@ -526,6 +546,7 @@ func TestRunBadInput(t *testing.T) {
 		{"malformed duration", []string{"run", "--key", "k", "--lease", "3x", "--", "true"}, ExitUsage, `invalid argument "3x" for "--lease"`},
 		{"lease too short", []string{"run", "--key", "k", "--lease", "1ms", "--", "true"}, ExitUsage, "--lease 1ms: want at least 10ms"},
 		{"negative wait", []string{"run", "--key", "k", "--wait", "-1s", "--", "true"}, ExitUsage, "cannot be negative"},
+		{"wait neither a duration nor forever", []string{"run", "--key", "k", "--wait", "someday", "--", "true"}, ExitUsage, `invalid argument "someday" for "--wait"`},
 		{"at-least over max-hold", []string{"run", "--key", "k", "--at-least", "1m", "--max-hold", "30s", "--", "true"}, ExitUsage, "longer than --max-hold"},
 		{"missing --", []string{"run", "--key", "k", "echo", "hi"}, ExitUsage, "put -- before the command"},
 		{"no command", []string{"run", "--key", "k", "--"}, ExitUsage, "no command"},
