@@ -112,6 +112,7 @@ while the command ran; 126 the command could not be started; 127 no such
 command; 128+N distlock was interrupted by signal N before the command ran.`,
 		Example: `  distlock run --backend redis://127.0.0.1:6379 --key nightly-report -- ./report.sh --day today
   distlock run --key backup --wait 5m --max-hold 2h -- pg_dump -f /backup/db.sql app
+  distlock run --key deploy --wait forever -- ./deploy.sh
   distlock run --key cleanup --at-least 1m --skip-ok -- sh -c 'echo fence $DISTLOCK_FENCE'
   distlock run --key reindex --on-release-request USR1 -- ./reindex.sh`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -127,7 +128,7 @@ command; 128+N distlock was interrupted by signal N before the command ran.`,
 	fl.StringVar(&f.owner, "owner", "", "owner recorded with the lock (default USER@HOST pid N)")
 	fl.StringVar(&f.businessID, "business-id", "", "business id recorded with the lock, shown by status and list")
 	fl.DurationVar(&f.lease, "lease", distlock.DefaultLease, "lease; the lock is renewed every third of it while the command runs")
-	fl.DurationVar(&f.wait, "wait", 0, "how long to wait for a held key; 0 tries once")
+	fl.Var((*waitValue)(&f.wait), "wait", "how long to wait for a held key: a duration, or forever (inf); 0 tries once")
 	fl.DurationVar(&f.atLeast, "at-least", 0, "keep the lock at least this long after it was taken, even if the command ends sooner")
 	fl.DurationVar(&f.maxHold, "max-hold", 0, "stop renewing after this long and stop the command as on a lost lock; 0 is no cap")
 	fl.DurationVar(&f.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the lock is lost")
@@ -173,13 +174,39 @@ func (f *runFlags) validate(g *globals, args []string, dash int) ([]string, erro
 	return argv, nil
 }
 
+// waitValue is the value of --wait: a duration, or forever (also inf),
+// which waits until the key is free or distlock is interrupted.
+type waitValue time.Duration
+
+func (w *waitValue) String() string {
+	if time.Duration(*w) == distlock.WaitUntilContextDone {
+		return "forever"
+	}
+	return time.Duration(*w).String()
+}
+
+func (w *waitValue) Set(s string) error {
+	if s == "forever" || s == "inf" {
+		*w = waitValue(distlock.WaitUntilContextDone)
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New("want a duration (30s, 5m) or forever")
+	}
+	*w = waitValue(d)
+	return nil
+}
+
+func (w *waitValue) Type() string { return "duration" }
+
 // validateDurations checks the duration flags against each other and the
 // library's bounds.
 func (f *runFlags) validateDurations() error {
 	switch {
 	case f.lease < distlock.MinLease:
 		return usage("run: --lease %v: want at least %v", f.lease, distlock.MinLease)
-	case f.wait < 0, f.atLeast < 0, f.maxHold < 0, f.grace < 0:
+	case f.wait < 0 && f.wait != distlock.WaitUntilContextDone, f.atLeast < 0, f.maxHold < 0, f.grace < 0:
 		return usage("run: --wait, --at-least, --max-hold and --grace cannot be negative")
 	case f.maxHold > 0 && f.atLeast > f.maxHold:
 		return usage("run: --at-least %v is longer than --max-hold %v", f.atLeast, f.maxHold)
