@@ -116,6 +116,7 @@ func TestRun(t *testing.T) {
 	t.Run("AtLeast", func(t *testing.T) { testRunAtLeast(t, bin, s) })
 	t.Run("HeldElsewhere", func(t *testing.T) { testRunHeldElsewhere(t, bin, s) })
 	t.Run("WaitForever", func(t *testing.T) { testRunWaitForever(t, bin, s) })
+	t.Run("ConflictExitCode", func(t *testing.T) { testRunConflictExitCode(t, bin, s) })
 	t.Run("DistlockKilled", func(t *testing.T) { testRunDistlockKilled(t, bin, s) })
 	t.Run("Unreachable", func(t *testing.T) { testRunUnreachable(t, bin) })
 }
@@ -417,6 +418,26 @@ func testRunHeldElsewhere(t *testing.T, bin string, s store) {
 	}
 }
 
+// --conflict-exit-code N (flock -E) is the exit code of a key held
+// elsewhere after --wait, with the same line naming the holder.
+func testRunConflictExitCode(t *testing.T, bin string, s store) {
+	dir := t.TempDir()
+	holder := startDistlock(t, bin, s.env, "", "run", "--key", "conflict", "--owner", "nightly@web-1", "--", "sh", "-c", waitingJob(dir, ""))
+	awaitStart(t, dir)
+	defer func() {
+		letGo(t, dir)
+		holder.mustWait(t, processTimeout)
+	}()
+	for _, code := range []int{3, 0, 255} {
+		r := runDistlock(t, bin, s.env, "run", "--key", "conflict", "--wait", "100ms", "--conflict-exit-code", strconv.Itoa(code), "--", "false")
+		if r.code != code {
+			t.Errorf("--conflict-exit-code %d: exit %d; stderr: %s", code, r.code, r.stderr)
+			continue
+		}
+		wantOneLine(t, r, `"conflict" is held by nightly@web-1 (fence `, "the command was not run")
+	}
+}
+
 // --wait forever (or inf) waits for a held key as long as it takes, as
 // flock and etcdctl lock do by default.
 func testRunWaitForever(t *testing.T, bin string, s store) {
@@ -548,6 +569,10 @@ func TestRunBadInput(t *testing.T) {
 		{"negative wait", []string{"run", "--key", "k", "--wait", "-1s", "--", "true"}, ExitUsage, "cannot be negative"},
 		{"wait neither a duration nor forever", []string{"run", "--key", "k", "--wait", "someday", "--", "true"}, ExitUsage, `invalid argument "someday" for "--wait"`},
 		{"at-least over max-hold", []string{"run", "--key", "k", "--at-least", "1m", "--max-hold", "30s", "--", "true"}, ExitUsage, "longer than --max-hold"},
+		{"conflict code over 255", []string{"run", "--key", "k", "--conflict-exit-code", "256", "--", "true"}, ExitUsage, "--conflict-exit-code 256: want 0 to 255"},
+		{"negative conflict code", []string{"run", "--key", "k", "--conflict-exit-code", "-1", "--", "true"}, ExitUsage, "--conflict-exit-code -1: want 0 to 255"},
+		{"conflict code not a number", []string{"run", "--key", "k", "--conflict-exit-code", "busy", "--", "true"}, ExitUsage, `invalid argument "busy" for "--conflict-exit-code"`},
+		{"conflict code with skip-ok", []string{"run", "--key", "k", "--conflict-exit-code", "3", "--skip-ok", "--", "true"}, ExitUsage, "--conflict-exit-code and --skip-ok"},
 		{"missing --", []string{"run", "--key", "k", "echo", "hi"}, ExitUsage, "put -- before the command"},
 		{"no command", []string{"run", "--key", "k", "--"}, ExitUsage, "no command"},
 		{"no key", []string{"run", "--", "true"}, ExitUsage, "--key is required"},
