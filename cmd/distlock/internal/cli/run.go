@@ -50,6 +50,8 @@ type runFlags struct {
 	maxHold    time.Duration
 	grace      time.Duration
 	skipOK     bool
+	conflict   int    // --conflict-exit-code
+	conflictOn bool   // --conflict-exit-code was given
 	onRequest  string // --on-release-request: a signal's name, or "none"
 	askSignal  syscall.Signal
 }
@@ -62,8 +64,9 @@ func newRunCommand(g *globals) *cobra.Command {
 		Long: `run takes the lock KEY and runs COMMAND while it holds it, renewing the
 lease every third of it, then releases the lock. Started on every replica
 at the same time (the cron-on-every-replica problem), the command runs on
-one of them; the others exit with code 75 (or 0 with --skip-ok) and one
-line on stderr saying who holds the key.
+one of them; the others exit with code 75 (or the code
+--conflict-exit-code gives, or 0 with --skip-ok) and one line on stderr
+saying who holds the key.
 
 distlock exits with the command's exit code, or 128+N if it died of
 signal N. If the lock is lost while the command runs (force-released, the
@@ -107,15 +110,18 @@ the lock's token): pass the fence to what it writes, so that a store
 guarded by fences rejects a holder that lost the lock.
 
 Exit codes: the command's own; 2 bad flags (nothing was sent to the store);
-69 store unreachable; 75 held elsewhere (0 with --skip-ok); 76 lock lost
+69 store unreachable; 75 held elsewhere (--conflict-exit-code, or 0 with
+--skip-ok); 76 lock lost
 while the command ran; 126 the command could not be started; 127 no such
 command; 128+N distlock was interrupted by signal N before the command ran.`,
 		Example: `  distlock run --backend redis://127.0.0.1:6379 --key nightly-report -- ./report.sh --day today
   distlock run --key backup --wait 5m --max-hold 2h -- pg_dump -f /backup/db.sql app
   distlock run --key deploy --wait forever -- ./deploy.sh
+  distlock run --key sync --wait 10s --conflict-exit-code 3 -- ./sync.sh
   distlock run --key cleanup --at-least 1m --skip-ok -- sh -c 'echo fence $DISTLOCK_FENCE'
   distlock run --key reindex --on-release-request USR1 -- ./reindex.sh`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			f.conflictOn = cmd.Flags().Changed("conflict-exit-code")
 			argv, err := f.validate(g, args, cmd.ArgsLenAtDash())
 			if err != nil {
 				return err
@@ -133,6 +139,7 @@ command; 128+N distlock was interrupted by signal N before the command ran.`,
 	fl.DurationVar(&f.maxHold, "max-hold", 0, "stop renewing after this long and stop the command as on a lost lock; 0 is no cap")
 	fl.DurationVar(&f.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the lock is lost")
 	fl.BoolVar(&f.skipOK, "skip-ok", false, "exit 0, silently, when the key is held elsewhere")
+	fl.IntVar(&f.conflict, "conflict-exit-code", ExitNotAcquired, "exit code when the key is held elsewhere after --wait (0 to 255)")
 	fl.StringVar(&f.onRequest, "on-release-request", "none", "signal the command's process group gets when a release of the lock is requested (TERM, INT, HUP, USR1, ...), or none")
 	return c
 }
@@ -158,6 +165,12 @@ func (f *runFlags) validate(g *globals, args []string, dash int) ([]string, erro
 	}
 	if err := f.validateOnRequest(); err != nil {
 		return nil, err
+	}
+	switch {
+	case f.conflict < 0 || f.conflict > 255:
+		return nil, usage("run: --conflict-exit-code %d: want 0 to 255", f.conflict)
+	case f.conflictOn && f.skipOK:
+		return nil, usage("run: --conflict-exit-code and --skip-ok both set the exit code of a held key: give one")
 	}
 	switch {
 	case dash < 0 && len(args) > 0:
@@ -314,7 +327,7 @@ func (f *runFlags) notAcquired(ctx context.Context, client *distlock.Client, err
 	case errors.Is(err, distlock.ErrNotAcquired) && f.skipOK:
 		return nil
 	case errors.Is(err, distlock.ErrNotAcquired):
-		return exit(ExitNotAcquired, fmt.Errorf("run: %q is held by %s; the command was not run", f.key, holder(ctx, client, f.key)))
+		return exit(f.conflict, fmt.Errorf("run: %q is held by %s; the command was not run", f.key, holder(ctx, client, f.key)))
 	case errors.Is(err, distlock.ErrInvalidOption), errors.Is(err, distlock.ErrInvalidKey):
 		return exit(ExitUsage, &opError{op: "run", err: err})
 	}
