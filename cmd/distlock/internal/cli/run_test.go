@@ -117,6 +117,7 @@ func TestRun(t *testing.T) {
 	t.Run("HeldElsewhere", func(t *testing.T) { testRunHeldElsewhere(t, bin, s) })
 	t.Run("WaitForever", func(t *testing.T) { testRunWaitForever(t, bin, s) })
 	t.Run("ConflictExitCode", func(t *testing.T) { testRunConflictExitCode(t, bin, s) })
+	t.Run("ShellString", func(t *testing.T) { testRunShellString(t, bin, s) })
 	t.Run("DistlockKilled", func(t *testing.T) { testRunDistlockKilled(t, bin, s) })
 	t.Run("Unreachable", func(t *testing.T) { testRunUnreachable(t, bin) })
 }
@@ -438,6 +439,45 @@ func testRunConflictExitCode(t *testing.T, bin string, s store) {
 	}
 }
 
+// -c STRING (flock -c) runs the string with /bin/sh -c under the lock:
+// its exit code passes through, it gets the lock's environment, and a
+// signal to distlock reaches it as it reaches a command after --.
+func testRunShellString(t *testing.T, bin string, s store) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	r := runDistlock(t, bin, s.env, "run", "--key", "shell", "-c", fmt.Sprintf(`echo "$DISTLOCK_KEY $0" > %q; exit 5`, out))
+	if r.code != 5 {
+		t.Fatalf("-c: exit %d, want the string's 5; stderr: %s", r.code, r.stderr)
+	}
+	wantOneLine(t, r, "exited with status 5")
+	if got := readFile(t, out); got != "shell /bin/sh\n" {
+		t.Errorf("-c wrote %q, want %q", got, "shell /bin/sh\n")
+	}
+	if s.held(t, "shell") {
+		t.Fatal("the lock is still held after the run")
+	}
+
+	got := filepath.Join(dir, "got")
+	p := startDistlock(t, bin, s.env, "", "run", "--key", "shell", "-c",
+		waitingJob(dir, fmt.Sprintf(`trap 'echo TERM > %q; exit 3' TERM`, got)))
+	awaitStart(t, dir)
+	if !s.held(t, "shell") {
+		t.Fatal("the lock is not held while -c runs")
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if r := p.mustWait(t, processTimeout); r.code != 3 {
+		t.Fatalf("SIGTERM: exit %d, want the string's 3; stderr: %s", r.code, r.stderr)
+	}
+	if readFile(t, got) != "TERM\n" {
+		t.Error("the shell string did not get the SIGTERM sent to distlock")
+	}
+	if s.held(t, "shell") {
+		t.Error("the lock is still held after distlock exited")
+	}
+}
+
 // --wait forever (or inf) waits for a held key as long as it takes, as
 // flock and etcdctl lock do by default.
 func testRunWaitForever(t *testing.T, bin string, s store) {
@@ -573,6 +613,9 @@ func TestRunBadInput(t *testing.T) {
 		{"negative conflict code", []string{"run", "--key", "k", "--conflict-exit-code", "-1", "--", "true"}, ExitUsage, "--conflict-exit-code -1: want 0 to 255"},
 		{"conflict code not a number", []string{"run", "--key", "k", "--conflict-exit-code", "busy", "--", "true"}, ExitUsage, `invalid argument "busy" for "--conflict-exit-code"`},
 		{"conflict code with skip-ok", []string{"run", "--key", "k", "--conflict-exit-code", "3", "--skip-ok", "--", "true"}, ExitUsage, "--conflict-exit-code and --skip-ok"},
+		{"-c and a command", []string{"run", "--key", "k", "-c", "true", "--", "true"}, ExitUsage, "give -c or a command after --, not both"},
+		{"-c empty", []string{"run", "--key", "k", "-c", ""}, ExitUsage, "-c: empty shell command"},
+		{"-c and words", []string{"run", "--key", "k", "-c", "echo", "hi"}, ExitUsage, `unexpected "hi"`},
 		{"missing --", []string{"run", "--key", "k", "echo", "hi"}, ExitUsage, "put -- before the command"},
 		{"no command", []string{"run", "--key", "k", "--"}, ExitUsage, "no command"},
 		{"no key", []string{"run", "--", "true"}, ExitUsage, "--key is required"},
