@@ -52,6 +52,8 @@ type runFlags struct {
 	skipOK     bool
 	conflict   int    // --conflict-exit-code
 	conflictOn bool   // --conflict-exit-code was given
+	shell      string // -c: a command line for /bin/sh -c
+	shellOn    bool   // -c was given
 	onRequest  string // --on-release-request: a signal's name, or "none"
 	askSignal  syscall.Signal
 }
@@ -59,14 +61,15 @@ type runFlags struct {
 func newRunCommand(g *globals) *cobra.Command {
 	f := &runFlags{}
 	c := &cobra.Command{
-		Use:   "run --key KEY [flags] -- COMMAND [ARGS...]",
+		Use:   "run --key KEY [flags] {-- COMMAND [ARGS...] | -c 'SHELL COMMAND'}",
 		Short: "Run a command only where a lock is held",
 		Long: `run takes the lock KEY and runs COMMAND while it holds it, renewing the
-lease every third of it, then releases the lock. Started on every replica
-at the same time (the cron-on-every-replica problem), the command runs on
-one of them; the others exit with code 75 (or the code
---conflict-exit-code gives, or 0 with --skip-ok) and one line on stderr
-saying who holds the key.
+lease every third of it, then releases the lock. -c 'SHELL COMMAND' runs
+the string with /bin/sh -c instead (as flock -c does), in the same way.
+Started on every replica at the same time (the cron-on-every-replica
+problem), the command runs on one of them; the others exit with code 75
+(or the code --conflict-exit-code gives, or 0 with --skip-ok) and one line
+on stderr saying who holds the key.
 
 distlock exits with the command's exit code, or 128+N if it died of
 signal N. If the lock is lost while the command runs (force-released, the
@@ -119,9 +122,11 @@ command; 128+N distlock was interrupted by signal N before the command ran.`,
   distlock run --key deploy --wait forever -- ./deploy.sh
   distlock run --key sync --wait 10s --conflict-exit-code 3 -- ./sync.sh
   distlock run --key cleanup --at-least 1m --skip-ok -- sh -c 'echo fence $DISTLOCK_FENCE'
-  distlock run --key reindex --on-release-request USR1 -- ./reindex.sh`,
+  distlock run --key reindex --on-release-request USR1 -- ./reindex.sh
+  distlock run --key rotate -c 'gzip -9 /var/log/app/*.log && ./upload.sh'`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f.conflictOn = cmd.Flags().Changed("conflict-exit-code")
+			f.shellOn = cmd.Flags().Changed("command")
 			argv, err := f.validate(g, args, cmd.ArgsLenAtDash())
 			if err != nil {
 				return err
@@ -140,6 +145,7 @@ command; 128+N distlock was interrupted by signal N before the command ran.`,
 	fl.DurationVar(&f.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the lock is lost")
 	fl.BoolVar(&f.skipOK, "skip-ok", false, "exit 0, silently, when the key is held elsewhere")
 	fl.IntVar(&f.conflict, "conflict-exit-code", ExitNotAcquired, "exit code when the key is held elsewhere after --wait (0 to 255)")
+	fl.StringVarP(&f.shell, "command", "c", "", "run this string with /bin/sh -c, instead of a command after --")
 	fl.StringVar(&f.onRequest, "on-release-request", "none", "signal the command's process group gets when a release of the lock is requested (TERM, INT, HUP, USR1, ...), or none")
 	return c
 }
@@ -172,11 +178,14 @@ func (f *runFlags) validate(g *globals, args []string, dash int) ([]string, erro
 	case f.conflictOn && f.skipOK:
 		return nil, usage("run: --conflict-exit-code and --skip-ok both set the exit code of a held key: give one")
 	}
+	if f.shellOn {
+		return f.shellCommand(args, dash)
+	}
 	switch {
 	case dash < 0 && len(args) > 0:
 		return nil, usage("run: put -- before the command: distlock run --key KEY [flags] -- %s", args[0])
 	case dash < 0 || len(args) == dash:
-		return nil, usage("run: no command: want distlock run --key KEY [flags] -- COMMAND [ARGS...]")
+		return nil, usage("run: no command: want distlock run --key KEY [flags] -- COMMAND [ARGS...], or -c 'SHELL COMMAND'")
 	case dash > 0:
 		return nil, usage("run: unexpected %q before --: flags go before --, the command after it", args[0])
 	}
@@ -185,6 +194,20 @@ func (f *runFlags) validate(g *globals, args []string, dash int) ([]string, erro
 		return nil, exit(exitNotFound, fmt.Errorf("run: %w", err))
 	}
 	return argv, nil
+}
+
+// shellCommand returns the command of -c: /bin/sh -c with its string, if
+// nothing else names a command.
+func (f *runFlags) shellCommand(args []string, dash int) ([]string, error) {
+	switch {
+	case f.shell == "":
+		return nil, usage("run: -c: empty shell command")
+	case dash >= 0 && len(args) > dash:
+		return nil, usage("run: give -c or a command after --, not both")
+	case len(args) > 0:
+		return nil, usage("run: unexpected %q: -c takes the whole command as one string; quote it", args[0])
+	}
+	return []string{"/bin/sh", "-c", f.shell}, nil
 }
 
 // waitValue is the value of --wait: a duration, or forever (also inf),
