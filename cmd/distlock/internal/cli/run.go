@@ -41,13 +41,8 @@ var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGH
 
 // runFlags are the flags of distlock run.
 type runFlags struct {
-	key        string
-	owner      string
-	businessID string
-	lease      time.Duration
-	wait       time.Duration
+	lockFlags  // --key, --owner, --business-id, --lease, --wait, --max-hold
 	atLeast    time.Duration
-	maxHold    time.Duration
 	grace      time.Duration
 	skipOK     bool
 	conflict   int    // --conflict-exit-code
@@ -135,13 +130,8 @@ command; 128+N distlock was interrupted by signal N before the command ran.`,
 		},
 	}
 	fl := c.Flags()
-	fl.StringVar(&f.key, "key", "", "lock key (required)")
-	fl.StringVar(&f.owner, "owner", "", "owner recorded with the lock (default USER@HOST pid N)")
-	fl.StringVar(&f.businessID, "business-id", "", "business id recorded with the lock, shown by status and list")
-	fl.DurationVar(&f.lease, "lease", distlock.DefaultLease, "lease; the lock is renewed every third of it while the command runs")
-	fl.Var((*waitValue)(&f.wait), "wait", "how long to wait for a held key: a duration, or forever (inf); 0 tries once")
+	f.lockFlags.add(c, "while the command runs", "stop the command")
 	fl.DurationVar(&f.atLeast, "at-least", 0, "keep the lock at least this long after it was taken, even if the command ends sooner")
-	fl.DurationVar(&f.maxHold, "max-hold", 0, "stop renewing after this long and stop the command as on a lost lock; 0 is no cap")
 	fl.DurationVar(&f.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the lock is lost")
 	fl.BoolVar(&f.skipOK, "skip-ok", false, "exit 0, silently, when the key is held elsewhere")
 	fl.IntVar(&f.conflict, "conflict-exit-code", ExitNotAcquired, "exit code when the key is held elsewhere after --wait (0 to 255)")
@@ -160,11 +150,8 @@ func (f *runFlags) validate(g *globals, args []string, dash int) ([]string, erro
 	if asJSON {
 		return nil, usage("run: -o json: run prints no report of its own; the command's output passes through as is")
 	}
-	if f.key == "" {
-		return nil, usage("run: --key is required")
-	}
-	if err := distlock.ValidateKey(f.key); err != nil {
-		return nil, exit(ExitUsage, &opError{op: "run: --key", err: err})
+	if err := f.lockFlags.validate("run"); err != nil {
+		return nil, err
 	}
 	if err := f.validateDurations(); err != nil {
 		return nil, err
@@ -236,14 +223,12 @@ func (w *waitValue) Set(s string) error {
 
 func (w *waitValue) Type() string { return "duration" }
 
-// validateDurations checks the duration flags against each other and the
-// library's bounds.
+// validateDurations checks run's own duration flags, and --at-least against
+// --max-hold (lockFlags.validate checks the others).
 func (f *runFlags) validateDurations() error {
 	switch {
-	case f.lease < distlock.MinLease:
-		return usage("run: --lease %v: want at least %v", f.lease, distlock.MinLease)
-	case f.wait < 0 && f.wait != distlock.WaitUntilContextDone, f.atLeast < 0, f.maxHold < 0, f.grace < 0:
-		return usage("run: --wait, --at-least, --max-hold and --grace cannot be negative")
+	case f.atLeast < 0, f.grace < 0:
+		return usage("run: --at-least and --grace cannot be negative")
 	case f.maxHold > 0 && f.atLeast > f.maxHold:
 		return usage("run: --at-least %v is longer than --max-hold %v", f.atLeast, f.maxHold)
 	}
@@ -264,26 +249,6 @@ func (f *runFlags) validateOnRequest() error {
 		return usage("run: --on-release-request %q: want none or a signal the command can handle, such as TERM, INT, HUP or USR1", f.onRequest)
 	}
 	return nil
-}
-
-// lockOptions returns the library options the flags ask for: an explicit
-// lease with the watchdog on, so the lock is renewed while the command runs.
-func (f *runFlags) lockOptions() []distlock.Option {
-	owner := f.owner
-	if owner == "" {
-		owner = fmt.Sprintf("%s pid %d", operator(), os.Getpid())
-	}
-	opts := []distlock.Option{
-		distlock.WithLease(f.lease), distlock.WithWatchdog(true),
-		distlock.WithWait(f.wait), distlock.WithOwner(owner),
-	}
-	if f.businessID != "" {
-		opts = append(opts, distlock.WithBusinessID(f.businessID))
-	}
-	if f.maxHold > 0 {
-		opts = append(opts, distlock.WithMaxHold(f.maxHold))
-	}
-	return opts
 }
 
 // run takes the lock, runs argv under it and returns the exit status.
