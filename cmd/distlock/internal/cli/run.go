@@ -87,8 +87,10 @@ once on Redis, etcd and the lock service.
 
 The command runs in a process group of its own; SIGINT, SIGTERM, SIGHUP and
 SIGQUIT sent to distlock are forwarded to that group, and the lock is
-released once the command has exited. On a terminal the command's stdin is
-/dev/null, as a process group in the background cannot read the terminal.
+released once the command has exited. The command reads distlock's stdin
+(a pipe or a file: always, as consul lock -pass-stdin), except that on a
+terminal its stdin is /dev/null, as a process group in the background
+cannot read the terminal.
 If distlock itself is killed with SIGKILL, the command gets SIGKILL too (on
 Linux; commands it started in the background do not) and the lock expires
 within its lease.

@@ -118,6 +118,7 @@ func TestRun(t *testing.T) {
 	t.Run("WaitForever", func(t *testing.T) { testRunWaitForever(t, bin, s) })
 	t.Run("ConflictExitCode", func(t *testing.T) { testRunConflictExitCode(t, bin, s) })
 	t.Run("ShellString", func(t *testing.T) { testRunShellString(t, bin, s) })
+	t.Run("Stdin", func(t *testing.T) { testRunStdin(t, bin, s) })
 	t.Run("DistlockKilled", func(t *testing.T) { testRunDistlockKilled(t, bin, s) })
 	t.Run("Unreachable", func(t *testing.T) { testRunUnreachable(t, bin) })
 }
@@ -475,6 +476,22 @@ func testRunShellString(t *testing.T, bin string, s store) {
 	}
 	if s.held(t, "shell") {
 		t.Error("the lock is still held after distlock exited")
+	}
+}
+
+// A stdin that is not a terminal passes to the command whole (consul lock
+// needs -pass-stdin for that), to its end, for a command after -- and for -c.
+func testRunStdin(t *testing.T, bin string, s store) {
+	in := strings.Repeat("a line for the command\n", 10000) + "last"
+	for _, args := range [][]string{{"--", "cat"}, {"-c", `read first; echo "$first"; cat`}} {
+		p := startDistlock(t, bin, s.env, in, append([]string{"run", "--key", "stdin"}, args...)...)
+		r := p.mustWait(t, processTimeout)
+		if r.code != 0 || r.stderr != "" {
+			t.Fatalf("%q: exit %d, stderr %q; want 0 and nothing", args, r.code, r.stderr)
+		}
+		if r.stdout != in {
+			t.Errorf("%q: the command read %d bytes of stdin (ends %q), want %d", args, len(r.stdout), r.stdout[max(0, len(r.stdout)-20):], len(in))
+		}
 	}
 }
 
