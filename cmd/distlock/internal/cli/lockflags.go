@@ -55,13 +55,9 @@ func (f *lockFlags) validate(op string) error {
 // lockOptions returns the library options the flags ask for: an explicit
 // lease with the watchdog on, so the lock is renewed while it is held.
 func (f *lockFlags) lockOptions() []distlock.Option {
-	owner := f.owner
-	if owner == "" {
-		owner = fmt.Sprintf("%s pid %d", operator(), os.Getpid())
-	}
 	opts := []distlock.Option{
 		distlock.WithLease(f.lease), distlock.WithWatchdog(true),
-		distlock.WithWait(f.wait), distlock.WithOwner(owner),
+		distlock.WithWait(f.wait), distlock.WithOwner(f.ownerName()),
 	}
 	if f.businessID != "" {
 		opts = append(opts, distlock.WithBusinessID(f.businessID))
@@ -70,4 +66,12 @@ func (f *lockFlags) lockOptions() []distlock.Option {
 		opts = append(opts, distlock.WithMaxHold(f.maxHold))
 	}
 	return opts
+}
+
+// ownerName returns --owner, or USER@HOST pid N without it.
+func (f *lockFlags) ownerName() string {
+	if f.owner != "" {
+		return f.owner
+	}
+	return fmt.Sprintf("%s pid %d", operator(), os.Getpid())
 }

@@ -173,7 +173,7 @@ The store is a URL, as for distlock.Open: --backend or $DISTLOCK_BACKEND.`,
 	root.PersistentFlags().StringVar(&g.backend, "backend", "", "store URL (default $DISTLOCK_BACKEND)")
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "text", "output format: text or json")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return exit(ExitUsage, err) })
-	for _, c := range []func(*globals) *cobra.Command{newRunCommand, newStatusCommand, newListCommand, newReleaseCommand, newDoctorCommand, newMigrateCommand, newBenchCommand, newServeCommand} {
+	for _, c := range []func(*globals) *cobra.Command{newRunCommand, newHoldCommand, newStatusCommand, newListCommand, newReleaseCommand, newDoctorCommand, newMigrateCommand, newBenchCommand, newServeCommand} {
 		root.AddCommand(c(g))
 	}
 	return root
