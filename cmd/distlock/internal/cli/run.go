@@ -95,6 +95,11 @@ If distlock itself is killed with SIGKILL, the command gets SIGKILL too (on
 Linux; commands it started in the background do not) and the lock expires
 within its lease.
 
+While run waits for a held key (--wait), a store that fails or stops
+answering for a while does not end the wait: distlock asks it again, with
+growing pauses, until --wait runs out; a wait that runs out so exits 75
+like any other.
+
 --at-least D keeps the lock for at least D after it was taken, even if the
 command ends sooner, so that replicas whose clocks are a little apart do not
 run the job again (ShedLock's lockAtLeastFor): distlock keeps holding and

@@ -609,6 +609,49 @@ func TestRunStoreStopsAnswering(t *testing.T) {
 	}
 }
 
+// A store that stops answering for a moment while run waits for a held key
+// does not end the wait (consul lock needs -monitor-retry for that): the
+// library retries store failures within --wait, and run takes the key once
+// the store answers again and the holder lets go.
+func TestRunWaitRetriesStoreErrors(t *testing.T) {
+	bin := buildDistlock(t)
+	srv := testserver.Redis(t)
+	env := []string{"DISTLOCK_BACKEND=redis://" + srv.Addr()}
+	// The waiter's requests time out after 200ms, so the pause below fails
+	// several of them.
+	waiterEnv := []string{"DISTLOCK_BACKEND=redis://" + srv.Addr() + "?request_timeout=200ms"}
+	dir := t.TempDir()
+	ran := filepath.Join(dir, "ran")
+	holder := startDistlock(t, bin, env, "", "run", "--key", "flaky", "--", "sh", "-c", waitingJob(dir, ""))
+	awaitStart(t, dir)
+	waiter := startDistlock(t, bin, waiterEnv, "", "run", "--key", "flaky", "--wait", "30s", "--", "touch", ran)
+	if r, ended := waiter.wait(time.Second); ended {
+		t.Fatalf("run --wait 30s on a held key ended at once: exit %d, %s", r.code, r.stderr)
+	}
+	const pause = 1500 * time.Millisecond
+	srv.Pause()
+	r, ended := waiter.wait(pause)
+	srv.Resume()
+	if ended {
+		t.Fatalf("run --wait gave up while the store was paused for %v: exit %d, %s", pause, r.code, r.stderr)
+	}
+	if fileExists(ran) {
+		t.Fatal("the command ran while the key was held")
+	}
+	letGo(t, dir)
+	if r := holder.mustWait(t, processTimeout); r.code != 0 {
+		t.Fatalf("the holder exited %d: %s", r.code, r.stderr)
+	}
+	r = waiter.mustWait(t, processTimeout)
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("the waiter exited %d, stderr %q; want 0 and nothing once the key was free", r.code, r.stderr)
+	}
+	if !fileExists(ran) {
+		t.Error("the waiter's command did not run")
+	}
+	t.Logf("store paused %v during the wait; the waiter took the key %v after it started", pause, r.elapsed)
+}
+
 // Bad input gives one clear line and a non-zero exit, and touches no store:
 // the store sees no connection but the test's own probes.
 func TestRunBadInput(t *testing.T) {
