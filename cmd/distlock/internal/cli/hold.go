@@ -37,7 +37,10 @@ every third of its lease, until it gets SIGTERM, SIGINT or SIGHUP: it then
 releases the lock and exits 0. A shell script brackets work with it, as
 with etcdctl lock NAME: start hold in the background with its stdout on a
 pipe (a coproc, or a fifo), read the line, which says the lock is held and
-gives its fence, do the work, then kill hold and wait for it.
+gives its fence, do the work, then kill hold and wait for it. Start hold
+so that the pid the script kills is distlock's own: in a bash coproc,
+exec distlock; in sh, not inside a list (a && distlock hold ... & runs a
+subshell).
 
 The line comes only once the lock is held; if hold exits without taking
 it, stdout ends with no line, so a script's read fails and wait gives the
@@ -61,17 +64,19 @@ Exit codes: 0 released after a signal; 1 stdout could not be written (the
 lock was released); 2 bad flags (nothing was sent to the store); 69 store
 unreachable; 75 held elsewhere after --wait; 76 lock lost while held;
 128+N interrupted by signal N while waiting for the lock.`,
-		Example: `  # bash: hold in a coproc, read its line, do the work, then release
-  coproc HOLD { distlock hold deploy --wait 5m; }
+		Example: `  # bash: hold in a coproc (exec, so that HOLD_PID is distlock's), read its
+  # line, do the work, then release the lock
+  coproc HOLD { exec distlock hold deploy --wait 5m; }
   pid=$HOLD_PID
-  read -r fence key <&"${HOLD[0]}" || { wait "$pid"; exit; }
+  read -r fence key <&"${HOLD[0]}" || { wait "$pid"; exit; }   # no line: exit with hold's code
   ./deploy.sh --fence "$fence"
   kill "$pid"; wait "$pid"
 
   # POSIX sh: the same through a fifo
-  mkfifo /tmp/deploy.lock && distlock hold --key deploy --wait forever >/tmp/deploy.lock &
+  dir=$(mktemp -d) && mkfifo "$dir/hold"
+  distlock hold --key deploy --wait forever >"$dir/hold" &
   pid=$!
-  read -r fence key </tmp/deploy.lock || { wait "$pid"; exit; }
+  read -r fence key <"$dir/hold" || { wait "$pid"; exit; }
 
   distlock hold nightly -o json --lease 10s --max-hold 1h`,
 		RunE: func(cmd *cobra.Command, args []string) error {
