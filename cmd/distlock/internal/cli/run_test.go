@@ -119,6 +119,7 @@ func TestRun(t *testing.T) {
 	t.Run("ConflictExitCode", func(t *testing.T) { testRunConflictExitCode(t, bin, s) })
 	t.Run("ShellString", func(t *testing.T) { testRunShellString(t, bin, s) })
 	t.Run("Stdin", func(t *testing.T) { testRunStdin(t, bin, s) })
+	t.Run("Permits", func(t *testing.T) { testRunPermits(t, bin, s) })
 	t.Run("DistlockKilled", func(t *testing.T) { testRunDistlockKilled(t, bin, s) })
 	t.Run("Unreachable", func(t *testing.T) { testRunUnreachable(t, bin) })
 }
@@ -495,6 +496,58 @@ func testRunStdin(t *testing.T, bin string, s store) {
 	}
 }
 
+// run -n N (consul lock -n) runs at most N commands at once over the
+// semaphore KEY: two run together with -n 2, a third exits 75 naming the
+// permits, or with --wait runs once a permit is freed. The command gets
+// DISTLOCK_KEY and DISTLOCK_PERMITS, and no DISTLOCK_FENCE.
+func testRunPermits(t *testing.T, bin string, s store) {
+	dirs := []string{t.TempDir(), t.TempDir()}
+	envFile := filepath.Join(dirs[0], "env")
+	holders := make([]*process, len(dirs))
+	for i, dir := range dirs {
+		holders[i] = startDistlock(t, bin, s.env, "", "run", "--key", "permits", "-n", "2", "--owner", fmt.Sprintf("worker-%d", i),
+			"--", "sh", "-c", waitingJob(dir, "env > "+filepath.Join(dir, "env")))
+	}
+	for _, dir := range dirs {
+		awaitStart(t, dir)
+	}
+	env := readFile(t, envFile)
+	for _, want := range []string{"DISTLOCK_KEY=permits\n", "DISTLOCK_PERMITS=2\n"} {
+		if !strings.Contains(env, want) {
+			t.Errorf("the command's environment lacks %q", want)
+		}
+	}
+	if strings.Contains(env, "DISTLOCK_FENCE=") {
+		t.Error("a permit's command got DISTLOCK_FENCE")
+	}
+
+	r := runDistlock(t, bin, s.env, "run", "--key", "permits", "-n", "2", "--", "false")
+	if r.code != ExitNotAcquired {
+		t.Fatalf("a third run with -n 2: exit %d, want %d; stderr: %s", r.code, ExitNotAcquired, r.stderr)
+	}
+	wantOneLine(t, r, `all 2 permits of "permits" are held`, "worker-0", "worker-1", "the command was not run")
+
+	ran := filepath.Join(t.TempDir(), "ran")
+	waiter := startDistlock(t, bin, s.env, "", "run", "--key", "permits", "-n", "2", "--wait", "30s", "--", "touch", ran)
+	if r, ended := waiter.wait(500 * time.Millisecond); ended || fileExists(ran) {
+		t.Fatalf("a third run with -n 2 --wait ran while both permits were held: exit %d, %s", r.code, r.stderr)
+	}
+	letGo(t, dirs[0])
+	if r := holders[0].mustWait(t, processTimeout); r.code != 0 {
+		t.Fatalf("the first holder exited %d: %s", r.code, r.stderr)
+	}
+	if r := waiter.mustWait(t, processTimeout); r.code != 0 || r.stderr != "" || !fileExists(ran) {
+		t.Fatalf("the waiter exited %d, stderr %q, ran %v; want 0, nothing and ran once a permit was free", r.code, r.stderr, fileExists(ran))
+	}
+	letGo(t, dirs[1])
+	if r := holders[1].mustWait(t, processTimeout); r.code != 0 {
+		t.Fatalf("the second holder exited %d: %s", r.code, r.stderr)
+	}
+	if s.held(t, "permits") {
+		t.Error("run -n took the lock KEY, not a permit of the semaphore KEY")
+	}
+}
+
 // --wait forever (or inf) waits for a held key as long as it takes, as
 // flock and etcdctl lock do by default.
 func testRunWaitForever(t *testing.T, bin string, s store) {
@@ -676,6 +729,9 @@ func TestRunBadInput(t *testing.T) {
 		{"-c and a command", []string{"run", "--key", "k", "-c", "true", "--", "true"}, ExitUsage, "give -c or a command after --, not both"},
 		{"-c empty", []string{"run", "--key", "k", "-c", ""}, ExitUsage, "-c: empty shell command"},
 		{"-c and words", []string{"run", "--key", "k", "-c", "echo", "hi"}, ExitUsage, `unexpected "hi"`},
+		{"no permits", []string{"run", "--key", "k", "-n", "0", "--", "true"}, ExitUsage, "-n 0: want at least 1 permit"},
+		{"negative permits", []string{"run", "--key", "k", "-n", "-2", "--", "true"}, ExitUsage, "-n -2: want at least 1 permit"},
+		{"permits not a number", []string{"run", "--key", "k", "-n", "many", "--", "true"}, ExitUsage, `invalid argument "many" for "-n, --permits"`},
 		{"missing --", []string{"run", "--key", "k", "echo", "hi"}, ExitUsage, "put -- before the command"},
 		{"no command", []string{"run", "--key", "k", "--"}, ExitUsage, "no command"},
 		{"no key", []string{"run", "--", "true"}, ExitUsage, "--key is required"},
