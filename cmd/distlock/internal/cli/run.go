@@ -49,6 +49,8 @@ type runFlags struct {
 	conflictOn bool   // --conflict-exit-code was given
 	shell      string // -c: a command line for /bin/sh -c
 	shellOn    bool   // -c was given
+	permits    int    // -n: at most this many commands at once, over a semaphore
+	permitsOn  bool   // -n was given
 	onRequest  string // --on-release-request: a signal's name, or "none"
 	askSignal  syscall.Signal
 }
@@ -114,6 +116,16 @@ The command gets DISTLOCK_KEY and DISTLOCK_FENCE in its environment (never
 the lock's token): pass the fence to what it writes, so that a store
 guarded by fences rejects a holder that lost the lock.
 
+-n N runs the command while it holds one of N permits of the semaphore KEY
+(as consul lock -n does): at most N commands run at once, each renewed,
+stopped on a loss and released as under the lock. The semaphore KEY is not
+the lock KEY (runs with and without -n do not exclude each other), and every
+run of KEY must give the same N. The command gets DISTLOCK_KEY and
+DISTLOCK_PERMITS=N, not DISTLOCK_FENCE: N holders are valid at once, so a
+resource that refused all but the highest fence would refuse the others.
+Redis, etcd, ZooKeeper, PostgreSQL, the lock service and mem:// keep
+semaphores; with another store -n fails with exit 1.
+
 Exit codes: the command's own; 2 bad flags (nothing was sent to the store);
 69 store unreachable; 75 held elsewhere (--conflict-exit-code, or 0 with
 --skip-ok); 76 lock lost
@@ -125,10 +137,12 @@ command; 128+N distlock was interrupted by signal N before the command ran.`,
   distlock run --key sync --wait 10s --conflict-exit-code 3 -- ./sync.sh
   distlock run --key cleanup --at-least 1m --skip-ok -- sh -c 'echo fence $DISTLOCK_FENCE'
   distlock run --key reindex --on-release-request USR1 -- ./reindex.sh
+  distlock run --key transcode -n 4 --wait 10m -- ./transcode.sh
   distlock run --key rotate -c 'gzip -9 /var/log/app/*.log && ./upload.sh'`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f.conflictOn = cmd.Flags().Changed("conflict-exit-code")
 			f.shellOn = cmd.Flags().Changed("command")
+			f.permitsOn = cmd.Flags().Changed("permits")
 			argv, err := f.validate(g, args, cmd.ArgsLenAtDash())
 			if err != nil {
 				return err
@@ -142,6 +156,7 @@ command; 128+N distlock was interrupted by signal N before the command ran.`,
 	fl.DurationVar(&f.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the lock is lost")
 	fl.BoolVar(&f.skipOK, "skip-ok", false, "exit 0, silently, when the key is held elsewhere")
 	fl.IntVar(&f.conflict, "conflict-exit-code", ExitNotAcquired, "exit code when the key is held elsewhere after --wait (0 to 255)")
+	fl.IntVarP(&f.permits, "permits", "n", 0, "run at most N commands at once, each holding a permit of the semaphore KEY (not the lock KEY); the command gets DISTLOCK_PERMITS, not DISTLOCK_FENCE")
 	fl.StringVarP(&f.shell, "command", "c", "", "run this string with /bin/sh -c, instead of a command after --")
 	fl.StringVar(&f.onRequest, "on-release-request", "none", "signal the command's process group gets when a release of the lock is requested (TERM, INT, HUP, USR1, ...), or none")
 	return c
@@ -169,6 +184,8 @@ func (f *runFlags) validate(g *globals, args []string, dash int) ([]string, erro
 	switch {
 	case f.conflict < 0 || f.conflict > 255:
 		return nil, usage("run: --conflict-exit-code %d: want 0 to 255", f.conflict)
+	case f.permitsOn && f.permits < 1:
+		return nil, usage("run: -n %d: want at least 1 permit", f.permits)
 	case f.conflictOn && f.skipOK:
 		return nil, usage("run: --conflict-exit-code and --skip-ok both set the exit code of a held key: give one")
 	}
@@ -276,9 +293,9 @@ func (f *runFlags) run(cmd *cobra.Command, g *globals, argv []string) error {
 	}
 	var giveUp time.Time // set once the lock is known lost: when to stop waiting for the store
 	defer func() { closeClient(client, giveUp) }()
-	l, err := client.Lock(ctx, f.key, f.lockOptions()...)
+	l, held, err := f.take(ctx, client)
 	if err != nil {
-		return f.notAcquired(ctx, client, err, sigs)
+		return f.notAcquired(ctx, held, err, sigs)
 	}
 	if ctx.Err() != nil { // a signal came as the lock was granted
 		releaseLock(cmd, l, time.Now().Add(distlock.ReleaseBudget))
@@ -289,6 +306,44 @@ func (f *runFlags) run(cmd *cobra.Command, g *globals, argv []string) error {
 	err = j.run(cmd, argv)
 	giveUp = j.giveUp
 	return err
+}
+
+// take takes the lock KEY, or with -n a permit of the semaphore KEY. held
+// says, when take fails, who holds the lock or the permits.
+func (f *runFlags) take(ctx context.Context, client *distlock.Client) (_ *distlock.Lock, held func(context.Context) string, _ error) {
+	if !f.permitsOn {
+		held = func(ctx context.Context) string {
+			return fmt.Sprintf("%q is held by %s", f.key, holder(ctx, client, f.key))
+		}
+		l, err := client.Lock(ctx, f.key, f.lockOptions()...)
+		return l, held, err
+	}
+	held = func(context.Context) string { return fmt.Sprintf("all %d permits of %q are held", f.permits, f.key) }
+	sem, err := client.Semaphore(f.key, f.permits)
+	if err != nil {
+		return nil, held, err
+	}
+	held = func(ctx context.Context) string {
+		return fmt.Sprintf("all %d permits of %q are held%s", f.permits, f.key, permitHolders(ctx, sem))
+	}
+	l, err := sem.Acquire(ctx, f.lockOptions()...)
+	return l, held, err
+}
+
+// permitHolders names the holders of sem's permits, as far as the store
+// says within a second: " (by A, B)", or "" if it does not.
+func permitHolders(ctx context.Context, sem *distlock.Semaphore) string {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	info, err := sem.Inspect(ctx)
+	if err != nil || len(info.Held) == 0 {
+		return ""
+	}
+	owners := make([]string, len(info.Held))
+	for i, h := range info.Held {
+		owners[i] = viewOf(h).owner()
+	}
+	return " (by " + strings.Join(owners, ", ") + ")"
 }
 
 // closeClient closes the client. Given a deadline (the lock was lost, and
@@ -313,18 +368,21 @@ func closeClient(c *distlock.Client, deadline time.Time) {
 	}
 }
 
-// notAcquired turns a failed Lock into the exit status: held elsewhere,
-// interrupted, bad options, or a store failure.
-func (f *runFlags) notAcquired(ctx context.Context, client *distlock.Client, err error, sigs <-chan os.Signal) error {
+// notAcquired turns a failed Lock into the exit status: held elsewhere
+// (held says by whom), interrupted, bad options, a store without
+// semaphores (-n), or a store failure.
+func (f *runFlags) notAcquired(ctx context.Context, held func(context.Context) string, err error, sigs <-chan os.Signal) error {
 	switch {
 	case ctx.Err() != nil:
 		return interrupted(sigs, "while waiting for the lock")
 	case errors.Is(err, distlock.ErrNotAcquired) && f.skipOK:
 		return nil
 	case errors.Is(err, distlock.ErrNotAcquired):
-		return exit(f.conflict, fmt.Errorf("run: %q is held by %s; the command was not run", f.key, holder(ctx, client, f.key)))
+		return exit(f.conflict, fmt.Errorf("run: %s; the command was not run", held(ctx)))
 	case errors.Is(err, distlock.ErrInvalidOption), errors.Is(err, distlock.ErrInvalidKey):
 		return exit(ExitUsage, &opError{op: "run", err: err})
+	case errors.Is(err, errors.ErrUnsupported):
+		return exit(ExitError, &opError{op: "run: -n", err: err})
 	}
 	return exit(ExitUnavailable, &opError{op: "run", err: err})
 }
@@ -479,16 +537,20 @@ func (j *job) release(cmd *cobra.Command) {
 }
 
 // start starts argv in a process group of its own, with DISTLOCK_KEY and
-// DISTLOCK_FENCE added to the environment.
+// DISTLOCK_FENCE (with -n, DISTLOCK_PERMITS) added to the environment.
 func (j *job) start(cmd *cobra.Command, argv []string) error {
 	c := exec.Command(argv[0], argv[1:]...)
 	if in := cmd.InOrStdin(); !isTerminal(in) {
 		c.Stdin = in
 	}
 	c.Stdout, c.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
-	c.Env = append(os.Environ(),
-		"DISTLOCK_KEY="+j.lock.Key(),
-		"DISTLOCK_FENCE="+strconv.FormatUint(j.lock.Fence(), 10))
+	c.Env = append(os.Environ(), "DISTLOCK_KEY="+j.lock.Key())
+	if j.flags.permitsOn {
+		// A permit's fence fences nothing: N holders are valid at once.
+		c.Env = append(c.Env, "DISTLOCK_PERMITS="+strconv.Itoa(j.flags.permits))
+	} else {
+		c.Env = append(c.Env, "DISTLOCK_FENCE="+strconv.FormatUint(j.lock.Fence(), 10))
+	}
 	c.SysProcAttr = jobProcAttr()
 	j.child = c
 	return c.Start()

@@ -548,6 +548,25 @@ func testRunPermits(t *testing.T, bin string, s store) {
 	}
 }
 
+// run -n over a store that keeps no semaphores (Redlock over three real
+// redis-servers) exits 1 saying so, and the command does not run.
+func TestRunPermitsUnsupported(t *testing.T) {
+	bin := buildDistlock(t)
+	var nodes []string
+	for range 3 {
+		nodes = append(nodes, testserver.Redis(t).Addr())
+	}
+	ran := filepath.Join(t.TempDir(), "ran")
+	r := runDistlock(t, bin, []string{"DISTLOCK_BACKEND=redlock://" + strings.Join(nodes, ",")}, "run", "--key", "permits", "-n", "2", "--", "touch", ran)
+	if r.code != ExitError {
+		t.Fatalf("exit %d, want %d; stderr: %s", r.code, ExitError, r.stderr)
+	}
+	wantOneLine(t, r, "run: -n: ", "redlock keeps no semaphores")
+	if fileExists(ran) {
+		t.Error("the command ran without a permit")
+	}
+}
+
 // --wait forever (or inf) waits for a held key as long as it takes, as
 // flock and etcdctl lock do by default.
 func testRunWaitForever(t *testing.T, bin string, s store) {
