@@ -139,7 +139,7 @@ func (f *holdFlags) hold(cmd *cobra.Command, g *globals, asJSON bool) error {
 	}
 	if ctx.Err() != nil { // a signal came as the lock was granted
 		releaseLock(cmd, l, time.Now().Add(distlock.ReleaseBudget))
-		return holdInterrupted(sigs, "as the lock was granted")
+		return interrupted("hold", sigs, "as the lock was granted")
 	}
 	stop()
 	if err := f.announce(cmd.OutOrStdout(), l, asJSON); err != nil {
@@ -155,25 +155,13 @@ func (f *holdFlags) hold(cmd *cobra.Command, g *globals, asJSON bool) error {
 func (f *holdFlags) notAcquired(ctx context.Context, client *distlock.Client, err error, sigs <-chan os.Signal) error {
 	switch {
 	case ctx.Err() != nil:
-		return holdInterrupted(sigs, "while waiting for the lock")
+		return interrupted("hold", sigs, "while waiting for the lock")
 	case errors.Is(err, distlock.ErrNotAcquired):
 		return exit(ExitNotAcquired, fmt.Errorf("hold: %q is held by %s", f.key, holder(ctx, client, f.key)))
 	case errors.Is(err, distlock.ErrInvalidOption), errors.Is(err, distlock.ErrInvalidKey):
 		return exit(ExitUsage, &opError{op: "hold", err: err})
 	}
 	return exit(ExitUnavailable, &opError{op: "hold", err: err})
-}
-
-// holdInterrupted is the exit status of a hold that a signal ended before
-// it held the lock: 128 + the signal's number, like a shell's.
-func holdInterrupted(sigs <-chan os.Signal, when string) error {
-	sig := syscall.SIGINT
-	select {
-	case s := <-sigs:
-		sig = s.(syscall.Signal)
-	case <-time.After(time.Second): // the context ended without a signal
-	}
-	return exit(128+int(sig), fmt.Errorf("hold: interrupted by %s %s", unix.SignalName(sig), when))
 }
 
 // heldLine is the line of hold -o json.

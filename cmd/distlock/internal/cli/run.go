@@ -299,7 +299,7 @@ func (f *runFlags) run(cmd *cobra.Command, g *globals, argv []string) error {
 	}
 	if ctx.Err() != nil { // a signal came as the lock was granted
 		releaseLock(cmd, l, time.Now().Add(distlock.ReleaseBudget))
-		return interrupted(sigs, "before the command started")
+		return interrupted("run", sigs, "before the command started")
 	}
 	stop()
 	j := &job{flags: f, lock: l, sigs: sigs, losses: losses, stderr: cmd.ErrOrStderr()}
@@ -374,7 +374,7 @@ func closeClient(c *distlock.Client, deadline time.Time) {
 func (f *runFlags) notAcquired(ctx context.Context, held func(context.Context) string, err error, sigs <-chan os.Signal) error {
 	switch {
 	case ctx.Err() != nil:
-		return interrupted(sigs, "while waiting for the lock")
+		return interrupted("run", sigs, "while waiting for the lock")
 	case errors.Is(err, distlock.ErrNotAcquired) && f.skipOK:
 		return nil
 	case errors.Is(err, distlock.ErrNotAcquired):
@@ -399,16 +399,17 @@ func holder(ctx context.Context, client *distlock.Client, key string) string {
 	return fmt.Sprintf("%s (fence %d, lease left %s)", v.owner(), v.Fence, v.leaseLeft())
 }
 
-// interrupted is the exit status of a run that a signal ended before the
-// command started: 128 + the signal's number, like a shell's.
-func interrupted(sigs <-chan os.Signal, when string) error {
+// interrupted is the exit status of command op (run, hold) that a signal
+// ended before it held the lock or started its command: 128 + the signal's
+// number, like a shell's.
+func interrupted(op string, sigs <-chan os.Signal, when string) error {
 	sig := syscall.SIGINT
 	select {
 	case s := <-sigs:
 		sig = s.(syscall.Signal)
 	case <-time.After(time.Second): // the context ended without a signal
 	}
-	return exit(128+int(sig), fmt.Errorf("run: interrupted by %s %s", unix.SignalName(sig), when))
+	return exit(128+int(sig), fmt.Errorf("%s: interrupted by %s %s", op, unix.SignalName(sig), when))
 }
 
 // releaseLock releases l, waiting for the store until deadline at most, with
