@@ -766,7 +766,9 @@ func TestRemoteRateLimited(t *testing.T) {
 		t.Skip("starts etcd and redis-server")
 	}
 	st := remoteStores(t)[0]
-	svc := startRemoteServiceRate(t, st, "10 3")
+	// One call a second: the try after the burst is spent must find no token
+	// refilled however slow a loaded machine makes the test between them.
+	svc := startRemoteServiceRate(t, st, "1 3")
 	ctx := remoteCtx(t)
 	c := distlock.New(remoteBackendAt(t, svc.addr, remoteClient))
 	t.Cleanup(func() { _ = c.Close() })
