@@ -120,6 +120,7 @@ func TestRun(t *testing.T) {
 	t.Run("ShellString", func(t *testing.T) { testRunShellString(t, bin, s) })
 	t.Run("Stdin", func(t *testing.T) { testRunStdin(t, bin, s) })
 	t.Run("Permits", func(t *testing.T) { testRunPermits(t, bin, s) })
+	t.Run("SharedExclusive", func(t *testing.T) { testRunSharedExclusive(t, bin, s) })
 	t.Run("DistlockKilled", func(t *testing.T) { testRunDistlockKilled(t, bin, s) })
 	t.Run("Unreachable", func(t *testing.T) { testRunUnreachable(t, bin) })
 }
@@ -567,6 +568,113 @@ func TestRunPermitsUnsupported(t *testing.T) {
 	}
 }
 
+// run --shared and --exclusive (flock -s, -x) take KEY as a reader or the
+// writer of the read-write lock KEY: two shared runs hold at once, an
+// exclusive run exits 75 naming them, or with --wait runs once they have
+// ended; while it holds, a shared run waits. A shared command gets no
+// DISTLOCK_FENCE, an exclusive one does; the lock KEY stays free.
+func testRunSharedExclusive(t *testing.T, bin string, s store) {
+	readers := []string{t.TempDir(), t.TempDir()}
+	procs := make([]*process, len(readers))
+	for i, dir := range readers {
+		procs[i] = startDistlock(t, bin, s.env, "", "run", "--key", "rw", "--shared", "--owner", fmt.Sprintf("reader-%d", i),
+			"--", "sh", "-c", waitingJob(dir, "env > "+filepath.Join(dir, "env")))
+	}
+	for _, dir := range readers {
+		awaitStart(t, dir)
+	}
+	env := readFile(t, filepath.Join(readers[0], "env"))
+	for _, want := range []string{"DISTLOCK_KEY=rw\n", "DISTLOCK_MODE=shared\n"} {
+		if !strings.Contains(env, want) {
+			t.Errorf("a shared command's environment lacks %q", want)
+		}
+	}
+	if strings.Contains(env, "DISTLOCK_FENCE=") {
+		t.Error("a shared command got DISTLOCK_FENCE")
+	}
+	if s.held(t, "rw") {
+		t.Error("run --shared took the lock KEY, not the read-write lock KEY")
+	}
+
+	const wait = 300 * time.Millisecond
+	r := runDistlock(t, bin, s.env, "run", "--key", "rw", "--exclusive", "--wait", wait.String(), "--", "false")
+	if r.code != ExitNotAcquired {
+		t.Fatalf("--exclusive while two shared runs hold: exit %d, want %d; stderr: %s", r.code, ExitNotAcquired, r.stderr)
+	}
+	wantOneLine(t, r, `"rw" is held shared by`, "reader-0", "reader-1", "the command was not run")
+	if r.elapsed < wait {
+		t.Errorf("--exclusive --wait %v: gave up after %v", wait, r.elapsed)
+	}
+
+	writer := t.TempDir()
+	w := startDistlock(t, bin, s.env, "", "run", "--key", "rw", "--exclusive", "--wait", "30s", "--owner", "writer",
+		"--", "sh", "-c", waitingJob(writer, "env > "+filepath.Join(writer, "env")))
+	if r, ended := w.wait(500 * time.Millisecond); ended || fileExists(filepath.Join(writer, "started")) {
+		t.Fatalf("--exclusive --wait ran while shared runs held: exit %d, %s", r.code, r.stderr)
+	}
+	for i, dir := range readers {
+		letGo(t, dir)
+		if r := procs[i].mustWait(t, processTimeout); r.code != 0 || r.stderr != "" {
+			t.Fatalf("shared run %d exited %d, stderr %q; want 0 and nothing", i, r.code, r.stderr)
+		}
+	}
+	awaitStart(t, writer)
+	env = readFile(t, filepath.Join(writer, "env"))
+	for _, want := range []string{"DISTLOCK_KEY=rw\n", "DISTLOCK_MODE=exclusive\n", "DISTLOCK_FENCE="} {
+		if !strings.Contains(env, want) {
+			t.Errorf("the exclusive command's environment lacks %q", want)
+		}
+	}
+
+	r = runDistlock(t, bin, s.env, "run", "--key", "rw", "--shared", "--", "false")
+	if r.code != ExitNotAcquired {
+		t.Fatalf("--shared while an exclusive run holds: exit %d, want %d; stderr: %s", r.code, ExitNotAcquired, r.stderr)
+	}
+	wantOneLine(t, r, `"rw" is held exclusively by writer (fence `, "the command was not run")
+	ran := filepath.Join(t.TempDir(), "ran")
+	waiter := startDistlock(t, bin, s.env, "", "run", "--key", "rw", "--shared", "--wait", "30s", "--", "touch", ran)
+	if r, ended := waiter.wait(500 * time.Millisecond); ended || fileExists(ran) {
+		t.Fatalf("--shared --wait ran while an exclusive run held: exit %d, %s", r.code, r.stderr)
+	}
+	letGo(t, writer)
+	if r := w.mustWait(t, processTimeout); r.code != 0 || r.stderr != "" {
+		t.Fatalf("the exclusive run exited %d, stderr %q; want 0 and nothing", r.code, r.stderr)
+	}
+	if r := waiter.mustWait(t, processTimeout); r.code != 0 || r.stderr != "" || !fileExists(ran) {
+		t.Fatalf("the shared waiter exited %d, stderr %q, ran %v; want 0, nothing and ran", r.code, r.stderr, fileExists(ran))
+	}
+	// Every hold was released: an exclusive run gets KEY at once.
+	if r := runDistlock(t, bin, s.env, "run", "--key", "rw", "--exclusive", "--", "true"); r.code != 0 {
+		t.Fatalf("--exclusive after every run ended: exit %d; stderr: %s", r.code, r.stderr)
+	}
+	if s.held(t, "rw") {
+		t.Error("a run of the read-write lock KEY left the lock KEY held")
+	}
+}
+
+// run --shared or --exclusive over a store that keeps no read-write locks
+// (Redlock over three real redis-servers) exits 1 saying so, and the
+// command does not run.
+func TestRunSharedUnsupported(t *testing.T) {
+	bin := buildDistlock(t)
+	var nodes []string
+	for range 3 {
+		nodes = append(nodes, testserver.Redis(t).Addr())
+	}
+	env := []string{"DISTLOCK_BACKEND=redlock://" + strings.Join(nodes, ",")}
+	for _, mode := range []string{"--shared", "--exclusive"} {
+		ran := filepath.Join(t.TempDir(), "ran")
+		r := runDistlock(t, bin, env, "run", "--key", "rw", mode, "--", "touch", ran)
+		if r.code != ExitError {
+			t.Fatalf("%s: exit %d, want %d; stderr: %s", mode, r.code, ExitError, r.stderr)
+		}
+		wantOneLine(t, r, "run: "+mode+": ", "redlock keeps no read-write locks")
+		if fileExists(ran) {
+			t.Errorf("%s: the command ran without the read-write lock", mode)
+		}
+	}
+}
+
 // --wait forever (or inf) waits for a held key as long as it takes, as
 // flock and etcdctl lock do by default.
 func testRunWaitForever(t *testing.T, bin string, s store) {
@@ -751,6 +859,9 @@ func TestRunBadInput(t *testing.T) {
 		{"no permits", []string{"run", "--key", "k", "-n", "0", "--", "true"}, ExitUsage, "-n 0: want at least 1 permit"},
 		{"negative permits", []string{"run", "--key", "k", "-n", "-2", "--", "true"}, ExitUsage, "-n -2: want at least 1 permit"},
 		{"permits not a number", []string{"run", "--key", "k", "-n", "many", "--", "true"}, ExitUsage, `invalid argument "many" for "-n, --permits"`},
+		{"shared and exclusive", []string{"run", "--key", "k", "--shared", "--exclusive", "--", "true"}, ExitUsage, "--shared and --exclusive: give one"},
+		{"shared with permits", []string{"run", "--key", "k", "--shared", "-n", "2", "--", "true"}, ExitUsage, "-n and --shared: give one"},
+		{"exclusive with permits", []string{"run", "--key", "k", "-n", "2", "--exclusive", "--", "true"}, ExitUsage, "-n and --exclusive: give one"},
 		{"missing --", []string{"run", "--key", "k", "echo", "hi"}, ExitUsage, "put -- before the command"},
 		{"no command", []string{"run", "--key", "k", "--"}, ExitUsage, "no command"},
 		{"no key", []string{"run", "--", "true"}, ExitUsage, "--key is required"},
