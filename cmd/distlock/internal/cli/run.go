@@ -51,6 +51,8 @@ type runFlags struct {
 	shellOn    bool   // -c was given
 	permits    int    // -n: at most this many commands at once, over a semaphore
 	permitsOn  bool   // -n was given
+	shared     bool   // --shared: a reader of the read-write lock KEY
+	exclusive  bool   // --exclusive: the writer of the read-write lock KEY
 	onRequest  string // --on-release-request: a signal's name, or "none"
 	askSignal  syscall.Signal
 }
@@ -126,6 +128,20 @@ resource that refused all but the highest fence would refuse the others.
 Redis, etcd, ZooKeeper, PostgreSQL, the lock service and mem:// keep
 semaphores; with another store -n fails with exit 1.
 
+--shared (-s) and --exclusive (-x) take KEY as a reader or as the writer of
+the read-write lock KEY (as flock -s and -x do): shared runs hold at once,
+an exclusive run holds alone, and an exclusive run that waits keeps new
+shared runs out until it has run. Each hold is renewed, stopped on a loss
+and released as the lock is. The read-write lock KEY is not the lock KEY
+(runs with and without these flags do not exclude each other). The command
+gets DISTLOCK_KEY and DISTLOCK_MODE=shared or exclusive; an exclusive
+command also gets DISTLOCK_FENCE, above the fence of every hold of KEY
+before it, shared or exclusive. A shared command gets no DISTLOCK_FENCE:
+several readers are valid at once, so a resource that refused all but the
+highest fence would refuse the others. The stores that keep semaphores keep
+read-write locks; with another store --shared and --exclusive fail with
+exit 1.
+
 Exit codes: the command's own; 2 bad flags (nothing was sent to the store);
 69 store unreachable; 75 held elsewhere (--conflict-exit-code, or 0 with
 --skip-ok); 76 lock lost
@@ -138,6 +154,8 @@ command; 128+N distlock was interrupted by signal N before the command ran.`,
   distlock run --key cleanup --at-least 1m --skip-ok -- sh -c 'echo fence $DISTLOCK_FENCE'
   distlock run --key reindex --on-release-request USR1 -- ./reindex.sh
   distlock run --key transcode -n 4 --wait 10m -- ./transcode.sh
+  distlock run --key catalog --shared --wait 1m -- ./export.sh
+  distlock run --key catalog --exclusive --wait 10m -- ./rebuild.sh
   distlock run --key rotate -c 'gzip -9 /var/log/app/*.log && ./upload.sh'`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f.conflictOn = cmd.Flags().Changed("conflict-exit-code")
@@ -157,6 +175,8 @@ command; 128+N distlock was interrupted by signal N before the command ran.`,
 	fl.BoolVar(&f.skipOK, "skip-ok", false, "exit 0, silently, when the key is held elsewhere")
 	fl.IntVar(&f.conflict, "conflict-exit-code", ExitNotAcquired, "exit code when the key is held elsewhere after --wait (0 to 255)")
 	fl.IntVarP(&f.permits, "permits", "n", 0, "run at most N commands at once, each holding a permit of the semaphore KEY (not the lock KEY); the command gets DISTLOCK_PERMITS, not DISTLOCK_FENCE")
+	fl.BoolVarP(&f.shared, "shared", "s", false, "hold KEY shared with other --shared runs, as a reader of the read-write lock KEY (not the lock KEY); the command gets DISTLOCK_MODE=shared, not DISTLOCK_FENCE")
+	fl.BoolVarP(&f.exclusive, "exclusive", "x", false, "hold KEY alone, as the writer of the read-write lock KEY (not the lock KEY); the command gets DISTLOCK_MODE=exclusive and DISTLOCK_FENCE")
 	fl.StringVarP(&f.shell, "command", "c", "", "run this string with /bin/sh -c, instead of a command after --")
 	fl.StringVar(&f.onRequest, "on-release-request", "none", "signal the command's process group gets when a release of the lock is requested (TERM, INT, HUP, USR1, ...), or none")
 	return c
@@ -186,6 +206,12 @@ func (f *runFlags) validate(g *globals, args []string, dash int) ([]string, erro
 		return nil, usage("run: --conflict-exit-code %d: want 0 to 255", f.conflict)
 	case f.permitsOn && f.permits < 1:
 		return nil, usage("run: -n %d: want at least 1 permit", f.permits)
+	case f.shared && f.exclusive:
+		return nil, usage("run: --shared and --exclusive: give one")
+	case f.permitsOn && f.shared:
+		return nil, usage("run: -n and --shared: give one (-n is a semaphore, --shared a read-write lock)")
+	case f.permitsOn && f.exclusive:
+		return nil, usage("run: -n and --exclusive: give one (-n is a semaphore, --exclusive a read-write lock)")
 	case f.conflictOn && f.skipOK:
 		return nil, usage("run: --conflict-exit-code and --skip-ok both set the exit code of a held key: give one")
 	}
@@ -308,9 +334,25 @@ func (f *runFlags) run(cmd *cobra.Command, g *globals, argv []string) error {
 	return err
 }
 
-// take takes the lock KEY, or with -n a permit of the semaphore KEY. held
-// says, when take fails, who holds the lock or the permits.
+// mode is the value of DISTLOCK_MODE and the name of the flag that chose
+// the read-write lock: shared or exclusive, or "" for the lock or -n.
+func (f *runFlags) mode() string {
+	switch {
+	case f.shared:
+		return "shared"
+	case f.exclusive:
+		return "exclusive"
+	}
+	return ""
+}
+
+// take takes the lock KEY, with -n a permit of the semaphore KEY, or with
+// --shared or --exclusive a hold of the read-write lock KEY. held says,
+// when take fails, who holds the lock, the permits or the read-write lock.
 func (f *runFlags) take(ctx context.Context, client *distlock.Client) (_ *distlock.Lock, held func(context.Context) string, _ error) {
+	if f.mode() != "" {
+		return f.takeRW(ctx, client)
+	}
 	if !f.permitsOn {
 		held = func(ctx context.Context) string {
 			return fmt.Sprintf("%q is held by %s", f.key, holder(ctx, client, f.key))
@@ -328,6 +370,52 @@ func (f *runFlags) take(ctx context.Context, client *distlock.Client) (_ *distlo
 	}
 	l, err := sem.Acquire(ctx, f.lockOptions()...)
 	return l, held, err
+}
+
+// takeRW takes the read-write lock KEY as a reader (--shared) or the
+// writer (--exclusive).
+func (f *runFlags) takeRW(ctx context.Context, client *distlock.Client) (_ *distlock.Lock, held func(context.Context) string, _ error) {
+	held = func(context.Context) string { return fmt.Sprintf("%q is held by another owner", f.key) }
+	rw, err := client.RWMutex(f.key)
+	if err != nil {
+		return nil, held, err
+	}
+	held = func(ctx context.Context) string { return rwHolders(ctx, rw, f.key) }
+	if f.shared {
+		l, err := rw.RLock(ctx, f.lockOptions()...)
+		return l, held, err
+	}
+	l, err := rw.Lock(ctx, f.lockOptions()...)
+	return l, held, err
+}
+
+// rwHolders says who holds the read-write lock key, as far as the store
+// says within a second: its writer, its readers, or the writers whose wait
+// keeps new readers out.
+func rwHolders(ctx context.Context, rw *distlock.RWMutex, key string) string {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	info, err := rw.Inspect(ctx)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("%q is held by another owner", key)
+	case info.Writer:
+		v := viewOf(info.Held[0])
+		return fmt.Sprintf("%q is held exclusively by %s (fence %d, lease left %s)", key, v.owner(), v.Fence, v.leaseLeft())
+	case len(info.Held) > 0:
+		owners := make([]string, len(info.Held))
+		for i, h := range info.Held {
+			owners[i] = viewOf(h).owner()
+		}
+		s := fmt.Sprintf("%q is held shared by %s", key, strings.Join(owners, ", "))
+		if info.WritersWaiting > 0 {
+			s += fmt.Sprintf(", with %d exclusive waiting", info.WritersWaiting)
+		}
+		return s
+	case info.WritersWaiting > 0:
+		return fmt.Sprintf("%q has %d exclusive waiting, which keep shared runs out until they have run", key, info.WritersWaiting)
+	}
+	return fmt.Sprintf("%q is held by another owner", key)
 }
 
 // permitHolders names the holders of sem's permits, as far as the store
@@ -370,7 +458,8 @@ func closeClient(c *distlock.Client, deadline time.Time) {
 
 // notAcquired turns a failed Lock into the exit status: held elsewhere
 // (held says by whom), interrupted, bad options, a store without
-// semaphores (-n), or a store failure.
+// semaphores (-n) or read-write locks (--shared, --exclusive), or a store
+// failure.
 func (f *runFlags) notAcquired(ctx context.Context, held func(context.Context) string, err error, sigs <-chan os.Signal) error {
 	switch {
 	case ctx.Err() != nil:
@@ -381,6 +470,8 @@ func (f *runFlags) notAcquired(ctx context.Context, held func(context.Context) s
 		return exit(f.conflict, fmt.Errorf("run: %s; the command was not run", held(ctx)))
 	case errors.Is(err, distlock.ErrInvalidOption), errors.Is(err, distlock.ErrInvalidKey):
 		return exit(ExitUsage, &opError{op: "run", err: err})
+	case errors.Is(err, errors.ErrUnsupported) && f.mode() != "":
+		return exit(ExitError, &opError{op: "run: --" + f.mode(), err: err})
 	case errors.Is(err, errors.ErrUnsupported):
 		return exit(ExitError, &opError{op: "run: -n", err: err})
 	}
@@ -538,7 +629,9 @@ func (j *job) release(cmd *cobra.Command) {
 }
 
 // start starts argv in a process group of its own, with DISTLOCK_KEY and
-// DISTLOCK_FENCE (with -n, DISTLOCK_PERMITS) added to the environment.
+// DISTLOCK_FENCE added to the environment (with -n, DISTLOCK_PERMITS instead
+// of the fence; with --shared or --exclusive, DISTLOCK_MODE, and the fence
+// only if exclusive).
 func (j *job) start(cmd *cobra.Command, argv []string) error {
 	c := exec.Command(argv[0], argv[1:]...)
 	if in := cmd.InOrStdin(); !isTerminal(in) {
@@ -546,10 +639,17 @@ func (j *job) start(cmd *cobra.Command, argv []string) error {
 	}
 	c.Stdout, c.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
 	c.Env = append(os.Environ(), "DISTLOCK_KEY="+j.lock.Key())
-	if j.flags.permitsOn {
+	switch {
+	case j.flags.permitsOn:
 		// A permit's fence fences nothing: N holders are valid at once.
 		c.Env = append(c.Env, "DISTLOCK_PERMITS="+strconv.Itoa(j.flags.permits))
-	} else {
+	case j.flags.shared:
+		// Nor does a reader's: several readers are valid at once.
+		c.Env = append(c.Env, "DISTLOCK_MODE=shared")
+	case j.flags.exclusive:
+		c.Env = append(c.Env, "DISTLOCK_MODE=exclusive",
+			"DISTLOCK_FENCE="+strconv.FormatUint(j.lock.Fence(), 10))
+	default:
 		c.Env = append(c.Env, "DISTLOCK_FENCE="+strconv.FormatUint(j.lock.Fence(), 10))
 	}
 	c.SysProcAttr = jobProcAttr()
