@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.uber.org/goleak"
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/internal/testserver"
@@ -208,10 +209,20 @@ func TestCompletionUnreachable(t *testing.T) {
 	ln.Close()
 
 	paused := testserver.Redis(t)
-	holdLocks(t, "redis://"+paused.Addr(), "jobs/a")
+	// A key held there, by a client that is gone before the store stops
+	// (its pings would outlive the test otherwise).
+	pc, err := distlock.Open(context.Background(), "redis://"+paused.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pc.Lock(context.Background(), "jobs/a", distlock.WithLease(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	pc.Close()
 	paused.Pause()
 	defer paused.Resume()
 
+	ignore := goleak.IgnoreCurrent()
 	for name, url := range map[string]string{"refused": closed, "paused": "redis://" + paused.Addr()} {
 		start := time.Now()
 		got := complete(t, "status", "--backend", url, "jo")
@@ -219,6 +230,19 @@ func TestCompletionUnreachable(t *testing.T) {
 		got.want(t, name, nil, noFiles)
 		if limit := wantTimeout + 3*time.Second; took > limit {
 			t.Errorf("%s: completion took %v, want at most %v", name, took, limit)
+		}
+	}
+	// The Redis client retries a refused connection after a backoff of up
+	// to a second, in a goroutine that outlives its Close; what the
+	// completions started must still end, soon.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		err := goleak.Find(ignore)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("goroutines left by the completions: %v", err)
+			break
 		}
 	}
 }

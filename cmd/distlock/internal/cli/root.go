@@ -176,6 +176,7 @@ The store is a URL, as for distlock.Open: --backend or $DISTLOCK_BACKEND.`,
 	for _, c := range []func(*globals) *cobra.Command{newRunCommand, newHoldCommand, newStatusCommand, newListCommand, newReleaseCommand, newDoctorCommand, newMigrateCommand, newBenchCommand, newServeCommand} {
 		root.AddCommand(c(g))
 	}
+	addCompletions(root, g) // cobra's own completion command prints the scripts
 	return root
 }
 
