@@ -611,7 +611,9 @@ func (s *suite) watchdogKeepsLock(t *testing.T) {
 	ctx := testContext(t, time.Minute)
 	a, b := s.client(t), s.client(t)
 	key := s.key(t)
-	const lease = 300 * time.Millisecond
+	// A lease long enough that a loaded machine's pauses do not outlast it:
+	// a clean make test lost a 300ms lease with every renewal in time.
+	const lease = 500 * time.Millisecond
 	l := mustLock(t, ctx, a, key, distlock.WithLease(lease), distlock.WithWatchdog(true))
 	for range 8 { // 4 leases
 		time.Sleep(lease / 2)
@@ -1196,10 +1198,12 @@ func (s *suite) noLeak(t *testing.T) {
 	b := s.h.NewBackend(t)
 	c := distlock.New(b)
 	key := s.key(t)
-	l := mustLock(t, ctx, c, key, distlock.WithLease(200*time.Millisecond), distlock.WithWatchdog(true))
+	// The watchdog has renewed once (at a third of the lease) when the lock
+	// is released; the lease outlasts a loaded machine's pauses.
+	l := mustLock(t, ctx, c, key, distlock.WithLease(600*time.Millisecond), distlock.WithWatchdog(true))
 	held := mustLock(t, ctx, c, key+"/kept") // released by Close
 	_ = held
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(250 * time.Millisecond)
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
