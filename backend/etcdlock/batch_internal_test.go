@@ -123,3 +123,51 @@ func TestBatchWithAGoneLeaseAnswersEachCall(t *testing.T) {
 		}
 	}
 }
+
+// A call whose caller left while it was queued is not sent: the key it
+// would have taken stays free.
+func TestBatchDropsALeftCall(t *testing.T) {
+	cli := renewerClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := newBatcher(cli, 5*time.Second, ctx)
+	defer c.close()
+	c.mu.Lock()
+	c.sending = maxInFlight // every batch in flight: the call queues
+	c.mu.Unlock()
+	left, leave := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.txn(left, "batch/left/", 16, nil, []clientv3.Op{clientv3.OpPut("batch/left/entry", "")}, nil)
+		done <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		c.mu.Lock()
+		n := len(c.queue)
+		c.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the call never queued")
+		}
+	}
+	leave()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a call whose caller left: %v, want context.Canceled", err)
+	}
+	c.mu.Lock()
+	c.sending = 0
+	c.startLocked()
+	c.mu.Unlock()
+	if _, err := c.txn(ctx, "batch/after/", 16, nil, []clientv3.Op{clientv3.OpPut("batch/after/entry", "")}, nil); err != nil {
+		t.Fatal(err) // sent after the left one would have been, in the same order
+	}
+	resp, err := cli.Get(ctx, "batch/left/entry")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 0 {
+		t.Error("the call of a caller that left while it was queued was sent")
+	}
+}
