@@ -3,6 +3,7 @@ package etcdlock
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -66,8 +67,9 @@ func newBatcher(kv clientv3.KV, timeout time.Duration, closing context.Context) 
 // txn commits If(cmps).Then(then).Else(els) on the lock key whose directory
 // is dir, with other calls' transactions, and returns its own response,
 // whose header is the batch's. size is about the bytes of its keys and
-// values. If ctx ends first, txn returns its error, and the transaction may
-// or may not be committed, as when a lone request is cut short.
+// values. If ctx ends first, txn returns its error: a transaction still
+// queued is dropped, one already sent may or may not be committed, as when
+// a lone request is cut short.
 func (c *batcher) txn(ctx context.Context, dir string, size int, cmps []clientv3.Cmp, then, els []clientv3.Op) (*clientv3.TxnResponse, error) {
 	t := &batchedTxn{dir: dir, size: size, cmps: cmps, then: then, els: els, done: make(chan batchResult, 1)}
 	c.mu.Lock()
@@ -82,7 +84,18 @@ func (c *batcher) txn(ctx context.Context, dir string, size int, cmps []clientv3
 	case r := <-t.done:
 		return r.resp, r.err
 	case <-ctx.Done():
+		c.drop(t)
 		return nil, ctx.Err()
+	}
+}
+
+// drop takes t out of the queue if it is still there: a caller that left
+// before its transaction was sent leaves nothing in the store.
+func (c *batcher) drop(t *batchedTxn) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if i := slices.Index(c.queue, t); i >= 0 {
+		c.queue = slices.Delete(c.queue, i, i+1)
 	}
 }
 
