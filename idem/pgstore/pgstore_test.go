@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -209,6 +210,33 @@ func TestOptions(t *testing.T) {
 	for _, o := range []pgstore.Option{pgstore.WithRequestTimeout(0), pgstore.WithTable("x; DROP TABLE y")} {
 		if _, err := pgstore.New(pool, o); !errors.Is(err, distlock.ErrInvalidOption) {
 			t.Fatalf("bad option: %v", err)
+		}
+	}
+}
+
+// TestMigrateConcurrently: replicas that start at once (a job run by cron
+// on every one) each migrate the table on first use; PostgreSQL's CREATE
+// TABLE IF NOT EXISTS is not atomic, and every one of them must still
+// succeed.
+func TestMigrateConcurrently(t *testing.T) {
+	_, _, _, pool := setup(t)
+	ctx := context.Background()
+	for round := range 5 {
+		table := fmt.Sprintf("idem_concurrent_%d", round)
+		errs := make(chan error, 8)
+		for range cap(errs) {
+			go func() {
+				s, err := pgstore.New(pool, pgstore.WithTable(table))
+				if err == nil {
+					err = s.Migrate(ctx)
+				}
+				errs <- err
+			}()
+		}
+		for range cap(errs) {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: concurrent Migrate: %v", round, err)
+			}
 		}
 	}
 }
