@@ -89,17 +89,25 @@ WHERE r.expires_at <= now()`
 	return s, nil
 }
 
-// Migrate creates the table if it does not exist.
+// Migrate creates the table if it does not exist. Stores that migrate at
+// once, as replicas do on first use, take turns: PostgreSQL's CREATE TABLE
+// IF NOT EXISTS is not atomic, and one of two at once may fail.
 func (s *Store) Migrate(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	_, err := s.pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+s.table+` (
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('distlock idem migrate', 0))`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+s.table+` (
 	key          text PRIMARY KEY,
 	request_hash bytea NOT NULL,
 	result       bytea NOT NULL,
 	failed       boolean NOT NULL,
 	fence        numeric(20) NOT NULL,
 	expires_at   timestamptz NOT NULL)`)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("pgstore: migrate: %w", err)
 	}
