@@ -59,5 +59,7 @@
 //
 // Stores: MemoryStore here (tests, one process), redisstore (Redis),
 // pgstore (PostgreSQL) and mysqlstore (MySQL, MariaDB). Package idemtest is
-// the suite they pass.
+// the suite they pass. OpenURL opens the Store in the store a lock
+// backend's URL names (redis://, postgres://, mysql://), as the store
+// packages register them.
 package idem

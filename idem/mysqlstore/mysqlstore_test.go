@@ -104,3 +104,7 @@ func TestDoTx(t *testing.T) {
 		}
 	})
 }
+
+func TestOpenURL(t *testing.T) {
+	idemtest.RunURL(t, "mysql://root@"+testserver.MariaDB(t).Addr()+"/distlock")
+}

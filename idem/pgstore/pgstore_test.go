@@ -240,3 +240,7 @@ func TestMigrateConcurrently(t *testing.T) {
 		}
 	}
 }
+
+func TestOpenURL(t *testing.T) {
+	idemtest.RunURL(t, testserver.PostgresDSN(testserver.Postgres(t)))
+}

@@ -129,3 +129,7 @@ func TestOptions(t *testing.T) {
 		t.Fatalf("zero timeout: %v", err)
 	}
 }
+
+func TestOpenURL(t *testing.T) {
+	idemtest.RunURL(t, "redis://"+testserver.Redis(t).Addr()+"/0")
+}
