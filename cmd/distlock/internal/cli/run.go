@@ -41,20 +41,24 @@ var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGH
 
 // runFlags are the flags of distlock run.
 type runFlags struct {
-	lockFlags  // --key, --owner, --business-id, --lease, --wait, --max-hold
-	atLeast    time.Duration
-	grace      time.Duration
-	skipOK     bool
-	conflict   int    // --conflict-exit-code
-	conflictOn bool   // --conflict-exit-code was given
-	shell      string // -c: a command line for /bin/sh -c
-	shellOn    bool   // -c was given
-	permits    int    // -n: at most this many commands at once, over a semaphore
-	permitsOn  bool   // -n was given
-	shared     bool   // --shared: a reader of the read-write lock KEY
-	exclusive  bool   // --exclusive: the writer of the read-write lock KEY
-	onRequest  string // --on-release-request: a signal's name, or "none"
-	askSignal  syscall.Signal
+	lockFlags   // --key, --owner, --business-id, --lease, --wait, --max-hold
+	atLeast     time.Duration
+	grace       time.Duration
+	skipOK      bool
+	conflict    int    // --conflict-exit-code
+	conflictOn  bool   // --conflict-exit-code was given
+	shell       string // -c: a command line for /bin/sh -c
+	shellOn     bool   // -c was given
+	permits     int    // -n: at most this many commands at once, over a semaphore
+	permitsOn   bool   // -n was given
+	shared      bool   // --shared: a reader of the read-write lock KEY
+	exclusive   bool   // --exclusive: the writer of the read-write lock KEY
+	onRequest   string // --on-release-request: a signal's name, or "none"
+	askSignal   syscall.Signal
+	oncePer     slotSpec // --once-per: the command runs at most once per slot
+	oncePerOn   bool
+	records     string // --records: the store of --once-per's records
+	retryFailed bool   // --retry-failed: a failed run leaves its slot open
 }
 
 func newRunCommand(g *globals) *cobra.Command {
@@ -110,6 +114,25 @@ run the job again (ShedLock's lockAtLeastFor): distlock keeps holding and
 renewing the lock until D has passed, then releases it and exits. A signal
 to distlock ends that wait early.
 
+--once-per PERIOD runs the command at most once per slot of PERIOD, across
+every replica, whatever their clocks: a period (1h, 24h; slots start at
+00:00 UTC, 168h on Mondays) or a cron schedule ('0 2 * * *', @daily,
+CRON_TZ=Europe/Paris 0 2 * * *), whose slot runs from one activation to
+the next. Each replica finds the slot by its own clock; a record keyed by
+KEY and the slot, written under the lock when the command ends, makes the
+others, and every later run in the slot, exit 0 with one line naming the
+run there was (silent with --skip-ok). A replica that waited for the lock
+(--wait) while the slot ran looks again under the lock. A failed command
+is recorded too, with its exit status (--retry-failed: only a run that
+exits 0 is recorded). A run whose lock was lost is not recorded: another
+run may run the slot again, with a higher DISTLOCK_FENCE. The command gets
+DISTLOCK_SLOT, the slot's start in UTC. Records live two slots, in the
+store --records names (default --backend): Redis, PostgreSQL or
+MySQL/MariaDB, a SQL table created on first use. Replicas triggered at a
+slot's start by clocks a little apart agree on the slot; runs triggered
+near a boundary by clocks apart may fall in adjacent slots, which
+--at-least (at least the clocks' difference) keeps apart.
+
 distlock has no report of its own, only lines on stderr (a failure, a
 release request, the release of a lost lock): the command's output passes
 through as is, and -o json is refused.
@@ -142,7 +165,8 @@ highest fence would refuse the others. The stores that keep semaphores keep
 read-write locks; with another store --shared and --exclusive fail with
 exit 1.
 
-Exit codes: the command's own; 2 bad flags (nothing was sent to the store);
+Exit codes: the command's own; 0 with --once-per when the slot ran already;
+2 bad flags (nothing was sent to the store);
 69 store unreachable; 75 held elsewhere (--conflict-exit-code, or 0 with
 --skip-ok); 76 lock lost
 while the command ran; 126 the command could not be started; 127 no such
@@ -156,11 +180,14 @@ command; 128+N distlock was interrupted by signal N before the command ran.`,
   distlock run --key transcode -n 4 --wait 10m -- ./transcode.sh
   distlock run --key catalog --shared --wait 1m -- ./export.sh
   distlock run --key catalog --exclusive --wait 10m -- ./rebuild.sh
-  distlock run --key rotate -c 'gzip -9 /var/log/app/*.log && ./upload.sh'`,
+  distlock run --key rotate -c 'gzip -9 /var/log/app/*.log && ./upload.sh'
+  distlock run --key nightly-report --once-per '0 2 * * *' --wait 10m --skip-ok -- ./report.sh
+  distlock run --backend distlock://127.0.0.1:7070 --key sync --once-per 1h --records redis://127.0.0.1:6379 -- ./sync.sh`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f.conflictOn = cmd.Flags().Changed("conflict-exit-code")
 			f.shellOn = cmd.Flags().Changed("command")
 			f.permitsOn = cmd.Flags().Changed("permits")
+			f.oncePerOn = cmd.Flags().Changed("once-per")
 			argv, err := f.validate(g, args, cmd.ArgsLenAtDash())
 			if err != nil {
 				return err
@@ -179,6 +206,9 @@ command; 128+N distlock was interrupted by signal N before the command ran.`,
 	fl.BoolVarP(&f.exclusive, "exclusive", "x", false, "hold KEY alone, as the writer of the read-write lock KEY (not the lock KEY); the command gets DISTLOCK_MODE=exclusive and DISTLOCK_FENCE")
 	fl.StringVarP(&f.shell, "command", "c", "", "run this string with /bin/sh -c, instead of a command after --")
 	fl.StringVar(&f.onRequest, "on-release-request", "none", "signal the command's process group gets when a release of the lock is requested (TERM, INT, HUP, USR1, ...), or none")
+	fl.Var(&f.oncePer, "once-per", "run the command at most once per slot of this period (1h, 24h) or cron schedule ('0 2 * * *', @daily), recorded in --records")
+	fl.StringVar(&f.records, "records", "", "with --once-per, the store of its records: a redis://, postgres:// or mysql:// URL (default --backend)")
+	fl.BoolVar(&f.retryFailed, "retry-failed", false, "with --once-per, record only a run that exits 0, so that a failed run is tried again in its slot")
 	return c
 }
 
@@ -214,6 +244,10 @@ func (f *runFlags) validate(g *globals, args []string, dash int) ([]string, erro
 		return nil, usage("run: -n and --exclusive: give one (-n is a semaphore, --exclusive a read-write lock)")
 	case f.conflictOn && f.skipOK:
 		return nil, usage("run: --conflict-exit-code and --skip-ok both set the exit code of a held key: give one")
+	case f.oncePerOn && (f.permitsOn || f.mode() != ""):
+		return nil, usage("run: --once-per runs one command per slot: it takes the lock KEY, not -n, --shared or --exclusive")
+	case !f.oncePerOn && (f.records != "" || f.retryFailed):
+		return nil, usage("run: --records and --retry-failed go with --once-per")
 	}
 	if f.shellOn {
 		return f.shellCommand(args, dash)
@@ -313,6 +347,18 @@ func (f *runFlags) run(cmd *cobra.Command, g *globals, argv []string) error {
 	// A run holds one lock as long as its command runs: over the lock
 	// service, one event stream tells it of the lock's loss at once.
 	g.watchLoss = true
+	var once *onceRun
+	if f.oncePerOn {
+		o, closeRecords, err := f.openOnce(ctx, g, argv)
+		if err != nil {
+			return err
+		}
+		defer closeRecords()
+		if ran, err := f.slotRan(ctx, cmd, o); ran || err != nil {
+			return err
+		}
+		once = o
+	}
 	client, err := openClient(ctx, g, "run", distlock.WithObserver(losses))
 	if err != nil {
 		return err
@@ -327,11 +373,31 @@ func (f *runFlags) run(cmd *cobra.Command, g *globals, argv []string) error {
 		releaseLock(cmd, l, time.Now().Add(distlock.ReleaseBudget))
 		return interrupted("run", sigs, "before the command started")
 	}
+	if once != nil {
+		// Another replica may have run the slot while this one waited.
+		if ran, err := f.slotRan(ctx, cmd, once); ran || err != nil {
+			releaseLock(cmd, l, time.Now().Add(distlock.ReleaseBudget))
+			return err
+		}
+	}
 	stop()
-	j := &job{flags: f, lock: l, sigs: sigs, losses: losses, stderr: cmd.ErrOrStderr()}
+	j := &job{flags: f, lock: l, once: once, sigs: sigs, losses: losses, stderr: cmd.ErrOrStderr()}
 	err = j.run(cmd, argv)
 	giveUp = j.giveUp
 	return err
+}
+
+// slotRan reports whether the slot of a --once-per run has run already,
+// and then the exit status: 0, said on stderr unless --skip-ok.
+func (f *runFlags) slotRan(ctx context.Context, cmd *cobra.Command, o *onceRun) (bool, error) {
+	out, fence, ran, err := o.ran(ctx)
+	switch {
+	case err != nil:
+		return false, exit(ExitUnavailable, &opError{op: "run: --once-per: record store", err: err})
+	case !ran:
+		return false, nil
+	}
+	return true, o.alreadyRan(cmd.ErrOrStderr(), f.key, out, fence, f.skipOK)
 }
 
 // mode is the value of DISTLOCK_MODE and the name of the flag that chose
@@ -584,6 +650,7 @@ func (r *lossRecorder) explain() string {
 type job struct {
 	flags  *runFlags
 	lock   *distlock.Lock
+	once   *onceRun // under --once-per
 	sigs   <-chan os.Signal
 	losses *lossRecorder
 	stderr io.Writer
@@ -601,6 +668,7 @@ func (j *job) run(cmd *cobra.Command, argv []string) error {
 	}
 	waitErr, lost := j.supervise()
 	if !lost {
+		j.record(waitErr)
 		j.holdAtLeast(cmd)
 	}
 	j.release(cmd)
@@ -652,9 +720,28 @@ func (j *job) start(cmd *cobra.Command, argv []string) error {
 	default:
 		c.Env = append(c.Env, "DISTLOCK_FENCE="+strconv.FormatUint(j.lock.Fence(), 10))
 	}
+	if j.once != nil {
+		c.Env = append(c.Env, "DISTLOCK_SLOT="+j.once.slot.id())
+		j.once.started = time.Now()
+	}
 	c.SysProcAttr = jobProcAttr()
 	j.child = c
 	return c.Start()
+}
+
+// record keeps, under --once-per, that the command ran in its slot, with
+// its exit status (with --retry-failed, only if it was 0), while the lock
+// is still held: a replica that waited for the lock then finds the record.
+func (j *job) record(waitErr error) {
+	if j.once == nil {
+		return
+	}
+	code := exitCodeOf(waitErr)
+	if code != 0 && j.flags.retryFailed {
+		fmt.Fprintf(j.stderr, "distlock: run: slot %s not recorded (--retry-failed): the command exited %d\n", j.once.slot.id(), code)
+		return
+	}
+	j.once.record(j.stderr, j.lock.Fence(), code)
 }
 
 // supervise waits for the command to exit, forwarding signals to its group
@@ -731,6 +818,23 @@ func (j *job) holdAtLeast(cmd *cobra.Command) {
 		fmt.Fprintf(cmd.ErrOrStderr(), "distlock: warning: the command ended, but the lock was lost before --at-least %v (%s)\n",
 			j.flags.atLeast, j.losses.explain())
 	}
+}
+
+// exitCodeOf returns the exit status a shell would give for the command's
+// Wait error: its code, 128+N if it died of signal N, or 1 if it could not
+// be waited for.
+func exitCodeOf(waitErr error) int {
+	var ee *exec.ExitError
+	switch {
+	case waitErr == nil:
+		return 0
+	case !errors.As(waitErr, &ee):
+		return ExitError
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ee.ExitCode()
 }
 
 // commandStatus turns the command's Wait error into distlock's exit status:

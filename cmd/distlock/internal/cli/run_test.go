@@ -122,6 +122,9 @@ func TestRun(t *testing.T) {
 	t.Run("Permits", func(t *testing.T) { testRunPermits(t, bin, s) })
 	t.Run("SharedExclusive", func(t *testing.T) { testRunSharedExclusive(t, bin, s) })
 	t.Run("DistlockKilled", func(t *testing.T) { testRunDistlockKilled(t, bin, s) })
+	t.Run("OncePer", func(t *testing.T) { testRunOncePer(t, bin, s) })
+	t.Run("OncePerFailed", func(t *testing.T) { testRunOncePerFailed(t, bin, s) })
+	t.Run("OncePerRecords", func(t *testing.T) { testRunOncePerRecords(t, bin, s) })
 	t.Run("Unreachable", func(t *testing.T) { testRunUnreachable(t, bin) })
 }
 
@@ -881,6 +884,14 @@ func TestRunBadInput(t *testing.T) {
 		{"request signal KILL", []string{"run", "--key", "k", "--on-release-request", "KILL", "--", "true"}, ExitUsage, "a signal the command can handle"},
 		{"release without reason", []string{"release", "--force", "--yes", "k"}, ExitUsage, "--reason is required"},
 		{"release with no terminal", []string{"release", "--force", "k", "--reason", "stuck"}, ExitUsage, "stdin is not a terminal"},
+		{"once-per not a period", []string{"run", "--key", "k", "--once-per", "soon", "--", "true"}, ExitUsage, `invalid argument "soon" for "--once-per"`},
+		{"once-per @every", []string{"run", "--key", "k", "--once-per", "@every 1h", "--", "true"}, ExitUsage, "give the period itself"},
+		{"once-per under a second", []string{"run", "--key", "k", "--once-per", "500ms", "--", "true"}, ExitUsage, "whole seconds"},
+		{"once-per with permits", []string{"run", "--key", "k", "--once-per", "1h", "-n", "2", "--", "true"}, ExitUsage, "not -n, --shared or --exclusive"},
+		{"records without once-per", []string{"run", "--key", "k", "--records", "redis://127.0.0.1:1", "--", "true"}, ExitUsage, "go with --once-per"},
+		{"retry-failed without once-per", []string{"run", "--key", "k", "--retry-failed", "--", "true"}, ExitUsage, "go with --once-per"},
+		{"records in a store without records", []string{"run", "--key", "k", "--once-per", "1h", "--records", "etcd://127.0.0.1:1", "--", "true"}, ExitUsage, "no record store"},
+		{"records URL invalid", []string{"run", "--key", "k", "--once-per", "1h", "--records", "redis://127.0.0.1:1?request_timeout=soon", "--", "true"}, ExitUsage, "request_timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := connections(t, s)
