@@ -105,6 +105,14 @@ func lastActivation(sched cron.Schedule, now time.Time) (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// recordSuffix is what a record's key adds to the lock key: the slot.
+const recordSuffix = "/once/"
+
+// maxOnceKeyLen is the longest lock key --once-per takes: its records'
+// keys, the key and the slot, are as long as a lock key may be at most,
+// which the SQL stores' key columns hold.
+const maxOnceKeyLen = distlock.MaxKeyLen - len(recordSuffix+"2006-01-02T15:04:05Z")
+
 // onceRun is a run under --once-per: the records of its job's slots, and
 // the slot it runs in.
 type onceRun struct {
@@ -153,7 +161,7 @@ func (f *runFlags) openOnce(ctx context.Context, g *globals, argv []string) (*on
 	}
 	return &onceRun{
 		records: records,
-		key:     f.key + "/once/" + sl.id(),
+		key:     f.key + recordSuffix + sl.id(),
 		slot:    sl,
 		hash:    sha256.Sum256([]byte(strings.Join(argv, "\x00"))),
 		owner:   f.ownerName(),

@@ -248,6 +248,8 @@ func (f *runFlags) validate(g *globals, args []string, dash int) ([]string, erro
 		return nil, usage("run: --once-per runs one command per slot: it takes the lock KEY, not -n, --shared or --exclusive")
 	case !f.oncePerOn && (f.records != "" || f.retryFailed):
 		return nil, usage("run: --records and --retry-failed go with --once-per")
+	case f.oncePerOn && len(f.key) > maxOnceKeyLen:
+		return nil, usage("run: --once-per: --key of %d bytes: want at most %d, to leave room for the slot in its record's key", len(f.key), maxOnceKeyLen)
 	}
 	if f.shellOn {
 		return f.shellCommand(args, dash)

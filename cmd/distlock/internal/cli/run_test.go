@@ -891,6 +891,7 @@ func TestRunBadInput(t *testing.T) {
 		{"records without once-per", []string{"run", "--key", "k", "--records", "redis://127.0.0.1:1", "--", "true"}, ExitUsage, "go with --once-per"},
 		{"retry-failed without once-per", []string{"run", "--key", "k", "--retry-failed", "--", "true"}, ExitUsage, "go with --once-per"},
 		{"records in a store without records", []string{"run", "--key", "k", "--once-per", "1h", "--records", "etcd://127.0.0.1:1", "--", "true"}, ExitUsage, "no record store"},
+		{"once-per key too long", []string{"run", "--key", strings.Repeat("k", 500), "--once-per", "1h", "--", "true"}, ExitUsage, "--key of 500 bytes: want at most 486"},
 		{"records URL invalid", []string{"run", "--key", "k", "--once-per", "1h", "--records", "redis://127.0.0.1:1?request_timeout=soon", "--", "true"}, ExitUsage, "request_timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
