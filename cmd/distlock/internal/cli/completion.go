@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/idem"
 )
 
 // Key candidates come from the store, listed within completionTimeout and
@@ -22,9 +23,14 @@ const (
 // STOP is accepted too).
 var releaseRequestSignals = []string{"none", "TERM", "INT", "HUP", "QUIT", "USR1", "USR2"}
 
+// oncePerValues are the candidates of run --once-per: common periods and
+// the cron package's descriptors (any duration or schedule is accepted).
+var oncePerValues = []string{"1h", "24h", "168h", "@hourly", "@daily", "@weekly", "@monthly"}
+
 // addCompletions teaches the shell completion of the commands under root
 // the values of their flags and arguments: -o, --backend and the URL of
-// doctor and migrate, --on-release-request, and every lock key (the KEY of
+// doctor and migrate, --on-release-request, run's --once-per and
+// --records, and every lock key (the KEY of
 // status, release and hold, the PREFIX of list, --key of run and hold),
 // which are the keys held in the store of --backend or $DISTLOCK_BACKEND.
 func addCompletions(root *cobra.Command, g *globals) {
@@ -63,6 +69,10 @@ func addCompletions(root *cobra.Command, g *globals) {
 		if c.Flags().Lookup("on-release-request") != nil {
 			must(c.RegisterFlagCompletionFunc("on-release-request", fixed(releaseRequestSignals...)))
 		}
+		if c.Flags().Lookup("once-per") != nil {
+			must(c.RegisterFlagCompletionFunc("once-per", fixed(oncePerValues...)))
+			must(c.RegisterFlagCompletionFunc("records", completeRecordScheme))
+		}
 	}
 }
 
@@ -84,11 +94,23 @@ func fixed(values ...string) cobra.CompletionFunc {
 // completeScheme completes a store URL's scheme, as "redis://", without a
 // space after it: the address follows.
 func completeScheme(_ *cobra.Command, _ []string, toComplete string) ([]string, cobra.ShellCompDirective) {
-	schemes := distlock.Schemes()
+	return urlStarts(distlock.Schemes(), toComplete)
+}
+
+// completeRecordScheme completes --records: the schemes of the stores that
+// keep --once-per's records.
+func completeRecordScheme(_ *cobra.Command, _ []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+	return urlStarts(idem.URLSchemes(), toComplete)
+}
+
+// urlStarts returns "scheme://" for the schemes that start with what is
+// typed, to be completed with no space after.
+func urlStarts(schemes []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+	starts := make([]string, len(schemes))
 	for i, s := range schemes {
-		schemes[i] = s + "://"
+		starts[i] = s + "://"
 	}
-	return withPrefix(schemes, toComplete), cobra.ShellCompDirectiveNoSpace | cobra.ShellCompDirectiveNoFileComp
+	return withPrefix(starts, toComplete), cobra.ShellCompDirectiveNoSpace | cobra.ShellCompDirectiveNoFileComp
 }
 
 // withPrefix returns the values that start with prefix.

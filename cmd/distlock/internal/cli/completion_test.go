@@ -108,10 +108,12 @@ func TestCompletionBackend(t *testing.T) {
 	complete(t, "migrate", "my").want(t, "migrate my", []string{"mysql://", "mysql+table://"}, d)
 }
 
-func TestCompletionOnReleaseRequest(t *testing.T) {
+func TestCompletionRunFlags(t *testing.T) {
 	noFiles := cobra.ShellCompDirectiveNoFileComp
 	complete(t, "run", "--on-release-request", "US").want(t, "--on-release-request US", []string{"USR1", "USR2"}, noFiles)
 	complete(t, "run", "--on-release-request", "n").want(t, "--on-release-request n", []string{"none"}, noFiles)
+	complete(t, "run", "--once-per", "@").want(t, "--once-per @", []string{"@hourly", "@daily", "@weekly", "@monthly"}, noFiles)
+	complete(t, "run", "--records", "p").want(t, "--records p", []string{"postgres://", "postgresql://"}, noFiles|cobra.ShellCompDirectiveNoSpace)
 }
 
 // holdLocks takes each key on the store at url with the library and

@@ -182,6 +182,7 @@ command; 128+N distlock was interrupted by signal N before the command ran.`,
   distlock run --key catalog --exclusive --wait 10m -- ./rebuild.sh
   distlock run --key rotate -c 'gzip -9 /var/log/app/*.log && ./upload.sh'
   distlock run --key nightly-report --once-per '0 2 * * *' --wait 10m --skip-ok -- ./report.sh
+  distlock run --key import --once-per 1h --retry-failed -- ./import.sh
   distlock run --backend distlock://127.0.0.1:7070 --key sync --once-per 1h --records redis://127.0.0.1:6379 -- ./sync.sh`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f.conflictOn = cmd.Flags().Changed("conflict-exit-code")
