@@ -9,8 +9,9 @@ import (
 )
 
 // TestPostgresNoticeListenerLoss cuts the listening session server-side
-// while a waiter waits: the waiter must still get the key once it is
-// released, and the next wait must listen again.
+// while a waiter waits: the backend listens again on a new session while
+// that wait goes on, the waiter gets the key once it is released, and the
+// next wait listens too.
 func TestPostgresNoticeListenerLoss(t *testing.T) {
 	st := postgres(t)
 	admin := st.open(t)
@@ -22,22 +23,27 @@ func TestPostgresNoticeListenerLoss(t *testing.T) {
 	holder, waiter := st.client(t), st.client(t)
 	key := uniqueKey(t)
 
-	listeners := func() int {
-		var n int
+	// listener returns the pid of the listening session, or 0 if there is
+	// none.
+	listener := func() int {
+		var pid int
 		err := admin.DB().QueryRowContext(ctx,
-			`SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'`).Scan(&n)
+			`SELECT coalesce(max(pid), 0) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'`).Scan(&pid)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return n
+		return pid
 	}
-	waitFor := func(want int) {
+	// listenerBesides waits for a listening session other than pid's.
+	listenerBesides := func(pid int) int {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); listeners() != want; {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d listening sessions, want %d", listeners(), want)
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if now := listener(); now != 0 && now != pid {
+				return now
 			}
-			time.Sleep(20 * time.Millisecond)
+			if time.Now().After(deadline) {
+				t.Fatalf("no listening session but %d within 10s", pid)
+			}
 		}
 	}
 
@@ -54,13 +60,12 @@ func TestPostgresNoticeListenerLoss(t *testing.T) {
 			}
 			got <- err
 		}()
-		waitFor(1) // the waiter's backend listens
+		pid := listenerBesides(0) // the waiter's backend listens
 		if round == 0 {
-			if _, err := admin.DB().ExecContext(ctx,
-				`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'`); err != nil {
+			if _, err := admin.DB().ExecContext(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(0)
+			listenerBesides(pid) // while the waiter still waits
 		}
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
