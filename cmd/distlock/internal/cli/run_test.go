@@ -835,6 +835,46 @@ func TestRunWaitRetriesStoreErrors(t *testing.T) {
 	t.Logf("store paused %v during the wait; the waiter took the key %v after it started", pause, r.elapsed)
 }
 
+// TestWaitOutlastedByStoreFailure: a wait of run or hold that runs out
+// while the store fails exits 69 naming the store's last error, rather than
+// 75 saying that another owner holds the key, which nobody could tell.
+func TestWaitOutlastedByStoreFailure(t *testing.T) {
+	bin := buildDistlock(t)
+	srv := testserver.Redis(t)
+	env := []string{"DISTLOCK_BACKEND=redis://" + srv.Addr()}
+	waiterEnv := []string{"DISTLOCK_BACKEND=redis://" + srv.Addr() + "?request_timeout=200ms"}
+	for _, tc := range []struct {
+		op   string
+		args []string
+		says string
+	}{
+		{"run", []string{"run", "--key", "failing", "--wait", "2s", "--", "true"}, "; the command was not run"},
+		{"hold", []string{"hold", "failing", "--wait", "2s"}, ""},
+	} {
+		t.Run(tc.op, func(t *testing.T) {
+			dir := t.TempDir()
+			holder := startDistlock(t, bin, env, "", "run", "--key", "failing", "--", "sh", "-c", waitingJob(dir, ""))
+			awaitStart(t, dir)
+			waiter := startDistlock(t, bin, waiterEnv, "", tc.args...)
+			if r, ended := waiter.wait(500 * time.Millisecond); ended {
+				t.Fatalf("%s --wait 2s on a held key ended at once: exit %d, %s", tc.op, r.code, r.stderr)
+			}
+			srv.Pause()
+			r := waiter.mustWait(t, processTimeout)
+			srv.Resume()
+			letGo(t, dir)
+			holder.mustWait(t, processTimeout)
+			if r.code != ExitUnavailable {
+				t.Fatalf("exit %d, want %d; stderr %q", r.code, ExitUnavailable, r.stderr)
+			}
+			wantOneLine(t, r, tc.op+`: "failing" was not acquired within --wait 2s: the store failed: `, tc.says)
+			if strings.Contains(r.stderr, "held by") {
+				t.Errorf("stderr %q says who holds the key, which the failing store could not tell", r.stderr)
+			}
+		})
+	}
+}
+
 // Bad input gives one clear line and a non-zero exit, and touches no store:
 // the store sees no connection but the test's own probes.
 func TestRunBadInput(t *testing.T) {
