@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
 )
@@ -17,11 +18,13 @@ const releaseChannel = "distlock_release"
 
 // listener delivers PostgreSQL release notices to the backend's waiters over
 // one dedicated connection, started by the first waiter and shared by all.
-// If the connection fails, every waiter is woken to re-check, and the next
-// Watch starts a new one.
+// If the connection fails, every waiter is woken to re-check, and, while
+// waiters remain, a new one is started in the background; failing that,
+// the next Watch starts one.
 type listener struct {
-	db      *sql.DB
-	startMu sync.Mutex // one start at a time
+	db       *sql.DB
+	startMu  sync.Mutex     // one start at a time
+	restarts sync.WaitGroup // background starts after a failed connection
 
 	mu       sync.Mutex
 	running  bool
@@ -122,8 +125,23 @@ func (l *listener) run(ctx context.Context, conn *sql.Conn, listening chan<- err
 			notify(ch)
 		}
 	}
+	restart := ctx.Err() == nil && !l.closed && len(l.watchers) > 0
+	if restart {
+		l.restarts.Add(1)
+	}
 	l.mu.Unlock()
+	if restart { // the waiters still wait: listen again for them
+		go func() {
+			defer l.restarts.Done()
+			rctx, cancel := context.WithTimeout(context.Background(), restartTimeout)
+			defer cancel()
+			_ = l.start(rctx) // failing, the next Watch tries again
+		}()
+	}
 }
+
+// restartTimeout bounds a background start after a failed connection.
+const restartTimeout = 5 * time.Second
 
 // listen runs LISTEN on the driver connection dc, reports it on listening,
 // and delivers notices until ctx ends or the connection fails.
@@ -163,10 +181,9 @@ func notify(ch chan struct{}) {
 }
 
 // close stops listening for good and waits for the connection to be given
-// up.
+// up, and for a background start to see that it is closed.
 func (l *listener) close() {
 	l.startMu.Lock() // no start in flight
-	defer l.startMu.Unlock()
 	l.mu.Lock()
 	l.closed = true
 	stop, done, running := l.stop, l.done, l.running
@@ -175,4 +192,6 @@ func (l *listener) close() {
 		stop()
 		<-done
 	}
+	l.startMu.Unlock()
+	l.restarts.Wait()
 }
