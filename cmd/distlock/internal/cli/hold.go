@@ -150,12 +150,15 @@ func (f *holdFlags) hold(cmd *cobra.Command, g *globals, asJSON bool) error {
 	return err
 }
 
-// notAcquired turns a failed Lock into the exit status: held elsewhere,
-// interrupted, bad options, or a store failure.
+// notAcquired turns a failed Lock into the exit status: held elsewhere, a
+// wait outlasted by a failing store, interrupted, bad options, or a store
+// failure.
 func (f *holdFlags) notAcquired(ctx context.Context, client *distlock.Client, err error, sigs <-chan os.Signal) error {
 	switch {
 	case ctx.Err() != nil:
 		return interrupted("hold", sigs, "while waiting for the lock")
+	case errors.Is(err, distlock.ErrNotAcquired) && f.outlasted(err) != "":
+		return exit(ExitUnavailable, fmt.Errorf("hold: %s", f.outlasted(err)))
 	case errors.Is(err, distlock.ErrNotAcquired):
 		return exit(ExitNotAcquired, fmt.Errorf("hold: %q is held by %s", f.key, holder(ctx, client, f.key)))
 	case errors.Is(err, distlock.ErrInvalidOption), errors.Is(err, distlock.ErrInvalidKey):

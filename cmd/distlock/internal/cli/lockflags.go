@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -74,4 +77,23 @@ func (f *lockFlags) ownerName() string {
 		return f.owner
 	}
 	return fmt.Sprintf("%s pid %d", operator(), os.Getpid())
+}
+
+// outlasted says why a wait (--wait) ran out while the store was failing,
+// if it did: the library joins the store's last error to ErrNotAcquired.
+// It returns "" if the wait ran out on a key that was held.
+func (f *lockFlags) outlasted(err error) string {
+	var joined interface{ Unwrap() []error }
+	if !errors.As(err, &joined) {
+		return ""
+	}
+	for _, e := range joined.Unwrap() {
+		switch {
+		case e == nil, e == context.DeadlineExceeded, e == context.Canceled, errors.Is(e, distlock.ErrNotAcquired):
+			continue // the wait's own end; a store call that timed out wraps its error
+		}
+		return fmt.Sprintf("%q was not acquired within --wait %s: the store failed: %s",
+			f.key, (*waitValue)(&f.wait), strings.ReplaceAll(strings.TrimPrefix(e.Error(), "distlock: "), "\n", "; "))
+	}
+	return ""
 }

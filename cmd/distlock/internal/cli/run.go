@@ -105,8 +105,8 @@ within its lease.
 
 While run waits for a held key (--wait), a store that fails or stops
 answering for a while does not end the wait: distlock asks it again, with
-growing pauses, until --wait runs out; a wait that runs out so exits 75
-like any other.
+growing pauses, until --wait runs out; a wait that runs out so exits 69,
+naming the store's last error.
 
 --at-least D keeps the lock for at least D after it was taken, even if the
 command ends sooner, so that replicas whose clocks are a little apart do not
@@ -526,13 +526,15 @@ func closeClient(c *distlock.Client, deadline time.Time) {
 }
 
 // notAcquired turns a failed Lock into the exit status: held elsewhere
-// (held says by whom), interrupted, bad options, a store without
-// semaphores (-n) or read-write locks (--shared, --exclusive), or a store
-// failure.
+// (held says by whom), a wait outlasted by a failing store, interrupted,
+// bad options, a store without semaphores (-n) or read-write locks
+// (--shared, --exclusive), or a store failure.
 func (f *runFlags) notAcquired(ctx context.Context, held func(context.Context) string, err error, sigs <-chan os.Signal) error {
 	switch {
 	case ctx.Err() != nil:
 		return interrupted("run", sigs, "while waiting for the lock")
+	case errors.Is(err, distlock.ErrNotAcquired) && f.outlasted(err) != "":
+		return exit(ExitUnavailable, fmt.Errorf("run: %s; the command was not run", f.outlasted(err)))
 	case errors.Is(err, distlock.ErrNotAcquired) && f.skipOK:
 		return nil
 	case errors.Is(err, distlock.ErrNotAcquired):
@@ -634,11 +636,11 @@ func (r *lossRecorder) explain() string {
 	defer r.mu.Unlock()
 	switch r.reason {
 	case observe.LossTaken:
-		return "taken by another holder (taken): this run's hold was deleted, expired or force-released, and the key granted again"
+		return "taken by another holder (taken): distlock's hold was deleted, expired or force-released, and the key granted again"
 	case observe.LossDeleted:
-		return "the key was deleted (deleted): it is free in the store; this run's hold was deleted, evicted, expired or force-released"
+		return "the key was deleted (deleted): it is free in the store; distlock's hold was deleted, evicted, expired or force-released"
 	case observe.LossRenewRefused:
-		return "renewal refused (renew_refused): the store no longer holds the lock for this run; it was deleted, expired or force-released"
+		return "renewal refused (renew_refused): the store no longer holds the lock for distlock; it was deleted, expired or force-released"
 	case observe.LossUnreachable:
 		return "store unreachable (unreachable): no renewal was confirmed before the lease ran out"
 	case observe.LossMaxHold:
