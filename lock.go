@@ -227,6 +227,21 @@ func newRetry(interval time.Duration) backoff {
 	return backoff{min: max(interval/16, time.Millisecond), max: interval / 2}
 }
 
+// lostReason is the loss reason of a Grant's ended Lost context: the
+// backend's *driver.Loss, or a loss the store told of.
+func lostReason(lost context.Context) string {
+	var loss *driver.Loss
+	if errors.As(context.Cause(lost), &loss) {
+		switch loss.Reason {
+		case driver.LossDeleted:
+			return observe.LossDeleted
+		case driver.LossTaken:
+			return observe.LossTaken
+		}
+	}
+	return observe.LossStoreDeleted
+}
+
 // arm starts following the backend's loss and release-request signals and
 // schedules the first tick, unless the hold already ended.
 func (h *hold) arm(g driver.Grant) {
@@ -239,7 +254,7 @@ func (h *hold) arm(g driver.Grant) {
 		h.stopLost = context.AfterFunc(g.Lost, func() {
 			if h.c.enterBackground() {
 				defer h.c.bg.Done()
-				h.markLost(observe.LossStoreDeleted) // at once: the store may be cut off
+				h.markLost(lostReason(g.Lost)) // at once: the store may be cut off
 			}
 		})
 	}

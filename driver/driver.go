@@ -101,7 +101,9 @@ type Grant struct {
 	// Fence strictly increases with every grant of the same key.
 	Fence uint64
 	// Lost, if not nil, is done once the backend learns that the hold ended
-	// (a session expired, a pinned connection died). The client follows it
+	// (a session expired, a pinned connection died). Its context.Cause, if a
+	// *Loss, says how; the client reports any other as a loss the store
+	// told of (observe.LossStoreDeleted). The client follows it
 	// with context.AfterFunc, which costs no goroutine per held lock.
 	// Backends without such a signal leave it nil; the client's renewals
 	// detect loss instead.
@@ -221,6 +223,21 @@ type ReleaseRequester interface {
 	// notices at that moment does not learn of it.
 	RequestRelease(ctx context.Context, key, reason string) (Info, error)
 }
+
+// Loss is the cause of a Grant's Lost context when the backend saw what
+// became of the key: LossDeleted (it is free) or LossTaken (another token
+// holds it).
+type Loss struct {
+	Reason string
+}
+
+// Reasons of a Loss, as package observe names them.
+const (
+	LossDeleted = "deleted"
+	LossTaken   = "taken"
+)
+
+func (l *Loss) Error() string { return "lock lost: " + l.Reason }
 
 // ReleaseRequest is the cause of a Grant's Requested context.
 type ReleaseRequest struct {

@@ -20,6 +20,16 @@ import (
 // lease later, would report about 10 s; one not told within 15 s fails the
 // benchmark.
 func LossNotice(b *testing.B, holder, operator *distlock.Client, hold time.Duration) {
+	LossNoticeOf(b, holder, hold, func(ctx context.Context, key string) error {
+		_, err := operator.ForceRelease(ctx, key, "loss notice benchmark")
+		return err
+	})
+}
+
+// LossNoticeOf is LossNotice with another change of the held key: change
+// does it to the store behind the holder's back (a DEL, another client's
+// write, ...).
+func LossNoticeOf(b *testing.B, holder *distlock.Client, hold time.Duration, change func(ctx context.Context, key string) error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	took := make([]time.Duration, 0, b.N)
@@ -32,14 +42,14 @@ func LossNotice(b *testing.B, holder, operator *distlock.Client, hold time.Durat
 		}
 		time.Sleep(hold)
 		start := time.Now()
-		if _, err := operator.ForceRelease(ctx, key, "loss notice benchmark"); err != nil {
+		if err := change(ctx, key); err != nil {
 			b.Fatal(err)
 		}
 		select {
 		case <-l.Done():
 			took = append(took, time.Since(start))
 		case <-time.After(15 * time.Second):
-			b.Fatalf("the holder of %q was not told within 15 s of its forced release", key)
+			b.Fatalf("the holder of %q was not told within 15 s of the change", key)
 		}
 	}
 	b.StopTimer()

@@ -37,6 +37,16 @@
 // driver.ErrNotAcquired). It narrows, and does not close, the window in
 // which a failover to a replica that missed a grant admits a second holder.
 //
+// # Losing a lock
+//
+// A holder learns at once that its lock was force-released (a notice on
+// the lost channel). A backend from Open, on Redis 6 and later, also reads
+// every key held for 100 ms with client-side tracking, so that a DEL, an
+// eviction, an expiry, a failover that lost the key or another client's
+// write ends the grant's Lost context within a round trip, with the reason
+// deleted or taken (WithoutLossTracking, URL parameter track_loss=false,
+// turns it off). Otherwise a loss is found at the next renewal.
+//
 // After Close, and once the client under the backend was closed (go-redis's
 // ErrClosed, rueidis's ErrClosing), every call returns an error matching
 // driver.ErrClosed at once.

@@ -20,23 +20,27 @@ const lostChannel = "lost"
 // publishes the token it removed on the lost channel; the inbox's
 // subscription, which every grant and waiter of the backend shares, hands
 // it here, and the holder learns at once rather than at its next renewal.
-// An entry ends with the hold's release, a refused renewal, or, for a hold
-// whose client stopped renewing and never released, a minute after its
-// lease ran out.
+// The tracker (track.go) judges here what it read of a held key. An entry
+// ends with the hold's release, a refused renewal, or, for a hold whose
+// client stopped renewing and never released, a minute after its lease ran
+// out.
 type holders struct {
 	mu      sync.Mutex
 	byToken map[string]*heldLock
+	byKey   map[string]map[string]*heldLock // the same entries, by key and token
+	gen     uint64                          // holds recorded so far
 	swept   time.Time
 }
 
 // heldLock is a held lock as holders keep it.
 type heldLock struct {
 	lost      context.Context
-	cancel    context.CancelFunc
+	cancel    context.CancelCauseFunc // ends lost, with a *driver.Loss or nil
 	requested context.Context         // its driver.Grant.Requested
 	ask       context.CancelCauseFunc // ends requested
 	key       string
 	until     time.Time // when its lease runs out unless renewed
+	since     uint64    // holders.gen when it was recorded
 }
 
 // staleAfter is how long after its lease ran out an entry is dropped.
@@ -51,12 +55,13 @@ func (h *holders) hold(key, token string, ttl time.Duration) *heldLock {
 	defer h.mu.Unlock()
 	if h.byToken == nil {
 		h.byToken = make(map[string]*heldLock)
+		h.byKey = make(map[string]map[string]*heldLock)
 	}
 	if now.Sub(h.swept) > staleAfter {
 		h.swept = now
 		for t, l := range h.byToken {
 			if now.Sub(l.until) > staleAfter {
-				delete(h.byToken, t)
+				h.dropLocked(t, l)
 			}
 		}
 	}
@@ -64,11 +69,67 @@ func (h *holders) hold(key, token string, ttl time.Duration) *heldLock {
 		l.until = now.Add(ttl)
 		return l
 	}
-	l := &heldLock{key: key, until: now.Add(ttl)}
-	l.lost, l.cancel = context.WithCancel(context.Background())
+	h.gen++
+	l := &heldLock{key: key, until: now.Add(ttl), since: h.gen}
+	l.lost, l.cancel = context.WithCancelCause(context.Background())
 	l.requested, l.ask = context.WithCancelCause(context.Background())
 	h.byToken[token] = l
+	if h.byKey[key] == nil {
+		h.byKey[key] = make(map[string]*heldLock, 1)
+	}
+	h.byKey[key][token] = l
 	return l
+}
+
+// dropLocked removes token's entry l. h.mu is held.
+func (h *holders) dropLocked(token string, l *heldLock) {
+	delete(h.byToken, token)
+	if tokens := h.byKey[l.key]; tokens != nil {
+		delete(tokens, token)
+		if len(tokens) == 0 {
+			delete(h.byKey, l.key)
+		}
+	}
+}
+
+// recorded returns the number of holds recorded so far: a read of the
+// store sent after it can judge those holds, not later ones.
+func (h *holders) recorded() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.gen
+}
+
+// holds reports whether the backend holds key.
+func (h *holders) holds(key string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.byKey[key]) > 0
+}
+
+// judge takes the value of key that a read sent once recorded holds were
+// recorded found (exists false: no key), and ends the Lost context of
+// every one of those holds of key whose token it no longer is: deleted if
+// the key is gone, taken if another token holds it. A token followed by
+// "\n" (waiters queued) is still its token.
+func (h *holders) judge(key, value string, exists bool, recorded uint64) {
+	h.mu.Lock()
+	var gone []*heldLock
+	for token, l := range h.byKey[key] {
+		if l.since > recorded || (exists && (value == token || value == token+"\n")) {
+			continue
+		}
+		h.dropLocked(token, l)
+		gone = append(gone, l)
+	}
+	h.mu.Unlock()
+	reason := driver.LossDeleted
+	if exists {
+		reason = driver.LossTaken
+	}
+	for _, l := range gone {
+		l.cancel(&driver.Loss{Reason: reason})
+	}
 }
 
 // renewed records that token's lease now runs for ttl.
@@ -84,7 +145,9 @@ func (h *holders) renewed(token string, ttl time.Duration) {
 func (h *holders) forget(token string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	delete(h.byToken, token)
+	if l, ok := h.byToken[token]; ok {
+		h.dropLocked(token, l)
+	}
 }
 
 // notice takes a message of the lost channel: a token that a forced
@@ -113,10 +176,12 @@ func (h *holders) asked(token, reason string) {
 func (h *holders) removed(token string) {
 	h.mu.Lock()
 	l, ok := h.byToken[token]
-	delete(h.byToken, token)
+	if ok {
+		h.dropLocked(token, l)
+	}
 	h.mu.Unlock()
 	if ok {
-		l.cancel()
+		l.cancel(nil)
 	}
 }
 
@@ -129,6 +194,9 @@ func (b *Backend) granted(g driver.Grant, err error, key, token string, ttl time
 	l := b.holders.hold(key, token, ttl)
 	g.Lost, g.Requested = l.lost, l.requested
 	b.listenForLoss()
+	if b.tracker != nil {
+		b.tracker.follow(key)
+	}
 	return g, nil
 }
 

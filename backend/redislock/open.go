@@ -37,8 +37,8 @@ func ClientParams() []string { return slices.Clone(clientParams) }
 // options.
 type Config struct {
 	// Client is the rueidis client's configuration: addresses, credentials,
-	// database, TLS, Sentinel master. Open sets its dial timeout and turns
-	// client-side caching off.
+	// database, TLS, Sentinel master. Open sets its dial timeout and its
+	// client-side caching, which tracks held keys (see Open).
 	Client rueidis.ClientOption
 	// Options are those the URL's parameters set; Open applies them before
 	// its own.
@@ -65,6 +65,7 @@ type Config struct {
 //	waiter_timeout=1s    WithWaiterTimeout: a waiter's place in a queue (default 1s)
 //	replica_ack=N        WithReplicaAck: confirm grants and renewals once N replicas acknowledged them (default 0: off)
 //	replica_ack_timeout=1s  how long WAIT waits for them (default 1s; needs replica_ack)
+//	track_loss=false     WithoutLossTracking (default true)
 //
 // and rueidis.ParseURL's: db, addr, client_name, write_timeout,
 // skip_verify, protocol, client_cache, max_retries. Any other is an error
@@ -84,6 +85,10 @@ func ParseURL(u *url.URL) (Config, error) {
 		if r.Duration(p.name, &d) {
 			cfg.Options = append(cfg.Options, p.with(d))
 		}
+	}
+	var track bool
+	if r.Bool("track_loss", &track) && !track {
+		cfg.Options = append(cfg.Options, WithoutLossTracking())
 	}
 	ack := replicaAck{timeout: DefaultReplicaAckTimeout}
 	ackSet := r.Func("replica_ack", func(v string) error {
@@ -190,7 +195,6 @@ func Dial(ctx context.Context, cfg Config, opts ...Option) (*Backend, error) {
 		return nil, err // before any connection is made
 	}
 	opt := cfg.Client
-	opt.DisableCache = true // no client-side caching: lock state must come from the server
 	opt.Dialer.Timeout = c.dialTimeout
 	if d, ok := ctx.Deadline(); ok {
 		opt.Dialer.Timeout = max(min(opt.Dialer.Timeout, time.Until(d)), time.Millisecond)
@@ -198,11 +202,27 @@ func Dial(ctx context.Context, cfg Config, opts ...Option) (*Backend, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("redislock: connect: %w", err)
 	}
+	// Client-side caching serves the tracker's reads only (readTracked):
+	// every lock operation is a script, which is never cached. Redis older
+	// than 6 has no tracking: the client then does without.
+	track := newTracker()
+	if c.noLossTracking {
+		track = nil
+	}
+	opt.DisableCache = track == nil
+	if track != nil {
+		opt.CacheSizeEachConn = trackCacheSize
+		opt.OnInvalidations = track.invalidatedMessages
+	}
 	client, err := rueidis.NewClient(opt)
+	if errors.Is(err, rueidis.ErrNoCache) && track != nil {
+		opt.DisableCache, opt.OnInvalidations, track = true, nil, nil
+		client, err = rueidis.NewClient(opt)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("redislock: connect: %w", err)
 	}
-	b, err := newRueidis(ctx, client, true, c)
+	b, err := newRueidis(ctx, client, true, c, track)
 	if err != nil {
 		client.Close()
 		return nil, err

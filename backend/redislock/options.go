@@ -33,6 +33,7 @@ type config struct {
 	dialTimeout     time.Duration
 	waiterTimeout   time.Duration
 	watchedReleases bool
+	noLossTracking  bool
 	ack             replicaAck
 }
 
@@ -100,6 +101,23 @@ func WithWaiterTimeout(d time.Duration) Option {
 func WithWatchedReleases() Option {
 	return func(c *config) error {
 		c.watchedReleases = true
+		return nil
+	}
+}
+
+// WithoutLossTracking turns off what Open and Dial otherwise do on Redis
+// 6 and later: read every key held for 100 ms with client-side tracking,
+// so that Redis tells the backend when the key is next written, and a
+// deletion, an eviction, an expiry, a failover that lost the key or
+// another client's write ends the hold's driver.Grant.Lost within a round
+// trip, with the reason deleted or taken, instead of at its next renewal.
+// Tracking costs a read per hold that lives past 100 ms and one per
+// renewal, and an entry per such key in Redis's tracking table. Redlock's
+// nodes do without: a majority, not one node, says whether Redlock holds.
+// NewGoRedis and NewRueidis never track, since the client is the caller's.
+func WithoutLossTracking() Option {
+	return func(c *config) error {
+		c.noLossTracking = true
 		return nil
 	}
 }

@@ -32,7 +32,8 @@ type Backend struct {
 	id       string
 	channels string
 	inbox    *inbox
-	holders  holders // this backend's locks, for lost notices (lost.go)
+	holders  holders  // this backend's locks, for lost notices (lost.go)
+	tracker  *tracker // reads held keys tracked (track.go), if the store can
 
 	closed    atomic.Bool
 	mu        sync.Mutex // orders waits.Add before Close's waits.Wait
@@ -70,6 +71,13 @@ func newBackend(ctx context.Context, st store, cfg config) (*Backend, error) {
 	}
 	b.inbox = newInbox(st, b.channels+b.id, b.channels+lostChannel, cfg.requestTimeout, b.holders.notice, b.readMissedRequests)
 	b.closing, b.stopWaits = context.WithCancel(context.Background())
+	if kt, ok := st.(interface {
+		keyTracker
+		tracker() *tracker
+	}); ok && kt.tracker() != nil {
+		b.tracker = kt.tracker()
+		b.tracker.start(kt.readTracked, &b.holders, func(key string) string { return b.prefix + "{" + escapeKey(key) + "}" }, cfg.requestTimeout, b.closing)
+	}
 	return b, nil
 }
 
@@ -476,6 +484,9 @@ func (b *Backend) Close() error {
 	b.mu.Unlock()
 	b.stopWaits()
 	b.waits.Wait()
+	if b.tracker != nil {
+		b.tracker.wait()
+	}
 	return errors.Join(b.inbox.close(), b.st.close())
 }
 

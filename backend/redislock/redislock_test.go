@@ -20,6 +20,7 @@ import (
 	"github.com/distlock/distlock/internal/childproc"
 	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/locktest"
+	"github.com/distlock/distlock/observe"
 )
 
 func TestMain(m *testing.M) {
@@ -186,6 +187,12 @@ func TestConformanceCluster(t *testing.T) {
 		}
 	})
 	t.Run("special-keys", func(t *testing.T) { specialKeys(t, openURL(t, "redis-cluster://"+addrs[0])) })
+	t.Run("loss-tracked", func(t *testing.T) {
+		c := newClient(t, openURL(t, url))
+		for i := range 4 { // keys on several masters
+			lossTold(t, c, fmt.Sprintf("tracked-%d", i), 300*time.Millisecond, deleteKey(fixed(addrs...)), observe.LossDeleted)
+		}
+	})
 	t.Run("force-release", func(t *testing.T) {
 		forceRelease(t, func(t testing.TB) driver.Backend { return openURL(t, "redis-cluster://"+addrs[0]) }, fixed(addrs...))
 	})

@@ -27,11 +27,13 @@ func NewRueidis(client rueidis.Client, opts ...Option) (*Backend, error) {
 	if client == nil {
 		return nil, errors.New("redislock: NewRueidis needs a client")
 	}
-	return newRueidis(context.Background(), client, false, cfg)
+	return newRueidis(context.Background(), client, false, cfg, nil)
 }
 
-func newRueidis(ctx context.Context, client rueidis.Client, owned bool, cfg config) (*Backend, error) {
-	st := &rueidisStore{c: client, owned: owned}
+// newRueidis returns a backend on client; track, if not nil, is the
+// tracker whose invalidated the client's OnInvalidations calls.
+func newRueidis(ctx context.Context, client rueidis.Client, owned bool, cfg config, track *tracker) (*Backend, error) {
+	st := &rueidisStore{c: client, owned: owned, track: track}
 	for i, src := range scriptSources {
 		st.scripts[i] = rueidis.NewLuaScript(src)
 		sum := sha1.Sum([]byte(src))
@@ -62,6 +64,37 @@ type rueidisStore struct {
 	scripts [numScripts]*rueidis.Lua
 	shas    [numScripts]string // each script's SHA1, for EVALSHA beside WAIT
 	owned   bool               // built by Open: Close closes it
+	track   *tracker           // set by Dial on a client that tracks reads
+}
+
+// tracker returns the tracker whose invalidated the client calls, if the
+// client tracks reads (Dial's, on Redis 6 and later).
+func (r *rueidisStore) tracker() *tracker { return r.track }
+
+// trackedTTL is how long the client caches a tracked read: a key read
+// again after it re-reads from Redis even without an invalidation.
+const trackedTTL = time.Minute
+
+// readTracked reads names with client-side caching, which tracks them.
+// A name the client has read since its last invalidation is answered from
+// the client's cache: it has not been written since.
+func (r *rueidisStore) readTracked(ctx context.Context, names []string) ([]trackedValue, error) {
+	cmds := make([]rueidis.CacheableTTL, len(names))
+	for i, n := range names {
+		cmds[i] = rueidis.CT(r.c.B().Get().Key(n).Cache(), trackedTTL)
+	}
+	values := make([]trackedValue, len(names))
+	for i, res := range r.c.DoMultiCache(ctx, cmds...) {
+		v, err := res.ToString()
+		switch {
+		case rueidis.IsRedisNil(err):
+		case err != nil:
+			return nil, err
+		default:
+			values[i] = trackedValue{value: v, exists: true}
+		}
+	}
+	return values, nil
 }
 
 func (r *rueidisStore) evalInt(ctx context.Context, s script, keys []string, args ...string) (int64, error) {
