@@ -81,7 +81,8 @@ store refused a renewal, could not be reached before the lease ran out, or
 SIGKILL after --grace, and distlock exits with code 76 naming the reason.
 A forced release is seen at once on Redis, etcd, ZooKeeper and the lock
 service (over distlock:// run adds watch_loss=true to the URL unless it
-sets watch_loss), elsewhere at the next renewal. Once the command has
+sets watch_loss), elsewhere at the next renewal; on Redis a key deleted
+or taken behind distlock's back is seen at once too. Once the command has
 exited, distlock releases the lost lock best effort, waiting for the store
 1s at most (said on stderr when the store may still hold the lock): a
 store that stopped answering frees the key when the lease runs out.
