@@ -186,6 +186,8 @@ func (r *runner) close(grace time.Duration) (closed bool, err error) {
 // of every attempt in it.
 func (r *runner) schedule(ctx context.Context) {
 	r.answered.Store(time.Now().UnixNano())
+	ctx, stop := r.watchStall(ctx)
+	defer stop()
 	if r.cfg.Count > 0 {
 		per := r.cfg.Count
 		if len(r.sides) > 1 {
@@ -256,6 +258,32 @@ func (r *runner) work(ctx context.Context, s *side, w int, b *budget) {
 			return
 		}
 	}
+}
+
+// watchStall returns ctx, also cancelled once the store has answered
+// nothing for StallLimit, so that the attempts in flight end then rather
+// than at their own timeout, which may have started after the last answer
+// and would let another round begin; stop ends the watch.
+func (r *runner) watchStall(ctx context.Context) (_ context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(StallLimit / 50)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if r.stall() {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	return ctx, func() { cancel(); <-exited }
 }
 
 // stall reports whether the run has stopped for want of answers, and stops
