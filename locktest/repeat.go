@@ -57,7 +57,16 @@ func (s *suite) repeatGrant(t *testing.T) {
 		valid, what = again.Sent.Add(again.Lease), "the repeated grant's validity"
 	}
 	if w.at.Before(valid) {
-		t.Errorf("a waiter got the key %v before %s ended", valid.Sub(w.at), what)
+		// The store's expiry runs on its clock, the check on this process's
+		// monotonic one: say how far the wall clock moved against it, which
+		// would explain a shortfall of that size.
+		moved := w.at.Round(0).Sub(first.Sent.Round(0)) - w.at.Sub(first.Sent)
+		repeat := "refused"
+		if again.Fence != 0 {
+			repeat = fmt.Sprintf("sent at %v", again.Sent.Sub(first.Sent))
+		}
+		t.Errorf("a waiter got the key %v before %s ended (first grant sent at 0, fence %d; repeat %s; waiter granted by %v, fence %d; the wall clock moved %v against the monotonic one)",
+			valid.Sub(w.at), what, first.Fence, repeat, w.at.Sub(first.Sent), w.l.Fence(), moved)
 	}
 	if w.l.Fence() <= first.Fence {
 		t.Errorf("the waiter's fence %d is not above the repeated grant's %d", w.l.Fence(), first.Fence)
