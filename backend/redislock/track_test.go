@@ -129,6 +129,43 @@ func TestLossTrackingOff(t *testing.T) {
 	}
 }
 
+// A token acquired for a holder elsewhere (AcquireToken, as the lock
+// service does) has no Lost to end: its key is not read, while a Lock's is.
+func TestLossTrackingSkipsTokens(t *testing.T) {
+	s := testserver.Redis(t)
+	ctx := testContext(t)
+	c := newClient(t, openURL(t, "redis://"+s.Addr()))
+	// The first grant subscribes the backend to lost notices, and the
+	// subscription then reads the missed requests of its holds: let that
+	// pass before counting.
+	if _, err := c.AcquireToken(ctx, "tokens/first", "fedcba9876543210fedcba9876543210", distlock.WithLease(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	reads := func(hold func(key string)) int {
+		t.Helper()
+		key := fmt.Sprintf("tokens/%d", time.Now().UnixNano())
+		hold(key)
+		before := getCalls(t, s.Addr())
+		time.Sleep(300 * time.Millisecond) // past the tracker's first read
+		return getCalls(t, s.Addr()) - before
+	}
+	if n := reads(func(key string) {
+		if _, err := c.AcquireToken(ctx, key, "0123456789abcdef0123456789abcdef", distlock.WithLease(30*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("a token's key was read %d times in 300 ms, want 0", n)
+	}
+	if n := reads(func(key string) {
+		if _, err := c.Lock(ctx, key, distlock.WithLease(30*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 1 {
+		t.Errorf("a lock's key was read %d times in 300 ms, want 1", n)
+	}
+}
+
 // BenchmarkDeletionNotice is locktest.LossNoticeOf with a DEL of the held
 // key behind its holder's back, held past the tracker's first read (p99
 // from the DEL's send to Done()).
@@ -194,10 +231,10 @@ func BenchmarkTrackedHolds(b *testing.B) {
 
 // getCalls returns how many GETs Redis has run (INFO
 // commandstats).
-func getCalls(b *testing.B, addr string) int {
+func getCalls(t testing.TB, addr string) int {
 	info, err := testserver.RedisCommand(context.Background(), addr, "INFO", "commandstats")
 	if err != nil {
-		b.Fatal(err)
+		t.Fatal(err)
 	}
 	for line := range strings.SplitSeq(info, "\r\n") {
 		if rest, ok := strings.CutPrefix(line, "cmdstat_get:calls="); ok {
