@@ -87,6 +87,11 @@ type AcquireRequest struct {
 	// attempt records to keep new readers out. It is empty on every other
 	// attempt, and Acquire ignores it.
 	Intent string
+	// Unfollowed says that nobody follows the grant's Lost: the lock is
+	// held elsewhere by token (Client.AcquireToken, a lock service's
+	// client). A backend that pays to watch a hold (redislock's tracked
+	// reads) need not watch this one.
+	Unfollowed bool
 }
 
 // Meta is what a lock records about its holder, for Inspect and for logs.

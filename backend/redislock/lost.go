@@ -186,16 +186,17 @@ func (h *holders) removed(token string) {
 }
 
 // granted records a grant that err did not refuse and sets its Lost
-// context, then makes sure the backend listens for lost notices.
-func (b *Backend) granted(g driver.Grant, err error, key, token string, ttl time.Duration) (driver.Grant, error) {
+// context, then makes sure the backend listens for lost notices, and has
+// the tracker follow the hold unless nobody follows it (req.Unfollowed).
+func (b *Backend) granted(g driver.Grant, err error, req driver.AcquireRequest) (driver.Grant, error) {
 	if err != nil {
 		return g, err
 	}
-	l := b.holders.hold(key, token, ttl)
+	l := b.holders.hold(req.Key, req.Token, req.TTL)
 	g.Lost, g.Requested = l.lost, l.requested
 	b.listenForLoss()
-	if b.tracker != nil {
-		b.tracker.follow(key)
+	if b.tracker != nil && !req.Unfollowed {
+		b.tracker.follow(req.Key)
 	}
 	return g, nil
 }

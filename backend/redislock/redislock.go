@@ -158,7 +158,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	case fence <= 0:
 		return driver.Grant{}, driver.ErrNotAcquired
 	}
-	return b.granted(driver.Grant{Fence: uint64(fence)}, nil, req.Key, req.Token, req.TTL)
+	return b.granted(driver.Grant{Fence: uint64(fence)}, nil, req)
 }
 
 // Handoff gives key to next.Token, with a new fence and next's time to live
@@ -183,7 +183,7 @@ func (b *Backend) Handoff(ctx context.Context, key, token string, next driver.Ac
 		return driver.Grant{}, driver.ErrNotHeld
 	}
 	b.holders.forget(token)
-	return b.granted(driver.Grant{Fence: uint64(fence)}, nil, key, next.Token, next.TTL)
+	return b.granted(driver.Grant{Fence: uint64(fence)}, nil, next)
 }
 
 // grant runs the acquire script for req, handed over from token from if it

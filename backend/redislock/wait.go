@@ -44,7 +44,7 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 	if err == nil && b.acks() && !acked {
 		err = b.confirm(ctx, req.Key, req.Token, req.TTL)
 	}
-	return b.granted(g, err, req.Key, req.Token, req.TTL)
+	return b.granted(g, err, req)
 }
 
 // acquireWait is AcquireWait without the grant's Lost context and, unless
