@@ -14,6 +14,7 @@ import (
 	"github.com/distlock/distlock/fence"
 	"github.com/distlock/distlock/internal/faultproxy"
 	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/observe"
 )
 
 func testContext(t *testing.T) context.Context {
@@ -191,7 +192,9 @@ func TestSlowNode(t *testing.T) {
 // second holder in: A holds on three of five nodes (two were down), one of
 // the three restarts empty, and B gets the other two and the restarted one.
 // The fence still orders them: B's is higher, and A's later write is
-// refused by the resource's fence check.
+// refused by the resource's fence check. A is told soon: the restarted
+// node's tracking of A's key broke, its read finds the key gone, and A
+// holds on fewer than a majority.
 func TestRestartWithoutPersistence(t *testing.T) {
 	ctx := testContext(t)
 	servers := nodes(t, 5)
@@ -227,8 +230,13 @@ func TestRestartWithoutPersistence(t *testing.T) {
 		t.Fatalf("B after a node of A's majority restarted empty: %v (holders %v); Redlock would have kept it out", err, holders(t, addrs, "restart"))
 	}
 	defer lb.Release(ctx)
-	if la.Err() != nil {
-		t.Fatalf("A learnt of nothing yet, but its lock reports %v", la.Err())
+	select {
+	case <-la.Done():
+		if err := la.Err(); !strings.Contains(err.Error(), "("+observe.LossDeleted+")") {
+			t.Errorf("A's loss: %v, want the reason %s", err, observe.LossDeleted)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("A was not told within 5 s that it holds on 2 of 5 nodes")
 	}
 	t.Logf("two holders: A fence %d, B fence %d", la.Fence(), lb.Fence())
 	if lb.Fence() <= la.Fence() {
