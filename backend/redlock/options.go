@@ -126,7 +126,7 @@ func newConfig(opts []Option) (config, error) {
 // nodeOptions are the options every node's redislock backend gets.
 func (c config) nodeOptions() []redislock.Option {
 	return []redislock.Option{redislock.WithPrefix(c.prefix), redislock.WithRequestTimeout(c.requestTimeout),
-		redislock.WithDialTimeout(c.dialTimeout), redislock.WithWatchedReleases(), redislock.WithoutLossTracking()}
+		redislock.WithDialTimeout(c.dialTimeout), redislock.WithWatchedReleases()}
 }
 
 // watchWait is how long Watch waits for a majority of the nodes to take the

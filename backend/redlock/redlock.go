@@ -228,10 +228,10 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	sent := time.Now()
 	wait := b.cfg.replyWait(req.TTL, req.TTL-drift)
 	actx, cancel := context.WithDeadline(ctx, sent.Add(wait))
-	fences := make([]uint64, len(b.nodes))
+	grants := make([]driver.Grant, len(b.nodes))
 	errs := b.each(actx, func(ctx context.Context, i int, n *redislock.Backend) error {
-		g, err := n.Acquire(ctx, req)
-		fences[i] = g.Fence
+		var err error
+		grants[i], err = n.Acquire(ctx, req)
 		return err
 	})
 	cancel()
@@ -242,7 +242,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		switch {
 		case err == nil:
 			granted++
-			fence = max(fence, fences[i])
+			fence = max(fence, grants[i].Fence)
 		case errors.Is(err, driver.ErrNotAcquired):
 			refused++
 		}
@@ -251,7 +251,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		b.lastRoundTrip.Store(int64(elapsed))
 	}
 	if granted >= b.quorum && elapsed < req.TTL-drift {
-		return driver.Grant{Fence: fence, Sent: sent}, nil
+		return driver.Grant{Fence: fence, Sent: sent, Lost: b.lostWith(grants, errs)}, nil
 	}
 	b.undo(ctx, req.Key, req.Token, errs, wait)
 	failed := len(b.nodes) - granted - refused
@@ -267,6 +267,44 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			b.nodeErrors(errs))
 	}
 	return driver.Grant{}, driver.Wrap("redlock", err)
+}
+
+// lostWith returns the Lost of a grant whose nodes' grants are grants
+// (errs, Acquire's, say which granted): done once so many of those nodes
+// told of their hold's loss (a forced release, a key deleted, expired or
+// taken on that node) that fewer than a majority still hold, with the
+// cause of the last node's loss. A node that grants without a Lost is
+// counted as holding until the grant's renewal says otherwise.
+func (b *Backend) lostWith(grants []driver.Grant, errs []error) context.Context {
+	q := &quorumLoss{quorum: int64(b.quorum)}
+	q.lost, q.end = context.WithCancelCause(context.Background())
+	for _, err := range errs {
+		if err == nil {
+			q.holding.Add(1)
+		}
+	}
+	for i, err := range errs {
+		if err == nil && grants[i].Lost != nil {
+			nodeLost := grants[i].Lost
+			context.AfterFunc(nodeLost, func() { q.nodeLost(context.Cause(nodeLost)) })
+		}
+	}
+	return q.lost
+}
+
+// quorumLoss follows the nodes of one Redlock grant.
+type quorumLoss struct {
+	lost    context.Context // the grant's Lost
+	end     context.CancelCauseFunc
+	holding atomic.Int64 // nodes that hold, as far as they told
+	quorum  int64
+}
+
+// nodeLost counts the loss of one node's hold, with its cause.
+func (q *quorumLoss) nodeLost(cause error) {
+	if q.holding.Add(-1) < q.quorum {
+		q.end(cause)
+	}
 }
 
 // undo releases key for token on every node that granted it or whose reply
