@@ -112,9 +112,10 @@ func WithWatchedReleases() Option {
 // another client's write ends the hold's driver.Grant.Lost within a round
 // trip, with the reason deleted or taken, instead of at its next renewal.
 // Tracking costs a read per hold that lives past 100 ms and one per
-// renewal, and an entry per such key in Redis's tracking table. Redlock's
-// nodes do without: a majority, not one node, says whether Redlock holds.
-// NewGoRedis and NewRueidis never track, since the client is the caller's.
+// renewal, and an entry per such key in Redis's tracking table; a grant
+// whose Lost nobody follows (driver.AcquireRequest.Unfollowed) is not
+// tracked. NewGoRedis and NewRueidis never track, since the client is the
+// caller's.
 func WithoutLossTracking() Option {
 	return func(c *config) error {
 		c.noLossTracking = true

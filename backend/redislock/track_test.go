@@ -110,7 +110,7 @@ func TestLossTrackedOwnWrites(t *testing.T) {
 	}
 }
 
-// Without tracking (track_loss=false, and Redlock's nodes), a deletion is
+// Without tracking (track_loss=false), a deletion is
 // learnt at the next renewal: not within the 2 s this waits, of a 30 s lease.
 func TestLossTrackingOff(t *testing.T) {
 	s := testserver.Redis(t)
