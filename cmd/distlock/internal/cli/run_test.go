@@ -294,6 +294,23 @@ func TestRunForceReleasedOverService(t *testing.T) {
 	testRunForceReleased(t, bin, []string{"DISTLOCK_BACKEND=distlock://" + p.banner.Listen})
 }
 
+// On etcd and ZooKeeper too a forced release stops the command at once:
+// the holder's watch of its hold sees it.
+func TestRunForceReleasedOnWatchingStores(t *testing.T) {
+	bin := buildDistlock(t)
+	for _, tc := range []struct {
+		name string
+		url  func(t *testing.T) string
+	}{
+		{"etcd", func(t *testing.T) string { return "etcd://" + testserver.Etcd(t).Addr() }},
+		{"zookeeper", func(t *testing.T) string { return "zk://" + testserver.ZooKeeper(t).Addr() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testRunForceReleased(t, bin, []string{"DISTLOCK_BACKEND=" + tc.url(t)})
+		})
+	}
+}
+
 // A command that ignores SIGTERM is killed after --grace.
 func testRunGraceThenKill(t *testing.T, bin string, s store) {
 	const grace = 300 * time.Millisecond
