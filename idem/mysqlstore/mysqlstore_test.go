@@ -106,5 +106,8 @@ func TestDoTx(t *testing.T) {
 }
 
 func TestOpenURL(t *testing.T) {
-	idemtest.RunURL(t, "mysql://root@"+testserver.MariaDB(t).Addr()+"/distlock")
+	addr := testserver.MariaDB(t).Addr()
+	for _, scheme := range []string{"mysql", "mysql+table"} {
+		t.Run(scheme, func(t *testing.T) { idemtest.RunURL(t, scheme+"://root@"+addr+"/distlock") })
+	}
 }
