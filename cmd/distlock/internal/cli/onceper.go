@@ -168,26 +168,39 @@ func (f *runFlags) openOnce(ctx context.Context, g *globals, argv []string) (*on
 	}, closeRecords, nil
 }
 
+// earlierRun is the record of a slot's run.
+type earlierRun struct {
+	outcome
+	fence       uint64
+	sameCommand bool // it ran this command line
+}
+
 // ran returns the record of the slot's run, if there is one.
-func (o *onceRun) ran(ctx context.Context) (outcome, uint64, bool, error) {
+func (o *onceRun) ran(ctx context.Context) (earlierRun, bool, error) {
 	r, ok, err := o.records.Get(ctx, o.key)
 	if err != nil || !ok {
-		return outcome{}, 0, false, err
+		return earlierRun{}, false, err
 	}
-	var out outcome
-	if err := json.Unmarshal(r.Value, &out); err != nil {
-		return outcome{}, 0, false, fmt.Errorf("record %q: %w", o.key, err)
+	e := earlierRun{fence: r.Fence, sameCommand: r.Hash == o.hash}
+	if err := json.Unmarshal(r.Value, &e.outcome); err != nil {
+		return earlierRun{}, false, fmt.Errorf("record %q: %w", o.key, err)
 	}
-	return out, r.Fence, true, nil
+	return e, true, nil
 }
 
 // alreadyRan is the exit status of a run whose slot has run: 0, with a line
-// on stderr unless quiet.
-func (o *onceRun) alreadyRan(stderr io.Writer, lockKey string, out outcome, fence uint64, quiet bool) error {
-	if !quiet {
-		fmt.Fprintf(stderr, "distlock: run: %q already ran in slot %s (by %s at %s, fence %d, exit %d); the command was not run\n",
-			lockKey, o.slot.id(), out.Owner, out.Started.UTC().Format(time.RFC3339), fence, out.Exit)
+// on stderr unless quiet, which says if that run's command line was
+// another.
+func (o *onceRun) alreadyRan(stderr io.Writer, lockKey string, e earlierRun, quiet bool) error {
+	if quiet {
+		return nil
 	}
+	other := ""
+	if !e.sameCommand {
+		other = ", another command line"
+	}
+	fmt.Fprintf(stderr, "distlock: run: %q already ran in slot %s (by %s at %s, fence %d, exit %d%s); the command was not run\n",
+		lockKey, o.slot.id(), e.Owner, e.Started.UTC().Format(time.RFC3339), e.fence, e.Exit, other)
 	return nil
 }
 

@@ -46,6 +46,13 @@ func testRunOncePer(t *testing.T, bin string, s store) {
 	if r := runDistlock(t, bin, s.env, "run", "--key", "daily", "--once-per", "24h", "--skip-ok", "--", "touch", filepath.Join(dir, "again")); r.code != 0 || r.stderr != "" || fileExists(filepath.Join(dir, "again")) {
 		t.Errorf("a later run with --skip-ok: exit %d, stderr %q, ran %v; want 0, nothing, not run", r.code, r.stderr, fileExists(filepath.Join(dir, "again")))
 	}
+	// The same key and slot with another command line: not run either, and
+	// said so.
+	r := runDistlock(t, bin, s.env, "run", "--key", "daily", "--once-per", "24h", "--", "touch", filepath.Join(dir, "other"))
+	if r.code != 0 || fileExists(filepath.Join(dir, "other")) {
+		t.Errorf("another command in the slot: exit %d, ran %v; want 0, not run", r.code, fileExists(filepath.Join(dir, "other")))
+	}
+	wantOneLine(t, r, "exit 0, another command line); the command was not run")
 	// Another key is another job.
 	if r := runDistlock(t, bin, s.env, "run", "--key", "weekly", "--once-per", "168h", "--", "touch", filepath.Join(dir, "weekly")); r.code != 0 || !fileExists(filepath.Join(dir, "weekly")) {
 		t.Errorf("another key: exit %d, stderr %q", r.code, r.stderr)

@@ -394,14 +394,14 @@ func (f *runFlags) run(cmd *cobra.Command, g *globals, argv []string) error {
 // slotRan reports whether the slot of a --once-per run has run already,
 // and then the exit status: 0, said on stderr unless --skip-ok.
 func (f *runFlags) slotRan(ctx context.Context, cmd *cobra.Command, o *onceRun) (bool, error) {
-	out, fence, ran, err := o.ran(ctx)
+	earlier, ran, err := o.ran(ctx)
 	switch {
 	case err != nil:
 		return false, exit(ExitUnavailable, &opError{op: "run: --once-per: record store", err: err})
 	case !ran:
 		return false, nil
 	}
-	return true, o.alreadyRan(cmd.ErrOrStderr(), f.key, out, fence, f.skipOK)
+	return true, o.alreadyRan(cmd.ErrOrStderr(), f.key, earlier, f.skipOK)
 }
 
 // mode is the value of DISTLOCK_MODE and the name of the flag that chose
