@@ -13,6 +13,7 @@ import (
 	"github.com/distlock/distlock/backend/redislock"
 	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/locktest"
+	"github.com/distlock/distlock/observe"
 )
 
 // lostChannel is the channel on which a forced release names the token it
@@ -21,41 +22,71 @@ const lostChannel = redislock.DefaultPrefix + "notify:lost"
 
 // A holder learns that its lock was force-released at once, from the
 // notice the forced release publishes, not at its next renewal (a third of
-// its 30 s lease), with each client library.
+// its 30 s lease), with each client library. The reason says what became
+// of the key: deleted when nobody waited, taken when the forced release
+// passed it to a queued waiter.
 func TestForcedReleaseToldAtOnce(t *testing.T) {
 	s := testserver.Redis(t)
 	for _, a := range adapters[:2] {
-		t.Run(a.name, func(t *testing.T) {
-			ctx := testContext(t)
-			holder, operator := newClient(t, a.new(t, s.Addr())), newClient(t, a.new(t, s.Addr()))
-			key := "told/" + t.Name()
-			l, err := holder.Lock(ctx, key, distlock.WithLease(30*time.Second))
-			if err != nil {
-				t.Fatal(err)
+		for _, queued := range []bool{false, true} {
+			reason := observe.LossDeleted
+			if queued {
+				reason = observe.LossTaken
 			}
-			eventually(t, "the holder listens for lost notices", func() error {
-				if n := channelSubscribers(t, s.Addr(), lostChannel); n < 1 {
-					return fmt.Errorf("%d subscribers of %s", n, lostChannel)
+			t.Run(a.name+"/"+reason, func(t *testing.T) {
+				ctx := testContext(t)
+				holder, operator := newClient(t, a.new(t, s.Addr())), newClient(t, a.new(t, s.Addr()))
+				key := "told/" + strings.ReplaceAll(t.Name(), "/", "-")
+				l, err := holder.Lock(ctx, key, distlock.WithLease(30*time.Second))
+				if err != nil {
+					t.Fatal(err)
 				}
-				return nil
+				eventually(t, "the holder listens for lost notices", func() error {
+					if n := channelSubscribers(t, s.Addr(), lostChannel); n < 1 {
+						return fmt.Errorf("%d subscribers of %s", n, lostChannel)
+					}
+					return nil
+				})
+				waited := make(chan error, 1)
+				if queued {
+					waiter := newClient(t, a.new(t, s.Addr()))
+					go func() {
+						w, err := waiter.Lock(ctx, key, distlock.WithWait(10*time.Second))
+						if err == nil {
+							err = w.Release(ctx)
+						}
+						waited <- err
+					}()
+					eventually(t, "the waiter queues", func() error {
+						if v := rawCommand(t, []string{s.Addr()}, "GET", lockName(key)); !strings.HasSuffix(v, "\n") {
+							return fmt.Errorf("the key holds %q, not a token marked queued", v)
+						}
+						return nil
+					})
+				}
+				start := time.Now()
+				if _, err := operator.ForceRelease(ctx, key, "the holder is stuck"); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case <-l.Done():
+					t.Logf("told %v after the forced release", time.Since(start).Round(time.Millisecond))
+				case <-time.After(5 * time.Second):
+					t.Fatal("the holder was not told within 5 s of the forced release")
+				}
+				if err := l.Err(); !errors.Is(err, distlock.ErrLockLost) || !strings.Contains(err.Error(), "("+reason+")") {
+					t.Fatalf("Err() = %v, want ErrLockLost (%s)", err, reason)
+				}
+				if err := l.Release(ctx); !errors.Is(err, distlock.ErrNotHeld) && !errors.Is(err, distlock.ErrLockLost) {
+					t.Fatalf("Release after the loss: %v, want ErrNotHeld or ErrLockLost", err)
+				}
+				if queued {
+					if err := <-waited; err != nil {
+						t.Fatalf("the waiter: %v", err)
+					}
+				}
 			})
-			start := time.Now()
-			if _, err := operator.ForceRelease(ctx, key, "the holder is stuck"); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case <-l.Done():
-				t.Logf("told %v after the forced release", time.Since(start).Round(time.Millisecond))
-			case <-time.After(5 * time.Second):
-				t.Fatal("the holder was not told within 5 s of the forced release")
-			}
-			if err := l.Err(); !errors.Is(err, distlock.ErrLockLost) {
-				t.Fatalf("Err() = %v, want ErrLockLost", err)
-			}
-			if err := l.Release(ctx); !errors.Is(err, distlock.ErrNotHeld) && !errors.Is(err, distlock.ErrLockLost) {
-				t.Fatalf("Release after the loss: %v, want ErrNotHeld or ErrLockLost", err)
-			}
-		})
+		}
 	}
 }
 
