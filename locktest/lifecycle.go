@@ -459,13 +459,14 @@ func (s *suite) forceRelease(t *testing.T) {
 	if err := old.Renew(ctx); !errors.Is(err, distlock.ErrLockLost) {
 		t.Fatalf("renew by the forced-out holder: got %v, want ErrLockLost", err)
 	}
-	// Told at once by the backend, or at that renewal, when b held the key
-	// (renew_refused if the store was too slow to say so).
+	// Told at once by the backend (deleted: the key was free then), or at
+	// that renewal, when b held the key (renew_refused if the store was too
+	// slow to say so).
 	switch err := old.Err(); {
-	case strings.Contains(err.Error(), "("+observe.LossStoreDeleted+")"), strings.Contains(err.Error(), "("+observe.LossTaken+")"),
-		strings.Contains(err.Error(), "("+observe.LossRenewRefused+")"):
+	case strings.Contains(err.Error(), "("+observe.LossStoreDeleted+")"), strings.Contains(err.Error(), "("+observe.LossDeleted+")"),
+		strings.Contains(err.Error(), "("+observe.LossTaken+")"), strings.Contains(err.Error(), "("+observe.LossRenewRefused+")"):
 	default:
-		t.Fatalf("the forced-out holder's Err = %v, want the reason %s or %s", err, observe.LossStoreDeleted, observe.LossTaken)
+		t.Fatalf("the forced-out holder's Err = %v, want the reason %s, %s or %s", err, observe.LossStoreDeleted, observe.LossDeleted, observe.LossTaken)
 	}
 	_ = old.Release(ctx)
 	wantNotAcquired(t, ctx, c, key)

@@ -52,7 +52,7 @@ func (s *suite) requestTellsHolder(t *testing.T) {
 	bystander := mustLock(t, ctx, holder, key+"/other")
 	defer func() { _ = bystander.Release(ctx) }()
 
-	info, err := asker.RequestRelease(ctx, key, "deploy at 02:00")
+	info, err := asker.RequestRelease(ctx, key, "deploy at 02:00\nticket OPS-7") // a reason may hold a newline
 	if err != nil {
 		t.Fatalf("request release: %v", err)
 	}
@@ -60,7 +60,7 @@ func (s *suite) requestTellsHolder(t *testing.T) {
 		t.Fatalf("request release reported %+v, want the hold (fence %d, owner nightly-job)", info, l.Fence())
 	}
 	waitAsked(t, ctx, l)
-	if got := l.ReleaseReason(); got != "deploy at 02:00" {
+	if got := l.ReleaseReason(); got != "deploy at 02:00\nticket OPS-7" {
 		t.Fatalf("ReleaseReason = %q, want the requester's", got)
 	}
 	if err := l.Err(); err != nil {

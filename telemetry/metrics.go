@@ -21,7 +21,7 @@ import (
 //	acquire_wait_seconds{group,backend,result} histogram: time spent acquiring
 //	hold_seconds{group,backend}                histogram: how long locks were held, at release or loss
 //	renewals_total{group,backend,result}       counter: renewed, failed
-//	lost_total{group,backend,reason}           counter: renew_refused, unreachable, max_hold, store_deleted, expired
+//	lost_total{group,backend,reason}           counter: taken, deleted, renew_refused, unreachable, max_hold, store_deleted, expired
 //	releases_total{group,backend,reason}       counter: released, expired, lost
 //	force_releases_total{group,backend}        counter: keys an operator freed whoever held them
 //	store_request_seconds{backend,op}          histogram: backend request latency (acquire, renew, release, inspect, list)

@@ -4,8 +4,12 @@
 -- passes to the first live one, as release.lua does for another client. The
 -- key's watchers are woken, and the holder's token is published on the
 -- channel ARGV[1] .. 'lost', on which every backend holding locks listens,
--- so that the holder learns at once. The fence counter stays, so the next
--- grant gets a higher fence.
+-- so that the holder learns at once: first as "<token>\n<reason>", the
+-- reason being taken (a waiter now holds the key) or deleted (it is free),
+-- then as the bare token, which is all that backends of earlier releases
+-- read (they ignore the first form, and the second finds no hold in a
+-- backend that read the first). The fence counter stays, so the next grant
+-- gets a higher fence.
 -- KEYS and ARGV[1] as in queue.lua
 --[[queue.lua]]
 local holder = redis.call('GET', KEYS[1])
@@ -20,6 +24,11 @@ if string.byte(holder, -1) == 10 then
 	local now, t = clockMs()
 	passOn(now, t, nil)
 end
+local reason = 'deleted'
+if redis.call('EXISTS', KEYS[1]) == 1 then
+	reason = 'taken'
+end
+redis.call('PUBLISH', ARGV[1] .. 'lost', token .. '\n' .. reason)
 redis.call('PUBLISH', ARGV[1] .. 'lost', token)
 wakeWatchers(KEYS[7], ARGV[1])
 return held

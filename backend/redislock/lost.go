@@ -150,15 +150,22 @@ func (h *holders) forget(token string) {
 	}
 }
 
-// notice takes a message of the lost channel: a token that a forced
-// release removed (forcerelease.lua), or "<token> <reason>", a request to
-// release (request.lua).
+// notice takes a message of the lost channel: "<token>\n<reason>", a
+// token that a forced release removed and what became of the key, or the
+// bare token, which the same forced release sends next for backends of
+// earlier releases (forcerelease.lua); or "<token> <reason>", a request to
+// release (request.lua), whose reason may hold a newline. Tokens hold
+// neither.
 func (h *holders) notice(payload string) {
-	if token, reason, asked := strings.Cut(payload, " "); asked {
-		h.asked(token, reason)
-		return
+	i := strings.IndexAny(payload, " \n")
+	switch {
+	case i < 0:
+		h.removed(payload, nil)
+	case payload[i] == '\n':
+		h.removed(payload[:i], &driver.Loss{Reason: payload[i+1:]})
+	default:
+		h.asked(payload[:i], payload[i+1:])
 	}
-	h.removed(payload)
 }
 
 // asked ends the Requested context of token's hold with reason.
@@ -172,8 +179,8 @@ func (h *holders) asked(token, reason string) {
 }
 
 // removed ends the Lost context of token's hold, which a forced release
-// removed.
-func (h *holders) removed(token string) {
+// removed, with cause (nil if the notice did not say).
+func (h *holders) removed(token string, cause error) {
 	h.mu.Lock()
 	l, ok := h.byToken[token]
 	if ok {
@@ -181,7 +188,7 @@ func (h *holders) removed(token string) {
 	}
 	h.mu.Unlock()
 	if ok {
-		l.cancel(nil)
+		l.cancel(cause)
 	}
 }
 

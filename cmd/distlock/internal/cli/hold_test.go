@@ -220,7 +220,7 @@ func testHoldForceReleased(t *testing.T, bin string, s store) {
 	if r.code != ExitLockLost {
 		t.Fatalf("exit %d, want %d; stderr: %s", r.code, ExitLockLost, r.stderr)
 	}
-	wantOneLine(t, r, `hold: lock "forced" lost: the store reported the lock gone (store_deleted)`)
+	wantOneLine(t, r, `hold: lock "forced" lost: the key was deleted (deleted)`)
 	if took > 5*time.Second {
 		t.Errorf("hold exited %v after the forced release, want long before the next renewal at 10s", took)
 	}

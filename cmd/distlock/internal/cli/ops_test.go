@@ -126,7 +126,7 @@ func TestOps(t *testing.T) {
 		if r.code != ExitLockLost {
 			t.Fatalf("the holder exited %d, want %d: %s", r.code, ExitLockLost, r.stderr)
 		}
-		wantOneLine(t, r, "store_deleted")
+		wantOneLine(t, r, "(deleted)")
 	})
 	t.Run("ForceReleaseText", func(t *testing.T) {
 		dir := t.TempDir()
