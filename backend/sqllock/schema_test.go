@@ -13,7 +13,7 @@ import (
 // at once since waiting cannot create a table; CheckSchema says the same
 // and creates nothing; after Migrate both pass.
 func TestNoSchema(t *testing.T) {
-	for name, start := range map[string]func(*testing.T) store{"Postgres": postgres, "MariaDB": mariadb} {
+	for name, start := range map[string]func(testing.TB) store{"Postgres": postgres, "MariaDB": mariadb} {
 		t.Run(name, func(t *testing.T) {
 			st := start(t)
 			ctx := testContext(t, time.Minute)

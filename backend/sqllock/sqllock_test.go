@@ -93,12 +93,12 @@ func (st store) client(t testing.TB, opts ...sqllock.Option) *distlock.Client {
 	return c
 }
 
-func postgres(t *testing.T) store {
+func postgres(t testing.TB) store {
 	s := testserver.Postgres(t)
 	return store{s: s, driver: "pgx", dsn: testserver.PostgresDSN(s), dialect: sqllock.Postgres}
 }
 
-func mariadb(t *testing.T) store {
+func mariadb(t testing.TB) store {
 	s := testserver.MariaDB(t)
 	return store{s: s, driver: "mysql", dsn: testserver.MariaDBDSN(s), dialect: sqllock.MariaDB}
 }
