@@ -99,5 +99,11 @@
 // client's jittered backoff.
 //
 // ForceRelease (driver.ForceReleaser) frees a key whatever token holds it
-// and reports the hold it ended.
+// and reports the hold it ended. On PostgreSQL it also notifies the channel
+// distlock_lost with the token it removed, and a backend holding a lock
+// listens there from its first grant (on the connection its waiters share):
+// the holder's Grant.Lost ends at once, with driver.LossDeleted, rather than
+// at its next renewal. Locks taken for a holder elsewhere
+// (AcquireRequest.Unfollowed) are not followed, nor any with
+// WithoutLossNotice or over a database handle of one connection.
 package sqllock

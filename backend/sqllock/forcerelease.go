@@ -11,8 +11,9 @@ import (
 // ForceRelease frees key whatever token holds it, for operators, and returns
 // the hold it ended (fence, metadata, time to live left). If key is not held
 // it returns an error matching driver.ErrNotHeld and changes nothing. The
-// holder learns of it at its next renewal (driver.ErrNotHeld); its Release
-// then frees nothing. The next grant of key gets a higher fence.
+// holder learns of it at once on PostgreSQL (see the package doc), else at
+// its next renewal (driver.ErrNotHeld); its Release then frees nothing. The
+// next grant of key gets a higher fence.
 func (b *Backend) ForceRelease(ctx context.Context, key string, _ driver.ForceOptions) (driver.Info, error) {
 	var info driver.Info
 	err := b.run(ctx, func(ctx context.Context) (err error) {

@@ -92,3 +92,35 @@ func BenchmarkPostgresLossNotice(b *testing.B) {
 	_ = l.Release(context.Background())
 	locktest.LossNotice(b, holder, distlock.New(admin), 0)
 }
+
+// No session listens for holds whose loss nobody follows: locks taken by
+// token for a holder elsewhere (the lock service's), or by a backend built
+// WithoutLossNotice. Such a holder learns of a forced release at its next
+// renewal, as on MariaDB.
+func TestPostgresLossNoticeOff(t *testing.T) {
+	st := postgres(t)
+	admin := st.open(t)
+	t.Cleanup(func() { _ = admin.Close() })
+	ctx := testContext(t, time.Minute)
+	if err := admin.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.client(t).AcquireToken(ctx, uniqueKey(t), "token-of-a-remote-holder", distlock.WithLease(30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	l, err := st.client(t, sqllock.WithoutLossNotice()).TryLock(ctx, uniqueKey(t), distlock.WithLease(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // a listening session starts in milliseconds
+	var n int
+	if err := admin.DB().QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d listening sessions (%v), want none", n, err)
+	}
+	if _, err := distlock.New(admin).ForceRelease(ctx, l.Key(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Err(); err != nil {
+		t.Fatalf("told without listening: %v", err)
+	}
+}

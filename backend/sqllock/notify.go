@@ -16,15 +16,19 @@ import (
 // with the key as payload.
 const releaseChannel = "distlock_release"
 
-// listener delivers PostgreSQL release notices to the backend's waiters over
-// one dedicated connection, started by the first waiter and shared by all.
-// If the connection fails, every waiter is woken to re-check, and, while
-// waiters remain, a new one is started in the background; failing that,
-// the next Watch starts one.
+// listener delivers PostgreSQL release notices to the backend's waiters,
+// and forced releases' notices to its holders, over one dedicated
+// connection, started by the first waiter or followed hold and shared by
+// all. If the connection fails, every waiter is woken to re-check, and,
+// while waiters or followed holds remain, a new one is started in the
+// background; failing that, the next Watch or grant starts one. A forced
+// release while no connection listens is learnt at the next renewal.
 type listener struct {
 	db       *sql.DB
-	startMu  sync.Mutex     // one start at a time
-	restarts sync.WaitGroup // background starts after a failed connection
+	lost     func(payload string) // takes a notice of lostChannel
+	holding  func() bool          // reports whether a hold is followed
+	startMu  sync.Mutex           // one start at a time
+	restarts sync.WaitGroup       // background starts after a failed connection
 
 	mu       sync.Mutex
 	running  bool
@@ -125,12 +129,12 @@ func (l *listener) run(ctx context.Context, conn *sql.Conn, listening chan<- err
 			notify(ch)
 		}
 	}
-	restart := ctx.Err() == nil && !l.closed && len(l.watchers) > 0
+	restart := ctx.Err() == nil && !l.closed && (len(l.watchers) > 0 || l.holding())
 	if restart {
 		l.restarts.Add(1)
 	}
 	l.mu.Unlock()
-	if restart { // the waiters still wait: listen again for them
+	if restart { // waiters still wait, or holds are followed: listen again
 		go func() {
 			defer l.restarts.Done()
 			rctx, cancel := context.WithTimeout(context.Background(), restartTimeout)
@@ -151,7 +155,7 @@ func (l *listener) listen(ctx context.Context, dc any, listening chan<- error) e
 		return fmt.Errorf("release notices need the pgx driver, not %T: %w", dc, errors.ErrUnsupported)
 	}
 	pc := sc.Conn()
-	if _, err := pc.Exec(ctx, "LISTEN "+releaseChannel); err != nil {
+	if _, err := pc.Exec(ctx, "LISTEN "+releaseChannel+"; LISTEN "+lostChannel); err != nil {
 		return err
 	}
 	listening <- nil
@@ -160,7 +164,11 @@ func (l *listener) listen(ctx context.Context, dc any, listening chan<- error) e
 		if err != nil {
 			return err
 		}
-		l.wake(n.Payload)
+		if n.Channel == lostChannel {
+			l.lost(n.Payload)
+		} else {
+			l.wake(n.Payload)
+		}
 	}
 }
 
@@ -178,6 +186,13 @@ func notify(ch chan struct{}) {
 	case ch <- struct{}{}:
 	default:
 	}
+}
+
+// isRunning reports whether a connection listens.
+func (l *listener) isRunning() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.running
 }
 
 // close stops listening for good and waits for the connection to be given

@@ -17,6 +17,7 @@ type config struct {
 	retention      time.Duration
 	requestTimeout time.Duration
 	noQueue        bool
+	noLossNotice   bool
 }
 
 // WithoutWaitQueue turns the queue of waiting clients off (PostgreSQL; see
@@ -31,6 +32,17 @@ type config struct {
 func WithoutWaitQueue() Option {
 	return func(o *config) error {
 		o.noQueue = true
+		return nil
+	}
+}
+
+// WithoutLossNotice turns off the immediate notice of a forced release to
+// the holder (PostgreSQL): without it, a holder learns at its next renewal.
+// The notice costs the backend one listening connection, shared with its
+// waiters, from its first grant to Close.
+func WithoutLossNotice() Option {
+	return func(o *config) error {
+		o.noLossNotice = true
 		return nil
 	}
 }

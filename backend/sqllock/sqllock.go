@@ -25,6 +25,7 @@ type Backend struct {
 	closed  bool // under stmtsMu
 
 	notices *listener // release notices; PostgreSQL only
+	held    holders   // holds whose forced release notices tell; PostgreSQL only
 	queue   queue     // this backend's places at the head of key queues; PostgreSQL only
 	cut     pending   // attempts whose caller left before their statement ended
 
@@ -58,7 +59,7 @@ func New(db *sql.DB, d *Dialect, opts ...Option) (*Backend, error) {
 	}
 	b := &Backend{db: db, d: d, opts: o, stmts: make(map[string]*sql.Stmt)}
 	if d.notifies {
-		b.notices = &listener{db: db}
+		b.notices = &listener{db: db, lost: b.held.removed, holding: b.held.any}
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	if o.cleanupEvery > 0 {
@@ -234,8 +235,33 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	case fence == 0:
 		return driver.Grant{}, driver.ErrNotAcquired
 	}
+	g := driver.Grant{Fence: fence}
+	if b.followsLoss(req) {
+		g.Lost = b.held.hold(req.Key, req.Token, req.TTL)
+		b.listenForLoss()
+	}
+	return g, nil
+}
 
-	return driver.Grant{Fence: fence}, nil
+// followsLoss reports whether the backend tells req's holder of a forced
+// release at once: on PostgreSQL, unless nobody follows the hold
+// (req.Unfollowed), WithoutLossNotice says not to, or the database handle
+// has no connection to spare for listening.
+func (b *Backend) followsLoss(req driver.AcquireRequest) bool {
+	return b.notices != nil && !req.Unfollowed && !b.opts.noLossNotice && b.db.Stats().MaxOpenConnections != 1
+}
+
+// listenForLoss starts the listening session in the background unless it
+// runs. Failing, the next grant or wait tries again.
+func (b *Backend) listenForLoss() {
+	if b.notices.isRunning() {
+		return
+	}
+	b.background(func() {
+		ctx, cancel := context.WithTimeout(b.ctx, b.opts.requestTimeout)
+		defer cancel()
+		_ = b.notices.start(ctx)
+	})
 }
 
 // grantReturning runs the acquire statement of a dialect that returns the
@@ -293,12 +319,14 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 		var held int64
 		err = b.scanRow(ctx, func(r *sql.Row) error { return r.Scan(&held) }, b.d.holds, key, token)
 		if err == nil && held == 0 {
+			b.held.forget(key, token)
 			return driver.ErrNotHeld
 		}
 	}
 	if err != nil {
 		return b.fail(err)
 	}
+	b.held.renewed(key, token, ttl)
 	return nil
 }
 
@@ -308,6 +336,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 	if err != nil {
 		return b.fail(err)
 	}
+	b.held.forget(key, token)
 	if n == 0 {
 		return driver.ErrNotHeld
 	}
