@@ -63,7 +63,7 @@ i=0; while [ ! -e %[3]q ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done`,
 }
 
 // awaitStart waits until the job in dir has started.
-func awaitStart(t *testing.T, dir string) {
+func awaitStart(t testing.TB, dir string) {
 	t.Helper()
 	if !waitFor(20*time.Second, func() bool { return fileExists(filepath.Join(dir, "started")) }) {
 		t.Fatal("the command did not start within 20s")

@@ -47,7 +47,7 @@ func TestServeHelperProcess(t *testing.T) {
 
 // serveProc is a running distlock serve.
 type serveProc struct {
-	t      *testing.T
+	t      testing.TB
 	cmd    *exec.Cmd
 	stderr *syncBuffer
 	done   chan struct{}
@@ -82,14 +82,14 @@ func serveCommandLine(env []string, args ...string) *exec.Cmd {
 
 // startServe starts distlock serve -o json with args and waits for its
 // banner. The process is killed when the test ends, if it still runs.
-func startServe(t *testing.T, env []string, args ...string) *serveProc {
+func startServe(t testing.TB, env []string, args ...string) *serveProc {
 	t.Helper()
 	return startServeCmd(t, serveCommandLine(env, append([]string{"serve", "-o", "json"}, args...)...), args)
 }
 
 // startServeCmd starts cmd, a distlock serve -o json with args, and waits
 // for its banner, as startServe does.
-func startServeCmd(t *testing.T, cmd *exec.Cmd, args []string) *serveProc {
+func startServeCmd(t testing.TB, cmd *exec.Cmd, args []string) *serveProc {
 	t.Helper()
 	p := &serveProc{t: t, stderr: &syncBuffer{}, done: make(chan struct{}), cmd: cmd}
 	p.cmd.Stderr = p.stderr
