@@ -7,6 +7,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/keyfeed"
 )
 
 var _ driver.PrefixWatcher = (*Backend)(nil)
@@ -81,39 +82,23 @@ func (b *Backend) watchCreated(ctx context.Context, prefix string) (clientv3.Wat
 // breaks.
 func (b *Backend) feedPrefix(ctx context.Context, prefix string, wch clientv3.WatchChan, out chan<- []string) {
 	var (
-		pending = make(map[string]struct{})
-		resync  bool // the receiver must read the prefix again
-		retry   time.Duration
-		reopen  <-chan time.Time // while the watch is broken
+		feed   = keyfeed.New(maxPendingKeys)
+		retry  time.Duration
+		reopen <-chan time.Time // while the watch is broken
 	)
 	for {
-		var send chan<- []string
-		var batch []string
-		if resync || len(pending) > 0 {
-			send = out
-			if !resync {
-				batch = make([]string, 0, len(pending))
-				for k := range pending {
-					batch = append(batch, k)
-				}
-			}
-		}
+		send, batch := feed.Next(out)
 		select {
 		case <-ctx.Done():
 			return
 		case send <- batch:
-			clear(pending)
-			resync = false
+			feed.Sent()
 		case wr, ok := <-wch:
 			if ok && wr.Err() == nil {
 				for _, ev := range wr.Events {
 					if k, ok := b.keyOfEntry(string(ev.Kv.Key)); ok {
-						pending[k] = struct{}{}
+						feed.Add(k)
 					}
-				}
-				if len(pending) > maxPendingKeys {
-					clear(pending)
-					resync = true
 				}
 				continue
 			}
@@ -131,8 +116,8 @@ func (b *Backend) feedPrefix(ctx context.Context, prefix string, wch clientv3.Wa
 				continue
 			}
 			// What changed while the watch was broken is unknown.
-			wch, resync = w, true
-			clear(pending)
+			wch = w
+			feed.Lost()
 		}
 	}
 }
