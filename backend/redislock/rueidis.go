@@ -171,20 +171,92 @@ func (r *rueidisStore) newPubSub(ev pubsubEvents) pubsub {
 		return &rueidisPubSub{c: r.c, ev: ev}
 	}
 	return newFanout(ev, func(ctx context.Context) (map[string]func(pubsubEvents) pubsub, error) {
-		masters := make(map[string]func(pubsubEvents) pubsub)
-		for addr, n := range r.c.Nodes() { // masters and replicas
-			role, err := n.Do(ctx, n.B().Role().Build()).ToArray()
-			if err != nil {
-				return nil, err
-			}
-			if len(role) > 0 {
-				if kind, _ := role[0].ToString(); kind == "master" {
-					masters[addr] = func(ev pubsubEvents) pubsub { return &rueidisPubSub{c: n, ev: ev} }
-				}
-			}
+		nodes, err := r.masters(ctx)
+		if err != nil {
+			return nil, err
+		}
+		masters := make(map[string]func(pubsubEvents) pubsub, len(nodes))
+		for addr, n := range nodes {
+			masters[addr] = func(ev pubsubEvents) pubsub { return &rueidisPubSub{c: n, ev: ev} }
 		}
 		return masters, nil
 	})
+}
+
+// masters returns a client of each master of a Cluster, by address, or the
+// client itself, which writes to the one master, elsewhere.
+func (r *rueidisStore) masters(ctx context.Context) (map[string]rueidis.Client, error) {
+	if r.c.Mode() != rueidis.ClientModeCluster {
+		return map[string]rueidis.Client{"": r.c}, nil
+	}
+	masters := make(map[string]rueidis.Client)
+	for addr, n := range r.c.Nodes() { // masters and replicas
+		role, err := n.Do(ctx, n.B().Role().Build()).ToArray()
+		if err != nil {
+			return nil, err
+		}
+		if len(role) > 0 {
+			if kind, _ := role[0].ToString(); kind == "master" {
+				masters[addr] = n
+			}
+		}
+	}
+	return masters, nil
+}
+
+// trackPrefix: see prefixTracker. Each master's connection is a dedicated
+// one, whose tracking is switched off first (a client with client-side
+// caching has it on in the default mode) and then on in broadcast mode;
+// rueidis switches it off again when the connection goes back to its pool.
+func (r *rueidisStore) trackPrefix(ctx context.Context, prefix string, changed func([]string)) (<-chan struct{}, func(), error) {
+	nodes, err := r.masters(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	broken := make(chan struct{})
+	var (
+		once    sync.Once
+		readers sync.WaitGroup
+		conns   []rueidis.DedicatedClient
+	)
+	stop := func() {
+		for _, dc := range conns {
+			dc.Close()
+		}
+		readers.Wait()
+	}
+	for _, n := range nodes {
+		dc, _ := n.Dedicate() // dc.Close gives it back
+		conns = append(conns, dc)
+		ended := dc.SetOnInvalidations(func(ms []rueidis.RedisMessage) {
+			if ms == nil {
+				changed(nil)
+				return
+			}
+			names := make([]string, 0, len(ms))
+			for _, m := range ms {
+				if name, err := m.ToString(); err == nil {
+					names = append(names, name)
+				}
+			}
+			changed(names)
+		})
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			<-ended
+			once.Do(func() { close(broken) })
+		}()
+		for _, res := range dc.DoMulti(ctx,
+			dc.B().ClientTracking().Off().Build(),
+			dc.B().Arbitrary("CLIENT", "TRACKING").Args("ON", "BCAST", "PREFIX", prefix).Build()) {
+			if err := res.Error(); err != nil {
+				stop()
+				return nil, nil, err
+			}
+		}
+	}
+	return broken, stop, nil
 }
 
 // rueidisPubSub is a dedicated rueidis connection to one node with pub/sub

@@ -17,7 +17,6 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
@@ -71,16 +70,22 @@ func stores(t *testing.T) []store {
 			}
 			return distlock.New(b)
 		}},
-		{"redis", func(t *testing.T) *distlock.Client {
-			rc := redis.NewClient(&redis.Options{Addr: rds.Addr(), ContextTimeoutEnabled: true})
-			t.Cleanup(func() { _ = rc.Close() })
-			b, err := redislock.New(rc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return distlock.New(b)
-		}},
+		redisStore(t, rds.Addr()),
 	}
+}
+
+// redisStore is a store over the redis-server at addr, through the client
+// serve builds (redislock.Open, rueidis).
+func redisStore(t testing.TB, addr string) store {
+	return store{"redis", func(t *testing.T) *distlock.Client {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		b, err := redislock.Open(ctx, "redis://"+addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return distlock.New(b)
+	}}
 }
 
 // forEachStore runs f as a subtest on each store.
