@@ -125,7 +125,8 @@ const (
 	// The most waiters per tenant; unset: the default.
 	remoteWaitersEnv = "DISTLOCK_TEST_REMOTE_WAITERS"
 	remoteTLSEnv     = "DISTLOCK_TEST_REMOTE_TLS" // "cert.pem key.pem": serve HTTPS; unset: h2c
-	// A file for the service process's CPU profile, to see where a
+	// Where each service process writes its CPU profile (the path, a dot
+	// and its pid: a benchmark may start several), to see where a
 	// benchmark's time goes on the service's side:
 	//	DISTLOCK_TEST_SERVICE_CPUPROFILE=/tmp/svc.pprof go test -run '^$' -bench BenchmarkRemote ./internal/server
 	remoteProfileEnv = "DISTLOCK_TEST_SERVICE_CPUPROFILE"
@@ -249,7 +250,7 @@ func TestRemoteServiceProcess(t *testing.T) {
 	}
 	name, addr, _ := strings.Cut(spec, " ")
 	if path := os.Getenv(remoteProfileEnv); path != "" {
-		f, err := os.Create(path)
+		f, err := os.Create(fmt.Sprintf("%s.%d", path, os.Getpid()))
 		if err != nil {
 			t.Fatal(err)
 		}
