@@ -133,6 +133,7 @@ func cases(h Harness) []subtest {
 		{"RepeatGrantRenews", s.repeatGrant},
 		{"TokensOfEveryLength", s.tokensOfEveryLength},
 		{"OneTokenOnTwoKeys", s.oneTokenOnTwoKeys},
+		{"ForcedOneOfTwoKeys", s.forcedOneOfTwoKeys},
 		{"Handoff", s.handoff},
 		{"LeaseExpires", s.leaseExpires},
 		{"WatchdogKeepsLock", s.watchdogKeepsLock},

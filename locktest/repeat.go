@@ -1,6 +1,7 @@
 package locktest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
 // repeatGrant: an acquisition repeated by the token that holds the key (a
@@ -137,4 +139,52 @@ func (s *suite) oneTokenOnTwoKeys(t *testing.T) {
 	cleanup := distlock.New(s.h.NewBackend(t))
 	defer cleanup.Close()
 	_ = cleanup.ReleaseToken(ctx, a, token)
+}
+
+// forcedOneOfTwoKeys holds two keys under one token through the backend
+// itself, as a caller of the driver may, and force-releases one: the
+// other's Grant.Lost must not end, since its hold goes on. Backends
+// without driver.ForceReleaser skip it.
+func (s *suite) forcedOneOfTwoKeys(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	b := s.h.NewBackend(t)
+	defer b.Close()
+	fr, ok := s.h.NewBackend(t).(driver.ForceReleaser)
+	if !ok {
+		t.Skip("the backend does not implement driver.ForceReleaser")
+	}
+	defer fr.(driver.Backend).Close()
+	a, other := s.key(t), s.key(t)+"-b"
+	token := strings.Repeat("fedcba9876543210", 2)
+	ga, err := b.Acquire(ctx, driver.AcquireRequest{Key: a, Token: token, TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gb, err := b.Acquire(ctx, driver.AcquireRequest{Key: other, Token: token, TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // past any delay before a backend watches its holds
+	if _, err := fr.ForceRelease(ctx, other, driver.ForceOptions{Reason: "one of two"}); errors.Is(err, errors.ErrUnsupported) {
+		t.Skipf("force release is switched off in this backend's configuration: %v", err)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	if gb.Lost != nil {
+		select {
+		case <-gb.Lost.Done():
+		case <-time.After(2 * time.Second):
+			t.Logf("the forced-out hold was not told within 2 s; it learns at its renewal")
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // any late notice of the forced release
+	if ga.Lost != nil && ga.Lost.Err() != nil {
+		t.Fatalf("the hold of %q under the same token was reported lost (%v) by the forced release of %q", a, context.Cause(ga.Lost), other)
+	}
+	if err := b.Renew(ctx, a, token, time.Minute); err != nil {
+		t.Fatalf("renew %q after the forced release of %q: %v", a, other, err)
+	}
+	if err := b.Release(ctx, a, token); err != nil {
+		t.Fatal(err)
+	}
 }
