@@ -79,16 +79,37 @@ func (s *Server) askRelease(ctx context.Context, byTenant, tenant, key, reason s
 }
 
 // maxPendingRequests bounds the requests to release a server keeps for the
-// holders' renewals; past it, the oldest are dropped (their holders are
-// still told by the Watch stream).
-const maxPendingRequests = 65536
+// holders' renewals, and maxPendingRequestsPerTenant one tenant's share:
+// past its share, a tenant's oldest request is dropped; past the bound, a
+// new request is not kept. Either way the holder is still told by the
+// Watch stream, and one tenant's requests never push out another's.
+const (
+	maxPendingRequests          = 65536
+	maxPendingRequestsPerTenant = 4096
+)
 
 // pendingRequests are the requests to release made through this server,
-// by store key, until their holder's renewal is told, the hold ends, or
-// its lease as seen at the request runs out.
+// by tenant and store key, until their holder's renewal is told, the hold
+// ends, or its lease as seen at the request runs out.
 type pendingRequests struct {
-	mu    sync.Mutex
+	mu       sync.Mutex
+	byTenant map[string]*tenantRequests
+	count    int // requests kept, of every tenant
+	added    uint64
+}
+
+// tenantRequests are one tenant's pending requests, and the order they
+// came in, for dropping the oldest: an entry of order whose request was
+// since told, dropped or made again is skipped.
+type tenantRequests struct {
 	byKey map[string]pendingRequest
+	order []orderedRequest
+}
+
+// orderedRequest is the store key of a request and its number.
+type orderedRequest struct {
+	sk string
+	n  uint64
 }
 
 // pendingRequest is a request to release the hold of fence.
@@ -96,38 +117,79 @@ type pendingRequest struct {
 	fence  uint64
 	reason string
 	until  time.Time
+	n      uint64 // numbers the requests in the order they came
 }
 
 // add records a request to release the hold info describes.
 func (p *pendingRequests) add(sk string, info distlock.Info, reason string, now time.Time) {
+	tenant, _, _ := splitStoreKey(sk)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.byKey == nil {
-		p.byKey = make(map[string]pendingRequest)
+	if p.byTenant == nil {
+		p.byTenant = make(map[string]*tenantRequests)
 	}
-	if len(p.byKey) >= maxPendingRequests {
-		var oldest string
-		for k, r := range p.byKey {
-			if !now.Before(r.until) {
-				delete(p.byKey, k)
-			} else if oldest == "" || r.until.Before(p.byKey[oldest].until) {
-				oldest = k
+	t := p.byTenant[tenant]
+	if t == nil {
+		t = &tenantRequests{byKey: make(map[string]pendingRequest)}
+		p.byTenant[tenant] = t
+	}
+	if _, again := t.byKey[sk]; !again {
+		if len(t.byKey) >= maxPendingRequestsPerTenant {
+			p.dropOldest(t)
+		}
+		if p.count >= maxPendingRequests {
+			return
+		}
+		p.count++
+	}
+	p.added++
+	t.byKey[sk] = pendingRequest{fence: info.Fence, reason: reason, until: now.Add(max(info.TTL, time.Minute)), n: p.added}
+	t.order = append(t.order, orderedRequest{sk, p.added})
+	if len(t.order) > 2*len(t.byKey)+64 { // mostly skipped entries: compact
+		live := t.order[:0]
+		for _, o := range t.order {
+			if r, ok := t.byKey[o.sk]; ok && r.n == o.n {
+				live = append(live, o)
 			}
 		}
-		if len(p.byKey) >= maxPendingRequests {
-			delete(p.byKey, oldest)
+		t.order = live
+	}
+}
+
+// dropOldest drops t's oldest request. p.mu is held.
+func (p *pendingRequests) dropOldest(t *tenantRequests) {
+	for len(t.order) > 0 {
+		o := t.order[0]
+		t.order = t.order[1:]
+		if r, ok := t.byKey[o.sk]; ok && r.n == o.n {
+			delete(t.byKey, o.sk)
+			p.count--
+			return
 		}
 	}
-	p.byKey[sk] = pendingRequest{fence: info.Fence, reason: reason, until: now.Add(max(info.TTL, time.Minute))}
+}
+
+// forget drops sk's request from t. p.mu is held.
+func (p *pendingRequests) forget(tenant string, t *tenantRequests, sk string) {
+	delete(t.byKey, sk)
+	p.count--
+	if len(t.byKey) == 0 {
+		delete(p.byTenant, tenant)
+	}
 }
 
 // pending returns the request to release sk's holder, if one is kept.
 func (p *pendingRequests) pending(sk string, now time.Time) (pendingRequest, bool) {
+	tenant, _, _ := splitStoreKey(sk)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	r, ok := p.byKey[sk]
+	t := p.byTenant[tenant]
+	if t == nil {
+		return pendingRequest{}, false
+	}
+	r, ok := t.byKey[sk]
 	if ok && !now.Before(r.until) {
-		delete(p.byKey, sk)
+		p.forget(tenant, t, sk)
 		return pendingRequest{}, false
 	}
 	return r, ok
@@ -135,11 +197,24 @@ func (p *pendingRequests) pending(sk string, now time.Time) (pendingRequest, boo
 
 // told forgets sk's request once its holder was told or its hold ended.
 func (p *pendingRequests) told(sk string, fence uint64) {
+	tenant, _, _ := splitStoreKey(sk)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if r, ok := p.byKey[sk]; ok && r.fence == fence {
-		delete(p.byKey, sk)
+	if t := p.byTenant[tenant]; t != nil {
+		if r, ok := t.byKey[sk]; ok && r.fence == fence {
+			p.forget(tenant, t, sk)
+		}
 	}
+}
+
+// kept returns how many of tenant's requests are kept.
+func (p *pendingRequests) kept(tenant string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if t := p.byTenant[tenant]; t != nil {
+		return len(t.byKey)
+	}
+	return 0
 }
 
 // releaseRequested returns the reason of a request to release sk, held by
