@@ -2,14 +2,12 @@
 -- it held as inspect.lua does: {held "1"/"0", fence, ms to live, metadata
 -- JSON}. A free key is left as it is. If waiters may be queued, the key
 -- passes to the first live one, as release.lua does for another client. The
--- key's watchers are woken, and the holder's token is published on the
--- channel ARGV[1] .. 'lost', on which every backend holding locks listens,
--- so that the holder learns at once: first as "<token>\n<reason>", the
--- reason being taken (a waiter now holds the key) or deleted (it is free),
--- then as the bare token, which is all that backends of earlier releases
--- read (they ignore the first form, and the second finds no hold in a
--- backend that read the first). The fence counter stays, so the next grant
--- gets a higher fence.
+-- key's watchers are woken, and the hold is published on the channel
+-- ARGV[1] .. 'lost', on which every backend holding locks listens, as
+-- "<token>\n<reason>\n<key>", the reason being taken (a waiter now holds
+-- the key) or deleted (it is free), so that the holder learns at once. The
+-- fence counter stays, so the next grant gets a higher fence.
+-- ARGV[2] is the lock key.
 -- KEYS and ARGV[1] as in queue.lua
 --[[queue.lua]]
 local holder = redis.call('GET', KEYS[1])
@@ -28,7 +26,6 @@ local reason = 'deleted'
 if redis.call('EXISTS', KEYS[1]) == 1 then
 	reason = 'taken'
 end
-redis.call('PUBLISH', ARGV[1] .. 'lost', token .. '\n' .. reason)
-redis.call('PUBLISH', ARGV[1] .. 'lost', token)
+redis.call('PUBLISH', ARGV[1] .. 'lost', token .. '\n' .. reason .. '\n' .. ARGV[2])
 wakeWatchers(KEYS[7], ARGV[1])
 return held

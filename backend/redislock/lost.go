@@ -15,19 +15,19 @@ import (
 // No backend id is "lost": ids are hex.
 const lostChannel = "lost"
 
-// holders are the locks this backend holds, by token, each with the
-// context that its driver.Grant.Lost is. A forced release by any client
-// publishes the token it removed on the lost channel; the inbox's
-// subscription, which every grant and waiter of the backend shares, hands
-// it here, and the holder learns at once rather than at its next renewal.
-// The tracker (track.go) judges here what it read of a held key. An entry
-// ends with the hold's release, a refused renewal, or, for a hold whose
-// client stopped renewing and never released, a minute after its lease ran
-// out.
+// holders are the locks this backend holds, by key and token (a token may
+// hold several keys), each with the context that its driver.Grant.Lost
+// is. A forced release by any client publishes the token and key it
+// removed on the lost channel; the inbox's subscription, which every grant
+// and waiter of the backend shares, hands it here, and the holder learns at
+// once rather than at its next renewal. The tracker (track.go) judges here
+// what it read of a held key. An entry ends with the hold's release, a
+// refused renewal, or, for a hold whose client stopped renewing and never
+// released, a minute after its lease ran out.
 type holders struct {
 	mu      sync.Mutex
-	byToken map[string]*heldLock
-	byKey   map[string]map[string]*heldLock // the same entries, by key and token
+	byKey   map[string]map[string]*heldLock // by key, then token
+	byToken map[string]map[string]*heldLock // the same entries, by token, then key
 	gen     uint64                          // holds recorded so far
 	swept   time.Time
 }
@@ -39,6 +39,7 @@ type heldLock struct {
 	requested context.Context         // its driver.Grant.Requested
 	ask       context.CancelCauseFunc // ends requested
 	key       string
+	token     string
 	until     time.Time // when its lease runs out unless renewed
 	since     uint64    // holders.gen when it was recorded
 }
@@ -46,50 +47,62 @@ type heldLock struct {
 // staleAfter is how long after its lease ran out an entry is dropped.
 const staleAfter = time.Minute
 
-// hold records a grant to token for ttl and returns it, whose Lost and
-// Requested contexts the grant takes. A repeated grant to the same token (a
-// retry whose reply was lost) shares the first one's.
+// hold records a grant of key to token for ttl and returns it, whose Lost
+// and Requested contexts the grant takes. A repeated grant of key to the
+// same token (a retry whose reply was lost) shares the first one's.
 func (h *holders) hold(key, token string, ttl time.Duration) *heldLock {
 	now := time.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.byToken == nil {
-		h.byToken = make(map[string]*heldLock)
+	if h.byKey == nil {
 		h.byKey = make(map[string]map[string]*heldLock)
+		h.byToken = make(map[string]map[string]*heldLock)
 	}
 	if now.Sub(h.swept) > staleAfter {
 		h.swept = now
-		for t, l := range h.byToken {
-			if now.Sub(l.until) > staleAfter {
-				h.dropLocked(t, l)
+		for _, tokens := range h.byKey {
+			for _, l := range tokens {
+				if now.Sub(l.until) > staleAfter {
+					h.dropLocked(l)
+				}
 			}
 		}
 	}
-	if l, ok := h.byToken[token]; ok {
+	if l, ok := h.byKey[key][token]; ok {
 		l.until = now.Add(ttl)
 		return l
 	}
 	h.gen++
-	l := &heldLock{key: key, until: now.Add(ttl), since: h.gen}
+	l := &heldLock{key: key, token: token, until: now.Add(ttl), since: h.gen}
 	l.lost, l.cancel = context.WithCancelCause(context.Background())
 	l.requested, l.ask = context.WithCancelCause(context.Background())
-	h.byToken[token] = l
-	if h.byKey[key] == nil {
-		h.byKey[key] = make(map[string]*heldLock, 1)
-	}
-	h.byKey[key][token] = l
+	index(h.byKey, key, token, l)
+	index(h.byToken, token, key, l)
 	return l
 }
 
-// dropLocked removes token's entry l. h.mu is held.
-func (h *holders) dropLocked(token string, l *heldLock) {
-	delete(h.byToken, token)
-	if tokens := h.byKey[l.key]; tokens != nil {
-		delete(tokens, token)
-		if len(tokens) == 0 {
-			delete(h.byKey, l.key)
+// index records l in m under a and b.
+func index(m map[string]map[string]*heldLock, a, b string, l *heldLock) {
+	if m[a] == nil {
+		m[a] = make(map[string]*heldLock, 1)
+	}
+	m[a][b] = l
+}
+
+// unindex removes the entry of m under a and b.
+func unindex(m map[string]map[string]*heldLock, a, b string) {
+	if inner := m[a]; inner != nil {
+		delete(inner, b)
+		if len(inner) == 0 {
+			delete(m, a)
 		}
 	}
+}
+
+// dropLocked removes the entry l. h.mu is held.
+func (h *holders) dropLocked(l *heldLock) {
+	unindex(h.byKey, l.key, l.token)
+	unindex(h.byToken, l.token, l.key)
 }
 
 // recorded returns the number of holds recorded so far: a read of the
@@ -119,7 +132,7 @@ func (h *holders) judge(key, value string, exists bool, recorded uint64) {
 		if l.since > recorded || (exists && (value == token || value == token+"\n")) {
 			continue
 		}
-		h.dropLocked(token, l)
+		h.dropLocked(l)
 		gone = append(gone, l)
 	}
 	h.mu.Unlock()
@@ -132,63 +145,87 @@ func (h *holders) judge(key, value string, exists bool, recorded uint64) {
 	}
 }
 
-// renewed records that token's lease now runs for ttl.
-func (h *holders) renewed(token string, ttl time.Duration) {
+// renewed records that key's hold by token now runs for ttl.
+func (h *holders) renewed(key, token string, ttl time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if l, ok := h.byToken[token]; ok {
+	if l, ok := h.byKey[key][token]; ok {
 		l.until = time.Now().Add(ttl)
 	}
 }
 
-// forget drops token's entry: its hold ended, and its holder knows.
-func (h *holders) forget(token string) {
+// forget drops key's hold by token: it ended, and its holder knows.
+func (h *holders) forget(key, token string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if l, ok := h.byToken[token]; ok {
-		h.dropLocked(token, l)
+	if l, ok := h.byKey[key][token]; ok {
+		h.dropLocked(l)
 	}
 }
 
-// notice takes a message of the lost channel: "<token>\n<reason>", a
-// token that a forced release removed and what became of the key, or the
-// bare token, which the same forced release sends next for backends of
-// earlier releases (forcerelease.lua); or "<token> <reason>", a request to
-// release (request.lua), whose reason may hold a newline. Tokens hold
-// neither.
+// notice takes a message of the lost channel: "<token>\n<reason>\n<key>",
+// the hold that a forced release removed and what became of the key
+// (forcerelease.lua); "<token> <reason>", a request to release (request.lua),
+// whose reason may hold a newline; or a bare token, which the forced
+// releases of earlier releases sent. Tokens hold neither a space nor a
+// newline.
 func (h *holders) notice(payload string) {
 	i := strings.IndexAny(payload, " \n")
 	switch {
 	case i < 0:
-		h.removed(payload, nil)
+		h.removedToken(payload)
 	case payload[i] == '\n':
-		h.removed(payload[:i], &driver.Loss{Reason: payload[i+1:]})
+		reason, key, ok := strings.Cut(payload[i+1:], "\n")
+		if ok {
+			h.removed(key, payload[:i], &driver.Loss{Reason: reason})
+		}
 	default:
 		h.asked(payload[:i], payload[i+1:])
 	}
 }
 
-// asked ends the Requested context of token's hold with reason.
+// asked ends the Requested context of token's holds with reason.
 func (h *holders) asked(token, reason string) {
 	h.mu.Lock()
-	l, ok := h.byToken[token]
+	var asked []*heldLock
+	for _, l := range h.byToken[token] {
+		asked = append(asked, l)
+	}
 	h.mu.Unlock()
-	if ok {
+	for _, l := range asked {
 		l.ask(&driver.ReleaseRequest{Reason: reason})
 	}
 }
 
-// removed ends the Lost context of token's hold, which a forced release
-// removed, with cause (nil if the notice did not say).
-func (h *holders) removed(token string, cause error) {
+// removed ends the Lost context of key's hold by token, which a forced
+// release removed, with cause.
+func (h *holders) removed(key, token string, cause error) {
 	h.mu.Lock()
-	l, ok := h.byToken[token]
+	l, ok := h.byKey[key][token]
 	if ok {
-		h.dropLocked(token, l)
+		h.dropLocked(l)
 	}
 	h.mu.Unlock()
 	if ok {
 		l.cancel(cause)
+	}
+}
+
+// removedToken takes a forced release's notice that names only the token:
+// it ends that token's hold if the token holds one key here, and leaves a
+// token holding several to learn at its next renewal.
+func (h *holders) removedToken(token string) {
+	h.mu.Lock()
+	var gone *heldLock
+	if keys := h.byToken[token]; len(keys) == 1 {
+		for _, l := range keys {
+			gone = l
+		}
+		h.dropLocked(gone)
+	}
+	h.mu.Unlock()
+	if gone != nil {
+		gone.cancel(nil)
 	}
 }
 
@@ -209,16 +246,18 @@ func (b *Backend) granted(g driver.Grant, err error, req driver.AcquireRequest) 
 }
 
 // unasked returns the holds that no request has reached yet.
-func (h *holders) unasked() map[string]string {
+func (h *holders) unasked() []*heldLock {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	keys := make(map[string]string)
-	for token, l := range h.byToken {
-		if l.requested.Err() == nil {
-			keys[token] = l.key
+	var holds []*heldLock
+	for _, tokens := range h.byKey {
+		for _, l := range tokens {
+			if l.requested.Err() == nil {
+				holds = append(holds, l)
+			}
 		}
 	}
-	return keys
+	return holds
 }
 
 // readMissedRequests tells the holders of requests made while the inbox
@@ -232,14 +271,14 @@ func (b *Backend) readMissedRequests() {
 	}
 	go func() {
 		defer b.waits.Done()
-		for token, key := range b.holders.unasked() {
-			r, err := b.evalStrings(b.closing, scriptRequested, []string{b.requestName(key)})
+		for _, l := range b.holders.unasked() {
+			r, err := b.evalStrings(b.closing, scriptRequested, []string{b.requestName(l.key)})
 			if err != nil {
 				return // the next subscription tries again
 			}
 			if len(r) == 1 {
-				if t, reason, ok := strings.Cut(r[0], " "); ok && t == token {
-					b.holders.asked(token, reason)
+				if t, reason, ok := strings.Cut(r[0], " "); ok && t == l.token {
+					l.ask(&driver.ReleaseRequest{Reason: reason})
 				}
 			}
 		}

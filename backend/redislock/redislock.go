@@ -182,7 +182,7 @@ func (b *Backend) Handoff(ctx context.Context, key, token string, next driver.Ac
 	case fence <= 0:
 		return driver.Grant{}, driver.ErrNotHeld
 	}
-	b.holders.forget(token)
+	b.holders.forget(key, token)
 	return b.granted(driver.Grant{Fence: uint64(fence)}, nil, next)
 }
 
@@ -234,11 +234,11 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 	}
 	switch err := held(ok, err); {
 	case err == nil:
-		b.holders.renewed(token, ttl)
+		b.holders.renewed(key, token, ttl)
 		b.listenForLoss() // after a lost subscription
 		return nil
 	case errors.Is(err, driver.ErrNotHeld):
-		b.holders.forget(token)
+		b.holders.forget(key, token)
 		return err
 	default:
 		return err
@@ -255,7 +255,7 @@ func (b *Backend) Release(ctx context.Context, key, token string) error {
 	if err := validRequest(key, token, nil); err != nil {
 		return driver.Wrap("redislock", err)
 	}
-	b.holders.forget(token)
+	b.holders.forget(key, token)
 	k := b.keysFor(key).all()
 	args := []string{b.channels, token, b.id}
 	next, passOver, ok := b.inbox.first(key)
@@ -337,7 +337,7 @@ func (b *Backend) ForceRelease(ctx context.Context, key string, _ driver.ForceOp
 		return driver.Info{}, err
 	}
 	k := b.keysFor(key)
-	r, err := b.evalStrings(ctx, scriptForceRelease, k.all(), b.channels)
+	r, err := b.evalStrings(ctx, scriptForceRelease, k.all(), b.channels, key)
 	info, err := parseInfo(key, r, err)
 	switch {
 	case err != nil:
