@@ -57,6 +57,29 @@ func ExampleClient_Do() {
 	// err: <nil>
 }
 
+// LockAll moves money between two accounts: both are locked, or neither,
+// and two transfers naming the accounts in opposite orders never wait on
+// each other in a cycle.
+func ExampleClient_LockAll() {
+	ctx := context.Background()
+	client := distlock.New(memlock.New())
+	defer client.Close()
+
+	set, err := client.LockAll(ctx, []string{"account:bob", "account:alice"}, distlock.WithWait(5*time.Second))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer set.Release(ctx)
+	// Write with both fences; stop if set.Done() closes (a lock was lost).
+	for _, l := range set.Locks() { // in key order
+		fmt.Println(l.Key(), "fence", l.Fence())
+	}
+	// Output:
+	// account:alice fence 1
+	// account:bob fence 2
+}
+
 // Example_open is the README's usage example (the code between the README
 // markers below, which TestReadmeUsageIsTheExample finds in README.md), run
 // against the in-process store.

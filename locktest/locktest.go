@@ -134,6 +134,7 @@ func cases(h Harness) []subtest {
 		{"TokensOfEveryLength", s.tokensOfEveryLength},
 		{"OneTokenOnTwoKeys", s.oneTokenOnTwoKeys},
 		{"ForcedOneOfTwoKeys", s.forcedOneOfTwoKeys},
+		{"LockAll", s.lockAll},
 		{"Handoff", s.handoff},
 		{"LeaseExpires", s.leaseExpires},
 		{"WatchdogKeepsLock", s.watchdogKeepsLock},

@@ -1,0 +1,207 @@
+package distlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// MaxLockAllKeys is the most keys one LockAll takes.
+const MaxLockAllKeys = 64
+
+// LockSet is keys held together, taken by LockAll: each key is a Lock of its
+// own (its own token, fence and watchdog, on the set's options), and the
+// set is lost as soon as any of them is.
+type LockSet struct {
+	locks  []*Lock // sorted by key
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	stops  []func() bool
+
+	mu       sync.Mutex
+	released bool
+}
+
+// LockAll acquires every one of keys, or none. It tries them one by one in
+// the byte order of their names, whatever order keys names them in, each
+// without waiting; at the first held key it releases the keys it took and
+// waits for that key alone, then tries the rest again, that key kept. So a
+// caller never waits while it holds more than the key it waits for:
+// callers whose sets overlap never wait on each other in a cycle, and on
+// stores that pin a connection per held lock (pglock, mysqllock) a waiting
+// caller pins one. opts apply to every key; WithWait bounds the whole
+// acquisition, not each key. If a key stays held past the wait or ctx, the
+// keys taken are released and LockAll returns that key's error, matching
+// ErrNotAcquired. keys must be 1 to MaxLockAllKeys keys without repeats
+// (else ErrInvalidOption), each valid (else ErrInvalidKey); nothing is
+// taken otherwise.
+//
+// The generic form costs one acquisition per key, in sequence, and one
+// more per held key it met; no backend takes a set in one round trip yet.
+func (c *Client) LockAll(ctx context.Context, keys []string, opts ...Option) (*LockSet, error) {
+	sorted, err := lockAllKeys(keys)
+	if err != nil {
+		return nil, err
+	}
+	r := Request{Wait: WaitUntilContextDone}
+	for _, o := range opts {
+		o(&r)
+	}
+	var deadline time.Time
+	if r.Wait >= 0 {
+		deadline = time.Now().Add(r.Wait)
+	}
+	held := make(map[string]*Lock, len(sorted))
+	for {
+		busy, err := c.tryAll(ctx, sorted, held, opts)
+		if busy == "" {
+			break // taken them all
+		}
+		if err != nil && len(held) == 0 {
+			return nil, err
+		}
+		// Wait for the key held elsewhere (or whose try failed while this
+		// caller held others: a pool of connections all pinned by held
+		// locks, say) holding nothing else.
+		if err := releaseHeld(ctx, sorted, held); err != nil {
+			return nil, err
+		}
+		waitOpts := opts
+		if !deadline.IsZero() {
+			waitOpts = append(slices.Clip(opts), WithWait(max(time.Until(deadline), 0)))
+		}
+		l, err := c.Lock(ctx, busy, waitOpts...)
+		if err != nil {
+			return nil, err
+		}
+		held[busy] = l
+	}
+	s := &LockSet{locks: make([]*Lock, 0, len(sorted))}
+	for _, k := range sorted {
+		s.locks = append(s.locks, held[k])
+	}
+	s.ctx, s.cancel = context.WithCancelCause(context.Background())
+	for _, l := range s.locks {
+		s.stops = append(s.stops, context.AfterFunc(l.Context(), func() { s.cancel(l.Err()) }))
+	}
+	return s, nil
+}
+
+// tryAll tries each of sorted not in held, without waiting, in order, and
+// adds what it takes to held. It returns the first key that is held
+// elsewhere, or whose try failed (with the error), or "" once it holds them
+// all.
+func (c *Client) tryAll(ctx context.Context, sorted []string, held map[string]*Lock, opts []Option) (string, error) {
+	for _, k := range sorted {
+		if held[k] != nil {
+			continue
+		}
+		l, err := c.TryLock(ctx, k, opts...)
+		switch {
+		case errors.Is(err, ErrNotAcquired):
+			return k, nil
+		case err != nil:
+			return k, err
+		}
+		held[k] = l
+	}
+	return "", nil
+}
+
+// releaseHeld releases held in reverse key order and empties it, within
+// ReleaseBudget even if ctx has ended.
+func releaseHeld(ctx context.Context, sorted []string, held map[string]*Lock) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseBudget)
+	defer cancel()
+	var errs []error
+	for _, k := range slices.Backward(sorted) {
+		if l := held[k]; l != nil {
+			errs = append(errs, l.Release(ctx))
+			delete(held, k)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// lockAllKeys checks keys and returns them sorted.
+func lockAllKeys(keys []string) ([]string, error) {
+	if len(keys) == 0 || len(keys) > MaxLockAllKeys {
+		return nil, fmt.Errorf("%w: lock all: %d keys, want 1 to %d", ErrInvalidOption, len(keys), MaxLockAllKeys)
+	}
+	sorted := slices.Clone(keys)
+	slices.Sort(sorted)
+	for i, k := range sorted {
+		if err := ValidateKey(k); err != nil {
+			return nil, keyErr("lock all", k, err)
+		}
+		if i > 0 && sorted[i-1] == k {
+			return nil, keyErr("lock all", k, fmt.Errorf("%w: the key is named twice", ErrInvalidOption))
+		}
+	}
+	return sorted, nil
+}
+
+// Locks returns the set's locks, sorted by key.
+func (s *LockSet) Locks() []*Lock { return slices.Clone(s.locks) }
+
+// Fence returns the fence of key's lock, and false if key is not in the
+// set.
+func (s *LockSet) Fence(key string) (uint64, bool) {
+	i, ok := slices.BinarySearchFunc(s.locks, key, func(l *Lock, k string) int {
+		switch {
+		case l.Key() < k:
+			return -1
+		case l.Key() > k:
+			return 1
+		}
+		return 0
+	})
+	if !ok {
+		return 0, false
+	}
+	return s.locks[i].Fence(), true
+}
+
+// Done returns a channel that is closed once any lock of the set is lost,
+// or the set is released.
+func (s *LockSet) Done() <-chan struct{} { return s.ctx.Done() }
+
+// Context returns a context that ends as Done does; context.Cause gives
+// the error of the lock that ended it.
+func (s *LockSet) Context() context.Context { return s.ctx }
+
+// Err returns nil while every lock of the set is held, else the error of
+// the first that is not (see Lock.Err), checked in key order.
+func (s *LockSet) Err() error {
+	for _, l := range s.locks {
+		if err := l.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Release releases every lock of the set, in reverse key order, and
+// returns their errors joined. Releasing twice returns an error matching
+// ErrNotHeld.
+func (s *LockSet) Release(ctx context.Context) error {
+	s.mu.Lock()
+	again := s.released
+	s.released = true
+	s.mu.Unlock()
+	if again {
+		return fmt.Errorf("%w: lock set already released", ErrNotHeld)
+	}
+	for _, stop := range s.stops {
+		stop()
+	}
+	var errs []error
+	for _, l := range slices.Backward(s.locks) {
+		errs = append(errs, l.Release(ctx))
+	}
+	s.cancel(fmt.Errorf("%w: lock set released", ErrNotHeld))
+	return errors.Join(errs...)
+}
