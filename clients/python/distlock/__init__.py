@@ -22,7 +22,7 @@ Pass lk.fence to what the lock guards, so that it can refuse a holder that
 lost the lock without knowing (a paused process).
 """
 
-from .client import Client, Election, Lock, RWLock, Semaphore, Session
+from .client import Client, Election, Lock, LockSet, RWLock, Semaphore, Session
 from .errors import (
     DeadlineExceeded,
     DistlockError,
@@ -37,7 +37,7 @@ from .errors import (
 from .transport import NoAnswer
 
 __all__ = [
-    "Client", "Election", "Lock", "RWLock", "Semaphore", "Session",
+    "Client", "Election", "Lock", "LockSet", "RWLock", "Semaphore", "Session",
     "DistlockError", "NotAcquired", "NotHeld", "InvalidArgument", "Unauthenticated",
     "PermissionDenied", "ResourceExhausted", "Unavailable", "DeadlineExceeded", "NoAnswer",
 ]

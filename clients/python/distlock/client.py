@@ -5,7 +5,7 @@ import threading
 import time
 import uuid
 
-from .errors import NotAcquired, NotHeld
+from .errors import DistlockError, InvalidArgument, NotAcquired, NotHeld
 from .losswatch import LossWatch
 from .transport import NoAnswer, Transport
 
@@ -16,6 +16,9 @@ MAX_CALL_WAIT = 60.0
 # How many times a call whose answer never came is sent again (with its
 # request id, which makes the retry return what the first call got).
 RETRIES = 3
+
+# The most keys one lock_all takes, as the Go client's MaxLockAllKeys.
+MAX_LOCK_ALL_KEYS = 64
 
 log = logging.getLogger("distlock")
 
@@ -145,6 +148,43 @@ class Client:
         """lock() with no wait: NotAcquired at once if key is held."""
         return self.lock(key, wait=0, **kw)
 
+    def lock_all(self, keys, wait=None, **kw):
+        """Takes every one of keys, or none, and returns a LockSet, as the Go
+        client's LockAll does: the keys are tried without waiting in the
+        byte order of their names, whatever order keys gives; at the first
+        held elsewhere (or whose try failed while others were held) the
+        locks taken are released and that key alone is waited for, then
+        the rest are tried again with it kept. A caller never waits holding
+        more than the key it waits for, so sets that overlap never wait on
+        each other in a cycle. wait bounds the whole set (None: until
+        granted); NotAcquired names the key that stayed held, and nothing
+        stays taken. kw are lock()'s. 1 to 64 keys without repeats, else
+        InvalidArgument."""
+        keys = list(keys)
+        ordered = sorted(keys, key=lambda k: k.encode())
+        if not 1 <= len(keys) <= MAX_LOCK_ALL_KEYS or len(set(keys)) != len(keys):
+            raise InvalidArgument("invalid_argument",
+                                  f"lock all: {len(keys)} keys, want 1 to {MAX_LOCK_ALL_KEYS} without repeats")
+        deadline = None if wait is None else time.monotonic() + wait
+        held = {}
+        while True:
+            busy = None
+            for k in ordered:
+                if k in held:
+                    continue
+                try:
+                    held[k] = self.try_lock(k, **kw)
+                except DistlockError as e:
+                    if not held and not isinstance(e, NotAcquired):
+                        raise
+                    busy = k
+                    break
+            if busy is None:
+                return LockSet([held[k] for k in ordered])
+            _release_all([held.pop(k) for k in ordered if k in held])
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            held[busy] = self.lock(busy, wait=left, **kw)
+
     def inspect(self, key):
         """Who holds key, as the service's Lock message (no token)."""
         return self._t.unary("Inspect", {"key": key}).get("lock", {})
@@ -218,6 +258,51 @@ _SESSION_LOCK = _Kind("Renew", "key", "Release", "key", renews=False)  # the ses
 _PERMIT = _Kind("RenewPermit", "name", "ReleasePermit", "name", watched=False)
 _RW = _Kind("RenewRW", "name", "ReleaseRW", "name", watched=False)
 _TERM = _Kind("Renew", "key", "Resign", "name")  # a term is renewed as its lock, ended by Resign
+
+
+def _release_all(locks):
+    """Releases locks in reverse order, each tried even if one before
+    failed; raises the first failure."""
+    first = None
+    for lk in reversed(locks):
+        try:
+            lk.release()
+        except Exception as e:  # noqa: BLE001 - the rest are released first
+            first = first or e
+    if first is not None:
+        raise first
+
+
+class LockSet:
+    """Keys held together, taken by Client.lock_all: a Lock per key, in the
+    byte order of the keys. held is false once any of them is lost or
+    released; release() releases them all. Use it as a context manager."""
+
+    def __init__(self, locks):
+        self.locks = locks
+
+    @property
+    def held(self):
+        """False once any lock of the set is lost or released."""
+        return all(lk.held for lk in self.locks)
+
+    def fence(self, key):
+        """The fence of key's lock; KeyError if key is not in the set."""
+        for lk in self.locks:
+            if lk.name == key:
+                return lk.fence
+        raise KeyError(key)
+
+    def release(self):
+        """Releases every lock of the set, in reverse key order; a failure
+        is raised once every release was tried."""
+        _release_all(self.locks)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
 
 
 class Lock:
