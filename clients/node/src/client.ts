@@ -5,7 +5,7 @@ import { setMaxListeners } from "node:events";
 
 import type { Duration } from "@bufbuild/protobuf/wkt";
 
-import { DistlockError, LockLost, NoAnswer, NotAcquired, NotHeld, ReleaseRequested, type LossKind } from "./errors.js";
+import { DistlockError, InvalidArgument, LockLost, NoAnswer, NotAcquired, NotHeld, ReleaseRequested, type LossKind } from "./errors.js";
 import type { Lock as LockMessage, LeaderResponse } from "./gen/distlock/v1/lock_pb.js";
 import { LossWatch } from "./losswatch.js";
 import { Rpc, abortReason, link, type CallBounds, type RequestOf, type ResponseOf, type UnaryMethod } from "./transport.js";
@@ -210,6 +210,49 @@ export class Client implements AsyncDisposable {
     return this.adopt(
       () => new Lock(this, session ? SESSION_LOCK : LOCK, key, key, g, sentAt, options.onLost, session, options.onReleaseRequested),
     );
+  }
+
+  /**
+   * Takes every one of keys, or none, and returns a LockSet, as the Go
+   * client's LockAll does: the keys are tried without waiting in the byte
+   * order of their names (UTF-8), whatever order keys gives; at the first
+   * held elsewhere (or whose try failed while others were held) the locks
+   * taken are released and that key alone is waited for, then the rest are
+   * tried again with it kept. A caller never waits holding more than the
+   * key it waits for, so sets that overlap never wait on each other in a
+   * cycle. waitMs bounds the whole set (undefined: until granted);
+   * NotAcquired names the key that stayed held, and nothing stays taken.
+   * 1 to MAX_LOCK_ALL_KEYS keys without repeats, else InvalidArgument.
+   */
+  async lockAll(keys: readonly string[], options: Omit<LockOptions, "session"> = {}): Promise<LockSet> {
+    const ordered = [...keys].sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+    if (keys.length < 1 || keys.length > MAX_LOCK_ALL_KEYS || new Set(keys).size !== keys.length) {
+      throw new InvalidArgument(
+        "invalid_argument",
+        `lock all: ${keys.length} keys, want 1 to ${MAX_LOCK_ALL_KEYS} without repeats`,
+      );
+    }
+    const deadline = options.waitMs === undefined ? undefined : now() + options.waitMs;
+    const held = new Map<string, Lock>();
+    for (;;) {
+      let busy: string | undefined;
+      for (const k of ordered) {
+        if (held.has(k)) continue;
+        try {
+          held.set(k, await this.tryLock(k, options));
+        } catch (e) {
+          if (held.size === 0 && !(e instanceof NotAcquired)) throw e;
+          busy = k;
+          break;
+        }
+      }
+      const taken = ordered.filter((k) => held.has(k)).map((k) => held.get(k) as Lock);
+      if (busy === undefined) return new LockSet(taken);
+      held.clear();
+      await releaseAll(taken);
+      const waitMs = deadline === undefined ? undefined : Math.max(0, deadline - now());
+      held.set(busy, await this.lock(busy, { ...options, waitMs }));
+    }
   }
 
   /** lock() with no wait: NotAcquired at once if key is held. */
@@ -550,6 +593,54 @@ function callBack<T, R>(fn: ((h: T, r: R) => void) | undefined, h: T, r: R, what
  * its session's KeepAlive does not tell). Permits and read-write holds are
  * never asked.
  */
+/** The most keys one lockAll takes, as the Go client's MaxLockAllKeys. */
+export const MAX_LOCK_ALL_KEYS = 64;
+
+/** Releases locks in reverse order, each tried even if one before failed; throws the first failure. */
+async function releaseAll(locks: readonly Lock[]): Promise<void> {
+  const results = [];
+  for (const l of [...locks].reverse()) {
+    results.push(await l.release().then(() => undefined, (e: unknown) => ({ e })));
+  }
+  const failed = results.find((r) => r !== undefined);
+  if (failed) throw failed.e;
+}
+
+/**
+ * Keys held together, taken by client.lockAll(): a Lock per key, in the
+ * byte order of the keys. held is false once any of them is lost or
+ * released; release() releases them all, as does `await using`.
+ */
+export class LockSet implements AsyncDisposable {
+  readonly locks: readonly Lock[];
+
+  /** @internal */
+  constructor(locks: readonly Lock[]) {
+    this.locks = locks;
+  }
+
+  /** False once any lock of the set is lost or released. */
+  get held(): boolean {
+    return this.locks.every((l) => l.held);
+  }
+
+  /** The fence of key's lock; a RangeError if key is not in the set. */
+  fence(key: string): bigint {
+    const l = this.locks.find((x) => x.key === key);
+    if (!l) throw new RangeError(`${key} is not in the set`);
+    return l.fence;
+  }
+
+  /** Releases every lock of the set, in reverse key order; a failure is thrown once every release was tried. */
+  async release(): Promise<void> {
+    await releaseAll(this.locks);
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.release();
+  }
+}
+
 export class Lock extends Keeper implements AsyncDisposable {
   /** The key held: a lock's key, a semaphore's or read-write lock's name, a term's key ("election/<name>"). */
   readonly key: string;
