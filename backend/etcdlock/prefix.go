@@ -111,7 +111,7 @@ func (b *Backend) feedPrefix(ctx context.Context, prefix string, wch clientv3.Wa
 			reopen = nil
 			w, err := b.watchCreated(ctx, prefix)
 			if err != nil {
-				retry = min(max(2*retry, 50*time.Millisecond), 2*time.Second)
+				retry = keyfeed.NextRetry(retry)
 				reopen = time.After(retry)
 				continue
 			}

@@ -152,7 +152,7 @@ func (w *prefixWatch) feed(ctx context.Context, broken <-chan struct{}, stop fun
 			reopen = nil
 			b, s, err := w.open(ctx)
 			if err != nil {
-				retry = min(max(2*retry, 50*time.Millisecond), 2*time.Second)
+				retry = keyfeed.NextRetry(retry)
 				reopen = time.After(retry)
 				continue
 			}

@@ -209,7 +209,7 @@ func (w *prefixWatch) feed(ctx context.Context, out chan<- []string) {
 				if ctx.Err() != nil {
 					return
 				}
-				retry = min(max(2*retry, 50*time.Millisecond), 2*time.Second)
+				retry = keyfeed.NextRetry(retry)
 				rewatch = time.After(retry)
 				continue
 			}

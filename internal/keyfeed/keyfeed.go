@@ -5,6 +5,8 @@
 // prefix again.
 package keyfeed
 
+import "time"
+
 // Feed keeps the keys its receiver has not taken yet. Its zero value keeps
 // none; a Feed is used by one goroutine.
 type Feed struct {
@@ -58,4 +60,11 @@ func (f *Feed) Next(out chan<- []string) (chan<- []string, []string) {
 func (f *Feed) Sent() {
 	clear(f.pending)
 	f.resync = false
+}
+
+// NextRetry returns the pause before the next attempt to open a broken
+// watch again, after a pause of last (0 before the first): doubling from
+// 50ms up to 2s.
+func NextRetry(last time.Duration) time.Duration {
+	return min(max(2*last, 50*time.Millisecond), 2*time.Second)
 }

@@ -3,6 +3,7 @@ package keyfeed
 import (
 	"slices"
 	"testing"
+	"time"
 )
 
 func TestFeed(t *testing.T) {
@@ -37,5 +38,18 @@ func TestFeed(t *testing.T) {
 	f.Lost()
 	if ch, batch := f.Next(out); ch == nil || batch != nil {
 		t.Fatalf("after Lost: %q, want an empty batch", batch)
+	}
+}
+
+func TestNextRetry(t *testing.T) {
+	var got []time.Duration
+	for d := time.Duration(0); len(got) < 8; {
+		d = NextRetry(d)
+		got = append(got, d)
+	}
+	want := []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond,
+		800 * time.Millisecond, 1600 * time.Millisecond, 2 * time.Second, 2 * time.Second}
+	if !slices.Equal(got, want) {
+		t.Fatalf("pauses %v, want %v", got, want)
 	}
 }
