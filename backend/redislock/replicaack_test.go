@@ -488,8 +488,13 @@ func TestReplicaAckDialsAtOpen(t *testing.T) {
 	if n, want := conns("acked"), conns("plain")+1; n != want {
 		t.Fatalf("after Open: %d connections, want %d (those of a backend without the option, and one for WAIT)", n, want)
 	}
+	// rueidis sends each command on one of its pipeline connections to the
+	// node (two on two cores), picked at random and dialled at first use:
+	// 20 grants and releases each make it all but certain that both
+	// backends dialled every one, which 3 left to chance (one in 32 that a
+	// backend's six commands all took one connection).
 	for name, b := range map[string]*redislock.Backend{"plain": plain, "acked": acked} {
-		for i := range 3 {
+		for i := range 20 {
 			key := "dial/" + name + "/" + strconv.Itoa(i)
 			if _, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "t", TTL: time.Second}); err != nil {
 				t.Fatal(err)
