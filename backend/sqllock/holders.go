@@ -85,8 +85,8 @@ func (h *holders) forget(key, token string) {
 	delete(h.held, holdID{key, token})
 }
 
-// any reports whether a hold is followed.
-func (h *holders) any() bool {
+// following reports whether a hold is followed.
+func (h *holders) following() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.held) > 0

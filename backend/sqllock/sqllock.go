@@ -59,7 +59,7 @@ func New(db *sql.DB, d *Dialect, opts ...Option) (*Backend, error) {
 	}
 	b := &Backend{db: db, d: d, opts: o, stmts: make(map[string]*sql.Stmt)}
 	if d.notifies {
-		b.notices = &listener{db: db, lost: b.held.removed, holding: b.held.any}
+		b.notices = &listener{db: db, lost: b.held.removed, holding: b.held.following}
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	if o.cleanupEvery > 0 {
