@@ -25,12 +25,8 @@ import (
 // was cancelled and after the holder released the key.
 func TestMariaDBCutAttemptTakesNoKey(t *testing.T) {
 	st := mariadb(t)
-	admin := st.open(t)
-	t.Cleanup(func() { _ = admin.Close() })
+	admin := st.admin(t)
 	ctx := testContext(t, time.Minute)
-	if err := admin.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	key := uniqueKey(t)
 	holder := st.client(t)
 	l := mustLockT(t, ctx, holder, key)

@@ -196,11 +196,7 @@ func TestFencesInGrantOrder(t *testing.T) {
 func fencesInGrantOrder(t *testing.T, st store) {
 	const clients, perClient, rounds = 4, 4, 25
 	ctx := testContext(t, 2*time.Minute)
-	admin := st.open(t)
-	t.Cleanup(func() { _ = admin.Close() })
-	if err := admin.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	st.admin(t) // makes the tables
 	key := uniqueKey(t)
 	var (
 		mu     sync.Mutex

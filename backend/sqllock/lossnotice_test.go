@@ -20,12 +20,8 @@ import (
 // lease.
 func TestPostgresForcedReleaseToldAtOnce(t *testing.T) {
 	st := postgres(t)
-	admin := st.open(t)
-	t.Cleanup(func() { _ = admin.Close() })
+	admin := st.admin(t)
 	ctx := testContext(t, time.Minute)
-	if err := admin.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	holder, operator := st.client(t), distlock.New(admin)
 	for i := range 3 {
 		key := uniqueKey(t)
@@ -78,11 +74,7 @@ func awaitListeners(t testing.TB, admin *sqllock.Backend, n int) {
 // from just before the forced release is sent to the holder's Done().
 func BenchmarkPostgresLossNotice(b *testing.B) {
 	st := postgres(b)
-	admin := st.open(b)
-	b.Cleanup(func() { _ = admin.Close() })
-	if err := admin.Migrate(context.Background()); err != nil {
-		b.Fatal(err)
-	}
+	admin := st.admin(b)
 	holder := st.client(b)
 	l, err := holder.TryLock(context.Background(), "listen")
 	if err != nil {
@@ -99,12 +91,8 @@ func BenchmarkPostgresLossNotice(b *testing.B) {
 // renewal, as on MariaDB.
 func TestPostgresLossNoticeOff(t *testing.T) {
 	st := postgres(t)
-	admin := st.open(t)
-	t.Cleanup(func() { _ = admin.Close() })
+	admin := st.admin(t)
 	ctx := testContext(t, time.Minute)
-	if err := admin.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := st.client(t).AcquireToken(ctx, uniqueKey(t), "token-of-a-remote-holder", distlock.WithLease(30*time.Second)); err != nil {
 		t.Fatal(err)
 	}

@@ -14,12 +14,8 @@ import (
 // next wait listens too.
 func TestPostgresNoticeListenerLoss(t *testing.T) {
 	st := postgres(t)
-	admin := st.open(t)
-	t.Cleanup(func() { _ = admin.Close() })
+	admin := st.admin(t)
 	ctx := testContext(t, time.Minute)
-	if err := admin.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	holder, waiter := st.client(t), st.client(t)
 	key := uniqueKey(t)
 

@@ -20,12 +20,8 @@ import (
 // no place in the queue behind.
 func TestPostgresWaitQueue(t *testing.T) {
 	st := postgres(t)
-	admin := st.open(t)
-	t.Cleanup(func() { _ = admin.Close() })
+	admin := st.admin(t)
 	ctx := testContext(t, time.Minute)
-	if err := admin.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	key := uniqueKey(t)
 	awaitQueued := func(holding, waiting int, what string) {
 		t.Helper()
@@ -118,11 +114,7 @@ func mustLockT(t *testing.T, ctx context.Context, c *distlock.Client, key string
 func TestPostgresCloseGivesUpQueuePlaces(t *testing.T) {
 	st := postgres(t)
 	ctx := testContext(t, time.Minute)
-	admin := st.open(t)
-	t.Cleanup(func() { _ = admin.Close() })
-	if err := admin.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	st.admin(t) // makes the tables
 	key := uniqueKey(t)
 	waiter := st.open(t)
 	_, leave, err := waiter.Watch(ctx, key) // heads key's queue
@@ -154,12 +146,8 @@ func TestPostgresCloseGivesUpQueuePlaces(t *testing.T) {
 // long as the test needs.
 func TestPostgresCutQueueWaitLeavesNoPlace(t *testing.T) {
 	st := postgres(t)
-	admin := st.open(t)
-	t.Cleanup(func() { _ = admin.Close() })
+	admin := st.admin(t)
 	ctx := testContext(t, time.Minute)
-	if err := admin.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	key := uniqueKey(t)
 	holder := st.client(t)
 	l := mustLockT(t, ctx, holder, key)

@@ -86,6 +86,20 @@ func (st store) sql(q string) string {
 	return q
 }
 
+// admin returns a backend of its own on the store, with the tables made,
+// closed when the test ends.
+func (st store) admin(t testing.TB) *sqllock.Backend {
+	t.Helper()
+	admin := st.open(t)
+	t.Cleanup(func() { _ = admin.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := admin.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return admin
+}
+
 // client returns a client closed when the test ends.
 func (st store) client(t testing.TB, opts ...sqllock.Option) *distlock.Client {
 	c := distlock.New(st.open(t, opts...))
