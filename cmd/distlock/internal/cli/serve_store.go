@@ -11,10 +11,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/distlock/distlock"
-	"github.com/distlock/distlock/backend/etcdlock"
 	"github.com/distlock/distlock/backend/pglock"
 	"github.com/distlock/distlock/cmd/distlock/internal/embedetcd"
 	"github.com/distlock/distlock/driver"
@@ -117,38 +115,12 @@ func (s storeSpec) open(ctx context.Context, log *slog.Logger, opts ...distlock.
 	if err != nil {
 		return nil, exit(ExitUnavailable, &opError{op: "serve", err: err})
 	}
-	b, err := openEmbedded(ctx, e, log)
+	b, err := e.Backend(ctx, log)
 	if err != nil {
 		_ = e.Close()
 		return nil, exit(ExitUnavailable, &opError{op: "serve: embedded etcd", err: err})
 	}
 	return &serveStore{client: distlock.New(b, opts...), etcd: e, describe: "embedded etcd in " + e.Dir()}, nil
-}
-
-// openEmbedded returns a backend over the embedded store. No other process
-// reaches it, so no client of an earlier release can share its queues, and
-// it moves to the ordered key layout, whose List pages read about a page,
-// at any start at which it holds no lock. One that an earlier release left
-// holding locks keeps the escaped layout until such a start.
-func openEmbedded(ctx context.Context, e *embedetcd.Etcd, log *slog.Logger) (*etcdlock.Backend, error) {
-	b, err := etcdlock.Dial(ctx, clientv3.Config{Endpoints: e.Endpoints()}, etcdlock.WithLinkedQueue())
-	if err != nil {
-		return nil, err
-	}
-	moved, err := b.MoveKeyLayout(ctx, etcdlock.KeyLayoutOrdered)
-	var layout etcdlock.KeyLayout
-	if err == nil && !moved {
-		layout, err = b.KeyLayout(ctx)
-	}
-	if err != nil {
-		_ = b.Close()
-		return nil, err
-	}
-	if !moved && layout != etcdlock.KeyLayoutOrdered {
-		log.Warn("the embedded store holds locks in the key layout of an earlier release, in which each List page "+
-			"reads every key; it moves to the ordered layout at a start at which no lock is held", "key_layout", layout)
-	}
-	return b, nil
 }
 
 // failed returns a channel that receives an error if the embedded store

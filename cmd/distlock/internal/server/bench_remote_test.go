@@ -21,11 +21,13 @@ import (
 
 // BenchmarkRemote measures Lock+Release through the service (remotelock,
 // h2c, Connect protocol) against the same store's backend used directly,
-// on etcd and on Redis, at 1, 16 and 64 concurrent callers, each on a key
-// of its own, and at 16 callers on one key (contended). remote is
-// remotelock's default transport (h2c, one connection); remote-h1 is
-// remotelock over HTTP/1.1 (a connection per concurrent call). On etcd it
-// also runs etcd's own lock service (etcd-lock: the v3lock Lock and Unlock
+// on etcd, on Redis and on serve's default store (embedded: an etcd inside
+// the service's process, which the direct path reaches through its
+// socket), at 1, 16 and 64 concurrent callers, each on a key of its own,
+// and at 16 callers on one key (contended). remote is remotelock's default
+// transport (h2c, one connection); remote-h1 is remotelock over HTTP/1.1
+// (a connection per concurrent call). On both etcds it also runs etcd's
+// own lock service (etcd-lock: the v3lock Lock and Unlock
 // calls etcdctl lock makes, served by the same etcd, each caller with a
 // lease of its own, as etcdctl's session has), the peer a user would pick
 // instead of the service. The paths run in alternating rounds, so that all
@@ -38,7 +40,7 @@ import (
 //
 //	cd cmd/distlock && go test -run '^$' -bench BenchmarkRemote -benchtime 2000x ./internal/server
 func BenchmarkRemote(b *testing.B) {
-	for _, st := range remoteStores(b) {
+	for _, st := range append(remoteStores(b), embeddedStore(b)) {
 		b.Run(st.name, func(b *testing.B) {
 			svc := startRemoteService(b, st)
 			direct := distlock.New(st.backend(b))
@@ -56,8 +58,11 @@ func BenchmarkRemote(b *testing.B) {
 				h1.CloseIdleConnections()
 			})
 			paths := []benchPath{clientPath("direct", direct), clientPath("remote", remote), clientPath("remote-h1", remote1)}
-			if st.name == "etcd" {
+			switch st.name {
+			case "etcd":
 				paths = append(paths, etcdLockPath(b, st.addr, 64))
+			case "embedded":
+				paths = append(paths, etcdLockPath(b, embeddedEndpoint(st.addr), 64))
 			}
 			rtt := remoteRTT(b, svc.url)
 			for _, shape := range []struct {

@@ -36,6 +36,7 @@ import (
 	"github.com/distlock/distlock/backend/redislock"
 	"github.com/distlock/distlock/backend/remotelock"
 	"github.com/distlock/distlock/cmd/distlock/internal/auth"
+	"github.com/distlock/distlock/cmd/distlock/internal/embedetcd"
 	"github.com/distlock/distlock/cmd/distlock/internal/server"
 	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/testserver"
@@ -60,8 +61,10 @@ const (
 
 // remoteStore is a store a service runs over, for these tests.
 type remoteStore struct {
-	name string // "etcd" or "redis"
-	addr string // the store's address, as remoteStoreBackend takes it
+	name string // "etcd", "redis", or "embedded" (serve's default store)
+	// The store's address, as remoteStoreBackend takes it; for "embedded",
+	// the data directory of the etcd the service's process runs.
+	addr string
 }
 
 // backend returns a new backend of the store: for the service, for a
@@ -83,6 +86,8 @@ func remoteStoreBackend(name, addr string) (driver.Backend, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	switch name {
+	case "embedded": // another process's view of it, through its socket
+		return etcdlock.Dial(ctx, clientv3.Config{Endpoints: []string{embeddedEndpoint(addr)}}, etcdlock.WithKeyLayout(etcdlock.KeyLayoutOrdered))
 	case "etcd":
 		// The ordered key layout, and so linked queues, as serve's
 		// embedded etcd has: only this release's backends share the store.
@@ -96,6 +101,16 @@ func remoteStoreBackend(name, addr string) (driver.Backend, error) {
 	}
 	return nil, fmt.Errorf("unknown store %q", name)
 }
+
+// embeddedStore is serve's default store, an etcd that the service's
+// process runs in dir (embedetcd), reached by its backend in-process.
+func embeddedStore(t testing.TB) remoteStore {
+	return remoteStore{"embedded", t.TempDir()}
+}
+
+// embeddedEndpoint is the socket of the embedded etcd of data directory
+// dir, for a client in another process.
+func embeddedEndpoint(dir string) string { return "unix://" + filepath.Join(dir, "etcd.sock") }
 
 // remoteStores starts a real etcd and a real redis-server for t.
 func remoteStores(t testing.TB) []remoteStore {
@@ -285,8 +300,22 @@ func TestRemoteServiceProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := remoteStoreBackend(name, addr)
-	if err != nil {
+	var b driver.Backend
+	if name == "embedded" {
+		e, err := embedetcd.Start(t.Context(), addr, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := e.Close(); err != nil {
+				t.Errorf("close the embedded store: %v", err)
+			}
+		}()
+		b, err = e.Backend(t.Context(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+	} else if b, err = remoteStoreBackend(name, addr); err != nil {
 		t.Fatal(err)
 	}
 	client := distlock.New(b)

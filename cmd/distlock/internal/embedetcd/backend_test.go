@@ -1,0 +1,98 @@
+package embedetcd
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/backend/etcdlock"
+	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/locktest"
+)
+
+// TestBackendConformance holds the backend serve runs over its embedded
+// store, which calls the store's server in-process, to the contract of
+// every backend. A lost lock is an operator's forced release, made through
+// the socket as another process would.
+func TestBackendConformance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an etcd")
+	}
+	e, err := Start(testContext(t, time.Minute), t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := e.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	operator, err := etcdlock.New(dial(t, e))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = operator.Close() })
+	locktest.Run(t, locktest.Harness{
+		NewBackend: func(t testing.TB) driver.Backend {
+			b, err := e.Backend(t.Context(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		},
+		DeleteKey: func(t testing.TB, key string) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if _, err := operator.ForceRelease(ctx, key, driver.ForceOptions{}); err != nil {
+				t.Fatalf("force release %q: %v", key, err)
+			}
+		},
+		Iterations:    50,
+		NotifyLatency: 150 * time.Millisecond,
+	})
+}
+
+// TestBackendAfterClose: once the store is closed, Backend fails saying so,
+// whether or not it made a backend before.
+func TestBackendAfterClose(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an etcd")
+	}
+	e, err := Start(testContext(t, time.Minute), t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.Backend(testContext(t, 10*time.Second), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := distlock.New(b)
+	l, err := c.Lock(testContext(t, 10*time.Second), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(testContext(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Backend(testContext(t, 10*time.Second), nil); !errors.Is(err, driver.ErrClosed) {
+		t.Fatalf("Backend after Close: %v, want driver.ErrClosed", err)
+	}
+	never, err := Start(testContext(t, time.Minute), t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := never.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := never.Backend(testContext(t, 10*time.Second), nil); !errors.Is(err, driver.ErrClosed) {
+		t.Fatalf("Backend after Close, none before: %v, want driver.ErrClosed", err)
+	}
+}
