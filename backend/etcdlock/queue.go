@@ -43,6 +43,8 @@ type position struct {
 // ahead; with more, the entry ahead is found by reading the whole queue
 // (locate). Without, it reads the two newest entries by create revision,
 // its own and the one ahead, which etcd serves by reading the whole queue.
+// The transaction goes in a batch with other calls' (batcher), as a free
+// key's Acquire does.
 func (w *waiter) enqueue(ctx context.Context, val string, ttl time.Duration) (*ticket, position, error) {
 	rctx, cancel := w.b.request(ctx)
 	defer cancel()
@@ -59,12 +61,12 @@ func (w *waiter) enqueue(ctx context.Context, val string, ttl time.Duration) (*t
 		// after the put see it. The value is sent once: only the tail's ops,
 		// which are short, appear in two branches.
 		queue := []clientv3.Op{clientv3.OpGet(tail), clientv3.OpPut(tail, w.entry, clientv3.WithLease(id)), clientv3.OpGet(w.dir, read...)}
-		return w.b.cli.Txn(rctx).Then(
+		return w.b.batch.txn(rctx, w.dir, len(w.entry)+len(val), nil, []clientv3.Op{
 			clientv3.OpPut(w.entry, val, clientv3.WithLease(id), clientv3.WithPrevKV()),
 			clientv3.OpTxn([]clientv3.Cmp{noTail(tail)},
 				[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{emptyDir(w.dir)}, nil, queue)},
 				queue),
-		).Commit()
+		}, nil)
 	})
 	if err != nil {
 		return t, position{}, err
