@@ -19,8 +19,10 @@ type calls interface {
 	// id is what the backend keeps a hold of req under.
 	id(req driver.AcquireRequest) lockID
 	// acquire asks for req with the token as request id, waiting up to wait;
-	// firstTry says that no earlier call for req can have been granted.
-	acquire(ctx context.Context, req driver.AcquireRequest, wait time.Duration, firstTry bool) (*distlockv1.AcquireResponse, error)
+	// firstTry says that no earlier call for req can have been granted, and
+	// resumes that a call ending without a grant will be followed by
+	// another (kinds of holds whose calls have no such flag ignore it).
+	acquire(ctx context.Context, req driver.AcquireRequest, wait time.Duration, firstTry, resumes bool) (*distlockv1.AcquireResponse, error)
 	// renew renews the hold of key under the service's token server.
 	renew(ctx context.Context, key, server string, lease time.Duration) (*distlockv1.RenewResponse, error)
 	// release frees the hold of key under the service's token server.
@@ -34,8 +36,10 @@ type lockCalls struct {
 
 func (lockCalls) id(req driver.AcquireRequest) lockID { return lockID{req.Key, req.Token} }
 
-func (l lockCalls) acquire(ctx context.Context, req driver.AcquireRequest, wait time.Duration, firstTry bool) (*distlockv1.AcquireResponse, error) {
-	resp, err := l.rpc.Acquire(ctx, connect.NewRequest(acquireMsg(req, wait, firstTry)))
+func (l lockCalls) acquire(ctx context.Context, req driver.AcquireRequest, wait time.Duration, firstTry, resumes bool) (*distlockv1.AcquireResponse, error) {
+	m := acquireMsg(req, wait, firstTry)
+	m.Resumes = resumes && wait > 0
+	resp, err := l.rpc.Acquire(ctx, connect.NewRequest(m))
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +71,7 @@ func permitID(name, token string) lockID { return lockID{"\x00permit\x00" + name
 
 func (permitCalls) id(req driver.AcquireRequest) lockID { return permitID(req.Key, req.Token) }
 
-func (p permitCalls) acquire(ctx context.Context, req driver.AcquireRequest, wait time.Duration, firstTry bool) (*distlockv1.AcquireResponse, error) {
+func (p permitCalls) acquire(ctx context.Context, req driver.AcquireRequest, wait time.Duration, firstTry, _ bool) (*distlockv1.AcquireResponse, error) {
 	m := &distlockv1.AcquirePermitRequest{
 		Name:       req.Key,
 		Permits:    int32(min(p.limit, 1<<31-1)),
@@ -114,7 +118,7 @@ func rwID(name, token string) lockID { return lockID{"\x00rw\x00" + name, token}
 
 func (rwCalls) id(req driver.AcquireRequest) lockID { return rwID(req.Key, req.Token) }
 
-func (r rwCalls) acquire(ctx context.Context, req driver.AcquireRequest, wait time.Duration, firstTry bool) (*distlockv1.AcquireResponse, error) {
+func (r rwCalls) acquire(ctx context.Context, req driver.AcquireRequest, wait time.Duration, firstTry, _ bool) (*distlockv1.AcquireResponse, error) {
 	m := &distlockv1.AcquireRWRequest{
 		Name:       req.Key,
 		Write:      r.mode == driver.Exclusive,

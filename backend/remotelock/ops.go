@@ -31,7 +31,7 @@ func (b *Backend) acquireOnce(ctx context.Context, k calls, req driver.AcquireRe
 	}
 	defer c.end()
 	sent := time.Now()
-	resp, err := k.acquire(c.ctx, req, 0, b.firstTry(k.id(req)))
+	resp, err := k.acquire(c.ctx, req, 0, b.firstTry(k.id(req)), false)
 	if err != nil {
 		if !definite(err) {
 			b.keepUnknown(k, req, sent)
@@ -86,19 +86,27 @@ func (b *Backend) acquireWait(ctx context.Context, k calls, req driver.AcquireRe
 	}
 	bo := backoff{min: 5 * time.Millisecond, max: 500 * time.Millisecond}
 	limited := backoff{min: 50 * time.Millisecond, max: 2 * time.Second}
+	parked := false // the last call asked the service to keep the wait's place
 	for {
-		wait := b.maxWait
-		if dl, ok := ctx.Deadline(); ok {
-			wait = min(wait, time.Until(dl))
+		// A wait longer than one call is made of several, each of which
+		// tells the service it will be resumed, so that the wait keeps its
+		// place in the key's queue from one call to the next.
+		wait, resumes := b.maxWait, true
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= wait {
+			wait, resumes = time.Until(dl), false
 		}
 		if wait <= 0 || c.ctx.Err() != nil {
+			if parked { // end the place the service keeps, and any grant made in it
+				_ = b.abandon(context.Background(), k, req)
+			}
 			return driver.Grant{}, notAcquired()
 		}
 		// Each call gets its own bound: the wait plus one request's time.
 		cctx, cancel := context.WithTimeout(c.ctx, wait+b.requestTimeout)
 		sent := time.Now()
-		resp, err := k.acquire(cctx, req, wait, b.firstTry(k.id(req)))
+		resp, err := k.acquire(cctx, req, wait, b.firstTry(k.id(req)), resumes)
 		cancel()
+		parked = resumes
 		if err == nil {
 			g, again, err := b.grantedAfterWait(c, k, req, resp, sent)
 			if !again {
@@ -202,7 +210,7 @@ func acquireMsg(req driver.AcquireRequest, wait time.Duration, firstTry bool) *d
 func (b *Backend) abandon(ctx context.Context, k calls, req driver.AcquireRequest) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.requestTimeout)
 	defer cancel()
-	resp, err := k.acquire(ctx, req, 0, false)
+	resp, err := k.acquire(ctx, req, 0, false, false)
 	if err != nil {
 		if connect.CodeOf(err) == connect.CodeAborted {
 			return driver.ErrNotHeld

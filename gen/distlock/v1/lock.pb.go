@@ -128,7 +128,15 @@ type AcquireRequest struct {
 	// that finds the key held waits at once, without first asking the store
 	// whether this request_id already holds the key, which behind a long
 	// queue of waiters costs the store the length of the queue.
-	FirstTry      bool `protobuf:"varint,10,opt,name=first_try,json=firstTry,proto3" json:"first_try,omitempty"`
+	FirstTry bool `protobuf:"varint,10,opt,name=first_try,json=firstTry,proto3" json:"first_try,omitempty"`
+	// Says that this call's wait is one part of a longer one: if it ends
+	// without a grant, the caller calls again with the same request_id. The
+	// service then keeps the caller's place in the key's queue, and a grant
+	// made meanwhile, for 2 s after the call ends, and the next call takes
+	// them up: a long wait keeps its place in line. Needs request_id and a
+	// wait; ignored with a session. A call without it, or with no wait, ends
+	// a kept place (one that got the key in the meantime returns the grant).
+	Resumes       bool `protobuf:"varint,11,opt,name=resumes,proto3" json:"resumes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -229,6 +237,13 @@ func (x *AcquireRequest) GetSessionId() string {
 func (x *AcquireRequest) GetFirstTry() bool {
 	if x != nil {
 		return x.FirstTry
+	}
+	return false
+}
+
+func (x *AcquireRequest) GetResumes() bool {
+	if x != nil {
+		return x.Resumes
 	}
 	return false
 }
@@ -3160,7 +3175,7 @@ var File_distlock_v1_lock_proto protoreflect.FileDescriptor
 
 const file_distlock_v1_lock_proto_rawDesc = "" +
 	"\n" +
-	"\x16distlock/v1/lock.proto\x12\vdistlock.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xca\x03\n" +
+	"\x16distlock/v1/lock.proto\x12\vdistlock.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe4\x03\n" +
 	"\x0eAcquireRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12-\n" +
 	"\x04wait\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12/\n" +
@@ -3176,7 +3191,8 @@ const file_distlock_v1_lock_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\t \x01(\tR\tsessionId\x12\x1b\n" +
 	"\tfirst_try\x18\n" +
-	" \x01(\bR\bfirstTry\x1a9\n" +
+	" \x01(\bR\bfirstTry\x12\x18\n" +
+	"\aresumes\x18\v \x01(\bR\aresumes\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa9\x01\n" +

@@ -89,6 +89,17 @@ func (h *service) Acquire(ctx context.Context, req *connect.Request[distlockv1.A
 	opts := []distlock.Option{distlock.WithLease(a.lease), distlock.WithLockDelay(a.lockDelay),
 		distlock.WithOwner(a.owner), distlock.WithBusinessID(a.businessID), distlock.WithMetadata(labels)}
 	retry := a.requestID != "" && !a.firstTry
+	if a.requestID != "" && a.sessionID == "" {
+		// A wait parked for this request id (resumes) is taken up by a
+		// waiting call, and ended by any other.
+		if a.wait > 0 {
+			if w := s.parking.join(token, sk); w != nil {
+				return s.awaitParked(ctx, tenant, a, sk, token, w)
+			}
+		} else if g, stamped, ok := s.parking.end(token); ok {
+			return s.grantedOnce(ctx, tenant, a, sk, stamped, g)
+		}
+	}
 	if retry && a.wait > 0 {
 		// A retry whose first try was granted would wait for itself: try
 		// once, and if the key is held see whether the token holds it,
@@ -103,6 +114,18 @@ func (h *service) Acquire(ctx context.Context, req *connect.Request[distlockv1.A
 				return regranted(rg, err)
 			}
 		}
+	}
+	if a.resumes && a.requestID != "" && a.sessionID == "" && a.wait > 0 {
+		done, err := s.waiters.take(tenant)
+		if err != nil {
+			return nil, err
+		}
+		w := s.parking.park(s.stopCtx, token, sk, func(ctx context.Context) (distlock.TokenGrant, map[string]string, error) {
+			s.metrics.wait(1)
+			defer s.metrics.wait(-1)
+			return s.acquireToken(ctx, sk, token, append(opts, distlock.WithWait(-1))...)
+		}, s.releaseParked(token), done)
+		return s.awaitParked(ctx, tenant, a, sk, token, w)
 	}
 	wctx, cancel := s.waitContext(ctx, &a.wait)
 	defer cancel()
@@ -130,13 +153,55 @@ func (h *service) Acquire(ctx context.Context, req *connect.Request[distlockv1.A
 			return regranted(rg, err)
 		}
 	}
+	return s.answerAcquire(ctx, tenant, a, sk, stamped, g, err)
+}
+
+// answerAcquire answers an Acquire's outcome: the grant g with its labels,
+// or err.
+func (s *Server) answerAcquire(ctx context.Context, tenant string, a acquireArgs, sk string, labels map[string]string, g distlock.TokenGrant, err error) (*connect.Response[distlockv1.AcquireResponse], error) {
 	if errors.Is(err, distlock.ErrNotAcquired) && !s.stopping.Load() {
 		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("acquire %q: held by another holder (waited %v)", a.key, a.wait))
 	}
 	if err != nil {
 		return nil, s.storeError(ctx, "acquire", a.key, sk, err)
 	}
-	return s.grantedOnce(ctx, tenant, a, sk, stamped, g)
+	return s.grantedOnce(ctx, tenant, a, sk, labels, g)
+}
+
+// awaitParked waits on the parked wait w for the call's wait, and answers
+// its grant or its failure. A call whose wait ends first leaves w, parked
+// for the call that resumes it, and is answered Aborted.
+func (s *Server) awaitParked(ctx context.Context, tenant string, a acquireArgs, sk, token string, w *parkedWait) (*connect.Response[distlockv1.AcquireResponse], error) {
+	wctx, cancel := s.waitContext(ctx, &a.wait)
+	defer cancel()
+	t := time.NewTimer(a.wait)
+	defer t.Stop()
+	select {
+	case <-w.done:
+		g, labels, err := s.parking.take(token, w)
+		return s.answerAcquire(ctx, tenant, a, sk, labels, g, err)
+	case <-t.C:
+	case <-wctx.Done():
+	}
+	if err := ctx.Err(); err != nil {
+		// The caller gave up the call, and with it the wait (or its link
+		// broke, and its retry queues again).
+		s.parking.leave(token, w, false, s.releaseParked(token))
+		return nil, connect.NewError(connect.CodeCanceled, err)
+	}
+	s.parking.leave(token, w, a.resumes, s.releaseParked(token))
+	return s.answerAcquire(ctx, tenant, a, sk, nil, distlock.TokenGrant{}, distlock.ErrNotAcquired)
+}
+
+// releaseParked returns how to free what a parked wait for token got that
+// no call took: its grant, or, if the store's answer was lost, the grant
+// it may have made.
+func (s *Server) releaseParked(token string) func(*parkedWait) {
+	return func(w *parkedWait) {
+		if w.err == nil || ambiguous(w.err) {
+			s.abandon(context.Background(), w.sk, token)
+		}
+	}
 }
 
 // grantedOnce answers a grant. A grant of a request id under a hold cap may

@@ -300,7 +300,7 @@ func (s *Server) acquireToken(ctx context.Context, sk, token string, opts ...dis
 	labels[labelAcquired] = start.UTC().Format(time.RFC3339Nano)
 	opts = append(opts[:len(opts):len(opts)], distlock.WithMetadata(labels))
 	m := &s.mon
-	if r.Wait > 0 {
+	if r.Wait != 0 {
 		m.addWaiting(sk, 1)
 	}
 	g, err := s.client.AcquireToken(ctx, sk, token, opts...)
@@ -309,16 +309,16 @@ func (s *Server) acquireToken(ctx context.Context, sk, token string, opts ...dis
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.initLocked()
-	if r.Wait > 0 {
+	if r.Wait != 0 {
 		m.waitingLocked(sk, -1)
 	}
-	// Only calls that asked to wait count: a try that finds the key held
+	// Only calls that asked to wait (or to wait until ctx ends) count: a try that finds the key held
 	// may be an Acquire's first try before its wait (see Acquire).
 	elapsed := end.Sub(start)
 	switch {
-	case r.Wait > 0 && errors.Is(err, distlock.ErrNotAcquired):
+	case r.Wait != 0 && errors.Is(err, distlock.ErrNotAcquired):
 		m.countLocked(sk, end, elapsed, true)
-	case r.Wait > 0 && err == nil && elapsed > waitedAfter:
+	case r.Wait != 0 && err == nil && elapsed > waitedAfter:
 		m.countLocked(sk, end, elapsed, false)
 	}
 	if err != nil || !m.running {

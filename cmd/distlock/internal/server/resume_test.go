@@ -2,12 +2,18 @@ package server_test
 
 import (
 	"context"
+	"math"
 	"sync"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/remotelock"
+	"github.com/distlock/distlock/cmd/distlock/internal/server"
+	distlockv1 "github.com/distlock/distlock/gen/distlock/v1"
 )
 
 // TestWaiterKeepsItsPlaceAcrossCalls: a wait longer than one Acquire call
@@ -62,4 +68,126 @@ func TestWaiterKeepsItsPlaceAcrossCalls(t *testing.T) {
 	if len(order) != 2 || order[0] != "B" {
 		t.Fatalf("granted in the order %v, want B (queued first) then C", order)
 	}
+}
+
+// parkedCall is an Acquire of key under request id id, with a wait and
+// resumes as given.
+func parkedCall(key, id string, wait time.Duration, firstTry, resumes bool) *connect.Request[distlockv1.AcquireRequest] {
+	m := &distlockv1.AcquireRequest{Key: key, RequestId: id, FirstTry: firstTry, Resumes: resumes}
+	if wait > 0 {
+		m.Wait = durationpb.New(wait)
+	}
+	return connect.NewRequest(m)
+}
+
+// TestParkedWait: what becomes of the place a resumable call leaves in the
+// queue (resumes), on each store. The next call takes up the grant made
+// meanwhile; a place nobody takes up ends parkTime (2 s) later, with the
+// grant it got released rather than held for a whole lease; a call that
+// does not resume ends it at once; a kept place counts against the
+// tenant's waiters.
+func TestParkedWait(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and redis-server")
+	}
+	forEachStore(t, func(t *testing.T, st store) {
+		e := newEnv(t, st, server.Limits{RatePerTenant: math.Inf(1), MaxWaitersPerTenant: 2})
+		api := e.api(alphaClient)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		hold := func(t *testing.T, key string) string {
+			t.Helper()
+			res, err := api.Acquire(ctx, connect.NewRequest(&distlockv1.AcquireRequest{Key: key}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return res.Msg.GetToken()
+		}
+		release := func(t *testing.T, key, token string) {
+			t.Helper()
+			if _, err := api.Release(ctx, connect.NewRequest(&distlockv1.ReleaseRequest{Key: key, Token: token})); err != nil {
+				t.Fatal(err)
+			}
+		}
+		aborted := func(t *testing.T, what string, err error) {
+			t.Helper()
+			if connect.CodeOf(err) != connect.CodeAborted {
+				t.Fatalf("%s: %v, want Aborted", what, err)
+			}
+		}
+
+		t.Run("TakenUp", func(t *testing.T) {
+			first := hold(t, "taken")
+			_, err := api.Acquire(ctx, parkedCall("taken", "request-id-000001", 200*time.Millisecond, true, true))
+			aborted(t, "first call", err)
+			// Another waiter queues behind the kept place.
+			later := make(chan string, 1)
+			go func() {
+				res, err := e.api(alphaOther).Acquire(ctx, connect.NewRequest(&distlockv1.AcquireRequest{Key: "taken", Wait: durationpb.New(20 * time.Second)}))
+				if err != nil {
+					t.Errorf("the later waiter: %v", err)
+					later <- ""
+					return
+				}
+				later <- res.Msg.GetToken()
+			}()
+			time.Sleep(300 * time.Millisecond)
+			release(t, "taken", first) // granted to the kept place, between calls
+			res, err := api.Acquire(ctx, parkedCall("taken", "request-id-000001", time.Second, false, true))
+			if err != nil {
+				t.Fatalf("the resumed call, ahead of the later waiter: %v", err)
+			}
+			release(t, "taken", res.Msg.GetToken())
+			if token := <-later; token != "" {
+				release(t, "taken", token)
+			}
+		})
+
+		t.Run("NobodyComesBack", func(t *testing.T) {
+			first := hold(t, "gone")
+			_, err := api.Acquire(ctx, parkedCall("gone", "request-id-000002", 200*time.Millisecond, true, true))
+			aborted(t, "parked call", err)
+			release(t, "gone", first) // the parked wait gets it, and nobody takes it up
+			// Within 2 s it is released: a waiter gets it long before the
+			// lease (the service's default, 30 s) would end.
+			res, err := api.Acquire(ctx, connect.NewRequest(&distlockv1.AcquireRequest{Key: "gone", Wait: durationpb.New(10 * time.Second)}))
+			if err != nil {
+				t.Fatalf("a waiter after a place nobody took up: %v", err)
+			}
+			release(t, "gone", res.Msg.GetToken())
+		})
+
+		t.Run("EndedByACallWithoutWait", func(t *testing.T) {
+			first := hold(t, "ended")
+			_, err := api.Acquire(ctx, parkedCall("ended", "request-id-000003", 200*time.Millisecond, true, true))
+			aborted(t, "parked call", err)
+			_, err = api.Acquire(ctx, parkedCall("ended", "request-id-000003", 0, false, false))
+			aborted(t, "the call that gives up", err)
+			release(t, "ended", first)
+			// The place is gone: the next waiter gets the key at once, not
+			// after a parked grant's 2 s.
+			res, err := api.Acquire(ctx, connect.NewRequest(&distlockv1.AcquireRequest{Key: "ended", Wait: durationpb.New(time.Second)}))
+			if err != nil {
+				t.Fatalf("a waiter after the place ended: %v", err)
+			}
+			release(t, "ended", res.Msg.GetToken())
+		})
+
+		t.Run("CountsAsAWaiter", func(t *testing.T) {
+			first := hold(t, "capped")
+			for _, id := range []string{"request-id-000004", "request-id-000005"} {
+				_, err := api.Acquire(ctx, parkedCall("capped", id, 100*time.Millisecond, true, true))
+				aborted(t, "parked call "+id, err)
+			}
+			_, err := api.Acquire(ctx, connect.NewRequest(&distlockv1.AcquireRequest{Key: "capped", Wait: durationpb.New(100 * time.Millisecond)}))
+			if connect.CodeOf(err) != connect.CodeResourceExhausted {
+				t.Fatalf("a third waiter beside two kept places of a tenant allowed 2: %v, want ResourceExhausted", err)
+			}
+			for _, id := range []string{"request-id-000004", "request-id-000005"} {
+				_, err := api.Acquire(ctx, parkedCall("capped", id, 0, false, false))
+				aborted(t, "ending "+id, err)
+			}
+			release(t, "capped", first)
+		})
+	})
 }

@@ -97,6 +97,7 @@ type Server struct {
 	mon      monitor         // the dashboard's view of the locks (monitor.go)
 	live     liveCalls
 	waiters  tenantCaps // Acquire calls waiting, per tenant
+	parking  parking    // the waits of Acquire calls that resume
 	streams  tenantCaps // Watch streams, per tenant
 	sessions sessionCache
 	// holdCalls lets a retried AcquirePermit or AcquireRW wait for its

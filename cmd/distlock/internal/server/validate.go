@@ -52,6 +52,7 @@ type acquireArgs struct {
 	labels     map[string]string
 	requestID  string
 	firstTry   bool // no earlier call with requestID can have been granted
+	resumes    bool // the caller resumes a wait that ends without a grant
 	sessionID  string
 	extra      []distlock.Option // what the kind of hold adds (a writer's intent)
 }
@@ -60,7 +61,7 @@ type acquireArgs struct {
 func (l Limits) checkAcquire(req *distlockv1.AcquireRequest) (acquireArgs, error) {
 	a := acquireArgs{
 		key: req.GetKey(), owner: req.GetOwner(), businessID: req.GetBusinessId(),
-		requestID: req.GetRequestId(), firstTry: req.GetFirstTry(), sessionID: req.GetSessionId(), lease: l.DefaultLease,
+		requestID: req.GetRequestId(), firstTry: req.GetFirstTry(), resumes: req.GetResumes(), sessionID: req.GetSessionId(), lease: l.DefaultLease,
 	}
 	if err := l.checkKey(a.key); err != nil {
 		return a, err
