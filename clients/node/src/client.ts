@@ -42,6 +42,13 @@ export interface ClientOptions {
    * a loss at their renewal. Off unless set.
    */
   watchLoss?: boolean;
+  /**
+   * Caps the wait of one call, in milliseconds (MAX_CALL_WAIT_MS if unset):
+   * a longer wait is made of several calls, and a lock keeps its place in
+   * the key's queue from one to the next. Lower it behind a proxy that cuts
+   * calls idle for a minute.
+   */
+  maxCallWaitMs?: number;
 }
 
 /** Options of an acquisition: a lock, a permit, a read-write hold, a term. */
@@ -157,6 +164,8 @@ const now = () => performance.now();
 export class Client implements AsyncDisposable {
   /** @internal */
   readonly rpc: Rpc;
+  /** The longest wait of one call (ClientOptions.maxCallWaitMs). */
+  readonly maxCallWaitMs: number;
   readonly #holds = new Set<Lock | Session>();
   readonly #closed = new AbortController();
   #closing: Promise<void> | undefined;
@@ -165,6 +174,9 @@ export class Client implements AsyncDisposable {
 
   constructor(url = "http://127.0.0.1:7070", options: ClientOptions = {}) {
     this.rpc = new Rpc(url, options.token, options.timeoutMs ?? 10_000);
+    const maxCallWaitMs = options.maxCallWaitMs ?? MAX_CALL_WAIT_MS;
+    if (!(maxCallWaitMs > 0)) throw new RangeError(`maxCallWaitMs ${maxCallWaitMs}: want more than 0 milliseconds`);
+    this.maxCallWaitMs = maxCallWaitMs;
     setMaxListeners(Infinity, this.#closed.signal); // one for each wait and observer
     if (options.watchLoss) this.lossWatch = new LossWatch(this.rpc);
   }
@@ -367,7 +379,7 @@ export class Client implements AsyncDisposable {
 
   /**
    * @internal Acquires with a new request id, waiting up to waitMs
-   * (undefined: until granted), in calls of at most MAX_CALL_WAIT_MS; a call
+   * (undefined: until granted), in calls of at most maxCallWaitMs; a call
    * whose answer never came is sent again with the same request id. Returns
    * the grant and when the call that got it was sent.
    */
@@ -387,9 +399,14 @@ export class Client implements AsyncDisposable {
     let retries = 0;
     try {
       for (;;) {
-        const left = deadline === undefined ? MAX_CALL_WAIT_MS : Math.max(0, deadline - now());
-        const wait = Math.min(left, MAX_CALL_WAIT_MS);
+        const left = deadline === undefined ? this.maxCallWaitMs : Math.max(0, deadline - now());
+        const wait = Math.min(left, this.maxCallWaitMs);
         req.wait = wait > 0 ? duration(wait) : undefined;
+        if (method === "acquire") {
+          // A call that is not the wait's last says so, and the service
+          // keeps the lock's place in line for the next.
+          (req as { resumes?: boolean }).resumes = wait > 0 && (deadline === undefined || left > wait);
+        }
         const sentAt = now();
         try {
           return { grant: await this.rpc.unary(method, req, { timeoutMs: wait + this.rpc.timeoutMs, signal: ctl.signal }), sentAt };

@@ -102,6 +102,34 @@ test("a lock waits for a release, and a wait ends with NotAcquired", T, () =>
   }),
 );
 
+test("a wait of several calls keeps its place in line", T, async () => {
+  // B waits in calls of 500 ms; C queues after it in one long call. The
+  // holder lets go after B's first call ended: B, queued first, is next.
+  const b = new Client(svc.url, { token: TOKENS.alpha, maxCallWaitMs: 500 });
+  try {
+    await withClients(2, async (holder, c) => {
+      const k = key();
+      const first = await holder.lock(k, { leaseMs: 30_000 });
+      const order: string[] = [];
+      const wait = async (name: string, cl: Client) => {
+        const lk = await cl.lock(k, { leaseMs: 30_000, waitMs: 15_000 });
+        order.push(name);
+        await sleep(100);
+        await lk.release();
+      };
+      const waits = [wait("B", b)];
+      await sleep(250);
+      waits.push(wait("C", c));
+      await sleep(1100); // B's first two calls have ended
+      await first.release();
+      await Promise.all(waits);
+      assert.deepEqual(order, ["B", "C"]);
+    });
+  } finally {
+    await b.close();
+  }
+});
+
 test("a retry with the same request id finds the same grant", T, () =>
   withClients(1, async (client) => {
     const k = key();

@@ -104,7 +104,8 @@ class Client:
 
     def _acquire(self, method, body, wait):
         """Acquires with a new request id, waiting up to wait seconds (None:
-        until granted), in calls of at most MAX_CALL_WAIT; a call whose
+        until granted), in calls of at most MAX_CALL_WAIT (a lock's calls
+        keep its place in the key's queue from one to the next); a call whose
         answer never came is sent again with the same request id. Returns
         the grant and when the call that got it was sent (monotonic)."""
         body = dict(body, requestId=str(uuid.uuid4()), firstTry=True)
@@ -116,6 +117,10 @@ class Client:
             body.pop("wait", None)
             if this > 0:
                 body["wait"] = duration(this)
+            if method == "Acquire":
+                # A call that is not the wait's last says so, and the
+                # service keeps the lock's place in line for the next.
+                body["resumes"] = this > 0 and (deadline is None or left > this)
             sent = time.monotonic()
             try:
                 return self._t.unary(method, body, timeout=this + self._t.timeout), sent

@@ -245,3 +245,33 @@ def test_unreachable_within_timeout():
             silent.try_lock(key())
         assert time.monotonic() - start < 0.3 * 5 + 1  # the timeout, for the call and its retries
         silent.close()
+
+
+def test_wait_keeps_its_place_across_calls(monkeypatch, service, client, other):
+    # B waits in calls of 0.5 s; C queues after it in one long call. The
+    # holder lets go after B's first call ended: B, queued first, is next.
+    monkeypatch.setattr(distlock.client, "MAX_CALL_WAIT", 0.5)
+    k = key()
+    first = client.lock(k, lease=30)
+    order = []
+
+    def b():
+        lk = other.lock(k, lease=30, wait=20)
+        order.append("B")
+        time.sleep(0.1)
+        lk.release()
+
+    def c():
+        g = client.call("Acquire", {"key": k, "wait": "20s"}, timeout=30)
+        order.append("C")
+        client.call("Release", {"key": k, "token": g["token"]})
+
+    threads = [threading.Thread(target=b), threading.Thread(target=c)]
+    threads[0].start()
+    time.sleep(0.25)
+    threads[1].start()
+    time.sleep(1.1)  # B's first two calls have ended
+    first.release()
+    for t in threads:
+        t.join(20)
+    assert order == ["B", "C"]
