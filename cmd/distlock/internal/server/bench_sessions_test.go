@@ -21,31 +21,40 @@ import (
 	"github.com/distlock/distlock/internal/testserver"
 )
 
-// BenchmarkSessions holds sessions through the service over etcd (1 000,
-// then 10 000; each with one lock, so as many held locks), kept alive with
-// a KeepAlive each a third of their TTL (30 s) apart, while a caller of
-// another tenant makes Lock+Release cycles for a window of two KeepAlive
-// rounds. It reports what a session costs the service (its RSS and CPU,
-// read from /proc) and etcd (its CPU, from its metrics), the KeepAlive
-// latencies, and the other caller's p50 and p99 with the sessions and
-// without them, just before:
+// BenchmarkSessions holds sessions through the service (1 000, then
+// 10 000; each with one lock, so as many held locks), over an etcd of its
+// own and over serve's default store (embedded, an etcd in the service's
+// process), kept alive with a KeepAlive each a third of their TTL (30 s)
+// apart, while a caller of another tenant makes Lock+Release cycles for a
+// window of two KeepAlive rounds. It reports what a session costs the
+// service (its RSS and CPU, read from /proc; over the embedded store, the
+// store's CPU is the service's) and etcd (its CPU, from its metrics), the
+// KeepAlive latencies, and the other caller's p50 and p99 with the
+// sessions and without them, just before:
 //
 //	cd cmd/distlock && go test -run '^$' -bench BenchmarkSessions -benchtime 1x -timeout 30m ./internal/server
 func BenchmarkSessions(b *testing.B) {
-	for _, n := range []int{1000, 10000} {
-		b.Run(fmt.Sprintf("sessions=%d", n), func(b *testing.B) { benchmarkSessions(b, n) })
+	for _, store := range []string{"etcd", "embedded"} {
+		for _, n := range []int{1000, 10000} {
+			b.Run(fmt.Sprintf("%s/sessions=%d", store, n), func(b *testing.B) { benchmarkSessions(b, store, n) })
+		}
 	}
 }
 
-func benchmarkSessions(b *testing.B, n int) {
+func benchmarkSessions(b *testing.B, store string, n int) {
 	const (
 		ttl     = 30 * time.Second
 		window  = 2 * ttl / 3 // two KeepAlive rounds
 		openers = 32
 		keepers = 256 // so that the benchmark's own pace is not the limit
 	)
-	endpoint := testserver.EtcdEndpoint(testserver.Etcd(b))
-	svc := startRemoteServiceEnv(b, remoteStore{"etcd", endpoint})
+	st := embeddedStore(b)
+	etcdCPUOf := func() time.Duration { return 0 } // the service's, over the embedded store
+	if store == "etcd" {
+		st = remoteStore{"etcd", testserver.EtcdEndpoint(testserver.Etcd(b))}
+		etcdCPUOf = func() time.Duration { return etcdCPU(b, st.addr) }
+	}
+	svc := startRemoteServiceEnv(b, st)
 	probe := distlock.New(remoteBackendAt(b, svc.addr, remoteOther))
 	b.Cleanup(func() { _ = probe.Close() })
 	var protos http.Protocols
@@ -129,11 +138,11 @@ func benchmarkSessions(b *testing.B, n int) {
 	keepLat = keepLat[:0]
 	mu.Unlock()
 	rss := procRSS(b, svc.pid)
-	cpu0, ecpu0, t0 := procCPU(b, svc.pid), etcdCPU(b, endpoint), time.Now()
+	cpu0, ecpu0, t0 := procCPU(b, svc.pid), etcdCPUOf(), time.Now()
 	b.ResetTimer()
 	busy := probeFor(b, ctx, probe, window)
 	b.StopTimer()
-	cpu, ecpu, took := procCPU(b, svc.pid)-cpu0, etcdCPU(b, endpoint)-ecpu0, time.Since(t0)
+	cpu, ecpu, took := procCPU(b, svc.pid)-cpu0, etcdCPUOf()-ecpu0, time.Since(t0)
 	stopKeeping()
 	wg.Wait()
 
@@ -149,10 +158,14 @@ func benchmarkSessions(b *testing.B, n int) {
 	b.ReportMetric(ms(percentile(lat, 0.5)), "keepalive-p50-ms")
 	b.ReportMetric(ms(percentile(lat, 0.99)), "keepalive-p99-ms")
 	b.ReportMetric(cpu.Seconds()/took.Seconds(), "service-cores")
-	b.ReportMetric(ecpu.Seconds()/took.Seconds(), "etcd-cores")
+	if store == "etcd" {
+		b.ReportMetric(ecpu.Seconds()/took.Seconds(), "etcd-cores")
+	}
 	if keeps > 0 {
 		b.ReportMetric(cpu.Seconds()*1e6/float64(keeps), "service-cpu-µs/keepalive")
-		b.ReportMetric(ecpu.Seconds()*1e6/float64(keeps), "etcd-cpu-µs/keepalive")
+		if store == "etcd" {
+			b.ReportMetric(ecpu.Seconds()*1e6/float64(keeps), "etcd-cpu-µs/keepalive")
+		}
 	}
 	b.ReportMetric(ms(percentile(idle, 0.99)), "idle-p99-ms")
 	b.ReportMetric(ms(percentile(busy, 0.5)), "busy-p50-ms")
