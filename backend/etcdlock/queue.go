@@ -36,12 +36,12 @@ type position struct {
 // tail key, and nothing in the directory) that is all: a holder alone
 // writes one key, as etcd's own lock service does. Otherwise, in the same
 // transaction, it swaps the queue's tail key to the entry, which returns
-// the entry created just before it, and reads the directory. With
-// WithLinkedQueue it reads three keys and takes the old tail for the entry
-// ahead; with no tail (the holder took the free key, or the tail's lease
-// ended before its entry) and one entry besides its own, that one is
-// ahead; with more, the entry ahead is found by reading the whole queue
-// (locate). Without, it reads the two newest entries by create revision,
+// the entry created just before it. With WithLinkedQueue the old tail is
+// the entry ahead, and nothing else is read; with no tail (the holder took
+// the free key, or the tail's lease ended before its entry) it reads three
+// keys of the directory: one entry besides its own is ahead, and with
+// more, the entry ahead is found by reading the whole queue (locate).
+// Without, it reads the two newest entries by create revision,
 // its own and the one ahead, which etcd serves by reading the whole queue.
 // The transaction goes in a batch with other calls' (batcher), as a free
 // key's Acquire does.
@@ -61,11 +61,18 @@ func (w *waiter) enqueue(ctx context.Context, val string, ttl time.Duration) (*t
 		// after the put see it. The value is sent once: only the tail's ops,
 		// which are short, appear in two branches.
 		queue := []clientv3.Op{clientv3.OpGet(tail), clientv3.OpPut(tail, w.entry, clientv3.WithLease(id)), clientv3.OpGet(w.dir, read...)}
+		behindTail := queue
+		if w.b.linked() {
+			// The old tail names the entry ahead: no read of the directory,
+			// which walks the names of every entry deleted since the last
+			// compaction before it finds a live one.
+			behindTail = queue[:2]
+		}
 		return w.b.batch.txn(rctx, w.dir, len(w.entry)+len(val), nil, []clientv3.Op{
 			clientv3.OpPut(w.entry, val, clientv3.WithLease(id), clientv3.WithPrevKV()),
 			clientv3.OpTxn([]clientv3.Cmp{noTail(tail)},
 				[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{emptyDir(w.dir)}, nil, queue)},
-				queue),
+				behindTail),
 		}, nil)
 	})
 	if err != nil {
@@ -76,10 +83,16 @@ func (w *waiter) enqueue(ctx context.Context, val string, ttl time.Duration) (*t
 		return t, position{}, errEntryReused // the put found the entry there already
 	}
 	ops := resp.Responses[1].GetResponseTxn()
-	if ops.Succeeded { // no tail key
+	tailed := !ops.Succeeded
+	if !tailed {
 		if ops = ops.Responses[0].GetResponseTxn(); ops.Succeeded {
 			return t, position{rev: w.myRev}, nil // the queue was empty
 		}
+	}
+	if prev := ops.Responses[0].GetResponseRange().Kvs; tailed && w.b.linked() && len(prev) == 1 {
+		// The tail key was written with the entry it names. If that entry
+		// is gone, check finds whether this one is first.
+		return t, position{pred: string(prev[0].Value), predRev: prev[0].ModRevision, rev: prev[0].ModRevision}, nil
 	}
 	in := ops.Responses[2].GetResponseRange().Kvs
 	switch {
