@@ -93,6 +93,13 @@ type Backend struct {
 	learning       sync.Mutex                // held while ready learns the layout
 	leases         *leasePool
 	batch          *batcher // Acquire's and Release's transactions
+	// holdWatches carries the holds' loss watches, on streams of their own
+	// that Close ends at once. Ended one by one, thousands of watches
+	// cancelled together on one stream can leave the client sending a
+	// cancellation that etcd, blocked sending the answers the client does
+	// not read meanwhile, never takes (etcd-io/etcd#18879): Close of a
+	// service's backend holding 15 000 locks never returned.
+	holdWatches clientv3.Watcher
 
 	closed  atomic.Bool
 	closing context.Context // done once Close starts: ends the waits
@@ -135,6 +142,7 @@ func newBackend(cli *clientv3.Client, c config) *Backend {
 	b := &Backend{cli: cli, prefix: c.prefix, requestTimeout: c.requestTimeout, linkedQueue: c.linkedQueue, wantLayout: c.keyLayout, held: make(map[holdID]*holding)}
 	b.closing, b.stop = context.WithCancel(context.Background())
 	b.leases = newLeasePool(cli)
+	b.holdWatches = clientv3.NewWatcher(cli)
 	b.batch = newBatcher(cli, c.requestTimeout, b.closing)
 	return b
 }
@@ -209,6 +217,7 @@ func (b *Backend) Close() error {
 	for _, h := range held {
 		h.stop(b)
 	}
+	_ = b.holdWatches.Close() // ends their streams, cancelled or not
 	b.bg.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), b.requestTimeout)
 	defer cancel()

@@ -26,7 +26,7 @@ func (b *Backend) watchDeleted(ctx context.Context, entry string, rev int64) boo
 	from := rev + 1
 	retry := time.Duration(0)
 	for {
-		wch := b.cli.Watch(ctx, entry, clientv3.WithRev(from), clientv3.WithFilterPut())
+		wch := b.holdWatches.Watch(ctx, entry, clientv3.WithRev(from), clientv3.WithFilterPut())
 		for wr := range wch {
 			if wr.Err() != nil {
 				break

@@ -3,6 +3,8 @@ package embedetcd
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -94,5 +96,58 @@ func TestBackendAfterClose(t *testing.T) {
 	}
 	if _, err := never.Backend(testContext(t, 10*time.Second), nil); !errors.Is(err, driver.ErrClosed) {
 		t.Fatalf("Backend after Close, none before: %v, want driver.ErrClosed", err)
+	}
+}
+
+// TestBackendCloseWithManyHolds closes a backend that holds 15 000 locks,
+// each with its loss watch started, as a service with 10 000 sessions does
+// at shutdown: Close must end every watch and return.
+func TestBackendCloseWithManyHolds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an etcd")
+	}
+	ctx := testContext(t, 2*time.Minute)
+	e, err := Start(ctx, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	b, err := e.Backend(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 15000
+	var wg sync.WaitGroup
+	errs := make(chan error, 1)
+	for w := range 64 {
+		wg.Go(func() {
+			for i := w; i < n; i += 64 {
+				req := driver.AcquireRequest{Key: fmt.Sprintf("many/%05d", i), Token: fmt.Sprintf("token-%05d", i), TTL: time.Minute}
+				if _, err := b.Acquire(ctx, req); err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		t.Fatal(err)
+	default:
+	}
+	time.Sleep(time.Second) // every loss watch has started
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close still runs 30s later")
 	}
 }
