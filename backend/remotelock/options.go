@@ -13,8 +13,10 @@ import (
 const DefaultRequestTimeout = 5 * time.Second
 
 // DefaultMaxWait caps the wait of one waiting Acquire call when WithMaxWait
-// is not given; a longer wait is made of several calls. It matches the
-// service's default limit on a wait.
+// is not given; a longer wait is made of several calls, which keep a lock's
+// place in the key's queue from one to the next. It is well under the
+// service's default limit on a wait (5 min), since proxies and load
+// balancers cut calls that stay idle for a minute.
 const DefaultMaxWait = 30 * time.Second
 
 // Option configures a Backend. An invalid value makes New or Open return an
