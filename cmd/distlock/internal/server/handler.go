@@ -123,8 +123,8 @@ func (h *service) Acquire(ctx context.Context, req *connect.Request[distlockv1.A
 		w := s.parking.park(s.stopCtx, token, sk, func(ctx context.Context) (distlock.TokenGrant, map[string]string, error) {
 			s.metrics.wait(1)
 			defer s.metrics.wait(-1)
-			return s.acquireToken(ctx, sk, token, append(opts, distlock.WithWait(-1))...)
-		}, s.releaseParked(token), done)
+			return s.acquireToken(ctx, sk, token, append(opts, distlock.WithWait(distlock.WaitUntilContextDone))...)
+		}, done)
 		return s.awaitParked(ctx, tenant, a, sk, token, w)
 	}
 	wctx, cancel := s.waitContext(ctx, &a.wait)
@@ -186,21 +186,19 @@ func (s *Server) awaitParked(ctx context.Context, tenant string, a acquireArgs, 
 	if err := ctx.Err(); err != nil {
 		// The caller gave up the call, and with it the wait (or its link
 		// broke, and its retry queues again).
-		s.parking.leave(token, w, false, s.releaseParked(token))
+		s.parking.leave(token, w, false)
 		return nil, connect.NewError(connect.CodeCanceled, err)
 	}
-	s.parking.leave(token, w, a.resumes, s.releaseParked(token))
+	s.parking.leave(token, w, a.resumes)
 	return s.answerAcquire(ctx, tenant, a, sk, nil, distlock.TokenGrant{}, distlock.ErrNotAcquired)
 }
 
-// releaseParked returns how to free what a parked wait for token got that
-// no call took: its grant, or, if the store's answer was lost, the grant
-// it may have made.
-func (s *Server) releaseParked(token string) func(*parkedWait) {
-	return func(w *parkedWait) {
-		if w.err == nil || ambiguous(w.err) {
-			s.abandon(context.Background(), w.sk, token)
-		}
+// releaseParked frees what a parked wait for token got that no call took:
+// its grant, or, if the store's answer was lost, the grant it may have
+// made.
+func (s *Server) releaseParked(token string, w *parkedWait) {
+	if w.err == nil || ambiguous(w.err) {
+		s.abandon(context.Background(), w.sk, token)
 	}
 }
 

@@ -21,8 +21,13 @@ const parkTime = 2 * time.Second
 // gets the grant it made meanwhile, if any. parkTime after the last call
 // left with none back, the wait ends, and a grant nobody took is released.
 type parking struct {
-	mu    sync.Mutex
-	waits map[string]*parkedWait // by token
+	// release frees what an ended wait got that no call took.
+	release func(token string, w *parkedWait)
+
+	mu     sync.Mutex
+	waits  map[string]*parkedWait // by token
+	closed bool                   // after close: no wait is kept
+	wg     sync.WaitGroup         // the waits' goroutines
 }
 
 // parkedWait is one wait in the store, for one token.
@@ -44,6 +49,10 @@ type parkedWait struct {
 	taken    bool        // a call answered its outcome: a grant is the caller's
 }
 
+// orphanLocked reports whether w's outcome is nobody's: it ended, and no
+// call took it or waits to. p.mu is held.
+func (w *parkedWait) orphanLocked() bool { return w.ended && w.finished && !w.taken && w.calls == 0 }
+
 // join returns the wait parked for token on sk, counting one more call on
 // it, or nil if there is none.
 func (p *parking) join(token, sk string) *parkedWait {
@@ -63,10 +72,10 @@ func (p *parking) join(token, sk string) *parkedWait {
 
 // park starts a wait in the store for token on sk, with the call that asks
 // for it counted on it: wait runs it until the context it is given ends
-// (when the wait is given up or the server stops). release frees a grant
-// that nobody took; done is called once the store's wait returned. If
-// another call parked a wait for token first, park joins that one.
-func (p *parking) park(stop context.Context, token, sk string, wait func(context.Context) (distlock.TokenGrant, map[string]string, error), release func(*parkedWait), done func()) *parkedWait {
+// (when the wait is given up or the server stops), and done is called once
+// it returned. If another call parked a wait for token first, park joins
+// that one.
+func (p *parking) park(stop context.Context, token, sk string, wait func(context.Context) (distlock.TokenGrant, map[string]string, error), done func()) *parkedWait {
 	p.mu.Lock()
 	if w := p.waits[token]; w != nil && w.sk == sk {
 		p.mu.Unlock()
@@ -75,22 +84,29 @@ func (p *parking) park(stop context.Context, token, sk string, wait func(context
 	}
 	ctx, cancel := context.WithCancel(stop)
 	w := &parkedWait{sk: sk, cancel: cancel, done: make(chan struct{}), calls: 1}
-	if p.waits == nil {
-		p.waits = make(map[string]*parkedWait)
+	if p.closed {
+		w.ended = true // the server stops: the wait ends with its call
+		cancel()
+	} else {
+		if p.waits == nil {
+			p.waits = make(map[string]*parkedWait)
+		}
+		p.waits[token] = w
 	}
-	p.waits[token] = w
+	p.wg.Add(1)
 	p.mu.Unlock()
 	go func() {
+		defer p.wg.Done()
 		defer done()
 		g, labels, err := wait(ctx)
 		cancel()
 		p.mu.Lock()
 		w.g, w.labels, w.err, w.finished = g, labels, err, true
 		close(w.done)
-		orphan := w.ended && !w.taken
+		orphan := w.orphanLocked()
 		p.mu.Unlock()
 		if orphan {
-			release(w)
+			p.release(token, w)
 		}
 	}()
 	return w
@@ -110,34 +126,34 @@ func (p *parking) take(token string, w *parkedWait) (distlock.TokenGrant, map[st
 // leave counts off a call that ended without an outcome. With no call left
 // on it, the wait ends parkTime later unless a call joins it, or at once
 // if the call that left does not resume it.
-func (p *parking) leave(token string, w *parkedWait, resumes bool, release func(*parkedWait)) {
+func (p *parking) leave(token string, w *parkedWait, resumes bool) {
 	p.mu.Lock()
 	if w.calls--; w.calls > 0 || w.ended {
 		p.mu.Unlock()
 		return
 	}
 	if resumes && !w.unwanted {
-		w.idle = time.AfterFunc(parkTime, func() { p.expire(token, w, release) })
+		w.idle = time.AfterFunc(parkTime, func() { p.expire(token, w) })
 		p.mu.Unlock()
 		return
 	}
 	p.mu.Unlock()
-	p.expire(token, w, release)
+	p.expire(token, w)
 }
 
 // expire ends w if no call joined it since it was left.
-func (p *parking) expire(token string, w *parkedWait, release func(*parkedWait)) {
+func (p *parking) expire(token string, w *parkedWait) {
 	p.mu.Lock()
 	if w.calls > 0 || w.ended {
 		p.mu.Unlock()
 		return
 	}
 	p.removeLocked(token, w)
-	orphan := w.finished && !w.taken
+	orphan := w.orphanLocked()
 	p.mu.Unlock()
 	w.cancel()
 	if orphan {
-		release(w)
+		p.release(token, w)
 	}
 }
 
@@ -170,6 +186,32 @@ func (p *parking) end(token string) (g distlock.TokenGrant, labels map[string]st
 		return w.g, w.labels, true
 	}
 	return g, nil, false
+}
+
+// close ends every parked wait, releases the grants nobody took, and waits
+// for the waits' goroutines, for a server that stops: a caller's next call
+// goes to another instance, which knows nothing of the place kept here.
+func (p *parking) close() {
+	p.mu.Lock()
+	p.closed = true
+	waits := p.waits
+	p.waits = nil
+	var orphans []string
+	for token, w := range waits {
+		if w.idle != nil {
+			w.idle.Stop()
+		}
+		w.ended = true
+		if w.orphanLocked() {
+			orphans = append(orphans, token)
+		}
+		w.cancel()
+	}
+	p.mu.Unlock()
+	for _, token := range orphans {
+		p.release(token, waits[token])
+	}
+	p.wg.Wait()
 }
 
 // removeLocked takes w out of the map. p.mu is held.

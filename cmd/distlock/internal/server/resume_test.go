@@ -191,3 +191,51 @@ func TestParkedWait(t *testing.T) {
 		})
 	})
 }
+
+// TestShutdownReleasesAKeptGrant: a server that stops releases a grant made
+// to a kept place that no call took yet, at once rather than 2 s later: the
+// caller's next call goes to another instance, which knows nothing of it.
+func TestShutdownReleasesAKeptGrant(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and redis-server")
+	}
+	forEachStore(t, func(t *testing.T, st store) {
+		e := newEnv(t, st, server.Limits{RatePerTenant: math.Inf(1)})
+		api := e.api(alphaClient)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		res, err := api.Acquire(ctx, connect.NewRequest(&distlockv1.AcquireRequest{Key: "kept"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = api.Acquire(ctx, parkedCall("kept", "request-id-000006", 200*time.Millisecond, true, true))
+		if connect.CodeOf(err) != connect.CodeAborted {
+			t.Fatalf("parked call: %v, want Aborted", err)
+		}
+		if _, err := api.Release(ctx, connect.NewRequest(&distlockv1.ReleaseRequest{Key: "kept", Token: res.Msg.GetToken()})); err != nil {
+			t.Fatal(err)
+		}
+		// The kept place gets the key: wait until the store says so.
+		sk := "tenants/alpha/kept"
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			info, err := e.client.Inspect(ctx, sk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.Held {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the kept place did not get the released key within 5 s")
+			}
+		}
+		e.srv.Shutdown()
+		info, err := e.client.Inspect(ctx, sk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Held {
+			t.Fatal("the kept place's grant is still held after Shutdown returned")
+		}
+	})
+}

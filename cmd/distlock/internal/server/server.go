@@ -152,6 +152,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.stopCtx, s.stop = context.WithCancel(context.Background())
+	s.parking.release = s.releaseParked
 	s.probe = &sharedProbe{run: s.ready, stop: s.stopCtx, log: s.log}
 	s.polls = polls{client: s.client, interval: limits.WatchInterval, stopCtx: s.stopCtx}
 	s.handler = s.routes()
@@ -178,13 +179,16 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 // Shutdown makes every new call fail with Unavailable, ends the current
 // waits of Acquire and every Watch stream with Unavailable, and fails
-// /readyz. It releases nothing: locks stay held until their holders release
-// them or their leases end. Call it before the http.Server's own Shutdown,
+// /readyz. It releases no lock a caller got: locks stay held until their
+// holders release them or their leases end; what it releases is a grant
+// made to a place kept between a wait's calls (resumes) that no call took
+// yet, whose caller's next call may go to another instance. Call it before the http.Server's own Shutdown,
 // which then has only short calls to wait for. It is safe to call more than
 // once.
 func (s *Server) Shutdown() {
 	s.stopping.Store(true)
 	s.stop()
+	s.parking.close()
 }
 
 // SetKeys replaces the keyring, atomically: calls that began before keep the
