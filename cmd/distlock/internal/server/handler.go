@@ -93,7 +93,11 @@ func (h *service) Acquire(ctx context.Context, req *connect.Request[distlockv1.A
 		// A wait parked for this request id (resumes) is taken up by a
 		// waiting call, and ended by any other.
 		if a.wait > 0 {
-			if w := s.parking.join(token, sk); w != nil {
+			w, err := s.parking.join(token, sk)
+			if err != nil {
+				return nil, err
+			}
+			if w != nil {
 				return s.awaitParked(ctx, tenant, a, sk, token, w)
 			}
 		} else if g, stamped, ok := s.parking.end(token); ok {
@@ -120,11 +124,14 @@ func (h *service) Acquire(ctx context.Context, req *connect.Request[distlockv1.A
 		if err != nil {
 			return nil, err
 		}
-		w := s.parking.park(s.stopCtx, token, sk, func(ctx context.Context) (distlock.TokenGrant, map[string]string, error) {
+		w, err := s.parking.park(s.stopCtx, token, sk, func(ctx context.Context) (distlock.TokenGrant, map[string]string, error) {
 			s.metrics.wait(1)
 			defer s.metrics.wait(-1)
 			return s.acquireToken(ctx, sk, token, append(opts, distlock.WithWait(distlock.WaitUntilContextDone))...)
 		}, done)
+		if err != nil {
+			return nil, err
+		}
 		return s.awaitParked(ctx, tenant, a, sk, token, w)
 	}
 	wctx, cancel := s.waitContext(ctx, &a.wait)

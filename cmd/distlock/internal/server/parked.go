@@ -2,8 +2,11 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
+
+	"connectrpc.com/connect"
 
 	"github.com/distlock/distlock"
 )
@@ -11,6 +14,12 @@ import (
 // parkTime is how long a resumable wait keeps its place in the key's queue
 // after its call ended without a grant, for the caller's next call.
 const parkTime = 2 * time.Second
+
+// maxCallsPerWait bounds the calls waiting on one parked wait at once: its
+// caller's call, and a retry or two of it. A wait counts once against its
+// tenant's waiters, so without a bound one request id could hold any
+// number of calls open.
+const maxCallsPerWait = 4
 
 // parking keeps the waits of the Acquire calls that will be resumed
 // (AcquireRequest.resumes): a long wait is made of several calls, and
@@ -54,33 +63,51 @@ type parkedWait struct {
 func (w *parkedWait) orphanLocked() bool { return w.ended && w.finished && !w.taken && w.calls == 0 }
 
 // join returns the wait parked for token on sk, counting one more call on
-// it, or nil if there is none.
-func (p *parking) join(token, sk string) *parkedWait {
+// it, or nil if there is none. A wait that has maxCallsPerWait calls on it
+// already is refused with ResourceExhausted.
+func (p *parking) join(token, sk string) (*parkedWait, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	w := p.waits[token]
 	if w == nil || w.sk != sk {
-		return nil
+		return nil, nil
+	}
+	if err := w.joinLocked(); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// joinLocked counts one more call on w, unless it has maxCallsPerWait.
+// parking.mu is held.
+func (w *parkedWait) joinLocked() error {
+	if w.calls >= maxCallsPerWait {
+		return connect.NewError(connect.CodeResourceExhausted,
+			fmt.Errorf("%d calls already wait under this request_id, the most one may have", maxCallsPerWait))
 	}
 	w.calls++
 	if w.idle != nil {
 		w.idle.Stop()
 		w.idle = nil
 	}
-	return w
+	return nil
 }
 
 // park starts a wait in the store for token on sk, with the call that asks
 // for it counted on it: wait runs it until the context it is given ends
 // (when the wait is given up or the server stops), and done is called once
 // it returned. If another call parked a wait for token first, park joins
-// that one.
-func (p *parking) park(stop context.Context, token, sk string, wait func(context.Context) (distlock.TokenGrant, map[string]string, error), done func()) *parkedWait {
+// that one, as join does.
+func (p *parking) park(stop context.Context, token, sk string, wait func(context.Context) (distlock.TokenGrant, map[string]string, error), done func()) (*parkedWait, error) {
 	p.mu.Lock()
 	if w := p.waits[token]; w != nil && w.sk == sk {
+		err := w.joinLocked()
 		p.mu.Unlock()
 		done()
-		return p.join(token, sk)
+		if err != nil {
+			return nil, err
+		}
+		return w, nil
 	}
 	ctx, cancel := context.WithCancel(stop)
 	w := &parkedWait{sk: sk, cancel: cancel, done: make(chan struct{}), calls: 1}
@@ -109,7 +136,7 @@ func (p *parking) park(stop context.Context, token, sk string, wait func(context
 			p.release(token, w)
 		}
 	}()
-	return w
+	return w, nil
 }
 
 // take answers the outcome of w, once done is closed, to a call waiting

@@ -239,3 +239,51 @@ func TestShutdownReleasesAKeptGrant(t *testing.T) {
 		}
 	})
 }
+
+// TestParkedWaitBoundsItsCalls: one request id may have at most 4 calls
+// waiting on its kept place at once; a fifth is refused, so that calls
+// under one id (which count once against the tenant's waiters) are
+// bounded too.
+func TestParkedWaitBoundsItsCalls(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and redis-server")
+	}
+	st := stores(t)[1] // the bound is the service's, whatever the store
+	e := newEnv(t, st, server.Limits{RatePerTenant: math.Inf(1)})
+	api := e.api(alphaClient)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := api.Acquire(ctx, connect.NewRequest(&distlockv1.AcquireRequest{Key: "bounded"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "request-id-000007"
+	_, err = api.Acquire(ctx, parkedCall("bounded", id, 100*time.Millisecond, true, true))
+	if connect.CodeOf(err) != connect.CodeAborted {
+		t.Fatalf("parking call: %v, want Aborted", err)
+	}
+	var wg sync.WaitGroup
+	codes := make(chan connect.Code, 5)
+	for range 5 {
+		wg.Go(func() {
+			_, err := api.Acquire(ctx, parkedCall("bounded", id, 2*time.Second, false, true))
+			codes <- connect.CodeOf(err)
+		})
+	}
+	wg.Wait()
+	close(codes)
+	count := map[connect.Code]int{}
+	for c := range codes {
+		count[c]++
+	}
+	if count[connect.CodeResourceExhausted] != 1 || count[connect.CodeAborted] != 4 {
+		t.Fatalf("five calls on one kept place: %v, want 4 Aborted and 1 ResourceExhausted", count)
+	}
+	_, err = api.Acquire(ctx, parkedCall("bounded", id, 0, false, false))
+	if connect.CodeOf(err) != connect.CodeAborted {
+		t.Fatalf("ending the place: %v, want Aborted", err)
+	}
+	if _, err := api.Release(ctx, connect.NewRequest(&distlockv1.ReleaseRequest{Key: "bounded", Token: res.Msg.GetToken()})); err != nil {
+		t.Fatal(err)
+	}
+}
