@@ -880,8 +880,18 @@ func TestWaitOutlastedByStoreFailure(t *testing.T) {
 			holder := startDistlock(t, bin, env, "", "run", "--key", "failing", "--", "sh", "-c", waitingJob(dir, ""))
 			awaitStart(t, dir)
 			waiter := startDistlock(t, bin, waiterEnv, "", tc.args...)
-			if r, ended := waiter.wait(500 * time.Millisecond); ended {
-				t.Fatalf("%s --wait 2s on a held key ended at once: exit %d, %s", tc.op, r.code, r.stderr)
+			// The waiter joins the key's queue (on a loaded machine its start
+			// and connection can take longer than any fixed pause), and only
+			// then does the store stop answering.
+			st := store{addr: srv.Addr()}
+			queued := waitFor(20*time.Second, func() bool {
+				if _, ended := waiter.wait(0); ended {
+					return true
+				}
+				return st.redis(t, "ZCARD", lockName("failing")+":q") == "1"
+			})
+			if r, ended := waiter.wait(0); ended || !queued {
+				t.Fatalf("%s --wait 2s on a held key did not wait in its queue: exited %v, exit %d, %s", tc.op, ended, r.code, r.stderr)
 			}
 			srv.Pause()
 			r := waiter.mustWait(t, processTimeout)
