@@ -13,7 +13,6 @@ require (
 	github.com/chromedp/chromedp v0.23.0
 	github.com/distlock/distlock v0.0.0-00010101000000-000000000000
 	github.com/go-sql-driver/mysql v1.10.1
-	github.com/redis/go-redis/v9 v9.23.0
 	github.com/robfig/cron/v3 v3.0.1
 	github.com/spf13/cobra v1.10.2
 	go.etcd.io/etcd/client/v3 v3.7.3
@@ -41,6 +40,7 @@ require (
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/go-zookeeper/zk v1.0.4 // indirect
 	github.com/jackc/pgx/v5 v5.12.0 // indirect
+	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	github.com/redis/rueidis v1.0.79 // indirect
 	go.etcd.io/etcd/api/v3 v3.7.3 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
