@@ -232,8 +232,11 @@ func TestRestartWithoutPersistence(t *testing.T) {
 	defer lb.Release(ctx)
 	select {
 	case <-la.Done():
-		if err := la.Err(); !strings.Contains(err.Error(), "("+observe.LossDeleted+")") {
-			t.Errorf("A's loss: %v, want the reason %s", err, observe.LossDeleted)
+		// The restarted node lost A's entry, and B's retries take the key
+		// there at once: A reads it gone or already B's, whichever it sees
+		// first.
+		if err := la.Err(); !strings.Contains(err.Error(), "("+observe.LossDeleted+")") && !strings.Contains(err.Error(), "("+observe.LossTaken+")") {
+			t.Errorf("A's loss: %v, want the reason %s or %s", err, observe.LossDeleted, observe.LossTaken)
 		}
 	case <-time.After(5 * time.Second):
 		t.Error("A was not told within 5 s that it holds on 2 of 5 nodes")
