@@ -89,10 +89,17 @@ func (w *waiter) enqueue(ctx context.Context, val string, ttl time.Duration) (*t
 			return t, position{rev: w.myRev}, nil // the queue was empty
 		}
 	}
-	if prev := ops.Responses[0].GetResponseRange().Kvs; tailed && w.b.linked() && len(prev) == 1 {
-		// The tail key was written with the entry it names. If that entry
-		// is gone, check finds whether this one is first.
-		return t, position{pred: string(prev[0].Value), predRev: prev[0].ModRevision, rev: prev[0].ModRevision}, nil
+	if tailed && w.b.linked() {
+		if prev := ops.Responses[0].GetResponseRange().Kvs; len(prev) == 1 {
+			// The tail key was written with the entry it names. If that
+			// entry is gone, check finds whether this one is first.
+			return t, position{pred: string(prev[0].Value), predRev: prev[0].ModRevision, rev: prev[0].ModRevision}, nil
+		}
+		// The tail was there when etcd chose the branch and gone when it
+		// was read, which one call per key in a batch rules out: read the
+		// whole queue rather than trust either.
+		pos, err := w.relocate(ctx, w.myRev, true)
+		return t, pos, err
 	}
 	in := ops.Responses[2].GetResponseRange().Kvs
 	switch {
