@@ -94,7 +94,7 @@ func (x Event_Type) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Event_Type.Descriptor instead.
 func (Event_Type) EnumDescriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{13, 0}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{18, 0}
 }
 
 type AcquireRequest struct {
@@ -532,6 +532,364 @@ func (*ReleaseResponse) Descriptor() ([]byte, []int) {
 	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{5}
 }
 
+type BatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Calls         []*BatchCall           `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchRequest) Reset() {
+	*x = BatchRequest{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchRequest) ProtoMessage() {}
+
+func (x *BatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchRequest.ProtoReflect.Descriptor instead.
+func (*BatchRequest) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *BatchRequest) GetCalls() []*BatchCall {
+	if x != nil {
+		return x.Calls
+	}
+	return nil
+}
+
+// BatchCall is one call of a batch.
+type BatchCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Call:
+	//
+	//	*BatchCall_Acquire
+	//	*BatchCall_Renew
+	//	*BatchCall_Release
+	Call          isBatchCall_Call `protobuf_oneof:"call"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchCall) Reset() {
+	*x = BatchCall{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchCall) ProtoMessage() {}
+
+func (x *BatchCall) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchCall.ProtoReflect.Descriptor instead.
+func (*BatchCall) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *BatchCall) GetCall() isBatchCall_Call {
+	if x != nil {
+		return x.Call
+	}
+	return nil
+}
+
+func (x *BatchCall) GetAcquire() *AcquireRequest {
+	if x != nil {
+		if x, ok := x.Call.(*BatchCall_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *BatchCall) GetRenew() *RenewRequest {
+	if x != nil {
+		if x, ok := x.Call.(*BatchCall_Renew); ok {
+			return x.Renew
+		}
+	}
+	return nil
+}
+
+func (x *BatchCall) GetRelease() *ReleaseRequest {
+	if x != nil {
+		if x, ok := x.Call.(*BatchCall_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+type isBatchCall_Call interface {
+	isBatchCall_Call()
+}
+
+type BatchCall_Acquire struct {
+	Acquire *AcquireRequest `protobuf:"bytes,1,opt,name=acquire,proto3,oneof"`
+}
+
+type BatchCall_Renew struct {
+	Renew *RenewRequest `protobuf:"bytes,2,opt,name=renew,proto3,oneof"`
+}
+
+type BatchCall_Release struct {
+	Release *ReleaseRequest `protobuf:"bytes,3,opt,name=release,proto3,oneof"`
+}
+
+func (*BatchCall_Acquire) isBatchCall_Call() {}
+
+func (*BatchCall_Renew) isBatchCall_Call() {}
+
+func (*BatchCall_Release) isBatchCall_Call() {}
+
+type BatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One result per call, in the order of the request's calls.
+	Results       []*BatchResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchResponse) Reset() {
+	*x = BatchResponse{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchResponse) ProtoMessage() {}
+
+func (x *BatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchResponse.ProtoReflect.Descriptor instead.
+func (*BatchResponse) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *BatchResponse) GetResults() []*BatchResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// BatchResult is one call's answer, of the call's own kind, or its error.
+type BatchResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*BatchResult_Acquire
+	//	*BatchResult_Renew
+	//	*BatchResult_Release
+	//	*BatchResult_Error
+	Result        isBatchResult_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchResult) Reset() {
+	*x = BatchResult{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchResult) ProtoMessage() {}
+
+func (x *BatchResult) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchResult.ProtoReflect.Descriptor instead.
+func (*BatchResult) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *BatchResult) GetResult() isBatchResult_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *BatchResult) GetAcquire() *AcquireResponse {
+	if x != nil {
+		if x, ok := x.Result.(*BatchResult_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *BatchResult) GetRenew() *RenewResponse {
+	if x != nil {
+		if x, ok := x.Result.(*BatchResult_Renew); ok {
+			return x.Renew
+		}
+	}
+	return nil
+}
+
+func (x *BatchResult) GetRelease() *ReleaseResponse {
+	if x != nil {
+		if x, ok := x.Result.(*BatchResult_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+func (x *BatchResult) GetError() *CallError {
+	if x != nil {
+		if x, ok := x.Result.(*BatchResult_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isBatchResult_Result interface {
+	isBatchResult_Result()
+}
+
+type BatchResult_Acquire struct {
+	Acquire *AcquireResponse `protobuf:"bytes,1,opt,name=acquire,proto3,oneof"`
+}
+
+type BatchResult_Renew struct {
+	Renew *RenewResponse `protobuf:"bytes,2,opt,name=renew,proto3,oneof"`
+}
+
+type BatchResult_Release struct {
+	Release *ReleaseResponse `protobuf:"bytes,3,opt,name=release,proto3,oneof"`
+}
+
+type BatchResult_Error struct {
+	Error *CallError `protobuf:"bytes,4,opt,name=error,proto3,oneof"`
+}
+
+func (*BatchResult_Acquire) isBatchResult_Result() {}
+
+func (*BatchResult_Renew) isBatchResult_Result() {}
+
+func (*BatchResult_Release) isBatchResult_Result() {}
+
+func (*BatchResult_Error) isBatchResult_Result() {}
+
+// CallError is the error a call of a batch got, as the call would have
+// got it alone.
+type CallError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The gRPC status code (10 is ABORTED, 5 NOT_FOUND, ...).
+	Code          uint32 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallError) Reset() {
+	*x = CallError{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallError) ProtoMessage() {}
+
+func (x *CallError) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallError.ProtoReflect.Descriptor instead.
+func (*CallError) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *CallError) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *CallError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type InspectRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -541,7 +899,7 @@ type InspectRequest struct {
 
 func (x *InspectRequest) Reset() {
 	*x = InspectRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[6]
+	mi := &file_distlock_v1_lock_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -553,7 +911,7 @@ func (x *InspectRequest) String() string {
 func (*InspectRequest) ProtoMessage() {}
 
 func (x *InspectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[6]
+	mi := &file_distlock_v1_lock_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -566,7 +924,7 @@ func (x *InspectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectRequest.ProtoReflect.Descriptor instead.
 func (*InspectRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{6}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *InspectRequest) GetKey() string {
@@ -585,7 +943,7 @@ type InspectResponse struct {
 
 func (x *InspectResponse) Reset() {
 	*x = InspectResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[7]
+	mi := &file_distlock_v1_lock_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -597,7 +955,7 @@ func (x *InspectResponse) String() string {
 func (*InspectResponse) ProtoMessage() {}
 
 func (x *InspectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[7]
+	mi := &file_distlock_v1_lock_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -610,7 +968,7 @@ func (x *InspectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
 func (*InspectResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{7}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *InspectResponse) GetLock() *Lock {
@@ -636,7 +994,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[8]
+	mi := &file_distlock_v1_lock_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -648,7 +1006,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[8]
+	mi := &file_distlock_v1_lock_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -661,7 +1019,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{8}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -703,7 +1061,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[9]
+	mi := &file_distlock_v1_lock_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -715,7 +1073,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[9]
+	mi := &file_distlock_v1_lock_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -728,7 +1086,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{9}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListResponse) GetLocks() []*Lock {
@@ -765,7 +1123,7 @@ type Lock struct {
 
 func (x *Lock) Reset() {
 	*x = Lock{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[10]
+	mi := &file_distlock_v1_lock_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -777,7 +1135,7 @@ func (x *Lock) String() string {
 func (*Lock) ProtoMessage() {}
 
 func (x *Lock) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[10]
+	mi := &file_distlock_v1_lock_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -790,7 +1148,7 @@ func (x *Lock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lock.ProtoReflect.Descriptor instead.
 func (*Lock) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{10}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Lock) GetKey() string {
@@ -859,7 +1217,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[11]
+	mi := &file_distlock_v1_lock_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -871,7 +1229,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[11]
+	mi := &file_distlock_v1_lock_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -884,7 +1242,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{11}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WatchRequest) GetPrefix() string {
@@ -903,7 +1261,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[12]
+	mi := &file_distlock_v1_lock_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -915,7 +1273,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[12]
+	mi := &file_distlock_v1_lock_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -928,7 +1286,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{12}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WatchResponse) GetEvent() *Event {
@@ -953,7 +1311,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[13]
+	mi := &file_distlock_v1_lock_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -965,7 +1323,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[13]
+	mi := &file_distlock_v1_lock_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -978,7 +1336,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{13}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Event) GetType() Event_Type {
@@ -1022,7 +1380,7 @@ type ForceReleaseRequest struct {
 
 func (x *ForceReleaseRequest) Reset() {
 	*x = ForceReleaseRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[14]
+	mi := &file_distlock_v1_lock_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1034,7 +1392,7 @@ func (x *ForceReleaseRequest) String() string {
 func (*ForceReleaseRequest) ProtoMessage() {}
 
 func (x *ForceReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[14]
+	mi := &file_distlock_v1_lock_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1047,7 +1405,7 @@ func (x *ForceReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ForceReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{14}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ForceReleaseRequest) GetKey() string {
@@ -1081,7 +1439,7 @@ type ForceReleaseResponse struct {
 
 func (x *ForceReleaseResponse) Reset() {
 	*x = ForceReleaseResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[15]
+	mi := &file_distlock_v1_lock_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1093,7 +1451,7 @@ func (x *ForceReleaseResponse) String() string {
 func (*ForceReleaseResponse) ProtoMessage() {}
 
 func (x *ForceReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[15]
+	mi := &file_distlock_v1_lock_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1106,7 +1464,7 @@ func (x *ForceReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ForceReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{15}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ForceReleaseResponse) GetLock() *Lock {
@@ -1127,7 +1485,7 @@ type RequestReleaseRequest struct {
 
 func (x *RequestReleaseRequest) Reset() {
 	*x = RequestReleaseRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[16]
+	mi := &file_distlock_v1_lock_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1139,7 +1497,7 @@ func (x *RequestReleaseRequest) String() string {
 func (*RequestReleaseRequest) ProtoMessage() {}
 
 func (x *RequestReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[16]
+	mi := &file_distlock_v1_lock_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1152,7 +1510,7 @@ func (x *RequestReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestReleaseRequest.ProtoReflect.Descriptor instead.
 func (*RequestReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{16}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RequestReleaseRequest) GetKey() string {
@@ -1180,7 +1538,7 @@ type RequestReleaseResponse struct {
 
 func (x *RequestReleaseResponse) Reset() {
 	*x = RequestReleaseResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[17]
+	mi := &file_distlock_v1_lock_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1192,7 +1550,7 @@ func (x *RequestReleaseResponse) String() string {
 func (*RequestReleaseResponse) ProtoMessage() {}
 
 func (x *RequestReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[17]
+	mi := &file_distlock_v1_lock_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1205,7 +1563,7 @@ func (x *RequestReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestReleaseResponse.ProtoReflect.Descriptor instead.
 func (*RequestReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{17}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RequestReleaseResponse) GetLock() *Lock {
@@ -1226,7 +1584,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[18]
+	mi := &file_distlock_v1_lock_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1596,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[18]
+	mi := &file_distlock_v1_lock_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1609,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{18}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *OpenSessionRequest) GetTtl() *durationpb.Duration {
@@ -1274,7 +1632,7 @@ type OpenSessionResponse struct {
 
 func (x *OpenSessionResponse) Reset() {
 	*x = OpenSessionResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[19]
+	mi := &file_distlock_v1_lock_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1286,7 +1644,7 @@ func (x *OpenSessionResponse) String() string {
 func (*OpenSessionResponse) ProtoMessage() {}
 
 func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[19]
+	mi := &file_distlock_v1_lock_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1299,7 +1657,7 @@ func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionResponse.ProtoReflect.Descriptor instead.
 func (*OpenSessionResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{19}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *OpenSessionResponse) GetSessionId() string {
@@ -1332,7 +1690,7 @@ type KeepAliveRequest struct {
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[20]
+	mi := &file_distlock_v1_lock_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1344,7 +1702,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[20]
+	mi := &file_distlock_v1_lock_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1357,7 +1715,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{20}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *KeepAliveRequest) GetSessionId() string {
@@ -1379,7 +1737,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[21]
+	mi := &file_distlock_v1_lock_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +1749,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[21]
+	mi := &file_distlock_v1_lock_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +1762,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{21}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *KeepAliveResponse) GetTtl() *durationpb.Duration {
@@ -1437,7 +1795,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[22]
+	mi := &file_distlock_v1_lock_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1449,7 +1807,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[22]
+	mi := &file_distlock_v1_lock_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1462,7 +1820,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{22}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -1482,7 +1840,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[23]
+	mi := &file_distlock_v1_lock_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1494,7 +1852,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[23]
+	mi := &file_distlock_v1_lock_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1507,7 +1865,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{23}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CloseSessionResponse) GetLocks() int32 {
@@ -1549,7 +1907,7 @@ type AcquirePermitRequest struct {
 
 func (x *AcquirePermitRequest) Reset() {
 	*x = AcquirePermitRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[24]
+	mi := &file_distlock_v1_lock_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1561,7 +1919,7 @@ func (x *AcquirePermitRequest) String() string {
 func (*AcquirePermitRequest) ProtoMessage() {}
 
 func (x *AcquirePermitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[24]
+	mi := &file_distlock_v1_lock_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1574,7 +1932,7 @@ func (x *AcquirePermitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquirePermitRequest.ProtoReflect.Descriptor instead.
 func (*AcquirePermitRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{24}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AcquirePermitRequest) GetName() string {
@@ -1656,7 +2014,7 @@ type AcquirePermitResponse struct {
 
 func (x *AcquirePermitResponse) Reset() {
 	*x = AcquirePermitResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[25]
+	mi := &file_distlock_v1_lock_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1668,7 +2026,7 @@ func (x *AcquirePermitResponse) String() string {
 func (*AcquirePermitResponse) ProtoMessage() {}
 
 func (x *AcquirePermitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[25]
+	mi := &file_distlock_v1_lock_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1681,7 +2039,7 @@ func (x *AcquirePermitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquirePermitResponse.ProtoReflect.Descriptor instead.
 func (*AcquirePermitResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{25}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AcquirePermitResponse) GetToken() string {
@@ -1724,7 +2082,7 @@ type RenewPermitRequest struct {
 
 func (x *RenewPermitRequest) Reset() {
 	*x = RenewPermitRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[26]
+	mi := &file_distlock_v1_lock_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1736,7 +2094,7 @@ func (x *RenewPermitRequest) String() string {
 func (*RenewPermitRequest) ProtoMessage() {}
 
 func (x *RenewPermitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[26]
+	mi := &file_distlock_v1_lock_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1749,7 +2107,7 @@ func (x *RenewPermitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewPermitRequest.ProtoReflect.Descriptor instead.
 func (*RenewPermitRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{26}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RenewPermitRequest) GetName() string {
@@ -1783,7 +2141,7 @@ type RenewPermitResponse struct {
 
 func (x *RenewPermitResponse) Reset() {
 	*x = RenewPermitResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[27]
+	mi := &file_distlock_v1_lock_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1795,7 +2153,7 @@ func (x *RenewPermitResponse) String() string {
 func (*RenewPermitResponse) ProtoMessage() {}
 
 func (x *RenewPermitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[27]
+	mi := &file_distlock_v1_lock_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1808,7 +2166,7 @@ func (x *RenewPermitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewPermitResponse.ProtoReflect.Descriptor instead.
 func (*RenewPermitResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{27}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RenewPermitResponse) GetLease() *durationpb.Duration {
@@ -1835,7 +2193,7 @@ type ReleasePermitRequest struct {
 
 func (x *ReleasePermitRequest) Reset() {
 	*x = ReleasePermitRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[28]
+	mi := &file_distlock_v1_lock_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1847,7 +2205,7 @@ func (x *ReleasePermitRequest) String() string {
 func (*ReleasePermitRequest) ProtoMessage() {}
 
 func (x *ReleasePermitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[28]
+	mi := &file_distlock_v1_lock_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1860,7 +2218,7 @@ func (x *ReleasePermitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleasePermitRequest.ProtoReflect.Descriptor instead.
 func (*ReleasePermitRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{28}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReleasePermitRequest) GetName() string {
@@ -1885,7 +2243,7 @@ type ReleasePermitResponse struct {
 
 func (x *ReleasePermitResponse) Reset() {
 	*x = ReleasePermitResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[29]
+	mi := &file_distlock_v1_lock_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1897,7 +2255,7 @@ func (x *ReleasePermitResponse) String() string {
 func (*ReleasePermitResponse) ProtoMessage() {}
 
 func (x *ReleasePermitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[29]
+	mi := &file_distlock_v1_lock_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1910,7 +2268,7 @@ func (x *ReleasePermitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleasePermitResponse.ProtoReflect.Descriptor instead.
 func (*ReleasePermitResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{29}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{34}
 }
 
 type SetPermitsRequest struct {
@@ -1924,7 +2282,7 @@ type SetPermitsRequest struct {
 
 func (x *SetPermitsRequest) Reset() {
 	*x = SetPermitsRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[30]
+	mi := &file_distlock_v1_lock_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1936,7 +2294,7 @@ func (x *SetPermitsRequest) String() string {
 func (*SetPermitsRequest) ProtoMessage() {}
 
 func (x *SetPermitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[30]
+	mi := &file_distlock_v1_lock_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1949,7 +2307,7 @@ func (x *SetPermitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPermitsRequest.ProtoReflect.Descriptor instead.
 func (*SetPermitsRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{30}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SetPermitsRequest) GetName() string {
@@ -1974,7 +2332,7 @@ type SetPermitsResponse struct {
 
 func (x *SetPermitsResponse) Reset() {
 	*x = SetPermitsResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[31]
+	mi := &file_distlock_v1_lock_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1986,7 +2344,7 @@ func (x *SetPermitsResponse) String() string {
 func (*SetPermitsResponse) ProtoMessage() {}
 
 func (x *SetPermitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[31]
+	mi := &file_distlock_v1_lock_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1999,7 +2357,7 @@ func (x *SetPermitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPermitsResponse.ProtoReflect.Descriptor instead.
 func (*SetPermitsResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{31}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{36}
 }
 
 type InspectPermitsRequest struct {
@@ -2011,7 +2369,7 @@ type InspectPermitsRequest struct {
 
 func (x *InspectPermitsRequest) Reset() {
 	*x = InspectPermitsRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[32]
+	mi := &file_distlock_v1_lock_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2023,7 +2381,7 @@ func (x *InspectPermitsRequest) String() string {
 func (*InspectPermitsRequest) ProtoMessage() {}
 
 func (x *InspectPermitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[32]
+	mi := &file_distlock_v1_lock_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2036,7 +2394,7 @@ func (x *InspectPermitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectPermitsRequest.ProtoReflect.Descriptor instead.
 func (*InspectPermitsRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{32}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *InspectPermitsRequest) GetName() string {
@@ -2058,7 +2416,7 @@ type InspectPermitsResponse struct {
 
 func (x *InspectPermitsResponse) Reset() {
 	*x = InspectPermitsResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[33]
+	mi := &file_distlock_v1_lock_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2070,7 +2428,7 @@ func (x *InspectPermitsResponse) String() string {
 func (*InspectPermitsResponse) ProtoMessage() {}
 
 func (x *InspectPermitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[33]
+	mi := &file_distlock_v1_lock_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2083,7 +2441,7 @@ func (x *InspectPermitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectPermitsResponse.ProtoReflect.Descriptor instead.
 func (*InspectPermitsResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{33}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *InspectPermitsResponse) GetPermits() int32 {
@@ -2131,7 +2489,7 @@ type AcquireRWRequest struct {
 
 func (x *AcquireRWRequest) Reset() {
 	*x = AcquireRWRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[34]
+	mi := &file_distlock_v1_lock_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2143,7 +2501,7 @@ func (x *AcquireRWRequest) String() string {
 func (*AcquireRWRequest) ProtoMessage() {}
 
 func (x *AcquireRWRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[34]
+	mi := &file_distlock_v1_lock_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2156,7 +2514,7 @@ func (x *AcquireRWRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRWRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRWRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{34}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AcquireRWRequest) GetName() string {
@@ -2244,7 +2602,7 @@ type AcquireRWResponse struct {
 
 func (x *AcquireRWResponse) Reset() {
 	*x = AcquireRWResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[35]
+	mi := &file_distlock_v1_lock_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2256,7 +2614,7 @@ func (x *AcquireRWResponse) String() string {
 func (*AcquireRWResponse) ProtoMessage() {}
 
 func (x *AcquireRWResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[35]
+	mi := &file_distlock_v1_lock_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2269,7 +2627,7 @@ func (x *AcquireRWResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRWResponse.ProtoReflect.Descriptor instead.
 func (*AcquireRWResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{35}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *AcquireRWResponse) GetToken() string {
@@ -2312,7 +2670,7 @@ type RenewRWRequest struct {
 
 func (x *RenewRWRequest) Reset() {
 	*x = RenewRWRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[36]
+	mi := &file_distlock_v1_lock_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2324,7 +2682,7 @@ func (x *RenewRWRequest) String() string {
 func (*RenewRWRequest) ProtoMessage() {}
 
 func (x *RenewRWRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[36]
+	mi := &file_distlock_v1_lock_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2337,7 +2695,7 @@ func (x *RenewRWRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRWRequest.ProtoReflect.Descriptor instead.
 func (*RenewRWRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{36}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RenewRWRequest) GetName() string {
@@ -2371,7 +2729,7 @@ type RenewRWResponse struct {
 
 func (x *RenewRWResponse) Reset() {
 	*x = RenewRWResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[37]
+	mi := &file_distlock_v1_lock_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2383,7 +2741,7 @@ func (x *RenewRWResponse) String() string {
 func (*RenewRWResponse) ProtoMessage() {}
 
 func (x *RenewRWResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[37]
+	mi := &file_distlock_v1_lock_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2396,7 +2754,7 @@ func (x *RenewRWResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRWResponse.ProtoReflect.Descriptor instead.
 func (*RenewRWResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{37}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RenewRWResponse) GetLease() *durationpb.Duration {
@@ -2423,7 +2781,7 @@ type ReleaseRWRequest struct {
 
 func (x *ReleaseRWRequest) Reset() {
 	*x = ReleaseRWRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[38]
+	mi := &file_distlock_v1_lock_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2435,7 +2793,7 @@ func (x *ReleaseRWRequest) String() string {
 func (*ReleaseRWRequest) ProtoMessage() {}
 
 func (x *ReleaseRWRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[38]
+	mi := &file_distlock_v1_lock_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2448,7 +2806,7 @@ func (x *ReleaseRWRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRWRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRWRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{38}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReleaseRWRequest) GetName() string {
@@ -2473,7 +2831,7 @@ type ReleaseRWResponse struct {
 
 func (x *ReleaseRWResponse) Reset() {
 	*x = ReleaseRWResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[39]
+	mi := &file_distlock_v1_lock_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2485,7 +2843,7 @@ func (x *ReleaseRWResponse) String() string {
 func (*ReleaseRWResponse) ProtoMessage() {}
 
 func (x *ReleaseRWResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[39]
+	mi := &file_distlock_v1_lock_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2498,7 +2856,7 @@ func (x *ReleaseRWResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRWResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseRWResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{39}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{44}
 }
 
 type InspectRWRequest struct {
@@ -2510,7 +2868,7 @@ type InspectRWRequest struct {
 
 func (x *InspectRWRequest) Reset() {
 	*x = InspectRWRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[40]
+	mi := &file_distlock_v1_lock_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2522,7 +2880,7 @@ func (x *InspectRWRequest) String() string {
 func (*InspectRWRequest) ProtoMessage() {}
 
 func (x *InspectRWRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[40]
+	mi := &file_distlock_v1_lock_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2535,7 +2893,7 @@ func (x *InspectRWRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectRWRequest.ProtoReflect.Descriptor instead.
 func (*InspectRWRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{40}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *InspectRWRequest) GetName() string {
@@ -2559,7 +2917,7 @@ type InspectRWResponse struct {
 
 func (x *InspectRWResponse) Reset() {
 	*x = InspectRWResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[41]
+	mi := &file_distlock_v1_lock_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2571,7 +2929,7 @@ func (x *InspectRWResponse) String() string {
 func (*InspectRWResponse) ProtoMessage() {}
 
 func (x *InspectRWResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[41]
+	mi := &file_distlock_v1_lock_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2584,7 +2942,7 @@ func (x *InspectRWResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectRWResponse.ProtoReflect.Descriptor instead.
 func (*InspectRWResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{41}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *InspectRWResponse) GetWriter() bool {
@@ -2618,7 +2976,7 @@ type WithdrawIntentRequest struct {
 
 func (x *WithdrawIntentRequest) Reset() {
 	*x = WithdrawIntentRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[42]
+	mi := &file_distlock_v1_lock_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2630,7 +2988,7 @@ func (x *WithdrawIntentRequest) String() string {
 func (*WithdrawIntentRequest) ProtoMessage() {}
 
 func (x *WithdrawIntentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[42]
+	mi := &file_distlock_v1_lock_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2643,7 +3001,7 @@ func (x *WithdrawIntentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WithdrawIntentRequest.ProtoReflect.Descriptor instead.
 func (*WithdrawIntentRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{42}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *WithdrawIntentRequest) GetName() string {
@@ -2668,7 +3026,7 @@ type WithdrawIntentResponse struct {
 
 func (x *WithdrawIntentResponse) Reset() {
 	*x = WithdrawIntentResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[43]
+	mi := &file_distlock_v1_lock_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2680,7 +3038,7 @@ func (x *WithdrawIntentResponse) String() string {
 func (*WithdrawIntentResponse) ProtoMessage() {}
 
 func (x *WithdrawIntentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[43]
+	mi := &file_distlock_v1_lock_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2693,7 +3051,7 @@ func (x *WithdrawIntentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WithdrawIntentResponse.ProtoReflect.Descriptor instead.
 func (*WithdrawIntentResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{43}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{48}
 }
 
 type CampaignRequest struct {
@@ -2717,7 +3075,7 @@ type CampaignRequest struct {
 
 func (x *CampaignRequest) Reset() {
 	*x = CampaignRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[44]
+	mi := &file_distlock_v1_lock_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2729,7 +3087,7 @@ func (x *CampaignRequest) String() string {
 func (*CampaignRequest) ProtoMessage() {}
 
 func (x *CampaignRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[44]
+	mi := &file_distlock_v1_lock_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2742,7 +3100,7 @@ func (x *CampaignRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CampaignRequest.ProtoReflect.Descriptor instead.
 func (*CampaignRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{44}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CampaignRequest) GetName() string {
@@ -2810,7 +3168,7 @@ type CampaignResponse struct {
 
 func (x *CampaignResponse) Reset() {
 	*x = CampaignResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[45]
+	mi := &file_distlock_v1_lock_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2822,7 +3180,7 @@ func (x *CampaignResponse) String() string {
 func (*CampaignResponse) ProtoMessage() {}
 
 func (x *CampaignResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[45]
+	mi := &file_distlock_v1_lock_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2835,7 +3193,7 @@ func (x *CampaignResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CampaignResponse.ProtoReflect.Descriptor instead.
 func (*CampaignResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{45}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *CampaignResponse) GetToken() string {
@@ -2882,7 +3240,7 @@ type LeaderRequest struct {
 
 func (x *LeaderRequest) Reset() {
 	*x = LeaderRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[46]
+	mi := &file_distlock_v1_lock_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2894,7 +3252,7 @@ func (x *LeaderRequest) String() string {
 func (*LeaderRequest) ProtoMessage() {}
 
 func (x *LeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[46]
+	mi := &file_distlock_v1_lock_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2907,7 +3265,7 @@ func (x *LeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderRequest.ProtoReflect.Descriptor instead.
 func (*LeaderRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{46}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *LeaderRequest) GetName() string {
@@ -2932,7 +3290,7 @@ type LeaderResponse struct {
 
 func (x *LeaderResponse) Reset() {
 	*x = LeaderResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[47]
+	mi := &file_distlock_v1_lock_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2944,7 +3302,7 @@ func (x *LeaderResponse) String() string {
 func (*LeaderResponse) ProtoMessage() {}
 
 func (x *LeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[47]
+	mi := &file_distlock_v1_lock_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2957,7 +3315,7 @@ func (x *LeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderResponse.ProtoReflect.Descriptor instead.
 func (*LeaderResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{47}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *LeaderResponse) GetHeld() bool {
@@ -3004,7 +3362,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[48]
+	mi := &file_distlock_v1_lock_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3016,7 +3374,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[48]
+	mi := &file_distlock_v1_lock_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3029,7 +3387,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{48}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ObserveRequest) GetName() string {
@@ -3048,7 +3406,7 @@ type ObserveResponse struct {
 
 func (x *ObserveResponse) Reset() {
 	*x = ObserveResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[49]
+	mi := &file_distlock_v1_lock_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3060,7 +3418,7 @@ func (x *ObserveResponse) String() string {
 func (*ObserveResponse) ProtoMessage() {}
 
 func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[49]
+	mi := &file_distlock_v1_lock_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3073,7 +3431,7 @@ func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveResponse.ProtoReflect.Descriptor instead.
 func (*ObserveResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{49}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ObserveResponse) GetLeader() *LeaderResponse {
@@ -3093,7 +3451,7 @@ type ResignRequest struct {
 
 func (x *ResignRequest) Reset() {
 	*x = ResignRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[50]
+	mi := &file_distlock_v1_lock_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3105,7 +3463,7 @@ func (x *ResignRequest) String() string {
 func (*ResignRequest) ProtoMessage() {}
 
 func (x *ResignRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[50]
+	mi := &file_distlock_v1_lock_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3118,7 +3476,7 @@ func (x *ResignRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResignRequest.ProtoReflect.Descriptor instead.
 func (*ResignRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{50}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ResignRequest) GetName() string {
@@ -3143,7 +3501,7 @@ type ResignResponse struct {
 
 func (x *ResignResponse) Reset() {
 	*x = ResignResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[51]
+	mi := &file_distlock_v1_lock_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3155,7 +3513,7 @@ func (x *ResignResponse) String() string {
 func (*ResignResponse) ProtoMessage() {}
 
 func (x *ResignResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[51]
+	mi := &file_distlock_v1_lock_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3168,7 +3526,7 @@ func (x *ResignResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResignResponse.ProtoReflect.Descriptor instead.
 func (*ResignResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{51}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{56}
 }
 
 var File_distlock_v1_lock_proto protoreflect.FileDescriptor
@@ -3214,7 +3572,25 @@ const file_distlock_v1_lock_proto_rawDesc = "" +
 	"\x0eReleaseRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\tR\x05token\"\x11\n" +
-	"\x0fReleaseResponse\"\"\n" +
+	"\x0fReleaseResponse\"<\n" +
+	"\fBatchRequest\x12,\n" +
+	"\x05calls\x18\x01 \x03(\v2\x16.distlock.v1.BatchCallR\x05calls\"\xb8\x01\n" +
+	"\tBatchCall\x127\n" +
+	"\aacquire\x18\x01 \x01(\v2\x1b.distlock.v1.AcquireRequestH\x00R\aacquire\x121\n" +
+	"\x05renew\x18\x02 \x01(\v2\x19.distlock.v1.RenewRequestH\x00R\x05renew\x127\n" +
+	"\arelease\x18\x03 \x01(\v2\x1b.distlock.v1.ReleaseRequestH\x00R\areleaseB\x06\n" +
+	"\x04call\"C\n" +
+	"\rBatchResponse\x122\n" +
+	"\aresults\x18\x01 \x03(\v2\x18.distlock.v1.BatchResultR\aresults\"\xef\x01\n" +
+	"\vBatchResult\x128\n" +
+	"\aacquire\x18\x01 \x01(\v2\x1c.distlock.v1.AcquireResponseH\x00R\aacquire\x122\n" +
+	"\x05renew\x18\x02 \x01(\v2\x1a.distlock.v1.RenewResponseH\x00R\x05renew\x128\n" +
+	"\arelease\x18\x03 \x01(\v2\x1c.distlock.v1.ReleaseResponseH\x00R\arelease\x12.\n" +
+	"\x05error\x18\x04 \x01(\v2\x16.distlock.v1.CallErrorH\x00R\x05errorB\b\n" +
+	"\x06result\"9\n" +
+	"\tCallError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\"\n" +
 	"\x0eInspectRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\"8\n" +
 	"\x0fInspectResponse\x12%\n" +
@@ -3408,11 +3784,12 @@ const file_distlock_v1_lock_proto_rawDesc = "" +
 	"\rResignRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\tR\x05token\"\x10\n" +
-	"\x0eResignResponse2\x89\x0f\n" +
+	"\x0eResignResponse2\xc9\x0f\n" +
 	"\vLockService\x12D\n" +
 	"\aAcquire\x12\x1b.distlock.v1.AcquireRequest\x1a\x1c.distlock.v1.AcquireResponse\x12>\n" +
 	"\x05Renew\x12\x19.distlock.v1.RenewRequest\x1a\x1a.distlock.v1.RenewResponse\x12D\n" +
-	"\aRelease\x12\x1b.distlock.v1.ReleaseRequest\x1a\x1c.distlock.v1.ReleaseResponse\x12D\n" +
+	"\aRelease\x12\x1b.distlock.v1.ReleaseRequest\x1a\x1c.distlock.v1.ReleaseResponse\x12>\n" +
+	"\x05Batch\x12\x19.distlock.v1.BatchRequest\x1a\x1a.distlock.v1.BatchResponse\x12D\n" +
 	"\aInspect\x12\x1b.distlock.v1.InspectRequest\x1a\x1c.distlock.v1.InspectResponse\x12;\n" +
 	"\x04List\x12\x18.distlock.v1.ListRequest\x1a\x19.distlock.v1.ListResponse\x12@\n" +
 	"\x05Watch\x12\x19.distlock.v1.WatchRequest\x1a\x1a.distlock.v1.WatchResponse0\x01\x12S\n" +
@@ -3450,7 +3827,7 @@ func file_distlock_v1_lock_proto_rawDescGZIP() []byte {
 }
 
 var file_distlock_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_distlock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_distlock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_distlock_v1_lock_proto_goTypes = []any{
 	(Event_Type)(0),                // 0: distlock.v1.Event.Type
 	(*AcquireRequest)(nil),         // 1: distlock.v1.AcquireRequest
@@ -3459,163 +3836,179 @@ var file_distlock_v1_lock_proto_goTypes = []any{
 	(*RenewResponse)(nil),          // 4: distlock.v1.RenewResponse
 	(*ReleaseRequest)(nil),         // 5: distlock.v1.ReleaseRequest
 	(*ReleaseResponse)(nil),        // 6: distlock.v1.ReleaseResponse
-	(*InspectRequest)(nil),         // 7: distlock.v1.InspectRequest
-	(*InspectResponse)(nil),        // 8: distlock.v1.InspectResponse
-	(*ListRequest)(nil),            // 9: distlock.v1.ListRequest
-	(*ListResponse)(nil),           // 10: distlock.v1.ListResponse
-	(*Lock)(nil),                   // 11: distlock.v1.Lock
-	(*WatchRequest)(nil),           // 12: distlock.v1.WatchRequest
-	(*WatchResponse)(nil),          // 13: distlock.v1.WatchResponse
-	(*Event)(nil),                  // 14: distlock.v1.Event
-	(*ForceReleaseRequest)(nil),    // 15: distlock.v1.ForceReleaseRequest
-	(*ForceReleaseResponse)(nil),   // 16: distlock.v1.ForceReleaseResponse
-	(*RequestReleaseRequest)(nil),  // 17: distlock.v1.RequestReleaseRequest
-	(*RequestReleaseResponse)(nil), // 18: distlock.v1.RequestReleaseResponse
-	(*OpenSessionRequest)(nil),     // 19: distlock.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),    // 20: distlock.v1.OpenSessionResponse
-	(*KeepAliveRequest)(nil),       // 21: distlock.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),      // 22: distlock.v1.KeepAliveResponse
-	(*CloseSessionRequest)(nil),    // 23: distlock.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),   // 24: distlock.v1.CloseSessionResponse
-	(*AcquirePermitRequest)(nil),   // 25: distlock.v1.AcquirePermitRequest
-	(*AcquirePermitResponse)(nil),  // 26: distlock.v1.AcquirePermitResponse
-	(*RenewPermitRequest)(nil),     // 27: distlock.v1.RenewPermitRequest
-	(*RenewPermitResponse)(nil),    // 28: distlock.v1.RenewPermitResponse
-	(*ReleasePermitRequest)(nil),   // 29: distlock.v1.ReleasePermitRequest
-	(*ReleasePermitResponse)(nil),  // 30: distlock.v1.ReleasePermitResponse
-	(*SetPermitsRequest)(nil),      // 31: distlock.v1.SetPermitsRequest
-	(*SetPermitsResponse)(nil),     // 32: distlock.v1.SetPermitsResponse
-	(*InspectPermitsRequest)(nil),  // 33: distlock.v1.InspectPermitsRequest
-	(*InspectPermitsResponse)(nil), // 34: distlock.v1.InspectPermitsResponse
-	(*AcquireRWRequest)(nil),       // 35: distlock.v1.AcquireRWRequest
-	(*AcquireRWResponse)(nil),      // 36: distlock.v1.AcquireRWResponse
-	(*RenewRWRequest)(nil),         // 37: distlock.v1.RenewRWRequest
-	(*RenewRWResponse)(nil),        // 38: distlock.v1.RenewRWResponse
-	(*ReleaseRWRequest)(nil),       // 39: distlock.v1.ReleaseRWRequest
-	(*ReleaseRWResponse)(nil),      // 40: distlock.v1.ReleaseRWResponse
-	(*InspectRWRequest)(nil),       // 41: distlock.v1.InspectRWRequest
-	(*InspectRWResponse)(nil),      // 42: distlock.v1.InspectRWResponse
-	(*WithdrawIntentRequest)(nil),  // 43: distlock.v1.WithdrawIntentRequest
-	(*WithdrawIntentResponse)(nil), // 44: distlock.v1.WithdrawIntentResponse
-	(*CampaignRequest)(nil),        // 45: distlock.v1.CampaignRequest
-	(*CampaignResponse)(nil),       // 46: distlock.v1.CampaignResponse
-	(*LeaderRequest)(nil),          // 47: distlock.v1.LeaderRequest
-	(*LeaderResponse)(nil),         // 48: distlock.v1.LeaderResponse
-	(*ObserveRequest)(nil),         // 49: distlock.v1.ObserveRequest
-	(*ObserveResponse)(nil),        // 50: distlock.v1.ObserveResponse
-	(*ResignRequest)(nil),          // 51: distlock.v1.ResignRequest
-	(*ResignResponse)(nil),         // 52: distlock.v1.ResignResponse
-	nil,                            // 53: distlock.v1.AcquireRequest.LabelsEntry
-	nil,                            // 54: distlock.v1.Lock.LabelsEntry
-	nil,                            // 55: distlock.v1.AcquirePermitRequest.LabelsEntry
-	nil,                            // 56: distlock.v1.AcquireRWRequest.LabelsEntry
-	(*durationpb.Duration)(nil),    // 57: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 58: google.protobuf.Timestamp
+	(*BatchRequest)(nil),           // 7: distlock.v1.BatchRequest
+	(*BatchCall)(nil),              // 8: distlock.v1.BatchCall
+	(*BatchResponse)(nil),          // 9: distlock.v1.BatchResponse
+	(*BatchResult)(nil),            // 10: distlock.v1.BatchResult
+	(*CallError)(nil),              // 11: distlock.v1.CallError
+	(*InspectRequest)(nil),         // 12: distlock.v1.InspectRequest
+	(*InspectResponse)(nil),        // 13: distlock.v1.InspectResponse
+	(*ListRequest)(nil),            // 14: distlock.v1.ListRequest
+	(*ListResponse)(nil),           // 15: distlock.v1.ListResponse
+	(*Lock)(nil),                   // 16: distlock.v1.Lock
+	(*WatchRequest)(nil),           // 17: distlock.v1.WatchRequest
+	(*WatchResponse)(nil),          // 18: distlock.v1.WatchResponse
+	(*Event)(nil),                  // 19: distlock.v1.Event
+	(*ForceReleaseRequest)(nil),    // 20: distlock.v1.ForceReleaseRequest
+	(*ForceReleaseResponse)(nil),   // 21: distlock.v1.ForceReleaseResponse
+	(*RequestReleaseRequest)(nil),  // 22: distlock.v1.RequestReleaseRequest
+	(*RequestReleaseResponse)(nil), // 23: distlock.v1.RequestReleaseResponse
+	(*OpenSessionRequest)(nil),     // 24: distlock.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),    // 25: distlock.v1.OpenSessionResponse
+	(*KeepAliveRequest)(nil),       // 26: distlock.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),      // 27: distlock.v1.KeepAliveResponse
+	(*CloseSessionRequest)(nil),    // 28: distlock.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),   // 29: distlock.v1.CloseSessionResponse
+	(*AcquirePermitRequest)(nil),   // 30: distlock.v1.AcquirePermitRequest
+	(*AcquirePermitResponse)(nil),  // 31: distlock.v1.AcquirePermitResponse
+	(*RenewPermitRequest)(nil),     // 32: distlock.v1.RenewPermitRequest
+	(*RenewPermitResponse)(nil),    // 33: distlock.v1.RenewPermitResponse
+	(*ReleasePermitRequest)(nil),   // 34: distlock.v1.ReleasePermitRequest
+	(*ReleasePermitResponse)(nil),  // 35: distlock.v1.ReleasePermitResponse
+	(*SetPermitsRequest)(nil),      // 36: distlock.v1.SetPermitsRequest
+	(*SetPermitsResponse)(nil),     // 37: distlock.v1.SetPermitsResponse
+	(*InspectPermitsRequest)(nil),  // 38: distlock.v1.InspectPermitsRequest
+	(*InspectPermitsResponse)(nil), // 39: distlock.v1.InspectPermitsResponse
+	(*AcquireRWRequest)(nil),       // 40: distlock.v1.AcquireRWRequest
+	(*AcquireRWResponse)(nil),      // 41: distlock.v1.AcquireRWResponse
+	(*RenewRWRequest)(nil),         // 42: distlock.v1.RenewRWRequest
+	(*RenewRWResponse)(nil),        // 43: distlock.v1.RenewRWResponse
+	(*ReleaseRWRequest)(nil),       // 44: distlock.v1.ReleaseRWRequest
+	(*ReleaseRWResponse)(nil),      // 45: distlock.v1.ReleaseRWResponse
+	(*InspectRWRequest)(nil),       // 46: distlock.v1.InspectRWRequest
+	(*InspectRWResponse)(nil),      // 47: distlock.v1.InspectRWResponse
+	(*WithdrawIntentRequest)(nil),  // 48: distlock.v1.WithdrawIntentRequest
+	(*WithdrawIntentResponse)(nil), // 49: distlock.v1.WithdrawIntentResponse
+	(*CampaignRequest)(nil),        // 50: distlock.v1.CampaignRequest
+	(*CampaignResponse)(nil),       // 51: distlock.v1.CampaignResponse
+	(*LeaderRequest)(nil),          // 52: distlock.v1.LeaderRequest
+	(*LeaderResponse)(nil),         // 53: distlock.v1.LeaderResponse
+	(*ObserveRequest)(nil),         // 54: distlock.v1.ObserveRequest
+	(*ObserveResponse)(nil),        // 55: distlock.v1.ObserveResponse
+	(*ResignRequest)(nil),          // 56: distlock.v1.ResignRequest
+	(*ResignResponse)(nil),         // 57: distlock.v1.ResignResponse
+	nil,                            // 58: distlock.v1.AcquireRequest.LabelsEntry
+	nil,                            // 59: distlock.v1.Lock.LabelsEntry
+	nil,                            // 60: distlock.v1.AcquirePermitRequest.LabelsEntry
+	nil,                            // 61: distlock.v1.AcquireRWRequest.LabelsEntry
+	(*durationpb.Duration)(nil),    // 62: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 63: google.protobuf.Timestamp
 }
 var file_distlock_v1_lock_proto_depIdxs = []int32{
-	57, // 0: distlock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	57, // 1: distlock.v1.AcquireRequest.lease:type_name -> google.protobuf.Duration
-	57, // 2: distlock.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	53, // 3: distlock.v1.AcquireRequest.labels:type_name -> distlock.v1.AcquireRequest.LabelsEntry
-	57, // 4: distlock.v1.AcquireResponse.lease:type_name -> google.protobuf.Duration
-	58, // 5: distlock.v1.AcquireResponse.expires_at:type_name -> google.protobuf.Timestamp
-	57, // 6: distlock.v1.RenewRequest.lease:type_name -> google.protobuf.Duration
-	57, // 7: distlock.v1.RenewResponse.lease:type_name -> google.protobuf.Duration
-	58, // 8: distlock.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
-	11, // 9: distlock.v1.InspectResponse.lock:type_name -> distlock.v1.Lock
-	11, // 10: distlock.v1.ListResponse.locks:type_name -> distlock.v1.Lock
-	57, // 11: distlock.v1.Lock.ttl:type_name -> google.protobuf.Duration
-	54, // 12: distlock.v1.Lock.labels:type_name -> distlock.v1.Lock.LabelsEntry
-	14, // 13: distlock.v1.WatchResponse.event:type_name -> distlock.v1.Event
-	0,  // 14: distlock.v1.Event.type:type_name -> distlock.v1.Event.Type
-	11, // 15: distlock.v1.Event.lock:type_name -> distlock.v1.Lock
-	58, // 16: distlock.v1.Event.time:type_name -> google.protobuf.Timestamp
-	11, // 17: distlock.v1.ForceReleaseResponse.lock:type_name -> distlock.v1.Lock
-	11, // 18: distlock.v1.RequestReleaseResponse.lock:type_name -> distlock.v1.Lock
-	57, // 19: distlock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	57, // 20: distlock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
-	58, // 21: distlock.v1.OpenSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
-	57, // 22: distlock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
-	58, // 23: distlock.v1.KeepAliveResponse.expires_at:type_name -> google.protobuf.Timestamp
-	57, // 24: distlock.v1.AcquirePermitRequest.wait:type_name -> google.protobuf.Duration
-	57, // 25: distlock.v1.AcquirePermitRequest.lease:type_name -> google.protobuf.Duration
-	55, // 26: distlock.v1.AcquirePermitRequest.labels:type_name -> distlock.v1.AcquirePermitRequest.LabelsEntry
-	57, // 27: distlock.v1.AcquirePermitResponse.lease:type_name -> google.protobuf.Duration
-	58, // 28: distlock.v1.AcquirePermitResponse.expires_at:type_name -> google.protobuf.Timestamp
-	57, // 29: distlock.v1.RenewPermitRequest.lease:type_name -> google.protobuf.Duration
-	57, // 30: distlock.v1.RenewPermitResponse.lease:type_name -> google.protobuf.Duration
-	58, // 31: distlock.v1.RenewPermitResponse.expires_at:type_name -> google.protobuf.Timestamp
-	11, // 32: distlock.v1.InspectPermitsResponse.held:type_name -> distlock.v1.Lock
-	57, // 33: distlock.v1.AcquireRWRequest.wait:type_name -> google.protobuf.Duration
-	57, // 34: distlock.v1.AcquireRWRequest.lease:type_name -> google.protobuf.Duration
-	56, // 35: distlock.v1.AcquireRWRequest.labels:type_name -> distlock.v1.AcquireRWRequest.LabelsEntry
-	57, // 36: distlock.v1.AcquireRWResponse.lease:type_name -> google.protobuf.Duration
-	58, // 37: distlock.v1.AcquireRWResponse.expires_at:type_name -> google.protobuf.Timestamp
-	57, // 38: distlock.v1.RenewRWRequest.lease:type_name -> google.protobuf.Duration
-	57, // 39: distlock.v1.RenewRWResponse.lease:type_name -> google.protobuf.Duration
-	58, // 40: distlock.v1.RenewRWResponse.expires_at:type_name -> google.protobuf.Timestamp
-	11, // 41: distlock.v1.InspectRWResponse.held:type_name -> distlock.v1.Lock
-	57, // 42: distlock.v1.CampaignRequest.wait:type_name -> google.protobuf.Duration
-	57, // 43: distlock.v1.CampaignRequest.lease:type_name -> google.protobuf.Duration
-	57, // 44: distlock.v1.CampaignResponse.lease:type_name -> google.protobuf.Duration
-	58, // 45: distlock.v1.CampaignResponse.expires_at:type_name -> google.protobuf.Timestamp
-	57, // 46: distlock.v1.LeaderResponse.ttl:type_name -> google.protobuf.Duration
-	48, // 47: distlock.v1.ObserveResponse.leader:type_name -> distlock.v1.LeaderResponse
-	1,  // 48: distlock.v1.LockService.Acquire:input_type -> distlock.v1.AcquireRequest
-	3,  // 49: distlock.v1.LockService.Renew:input_type -> distlock.v1.RenewRequest
-	5,  // 50: distlock.v1.LockService.Release:input_type -> distlock.v1.ReleaseRequest
-	7,  // 51: distlock.v1.LockService.Inspect:input_type -> distlock.v1.InspectRequest
-	9,  // 52: distlock.v1.LockService.List:input_type -> distlock.v1.ListRequest
-	12, // 53: distlock.v1.LockService.Watch:input_type -> distlock.v1.WatchRequest
-	15, // 54: distlock.v1.LockService.ForceRelease:input_type -> distlock.v1.ForceReleaseRequest
-	17, // 55: distlock.v1.LockService.RequestRelease:input_type -> distlock.v1.RequestReleaseRequest
-	19, // 56: distlock.v1.LockService.OpenSession:input_type -> distlock.v1.OpenSessionRequest
-	21, // 57: distlock.v1.LockService.KeepAlive:input_type -> distlock.v1.KeepAliveRequest
-	23, // 58: distlock.v1.LockService.CloseSession:input_type -> distlock.v1.CloseSessionRequest
-	25, // 59: distlock.v1.LockService.AcquirePermit:input_type -> distlock.v1.AcquirePermitRequest
-	27, // 60: distlock.v1.LockService.RenewPermit:input_type -> distlock.v1.RenewPermitRequest
-	29, // 61: distlock.v1.LockService.ReleasePermit:input_type -> distlock.v1.ReleasePermitRequest
-	31, // 62: distlock.v1.LockService.SetPermits:input_type -> distlock.v1.SetPermitsRequest
-	33, // 63: distlock.v1.LockService.InspectPermits:input_type -> distlock.v1.InspectPermitsRequest
-	35, // 64: distlock.v1.LockService.AcquireRW:input_type -> distlock.v1.AcquireRWRequest
-	37, // 65: distlock.v1.LockService.RenewRW:input_type -> distlock.v1.RenewRWRequest
-	39, // 66: distlock.v1.LockService.ReleaseRW:input_type -> distlock.v1.ReleaseRWRequest
-	41, // 67: distlock.v1.LockService.InspectRW:input_type -> distlock.v1.InspectRWRequest
-	43, // 68: distlock.v1.LockService.WithdrawIntent:input_type -> distlock.v1.WithdrawIntentRequest
-	45, // 69: distlock.v1.LockService.Campaign:input_type -> distlock.v1.CampaignRequest
-	47, // 70: distlock.v1.LockService.Leader:input_type -> distlock.v1.LeaderRequest
-	49, // 71: distlock.v1.LockService.Observe:input_type -> distlock.v1.ObserveRequest
-	51, // 72: distlock.v1.LockService.Resign:input_type -> distlock.v1.ResignRequest
-	2,  // 73: distlock.v1.LockService.Acquire:output_type -> distlock.v1.AcquireResponse
-	4,  // 74: distlock.v1.LockService.Renew:output_type -> distlock.v1.RenewResponse
-	6,  // 75: distlock.v1.LockService.Release:output_type -> distlock.v1.ReleaseResponse
-	8,  // 76: distlock.v1.LockService.Inspect:output_type -> distlock.v1.InspectResponse
-	10, // 77: distlock.v1.LockService.List:output_type -> distlock.v1.ListResponse
-	13, // 78: distlock.v1.LockService.Watch:output_type -> distlock.v1.WatchResponse
-	16, // 79: distlock.v1.LockService.ForceRelease:output_type -> distlock.v1.ForceReleaseResponse
-	18, // 80: distlock.v1.LockService.RequestRelease:output_type -> distlock.v1.RequestReleaseResponse
-	20, // 81: distlock.v1.LockService.OpenSession:output_type -> distlock.v1.OpenSessionResponse
-	22, // 82: distlock.v1.LockService.KeepAlive:output_type -> distlock.v1.KeepAliveResponse
-	24, // 83: distlock.v1.LockService.CloseSession:output_type -> distlock.v1.CloseSessionResponse
-	26, // 84: distlock.v1.LockService.AcquirePermit:output_type -> distlock.v1.AcquirePermitResponse
-	28, // 85: distlock.v1.LockService.RenewPermit:output_type -> distlock.v1.RenewPermitResponse
-	30, // 86: distlock.v1.LockService.ReleasePermit:output_type -> distlock.v1.ReleasePermitResponse
-	32, // 87: distlock.v1.LockService.SetPermits:output_type -> distlock.v1.SetPermitsResponse
-	34, // 88: distlock.v1.LockService.InspectPermits:output_type -> distlock.v1.InspectPermitsResponse
-	36, // 89: distlock.v1.LockService.AcquireRW:output_type -> distlock.v1.AcquireRWResponse
-	38, // 90: distlock.v1.LockService.RenewRW:output_type -> distlock.v1.RenewRWResponse
-	40, // 91: distlock.v1.LockService.ReleaseRW:output_type -> distlock.v1.ReleaseRWResponse
-	42, // 92: distlock.v1.LockService.InspectRW:output_type -> distlock.v1.InspectRWResponse
-	44, // 93: distlock.v1.LockService.WithdrawIntent:output_type -> distlock.v1.WithdrawIntentResponse
-	46, // 94: distlock.v1.LockService.Campaign:output_type -> distlock.v1.CampaignResponse
-	48, // 95: distlock.v1.LockService.Leader:output_type -> distlock.v1.LeaderResponse
-	50, // 96: distlock.v1.LockService.Observe:output_type -> distlock.v1.ObserveResponse
-	52, // 97: distlock.v1.LockService.Resign:output_type -> distlock.v1.ResignResponse
-	73, // [73:98] is the sub-list for method output_type
-	48, // [48:73] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	62, // 0: distlock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	62, // 1: distlock.v1.AcquireRequest.lease:type_name -> google.protobuf.Duration
+	62, // 2: distlock.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	58, // 3: distlock.v1.AcquireRequest.labels:type_name -> distlock.v1.AcquireRequest.LabelsEntry
+	62, // 4: distlock.v1.AcquireResponse.lease:type_name -> google.protobuf.Duration
+	63, // 5: distlock.v1.AcquireResponse.expires_at:type_name -> google.protobuf.Timestamp
+	62, // 6: distlock.v1.RenewRequest.lease:type_name -> google.protobuf.Duration
+	62, // 7: distlock.v1.RenewResponse.lease:type_name -> google.protobuf.Duration
+	63, // 8: distlock.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
+	8,  // 9: distlock.v1.BatchRequest.calls:type_name -> distlock.v1.BatchCall
+	1,  // 10: distlock.v1.BatchCall.acquire:type_name -> distlock.v1.AcquireRequest
+	3,  // 11: distlock.v1.BatchCall.renew:type_name -> distlock.v1.RenewRequest
+	5,  // 12: distlock.v1.BatchCall.release:type_name -> distlock.v1.ReleaseRequest
+	10, // 13: distlock.v1.BatchResponse.results:type_name -> distlock.v1.BatchResult
+	2,  // 14: distlock.v1.BatchResult.acquire:type_name -> distlock.v1.AcquireResponse
+	4,  // 15: distlock.v1.BatchResult.renew:type_name -> distlock.v1.RenewResponse
+	6,  // 16: distlock.v1.BatchResult.release:type_name -> distlock.v1.ReleaseResponse
+	11, // 17: distlock.v1.BatchResult.error:type_name -> distlock.v1.CallError
+	16, // 18: distlock.v1.InspectResponse.lock:type_name -> distlock.v1.Lock
+	16, // 19: distlock.v1.ListResponse.locks:type_name -> distlock.v1.Lock
+	62, // 20: distlock.v1.Lock.ttl:type_name -> google.protobuf.Duration
+	59, // 21: distlock.v1.Lock.labels:type_name -> distlock.v1.Lock.LabelsEntry
+	19, // 22: distlock.v1.WatchResponse.event:type_name -> distlock.v1.Event
+	0,  // 23: distlock.v1.Event.type:type_name -> distlock.v1.Event.Type
+	16, // 24: distlock.v1.Event.lock:type_name -> distlock.v1.Lock
+	63, // 25: distlock.v1.Event.time:type_name -> google.protobuf.Timestamp
+	16, // 26: distlock.v1.ForceReleaseResponse.lock:type_name -> distlock.v1.Lock
+	16, // 27: distlock.v1.RequestReleaseResponse.lock:type_name -> distlock.v1.Lock
+	62, // 28: distlock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	62, // 29: distlock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	63, // 30: distlock.v1.OpenSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
+	62, // 31: distlock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	63, // 32: distlock.v1.KeepAliveResponse.expires_at:type_name -> google.protobuf.Timestamp
+	62, // 33: distlock.v1.AcquirePermitRequest.wait:type_name -> google.protobuf.Duration
+	62, // 34: distlock.v1.AcquirePermitRequest.lease:type_name -> google.protobuf.Duration
+	60, // 35: distlock.v1.AcquirePermitRequest.labels:type_name -> distlock.v1.AcquirePermitRequest.LabelsEntry
+	62, // 36: distlock.v1.AcquirePermitResponse.lease:type_name -> google.protobuf.Duration
+	63, // 37: distlock.v1.AcquirePermitResponse.expires_at:type_name -> google.protobuf.Timestamp
+	62, // 38: distlock.v1.RenewPermitRequest.lease:type_name -> google.protobuf.Duration
+	62, // 39: distlock.v1.RenewPermitResponse.lease:type_name -> google.protobuf.Duration
+	63, // 40: distlock.v1.RenewPermitResponse.expires_at:type_name -> google.protobuf.Timestamp
+	16, // 41: distlock.v1.InspectPermitsResponse.held:type_name -> distlock.v1.Lock
+	62, // 42: distlock.v1.AcquireRWRequest.wait:type_name -> google.protobuf.Duration
+	62, // 43: distlock.v1.AcquireRWRequest.lease:type_name -> google.protobuf.Duration
+	61, // 44: distlock.v1.AcquireRWRequest.labels:type_name -> distlock.v1.AcquireRWRequest.LabelsEntry
+	62, // 45: distlock.v1.AcquireRWResponse.lease:type_name -> google.protobuf.Duration
+	63, // 46: distlock.v1.AcquireRWResponse.expires_at:type_name -> google.protobuf.Timestamp
+	62, // 47: distlock.v1.RenewRWRequest.lease:type_name -> google.protobuf.Duration
+	62, // 48: distlock.v1.RenewRWResponse.lease:type_name -> google.protobuf.Duration
+	63, // 49: distlock.v1.RenewRWResponse.expires_at:type_name -> google.protobuf.Timestamp
+	16, // 50: distlock.v1.InspectRWResponse.held:type_name -> distlock.v1.Lock
+	62, // 51: distlock.v1.CampaignRequest.wait:type_name -> google.protobuf.Duration
+	62, // 52: distlock.v1.CampaignRequest.lease:type_name -> google.protobuf.Duration
+	62, // 53: distlock.v1.CampaignResponse.lease:type_name -> google.protobuf.Duration
+	63, // 54: distlock.v1.CampaignResponse.expires_at:type_name -> google.protobuf.Timestamp
+	62, // 55: distlock.v1.LeaderResponse.ttl:type_name -> google.protobuf.Duration
+	53, // 56: distlock.v1.ObserveResponse.leader:type_name -> distlock.v1.LeaderResponse
+	1,  // 57: distlock.v1.LockService.Acquire:input_type -> distlock.v1.AcquireRequest
+	3,  // 58: distlock.v1.LockService.Renew:input_type -> distlock.v1.RenewRequest
+	5,  // 59: distlock.v1.LockService.Release:input_type -> distlock.v1.ReleaseRequest
+	7,  // 60: distlock.v1.LockService.Batch:input_type -> distlock.v1.BatchRequest
+	12, // 61: distlock.v1.LockService.Inspect:input_type -> distlock.v1.InspectRequest
+	14, // 62: distlock.v1.LockService.List:input_type -> distlock.v1.ListRequest
+	17, // 63: distlock.v1.LockService.Watch:input_type -> distlock.v1.WatchRequest
+	20, // 64: distlock.v1.LockService.ForceRelease:input_type -> distlock.v1.ForceReleaseRequest
+	22, // 65: distlock.v1.LockService.RequestRelease:input_type -> distlock.v1.RequestReleaseRequest
+	24, // 66: distlock.v1.LockService.OpenSession:input_type -> distlock.v1.OpenSessionRequest
+	26, // 67: distlock.v1.LockService.KeepAlive:input_type -> distlock.v1.KeepAliveRequest
+	28, // 68: distlock.v1.LockService.CloseSession:input_type -> distlock.v1.CloseSessionRequest
+	30, // 69: distlock.v1.LockService.AcquirePermit:input_type -> distlock.v1.AcquirePermitRequest
+	32, // 70: distlock.v1.LockService.RenewPermit:input_type -> distlock.v1.RenewPermitRequest
+	34, // 71: distlock.v1.LockService.ReleasePermit:input_type -> distlock.v1.ReleasePermitRequest
+	36, // 72: distlock.v1.LockService.SetPermits:input_type -> distlock.v1.SetPermitsRequest
+	38, // 73: distlock.v1.LockService.InspectPermits:input_type -> distlock.v1.InspectPermitsRequest
+	40, // 74: distlock.v1.LockService.AcquireRW:input_type -> distlock.v1.AcquireRWRequest
+	42, // 75: distlock.v1.LockService.RenewRW:input_type -> distlock.v1.RenewRWRequest
+	44, // 76: distlock.v1.LockService.ReleaseRW:input_type -> distlock.v1.ReleaseRWRequest
+	46, // 77: distlock.v1.LockService.InspectRW:input_type -> distlock.v1.InspectRWRequest
+	48, // 78: distlock.v1.LockService.WithdrawIntent:input_type -> distlock.v1.WithdrawIntentRequest
+	50, // 79: distlock.v1.LockService.Campaign:input_type -> distlock.v1.CampaignRequest
+	52, // 80: distlock.v1.LockService.Leader:input_type -> distlock.v1.LeaderRequest
+	54, // 81: distlock.v1.LockService.Observe:input_type -> distlock.v1.ObserveRequest
+	56, // 82: distlock.v1.LockService.Resign:input_type -> distlock.v1.ResignRequest
+	2,  // 83: distlock.v1.LockService.Acquire:output_type -> distlock.v1.AcquireResponse
+	4,  // 84: distlock.v1.LockService.Renew:output_type -> distlock.v1.RenewResponse
+	6,  // 85: distlock.v1.LockService.Release:output_type -> distlock.v1.ReleaseResponse
+	9,  // 86: distlock.v1.LockService.Batch:output_type -> distlock.v1.BatchResponse
+	13, // 87: distlock.v1.LockService.Inspect:output_type -> distlock.v1.InspectResponse
+	15, // 88: distlock.v1.LockService.List:output_type -> distlock.v1.ListResponse
+	18, // 89: distlock.v1.LockService.Watch:output_type -> distlock.v1.WatchResponse
+	21, // 90: distlock.v1.LockService.ForceRelease:output_type -> distlock.v1.ForceReleaseResponse
+	23, // 91: distlock.v1.LockService.RequestRelease:output_type -> distlock.v1.RequestReleaseResponse
+	25, // 92: distlock.v1.LockService.OpenSession:output_type -> distlock.v1.OpenSessionResponse
+	27, // 93: distlock.v1.LockService.KeepAlive:output_type -> distlock.v1.KeepAliveResponse
+	29, // 94: distlock.v1.LockService.CloseSession:output_type -> distlock.v1.CloseSessionResponse
+	31, // 95: distlock.v1.LockService.AcquirePermit:output_type -> distlock.v1.AcquirePermitResponse
+	33, // 96: distlock.v1.LockService.RenewPermit:output_type -> distlock.v1.RenewPermitResponse
+	35, // 97: distlock.v1.LockService.ReleasePermit:output_type -> distlock.v1.ReleasePermitResponse
+	37, // 98: distlock.v1.LockService.SetPermits:output_type -> distlock.v1.SetPermitsResponse
+	39, // 99: distlock.v1.LockService.InspectPermits:output_type -> distlock.v1.InspectPermitsResponse
+	41, // 100: distlock.v1.LockService.AcquireRW:output_type -> distlock.v1.AcquireRWResponse
+	43, // 101: distlock.v1.LockService.RenewRW:output_type -> distlock.v1.RenewRWResponse
+	45, // 102: distlock.v1.LockService.ReleaseRW:output_type -> distlock.v1.ReleaseRWResponse
+	47, // 103: distlock.v1.LockService.InspectRW:output_type -> distlock.v1.InspectRWResponse
+	49, // 104: distlock.v1.LockService.WithdrawIntent:output_type -> distlock.v1.WithdrawIntentResponse
+	51, // 105: distlock.v1.LockService.Campaign:output_type -> distlock.v1.CampaignResponse
+	53, // 106: distlock.v1.LockService.Leader:output_type -> distlock.v1.LeaderResponse
+	55, // 107: distlock.v1.LockService.Observe:output_type -> distlock.v1.ObserveResponse
+	57, // 108: distlock.v1.LockService.Resign:output_type -> distlock.v1.ResignResponse
+	83, // [83:109] is the sub-list for method output_type
+	57, // [57:83] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_distlock_v1_lock_proto_init() }
@@ -3623,13 +4016,24 @@ func file_distlock_v1_lock_proto_init() {
 	if File_distlock_v1_lock_proto != nil {
 		return
 	}
+	file_distlock_v1_lock_proto_msgTypes[7].OneofWrappers = []any{
+		(*BatchCall_Acquire)(nil),
+		(*BatchCall_Renew)(nil),
+		(*BatchCall_Release)(nil),
+	}
+	file_distlock_v1_lock_proto_msgTypes[9].OneofWrappers = []any{
+		(*BatchResult_Acquire)(nil),
+		(*BatchResult_Renew)(nil),
+		(*BatchResult_Release)(nil),
+		(*BatchResult_Error)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_distlock_v1_lock_proto_rawDesc), len(file_distlock_v1_lock_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   56,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -49,6 +49,8 @@ const (
 	LockServiceRenewProcedure = "/distlock.v1.LockService/Renew"
 	// LockServiceReleaseProcedure is the fully-qualified name of the LockService's Release RPC.
 	LockServiceReleaseProcedure = "/distlock.v1.LockService/Release"
+	// LockServiceBatchProcedure is the fully-qualified name of the LockService's Batch RPC.
+	LockServiceBatchProcedure = "/distlock.v1.LockService/Batch"
 	// LockServiceInspectProcedure is the fully-qualified name of the LockService's Inspect RPC.
 	LockServiceInspectProcedure = "/distlock.v1.LockService/Inspect"
 	// LockServiceListProcedure is the fully-qualified name of the LockService's List RPC.
@@ -115,6 +117,16 @@ type LockServiceClient interface {
 	// (released already, expired, or taken by another); releasing twice is
 	// harmless apart from that code.
 	Release(context.Context, *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error)
+	// Batch makes several Acquire (without a wait), Renew and Release calls
+	// in one request, each as if made alone: authorized, counted against the
+	// tenant's rate, logged and measured as a call of its own, with its own
+	// answer or error, in the order asked. The calls run concurrently: their
+	// order in the batch says nothing of the order they take effect in. At
+	// most 128 calls (else INVALID_ARGUMENT for the whole batch); an Acquire
+	// with a wait or resumes gets INVALID_ARGUMENT in its result. A client
+	// sends many concurrent calls as one this way, to save the cost of a
+	// request each.
+	Batch(context.Context, *connect.Request[v1.BatchRequest]) (*connect.Response[v1.BatchResponse], error)
 	// Inspect reports who holds a key, without its token.
 	Inspect(context.Context, *connect.Request[v1.InspectRequest]) (*connect.Response[v1.InspectResponse], error)
 	// List reports the held locks whose keys start with a prefix, a page at a
@@ -216,6 +228,12 @@ func NewLockServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			httpClient,
 			baseURL+LockServiceReleaseProcedure,
 			connect.WithSchema(lockServiceMethods.ByName("Release")),
+			connect.WithClientOptions(opts...),
+		),
+		batch: connect.NewClient[v1.BatchRequest, v1.BatchResponse](
+			httpClient,
+			baseURL+LockServiceBatchProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("Batch")),
 			connect.WithClientOptions(opts...),
 		),
 		inspect: connect.NewClient[v1.InspectRequest, v1.InspectResponse](
@@ -358,6 +376,7 @@ type lockServiceClient struct {
 	acquire        *connect.Client[v1.AcquireRequest, v1.AcquireResponse]
 	renew          *connect.Client[v1.RenewRequest, v1.RenewResponse]
 	release        *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
+	batch          *connect.Client[v1.BatchRequest, v1.BatchResponse]
 	inspect        *connect.Client[v1.InspectRequest, v1.InspectResponse]
 	list           *connect.Client[v1.ListRequest, v1.ListResponse]
 	watch          *connect.Client[v1.WatchRequest, v1.WatchResponse]
@@ -395,6 +414,11 @@ func (c *lockServiceClient) Renew(ctx context.Context, req *connect.Request[v1.R
 // Release calls distlock.v1.LockService.Release.
 func (c *lockServiceClient) Release(ctx context.Context, req *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error) {
 	return c.release.CallUnary(ctx, req)
+}
+
+// Batch calls distlock.v1.LockService.Batch.
+func (c *lockServiceClient) Batch(ctx context.Context, req *connect.Request[v1.BatchRequest]) (*connect.Response[v1.BatchResponse], error) {
+	return c.batch.CallUnary(ctx, req)
 }
 
 // Inspect calls distlock.v1.LockService.Inspect.
@@ -520,6 +544,16 @@ type LockServiceHandler interface {
 	// (released already, expired, or taken by another); releasing twice is
 	// harmless apart from that code.
 	Release(context.Context, *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error)
+	// Batch makes several Acquire (without a wait), Renew and Release calls
+	// in one request, each as if made alone: authorized, counted against the
+	// tenant's rate, logged and measured as a call of its own, with its own
+	// answer or error, in the order asked. The calls run concurrently: their
+	// order in the batch says nothing of the order they take effect in. At
+	// most 128 calls (else INVALID_ARGUMENT for the whole batch); an Acquire
+	// with a wait or resumes gets INVALID_ARGUMENT in its result. A client
+	// sends many concurrent calls as one this way, to save the cost of a
+	// request each.
+	Batch(context.Context, *connect.Request[v1.BatchRequest]) (*connect.Response[v1.BatchResponse], error)
 	// Inspect reports who holds a key, without its token.
 	Inspect(context.Context, *connect.Request[v1.InspectRequest]) (*connect.Response[v1.InspectResponse], error)
 	// List reports the held locks whose keys start with a prefix, a page at a
@@ -617,6 +651,12 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 		LockServiceReleaseProcedure,
 		svc.Release,
 		connect.WithSchema(lockServiceMethods.ByName("Release")),
+		connect.WithHandlerOptions(opts...),
+	)
+	lockServiceBatchHandler := connect.NewUnaryHandler(
+		LockServiceBatchProcedure,
+		svc.Batch,
+		connect.WithSchema(lockServiceMethods.ByName("Batch")),
 		connect.WithHandlerOptions(opts...),
 	)
 	lockServiceInspectHandler := connect.NewUnaryHandler(
@@ -759,6 +799,8 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 			lockServiceRenewHandler.ServeHTTP(w, r)
 		case LockServiceReleaseProcedure:
 			lockServiceReleaseHandler.ServeHTTP(w, r)
+		case LockServiceBatchProcedure:
+			lockServiceBatchHandler.ServeHTTP(w, r)
 		case LockServiceInspectProcedure:
 			lockServiceInspectHandler.ServeHTTP(w, r)
 		case LockServiceListProcedure:
@@ -822,6 +864,10 @@ func (UnimplementedLockServiceHandler) Renew(context.Context, *connect.Request[v
 
 func (UnimplementedLockServiceHandler) Release(context.Context, *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("distlock.v1.LockService.Release is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) Batch(context.Context, *connect.Request[v1.BatchRequest]) (*connect.Response[v1.BatchResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("distlock.v1.LockService.Batch is not implemented"))
 }
 
 func (UnimplementedLockServiceHandler) Inspect(context.Context, *connect.Request[v1.InspectRequest]) (*connect.Response[v1.InspectResponse], error) {

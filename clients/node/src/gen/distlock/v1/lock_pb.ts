@@ -22,7 +22,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file distlock/v1/lock.proto.
  */
 export const file_distlock_v1_lock: GenFile = /*@__PURE__*/
-  fileDesc("ChZkaXN0bG9jay92MS9sb2NrLnByb3RvEgtkaXN0bG9jay52MSL3AgoOQWNxdWlyZVJlcXVlc3QSCwoDa2V5GAEgASgJEicKBHdhaXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKAoFbGVhc2UYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLQoKbG9ja19kZWxheRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhINCgVvd25lchgFIAEoCRITCgtidXNpbmVzc19pZBgGIAEoCRI3CgZsYWJlbHMYByADKAsyJy5kaXN0bG9jay52MS5BY3F1aXJlUmVxdWVzdC5MYWJlbHNFbnRyeRISCgpyZXF1ZXN0X2lkGAggASgJEhIKCnNlc3Npb25faWQYCSABKAkSEQoJZmlyc3RfdHJ5GAogASgIEg8KB3Jlc3VtZXMYCyABKAgaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKJAQoPQWNxdWlyZVJlc3BvbnNlEg0KBXRva2VuGAEgASgJEg0KBWZlbmNlGAIgASgEEigKBWxlYXNlGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi4KCmV4cGlyZXNfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIlQKDFJlbmV3UmVxdWVzdBILCgNrZXkYASABKAkSDQoFdG9rZW4YAiABKAkSKAoFbGVhc2UYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ihAEKDVJlbmV3UmVzcG9uc2USKAoFbGVhc2UYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoKZXhwaXJlc19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGQoRcmVsZWFzZV9yZXF1ZXN0ZWQYAyABKAkiLAoOUmVsZWFzZVJlcXVlc3QSCwoDa2V5GAEgASgJEg0KBXRva2VuGAIgASgJIhEKD1JlbGVhc2VSZXNwb25zZSIdCg5JbnNwZWN0UmVxdWVzdBILCgNrZXkYASABKAkiMgoPSW5zcGVjdFJlc3BvbnNlEh8KBGxvY2sYASABKAsyES5kaXN0bG9jay52MS5Mb2NrIlkKC0xpc3RSZXF1ZXN0Eg4KBnByZWZpeBgBIAEoCRIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCRITCgthbGxfdGVuYW50cxgEIAEoCCJJCgxMaXN0UmVzcG9uc2USIAoFbG9ja3MYASADKAsyES5kaXN0bG9jay52MS5Mb2NrEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSLqAQoETG9jaxILCgNrZXkYASABKAkSDAoEaGVsZBgCIAEoCBINCgVmZW5jZRgDIAEoBBImCgN0dGwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDQoFb3duZXIYBSABKAkSEwoLYnVzaW5lc3NfaWQYBiABKAkSLQoGbGFiZWxzGAcgAygLMh0uZGlzdGxvY2sudjEuTG9jay5MYWJlbHNFbnRyeRIOCgZ0ZW5hbnQYCCABKAkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASIeCgxXYXRjaFJlcXVlc3QSDgoGcHJlZml4GAEgASgJIjIKDVdhdGNoUmVzcG9uc2USIQoFZXZlbnQYASABKAsyEi5kaXN0bG9jay52MS5FdmVudCKVAgoFRXZlbnQSJQoEdHlwZRgBIAEoDjIXLmRpc3Rsb2NrLnYxLkV2ZW50LlR5cGUSHwoEbG9jaxgCIAEoCzIRLmRpc3Rsb2NrLnYxLkxvY2sSKAoEdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcmVhc29uGAQgASgJIokBCgRUeXBlEhQKEFRZUEVfVU5TUEVDSUZJRUQQABIRCg1UWVBFX0FDUVVJUkVEEAESEQoNVFlQRV9SRUxFQVNFRBACEhAKDFRZUEVfRVhQSVJFRBADEhcKE1RZUEVfRk9SQ0VfUkVMRUFTRUQQBBIaChZUWVBFX1JFTEVBU0VfUkVRVUVTVEVEEAUiQgoTRm9yY2VSZWxlYXNlUmVxdWVzdBILCgNrZXkYASABKAkSDgoGcmVhc29uGAIgASgJEg4KBnRlbmFudBgDIAEoCSI3ChRGb3JjZVJlbGVhc2VSZXNwb25zZRIfCgRsb2NrGAEgASgLMhEuZGlzdGxvY2sudjEuTG9jayI0ChVSZXF1ZXN0UmVsZWFzZVJlcXVlc3QSCwoDa2V5GAEgASgJEg4KBnJlYXNvbhgCIAEoCSI5ChZSZXF1ZXN0UmVsZWFzZVJlc3BvbnNlEh8KBGxvY2sYASABKAsyES5kaXN0bG9jay52MS5Mb2NrIjwKEk9wZW5TZXNzaW9uUmVxdWVzdBImCgN0dGwYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24igQEKE09wZW5TZXNzaW9uUmVzcG9uc2USEgoKc2Vzc2lvbl9pZBgBIAEoCRImCgN0dGwYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiJgoQS2VlcEFsaXZlUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJInoKEUtlZXBBbGl2ZVJlc3BvbnNlEiYKA3R0bBgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgpleHBpcmVzX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgVsb2NrcxgDIAEoBSIpChNDbG9zZVNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiJQoUQ2xvc2VTZXNzaW9uUmVzcG9uc2USDQoFbG9ja3MYASABKAUiwQIKFEFjcXVpcmVQZXJtaXRSZXF1ZXN0EgwKBG5hbWUYASABKAkSDwoHcGVybWl0cxgCIAEoBRInCgR3YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEigKBWxlYXNlGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg0KBW93bmVyGAUgASgJEhMKC2J1c2luZXNzX2lkGAYgASgJEj0KBmxhYmVscxgHIAMoCzItLmRpc3Rsb2NrLnYxLkFjcXVpcmVQZXJtaXRSZXF1ZXN0LkxhYmVsc0VudHJ5EhIKCnJlcXVlc3RfaWQYCCABKAkSEQoJZmlyc3RfdHJ5GAkgASgIGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEijwEKFUFjcXVpcmVQZXJtaXRSZXNwb25zZRINCgV0b2tlbhgBIAEoCRINCgVmZW5jZRgCIAEoBBIoCgVsZWFzZRgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgpleHBpcmVzX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJbChJSZW5ld1Blcm1pdFJlcXVlc3QSDAoEbmFtZRgBIAEoCRINCgV0b2tlbhgCIAEoCRIoCgVsZWFzZRgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJvChNSZW5ld1Blcm1pdFJlc3BvbnNlEigKBWxlYXNlGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi4KCmV4cGlyZXNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjMKFFJlbGVhc2VQZXJtaXRSZXF1ZXN0EgwKBG5hbWUYASABKAkSDQoFdG9rZW4YAiABKAkiFwoVUmVsZWFzZVBlcm1pdFJlc3BvbnNlIjIKEVNldFBlcm1pdHNSZXF1ZXN0EgwKBG5hbWUYASABKAkSDwoHcGVybWl0cxgCIAEoBSIUChJTZXRQZXJtaXRzUmVzcG9uc2UiJQoVSW5zcGVjdFBlcm1pdHNSZXF1ZXN0EgwKBG5hbWUYASABKAkiSgoWSW5zcGVjdFBlcm1pdHNSZXNwb25zZRIPCgdwZXJtaXRzGAEgASgFEh8KBGhlbGQYAiADKAsyES5kaXN0bG9jay52MS5Mb2NrIscCChBBY3F1aXJlUldSZXF1ZXN0EgwKBG5hbWUYASABKAkSDQoFd3JpdGUYAiABKAgSJwoEd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIoCgVsZWFzZRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhINCgVvd25lchgFIAEoCRITCgtidXNpbmVzc19pZBgGIAEoCRI5CgZsYWJlbHMYByADKAsyKS5kaXN0bG9jay52MS5BY3F1aXJlUldSZXF1ZXN0LkxhYmVsc0VudHJ5EhIKCnJlcXVlc3RfaWQYCCABKAkSEQoJZmlyc3RfdHJ5GAkgASgIEg4KBmludGVudBgKIAEoCRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIosBChFBY3F1aXJlUldSZXNwb25zZRINCgV0b2tlbhgBIAEoCRINCgVmZW5jZRgCIAEoBBIoCgVsZWFzZRgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgpleHBpcmVzX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJXCg5SZW5ld1JXUmVxdWVzdBIMCgRuYW1lGAEgASgJEg0KBXRva2VuGAIgASgJEigKBWxlYXNlGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uImsKD1JlbmV3UldSZXNwb25zZRIoCgVsZWFzZRgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgpleHBpcmVzX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIvChBSZWxlYXNlUldSZXF1ZXN0EgwKBG5hbWUYASABKAkSDQoFdG9rZW4YAiABKAkiEwoRUmVsZWFzZVJXUmVzcG9uc2UiIAoQSW5zcGVjdFJXUmVxdWVzdBIMCgRuYW1lGAEgASgJIl0KEUluc3BlY3RSV1Jlc3BvbnNlEg4KBndyaXRlchgBIAEoCBIfCgRoZWxkGAIgAygLMhEuZGlzdGxvY2sudjEuTG9jaxIXCg93cml0ZXJzX3dhaXRpbmcYAyABKAUiNQoVV2l0aGRyYXdJbnRlbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkSDgoGaW50ZW50GAIgASgJIhgKFldpdGhkcmF3SW50ZW50UmVzcG9uc2UitwEKD0NhbXBhaWduUmVxdWVzdBIMCgRuYW1lGAEgASgJEg0KBXZhbHVlGAIgASgJEicKBHdhaXQYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKAoFbGVhc2UYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDQoFb3duZXIYBSABKAkSEgoKcmVxdWVzdF9pZBgGIAEoCRIRCglmaXJzdF90cnkYByABKAgilwEKEENhbXBhaWduUmVzcG9uc2USDQoFdG9rZW4YASABKAkSDQoFZmVuY2UYAiABKAQSKAoFbGVhc2UYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoKZXhwaXJlc19hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASCwoDa2V5GAUgASgJIh0KDUxlYWRlclJlcXVlc3QSDAoEbmFtZRgBIAEoCSJzCg5MZWFkZXJSZXNwb25zZRIMCgRoZWxkGAEgASgIEg0KBXZhbHVlGAIgASgJEg0KBWZlbmNlGAMgASgEEg0KBW93bmVyGAQgASgJEiYKA3R0bBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiIeCg5PYnNlcnZlUmVxdWVzdBIMCgRuYW1lGAEgASgJIj4KD09ic2VydmVSZXNwb25zZRIrCgZsZWFkZXIYASABKAsyGy5kaXN0bG9jay52MS5MZWFkZXJSZXNwb25zZSIsCg1SZXNpZ25SZXF1ZXN0EgwKBG5hbWUYASABKAkSDQoFdG9rZW4YAiABKAkiEAoOUmVzaWduUmVzcG9uc2UyiQ8KC0xvY2tTZXJ2aWNlEkQKB0FjcXVpcmUSGy5kaXN0bG9jay52MS5BY3F1aXJlUmVxdWVzdBocLmRpc3Rsb2NrLnYxLkFjcXVpcmVSZXNwb25zZRI+CgVSZW5ldxIZLmRpc3Rsb2NrLnYxLlJlbmV3UmVxdWVzdBoaLmRpc3Rsb2NrLnYxLlJlbmV3UmVzcG9uc2USRAoHUmVsZWFzZRIbLmRpc3Rsb2NrLnYxLlJlbGVhc2VSZXF1ZXN0GhwuZGlzdGxvY2sudjEuUmVsZWFzZVJlc3BvbnNlEkQKB0luc3BlY3QSGy5kaXN0bG9jay52MS5JbnNwZWN0UmVxdWVzdBocLmRpc3Rsb2NrLnYxLkluc3BlY3RSZXNwb25zZRI7CgRMaXN0EhguZGlzdGxvY2sudjEuTGlzdFJlcXVlc3QaGS5kaXN0bG9jay52MS5MaXN0UmVzcG9uc2USQAoFV2F0Y2gSGS5kaXN0bG9jay52MS5XYXRjaFJlcXVlc3QaGi5kaXN0bG9jay52MS5XYXRjaFJlc3BvbnNlMAESUwoMRm9yY2VSZWxlYXNlEiAuZGlzdGxvY2sudjEuRm9yY2VSZWxlYXNlUmVxdWVzdBohLmRpc3Rsb2NrLnYxLkZvcmNlUmVsZWFzZVJlc3BvbnNlElkKDlJlcXVlc3RSZWxlYXNlEiIuZGlzdGxvY2sudjEuUmVxdWVzdFJlbGVhc2VSZXF1ZXN0GiMuZGlzdGxvY2sudjEuUmVxdWVzdFJlbGVhc2VSZXNwb25zZRJQCgtPcGVuU2Vzc2lvbhIfLmRpc3Rsb2NrLnYxLk9wZW5TZXNzaW9uUmVxdWVzdBogLmRpc3Rsb2NrLnYxLk9wZW5TZXNzaW9uUmVzcG9uc2USSgoJS2VlcEFsaXZlEh0uZGlzdGxvY2sudjEuS2VlcEFsaXZlUmVxdWVzdBoeLmRpc3Rsb2NrLnYxLktlZXBBbGl2ZVJlc3BvbnNlElMKDENsb3NlU2Vzc2lvbhIgLmRpc3Rsb2NrLnYxLkNsb3NlU2Vzc2lvblJlcXVlc3QaIS5kaXN0bG9jay52MS5DbG9zZVNlc3Npb25SZXNwb25zZRJWCg1BY3F1aXJlUGVybWl0EiEuZGlzdGxvY2sudjEuQWNxdWlyZVBlcm1pdFJlcXVlc3QaIi5kaXN0bG9jay52MS5BY3F1aXJlUGVybWl0UmVzcG9uc2USUAoLUmVuZXdQZXJtaXQSHy5kaXN0bG9jay52MS5SZW5ld1Blcm1pdFJlcXVlc3QaIC5kaXN0bG9jay52MS5SZW5ld1Blcm1pdFJlc3BvbnNlElYKDVJlbGVhc2VQZXJtaXQSIS5kaXN0bG9jay52MS5SZWxlYXNlUGVybWl0UmVxdWVzdBoiLmRpc3Rsb2NrLnYxLlJlbGVhc2VQZXJtaXRSZXNwb25zZRJNCgpTZXRQZXJtaXRzEh4uZGlzdGxvY2sudjEuU2V0UGVybWl0c1JlcXVlc3QaHy5kaXN0bG9jay52MS5TZXRQZXJtaXRzUmVzcG9uc2USWQoOSW5zcGVjdFBlcm1pdHMSIi5kaXN0bG9jay52MS5JbnNwZWN0UGVybWl0c1JlcXVlc3QaIy5kaXN0bG9jay52MS5JbnNwZWN0UGVybWl0c1Jlc3BvbnNlEkoKCUFjcXVpcmVSVxIdLmRpc3Rsb2NrLnYxLkFjcXVpcmVSV1JlcXVlc3QaHi5kaXN0bG9jay52MS5BY3F1aXJlUldSZXNwb25zZRJECgdSZW5ld1JXEhsuZGlzdGxvY2sudjEuUmVuZXdSV1JlcXVlc3QaHC5kaXN0bG9jay52MS5SZW5ld1JXUmVzcG9uc2USSgoJUmVsZWFzZVJXEh0uZGlzdGxvY2sudjEuUmVsZWFzZVJXUmVxdWVzdBoeLmRpc3Rsb2NrLnYxLlJlbGVhc2VSV1Jlc3BvbnNlEkoKCUluc3BlY3RSVxIdLmRpc3Rsb2NrLnYxLkluc3BlY3RSV1JlcXVlc3QaHi5kaXN0bG9jay52MS5JbnNwZWN0UldSZXNwb25zZRJZCg5XaXRoZHJhd0ludGVudBIiLmRpc3Rsb2NrLnYxLldpdGhkcmF3SW50ZW50UmVxdWVzdBojLmRpc3Rsb2NrLnYxLldpdGhkcmF3SW50ZW50UmVzcG9uc2USRwoIQ2FtcGFpZ24SHC5kaXN0bG9jay52MS5DYW1wYWlnblJlcXVlc3QaHS5kaXN0bG9jay52MS5DYW1wYWlnblJlc3BvbnNlEkEKBkxlYWRlchIaLmRpc3Rsb2NrLnYxLkxlYWRlclJlcXVlc3QaGy5kaXN0bG9jay52MS5MZWFkZXJSZXNwb25zZRJGCgdPYnNlcnZlEhsuZGlzdGxvY2sudjEuT2JzZXJ2ZVJlcXVlc3QaHC5kaXN0bG9jay52MS5PYnNlcnZlUmVzcG9uc2UwARJBCgZSZXNpZ24SGi5kaXN0bG9jay52MS5SZXNpZ25SZXF1ZXN0GhsuZGlzdGxvY2sudjEuUmVzaWduUmVzcG9uc2VCOVo3Z2l0aHViLmNvbS9kaXN0bG9jay9kaXN0bG9jay9nZW4vZGlzdGxvY2svdjE7ZGlzdGxvY2t2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChZkaXN0bG9jay92MS9sb2NrLnByb3RvEgtkaXN0bG9jay52MSL3AgoOQWNxdWlyZVJlcXVlc3QSCwoDa2V5GAEgASgJEicKBHdhaXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKAoFbGVhc2UYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLQoKbG9ja19kZWxheRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhINCgVvd25lchgFIAEoCRITCgtidXNpbmVzc19pZBgGIAEoCRI3CgZsYWJlbHMYByADKAsyJy5kaXN0bG9jay52MS5BY3F1aXJlUmVxdWVzdC5MYWJlbHNFbnRyeRISCgpyZXF1ZXN0X2lkGAggASgJEhIKCnNlc3Npb25faWQYCSABKAkSEQoJZmlyc3RfdHJ5GAogASgIEg8KB3Jlc3VtZXMYCyABKAgaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKJAQoPQWNxdWlyZVJlc3BvbnNlEg0KBXRva2VuGAEgASgJEg0KBWZlbmNlGAIgASgEEigKBWxlYXNlGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi4KCmV4cGlyZXNfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIlQKDFJlbmV3UmVxdWVzdBILCgNrZXkYASABKAkSDQoFdG9rZW4YAiABKAkSKAoFbGVhc2UYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ihAEKDVJlbmV3UmVzcG9uc2USKAoFbGVhc2UYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoKZXhwaXJlc19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGQoRcmVsZWFzZV9yZXF1ZXN0ZWQYAyABKAkiLAoOUmVsZWFzZVJlcXVlc3QSCwoDa2V5GAEgASgJEg0KBXRva2VuGAIgASgJIhEKD1JlbGVhc2VSZXNwb25zZSI1CgxCYXRjaFJlcXVlc3QSJQoFY2FsbHMYASADKAsyFi5kaXN0bG9jay52MS5CYXRjaENhbGwinwEKCUJhdGNoQ2FsbBIuCgdhY3F1aXJlGAEgASgLMhsuZGlzdGxvY2sudjEuQWNxdWlyZVJlcXVlc3RIABIqCgVyZW5ldxgCIAEoCzIZLmRpc3Rsb2NrLnYxLlJlbmV3UmVxdWVzdEgAEi4KB3JlbGVhc2UYAyABKAsyGy5kaXN0bG9jay52MS5SZWxlYXNlUmVxdWVzdEgAQgYKBGNhbGwiOgoNQmF0Y2hSZXNwb25zZRIpCgdyZXN1bHRzGAEgAygLMhguZGlzdGxvY2sudjEuQmF0Y2hSZXN1bHQizwEKC0JhdGNoUmVzdWx0Ei8KB2FjcXVpcmUYASABKAsyHC5kaXN0bG9jay52MS5BY3F1aXJlUmVzcG9uc2VIABIrCgVyZW5ldxgCIAEoCzIaLmRpc3Rsb2NrLnYxLlJlbmV3UmVzcG9uc2VIABIvCgdyZWxlYXNlGAMgASgLMhwuZGlzdGxvY2sudjEuUmVsZWFzZVJlc3BvbnNlSAASJwoFZXJyb3IYBCABKAsyFi5kaXN0bG9jay52MS5DYWxsRXJyb3JIAEIICgZyZXN1bHQiKgoJQ2FsbEVycm9yEgwKBGNvZGUYASABKA0SDwoHbWVzc2FnZRgCIAEoCSIdCg5JbnNwZWN0UmVxdWVzdBILCgNrZXkYASABKAkiMgoPSW5zcGVjdFJlc3BvbnNlEh8KBGxvY2sYASABKAsyES5kaXN0bG9jay52MS5Mb2NrIlkKC0xpc3RSZXF1ZXN0Eg4KBnByZWZpeBgBIAEoCRIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCRITCgthbGxfdGVuYW50cxgEIAEoCCJJCgxMaXN0UmVzcG9uc2USIAoFbG9ja3MYASADKAsyES5kaXN0bG9jay52MS5Mb2NrEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSLqAQoETG9jaxILCgNrZXkYASABKAkSDAoEaGVsZBgCIAEoCBINCgVmZW5jZRgDIAEoBBImCgN0dGwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDQoFb3duZXIYBSABKAkSEwoLYnVzaW5lc3NfaWQYBiABKAkSLQoGbGFiZWxzGAcgAygLMh0uZGlzdGxvY2sudjEuTG9jay5MYWJlbHNFbnRyeRIOCgZ0ZW5hbnQYCCABKAkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASIeCgxXYXRjaFJlcXVlc3QSDgoGcHJlZml4GAEgASgJIjIKDVdhdGNoUmVzcG9uc2USIQoFZXZlbnQYASABKAsyEi5kaXN0bG9jay52MS5FdmVudCKVAgoFRXZlbnQSJQoEdHlwZRgBIAEoDjIXLmRpc3Rsb2NrLnYxLkV2ZW50LlR5cGUSHwoEbG9jaxgCIAEoCzIRLmRpc3Rsb2NrLnYxLkxvY2sSKAoEdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcmVhc29uGAQgASgJIokBCgRUeXBlEhQKEFRZUEVfVU5TUEVDSUZJRUQQABIRCg1UWVBFX0FDUVVJUkVEEAESEQoNVFlQRV9SRUxFQVNFRBACEhAKDFRZUEVfRVhQSVJFRBADEhcKE1RZUEVfRk9SQ0VfUkVMRUFTRUQQBBIaChZUWVBFX1JFTEVBU0VfUkVRVUVTVEVEEAUiQgoTRm9yY2VSZWxlYXNlUmVxdWVzdBILCgNrZXkYASABKAkSDgoGcmVhc29uGAIgASgJEg4KBnRlbmFudBgDIAEoCSI3ChRGb3JjZVJlbGVhc2VSZXNwb25zZRIfCgRsb2NrGAEgASgLMhEuZGlzdGxvY2sudjEuTG9jayI0ChVSZXF1ZXN0UmVsZWFzZVJlcXVlc3QSCwoDa2V5GAEgASgJEg4KBnJlYXNvbhgCIAEoCSI5ChZSZXF1ZXN0UmVsZWFzZVJlc3BvbnNlEh8KBGxvY2sYASABKAsyES5kaXN0bG9jay52MS5Mb2NrIjwKEk9wZW5TZXNzaW9uUmVxdWVzdBImCgN0dGwYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24igQEKE09wZW5TZXNzaW9uUmVzcG9uc2USEgoKc2Vzc2lvbl9pZBgBIAEoCRImCgN0dGwYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiJgoQS2VlcEFsaXZlUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJInoKEUtlZXBBbGl2ZVJlc3BvbnNlEiYKA3R0bBgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgpleHBpcmVzX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgVsb2NrcxgDIAEoBSIpChNDbG9zZVNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiJQoUQ2xvc2VTZXNzaW9uUmVzcG9uc2USDQoFbG9ja3MYASABKAUiwQIKFEFjcXVpcmVQZXJtaXRSZXF1ZXN0EgwKBG5hbWUYASABKAkSDwoHcGVybWl0cxgCIAEoBRInCgR3YWl0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEigKBWxlYXNlGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg0KBW93bmVyGAUgASgJEhMKC2J1c2luZXNzX2lkGAYgASgJEj0KBmxhYmVscxgHIAMoCzItLmRpc3Rsb2NrLnYxLkFjcXVpcmVQZXJtaXRSZXF1ZXN0LkxhYmVsc0VudHJ5EhIKCnJlcXVlc3RfaWQYCCABKAkSEQoJZmlyc3RfdHJ5GAkgASgIGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEijwEKFUFjcXVpcmVQZXJtaXRSZXNwb25zZRINCgV0b2tlbhgBIAEoCRINCgVmZW5jZRgCIAEoBBIoCgVsZWFzZRgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgpleHBpcmVzX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJbChJSZW5ld1Blcm1pdFJlcXVlc3QSDAoEbmFtZRgBIAEoCRINCgV0b2tlbhgCIAEoCRIoCgVsZWFzZRgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJvChNSZW5ld1Blcm1pdFJlc3BvbnNlEigKBWxlYXNlGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi4KCmV4cGlyZXNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjMKFFJlbGVhc2VQZXJtaXRSZXF1ZXN0EgwKBG5hbWUYASABKAkSDQoFdG9rZW4YAiABKAkiFwoVUmVsZWFzZVBlcm1pdFJlc3BvbnNlIjIKEVNldFBlcm1pdHNSZXF1ZXN0EgwKBG5hbWUYASABKAkSDwoHcGVybWl0cxgCIAEoBSIUChJTZXRQZXJtaXRzUmVzcG9uc2UiJQoVSW5zcGVjdFBlcm1pdHNSZXF1ZXN0EgwKBG5hbWUYASABKAkiSgoWSW5zcGVjdFBlcm1pdHNSZXNwb25zZRIPCgdwZXJtaXRzGAEgASgFEh8KBGhlbGQYAiADKAsyES5kaXN0bG9jay52MS5Mb2NrIscCChBBY3F1aXJlUldSZXF1ZXN0EgwKBG5hbWUYASABKAkSDQoFd3JpdGUYAiABKAgSJwoEd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIoCgVsZWFzZRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhINCgVvd25lchgFIAEoCRITCgtidXNpbmVzc19pZBgGIAEoCRI5CgZsYWJlbHMYByADKAsyKS5kaXN0bG9jay52MS5BY3F1aXJlUldSZXF1ZXN0LkxhYmVsc0VudHJ5EhIKCnJlcXVlc3RfaWQYCCABKAkSEQoJZmlyc3RfdHJ5GAkgASgIEg4KBmludGVudBgKIAEoCRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIosBChFBY3F1aXJlUldSZXNwb25zZRINCgV0b2tlbhgBIAEoCRINCgVmZW5jZRgCIAEoBBIoCgVsZWFzZRgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgpleHBpcmVzX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJXCg5SZW5ld1JXUmVxdWVzdBIMCgRuYW1lGAEgASgJEg0KBXRva2VuGAIgASgJEigKBWxlYXNlGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uImsKD1JlbmV3UldSZXNwb25zZRIoCgVsZWFzZRgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgpleHBpcmVzX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIvChBSZWxlYXNlUldSZXF1ZXN0EgwKBG5hbWUYASABKAkSDQoFdG9rZW4YAiABKAkiEwoRUmVsZWFzZVJXUmVzcG9uc2UiIAoQSW5zcGVjdFJXUmVxdWVzdBIMCgRuYW1lGAEgASgJIl0KEUluc3BlY3RSV1Jlc3BvbnNlEg4KBndyaXRlchgBIAEoCBIfCgRoZWxkGAIgAygLMhEuZGlzdGxvY2sudjEuTG9jaxIXCg93cml0ZXJzX3dhaXRpbmcYAyABKAUiNQoVV2l0aGRyYXdJbnRlbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkSDgoGaW50ZW50GAIgASgJIhgKFldpdGhkcmF3SW50ZW50UmVzcG9uc2UitwEKD0NhbXBhaWduUmVxdWVzdBIMCgRuYW1lGAEgASgJEg0KBXZhbHVlGAIgASgJEicKBHdhaXQYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKAoFbGVhc2UYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDQoFb3duZXIYBSABKAkSEgoKcmVxdWVzdF9pZBgGIAEoCRIRCglmaXJzdF90cnkYByABKAgilwEKEENhbXBhaWduUmVzcG9uc2USDQoFdG9rZW4YASABKAkSDQoFZmVuY2UYAiABKAQSKAoFbGVhc2UYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoKZXhwaXJlc19hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASCwoDa2V5GAUgASgJIh0KDUxlYWRlclJlcXVlc3QSDAoEbmFtZRgBIAEoCSJzCg5MZWFkZXJSZXNwb25zZRIMCgRoZWxkGAEgASgIEg0KBXZhbHVlGAIgASgJEg0KBWZlbmNlGAMgASgEEg0KBW93bmVyGAQgASgJEiYKA3R0bBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiIeCg5PYnNlcnZlUmVxdWVzdBIMCgRuYW1lGAEgASgJIj4KD09ic2VydmVSZXNwb25zZRIrCgZsZWFkZXIYASABKAsyGy5kaXN0bG9jay52MS5MZWFkZXJSZXNwb25zZSIsCg1SZXNpZ25SZXF1ZXN0EgwKBG5hbWUYASABKAkSDQoFdG9rZW4YAiABKAkiEAoOUmVzaWduUmVzcG9uc2UyyQ8KC0xvY2tTZXJ2aWNlEkQKB0FjcXVpcmUSGy5kaXN0bG9jay52MS5BY3F1aXJlUmVxdWVzdBocLmRpc3Rsb2NrLnYxLkFjcXVpcmVSZXNwb25zZRI+CgVSZW5ldxIZLmRpc3Rsb2NrLnYxLlJlbmV3UmVxdWVzdBoaLmRpc3Rsb2NrLnYxLlJlbmV3UmVzcG9uc2USRAoHUmVsZWFzZRIbLmRpc3Rsb2NrLnYxLlJlbGVhc2VSZXF1ZXN0GhwuZGlzdGxvY2sudjEuUmVsZWFzZVJlc3BvbnNlEj4KBUJhdGNoEhkuZGlzdGxvY2sudjEuQmF0Y2hSZXF1ZXN0GhouZGlzdGxvY2sudjEuQmF0Y2hSZXNwb25zZRJECgdJbnNwZWN0EhsuZGlzdGxvY2sudjEuSW5zcGVjdFJlcXVlc3QaHC5kaXN0bG9jay52MS5JbnNwZWN0UmVzcG9uc2USOwoETGlzdBIYLmRpc3Rsb2NrLnYxLkxpc3RSZXF1ZXN0GhkuZGlzdGxvY2sudjEuTGlzdFJlc3BvbnNlEkAKBVdhdGNoEhkuZGlzdGxvY2sudjEuV2F0Y2hSZXF1ZXN0GhouZGlzdGxvY2sudjEuV2F0Y2hSZXNwb25zZTABElMKDEZvcmNlUmVsZWFzZRIgLmRpc3Rsb2NrLnYxLkZvcmNlUmVsZWFzZVJlcXVlc3QaIS5kaXN0bG9jay52MS5Gb3JjZVJlbGVhc2VSZXNwb25zZRJZCg5SZXF1ZXN0UmVsZWFzZRIiLmRpc3Rsb2NrLnYxLlJlcXVlc3RSZWxlYXNlUmVxdWVzdBojLmRpc3Rsb2NrLnYxLlJlcXVlc3RSZWxlYXNlUmVzcG9uc2USUAoLT3BlblNlc3Npb24SHy5kaXN0bG9jay52MS5PcGVuU2Vzc2lvblJlcXVlc3QaIC5kaXN0bG9jay52MS5PcGVuU2Vzc2lvblJlc3BvbnNlEkoKCUtlZXBBbGl2ZRIdLmRpc3Rsb2NrLnYxLktlZXBBbGl2ZVJlcXVlc3QaHi5kaXN0bG9jay52MS5LZWVwQWxpdmVSZXNwb25zZRJTCgxDbG9zZVNlc3Npb24SIC5kaXN0bG9jay52MS5DbG9zZVNlc3Npb25SZXF1ZXN0GiEuZGlzdGxvY2sudjEuQ2xvc2VTZXNzaW9uUmVzcG9uc2USVgoNQWNxdWlyZVBlcm1pdBIhLmRpc3Rsb2NrLnYxLkFjcXVpcmVQZXJtaXRSZXF1ZXN0GiIuZGlzdGxvY2sudjEuQWNxdWlyZVBlcm1pdFJlc3BvbnNlElAKC1JlbmV3UGVybWl0Eh8uZGlzdGxvY2sudjEuUmVuZXdQZXJtaXRSZXF1ZXN0GiAuZGlzdGxvY2sudjEuUmVuZXdQZXJtaXRSZXNwb25zZRJWCg1SZWxlYXNlUGVybWl0EiEuZGlzdGxvY2sudjEuUmVsZWFzZVBlcm1pdFJlcXVlc3QaIi5kaXN0bG9jay52MS5SZWxlYXNlUGVybWl0UmVzcG9uc2USTQoKU2V0UGVybWl0cxIeLmRpc3Rsb2NrLnYxLlNldFBlcm1pdHNSZXF1ZXN0Gh8uZGlzdGxvY2sudjEuU2V0UGVybWl0c1Jlc3BvbnNlElkKDkluc3BlY3RQZXJtaXRzEiIuZGlzdGxvY2sudjEuSW5zcGVjdFBlcm1pdHNSZXF1ZXN0GiMuZGlzdGxvY2sudjEuSW5zcGVjdFBlcm1pdHNSZXNwb25zZRJKCglBY3F1aXJlUlcSHS5kaXN0bG9jay52MS5BY3F1aXJlUldSZXF1ZXN0Gh4uZGlzdGxvY2sudjEuQWNxdWlyZVJXUmVzcG9uc2USRAoHUmVuZXdSVxIbLmRpc3Rsb2NrLnYxLlJlbmV3UldSZXF1ZXN0GhwuZGlzdGxvY2sudjEuUmVuZXdSV1Jlc3BvbnNlEkoKCVJlbGVhc2VSVxIdLmRpc3Rsb2NrLnYxLlJlbGVhc2VSV1JlcXVlc3QaHi5kaXN0bG9jay52MS5SZWxlYXNlUldSZXNwb25zZRJKCglJbnNwZWN0UlcSHS5kaXN0bG9jay52MS5JbnNwZWN0UldSZXF1ZXN0Gh4uZGlzdGxvY2sudjEuSW5zcGVjdFJXUmVzcG9uc2USWQoOV2l0aGRyYXdJbnRlbnQSIi5kaXN0bG9jay52MS5XaXRoZHJhd0ludGVudFJlcXVlc3QaIy5kaXN0bG9jay52MS5XaXRoZHJhd0ludGVudFJlc3BvbnNlEkcKCENhbXBhaWduEhwuZGlzdGxvY2sudjEuQ2FtcGFpZ25SZXF1ZXN0Gh0uZGlzdGxvY2sudjEuQ2FtcGFpZ25SZXNwb25zZRJBCgZMZWFkZXISGi5kaXN0bG9jay52MS5MZWFkZXJSZXF1ZXN0GhsuZGlzdGxvY2sudjEuTGVhZGVyUmVzcG9uc2USRgoHT2JzZXJ2ZRIbLmRpc3Rsb2NrLnYxLk9ic2VydmVSZXF1ZXN0GhwuZGlzdGxvY2sudjEuT2JzZXJ2ZVJlc3BvbnNlMAESQQoGUmVzaWduEhouZGlzdGxvY2sudjEuUmVzaWduUmVxdWVzdBobLmRpc3Rsb2NrLnYxLlJlc2lnblJlc3BvbnNlQjlaN2dpdGh1Yi5jb20vZGlzdGxvY2svZGlzdGxvY2svZ2VuL2Rpc3Rsb2NrL3YxO2Rpc3Rsb2NrdjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message distlock.v1.AcquireRequest
@@ -265,6 +265,149 @@ export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/
   messageDesc(file_distlock_v1_lock, 5);
 
 /**
+ * @generated from message distlock.v1.BatchRequest
+ */
+export type BatchRequest = Message<"distlock.v1.BatchRequest"> & {
+  /**
+   * @generated from field: repeated distlock.v1.BatchCall calls = 1;
+   */
+  calls: BatchCall[];
+};
+
+/**
+ * Describes the message distlock.v1.BatchRequest.
+ * Use `create(BatchRequestSchema)` to create a new message.
+ */
+export const BatchRequestSchema: GenMessage<BatchRequest> = /*@__PURE__*/
+  messageDesc(file_distlock_v1_lock, 6);
+
+/**
+ * BatchCall is one call of a batch.
+ *
+ * @generated from message distlock.v1.BatchCall
+ */
+export type BatchCall = Message<"distlock.v1.BatchCall"> & {
+  /**
+   * @generated from oneof distlock.v1.BatchCall.call
+   */
+  call: {
+    /**
+     * @generated from field: distlock.v1.AcquireRequest acquire = 1;
+     */
+    value: AcquireRequest;
+    case: "acquire";
+  } | {
+    /**
+     * @generated from field: distlock.v1.RenewRequest renew = 2;
+     */
+    value: RenewRequest;
+    case: "renew";
+  } | {
+    /**
+     * @generated from field: distlock.v1.ReleaseRequest release = 3;
+     */
+    value: ReleaseRequest;
+    case: "release";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message distlock.v1.BatchCall.
+ * Use `create(BatchCallSchema)` to create a new message.
+ */
+export const BatchCallSchema: GenMessage<BatchCall> = /*@__PURE__*/
+  messageDesc(file_distlock_v1_lock, 7);
+
+/**
+ * @generated from message distlock.v1.BatchResponse
+ */
+export type BatchResponse = Message<"distlock.v1.BatchResponse"> & {
+  /**
+   * One result per call, in the order of the request's calls.
+   *
+   * @generated from field: repeated distlock.v1.BatchResult results = 1;
+   */
+  results: BatchResult[];
+};
+
+/**
+ * Describes the message distlock.v1.BatchResponse.
+ * Use `create(BatchResponseSchema)` to create a new message.
+ */
+export const BatchResponseSchema: GenMessage<BatchResponse> = /*@__PURE__*/
+  messageDesc(file_distlock_v1_lock, 8);
+
+/**
+ * BatchResult is one call's answer, of the call's own kind, or its error.
+ *
+ * @generated from message distlock.v1.BatchResult
+ */
+export type BatchResult = Message<"distlock.v1.BatchResult"> & {
+  /**
+   * @generated from oneof distlock.v1.BatchResult.result
+   */
+  result: {
+    /**
+     * @generated from field: distlock.v1.AcquireResponse acquire = 1;
+     */
+    value: AcquireResponse;
+    case: "acquire";
+  } | {
+    /**
+     * @generated from field: distlock.v1.RenewResponse renew = 2;
+     */
+    value: RenewResponse;
+    case: "renew";
+  } | {
+    /**
+     * @generated from field: distlock.v1.ReleaseResponse release = 3;
+     */
+    value: ReleaseResponse;
+    case: "release";
+  } | {
+    /**
+     * @generated from field: distlock.v1.CallError error = 4;
+     */
+    value: CallError;
+    case: "error";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message distlock.v1.BatchResult.
+ * Use `create(BatchResultSchema)` to create a new message.
+ */
+export const BatchResultSchema: GenMessage<BatchResult> = /*@__PURE__*/
+  messageDesc(file_distlock_v1_lock, 9);
+
+/**
+ * CallError is the error a call of a batch got, as the call would have
+ * got it alone.
+ *
+ * @generated from message distlock.v1.CallError
+ */
+export type CallError = Message<"distlock.v1.CallError"> & {
+  /**
+   * The gRPC status code (10 is ABORTED, 5 NOT_FOUND, ...).
+   *
+   * @generated from field: uint32 code = 1;
+   */
+  code: number;
+
+  /**
+   * @generated from field: string message = 2;
+   */
+  message: string;
+};
+
+/**
+ * Describes the message distlock.v1.CallError.
+ * Use `create(CallErrorSchema)` to create a new message.
+ */
+export const CallErrorSchema: GenMessage<CallError> = /*@__PURE__*/
+  messageDesc(file_distlock_v1_lock, 10);
+
+/**
  * @generated from message distlock.v1.InspectRequest
  */
 export type InspectRequest = Message<"distlock.v1.InspectRequest"> & {
@@ -279,7 +422,7 @@ export type InspectRequest = Message<"distlock.v1.InspectRequest"> & {
  * Use `create(InspectRequestSchema)` to create a new message.
  */
 export const InspectRequestSchema: GenMessage<InspectRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 6);
+  messageDesc(file_distlock_v1_lock, 11);
 
 /**
  * @generated from message distlock.v1.InspectResponse
@@ -296,7 +439,7 @@ export type InspectResponse = Message<"distlock.v1.InspectResponse"> & {
  * Use `create(InspectResponseSchema)` to create a new message.
  */
 export const InspectResponseSchema: GenMessage<InspectResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 7);
+  messageDesc(file_distlock_v1_lock, 12);
 
 /**
  * @generated from message distlock.v1.ListRequest
@@ -336,7 +479,7 @@ export type ListRequest = Message<"distlock.v1.ListRequest"> & {
  * Use `create(ListRequestSchema)` to create a new message.
  */
 export const ListRequestSchema: GenMessage<ListRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 8);
+  messageDesc(file_distlock_v1_lock, 13);
 
 /**
  * @generated from message distlock.v1.ListResponse
@@ -360,7 +503,7 @@ export type ListResponse = Message<"distlock.v1.ListResponse"> & {
  * Use `create(ListResponseSchema)` to create a new message.
  */
 export const ListResponseSchema: GenMessage<ListResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 9);
+  messageDesc(file_distlock_v1_lock, 14);
 
 /**
  * Lock is what anyone allowed to read a key may see of it: never its token.
@@ -419,7 +562,7 @@ export type Lock = Message<"distlock.v1.Lock"> & {
  * Use `create(LockSchema)` to create a new message.
  */
 export const LockSchema: GenMessage<Lock> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 10);
+  messageDesc(file_distlock_v1_lock, 15);
 
 /**
  * @generated from message distlock.v1.WatchRequest
@@ -438,7 +581,7 @@ export type WatchRequest = Message<"distlock.v1.WatchRequest"> & {
  * Use `create(WatchRequestSchema)` to create a new message.
  */
 export const WatchRequestSchema: GenMessage<WatchRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 11);
+  messageDesc(file_distlock_v1_lock, 16);
 
 /**
  * @generated from message distlock.v1.WatchResponse
@@ -455,7 +598,7 @@ export type WatchResponse = Message<"distlock.v1.WatchResponse"> & {
  * Use `create(WatchResponseSchema)` to create a new message.
  */
 export const WatchResponseSchema: GenMessage<WatchResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 12);
+  messageDesc(file_distlock_v1_lock, 17);
 
 /**
  * @generated from message distlock.v1.Event
@@ -492,7 +635,7 @@ export type Event = Message<"distlock.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export const EventSchema: GenMessage<Event> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 13);
+  messageDesc(file_distlock_v1_lock, 18);
 
 /**
  * @generated from enum distlock.v1.Event.Type
@@ -544,7 +687,7 @@ export enum Event_Type {
  * Describes the enum distlock.v1.Event.Type.
  */
 export const Event_TypeSchema: GenEnum<Event_Type> = /*@__PURE__*/
-  enumDesc(file_distlock_v1_lock, 13, 0);
+  enumDesc(file_distlock_v1_lock, 18, 0);
 
 /**
  * @generated from message distlock.v1.ForceReleaseRequest
@@ -575,7 +718,7 @@ export type ForceReleaseRequest = Message<"distlock.v1.ForceReleaseRequest"> & {
  * Use `create(ForceReleaseRequestSchema)` to create a new message.
  */
 export const ForceReleaseRequestSchema: GenMessage<ForceReleaseRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 14);
+  messageDesc(file_distlock_v1_lock, 19);
 
 /**
  * @generated from message distlock.v1.ForceReleaseResponse
@@ -594,7 +737,7 @@ export type ForceReleaseResponse = Message<"distlock.v1.ForceReleaseResponse"> &
  * Use `create(ForceReleaseResponseSchema)` to create a new message.
  */
 export const ForceReleaseResponseSchema: GenMessage<ForceReleaseResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 15);
+  messageDesc(file_distlock_v1_lock, 20);
 
 /**
  * @generated from message distlock.v1.RequestReleaseRequest
@@ -618,7 +761,7 @@ export type RequestReleaseRequest = Message<"distlock.v1.RequestReleaseRequest">
  * Use `create(RequestReleaseRequestSchema)` to create a new message.
  */
 export const RequestReleaseRequestSchema: GenMessage<RequestReleaseRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 16);
+  messageDesc(file_distlock_v1_lock, 21);
 
 /**
  * @generated from message distlock.v1.RequestReleaseResponse
@@ -638,7 +781,7 @@ export type RequestReleaseResponse = Message<"distlock.v1.RequestReleaseResponse
  * Use `create(RequestReleaseResponseSchema)` to create a new message.
  */
 export const RequestReleaseResponseSchema: GenMessage<RequestReleaseResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 17);
+  messageDesc(file_distlock_v1_lock, 22);
 
 /**
  * @generated from message distlock.v1.OpenSessionRequest
@@ -658,7 +801,7 @@ export type OpenSessionRequest = Message<"distlock.v1.OpenSessionRequest"> & {
  * Use `create(OpenSessionRequestSchema)` to create a new message.
  */
 export const OpenSessionRequestSchema: GenMessage<OpenSessionRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 18);
+  messageDesc(file_distlock_v1_lock, 23);
 
 /**
  * @generated from message distlock.v1.OpenSessionResponse
@@ -688,7 +831,7 @@ export type OpenSessionResponse = Message<"distlock.v1.OpenSessionResponse"> & {
  * Use `create(OpenSessionResponseSchema)` to create a new message.
  */
 export const OpenSessionResponseSchema: GenMessage<OpenSessionResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 19);
+  messageDesc(file_distlock_v1_lock, 24);
 
 /**
  * @generated from message distlock.v1.KeepAliveRequest
@@ -705,7 +848,7 @@ export type KeepAliveRequest = Message<"distlock.v1.KeepAliveRequest"> & {
  * Use `create(KeepAliveRequestSchema)` to create a new message.
  */
 export const KeepAliveRequestSchema: GenMessage<KeepAliveRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 20);
+  messageDesc(file_distlock_v1_lock, 25);
 
 /**
  * @generated from message distlock.v1.KeepAliveResponse
@@ -734,7 +877,7 @@ export type KeepAliveResponse = Message<"distlock.v1.KeepAliveResponse"> & {
  * Use `create(KeepAliveResponseSchema)` to create a new message.
  */
 export const KeepAliveResponseSchema: GenMessage<KeepAliveResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 21);
+  messageDesc(file_distlock_v1_lock, 26);
 
 /**
  * @generated from message distlock.v1.CloseSessionRequest
@@ -751,7 +894,7 @@ export type CloseSessionRequest = Message<"distlock.v1.CloseSessionRequest"> & {
  * Use `create(CloseSessionRequestSchema)` to create a new message.
  */
 export const CloseSessionRequestSchema: GenMessage<CloseSessionRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 22);
+  messageDesc(file_distlock_v1_lock, 27);
 
 /**
  * @generated from message distlock.v1.CloseSessionResponse
@@ -770,7 +913,7 @@ export type CloseSessionResponse = Message<"distlock.v1.CloseSessionResponse"> &
  * Use `create(CloseSessionResponseSchema)` to create a new message.
  */
 export const CloseSessionResponseSchema: GenMessage<CloseSessionResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 23);
+  messageDesc(file_distlock_v1_lock, 28);
 
 /**
  * @generated from message distlock.v1.AcquirePermitRequest
@@ -851,7 +994,7 @@ export type AcquirePermitRequest = Message<"distlock.v1.AcquirePermitRequest"> &
  * Use `create(AcquirePermitRequestSchema)` to create a new message.
  */
 export const AcquirePermitRequestSchema: GenMessage<AcquirePermitRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 24);
+  messageDesc(file_distlock_v1_lock, 29);
 
 /**
  * @generated from message distlock.v1.AcquirePermitResponse
@@ -891,7 +1034,7 @@ export type AcquirePermitResponse = Message<"distlock.v1.AcquirePermitResponse">
  * Use `create(AcquirePermitResponseSchema)` to create a new message.
  */
 export const AcquirePermitResponseSchema: GenMessage<AcquirePermitResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 25);
+  messageDesc(file_distlock_v1_lock, 30);
 
 /**
  * @generated from message distlock.v1.RenewPermitRequest
@@ -920,7 +1063,7 @@ export type RenewPermitRequest = Message<"distlock.v1.RenewPermitRequest"> & {
  * Use `create(RenewPermitRequestSchema)` to create a new message.
  */
 export const RenewPermitRequestSchema: GenMessage<RenewPermitRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 26);
+  messageDesc(file_distlock_v1_lock, 31);
 
 /**
  * @generated from message distlock.v1.RenewPermitResponse
@@ -942,7 +1085,7 @@ export type RenewPermitResponse = Message<"distlock.v1.RenewPermitResponse"> & {
  * Use `create(RenewPermitResponseSchema)` to create a new message.
  */
 export const RenewPermitResponseSchema: GenMessage<RenewPermitResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 27);
+  messageDesc(file_distlock_v1_lock, 32);
 
 /**
  * @generated from message distlock.v1.ReleasePermitRequest
@@ -964,7 +1107,7 @@ export type ReleasePermitRequest = Message<"distlock.v1.ReleasePermitRequest"> &
  * Use `create(ReleasePermitRequestSchema)` to create a new message.
  */
 export const ReleasePermitRequestSchema: GenMessage<ReleasePermitRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 28);
+  messageDesc(file_distlock_v1_lock, 33);
 
 /**
  * @generated from message distlock.v1.ReleasePermitResponse
@@ -977,7 +1120,7 @@ export type ReleasePermitResponse = Message<"distlock.v1.ReleasePermitResponse">
  * Use `create(ReleasePermitResponseSchema)` to create a new message.
  */
 export const ReleasePermitResponseSchema: GenMessage<ReleasePermitResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 29);
+  messageDesc(file_distlock_v1_lock, 34);
 
 /**
  * @generated from message distlock.v1.SetPermitsRequest
@@ -1001,7 +1144,7 @@ export type SetPermitsRequest = Message<"distlock.v1.SetPermitsRequest"> & {
  * Use `create(SetPermitsRequestSchema)` to create a new message.
  */
 export const SetPermitsRequestSchema: GenMessage<SetPermitsRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 30);
+  messageDesc(file_distlock_v1_lock, 35);
 
 /**
  * @generated from message distlock.v1.SetPermitsResponse
@@ -1014,7 +1157,7 @@ export type SetPermitsResponse = Message<"distlock.v1.SetPermitsResponse"> & {
  * Use `create(SetPermitsResponseSchema)` to create a new message.
  */
 export const SetPermitsResponseSchema: GenMessage<SetPermitsResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 31);
+  messageDesc(file_distlock_v1_lock, 36);
 
 /**
  * @generated from message distlock.v1.InspectPermitsRequest
@@ -1031,7 +1174,7 @@ export type InspectPermitsRequest = Message<"distlock.v1.InspectPermitsRequest">
  * Use `create(InspectPermitsRequestSchema)` to create a new message.
  */
 export const InspectPermitsRequestSchema: GenMessage<InspectPermitsRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 32);
+  messageDesc(file_distlock_v1_lock, 37);
 
 /**
  * @generated from message distlock.v1.InspectPermitsResponse
@@ -1057,7 +1200,7 @@ export type InspectPermitsResponse = Message<"distlock.v1.InspectPermitsResponse
  * Use `create(InspectPermitsResponseSchema)` to create a new message.
  */
 export const InspectPermitsResponseSchema: GenMessage<InspectPermitsResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 33);
+  messageDesc(file_distlock_v1_lock, 38);
 
 /**
  * @generated from message distlock.v1.AcquireRWRequest
@@ -1140,7 +1283,7 @@ export type AcquireRWRequest = Message<"distlock.v1.AcquireRWRequest"> & {
  * Use `create(AcquireRWRequestSchema)` to create a new message.
  */
 export const AcquireRWRequestSchema: GenMessage<AcquireRWRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 34);
+  messageDesc(file_distlock_v1_lock, 39);
 
 /**
  * @generated from message distlock.v1.AcquireRWResponse
@@ -1177,7 +1320,7 @@ export type AcquireRWResponse = Message<"distlock.v1.AcquireRWResponse"> & {
  * Use `create(AcquireRWResponseSchema)` to create a new message.
  */
 export const AcquireRWResponseSchema: GenMessage<AcquireRWResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 35);
+  messageDesc(file_distlock_v1_lock, 40);
 
 /**
  * @generated from message distlock.v1.RenewRWRequest
@@ -1206,7 +1349,7 @@ export type RenewRWRequest = Message<"distlock.v1.RenewRWRequest"> & {
  * Use `create(RenewRWRequestSchema)` to create a new message.
  */
 export const RenewRWRequestSchema: GenMessage<RenewRWRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 36);
+  messageDesc(file_distlock_v1_lock, 41);
 
 /**
  * @generated from message distlock.v1.RenewRWResponse
@@ -1228,7 +1371,7 @@ export type RenewRWResponse = Message<"distlock.v1.RenewRWResponse"> & {
  * Use `create(RenewRWResponseSchema)` to create a new message.
  */
 export const RenewRWResponseSchema: GenMessage<RenewRWResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 37);
+  messageDesc(file_distlock_v1_lock, 42);
 
 /**
  * @generated from message distlock.v1.ReleaseRWRequest
@@ -1250,7 +1393,7 @@ export type ReleaseRWRequest = Message<"distlock.v1.ReleaseRWRequest"> & {
  * Use `create(ReleaseRWRequestSchema)` to create a new message.
  */
 export const ReleaseRWRequestSchema: GenMessage<ReleaseRWRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 38);
+  messageDesc(file_distlock_v1_lock, 43);
 
 /**
  * @generated from message distlock.v1.ReleaseRWResponse
@@ -1263,7 +1406,7 @@ export type ReleaseRWResponse = Message<"distlock.v1.ReleaseRWResponse"> & {
  * Use `create(ReleaseRWResponseSchema)` to create a new message.
  */
 export const ReleaseRWResponseSchema: GenMessage<ReleaseRWResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 39);
+  messageDesc(file_distlock_v1_lock, 44);
 
 /**
  * @generated from message distlock.v1.InspectRWRequest
@@ -1280,7 +1423,7 @@ export type InspectRWRequest = Message<"distlock.v1.InspectRWRequest"> & {
  * Use `create(InspectRWRequestSchema)` to create a new message.
  */
 export const InspectRWRequestSchema: GenMessage<InspectRWRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 40);
+  messageDesc(file_distlock_v1_lock, 45);
 
 /**
  * @generated from message distlock.v1.InspectRWResponse
@@ -1313,7 +1456,7 @@ export type InspectRWResponse = Message<"distlock.v1.InspectRWResponse"> & {
  * Use `create(InspectRWResponseSchema)` to create a new message.
  */
 export const InspectRWResponseSchema: GenMessage<InspectRWResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 41);
+  messageDesc(file_distlock_v1_lock, 46);
 
 /**
  * @generated from message distlock.v1.WithdrawIntentRequest
@@ -1335,7 +1478,7 @@ export type WithdrawIntentRequest = Message<"distlock.v1.WithdrawIntentRequest">
  * Use `create(WithdrawIntentRequestSchema)` to create a new message.
  */
 export const WithdrawIntentRequestSchema: GenMessage<WithdrawIntentRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 42);
+  messageDesc(file_distlock_v1_lock, 47);
 
 /**
  * @generated from message distlock.v1.WithdrawIntentResponse
@@ -1348,7 +1491,7 @@ export type WithdrawIntentResponse = Message<"distlock.v1.WithdrawIntentResponse
  * Use `create(WithdrawIntentResponseSchema)` to create a new message.
  */
 export const WithdrawIntentResponseSchema: GenMessage<WithdrawIntentResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 43);
+  messageDesc(file_distlock_v1_lock, 48);
 
 /**
  * @generated from message distlock.v1.CampaignRequest
@@ -1406,7 +1549,7 @@ export type CampaignRequest = Message<"distlock.v1.CampaignRequest"> & {
  * Use `create(CampaignRequestSchema)` to create a new message.
  */
 export const CampaignRequestSchema: GenMessage<CampaignRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 44);
+  messageDesc(file_distlock_v1_lock, 49);
 
 /**
  * @generated from message distlock.v1.CampaignResponse
@@ -1449,7 +1592,7 @@ export type CampaignResponse = Message<"distlock.v1.CampaignResponse"> & {
  * Use `create(CampaignResponseSchema)` to create a new message.
  */
 export const CampaignResponseSchema: GenMessage<CampaignResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 45);
+  messageDesc(file_distlock_v1_lock, 50);
 
 /**
  * @generated from message distlock.v1.LeaderRequest
@@ -1466,7 +1609,7 @@ export type LeaderRequest = Message<"distlock.v1.LeaderRequest"> & {
  * Use `create(LeaderRequestSchema)` to create a new message.
  */
 export const LeaderRequestSchema: GenMessage<LeaderRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 46);
+  messageDesc(file_distlock_v1_lock, 51);
 
 /**
  * @generated from message distlock.v1.LeaderResponse
@@ -1507,7 +1650,7 @@ export type LeaderResponse = Message<"distlock.v1.LeaderResponse"> & {
  * Use `create(LeaderResponseSchema)` to create a new message.
  */
 export const LeaderResponseSchema: GenMessage<LeaderResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 47);
+  messageDesc(file_distlock_v1_lock, 52);
 
 /**
  * @generated from message distlock.v1.ObserveRequest
@@ -1524,7 +1667,7 @@ export type ObserveRequest = Message<"distlock.v1.ObserveRequest"> & {
  * Use `create(ObserveRequestSchema)` to create a new message.
  */
 export const ObserveRequestSchema: GenMessage<ObserveRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 48);
+  messageDesc(file_distlock_v1_lock, 53);
 
 /**
  * @generated from message distlock.v1.ObserveResponse
@@ -1541,7 +1684,7 @@ export type ObserveResponse = Message<"distlock.v1.ObserveResponse"> & {
  * Use `create(ObserveResponseSchema)` to create a new message.
  */
 export const ObserveResponseSchema: GenMessage<ObserveResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 49);
+  messageDesc(file_distlock_v1_lock, 54);
 
 /**
  * @generated from message distlock.v1.ResignRequest
@@ -1563,7 +1706,7 @@ export type ResignRequest = Message<"distlock.v1.ResignRequest"> & {
  * Use `create(ResignRequestSchema)` to create a new message.
  */
 export const ResignRequestSchema: GenMessage<ResignRequest> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 50);
+  messageDesc(file_distlock_v1_lock, 55);
 
 /**
  * @generated from message distlock.v1.ResignResponse
@@ -1576,7 +1719,7 @@ export type ResignResponse = Message<"distlock.v1.ResignResponse"> & {
  * Use `create(ResignResponseSchema)` to create a new message.
  */
 export const ResignResponseSchema: GenMessage<ResignResponse> = /*@__PURE__*/
-  messageDesc(file_distlock_v1_lock, 51);
+  messageDesc(file_distlock_v1_lock, 56);
 
 /**
  * LockService grants, renews, releases and reports locks.
@@ -1618,6 +1761,24 @@ export const LockService: GenService<{
     methodKind: "unary";
     input: typeof ReleaseRequestSchema;
     output: typeof ReleaseResponseSchema;
+  },
+  /**
+   * Batch makes several Acquire (without a wait), Renew and Release calls
+   * in one request, each as if made alone: authorized, counted against the
+   * tenant's rate, logged and measured as a call of its own, with its own
+   * answer or error, in the order asked. The calls run concurrently: their
+   * order in the batch says nothing of the order they take effect in. At
+   * most 128 calls (else INVALID_ARGUMENT for the whole batch); an Acquire
+   * with a wait or resumes gets INVALID_ARGUMENT in its result. A client
+   * sends many concurrent calls as one this way, to save the cost of a
+   * request each.
+   *
+   * @generated from rpc distlock.v1.LockService.Batch
+   */
+  batch: {
+    methodKind: "unary";
+    input: typeof BatchRequestSchema;
+    output: typeof BatchResponseSchema;
   },
   /**
    * Inspect reports who holds a key, without its token.
