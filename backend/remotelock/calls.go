@@ -29,16 +29,22 @@ type calls interface {
 	release(ctx context.Context, key, server string) error
 }
 
-// lockCalls are a lock's calls.
+// lockCalls are a lock's calls. Those that do not wait go through the
+// backend's batcher.
 type lockCalls struct {
-	rpc distlockv1connect.LockServiceClient
+	rpc   distlockv1connect.LockServiceClient
+	batch *batcher
 }
 
 func (lockCalls) id(req driver.AcquireRequest) lockID { return lockID{req.Key, req.Token} }
 
 func (l lockCalls) acquire(ctx context.Context, req driver.AcquireRequest, wait time.Duration, firstTry, resumes bool) (*distlockv1.AcquireResponse, error) {
 	m := acquireMsg(req, wait, firstTry)
-	m.Resumes = resumes && wait > 0
+	if wait <= 0 {
+		res, err := l.batch.do(ctx, &distlockv1.BatchCall{Call: &distlockv1.BatchCall_Acquire{Acquire: m}})
+		return res.GetAcquire(), err
+	}
+	m.Resumes = resumes
 	resp, err := l.rpc.Acquire(ctx, connect.NewRequest(m))
 	if err != nil {
 		return nil, err
@@ -47,15 +53,12 @@ func (l lockCalls) acquire(ctx context.Context, req driver.AcquireRequest, wait 
 }
 
 func (l lockCalls) renew(ctx context.Context, key, server string, lease time.Duration) (*distlockv1.RenewResponse, error) {
-	resp, err := l.rpc.Renew(ctx, connect.NewRequest(&distlockv1.RenewRequest{Key: key, Token: server, Lease: durationpb.New(lease)}))
-	if err != nil {
-		return nil, err
-	}
-	return resp.Msg, nil
+	res, err := l.batch.do(ctx, &distlockv1.BatchCall{Call: &distlockv1.BatchCall_Renew{Renew: &distlockv1.RenewRequest{Key: key, Token: server, Lease: durationpb.New(lease)}}})
+	return res.GetRenew(), err
 }
 
 func (l lockCalls) release(ctx context.Context, key, server string) error {
-	_, err := l.rpc.Release(ctx, connect.NewRequest(&distlockv1.ReleaseRequest{Key: key, Token: server}))
+	_, err := l.batch.do(ctx, &distlockv1.BatchCall{Call: &distlockv1.BatchCall_Release{Release: &distlockv1.ReleaseRequest{Key: key, Token: server}}})
 	return err
 }
 

@@ -20,7 +20,7 @@ import (
 // remembered, so that a Release of its token (which the core makes for
 // such an attempt) frees what it may have taken.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	return b.acquireOnce(ctx, lockCalls{b.rpc}, req)
+	return b.acquireOnce(ctx, b.locks, req)
 }
 
 // acquireOnce is Acquire for a hold of kind k.
@@ -68,7 +68,7 @@ func given(asked time.Duration, answered *durationpb.Duration) time.Duration {
 // that Grant.Sent, from which the lock's validity counts, is no earlier
 // than the service's grant.
 func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	return b.acquireWait(ctx, lockCalls{b.rpc}, req)
+	return b.acquireWait(ctx, b.locks, req)
 }
 
 // acquireWait is AcquireWait for a hold of kind k.
@@ -83,6 +83,9 @@ func (b *Backend) acquireWait(ctx context.Context, k calls, req driver.AcquireRe
 			return fmt.Errorf("%w: the wait was ended by Close", driver.ErrClosed)
 		}
 		return errors.Join(driver.ErrNotAcquired, ctx.Err())
+	}
+	if g, done, err := b.tryWhileBusy(c, k, req); done {
+		return g, err
 	}
 	bo := backoff{min: 5 * time.Millisecond, max: 500 * time.Millisecond}
 	limited := backoff{min: 50 * time.Millisecond, max: 2 * time.Second}
@@ -143,6 +146,34 @@ func (b *Backend) acquireWait(ctx context.Context, k calls, req driver.AcquireRe
 			return driver.Grant{}, b.fail(c, err)
 		}
 	}
+}
+
+// tryWhileBusy tries a lock's key once without a wait when the backend's
+// short calls are being batched: the try joins a batch, and a free key is
+// then granted for a share of a request, where a wait is a request of its
+// own. A held key costs the try, and the wait goes on (done false); so does
+// a refusal for the tenant's rate, which the wait's loop handles.
+func (b *Backend) tryWhileBusy(c *call, k calls, req driver.AcquireRequest) (g driver.Grant, done bool, err error) {
+	l, ok := k.(lockCalls)
+	if !ok || !l.batch.busy() {
+		return driver.Grant{}, false, nil
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, b.requestTimeout)
+	defer cancel()
+	sent := time.Now()
+	resp, err := k.acquire(ctx, req, 0, b.firstTry(k.id(req)), false)
+	switch code := connect.CodeOf(err); {
+	case err == nil:
+		g = b.keep(k, req, resp, sent)
+		g.Sent, g.TTL = sent, given(req.TTL, resp.GetLease())
+		return g, true, nil
+	case code == connect.CodeAborted || code == connect.CodeResourceExhausted:
+		return driver.Grant{}, false, nil
+	case !definite(err):
+		// No answer: the core releases the token, as after a wait's call.
+		b.keepUnknown(k, req, sent)
+	}
+	return driver.Grant{}, true, b.fail(c, err)
 }
 
 // confirmAfter is the share of the TTL a grant's reply may take before the
@@ -239,7 +270,7 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 // driver.ErrNotHeld without a call; so does one the service no longer
 // knows, whose grant's Lost context then ends.
 func (b *Backend) RenewTTL(ctx context.Context, key, token string, ttl time.Duration) (time.Duration, error) {
-	return b.renewHold(ctx, lockCalls{b.rpc}, key, lockID{key, token}, ttl)
+	return b.renewHold(ctx, b.locks, key, lockID{key, token}, ttl)
 }
 
 // renewHold is RenewTTL for the hold id of key, of kind k.

@@ -22,6 +22,7 @@ import (
 // with New or distlock.Open("distlock://..."). It is safe for concurrent use.
 type Backend struct {
 	rpc            distlockv1connect.LockServiceClient
+	locks          lockCalls    // a lock's calls, the short ones batched
 	base           string       // base URL, for errors and the health probe
 	http           *http.Client // the client calls go through
 	conns          *connSet     // of the backend's own client, which Close closes; nil for the caller's
@@ -190,6 +191,7 @@ func newBackend(hc *http.Client, conns *connSet, base string, c config) *Backend
 		nextSweep:      1024,
 	}
 	b.closing, b.stop = context.WithCancel(context.Background())
+	b.locks = lockCalls{rpc: b.rpc, batch: newBatcher(b.rpc, c.requestTimeout, b.closing)}
 	if c.watchLoss {
 		b.watch = newLossWatch(b)
 	}
@@ -215,6 +217,7 @@ func (b *Backend) Close() error {
 	b.closeMu.Unlock()
 	b.stop()
 	b.calls.Wait()
+	b.locks.batch.wait()
 	if b.watch != nil {
 		b.watch.wait()
 	}
