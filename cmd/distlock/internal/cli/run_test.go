@@ -441,7 +441,7 @@ func testRunHeldElsewhere(t *testing.T, bin string, s store) {
 	const wait = 300 * time.Millisecond
 	r := runDistlock(t, bin, s.env, "run", "--key", "busy", "--wait", wait.String(), "--", "false")
 	if r.code != ExitNotAcquired {
-		t.Fatalf("--wait: exit %d, want %d", r.code, ExitNotAcquired)
+		t.Fatalf("--wait: exit %d, want %d; stderr %q", r.code, ExitNotAcquired, r.stderr)
 	}
 	wantOneLine(t, r, `"busy" is held by nightly@web-1 (fence `)
 	if r.elapsed < wait {
