@@ -27,7 +27,10 @@ func (h *service) Batch(ctx context.Context, req *connect.Request[distlockv1.Bat
 	results := make([]*distlockv1.BatchResult, len(calls))
 	var wg sync.WaitGroup
 	for i, bc := range calls {
-		wg.Go(func() { results[i] = h.batched(ctx, id, bc) })
+		wg.Go(func() {
+			growStack() // a new goroutine's, as the guard grows a request's
+			results[i] = h.batched(ctx, id, bc)
+		})
 	}
 	wg.Wait()
 	return connect.NewResponse(&distlockv1.BatchResponse{Results: results}), nil
