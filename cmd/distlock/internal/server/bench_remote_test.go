@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -34,9 +35,11 @@ import (
 // see the same load on a shared machine. It reports for each path its
 // throughput (ops/s) and median latency (p50-µs), the ratio of the
 // service's throughput to the direct path's (remote/direct) and to etcd's
-// lock service (remote/etcd-lock), and the median of a bare HTTP/2 round
-// trip to the service on loopback (rtt-p50-µs), the yardstick of the
-// service's overhead:
+// lock service (remote/etcd-lock), the CPU the service's process and the
+// callers' spent per cycle of each path (svc-cpu-µs/op, which on the
+// embedded store includes etcd's; own-cpu-µs/op), and the median of a bare
+// HTTP/2 round trip to the service on loopback (rtt-p50-µs), the yardstick
+// of the service's overhead:
 //
 //	cd cmd/distlock && go test -run '^$' -bench BenchmarkRemote -benchtime 2000x ./internal/server
 func BenchmarkRemote(b *testing.B) {
@@ -74,7 +77,7 @@ func BenchmarkRemote(b *testing.B) {
 					name += "/one-key"
 				}
 				b.Run(name, func(b *testing.B) {
-					took, ok := remoteRounds(b, paths, st.name, shape.callers, shape.contended)
+					took, ok := remoteRounds(b, paths, st.name, shape.callers, shape.contended, svc.pid)
 					if !ok {
 						return
 					}
@@ -93,18 +96,32 @@ func BenchmarkRemote(b *testing.B) {
 
 // remoteRounds makes b.N Lock+Release cycles on each path from callers
 // callers, the paths taking turns in rounds so that all see the same load,
-// and reports each path's throughput and median. It returns each path's
-// time, and false if a cycle failed.
-func remoteRounds(b *testing.B, paths []benchPath, store string, callers int, contended bool) ([]time.Duration, bool) {
+// and reports each path's throughput and median. With pids (the service
+// processes') it also reports the CPU those processes and this one (the
+// callers') spent per cycle of each path. It returns each path's time, and
+// false if a cycle failed.
+func remoteRounds(b *testing.B, paths []benchPath, store string, callers int, contended bool, pids ...int) ([]time.Duration, bool) {
 	lat := make([][]time.Duration, len(paths))
 	took := make([]time.Duration, len(paths))
+	svcCPU := make([]time.Duration, len(paths))
+	ownCPU := make([]time.Duration, len(paths))
+	cpu := func() (svc, own time.Duration) {
+		for _, pid := range pids {
+			svc += procCPU(b, pid)
+		}
+		return svc, procCPU(b, os.Getpid())
+	}
 	b.ResetTimer()
 	for done := 0; done < b.N; {
 		n := min(b.N-done, 50*callers)
 		for i, p := range paths {
+			svc0, own0 := cpu()
 			d, l := remoteRound(b, p, store, callers, n, contended)
+			svc1, own1 := cpu()
 			took[i] += d
 			lat[i] = append(lat[i], l...)
+			svcCPU[i] += svc1 - svc0
+			ownCPU[i] += own1 - own0
 		}
 		if b.Failed() {
 			return nil, false
@@ -115,6 +132,10 @@ func remoteRounds(b *testing.B, paths []benchPath, store string, callers int, co
 	for i, p := range paths {
 		b.ReportMetric(float64(b.N)/took[i].Seconds(), p.name+"-ops/s")
 		b.ReportMetric(float64(median(lat[i]).Nanoseconds())/1e3, p.name+"-p50-µs")
+		if len(pids) > 0 {
+			b.ReportMetric(float64(svcCPU[i].Microseconds())/float64(b.N), p.name+"-svc-cpu-µs/op")
+			b.ReportMetric(float64(ownCPU[i].Microseconds())/float64(b.N), p.name+"-own-cpu-µs/op")
+		}
 	}
 	return took, true
 }
