@@ -127,3 +127,49 @@ func TestClusterLeaderKilled(t *testing.T) {
 	}
 	t.Logf("killed leader m%d; grants in order %v with fences %v", leader, order, fences)
 }
+
+// A client of a 3-member cluster reads its own grants: right after a
+// grant by token, Inspect reports the key held and RenewToken renews it,
+// whichever member each request reaches, with 32 callers at once and in
+// both key layouts. The lock service opens a session this way and looks it
+// up at the session's first Acquire.
+func TestClusterReadsItsOwnGrants(t *testing.T) {
+	members := testserver.EtcdCluster(t, 3)
+	var addrs []string
+	for _, m := range members {
+		addrs = append(addrs, m.Addr())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, layout := range []string{"escaped", "ordered"} {
+		t.Run(layout, func(t *testing.T) {
+			c, err := distlock.Open(ctx, "etcd://"+strings.Join(addrs, ",")+"/"+uniquePrefix(t)+"?key_layout="+layout)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			var wg sync.WaitGroup
+			for w := range 32 {
+				wg.Go(func() {
+					for i := w; i < 1000 && !t.Failed(); i += 32 {
+						key, token := fmt.Sprintf("own/%04d", i), fmt.Sprintf("token-of-grant-%04d", i)
+						if _, err := c.AcquireToken(ctx, key, token, distlock.WithLease(30*time.Second), distlock.WithOwner("o")); err != nil {
+							t.Error(err)
+							return
+						}
+						info, err := c.Inspect(ctx, key)
+						if err != nil || !info.Held {
+							t.Errorf("grant %d: Inspect right after it: %+v, %v; want held", i, info, err)
+							return
+						}
+						if err := c.RenewToken(ctx, key, token, 30*time.Second); err != nil {
+							t.Errorf("grant %d: RenewToken right after it: %v", i, err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+		})
+	}
+}
