@@ -37,6 +37,15 @@ func (b *Backend) entryOf(ctx context.Context, h *holding, key, token string) (e
 	return "", 0, clientv3.Cmp{}, driver.ErrNotHeld
 }
 
+// linearizable is an operation that makes a transaction of comparisons
+// alone a linearizable read: etcd serves a transaction with no operation
+// from whichever member gets it, without asking the leader, so that a
+// member behind the leader finds a fresh entry missing, or a deleted one
+// still there. It counts key, and reads nothing.
+func linearizable(key string) clientv3.Op {
+	return clientv3.OpGet(key, clientv3.WithCountOnly())
+}
+
 // Release deletes token's entry, holder or waiter. An acquisition this
 // backend made is deleted by name: the entry is named by the hold's first
 // lease, which nothing else uses while the entry lives (a lease the entry
@@ -164,7 +173,7 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 	entry, lease, cond, err := b.entryOf(ctx, h, key, token)
 	if err == nil {
 		var resp *clientv3.TxnResponse
-		resp, err = b.cli.Txn(ctx).If(cond).Commit()
+		resp, err = b.cli.Txn(ctx).If(cond).Then(linearizable(entry)).Commit()
 		if err == nil && !resp.Succeeded {
 			err = driver.ErrNotHeld
 		}
