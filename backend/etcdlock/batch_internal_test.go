@@ -13,34 +13,22 @@ import (
 )
 
 // queueBehindFullBatcher starts each call with the batcher's batches held
-// in flight, waits until all are queued, and lets them go: they meet in
+// back, waits until all are queued, and lets them go: they meet in
 // batches, as concurrent calls do under load. It returns each call's error.
 func queueBehindFullBatcher(t *testing.T, c *batcher, calls []func() error) []error {
 	t.Helper()
-	c.mu.Lock()
-	c.sending = maxInFlight
-	c.mu.Unlock()
+	release := c.q.Hold()
 	errs := make([]error, len(calls))
 	var wg sync.WaitGroup
 	for i, call := range calls {
 		wg.Go(func() { errs[i] = call() })
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		c.mu.Lock()
-		n := len(c.queue)
-		c.mu.Unlock()
-		if n == len(calls) {
-			break
-		}
+	for deadline := time.Now().Add(10 * time.Second); c.q.Queued() != len(calls); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d calls queued", n, len(calls))
+			t.Fatalf("%d of %d calls queued", c.q.Queued(), len(calls))
 		}
 	}
-	c.mu.Lock()
-	c.sending = 0
-	c.startLocked()
-	c.startLocked()
-	c.mu.Unlock()
+	release()
 	wg.Wait()
 	return errs
 }
@@ -132,22 +120,14 @@ func TestBatchDropsALeftCall(t *testing.T) {
 	defer cancel()
 	c := newBatcher(cli, 5*time.Second, ctx)
 	defer c.close()
-	c.mu.Lock()
-	c.sending = maxInFlight // every batch in flight: the call queues
-	c.mu.Unlock()
+	release := c.q.Hold() // every batch held back: the call queues
 	left, leave := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
 		_, err := c.txn(left, "batch/left/", 16, nil, []clientv3.Op{clientv3.OpPut("batch/left/entry", "")}, nil)
 		done <- err
 	}()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		c.mu.Lock()
-		n := len(c.queue)
-		c.mu.Unlock()
-		if n == 1 {
-			break
-		}
+	for deadline := time.Now().Add(10 * time.Second); c.q.Queued() != 1; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the call never queued")
 		}
@@ -156,10 +136,7 @@ func TestBatchDropsALeftCall(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("a call whose caller left: %v, want context.Canceled", err)
 	}
-	c.mu.Lock()
-	c.sending = 0
-	c.startLocked()
-	c.mu.Unlock()
+	release()
 	if _, err := c.txn(ctx, "batch/after/", 16, nil, []clientv3.Op{clientv3.OpPut("batch/after/entry", "")}, nil); err != nil {
 		t.Fatal(err) // sent after the left one would have been, in the same order
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,184 +11,106 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/distlock/distlock/driver"
 	distlockv1 "github.com/distlock/distlock/gen/distlock/v1"
 	"github.com/distlock/distlock/gen/distlock/v1/distlockv1connect"
+	"github.com/distlock/distlock/internal/batch"
 )
 
 // batcher sends the short lock calls of concurrent callers (an Acquire
-// without a wait, Renew, Release) as few requests. What such a call costs
-// the service and this process is mostly its request (HTTP/2 and Connect
-// framing, a write per frame), not its store call, so under concurrency
-// many calls in one Batch cost about one. A call is sent as its own RPC
-// while fewer than maxInFlight requests of the batcher are out; otherwise
-// it joins the next Batch, sent as soon as one returns. A lone caller
-// therefore waits for nothing, and makes the plain call.
+// without a wait, Renew, Release) as few requests (internal/batch). What
+// such a call costs the service and this process is mostly its request
+// (HTTP/2 and Connect framing, a write per frame), not its store call, so
+// under concurrency many calls in one Batch cost about one. A call is sent
+// as its own RPC while fewer than batchLimits.InFlight requests of the
+// batcher are out; otherwise it joins the next Batch, sent as soon as one
+// returns. A lone caller therefore waits for nothing, and makes the plain
+// call.
 //
 // A service without Batch (older than this client) answers Unimplemented:
 // the batcher then sends every call alone.
 type batcher struct {
-	rpc     distlockv1connect.LockServiceClient
-	timeout time.Duration   // bounds a batch, as the request timeout bounds a call
-	closing context.Context // ends the batches in flight at Close
-	alone   atomic.Bool     // the service has no Batch
-
-	mu      sync.Mutex
-	queue   []*batched // in order of arrival
-	sending int        // requests in flight
-	wg      sync.WaitGroup
+	rpc   distlockv1connect.LockServiceClient
+	q     *batch.Queue[*distlockv1.BatchCall, *distlockv1.BatchResult]
+	stop  context.CancelFunc // ends the requests in flight, at close
+	alone atomic.Bool        // the service has no Batch
 }
 
 // Bounds of a batch: the service takes up to 128 calls, and a request of
 // at most 1 MiB by default.
-const (
-	maxInFlight   = 4
-	maxBatch      = 64
-	maxBatchBytes = 256 << 10
-)
+var batchLimits = batch.Limits{InFlight: 4, Calls: 64, Bytes: 256 << 10}
 
-// batched is one call waiting for its batch.
-type batched struct {
-	call *distlockv1.BatchCall
-	size int
-	done chan batchAnswer // buffered: a caller that left is not waited for
-}
-
-type batchAnswer struct {
-	res *distlockv1.BatchResult
-	err error
-}
-
-func newBatcher(rpc distlockv1connect.LockServiceClient, timeout time.Duration, closing context.Context) *batcher {
-	return &batcher{rpc: rpc, timeout: timeout, closing: closing}
+// newBatcher returns a batcher whose requests are bounded by timeout. It
+// sends calls until close, so that the calls a backend's Close waits for
+// (the release of what a cut wait may have taken) are still made.
+func newBatcher(rpc distlockv1connect.LockServiceClient, timeout time.Duration) *batcher {
+	c := &batcher{rpc: rpc}
+	var closing context.Context
+	closing, c.stop = context.WithCancel(context.Background())
+	c.q = batch.New(batchLimits, timeout, closing, c.send)
+	return c
 }
 
 // busy reports whether a call made now would join a batch rather than go
 // at once.
-func (c *batcher) busy() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.sending >= maxInFlight && !c.alone.Load()
-}
+func (c *batcher) busy() bool { return !c.alone.Load() && c.q.Busy() }
 
 // do makes call and returns its result; an error of the call is a
 // *connect.Error as the plain RPC would have returned it. If ctx ends while
 // the call waits for its batch, it is dropped; once sent, it may or may not
 // take effect, as when a plain call is cut short.
 func (c *batcher) do(ctx context.Context, call *distlockv1.BatchCall) (*distlockv1.BatchResult, error) {
-	c.mu.Lock()
-	if c.sending < maxInFlight || c.alone.Load() {
-		c.sending++
-		c.mu.Unlock()
-		res, err := callAlone(ctx, c.rpc, call)
-		c.mu.Lock()
-		c.sending--
-		c.startLocked()
-		c.mu.Unlock()
-		return res, err
-	}
-	t := &batched{call: call, size: proto.Size(call), done: make(chan batchAnswer, 1)}
-	c.queue = append(c.queue, t)
-	c.mu.Unlock()
-	select {
-	case a := <-t.done:
-		return a.res, a.err
-	case <-ctx.Done():
-		c.drop(t)
-		return nil, ctx.Err()
-	}
+	return c.q.Do(ctx, call, "", proto.Size(call))
 }
 
-// drop takes t out of the queue if it is still there.
-func (c *batcher) drop(t *batched) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if i := slices.Index(c.queue, t); i >= 0 {
-		c.queue = slices.Delete(c.queue, i, i+1)
-	}
+// close ends the requests in flight and waits for them; queued and later
+// calls fail with driver.ErrClosed.
+func (c *batcher) close() {
+	c.stop()
+	c.q.Close(driver.ErrClosed)
 }
 
-// wait waits for the batches in flight, which Close's end of closing cuts
-// short.
-func (c *batcher) wait() { c.wg.Wait() }
-
-// startLocked sends the next batch if calls wait and fewer than maxInFlight
-// requests are out. c.mu is held.
-func (c *batcher) startLocked() {
-	if c.sending >= maxInFlight || len(c.queue) == 0 {
+// send makes calls, as one Batch or each alone, and answers each.
+func (c *batcher) send(ctx context.Context, calls []*batch.Call[*distlockv1.BatchCall, *distlockv1.BatchResult]) {
+	if len(calls) == 1 || c.alone.Load() {
+		c.sendAlone(ctx, calls)
 		return
 	}
-	batch := c.takeLocked()
-	c.sending++
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		c.send(batch)
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.sending--
-		c.startLocked()
-	}()
-}
-
-// takeLocked removes the next batch from the queue: calls in order of
-// arrival, within the batch's bounds. c.mu is held.
-func (c *batcher) takeLocked() []*batched {
-	n, size := 0, 0
-	for n < len(c.queue) && n < maxBatch && (n == 0 || size+c.queue[n].size <= maxBatchBytes) {
-		size += c.queue[n].size
-		n++
+	req := &distlockv1.BatchRequest{Calls: make([]*distlockv1.BatchCall, len(calls))}
+	for i, t := range calls {
+		req.Calls[i] = t.Arg
 	}
-	batch := slices.Clone(c.queue[:n])
-	c.queue = slices.Delete(c.queue, 0, n)
-	return batch
-}
-
-// send makes batch's calls and answers each.
-func (c *batcher) send(batch []*batched) {
-	ctx, cancel := context.WithTimeout(c.closing, c.timeout)
-	defer cancel()
-	if len(batch) == 1 || c.alone.Load() {
-		c.sendAlone(ctx, batch)
-		return
-	}
-	calls := make([]*distlockv1.BatchCall, len(batch))
-	for i, t := range batch {
-		calls[i] = t.call
-	}
-	resp, err := c.rpc.Batch(ctx, connect.NewRequest(&distlockv1.BatchRequest{Calls: calls}))
+	resp, err := c.rpc.Batch(ctx, connect.NewRequest(req))
 	if connect.CodeOf(err) == connect.CodeUnimplemented {
 		c.alone.Store(true)
-		c.sendAlone(ctx, batch)
+		c.sendAlone(ctx, calls)
 		return
 	}
-	if err == nil && len(resp.Msg.GetResults()) != len(batch) {
-		err = fmt.Errorf("remotelock: a batch of %d calls answered %d results", len(batch), len(resp.Msg.GetResults()))
+	if err == nil && len(resp.Msg.GetResults()) != len(calls) {
+		err = fmt.Errorf("remotelock: a batch of %d calls answered %d results", len(calls), len(resp.Msg.GetResults()))
 	}
-	for i, t := range batch {
+	for i, t := range calls {
 		if err != nil {
-			t.done <- batchAnswer{err: err}
+			t.Answer(nil, err)
 			continue
 		}
-		t.done <- answerOf(t.call, resp.Msg.GetResults()[i])
+		t.Answer(answerOf(t.Arg, resp.Msg.GetResults()[i]))
 	}
 }
 
-// sendAlone makes each of batch's calls as its own RPC, concurrently.
-func (c *batcher) sendAlone(ctx context.Context, batch []*batched) {
+// sendAlone makes each of calls as its own RPC, concurrently.
+func (c *batcher) sendAlone(ctx context.Context, calls []*batch.Call[*distlockv1.BatchCall, *distlockv1.BatchResult]) {
 	var wg sync.WaitGroup
-	for _, t := range batch {
-		wg.Go(func() {
-			res, err := callAlone(ctx, c.rpc, t.call)
-			t.done <- batchAnswer{res: res, err: err}
-		})
+	for _, t := range calls {
+		wg.Go(func() { t.Answer(callAlone(ctx, c.rpc, t.Arg)) })
 	}
 	wg.Wait()
 }
 
 // answerOf is a batch's result r as the answer to call.
-func answerOf(call *distlockv1.BatchCall, r *distlockv1.BatchResult) batchAnswer {
+func answerOf(call *distlockv1.BatchCall, r *distlockv1.BatchResult) (*distlockv1.BatchResult, error) {
 	if e := r.GetError(); e != nil {
-		return batchAnswer{err: connect.NewWireError(connect.Code(e.GetCode()), errors.New(e.GetMessage()))}
+		return nil, connect.NewWireError(connect.Code(e.GetCode()), errors.New(e.GetMessage()))
 	}
 	var ok bool
 	switch call.GetCall().(type) {
@@ -201,9 +122,9 @@ func answerOf(call *distlockv1.BatchCall, r *distlockv1.BatchResult) batchAnswer
 		ok = r.GetRelease() != nil
 	}
 	if !ok {
-		return batchAnswer{err: fmt.Errorf("remotelock: the service answered a batched call %v with %v", call, r)}
+		return nil, fmt.Errorf("remotelock: the service answered a batched call %v with %v", call, r)
 	}
-	return batchAnswer{res: r}
+	return r, nil
 }
 
 // callAlone makes call as its own RPC, its answer wrapped as a batch's.

@@ -191,7 +191,7 @@ func newBackend(hc *http.Client, conns *connSet, base string, c config) *Backend
 		nextSweep:      1024,
 	}
 	b.closing, b.stop = context.WithCancel(context.Background())
-	b.locks = lockCalls{rpc: b.rpc, batch: newBatcher(b.rpc, c.requestTimeout, b.closing)}
+	b.locks = lockCalls{rpc: b.rpc, batch: newBatcher(b.rpc, c.requestTimeout)}
 	if c.watchLoss {
 		b.watch = newLossWatch(b)
 	}
@@ -217,7 +217,7 @@ func (b *Backend) Close() error {
 	b.closeMu.Unlock()
 	b.stop()
 	b.calls.Wait()
-	b.locks.batch.wait()
+	b.locks.batch.close()
 	if b.watch != nil {
 		b.watch.wait()
 	}
