@@ -22,20 +22,29 @@ import (
 )
 
 // BenchmarkSessions holds sessions through the service (1 000, then
-// 10 000; each with one lock, so as many held locks), over an etcd of its
-// own and over serve's default store (embedded, an etcd in the service's
-// process), kept alive with a KeepAlive each a third of their TTL (30 s)
+// 10 000, or 3 000 for etcd-3; each with one lock, so as many held locks),
+// over an etcd of its
+// own, over serve's default store (embedded, an etcd in the service's
+// process) and through three instances over a 3-member etcd (etcd-3,
+// session i through instance i mod 3), kept alive with a KeepAlive each a third of their TTL (30 s)
 // apart, while a caller of another tenant makes Lock+Release cycles for a
 // window of two KeepAlive rounds. It reports what a session costs the
-// service (its RSS and CPU, read from /proc; over the embedded store, the
-// store's CPU is the service's) and etcd (its CPU, from its metrics), the
+// service (its RSS and CPU, read from /proc, summed over its instances;
+// over the embedded store, the store's CPU is the service's) and etcd (its
+// CPU, from its metrics, summed over its members), the
 // KeepAlive latencies, and the other caller's p50 and p99 with the
 // sessions and without them, just before:
 //
 //	cd cmd/distlock && go test -run '^$' -bench BenchmarkSessions -benchtime 1x -timeout 30m ./internal/server
 func BenchmarkSessions(b *testing.B) {
-	for _, store := range []string{"etcd", "embedded"} {
-		for _, n := range []int{1000, 10000} {
+	for _, store := range []string{"etcd", "embedded", "etcd-3"} {
+		sizes := []int{1000, 10000}
+		if store == "etcd-3" {
+			// Three members and three instances share this machine's two
+			// cores: at 10 000 sessions KeepAlives fall behind their TTL.
+			sizes = []int{1000, 3000}
+		}
+		for _, n := range sizes {
 			b.Run(fmt.Sprintf("%s/sessions=%d", store, n), func(b *testing.B) { benchmarkSessions(b, store, n) })
 		}
 	}
@@ -48,25 +57,56 @@ func benchmarkSessions(b *testing.B, store string, n int) {
 		openers = 32
 		keepers = 256 // so that the benchmark's own pace is not the limit
 	)
-	st := embeddedStore(b)
-	etcdCPUOf := func() time.Duration { return 0 } // the service's, over the embedded store
-	if store == "etcd" {
-		st = remoteStore{"etcd", testserver.EtcdEndpoint(testserver.Etcd(b))}
-		etcdCPUOf = func() time.Duration { return etcdCPU(b, st.addr) }
+	st, instances := embeddedStore(b), 1
+	var members []string // etcd's endpoints; none for the embedded store, whose CPU is the service's
+	switch store {
+	case "etcd":
+		members = []string{testserver.EtcdEndpoint(testserver.Etcd(b))}
+	case "etcd-3":
+		for _, m := range testserver.EtcdCluster(b, 3) {
+			members = append(members, testserver.EtcdEndpoint(m))
+		}
+		instances = 3
 	}
-	svc := startRemoteServiceEnv(b, st)
-	probe := distlock.New(remoteBackendAt(b, svc.addr, remoteOther))
-	b.Cleanup(func() { _ = probe.Close() })
+	if members != nil {
+		st = remoteStore{"etcd", strings.Join(members, ",")}
+	}
+	etcdCPUOf := func() (d time.Duration) {
+		for _, m := range members {
+			d += etcdCPU(b, m)
+		}
+		return d
+	}
 	var protos http.Protocols
 	protos.SetUnencryptedHTTP2(true)
 	hc := &http.Client{Transport: &http.Transport{Protocols: &protos}}
 	b.Cleanup(hc.CloseIdleConnections)
-	api := distlockv1connect.NewLockServiceClient(hc, svc.url, connect.WithInterceptors(bearer(remoteClient)))
+	svcs := make([]*remoteService, instances)
+	apis := make([]distlockv1connect.LockServiceClient, instances)
+	for i := range svcs {
+		svcs[i] = startRemoteServiceEnv(b, st)
+		apis[i] = distlockv1connect.NewLockServiceClient(hc, svcs[i].url, connect.WithInterceptors(bearer(remoteClient)))
+	}
+	// What the instances use together, read from /proc.
+	svcRSS := func() (rss int64) {
+		for _, svc := range svcs {
+			rss += procRSS(b, svc.pid)
+		}
+		return rss
+	}
+	svcCPU := func() (d time.Duration) {
+		for _, svc := range svcs {
+			d += procCPU(b, svc.pid)
+		}
+		return d
+	}
+	probe := distlock.New(remoteBackendAt(b, svcs[0].addr, remoteOther))
+	b.Cleanup(func() { _ = probe.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 
 	idle := probeFor(b, ctx, probe, 5*time.Second)
-	rss0 := procRSS(b, svc.pid)
+	rss0 := svcRSS()
 
 	// Open the sessions, each with a lock.
 	ids := make([]string, n)
@@ -75,6 +115,7 @@ func benchmarkSessions(b *testing.B, store string, n int) {
 	for w := range openers {
 		wg.Go(func() {
 			for i := w; i < n && !b.Failed(); i += openers {
+				api := apis[i%instances]
 				res, err := api.OpenSession(ctx, connect.NewRequest(&distlockv1.OpenSessionRequest{Ttl: durationpb.New(ttl)}))
 				if err != nil {
 					b.Errorf("OpenSession: %v", err)
@@ -115,7 +156,7 @@ func benchmarkSessions(b *testing.B, store string, n int) {
 					case <-time.After(time.Until(at)):
 					}
 					t0 := time.Now()
-					res, err := api.KeepAlive(keep, connect.NewRequest(&distlockv1.KeepAliveRequest{SessionId: ids[i]}))
+					res, err := apis[i%instances].KeepAlive(keep, connect.NewRequest(&distlockv1.KeepAliveRequest{SessionId: ids[i]}))
 					mu.Lock()
 					if err == nil && res.Msg.GetLocks() != 1 {
 						err = fmt.Errorf("%d locks renewed", res.Msg.GetLocks())
@@ -137,12 +178,12 @@ func benchmarkSessions(b *testing.B, store string, n int) {
 	mu.Lock()
 	keepLat = keepLat[:0]
 	mu.Unlock()
-	rss := procRSS(b, svc.pid)
-	cpu0, ecpu0, t0 := procCPU(b, svc.pid), etcdCPUOf(), time.Now()
+	rss := svcRSS()
+	cpu0, ecpu0, t0 := svcCPU(), etcdCPUOf(), time.Now()
 	b.ResetTimer()
 	busy := probeFor(b, ctx, probe, window)
 	b.StopTimer()
-	cpu, ecpu, took := procCPU(b, svc.pid)-cpu0, etcdCPUOf()-ecpu0, time.Since(t0)
+	cpu, ecpu, took := svcCPU()-cpu0, etcdCPUOf()-ecpu0, time.Since(t0)
 	stopKeeping()
 	wg.Wait()
 
@@ -158,12 +199,12 @@ func benchmarkSessions(b *testing.B, store string, n int) {
 	b.ReportMetric(ms(percentile(lat, 0.5)), "keepalive-p50-ms")
 	b.ReportMetric(ms(percentile(lat, 0.99)), "keepalive-p99-ms")
 	b.ReportMetric(cpu.Seconds()/took.Seconds(), "service-cores")
-	if store == "etcd" {
+	if members != nil {
 		b.ReportMetric(ecpu.Seconds()/took.Seconds(), "etcd-cores")
 	}
 	if keeps > 0 {
 		b.ReportMetric(cpu.Seconds()*1e6/float64(keeps), "service-cpu-µs/keepalive")
-		if store == "etcd" {
+		if members != nil {
 			b.ReportMetric(ecpu.Seconds()*1e6/float64(keeps), "etcd-cpu-µs/keepalive")
 		}
 	}
