@@ -153,3 +153,32 @@ func TestBatchTakesTheRatePerCall(t *testing.T) {
 		}
 	})
 }
+
+// A retried batch (its answer never came) is made again call by call, as a
+// retried Acquire is: an acquisition with the same request id gets the
+// same token and fence, and takes nothing more.
+func TestBatchRetried(t *testing.T) {
+	forEachStore(t, func(t *testing.T, st store) {
+		e := newEnv(t, st, server.Limits{})
+		api := e.api(alphaClient)
+		lease := durationpb.New(time.Minute)
+		calls := []*distlockv1.BatchCall{
+			batchAcquire(&distlockv1.AcquireRequest{Key: keyFor(t, "a"), Lease: lease, RequestId: "7d1e1b53-5b1c-4d4e-9f0e-aaaaaaaaaaaa", FirstTry: true}),
+			batchAcquire(&distlockv1.AcquireRequest{Key: keyFor(t, "b"), Lease: lease, RequestId: "7d1e1b53-5b1c-4d4e-9f0e-bbbbbbbbbbbb", FirstTry: true}),
+		}
+		first := batch(t, api, calls...)
+		for _, c := range calls {
+			c.GetAcquire().FirstTry = false // a retry of a call whose answer never came
+		}
+		again := batch(t, api, calls...)
+		for i := range calls {
+			f, a := first[i].GetAcquire(), again[i].GetAcquire()
+			if f.GetToken() == "" || a.GetToken() != f.GetToken() || a.GetFence() != f.GetFence() {
+				t.Errorf("call %d: first %v, retried %v; want the same grant", i, first[i], again[i])
+			}
+		}
+		if got := list(t, api, keyFor(t, "")); len(got) != 2 {
+			t.Errorf("held after the retry: %v, want the two keys once each", got)
+		}
+	})
+}
