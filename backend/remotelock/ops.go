@@ -152,10 +152,11 @@ func (b *Backend) acquireWait(ctx context.Context, k calls, req driver.AcquireRe
 // short calls are being batched: the try joins a batch, and a free key is
 // then granted for a share of a request, where a wait is a request of its
 // own. A held key costs the try, and the wait goes on (done false); so does
-// a refusal for the tenant's rate, which the wait's loop handles.
+// a refusal for the tenant's rate, which the wait's loop handles. A key that
+// a try found held within the last second is not tried (contendedKeys).
 func (b *Backend) tryWhileBusy(c *call, k calls, req driver.AcquireRequest) (g driver.Grant, done bool, err error) {
 	l, ok := k.(lockCalls)
-	if !ok || !l.batch.busy() {
+	if !ok || !l.batch.busy() || b.contended.recent(req.Key, time.Now()) {
 		return driver.Grant{}, false, nil
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, b.requestTimeout)
@@ -167,7 +168,10 @@ func (b *Backend) tryWhileBusy(c *call, k calls, req driver.AcquireRequest) (g d
 		g = b.keep(k, req, resp, sent)
 		g.Sent, g.TTL = sent, given(req.TTL, resp.GetLease())
 		return g, true, nil
-	case code == connect.CodeAborted || code == connect.CodeResourceExhausted:
+	case code == connect.CodeAborted:
+		b.contended.mark(req.Key, time.Now())
+		return driver.Grant{}, false, nil
+	case code == connect.CodeResourceExhausted:
 		return driver.Grant{}, false, nil
 	case !definite(err):
 		// No answer: the core releases the token, as after a wait's call.

@@ -42,7 +42,8 @@ type Backend struct {
 	held      map[lockID]*holding // by key and core token
 	nextSweep int                 // len(held) at which to drop long-expired entries
 
-	watch *lossWatch // nil without WithLossWatch
+	watch     *lossWatch    // nil without WithLossWatch
+	contended contendedKeys // keys a try found held lately
 }
 
 var (
