@@ -17,11 +17,9 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
 	"github.com/distlock/distlock"
-	"github.com/distlock/distlock/backend/etcdlock"
 	"github.com/distlock/distlock/backend/redislock"
 	"github.com/distlock/distlock/cmd/distlock/internal/auth"
 	"github.com/distlock/distlock/cmd/distlock/internal/server"
@@ -67,23 +65,15 @@ const tokenFile = alphaClient + " alpha client\n" +
 // store is a running store server that tests open clients on.
 type store struct {
 	name string
-	open func(t *testing.T) *distlock.Client
+	open func(t *testing.T, opts ...distlock.ClientOption) *distlock.Client
 }
 
 // stores starts a real etcd and a real redis-server for t.
 func stores(t *testing.T) []store {
-	etcd := testserver.Etcd(t)
+	etcd, _ := etcdStore(t)
 	rds := testserver.Redis(t)
 	return []store{
-		{"etcd", func(t *testing.T) *distlock.Client {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			b, err := etcdlock.Dial(ctx, clientv3.Config{Endpoints: []string{testserver.EtcdEndpoint(etcd)}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return distlock.New(b)
-		}},
+		etcd,
 		redisStore(t, rds.Addr()),
 	}
 }
@@ -91,14 +81,14 @@ func stores(t *testing.T) []store {
 // redisStore is a store over the redis-server at addr, through the client
 // serve builds (redislock.Open, rueidis).
 func redisStore(t testing.TB, addr string) store {
-	return store{"redis", func(t *testing.T) *distlock.Client {
+	return store{"redis", func(t *testing.T, opts ...distlock.ClientOption) *distlock.Client {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		b, err := redislock.Open(ctx, "redis://"+addr)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return distlock.New(b)
+		return distlock.New(b, opts...)
 	}}
 }
 

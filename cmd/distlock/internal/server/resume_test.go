@@ -3,7 +3,9 @@ package server_test
 import (
 	"context"
 	"math"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/distlock/distlock/backend/remotelock"
 	"github.com/distlock/distlock/cmd/distlock/internal/server"
 	distlockv1 "github.com/distlock/distlock/gen/distlock/v1"
+	"github.com/distlock/distlock/observe"
 )
 
 // TestWaiterKeepsItsPlaceAcrossCalls: a wait longer than one Acquire call
@@ -285,5 +288,53 @@ func TestParkedWaitBoundsItsCalls(t *testing.T) {
 	}
 	if _, err := api.Release(ctx, connect.NewRequest(&distlockv1.ReleaseRequest{Key: "bounded", Token: res.Msg.GetToken()})); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// attempts counts the store's acquisition attempts on keys ending in
+// suffix, from the service's client.
+type attempts struct {
+	suffix string
+	n      atomic.Int64
+}
+
+func (a *attempts) AcquireStarted(ctx context.Context, _ observe.Event) context.Context { return ctx }
+
+func (a *attempts) Observe(_ context.Context, e observe.Event) {
+	if e.Kind == observe.StoreCall && e.Op == "acquire" && strings.HasSuffix(e.Key, a.suffix) {
+		a.n.Add(1)
+	}
+}
+
+// TestEndingAKeptPlaceTriesNothing: a call without a wait that ends a kept
+// place still queued behind the key's holder (a client giving up its wait)
+// answers Aborted without an attempt on the store. Behind a deep queue a
+// client that gives up thousands of waits at once would otherwise put as
+// many attempts on the key ahead of its holder's release; over etcd they
+// go one per transaction.
+func TestEndingAKeptPlaceTriesNothing(t *testing.T) {
+	for _, st := range stores(t) {
+		t.Run(st.name, func(t *testing.T) {
+			counted := &attempts{suffix: "/given-up"}
+			e := newEnvClient(t, st.open(t, distlock.WithObserver(counted)), server.Limits{})
+			api := e.api(alphaClient)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			held, err := api.Acquire(ctx, connect.NewRequest(&distlockv1.AcquireRequest{Key: "given-up"}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = api.Acquire(ctx, parkedCall("given-up", "request-id-000010", 100*time.Millisecond, true, true))
+			wantCode(t, "the parked call", err, connect.CodeAborted)
+			before := counted.n.Load()
+			_, err = api.Acquire(ctx, parkedCall("given-up", "request-id-000010", 0, false, false))
+			wantCode(t, "the call that gives the place up", err, connect.CodeAborted)
+			if n := counted.n.Load() - before; n != 0 {
+				t.Errorf("ending a place queued behind the holder made %d attempts on the store, want none", n)
+			}
+			if _, err := api.Release(ctx, connect.NewRequest(&distlockv1.ReleaseRequest{Key: "given-up", Token: held.Msg.GetToken()})); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

@@ -27,14 +27,14 @@ import (
 func etcdStore(t testing.TB) (store, string) {
 	etcd := testserver.Etcd(t)
 	ep := testserver.EtcdEndpoint(etcd)
-	return store{"etcd", func(t *testing.T) *distlock.Client {
+	return store{"etcd", func(t *testing.T, opts ...distlock.ClientOption) *distlock.Client {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		b, err := etcdlock.Dial(ctx, clientv3.Config{Endpoints: []string{ep}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return distlock.New(b)
+		return distlock.New(b, opts...)
 	}}, ep
 }
 
