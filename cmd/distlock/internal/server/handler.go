@@ -100,8 +100,14 @@ func (h *service) Acquire(ctx context.Context, req *connect.Request[distlockv1.A
 			if w != nil {
 				return s.awaitParked(ctx, tenant, a, sk, token, w)
 			}
-		} else if g, stamped, ok := s.parking.end(token); ok {
+		} else if g, stamped, ok, queued := s.parking.end(token); ok {
 			return s.grantedOnce(ctx, tenant, a, sk, stamped, g)
+		} else if queued {
+			// The place waited behind the key's holder: the key is held,
+			// and an attempt would only load the store, where a client
+			// giving up thousands of waits would queue as many ahead of
+			// the holder's release.
+			return s.answerAcquire(ctx, tenant, a, sk, nil, distlock.TokenGrant{}, distlock.ErrNotAcquired)
 		}
 	}
 	if retry && a.wait > 0 {

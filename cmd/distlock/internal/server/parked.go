@@ -186,20 +186,21 @@ func (p *parking) expire(token string, w *parkedWait) {
 
 // end ends the wait parked for token, for a call that gives it up (one with
 // no wait). If the wait got its grant, end returns it (ok), for that call to
-// answer. A wait that calls still wait on ends when the last one leaves:
-// a caller that gave up its call and at once its wait may be heard first on
-// the second.
-func (p *parking) end(token string) (g distlock.TokenGrant, labels map[string]string, ok bool) {
+// answer. queued says that the wait was still in the key's queue, behind
+// its holder: the key was held as it ended. A wait that calls still wait on
+// ends when the last one leaves: a caller that gave up its call and at once
+// its wait may be heard first on the second.
+func (p *parking) end(token string) (g distlock.TokenGrant, labels map[string]string, ok, queued bool) {
 	p.mu.Lock()
 	w := p.waits[token]
 	if w == nil {
 		p.mu.Unlock()
-		return g, nil, false
+		return g, nil, false, false
 	}
 	if w.calls > 0 {
 		w.unwanted = true
 		p.mu.Unlock()
-		return g, nil, false
+		return g, nil, false, false
 	}
 	if w.idle != nil {
 		w.idle.Stop()
@@ -207,12 +208,13 @@ func (p *parking) end(token string) (g distlock.TokenGrant, labels map[string]st
 	p.removeLocked(token, w)
 	granted := w.finished && w.err == nil
 	w.taken = granted
+	queued = !w.finished
 	p.mu.Unlock()
 	w.cancel() // a wait still in the store releases a late grant itself
 	if granted {
-		return w.g, w.labels, true
+		return w.g, w.labels, true, false
 	}
-	return g, nil, false
+	return g, nil, false, queued
 }
 
 // close ends every parked wait, releases the grants nobody took, and waits
