@@ -179,3 +179,50 @@ func TestRemoteBatchedCallCancelled(t *testing.T) {
 		}
 	})
 }
+
+// A hold's renewal and release never wait behind acquisition attempts:
+// with the backend's four requests of attempts held up in the service and
+// more attempts queued, a renewal and a release of a held key are answered.
+func TestRemoteBatchedHoldsPassAttempts(t *testing.T) {
+	forEachStore(t, func(t *testing.T, st store) {
+		e := newEnv(t, st, server.Limits{})
+		hold := make(chan struct{})
+		var acquires atomic.Int64
+		slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == distlockv1connect.LockServiceAcquireProcedure && acquires.Add(1) > 1 {
+				<-hold // the first acquisition is the held key's
+			}
+			e.srv.Handler().ServeHTTP(w, r)
+		}))
+		defer slow.Close()
+		defer close(hold)
+		b, err := remotelock.New(&http.Client{Transport: &http.Transport{}}, slow.URL, remotelock.WithToken(alphaClient))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		key, token := keyFor(t, "held"), "token-of-the-held-key"
+		if _, err := b.Acquire(remoteCtx(t), driver.AcquireRequest{Key: key, Token: token, TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		attempts, cancelAttempts := context.WithCancel(context.Background())
+		defer cancelAttempts()
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		defer cancelAttempts()
+		for i := range 6 {
+			wg.Go(func() {
+				_, _ = b.Acquire(attempts, driver.AcquireRequest{Key: keyFor(t, fmt.Sprint(i)), Token: fmt.Sprintf("token-of-attempt-%04d", i), TTL: time.Minute})
+			})
+		}
+		eventually(t, 5*time.Second, "four attempts held up", func() bool { return acquires.Load() == 5 })
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := b.Renew(ctx, key, token, time.Minute); err != nil {
+			t.Errorf("a renewal behind held-up attempts: %v", err)
+		}
+		if err := b.Release(ctx, key, token); err != nil {
+			t.Errorf("a release behind held-up attempts: %v", err)
+		}
+	})
+}
