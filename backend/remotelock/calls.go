@@ -30,10 +30,27 @@ type calls interface {
 }
 
 // lockCalls are a lock's calls. Those that do not wait go through the
-// backend's batcher.
+// backend's batchers: acquisitions through one, renewals and releases
+// through another, so that a hold's renewal or release never waits behind
+// acquisition attempts (a client that gives up thousands of waits at once
+// makes as many).
 type lockCalls struct {
 	rpc   distlockv1connect.LockServiceClient
-	batch *batcher
+	tries *batcher // acquisitions without a wait
+	holds *batcher // renewals and releases
+}
+
+func newLockCalls(rpc distlockv1connect.LockServiceClient, timeout time.Duration) lockCalls {
+	return lockCalls{rpc: rpc, tries: newBatcher(rpc, timeout), holds: newBatcher(rpc, timeout)}
+}
+
+// busy reports whether the short calls are being batched.
+func (l lockCalls) busy() bool { return l.tries.busy() || l.holds.busy() }
+
+// close ends the calls in flight and waits for them.
+func (l lockCalls) close() {
+	l.tries.close()
+	l.holds.close()
 }
 
 func (lockCalls) id(req driver.AcquireRequest) lockID { return lockID{req.Key, req.Token} }
@@ -41,7 +58,7 @@ func (lockCalls) id(req driver.AcquireRequest) lockID { return lockID{req.Key, r
 func (l lockCalls) acquire(ctx context.Context, req driver.AcquireRequest, wait time.Duration, firstTry, resumes bool) (*distlockv1.AcquireResponse, error) {
 	m := acquireMsg(req, wait, firstTry)
 	if wait <= 0 {
-		res, err := l.batch.do(ctx, &distlockv1.BatchCall{Call: &distlockv1.BatchCall_Acquire{Acquire: m}})
+		res, err := l.tries.do(ctx, &distlockv1.BatchCall{Call: &distlockv1.BatchCall_Acquire{Acquire: m}})
 		return res.GetAcquire(), err
 	}
 	m.Resumes = resumes
@@ -53,12 +70,12 @@ func (l lockCalls) acquire(ctx context.Context, req driver.AcquireRequest, wait 
 }
 
 func (l lockCalls) renew(ctx context.Context, key, server string, lease time.Duration) (*distlockv1.RenewResponse, error) {
-	res, err := l.batch.do(ctx, &distlockv1.BatchCall{Call: &distlockv1.BatchCall_Renew{Renew: &distlockv1.RenewRequest{Key: key, Token: server, Lease: durationpb.New(lease)}}})
+	res, err := l.holds.do(ctx, &distlockv1.BatchCall{Call: &distlockv1.BatchCall_Renew{Renew: &distlockv1.RenewRequest{Key: key, Token: server, Lease: durationpb.New(lease)}}})
 	return res.GetRenew(), err
 }
 
 func (l lockCalls) release(ctx context.Context, key, server string) error {
-	_, err := l.batch.do(ctx, &distlockv1.BatchCall{Call: &distlockv1.BatchCall_Release{Release: &distlockv1.ReleaseRequest{Key: key, Token: server}}})
+	_, err := l.holds.do(ctx, &distlockv1.BatchCall{Call: &distlockv1.BatchCall_Release{Release: &distlockv1.ReleaseRequest{Key: key, Token: server}}})
 	return err
 }
 

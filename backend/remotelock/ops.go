@@ -156,7 +156,7 @@ func (b *Backend) acquireWait(ctx context.Context, k calls, req driver.AcquireRe
 // a try found held within the last second is not tried (contendedKeys).
 func (b *Backend) tryWhileBusy(c *call, k calls, req driver.AcquireRequest) (g driver.Grant, done bool, err error) {
 	l, ok := k.(lockCalls)
-	if !ok || !l.batch.busy() || b.contended.recent(req.Key, time.Now()) {
+	if !ok || !l.busy() || b.contended.recent(req.Key, time.Now()) {
 		return driver.Grant{}, false, nil
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, b.requestTimeout)

@@ -192,7 +192,7 @@ func newBackend(hc *http.Client, conns *connSet, base string, c config) *Backend
 		nextSweep:      1024,
 	}
 	b.closing, b.stop = context.WithCancel(context.Background())
-	b.locks = lockCalls{rpc: b.rpc, batch: newBatcher(b.rpc, c.requestTimeout)}
+	b.locks = newLockCalls(b.rpc, c.requestTimeout)
 	if c.watchLoss {
 		b.watch = newLossWatch(b)
 	}
@@ -218,7 +218,7 @@ func (b *Backend) Close() error {
 	b.closeMu.Unlock()
 	b.stop()
 	b.calls.Wait()
-	b.locks.batch.close()
+	b.locks.close()
 	if b.watch != nil {
 		b.watch.wait()
 	}
