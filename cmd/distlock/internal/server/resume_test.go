@@ -332,6 +332,24 @@ func TestEndingAKeptPlaceTriesNothing(t *testing.T) {
 			if n := counted.n.Load() - before; n != 0 {
 				t.Errorf("ending a place queued behind the holder made %d attempts on the store, want none", n)
 			}
+
+			// The same while a call still waits on the place: the client
+			// gave up its wait before the service heard its call end.
+			waiting := make(chan error, 1)
+			go func() {
+				_, err := api.Acquire(ctx, parkedCall("given-up", "request-id-000011", 2*time.Second, true, true))
+				waiting <- err
+			}()
+			eventually(t, 5*time.Second, "a wait in the store", func() bool {
+				return gauge(t, e, "distlock_server_waiting") == 1
+			})
+			before = counted.n.Load()
+			_, err = api.Acquire(ctx, parkedCall("given-up", "request-id-000011", 0, false, false))
+			wantCode(t, "the call that gives up a place a call waits on", err, connect.CodeAborted)
+			if n := counted.n.Load() - before; n != 0 {
+				t.Errorf("ending a place a call waits on made %d attempts on the store, want none", n)
+			}
+			wantCode(t, "the call that waited", <-waiting, connect.CodeAborted)
 			if _, err := api.Release(ctx, connect.NewRequest(&distlockv1.ReleaseRequest{Key: "given-up", Token: held.Msg.GetToken()})); err != nil {
 				t.Fatal(err)
 			}
