@@ -199,8 +199,9 @@ func (p *parking) end(token string) (g distlock.TokenGrant, labels map[string]st
 	}
 	if w.calls > 0 {
 		w.unwanted = true
+		queued = !w.finished
 		p.mu.Unlock()
-		return g, nil, false, false
+		return g, nil, false, queued
 	}
 	if w.idle != nil {
 		w.idle.Stop()
