@@ -63,14 +63,17 @@
 // backend repeats the request without a wait and releases what it returns.
 //
 // Calls that do not wait (an acquisition without a wait, Renew, Release)
-// are sent alone while fewer than four such requests are in flight; past
-// that, concurrent callers' calls go together in the service's Batch (up
-// to 64 in one request), sent as soon as a request returns, and each call
-// gets its own answer. Under load this spares most of a request's cost to
+// are sent alone while fewer than four such requests of their kind are in
+// flight (acquisitions are one kind, renewals and releases the other, so
+// that a hold's renewal never waits behind attempts); past that,
+// concurrent callers' calls go together in the service's Batch (up to 64
+// in one request), sent as soon as a request returns, and each call gets
+// its own answer. Under load this spares most of a request's cost to
 // both sides (over Redis at 64 callers, 1.3 to 2.4 times the Lock+Release
 // rate of one call per request, in four runs); a lone caller waits for
 // nothing. While calls are being batched, a waiting Lock first tries once
-// in a batch, and waits in a call of its own only if the key is held. A
+// in a batch, and waits in a call of its own only if the key is held (a
+// key a try found held in the last second is not tried). A
 // service older than Batch answers it Unimplemented, and the backend sends
 // every call alone from then on.
 //
