@@ -25,14 +25,19 @@ import (
 	"github.com/distlock/distlock/cmd/distlock/internal/server"
 	distlockv1 "github.com/distlock/distlock/gen/distlock/v1"
 	"github.com/distlock/distlock/gen/distlock/v1/distlockv1connect"
+	"github.com/distlock/distlock/internal/childproc"
 	"github.com/distlock/distlock/internal/testserver"
 )
 
-// TestMain checks for leaks. A service process over the embedded etcd
+// TestMain runs a client process of BenchmarkRemoteProcesses when asked
+// to, and otherwise the tests, checking for leaks. A service process over the embedded etcd
 // leaves goroutines of etcd's own lock service, which the benchmarks call:
 // each Lock keeps its lease alive on the server's in-process client, which
 // etcd never closes. Only such a process ignores them.
 func TestMain(m *testing.M) {
+	if code, child := childproc.Main(procEnv, procJob.run); child {
+		os.Exit(code)
+	}
 	var etcds []goleak.Option
 	if strings.HasPrefix(os.Getenv(remoteServeEnv), "embedded ") {
 		etcds = append(etcds,
