@@ -334,7 +334,11 @@ func TestEndingAKeptPlaceTriesNothing(t *testing.T) {
 			}
 
 			// The same while a call still waits on the place: the client
-			// gave up its wait before the service heard its call end.
+			// gave up its wait before the service heard its call end. The
+			// ended place's wait leaves the store first.
+			eventually(t, 5*time.Second, "the ended place's wait gone", func() bool {
+				return gauge(t, e, "distlock_server_waiting") == 0
+			})
 			waiting := make(chan error, 1)
 			go func() {
 				_, err := api.Acquire(ctx, parkedCall("given-up", "request-id-000011", 2*time.Second, true, true))
