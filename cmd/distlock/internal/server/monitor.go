@@ -328,6 +328,12 @@ func (s *Server) acquireToken(ctx context.Context, sk, token string, opts ...dis
 		return g, labels, err
 	}
 	if old := m.held[sk]; old != nil {
+		if old.info.Fence == g.Fence && old.token == "" {
+			// A read after the store's notice of this very grant came
+			// first: the hold is this token's, which an earlier hold's
+			// release must not end (releaseToken).
+			old.token = token
+		}
 		if old.info.Fence >= g.Fence {
 			return g, labels, err
 		}
