@@ -12,6 +12,7 @@ import (
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/remotelock"
 	"github.com/distlock/distlock/internal/childproc"
+	"github.com/distlock/distlock/internal/testserver"
 )
 
 // procEnv carries a client process's job (JSON) when the test binary runs
@@ -120,8 +121,7 @@ func BenchmarkRemoteProcesses(b *testing.B) {
 		round  = 2 * time.Second
 		rounds = 3
 	)
-	stores := remoteStores(b)
-	for _, st := range append(stores[1:], embeddedStore(b)) { // Redis, and serve's default
+	for _, st := range []remoteStore{{"redis", testserver.Redis(b).Addr()}, embeddedStore(b)} {
 		b.Run(st.name, func(b *testing.B) {
 			svc := startRemoteService(b, st)
 			paths := []procJob{{Path: "direct", Store: st.name, Addr: st.addr}, {Path: "remote", URL: svc.url}}
