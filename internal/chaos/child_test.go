@@ -142,23 +142,23 @@ func (j *job) hold(ctx context.Context, rec *Recorder, hc *http.Client, db *sql.
 			rec.Record(Event{Kind: LossNoticed, Key: key, Nonce: nonce, Reason: err.Error()})
 		}
 	}()
-	for range j.Writes {
+	for write := range j.Writes {
 		if l.Err() != nil || ctx.Err() != nil {
 			break // a careful holder checks before every write
 		}
 		if j.Failpoint == failpointWrite {
 			j.stall()
 		}
-		if !j.memEnter(ctx, hc, key, fc, nonce) {
+		if !j.memEnter(ctx, hc, key, fc, nonce, write) {
 			// Refused, or a reply that never came (the run ended while the
 			// request was on its way): the resource may have let the holder
 			// in, so it leaves, or the resource counts it inside for ever
 			// and the next holder as an overlap.
-			j.memExit(ctx, hc, key, nonce)
+			j.memExit(ctx, hc, key, nonce, write)
 			break
 		}
 		time.Sleep(j.Work) // the work inside the critical section
-		j.memExit(ctx, hc, key, nonce)
+		j.memExit(ctx, hc, key, nonce, write)
 	}
 	if l.Err() == nil && ctx.Err() == nil {
 		j.pgWrite(ctx, rec, db, key, fc, nonce)
@@ -174,19 +174,24 @@ func (j *job) hold(ctx context.Context, rec *Recorder, hc *http.Client, db *sql.
 	}
 }
 
-func (j *job) memEnter(ctx context.Context, hc *http.Client, key string, fc uint64, nonce string) bool {
-	q := url.Values{"key": {key}, "fence": {strconv.FormatUint(fc, 10)}, "nonce": {nonce}, "pid": {strconv.Itoa(os.Getpid())}}
+// memEnter enters the resource for the acquisition's write number write.
+func (j *job) memEnter(ctx context.Context, hc *http.Client, key string, fc uint64, nonce string, write int) bool {
+	q := url.Values{"key": {key}, "fence": {strconv.FormatUint(fc, 10)}, "nonce": {nonce}, "pid": {strconv.Itoa(os.Getpid())},
+		"write": {strconv.Itoa(write)}}
 	return j.post(ctx, hc, "/enter", q)
 }
 
-// memExit leaves the resource; leaving when not inside changes nothing. It
-// tries until the resource answers, for up to 10 s: an exit lost to a
-// loaded machine's client timeout would leave the holder inside for ever,
-// and the next holder counted as an overlap.
-func (j *job) memExit(ctx context.Context, hc *http.Client, key, nonce string) {
+// memExit leaves the resource after write number write; leaving when not
+// inside changes nothing, and an enter of that write that arrives later
+// (one given up on, overtaken by its exit) is refused. It tries until the
+// resource answers, for up to 10 s: an exit lost to a loaded machine's
+// client timeout would leave the holder inside for ever, and the next
+// holder counted as an overlap.
+func (j *job) memExit(ctx context.Context, hc *http.Client, key, nonce string, write int) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	for !j.post(ctx, hc, "/exit", url.Values{"key": {key}, "nonce": {nonce}}) && ctx.Err() == nil {
+	q := url.Values{"key": {key}, "nonce": {nonce}, "write": {strconv.Itoa(write)}}
+	for !j.post(ctx, hc, "/exit", q) && ctx.Err() == nil {
 		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -5,8 +5,10 @@ package chaos
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 	"testing"
@@ -27,6 +29,10 @@ type memResource struct {
 	seq    int64
 	top    map[string]topFence
 	inside map[string]map[string]int // key -> nonce -> pid
+	// left is the number of the last write each acquisition (nonce) left
+	// after: an enter of that write or an earlier one, arriving after its
+	// exit (given up on, and overtaken), is refused.
+	left map[string]int
 }
 
 type topFence struct {
@@ -39,7 +45,7 @@ func startMemResource(t *testing.T, rec *Recorder) *memResource {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &memResource{rec: rec, ln: ln, top: map[string]topFence{}, inside: map[string]map[string]int{}}
+	m := &memResource{rec: rec, ln: ln, top: map[string]topFence{}, inside: map[string]map[string]int{}, left: map[string]int{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /enter", m.enter)
 	mux.HandleFunc("POST /exit", m.exit)
@@ -66,12 +72,17 @@ func (m *memResource) enter(w http.ResponseWriter, r *http.Request) {
 	key, nonce := r.FormValue("key"), r.FormValue("nonce")
 	fc, err1 := strconv.ParseUint(r.FormValue("fence"), 10, 64)
 	pid, err2 := strconv.Atoi(r.FormValue("pid"))
-	if err := errors.Join(err1, err2); err != nil {
+	write, err3 := strconv.Atoi(r.FormValue("write"))
+	if err := errors.Join(err1, err2, err3); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if last, ok := m.left[nonce]; ok && write <= last {
+		http.Error(w, "this write has left already", http.StatusGone)
+		return
+	}
 	m.seq++
 	e := Event{Seq: m.seq, Key: key, Nonce: nonce, Fence: fc, Resource: "mem"}
 	top, seen := m.top[key]
@@ -90,10 +101,18 @@ func (m *memResource) enter(w http.ResponseWriter, r *http.Request) {
 	m.rec.Record(e)
 }
 
-func (m *memResource) exit(_ http.ResponseWriter, r *http.Request) {
+func (m *memResource) exit(w http.ResponseWriter, r *http.Request) {
 	key, nonce := r.FormValue("key"), r.FormValue("nonce")
+	write, err := strconv.Atoi(r.FormValue("write"))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if last, ok := m.left[nonce]; !ok || write > last {
+		m.left[nonce] = write
+	}
 	if _, ok := m.inside[key][nonce]; !ok {
 		return
 	}
@@ -112,4 +131,35 @@ func (m *memResource) occupant() int {
 		}
 	}
 	return 0
+}
+
+// An enter overtaken by its own exit (a holder that gave up on the enter's
+// answer, as a run's end or a client timeout makes it) is refused when it
+// arrives, and leaves nobody inside; the next write of the same
+// acquisition enters.
+func TestMemResourceEnterAfterItsExit(t *testing.T) {
+	m := startMemResource(t, NewRecorder(io.Discard, 0))
+	post := func(path string, q url.Values) int {
+		t.Helper()
+		resp, err := http.Post("http://"+m.addr()+path+"?"+q.Encode(), "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	enter := url.Values{"key": {"k"}, "fence": {"1"}, "nonce": {"n"}, "pid": {"7"}, "write": {"0"}}
+	if code := post("/exit", url.Values{"key": {"k"}, "nonce": {"n"}, "write": {"0"}}); code != http.StatusOK {
+		t.Fatalf("exit: %d", code)
+	}
+	if code := post("/enter", enter); code != http.StatusGone {
+		t.Errorf("an enter after its exit: %d, want %d", code, http.StatusGone)
+	}
+	if pid := m.occupant(); pid != 0 {
+		t.Errorf("process %d inside after an enter overtaken by its exit", pid)
+	}
+	enter.Set("write", "1")
+	if code := post("/enter", enter); code != http.StatusOK || m.occupant() != 7 {
+		t.Errorf("the next write's enter: %d, occupant %d; want 200 and 7", code, m.occupant())
+	}
 }
