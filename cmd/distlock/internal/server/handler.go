@@ -223,7 +223,7 @@ func (s *Server) grantedOnce(ctx context.Context, tenant string, a acquireArgs, 
 	if a.requestID == "" || s.maxHold(sk) <= 0 {
 		return s.granted(tenant, a, labels, g), nil
 	}
-	info, err := s.client.Inspect(ctx, sk)
+	info, err := s.store.of(sk).Inspect(ctx, sk)
 	if err != nil {
 		return nil, s.storeError(ctx, "acquire", a.key, sk, err)
 	}
@@ -233,12 +233,12 @@ func (s *Server) grantedOnce(ctx context.Context, tenant string, a acquireArgs, 
 	}
 	lease, err := s.capLease(sk, info, g.Lease, time.Now())
 	if err != nil {
-		_ = s.client.ReleaseToken(ctx, sk, g.Token) // the repeat renewed it past its cap
+		_ = s.store.of(sk).ReleaseToken(ctx, sk, g.Token) // the repeat renewed it past its cap
 		return nil, s.storeError(ctx, "acquire", a.key, sk, err)
 	}
 	if lease < g.Lease {
 		sent := time.Now()
-		if err := s.client.RenewToken(ctx, sk, g.Token, lease); err != nil {
+		if err := s.store.of(sk).RenewToken(ctx, sk, g.Token, lease); err != nil {
 			return nil, s.storeError(ctx, "acquire", a.key, sk, err)
 		}
 		g.Lease, g.Sent = lease, sent
@@ -292,7 +292,7 @@ const abandonBudget = 5 * time.Second
 func (s *Server) abandon(ctx context.Context, sk, token string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonBudget)
 	defer cancel()
-	_ = s.client.ReleaseToken(ctx, sk, token) // ErrNotHeld: it was not granted
+	_ = s.store.of(sk).ReleaseToken(ctx, sk, token) // ErrNotHeld: it was not granted
 }
 
 // regrant answers the retry of an Acquire whose request id (label
@@ -303,7 +303,7 @@ func (s *Server) abandon(ctx context.Context, sk, token string) {
 // acquisition then says); with ok, err says that the cap ended the grant,
 // or that another caller holds the key under this request id.
 func (s *Server) regrant(ctx context.Context, a acquireArgs, sk, token, reqLabel string) (_ distlock.TokenGrant, ok bool, _ error) {
-	info, err := s.client.Inspect(ctx, sk)
+	info, err := s.store.of(sk).Inspect(ctx, sk)
 	if err != nil || !info.Held || reqLabel == "" || info.Meta.Labels[labelRequest] != reqLabel {
 		return distlock.TokenGrant{}, false, nil
 	}
@@ -312,7 +312,7 @@ func (s *Server) regrant(ctx context.Context, a acquireArgs, sk, token, reqLabel
 		return distlock.TokenGrant{}, true, s.storeError(ctx, "acquire", a.key, sk, err)
 	}
 	sent := time.Now()
-	if err := s.client.RenewToken(ctx, sk, token, lease); err != nil {
+	if err := s.store.of(sk).RenewToken(ctx, sk, token, lease); err != nil {
 		if errors.Is(err, distlock.ErrNotHeld) && s.stillHeld(ctx, sk, info.Fence) {
 			return distlock.TokenGrant{}, true, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
 				"acquire %q: another caller (owner %q) holds the key under this request_id: a request id makes only its own caller's retry idempotent, so give each caller ids of its own",
@@ -331,7 +331,7 @@ func (s *Server) regrant(ctx context.Context, a acquireArgs, sk, token, reqLabel
 // stillHeld reports whether the grant of sk with fence still holds it, as
 // far as the store can tell.
 func (s *Server) stillHeld(ctx context.Context, sk string, fence uint64) bool {
-	info, err := s.client.Inspect(ctx, sk)
+	info, err := s.store.of(sk).Inspect(ctx, sk)
 	return err == nil && info.Held && info.Fence == fence
 }
 
@@ -370,7 +370,7 @@ func (h *service) Renew(ctx context.Context, req *connect.Request[distlockv1.Ren
 	// The lock's labels give its lease and when it was granted.
 	var fence uint64 // the holder's, if read
 	if lease == 0 || s.maxHold(sk) > 0 {
-		info, err := s.client.Inspect(ctx, sk)
+		info, err := s.store.of(sk).Inspect(ctx, sk)
 		if err != nil {
 			return nil, s.storeError(ctx, "renew", key, sk, err)
 		}
@@ -434,7 +434,7 @@ func (h *service) Inspect(ctx context.Context, req *connect.Request[distlockv1.I
 		return nil, err
 	}
 	sk := storeKey(callOf(ctx).id.Tenant, key)
-	info, err := s.client.Inspect(ctx, sk)
+	info, err := s.store.of(sk).Inspect(ctx, sk)
 	if err != nil {
 		return nil, s.storeError(ctx, "inspect", key, sk, err)
 	}

@@ -59,7 +59,7 @@ func (h *service) List(ctx context.Context, req *connect.Request[distlockv1.List
 	// and the next begins after the last lock of the one before.
 	var infos []distlock.Info
 	for from := after; len(infos) <= size; {
-		page, err := s.client.ListPage(ctx, storePrefix, from, size+1)
+		page, err := s.store.ListPage(ctx, storePrefix, from, size+1)
 		if err != nil {
 			return nil, s.storeError(ctx, "list", prefix, storePrefix, err)
 		}

@@ -168,7 +168,7 @@ func (m *monitor) poll(s *Server) {
 	ctx, cancel := context.WithTimeout(s.stopCtx, monitorTimeout)
 	defer cancel()
 	start := time.Now()
-	infos, err := s.client.List(ctx, tenantsRoot)
+	infos, err := s.store.List(ctx, tenantsRoot)
 	var sharedRows []HeldLock
 	var free []sharedName
 	if err == nil {
@@ -283,7 +283,7 @@ func labelTime(labels map[string]string) time.Time {
 	return t
 }
 
-// acquireToken is s.client.AcquireToken as Acquire makes it, stamped with
+// acquireToken is the store's AcquireToken as Acquire makes it, stamped with
 // labelAcquired (added after opts, so it joins the labels they set) and
 // told to the monitor: the wait, its outcome, and the grant. It returns the
 // labels the lock got.
@@ -303,7 +303,7 @@ func (s *Server) acquireToken(ctx context.Context, sk, token string, opts ...dis
 	if r.Wait != 0 {
 		m.addWaiting(sk, 1)
 	}
-	g, err := s.client.AcquireToken(ctx, sk, token, opts...)
+	g, err := s.store.of(sk).AcquireToken(ctx, sk, token, opts...)
 	end := time.Now()
 
 	m.mu.Lock()
@@ -424,12 +424,12 @@ func (m *monitor) pruneStatsLocked(now time.Time) {
 	}
 }
 
-// renewToken is s.client.RenewToken, told to the monitor: a renewal
+// renewToken is the store's RenewToken, told to the monitor: a renewal
 // refused (the token no longer holds the key) is a loss; one that failed
 // otherwise marks the hold as failing until one succeeds.
 func (s *Server) renewToken(ctx context.Context, sk, token string, lease time.Duration) error {
 	sent := time.Now()
-	err := s.client.RenewToken(ctx, sk, token, lease)
+	err := s.store.of(sk).RenewToken(ctx, sk, token, lease)
 	m := &s.mon
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -467,9 +467,9 @@ func (s *Server) renewRefused(sk string) error {
 	return distlock.ErrNotHeld
 }
 
-// releaseToken is s.client.ReleaseToken, told to the monitor.
+// releaseToken is the store's ReleaseToken, told to the monitor.
 func (s *Server) releaseToken(ctx context.Context, sk, token string) error {
-	err := s.client.ReleaseToken(ctx, sk, token)
+	err := s.store.of(sk).ReleaseToken(ctx, sk, token)
 	if err != nil {
 		return err
 	}
@@ -492,10 +492,10 @@ func (s *Server) releaseToken(ctx context.Context, sk, token string) error {
 	return nil
 }
 
-// forceRelease is s.client.ForceRelease, told to the monitor with its
+// forceRelease is the store's ForceRelease, told to the monitor with its
 // reason and the tenant of the admin who asked (ctx is a call's).
 func (s *Server) forceRelease(ctx context.Context, sk, reason string) (distlock.Info, error) {
-	info, err := s.client.ForceRelease(ctx, sk, reason)
+	info, err := s.store.of(sk).ForceRelease(ctx, sk, reason)
 	if err != nil {
 		return info, err
 	}

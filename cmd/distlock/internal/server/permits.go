@@ -13,7 +13,7 @@ import (
 // semaphore opens a handle on the semaphore sk of permits permits.
 func (s *Server) semaphore(permits int) func(sk string) (holder, error) {
 	return func(sk string) (holder, error) {
-		sem, err := s.client.Semaphore(sk, permits)
+		sem, err := s.store.of(sk).Semaphore(sk, permits)
 		if err != nil {
 			return nil, err
 		}
@@ -72,7 +72,7 @@ func (h *service) SetPermits(ctx context.Context, req *connect.Request[distlockv
 	if n < 1 {
 		return nil, invalid("semaphore %q: permits is %d: want at least 1", name, n)
 	}
-	sem, err := s.client.Semaphore(sk, n)
+	sem, err := s.store.of(sk).Semaphore(sk, n)
 	if err == nil {
 		defer sem.Close()
 		err = sem.SetPermits(ctx, n)
@@ -92,7 +92,7 @@ func (h *service) InspectPermits(ctx context.Context, req *connect.Request[distl
 		return nil, err
 	}
 	var info distlock.SemaphoreInfo
-	sem, err := s.client.Semaphore(sk, 1)
+	sem, err := s.store.of(sk).Semaphore(sk, 1)
 	if err == nil {
 		defer sem.Close()
 		info, err = sem.Inspect(ctx)

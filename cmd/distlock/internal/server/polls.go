@@ -13,14 +13,14 @@ import (
 
 // polls shares one reading of a tenant's namespace among all its Watch
 // streams, whatever their number or prefixes. Where the store tells of
-// changes (distlock.Client.WatchPrefix), each notice is one Inspect of each
+// changes (distlock.Client.WatchPrefix, of every store), each notice is one Inspect of each
 // key it names, at most once per minReadingGap, and an idle namespace costs
 // no read; elsewhere, every
 // Limits.WatchInterval one List of the tenant's keys, sorted once. A poll
 // per stream made the store's and the server's work grow with the streams
 // (20 streams of one tenant at 1 000 keys kept two cores busy).
 type polls struct {
-	client   *distlock.Client
+	store    *stores
 	interval time.Duration
 	stopCtx  context.Context // Shutdown ends every loop
 
@@ -194,7 +194,7 @@ func (p *polls) publish(t *tenantPolls, r pollResult) {
 func (p *polls) loop(ctx context.Context, tenant string, t *tenantPolls) {
 	ns := namespace(tenant)
 	for ctx.Err() == nil {
-		notices, err := p.client.WatchPrefix(ctx, ns)
+		notices, err := p.store.WatchPrefix(ctx, ns)
 		if err != nil {
 			if !p.poll(ctx, ns, t, !errors.Is(err, errors.ErrUnsupported)) {
 				return
@@ -296,7 +296,7 @@ func (p *polls) poll(ctx context.Context, ns string, t *tenantPolls, retry bool)
 // readAll lists every key of ns, sorted.
 func (p *polls) readAll(ctx context.Context, ns string) pollResult {
 	r := pollResult{start: time.Now()}
-	r.infos, r.err = p.client.List(ctx, ns)
+	r.infos, r.err = p.store.List(ctx, ns)
 	slices.SortFunc(r.infos, func(a, b distlock.Info) int { return strings.Compare(a.Key, b.Key) })
 	return r
 }
@@ -305,7 +305,7 @@ func (p *polls) readAll(ctx context.Context, ns string) pollResult {
 func (p *polls) readKeys(ctx context.Context, keys []string) pollResult {
 	r := pollResult{start: time.Now(), keys: slices.Sorted(slices.Values(keys))}
 	for _, k := range r.keys {
-		info, err := p.client.Inspect(ctx, k)
+		info, err := p.store.of(k).Inspect(ctx, k)
 		if err != nil {
 			return pollResult{start: r.start, err: err}
 		}

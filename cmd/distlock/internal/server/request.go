@@ -48,9 +48,9 @@ func (s *Server) askRelease(ctx context.Context, byTenant, tenant, key, reason s
 		return distlock.Info{}, invalid("request release %q: reason is not UTF-8", key)
 	}
 	sk := storeKey(tenant, key)
-	info, err := s.client.RequestRelease(ctx, sk, reason)
+	info, err := s.store.of(sk).RequestRelease(ctx, sk, reason)
 	if errors.Is(err, errors.ErrUnsupported) { // the store cannot tell: this server still can
-		info, err = s.client.Inspect(ctx, sk)
+		info, err = s.store.of(sk).Inspect(ctx, sk)
 		if err == nil && !info.Held {
 			err = distlock.ErrNotHeld
 		}
@@ -227,7 +227,7 @@ func (s *Server) releaseRequested(ctx context.Context, sk string, fence uint64) 
 		return ""
 	}
 	if fence == 0 {
-		info, err := s.client.Inspect(ctx, sk)
+		info, err := s.store.of(sk).Inspect(ctx, sk)
 		if err != nil {
 			return "" // the next renewal asks again
 		}

@@ -13,7 +13,7 @@ import (
 // write's mode.
 func (s *Server) rwLock(write bool) func(sk string) (holder, error) {
 	return func(sk string) (holder, error) {
-		m, err := s.client.RWMutex(sk)
+		m, err := s.store.of(sk).RWMutex(sk)
 		if err != nil {
 			return nil, err
 		}
@@ -81,7 +81,7 @@ func (h *service) InspectRW(ctx context.Context, req *connect.Request[distlockv1
 		return nil, err
 	}
 	var info distlock.RWInfo
-	m, err := s.client.RWMutex(sk)
+	m, err := s.store.of(sk).RWMutex(sk)
 	if err == nil {
 		defer m.Close()
 		info, err = m.Inspect(ctx)
@@ -103,7 +103,7 @@ func (h *service) WithdrawIntent(ctx context.Context, req *connect.Request[distl
 	if err := checkIntent(name, intent); err != nil {
 		return nil, err
 	}
-	m, err := s.client.RWMutex(sk)
+	m, err := s.store.of(sk).RWMutex(sk)
 	if err == nil {
 		defer m.Close()
 		err = m.WithdrawIntent(ctx, intent)

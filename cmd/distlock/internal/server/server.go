@@ -40,6 +40,10 @@ type Config struct {
 	// "tenants/<tenant>/<key>" for locks, "sessions/<tenant>/<handle>" for
 	// sessions, so a policy group's prefix names the tenant too.
 	Client *distlock.Client
+	// Routes send the keys under a prefix to a store of their own; every
+	// other key goes to Client. A key's store must not change while it is
+	// held: a server with other routes would look for it in another store.
+	Routes []Route
 	// Keys maps bearer tokens to tenants and roles. It may be nil only with
 	// InsecureNoAuth.
 	Keys *auth.Keyring
@@ -80,7 +84,7 @@ const readyProbeKey = "probe/readyz"
 
 // Server serves the LockService API. Create it with New.
 type Server struct {
-	client   *distlock.Client
+	store    *stores // the store of each key
 	keys     atomic.Pointer[auth.Keyring]
 	insecure bool
 	limits   Limits
@@ -124,8 +128,12 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	st, err := newStores(cfg.Client, cfg.Routes)
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{
-		client:   cfg.Client,
+		store:    st,
 		insecure: cfg.InsecureNoAuth,
 		limits:   limits,
 		log:      cfg.Logger,
@@ -154,7 +162,7 @@ func New(cfg Config) (*Server, error) {
 	s.stopCtx, s.stop = context.WithCancel(context.Background())
 	s.parking.release = s.releaseParked
 	s.probe = &sharedProbe{run: s.ready, stop: s.stopCtx, log: s.log}
-	s.polls = polls{client: s.client, interval: limits.WatchInterval, stopCtx: s.stopCtx}
+	s.polls = polls{store: s.store, interval: limits.WatchInterval, stopCtx: s.stopCtx}
 	s.handler = s.routes()
 	return s, nil
 }
@@ -312,8 +320,13 @@ func (p *sharedProbe) probe(done chan struct{}) {
 	close(done)
 }
 
-// probeStore is the default readiness probe: one Inspect of a key no one holds.
+// probeStore is the default readiness probe: one Inspect of a key no one
+// holds, in every store.
 func (s *Server) probeStore(ctx context.Context) error {
-	_, err := s.client.Inspect(ctx, readyProbeKey)
-	return err
+	for _, c := range s.store.all() {
+		if _, err := c.Inspect(ctx, readyProbeKey); err != nil {
+			return err
+		}
+	}
+	return nil
 }

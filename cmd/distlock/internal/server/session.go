@@ -44,7 +44,7 @@ func (h *service) OpenSession(ctx context.Context, req *connect.Request[distlock
 	handle := sessionHandle(secret)
 	noteKey(ctx, handle)
 	sk := sessionKey(callOf(ctx).id.Tenant, handle)
-	g, err := s.client.AcquireToken(ctx, sk, secret, distlock.WithLease(ttl),
+	g, err := s.store.of(sk).AcquireToken(ctx, sk, secret, distlock.WithLease(ttl),
 		distlock.WithMetadata(map[string]string{labelTTL: ttl.String(), labelMembers: "1"}))
 	if err != nil {
 		return nil, s.storeError(ctx, "open session", handle, sk, err)
@@ -69,7 +69,7 @@ func (s *Server) renewSession(ctx context.Context, tenant, secret string) (sessi
 	sk := sessionKey(tenant, handle)
 	ss, known := s.sessions.get(sk)
 	if !known {
-		info, err := s.client.Inspect(ctx, sk)
+		info, err := s.store.of(sk).Inspect(ctx, sk)
 		if err != nil {
 			return session{}, s.storeError(ctx, "session", handle, sk, err)
 		}
@@ -83,7 +83,7 @@ func (s *Server) renewSession(ctx context.Context, tenant, secret string) (sessi
 		ss.members = info.Meta.Labels[labelMembers] != ""
 	}
 	ss.sent = time.Now()
-	switch err := s.client.RenewToken(ctx, sk, secret, ss.ttl); {
+	switch err := s.store.of(sk).RenewToken(ctx, sk, secret, ss.ttl); {
 	case errors.Is(err, distlock.ErrNotHeld):
 		s.sessions.forget(sk)
 		return session{}, errNoSession(handle)
@@ -137,9 +137,9 @@ func (c *sessionCache) forget(sk string) {
 func (s *Server) keepMember(ctx context.Context, tenant, secret, key, nonce string, ttl time.Duration, fresh bool) error {
 	mk := memberKey(tenant, sessionHandle(secret), key, nonce)
 	token := memberToken(secret, key, nonce)
-	renew := func() error { return s.client.RenewToken(ctx, mk, token, ttl) }
+	renew := func() error { return s.store.of(mk).RenewToken(ctx, mk, token, ttl) }
 	take := func() error {
-		_, err := s.client.AcquireToken(ctx, mk, token, distlock.WithLease(ttl),
+		_, err := s.store.of(mk).AcquireToken(ctx, mk, token, distlock.WithLease(ttl),
 			distlock.WithMetadata(map[string]string{labelKey: key, labelNonce: nonce}))
 		return err
 	}
@@ -182,7 +182,7 @@ func (s *Server) sessionLocks(ctx context.Context, tenant, secret string, member
 	if members {
 		prefix = membersOf(tenant, handle)
 	}
-	infos, err := s.client.List(ctx, prefix)
+	infos, err := s.store.List(ctx, prefix)
 	if err != nil {
 		return nil, s.storeError(ctx, "session", handle, prefix, err)
 	}
@@ -232,10 +232,10 @@ func (h *service) KeepAlive(ctx context.Context, req *connect.Request[distlockv1
 		if err != nil {
 			continue
 		}
-		switch err := s.client.RenewToken(ctx, sk, l.token, lease); {
+		switch err := s.store.of(sk).RenewToken(ctx, sk, l.token, lease); {
 		case errors.Is(err, distlock.ErrNotHeld):
 			if l.member != "" { // the lock ended: so does its member
-				_ = s.client.ReleaseToken(ctx, l.member, l.memberToken)
+				_ = s.store.of(l.member).ReleaseToken(ctx, l.member, l.memberToken)
 			}
 		case err != nil:
 			return nil, s.storeError(ctx, "keep alive", l.key, sk, err)
@@ -263,7 +263,7 @@ func (s *Server) sessionLease(ctx context.Context, sk string, l sessionLock, ttl
 	info := l.info
 	if l.member != "" {
 		var err error
-		if info, err = s.client.Inspect(ctx, sk); err != nil {
+		if info, err = s.store.of(sk).Inspect(ctx, sk); err != nil {
 			return 0, err
 		}
 	}
@@ -283,7 +283,7 @@ func (h *service) CloseSession(ctx context.Context, req *connect.Request[distloc
 	noteKey(ctx, handle)
 	sk := sessionKey(tenant, handle)
 	s.sessions.forget(sk)
-	info, err := s.client.Inspect(ctx, sk)
+	info, err := s.store.of(sk).Inspect(ctx, sk)
 	if err != nil {
 		return nil, s.storeError(ctx, "close session", handle, sk, err)
 	}
@@ -295,7 +295,7 @@ func (h *service) CloseSession(ctx context.Context, req *connect.Request[distloc
 	}
 	n := 0
 	for lk, l := range locks {
-		switch err := s.client.ReleaseToken(ctx, lk, l.token); {
+		switch err := s.store.of(lk).ReleaseToken(ctx, lk, l.token); {
 		case errors.Is(err, distlock.ErrNotHeld):
 		case err != nil:
 			return nil, s.storeError(ctx, "close session", l.key, lk, err)
@@ -304,10 +304,10 @@ func (h *service) CloseSession(ctx context.Context, req *connect.Request[distloc
 			s.events.publish(tenant, change{typ: distlockv1.Event_TYPE_RELEASED, at: time.Now(), token: l.token, info: distlock.Info{Key: lk}})
 		}
 		if l.member != "" {
-			_ = s.client.ReleaseToken(ctx, l.member, l.memberToken)
+			_ = s.store.of(l.member).ReleaseToken(ctx, l.member, l.memberToken)
 		}
 	}
-	switch err := s.client.ReleaseToken(ctx, sk, secret); {
+	switch err := s.store.of(sk).ReleaseToken(ctx, sk, secret); {
 	case errors.Is(err, distlock.ErrNotHeld) && n == 0:
 		return nil, errNoSession(handle)
 	case err != nil && !errors.Is(err, distlock.ErrNotHeld):

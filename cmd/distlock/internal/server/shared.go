@@ -70,7 +70,7 @@ func (m *monitor) inspectShared(ctx context.Context, s *Server, start time.Time)
 		var held []distlock.Info
 		kind, permits := HoldPermit, 0
 		if n.semaphore {
-			sem, err := s.client.Semaphore(n.sk, 1)
+			sem, err := s.store.of(n.sk).Semaphore(n.sk, 1)
 			if err != nil {
 				continue
 			}
@@ -81,7 +81,7 @@ func (m *monitor) inspectShared(ctx context.Context, s *Server, start time.Time)
 			}
 			held, permits = info.Held, info.Permits
 		} else {
-			rw, err := s.client.RWMutex(n.sk)
+			rw, err := s.store.of(n.sk).RWMutex(n.sk)
 			if err != nil {
 				continue
 			}

@@ -179,7 +179,7 @@ func (s *Server) checkTarget(ctx context.Context, id auth.Identity, method, op, 
 		return nil
 	}
 	sk := storeKey(tenant, key)
-	info, err := s.client.Inspect(ctx, sk)
+	info, err := s.store.of(sk).Inspect(ctx, sk)
 	if err != nil {
 		return s.storeError(ctx, op, key, sk, err)
 	}

@@ -69,7 +69,7 @@ func (s *Server) follow(ctx context.Context, prefix string, live func() error, s
 		}
 		return s.storeError(ctx, "watch", prefix, w.root, err)
 	}
-	infos, err := s.client.List(ctx, w.root)
+	infos, err := s.store.List(ctx, w.root)
 	if err != nil {
 		return failed(err)
 	}
@@ -94,7 +94,7 @@ func (s *Server) follow(ctx context.Context, prefix string, live func() error, s
 			readings, behind := feed.take()
 			if behind { // the readings it missed are older than this one
 				start := time.Now()
-				infos, err := s.client.List(ctx, w.root)
+				infos, err := s.store.List(ctx, w.root)
 				if err != nil {
 					return failed(err)
 				}
