@@ -39,6 +39,7 @@ const reloadEvery = time.Second
 type serveFlags struct {
 	listen          string
 	dataDir         string
+	routes          []string
 	tokens          string
 	insecureNoAuth  bool
 	tlsCert         string
@@ -75,7 +76,11 @@ The store is an embedded single-node etcd in --data-dir (default
 $XDG_STATE_HOME/distlock, else ~/.local/state/distlock), durable across
 restarts, or any store URL given with --backend (or $DISTLOCK_BACKEND):
 several serve processes over one etcd cluster, Redis Cluster or other shared
-store act as one service.
+store act as one service. --route PREFIX=URL keeps the keys under a prefix in
+a store of their own (--route tenants/acme/=etcd://10.0.1.1:2379): past what
+one etcd cluster writes, each tenant or key prefix can have its own. A key's
+store must not change while it is held: give every instance the same routes,
+and change them only with the keys free.
 
 Every call needs a bearer token from --tokens (lines of "<token> <tenant>
 <role>", role viewer, client, tenant-admin or admin). --insecure-no-auth serves every
@@ -129,6 +134,7 @@ the embedded store failed.`,
 	fl := c.Flags()
 	fl.StringVar(&f.listen, "listen", DefaultListen, "address to listen on, HOST:PORT (port 0 picks a free one)")
 	fl.StringVar(&f.dataDir, "data-dir", "", "directory of the embedded etcd store (default $XDG_STATE_HOME/distlock or ~/.local/state/distlock); not with --backend")
+	fl.StringArrayVar(&f.routes, "route", nil, "PREFIX=URL: keep the keys under PREFIX (tenants/<tenant>/..., sessions/<tenant>/...) in the store at URL; repeat for more (the longest matching prefix wins)")
 	fl.StringVar(&f.tokens, "tokens", "", "token file: one \"<token> <tenant> <role>\" a line (required unless --insecure-no-auth)")
 	fl.BoolVar(&f.insecureNoAuth, "insecure-no-auth", false, "serve every call as tenant \"default\", role admin, without tokens (loopback addresses and Host names only)")
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "PEM certificate (chain) to serve TLS with; needs --tls-key")
@@ -386,7 +392,7 @@ func (cfg *serveConfig) run(ctx context.Context) error {
 	}
 
 	sc := server.Config{
-		Client: st.client, Keys: cfg.keys, InsecureNoAuth: cfg.flags.insecureNoAuth,
+		Client: st.client, Routes: st.routes, Keys: cfg.keys, InsecureNoAuth: cfg.flags.insecureNoAuth,
 		Limits: cfg.limits, Logger: cfg.log, Registerer: reg,
 	}
 	if cfg.policy != nil {
