@@ -63,3 +63,45 @@ func BenchmarkScaleOut(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRoutes measures a service that keeps each of two tenants in an
+// etcd of its own (server.Config.Routes, serve --route) against one that
+// keeps both in one etcd: 64 callers with a key each, half of them of each
+// tenant, Lock+Release through one instance (one-store, two-stores), and
+// straight on the first etcd (direct), in alternating rounds. It reports
+// each path's throughput and median, and two-stores/one-store:
+//
+//	cd cmd/distlock && go test -run '^$' -bench BenchmarkRoutes -benchtime 4000x ./internal/server
+func BenchmarkRoutes(b *testing.B) {
+	const callers = 64
+	first := remoteStore{"etcd", testserver.EtcdEndpoint(testserver.Etcd(b))}
+	second := remoteStore{"etcd", testserver.EtcdEndpoint(testserver.Etcd(b))}
+	direct := distlock.New(first.backend(b))
+	b.Cleanup(func() { _ = direct.Close() })
+	oneStore := startRemoteService(b, first)
+	twoStores := startRemoteServiceEnv(b, first, remoteRoutesEnv+"=tenants/"+remoteOtherTenant+"/="+second.name+" "+second.addr)
+	clients := func(svc *remoteService) []*distlock.Client {
+		var cs []*distlock.Client
+		for _, token := range []string{remoteClient, remoteOther} {
+			c := distlock.New(remoteBackendAt(b, svc.addr, token))
+			b.Cleanup(func() { _ = c.Close() })
+			cs = append(cs, c)
+		}
+		return cs
+	}
+	paths := []benchPath{
+		clientPath("direct", direct),
+		clientPath("one-store", clients(oneStore)...),
+		clientPath("two-stores", clients(twoStores)...),
+	}
+	took, ok := remoteRounds(b, paths, "etcd", callers, false, oneStore.pid, twoStores.pid)
+	if !ok {
+		return
+	}
+	puts := etcdMetric(b, second.addr, func(l string) bool { return strings.HasPrefix(l, "etcd_mvcc_put_total ") })
+	if puts < float64(b.N)/4 {
+		b.Errorf("the second etcd made %v puts for %d cycles, about half of them its tenant's: the route was not taken", puts, b.N)
+	}
+	b.ReportMetric(took[1].Seconds()/took[2].Seconds(), "two-stores/one-store")
+	b.ReportMetric(0, "ns/op")
+}

@@ -140,6 +140,9 @@ const (
 	// The most waiters per tenant; unset: the default.
 	remoteWaitersEnv = "DISTLOCK_TEST_REMOTE_WAITERS"
 	remoteTLSEnv     = "DISTLOCK_TEST_REMOTE_TLS" // "cert.pem key.pem": serve HTTPS; unset: h2c
+	// Routes, as "prefix=name addr" separated by ";": the keys under
+	// prefix in the store name at addr.
+	remoteRoutesEnv = "DISTLOCK_TEST_REMOTE_ROUTES"
 	// Where each service process writes its CPU profile (the path, a dot
 	// and its pid: a benchmark may start several), to see where a
 	// benchmark's time goes on the service's side:
@@ -324,8 +327,9 @@ func TestRemoteServiceProcess(t *testing.T) {
 			t.Errorf("close the service's client: %v", err)
 		}
 	}()
+	routes := remoteRoutes(t, os.Getenv(remoteRoutesEnv))
 	warnings := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	srv, err := server.New(server.Config{Client: client, Keys: keys, Limits: limits, Logger: warnings})
+	srv, err := server.New(server.Config{Client: client, Routes: routes, Keys: keys, Limits: limits, Logger: warnings})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +367,28 @@ func TestRemoteServiceProcess(t *testing.T) {
 	}
 }
 
-// backendAt returns a remotelock backend of its own (own connection) to
+// remoteRoutes opens the stores of spec (remoteRoutesEnv's form), closed
+// when t ends.
+func remoteRoutes(t *testing.T, spec string) []server.Route {
+	var routes []server.Route
+	for r := range strings.SplitSeq(spec, ";") {
+		if r == "" {
+			continue
+		}
+		prefix, store, _ := strings.Cut(r, "=")
+		name, addr, _ := strings.Cut(store, " ")
+		b, err := remoteStoreBackend(name, addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := distlock.New(b)
+		t.Cleanup(func() { _ = c.Close() })
+		routes = append(routes, server.Route{Prefix: prefix, Client: c})
+	}
+	return routes
+}
+
+// remoteBackendAt returns a remotelock backend of its own (own connection) to
 // the service at addr, speaking as token; the suite or t closes it.
 func remoteBackendAt(t testing.TB, addr, token string, opts ...remotelock.Option) *remotelock.Backend {
 	t.Helper()
