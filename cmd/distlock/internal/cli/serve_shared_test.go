@@ -122,6 +122,8 @@ func TestServeRouteFlags(t *testing.T) {
 		{[]string{"--route", "=redis://127.0.0.1:1"}, "want PREFIX=URL"},
 		{[]string{"--route", "orders/=redis://127.0.0.1:1"}, "matches no key of the service"},
 		{[]string{"--route", "tenants/a/=redis://127.0.0.1:1", "--route", "tenants/a/=redis://127.0.0.1:2"}, "given twice"},
+		{[]string{"--route", "tenants/acme=redis://127.0.0.1:1"}, "end the tenant with a slash (tenants/acme/)"},
+		{[]string{"--route", "sessions/acme=redis://127.0.0.1:1"}, "end the tenant with a slash"},
 		{[]string{"--route", "tenants/a/=distlock://127.0.0.1:7070"}, "cannot be a distlock:// service"},
 	} {
 		var stdout, stderr strings.Builder

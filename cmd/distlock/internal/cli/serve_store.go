@@ -68,6 +68,13 @@ func (f *serveFlags) storeSpec(cmd *cobra.Command, g *globals) (storeSpec, error
 	return s, err
 }
 
+// spansTenants reports whether prefix ends inside a tenant's name
+// (tenants/acme), so that it matches the keys of acme2 too.
+func spansTenants(prefix string) bool {
+	_, rest, _ := strings.Cut(prefix, "/")
+	return rest != "" && !strings.Contains(rest, "/")
+}
+
 // isService reports whether rawURL names a distlock service.
 func isService(rawURL string) bool {
 	u, err := url.Parse(rawURL)
@@ -87,6 +94,8 @@ func parseRoutes(flags []string) ([]routeSpec, error) {
 			return nil, usage("serve: --route %q: want PREFIX=URL, such as tenants/acme/=etcd://10.0.1.1:2379", driver.Redact(f))
 		case !strings.HasPrefix(prefix, "tenants/") && !strings.HasPrefix(prefix, "sessions/"):
 			return nil, usage("serve: --route %q: the prefix matches no key of the service, which keeps tenant T's key K as tenants/T/K and its sessions under sessions/T/", prefix)
+		case spansTenants(prefix):
+			return nil, usage("serve: --route %q: the prefix would take in every tenant whose name begins so; end the tenant with a slash (%s/)", prefix, prefix)
 		case seen[prefix]:
 			return nil, usage("serve: --route %q is given twice", prefix)
 		case isService(u):
