@@ -145,6 +145,38 @@ func (m *RWMutex) ReleaseToken(ctx context.Context, token string) error {
 	return m.readers.ReleaseToken(ctx, m.name, token)
 }
 
+// Downgrade turns l, a write hold of the lock, into a read hold, with no
+// moment in which another writer could get in: readers may join it at
+// once, while writers wait for it as for any reader. l stays the same Lock
+// (its token, fence, lease, watchdog and loss notice carry on) and is
+// released as before. A read hold is left as it is. It fails with ErrNotHeld
+// if l no longer holds the lock, with ErrInvalidOption if l is not a hold of
+// this lock's name, and with errors.ErrUnsupported if the backend cannot
+// downgrade (driver.RWDowngrader).
+func (m *RWMutex) Downgrade(ctx context.Context, l *Lock) error {
+	if l.Key() != m.name {
+		return keyErr("downgrade", m.name, fmt.Errorf("%w: the hold is of %q", ErrInvalidOption, l.Key()))
+	}
+	if err := l.Err(); err != nil {
+		return keyErr("downgrade", m.name, err)
+	}
+	return m.DowngradeToken(ctx, l.Token())
+}
+
+// DowngradeToken is Downgrade for a write hold taken with AcquireToken:
+// token's hold becomes a read hold, renewed and released with the same
+// token.
+func (m *RWMutex) DowngradeToken(ctx context.Context, token string) error {
+	d, ok := m.rw.(driver.RWDowngrader)
+	if !ok {
+		return keyErr("downgrade", m.name, fmt.Errorf("%s cannot downgrade a hold: %w", m.readers.backendName, errors.ErrUnsupported))
+	}
+	if err := d.DowngradeRW(ctx, m.name, token); err != nil {
+		return keyErr("downgrade", m.name, err)
+	}
+	return nil
+}
+
 // TryLock makes one attempt to take the write hold; refused, it keeps no
 // reader out.
 func (m *RWMutex) TryLock(ctx context.Context, opts ...Option) (*Lock, error) {

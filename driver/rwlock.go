@@ -75,3 +75,16 @@ type RWLocks interface {
 type RWWaiter interface {
 	AcquireRWWait(ctx context.Context, req AcquireRequest, mode Mode) (Grant, error)
 }
+
+// RWDowngrader is implemented by RWLocks backends that turn a writer's hold
+// into a reader's in one step, so that no other writer gets in between (a
+// downgrade, as Curator's read-write lock has it).
+type RWDowngrader interface {
+	// DowngradeRW turns token's Exclusive hold of name into a Shared hold
+	// of the same token, fence, time to live and metadata, atomically, and
+	// wakes name's watchers: readers may join it, and writers still wait
+	// for every hold to end. A Shared hold of token is left as it is (a
+	// retried downgrade). If token holds nothing it returns an error
+	// matching ErrNotHeld and changes nothing.
+	DowngradeRW(ctx context.Context, name, token string) error
+}

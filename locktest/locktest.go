@@ -167,6 +167,7 @@ func cases(h Harness) []subtest {
 		{"Extend", s.extend},
 		{"Semaphore", s.semaphore},
 		{"RWLock", s.rwlock},
+		{"RWDowngrade", s.rwDowngrade},
 		{"NoGoroutineLeak", s.noLeak},
 	}
 }

@@ -11,7 +11,10 @@ import (
 	"github.com/distlock/distlock/driver"
 )
 
-var _ driver.RWLocks = (*Backend)(nil)
+var (
+	_ driver.RWLocks      = (*Backend)(nil)
+	_ driver.RWDowngrader = (*Backend)(nil)
+)
 
 // rwLock is a read-write lock's state: its holds by token, all of one mode,
 // and its waiting writers' intents by id, with their expiry.
@@ -112,6 +115,26 @@ func (b *Backend) ReleaseRW(ctx context.Context, name, token string) error {
 	}
 	delete(l.holds, token)
 	b.notifyLocked(rwWatchName(name))
+	return nil
+}
+
+// DowngradeRW turns token's write hold of name into a read hold and wakes
+// name's watchers, the readers among them (driver.RWDowngrader).
+func (b *Backend) DowngradeRW(ctx context.Context, name, token string) error {
+	if err := b.check(ctx); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	l := b.rwLocked(name, time.Now())
+	defer b.dropIfIdleLocked(name, l)
+	if l.holds[token] == nil {
+		return driver.ErrNotHeld
+	}
+	if l.mode == driver.Exclusive {
+		l.mode = driver.Shared // its only hold is token's
+		b.notifyLocked(rwWatchName(name))
+	}
 	return nil
 }
 
