@@ -167,6 +167,56 @@ func ExampleClient_RWMutex() {
 	// writer's fence above the readers': true
 }
 
+func ExampleRWMutex_Downgrade() {
+	ctx := context.Background()
+	store := memlock.New()
+	writer, reader := distlock.New(store), distlock.New(store.Connect())
+	defer writer.Close()
+	defer reader.Close()
+
+	prices, _ := writer.RWMutex("prices")
+	w, _ := prices.Lock(ctx)
+	// ... write the new prices, then keep reading them while others read too:
+	// no other writer can change them in between.
+	_ = prices.Downgrade(ctx, w)
+
+	other, _ := reader.RWMutex("prices")
+	r, err := other.TryRLock(ctx)
+	fmt.Println("a reader joins the downgraded writer:", err == nil)
+	_, err = other.TryLock(ctx)
+	fmt.Println("a writer is still refused:", errors.Is(err, distlock.ErrNotAcquired))
+	r.Release(ctx)
+	w.Release(ctx)
+	// Output:
+	// a reader joins the downgraded writer: true
+	// a writer is still refused: true
+}
+
+func ExampleClient_LockPath() {
+	ctx := context.Background()
+	store := memlock.New()
+	migrator, worker := distlock.New(store), distlock.New(store.Connect())
+	defer migrator.Close()
+	defer worker.Close()
+
+	row7, _ := worker.LockPath(ctx, []string{"orders", "orders/7"})
+	row8, err := worker.LockPath(ctx, []string{"orders", "orders/8"})
+	fmt.Println("two rows side by side:", err == nil)
+	_, err = migrator.LockPath(ctx, []string{"orders"}, distlock.WithWait(0))
+	fmt.Println("the table waits for its rows:", errors.Is(err, distlock.ErrNotAcquired))
+	row7.Release(ctx)
+	row8.Release(ctx)
+
+	table, _ := migrator.LockPath(ctx, []string{"orders"})
+	_, err = worker.LockPath(ctx, []string{"orders", "orders/9"}, distlock.WithWait(0))
+	fmt.Println("a row waits for the table:", errors.Is(err, distlock.ErrNotAcquired))
+	table.Release(ctx)
+	// Output:
+	// two rows side by side: true
+	// the table waits for its rows: true
+	// a row waits for the table: true
+}
+
 func ExampleClient_RequestRelease() {
 	ctx := context.Background()
 	store := memlock.New()

@@ -12,14 +12,15 @@ import (
 // MaxLockAllKeys is the most keys one LockAll takes.
 const MaxLockAllKeys = 64
 
-// LockSet is keys held together, taken by LockAll: each key is a Lock of its
-// own (its own token, fence and watchdog, on the set's options), and the
-// set is lost as soon as any of them is.
+// LockSet is keys held together, taken by LockAll, LockPath or RLockPath:
+// each key is a Lock of its own (its own token, fence and watchdog, on the
+// set's options), and the set is lost as soon as any of them is.
 type LockSet struct {
-	locks  []*Lock // sorted by key
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	stops  []func() bool
+	locks   []*Lock // in the order taken
+	closers []func() error
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	stops   []func() bool
 
 	mu       sync.Mutex
 	released bool
@@ -79,15 +80,22 @@ func (c *Client) LockAll(ctx context.Context, keys []string, opts ...Option) (*L
 		}
 		held[busy] = l
 	}
-	s := &LockSet{locks: make([]*Lock, 0, len(sorted))}
+	locks := make([]*Lock, 0, len(sorted))
 	for _, k := range sorted {
-		s.locks = append(s.locks, held[k])
+		locks = append(locks, held[k])
 	}
+	return newLockSet(locks, nil), nil
+}
+
+// newLockSet returns the set of locks, lost as soon as any of them is;
+// closers run once its locks are released.
+func newLockSet(locks []*Lock, closers []func() error) *LockSet {
+	s := &LockSet{locks: locks, closers: closers}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	for _, l := range s.locks {
 		s.stops = append(s.stops, context.AfterFunc(l.Context(), func() { s.cancel(l.Err()) }))
 	}
-	return s, nil
+	return s
 }
 
 // tryAll tries each of sorted not in held, without waiting, in order, and
@@ -144,22 +152,15 @@ func lockAllKeys(keys []string) ([]string, error) {
 	return sorted, nil
 }
 
-// Locks returns the set's locks, sorted by key.
+// Locks returns the set's locks in the order they were taken: sorted by
+// key for LockAll, from the root for LockPath.
 func (s *LockSet) Locks() []*Lock { return slices.Clone(s.locks) }
 
 // Fence returns the fence of key's lock, and false if key is not in the
 // set.
 func (s *LockSet) Fence(key string) (uint64, bool) {
-	i, ok := slices.BinarySearchFunc(s.locks, key, func(l *Lock, k string) int {
-		switch {
-		case l.Key() < k:
-			return -1
-		case l.Key() > k:
-			return 1
-		}
-		return 0
-	})
-	if !ok {
+	i := slices.IndexFunc(s.locks, func(l *Lock) bool { return l.Key() == key })
+	if i < 0 {
 		return 0, false
 	}
 	return s.locks[i].Fence(), true
@@ -174,7 +175,7 @@ func (s *LockSet) Done() <-chan struct{} { return s.ctx.Done() }
 func (s *LockSet) Context() context.Context { return s.ctx }
 
 // Err returns nil while every lock of the set is held, else the error of
-// the first that is not (see Lock.Err), checked in key order.
+// the first that is not (see Lock.Err), checked in the order of Locks.
 func (s *LockSet) Err() error {
 	for _, l := range s.locks {
 		if err := l.Err(); err != nil {
@@ -184,8 +185,8 @@ func (s *LockSet) Err() error {
 	return nil
 }
 
-// Release releases every lock of the set, in reverse key order, and
-// returns their errors joined. Releasing twice returns an error matching
+// Release releases every lock of the set, in the reverse of the order they
+// were taken, and returns their errors joined. Releasing twice returns an error matching
 // ErrNotHeld.
 func (s *LockSet) Release(ctx context.Context) error {
 	s.mu.Lock()
@@ -201,6 +202,9 @@ func (s *LockSet) Release(ctx context.Context) error {
 	var errs []error
 	for _, l := range slices.Backward(s.locks) {
 		errs = append(errs, l.Release(ctx))
+	}
+	for _, c := range s.closers {
+		errs = append(errs, c())
 	}
 	s.cancel(fmt.Errorf("%w: lock set released", ErrNotHeld))
 	return errors.Join(errs...)

@@ -168,6 +168,7 @@ func cases(h Harness) []subtest {
 		{"Semaphore", s.semaphore},
 		{"RWLock", s.rwlock},
 		{"RWDowngrade", s.rwDowngrade},
+		{"LockPath", s.lockPath},
 		{"NoGoroutineLeak", s.noLeak},
 	}
 }
