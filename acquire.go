@@ -31,7 +31,7 @@ func (c *Client) acquire(ctx context.Context, key string, once bool, opts []Opti
 			return l, nil
 		}
 	}
-	req := driver.AcquireRequest{Key: key, Token: newToken(), TTL: r.Lease + r.LockDelay, Meta: r.Meta, Intent: r.intent}
+	req := driver.AcquireRequest{Key: key, Token: newToken(), TTL: r.Lease + r.LockDelay, Meta: r.Meta, Intent: r.intent, Permits: r.permits}
 	var h *hold
 	g, err := c.take(ctx, &r, &req, func(obsCtx context.Context, g driver.Grant, sent time.Time) (string, error) {
 		var err error

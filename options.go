@@ -69,7 +69,8 @@ type Request struct {
 	Critical bool
 
 	keepToken bool   // AcquireToken: the token is the caller's, never replaced or released
-	intent    string // RWMutex.Lock: the waiting writer's intent (driver.AcquireRequest.Intent)
+	intent    string // a waiting writer's or AcquireN's intent (driver.AcquireRequest.Intent)
+	permits   int    // Semaphore.AcquireN: the permits of the hold (driver.AcquireRequest.Permits)
 }
 
 // Option configures one lock request.

@@ -81,6 +81,57 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...Option) (*Lock, erro
 	return s.c.TryLock(ctx, s.name, opts...)
 }
 
+// AcquireN takes n permits as one hold, waiting until n are free together:
+// up to WithWait if given, else until ctx ends (ErrNotAcquired then). The
+// hold is one *Lock (one token, fence, lease and Release) that counts n
+// permits. While it waits, no request made after it is granted permits,
+// whatever its size, even where free permits would fit it (the rule of
+// golang.org/x/sync/semaphore.Weighted), so a stream of small requests
+// cannot starve it; requests of several permits that wait are served in
+// the order they began waiting. n must be 1 to the number of permits
+// (ErrInvalidOption), and the backend must take weighted holds
+// (driver.WeightedPermits; errors.ErrUnsupported otherwise) unless n is 1.
+func (s *Semaphore) AcquireN(ctx context.Context, n int, opts ...Option) (*Lock, error) {
+	if err := s.checkN(n); err != nil {
+		return nil, err
+	}
+	if n == 1 {
+		return s.Acquire(ctx, opts...)
+	}
+	intent := newToken()
+	l, err := s.c.Lock(ctx, s.name, append([]Option{withPermits(n), func(r *Request) { r.intent = intent }}, opts...)...)
+	if err != nil {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_ = s.sem.(driver.WeightedPermits).WithdrawPermitIntent(wctx, s.name, intent)
+		cancel()
+	}
+	return l, err
+}
+
+// TryAcquireN makes one attempt to take n permits as one hold, and fails
+// with ErrNotAcquired at once if fewer are free or an earlier request
+// waits; refused, it keeps no request out.
+func (s *Semaphore) TryAcquireN(ctx context.Context, n int, opts ...Option) (*Lock, error) {
+	if err := s.checkN(n); err != nil {
+		return nil, err
+	}
+	return s.c.TryLock(ctx, s.name, append([]Option{withPermits(n)}, opts...)...)
+}
+
+// checkN checks the permits of one hold.
+func (s *Semaphore) checkN(n int) error {
+	if limit := int(s.permits.Load()); n < 1 || n > limit {
+		return keyErr("acquire permit", s.name, fmt.Errorf("%w: %d permits in one hold: want 1 to %d", ErrInvalidOption, n, limit))
+	}
+	if _, ok := s.sem.(driver.WeightedPermits); !ok && n > 1 {
+		return keyErr("acquire permit", s.name, fmt.Errorf("a hold of %d permits: %w", n, errors.ErrUnsupported))
+	}
+	return nil
+}
+
+// withPermits makes an acquisition take n permits as one hold.
+func withPermits(n int) Option { return func(r *Request) { r.permits = n } }
+
 // SetPermits changes the semaphore's number of permits to n, for every
 // client: the explicit way to change it. Permits held over a lowered number
 // stay until released or expired.
@@ -139,6 +190,9 @@ type permitBackend struct {
 var _ driver.Notifier = permitBackend{}
 
 func (p permitBackend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if req.Permits > 1 {
+		return p.sem.(driver.WeightedPermits).AcquirePermits(ctx, req, int(p.limit.Load()))
+	}
 	return p.sem.AcquirePermit(ctx, req, int(p.limit.Load()))
 }
 
@@ -156,7 +210,16 @@ func (p permitBackend) Inspect(ctx context.Context, name string) (driver.Info, e
 	if err != nil {
 		return driver.Info{}, err
 	}
-	return driver.Info{Key: name, Held: limit > 0 && len(held) >= limit}, nil
+	return driver.Info{Key: name, Held: limit > 0 && heldPermits(held) >= limit}, nil
+}
+
+// heldPermits is the number of permits the holds count.
+func heldPermits(held []driver.Info) int {
+	n := 0
+	for _, i := range held {
+		n += max(i.Permits, 1)
+	}
+	return n
 }
 
 func (p permitBackend) Watch(ctx context.Context, name string) (<-chan struct{}, func(), error) {

@@ -63,7 +63,7 @@ func (c *Client) AcquireToken(ctx context.Context, key, token string, opts ...Op
 	}
 	defer c.inflight.Done()
 	r.keepToken = true
-	req := driver.AcquireRequest{Key: key, Token: token, TTL: r.Lease + r.LockDelay, Meta: r.Meta, Intent: r.intent, Unfollowed: true}
+	req := driver.AcquireRequest{Key: key, Token: token, TTL: r.Lease + r.LockDelay, Meta: r.Meta, Intent: r.intent, Permits: r.permits, Unfollowed: true}
 	var granted TokenGrant
 	_, err = c.take(ctx, &r, &req, func(_ context.Context, g driver.Grant, sent time.Time) (string, error) {
 		granted = TokenGrant{Key: key, Token: token, Fence: g.Fence, Lease: r.grantedLease(r.Lease, g.TTL), LockDelay: r.LockDelay, Sent: sent}

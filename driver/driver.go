@@ -83,10 +83,14 @@ type AcquireRequest struct {
 	// Meta is stored with the lock and returned by Inspect.
 	Meta Meta
 	// Intent is set only on an exclusive RWLocks.AcquireRW attempt by a
-	// writer that waits: the identity of its write intent, which a refused
-	// attempt records to keep new readers out. It is empty on every other
-	// attempt, and Acquire ignores it.
+	// writer that waits, and on a WeightedPermits.AcquirePermits attempt
+	// by a request for several permits that waits: the identity of its
+	// intent, which a refused attempt records to keep later requests out.
+	// It is empty on every other attempt, and Acquire ignores it.
 	Intent string
+	// Permits is how many permits a semaphore's attempt takes as one hold
+	// (WeightedPermits); 0 means 1. Locks ignore it.
+	Permits int
 	// Unfollowed says that nobody follows the grant's Lost: the lock is
 	// held elsewhere by token (Client.AcquireToken, a lock service's
 	// client). A backend that pays to watch a hold (redislock's tracked
@@ -148,6 +152,9 @@ type Info struct {
 	// renewal; 0 when not held or when the store has no such notion.
 	TTL  time.Duration
 	Meta Meta
+	// Permits is how many permits a semaphore's hold counts
+	// (WeightedPermits); 0 means 1. It is 0 for a lock.
+	Permits int
 }
 
 // Waiter is implemented by backends that queue waiters natively (etcd,

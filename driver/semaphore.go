@@ -47,3 +47,30 @@ type Semaphores interface {
 type PermitWaiter interface {
 	AcquirePermitWait(ctx context.Context, req AcquireRequest, limit int) (Grant, error)
 }
+
+// WeightedPermits is implemented by Semaphores backends that take several
+// permits as one hold, with a queue of the requests that wait, so that a
+// stream of small requests cannot starve a large one. The rule is
+// golang.org/x/sync/semaphore.Weighted's: while a request waits, no request
+// that came after it is granted permits, whatever its size, even where
+// free permits would fit it.
+type WeightedPermits interface {
+	// AcquirePermits makes one attempt to take req.Permits permits (0 means
+	// 1) of the semaphore req.Key as one hold of req.Token, for req.TTL,
+	// with req.Meta; limit is as AcquirePermit's, and more permits than the
+	// limit is an error matching ErrInvalidOption. It is granted only if
+	// the live holds' permits plus its own are at most limit and no live
+	// intent is older than req.Intent's (none at all when req.Intent is
+	// empty). Refused with a non-empty req.Intent, it records the intent,
+	// after every live one if it is new, and keeps it for WriteIntentTTL;
+	// a grant removes it. The hold counts its permits until it is released
+	// or expires: RenewPermit and ReleasePermit act on all of them, and
+	// InspectPermits reports the hold once with Info.Permits set. On such
+	// a backend AcquirePermit is AcquirePermits of one permit, and waits
+	// behind intents too.
+	AcquirePermits(ctx context.Context, req AcquireRequest, limit int) (Grant, error)
+	// WithdrawPermitIntent removes the intent of a request that gave up
+	// waiting, letting the requests it kept out in; an intent that ended
+	// already is no error.
+	WithdrawPermitIntent(ctx context.Context, name, intent string) error
+}

@@ -166,6 +166,7 @@ func cases(h Harness) []subtest {
 		{"ReleaseRequest", s.releaseRequest},
 		{"Extend", s.extend},
 		{"Semaphore", s.semaphore},
+		{"WeightedPermits", s.weighted},
 		{"RWLock", s.rwlock},
 		{"RWDowngrade", s.rwDowngrade},
 		{"LockPath", s.lockPath},

@@ -52,6 +52,7 @@ type entry struct {
 	fence   uint64
 	expires time.Time
 	meta    driver.Meta
+	permits int // a semaphore's hold: the permits it counts (0 for a lock)
 
 	requested context.Context         // the grant's Requested
 	ask       context.CancelCauseFunc // ends requested with a *driver.ReleaseRequest
@@ -252,7 +253,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 func (e *entry) info(key string, now time.Time) driver.Info {
 	meta := e.meta
 	meta.Labels = maps.Clone(meta.Labels)
-	return driver.Info{Key: key, Held: true, Fence: e.fence, TTL: e.expires.Sub(now), Meta: meta}
+	return driver.Info{Key: key, Held: true, Fence: e.fence, TTL: e.expires.Sub(now), Meta: meta, Permits: e.permits}
 }
 
 // List returns the held locks whose keys start with prefix, sorted by key.

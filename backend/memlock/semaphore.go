@@ -11,27 +11,60 @@ import (
 	"github.com/distlock/distlock/driver"
 )
 
-var _ driver.Semaphores = (*Backend)(nil)
+var (
+	_ driver.Semaphores      = (*Backend)(nil)
+	_ driver.WeightedPermits = (*Backend)(nil)
+)
 
-// semaphore is a semaphore's state: its limit and its permits by token.
+// semaphore is a semaphore's state: its limit, its holds by token, and the
+// intents of the requests that wait, in the order they began waiting.
 type semaphore struct {
 	limit   int
 	permits map[string]*entry
+	intents []permitIntent
+}
+
+// permitIntent is a waiting request's place in line, until expires.
+type permitIntent struct {
+	id      string
+	expires time.Time
 }
 
 // watchName is the watchers' name of semaphore name's releases: never a
 // lock's key, which cannot begin with a NUL byte.
 func watchName(name string) string { return "\x00sem\x00" + name }
 
-// liveLocked drops s's expired permits.
+// liveLocked drops s's expired permits and intents.
 func (s *semaphore) liveLocked(now time.Time) {
 	maps.DeleteFunc(s.permits, func(_ string, e *entry) bool { return !now.Before(e.expires) })
+	s.intents = slices.DeleteFunc(s.intents, func(i permitIntent) bool { return !now.Before(i.expires) })
 }
 
-// AcquirePermit takes a permit of req.Key if fewer than its limit are held.
+// heldLocked is the number of permits s's holds count.
+func (s *semaphore) heldLocked() int {
+	n := 0
+	for _, e := range s.permits {
+		n += max(e.permits, 1)
+	}
+	return n
+}
+
+// AcquirePermit takes a permit of req.Key if one is free and no request
+// waits (AcquirePermits of one permit).
 func (b *Backend) AcquirePermit(ctx context.Context, req driver.AcquireRequest, limit int) (driver.Grant, error) {
+	req.Permits = 1
+	return b.AcquirePermits(ctx, req, limit)
+}
+
+// AcquirePermits takes req.Permits permits of req.Key as one hold if they
+// are free and no earlier request waits; refused, it records req.Intent.
+func (b *Backend) AcquirePermits(ctx context.Context, req driver.AcquireRequest, limit int) (driver.Grant, error) {
 	if err := b.check(ctx); err != nil {
 		return driver.Grant{}, err
+	}
+	n := max(req.Permits, 1)
+	if n > limit {
+		return driver.Grant{}, fmt.Errorf("%w: %d permits in one hold, over the %d of the semaphore", driver.ErrInvalidOption, n, limit)
 	}
 	now := time.Now()
 	b.mu.Lock()
@@ -48,12 +81,45 @@ func (b *Backend) AcquirePermit(ctx context.Context, req driver.AcquireRequest, 
 	if e := s.permits[req.Token]; e != nil {
 		return driver.Grant{Fence: e.fence}, nil // a retried request that already won
 	}
-	if len(s.permits) >= s.limit {
-		return driver.Grant{}, fmt.Errorf("%w: %d of %d permits held", driver.ErrNotAcquired, len(s.permits), s.limit)
+	place := slices.IndexFunc(s.intents, func(i permitIntent) bool { return i.id == req.Intent })
+	first := len(s.intents) == 0 || (req.Intent != "" && place == 0)
+	if held := s.heldLocked(); held+n > s.limit || !first {
+		if req.Intent != "" {
+			if place < 0 {
+				place = len(s.intents)
+				s.intents = append(s.intents, permitIntent{id: req.Intent})
+			}
+			s.intents[place].expires = now.Add(driver.WriteIntentTTL)
+		}
+		return driver.Grant{}, fmt.Errorf("%w: %d of %d permits held, %d wanted, %d requests waiting",
+			driver.ErrNotAcquired, held, s.limit, n, len(s.intents))
+	}
+	if place >= 0 {
+		s.intents = slices.Delete(s.intents, place, place+1)
+		b.notifyLocked(watchName(req.Key)) // the next in line may fit now
 	}
 	b.fence++
-	s.permits[req.Token] = &entry{token: req.Token, fence: b.fence, expires: now.Add(req.TTL), meta: req.Meta}
+	s.permits[req.Token] = &entry{token: req.Token, fence: b.fence, expires: now.Add(req.TTL), meta: req.Meta, permits: req.Permits}
 	return driver.Grant{Fence: b.fence}, nil
+}
+
+// WithdrawPermitIntent removes a waiting request's intent on name and
+// wakes the requests it kept out.
+func (b *Backend) WithdrawPermitIntent(ctx context.Context, name, intent string) error {
+	if err := b.check(ctx); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.sems[name]
+	if s == nil {
+		return nil
+	}
+	if i := slices.IndexFunc(s.intents, func(i permitIntent) bool { return i.id == intent }); i >= 0 {
+		s.intents = slices.Delete(s.intents, i, i+1)
+		b.notifyLocked(watchName(name))
+	}
+	return nil
 }
 
 // permitLocked returns token's live permit of name, or nil.
