@@ -92,20 +92,43 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...Option) (*Lock, erro
 // (ErrInvalidOption), and the backend must take weighted holds
 // (driver.WeightedPermits; errors.ErrUnsupported otherwise) unless n is 1.
 func (s *Semaphore) AcquireN(ctx context.Context, n int, opts ...Option) (*Lock, error) {
+	var l *Lock
+	err := s.takeN(ctx, n, opts, func(opts []Option) (err error) {
+		l, err = s.c.Lock(ctx, s.name, opts...)
+		return err
+	})
+	return l, err
+}
+
+// AcquireTokenN is AcquireN for a holder elsewhere, as AcquireToken takes
+// one permit: the hold of n permits is renewed and released with token.
+func (s *Semaphore) AcquireTokenN(ctx context.Context, n int, token string, opts ...Option) (TokenGrant, error) {
+	var g TokenGrant
+	err := s.takeN(ctx, n, opts, func(opts []Option) (err error) {
+		g, err = s.c.AcquireToken(ctx, s.name, token, opts...)
+		return err
+	})
+	return g, err
+}
+
+// takeN runs take with the options of a hold of n permits: for more than
+// one, an intent that keeps later requests out while it waits, withdrawn
+// if take fails.
+func (s *Semaphore) takeN(ctx context.Context, n int, opts []Option, take func([]Option) error) error {
 	if err := s.checkN(n); err != nil {
-		return nil, err
+		return err
 	}
 	if n == 1 {
-		return s.Acquire(ctx, opts...)
+		return take(opts)
 	}
 	intent := newToken()
-	l, err := s.c.Lock(ctx, s.name, append([]Option{withPermits(n), func(r *Request) { r.intent = intent }}, opts...)...)
+	err := take(append([]Option{withPermits(n), func(r *Request) { r.intent = intent }}, opts...))
 	if err != nil {
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		_ = s.sem.(driver.WeightedPermits).WithdrawPermitIntent(wctx, s.name, intent)
 		cancel()
 	}
-	return l, err
+	return err
 }
 
 // TryAcquireN makes one attempt to take n permits as one hold, and fails

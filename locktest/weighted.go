@@ -26,6 +26,7 @@ func (s *suite) weighted(t *testing.T) {
 		},
 		[]subtest{
 			{"NPermitsInOneHold", s.weightedHold},
+			{"TokenHold", s.weightedToken},
 			{"LargeRequestNotStarved", s.weightedNotStarved},
 			{"WaitersServedInOrder", s.weightedOrder},
 			{"BadCounts", s.weightedBad},
@@ -79,6 +80,34 @@ func (s *suite) weightedHold(t *testing.T) {
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// A hold of 2 of 3 permits taken for a holder elsewhere is renewed and
+// released by its token, as a hold of one is.
+func (s *suite) weightedToken(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	name := s.key(t)
+	a, b := newSemaphore(t, s.client(t), name, 3), newSemaphore(t, s.client(t), name, 3)
+	const token = "locktest-weighted-token-0001"
+	if _, err := a.AcquireTokenN(ctx, 2, token, distlock.WithWait(10*time.Second), distlock.WithLease(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TryAcquireN(ctx, 2); !errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatalf("2 more of 3 beside a token's hold of 2: %v, want ErrNotAcquired", err)
+	}
+	if err := b.RenewToken(ctx, token, time.Minute); err != nil {
+		t.Fatalf("renew the hold of 2 by its token: %v", err)
+	}
+	if err := b.ReleaseToken(ctx, token); err != nil {
+		t.Fatalf("release the hold of 2 by its token: %v", err)
+	}
+	l, err := b.TryAcquireN(ctx, 3)
+	if err != nil {
+		t.Fatalf("all 3 permits once the token's hold was released: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 
