@@ -51,7 +51,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		return driver.Grant{}, b.fail(err)
 	}
 	if resp.Succeeded {
-		return b.granted(req.Token, entry, val, t, resp.Header.Revision, req.TTL), nil
+		return b.granted(req.Token, entry, t, resp.Header.Revision, req.TTL), nil
 	}
 	b.leases.put(t.id, t.ttl, t.confirmed)
 	return driver.Grant{}, driver.ErrNotAcquired
@@ -159,7 +159,7 @@ func (w *waiter) acquire(ctx context.Context, req driver.AcquireRequest, val str
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	return w.b.granted(req.Token, w.entry, val, w.t, w.myRev, ttl), nil
+	return w.b.granted(req.Token, w.entry, w.t, w.myRev, ttl), nil
 }
 
 // holdID names an acquisition this backend made: its queue's directory and
@@ -170,8 +170,7 @@ type holdID struct{ dir, token string }
 // holding is an acquisition this backend made and has not released.
 type holding struct {
 	entry string
-	value string             // the token is in it: comparing it is comparing the token
-	rev   int64              // the entry's create revision: the fence
+	rev   int64              // the entry's create revision: the fence, and what names the entry in compares
 	lost  context.Context    // done when the store dropped the hold
 	lose  context.CancelFunc // ends lost
 
@@ -212,9 +211,9 @@ const lossWatchDelay = 100 * time.Millisecond
 // entry: the entry's deletion (lease expiry or revocation, an operator)
 // ends Grant.Lost. The watch starts on a timer, so a short hold costs no
 // goroutine.
-func (b *Backend) granted(token, entry, value string, t *ticket, rev int64, ttl time.Duration) driver.Grant {
+func (b *Backend) granted(token, entry string, t *ticket, rev int64, ttl time.Duration) driver.Grant {
 	ctx, cancel := context.WithCancel(holdWatchContext)
-	h := &holding{entry: entry, value: value, rev: rev, lease: t.id, ttl: t.ttl, cancel: cancel, confirmed: t.confirmed}
+	h := &holding{entry: entry, rev: rev, lease: t.id, ttl: t.ttl, cancel: cancel, confirmed: t.confirmed}
 	h.lost, h.lose = context.WithCancel(context.Background())
 	h.requested, h.ask = context.WithCancelCause(context.Background())
 	g := driver.Grant{Fence: uint64(rev), Lost: h.lost, Requested: h.requested, Sent: t.sent(ttl)}

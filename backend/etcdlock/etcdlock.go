@@ -55,9 +55,12 @@
 // under the name's own prefix, the first limit by create revision holding)
 // and read-write locks (driver.RWLocks: readers', writers' and waiting
 // writers' entries in three directories, granted by one transaction that
-// compares them), under internal names no lock key can have. A semaphore
-// keeps its limit key until deleted; a write intent's key expires within
-// driver.WriteIntentTTL. See docs/etcd-zookeeper.md.
+// compares them), under internal names no lock key can have. A writer's
+// hold is downgraded to a reader's (driver.RWDowngrader) by one transaction
+// that rewrites its entry in place, so it keeps its lease and fence and no
+// other writer gets in between. A semaphore keeps its limit key until
+// deleted; a write intent's key expires within driver.WriteIntentTTL. See
+// docs/etcd-zookeeper.md.
 //
 // Every call after Close, or after the etcd client passed to New was closed,
 // returns an error matching driver.ErrClosed.

@@ -209,15 +209,21 @@ func (b *Backend) splitEntry(storeKey string) (key, name string, err error) {
 	return key, rest[i+1:], err
 }
 
-// value is what a queue entry stores.
+// value is what a queue entry stores. Shared marks a read-write lock
+// writer's entry that a downgrade made a reader's (see rwlock.go).
 type value struct {
-	Token string      `json:"token"`
-	Meta  driver.Meta `json:"meta"`
+	Token  string      `json:"token"`
+	Meta   driver.Meta `json:"meta"`
+	Shared bool        `json:"shared,omitempty"`
 }
 
 func encodeValue(token string, meta driver.Meta) string {
-	v, _ := json.Marshal(value{Token: token, Meta: meta}) // plain strings and maps never fail
-	return string(v)
+	return value{Token: token, Meta: meta}.encode()
+}
+
+func (v value) encode() string {
+	raw, _ := json.Marshal(v) // plain strings, maps and a bool never fail
+	return string(raw)
 }
 
 func decodeValue(raw []byte) (value, error) {

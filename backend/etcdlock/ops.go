@@ -16,13 +16,15 @@ import (
 
 // entryOf finds token's entry for key: from h, this backend's record of
 // the acquisition, or, if h is nil, by reading key's queue. cond holds as
-// long as the entry is still token's.
+// long as the entry is the one made for that acquisition: its create
+// revision names it, through the puts that a move to another lease and a
+// downgrade (rwlock.go) make, neither of which changes its token.
 func (b *Backend) entryOf(ctx context.Context, h *holding, key, token string) (entry string, lease clientv3.LeaseID, cond clientv3.Cmp, err error) {
 	if h != nil {
 		b.mu.Lock()
 		lease = h.lease
 		b.mu.Unlock()
-		return h.entry, lease, clientv3.Compare(clientv3.Value(h.entry), "=", h.value), nil
+		return h.entry, lease, clientv3.Compare(clientv3.CreateRevision(h.entry), "=", h.rev), nil
 	}
 	resp, err := b.cli.Get(ctx, b.dir(key), clientv3.WithPrefix())
 	if err != nil {
@@ -31,7 +33,7 @@ func (b *Backend) entryOf(ctx context.Context, h *holding, key, token string) (e
 	for _, kv := range resp.Kvs {
 		if v, err := decodeValue(kv.Value); err == nil && v.Token == token {
 			k := string(kv.Key)
-			return k, clientv3.LeaseID(kv.Lease), clientv3.Compare(clientv3.ModRevision(k), "=", kv.ModRevision), nil
+			return k, clientv3.LeaseID(kv.Lease), clientv3.Compare(clientv3.CreateRevision(k), "=", kv.CreateRevision), nil
 		}
 	}
 	return "", 0, clientv3.Cmp{}, driver.ErrNotHeld
@@ -208,9 +210,10 @@ func (b *Backend) Renew(ctx context.Context, key, token string, ttl time.Duratio
 // The target lease is confirmed first (a spare one renewed, or a new one),
 // so that the store keeps the entry for ttl from this Renew on whether or
 // not the move turns out to have happened. The move is one transaction that
-// puts a new lease on the entry if it still carries the hold's value and
-// create revision; a Put keeps a key's create revision, so the fence and the
-// place in the queue stay, and the loss watch, which ignores puts, goes on.
+// puts a new lease on the entry, keeping its value, if it still has the
+// hold's create revision; a Put keeps a key's create revision, so the fence
+// and the place in the queue stay, and the loss watch, which ignores puts,
+// goes on.
 // Only then is the old lease, which nothing is on any more, revoked: the
 // entry keeps the name of its first lease, so that lease must never return
 // to the pool while the entry lives.
@@ -239,8 +242,7 @@ func (b *Backend) move(ctx context.Context, key, token string, h *holding, ttl t
 		return b.fail(fmt.Errorf("lease: %w", err))
 	}
 	resp, err := b.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.Value(h.entry), "=", h.value),
-			clientv3.Compare(clientv3.CreateRevision(h.entry), "=", h.rev)).
+		If(clientv3.Compare(clientv3.CreateRevision(h.entry), "=", h.rev)).
 		Then(clientv3.OpPut(h.entry, "", clientv3.WithIgnoreValue(), clientv3.WithLease(t.id))).
 		Commit()
 	switch {

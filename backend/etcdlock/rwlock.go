@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -26,8 +27,21 @@ import (
 // are. Each hold is held like a lock, through the same code (Renew, Release,
 // move on Extend, loss watch, lease pool); its fence is its entry's create
 // revision, one sequence for both modes.
+//
+// A downgrade (DowngradeRW) leaves the writer's entry where it is and puts
+// it again with Shared set in its value: the same key, lease and create
+// revision, so the hold keeps its TTL, fence and record, and a writer, which
+// wants the writers' directory empty, still waits for it. A reader is
+// granted beside it by a second transaction, made when the first finds the
+// writers' directory holding one entry, a downgraded one: it compares that
+// every key there has that entry's create revision, and that no intent
+// exists. Clients of earlier releases take the entry for a writer's: their
+// readers wait for it to end, which is safe.
 
-var _ driver.RWLocks = (*Backend)(nil)
+var (
+	_ driver.RWLocks      = (*Backend)(nil)
+	_ driver.RWDowngrader = (*Backend)(nil)
+)
 
 // rwBase is the internal name every key of read-write lock name starts with.
 func rwBase(name string) string { return rwPrefix + name + "\x00" }
@@ -56,8 +70,10 @@ func empty(dir string) clientv3.Cmp {
 
 // AcquireRW takes req.Key in mode in one transaction that puts the hold's
 // entry if the directories that exclude it are empty; a granted writer's
-// transaction deletes its intent. A writer refused with req.Intent records
-// it, or renews the lease of the one it recorded before.
+// transaction deletes its intent. A reader refused by a downgraded writer's
+// entry alone tries a second transaction that allows that entry (see
+// above). A writer refused with req.Intent records it, or renews the lease
+// of the one it recorded before.
 func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode driver.Mode) (driver.Grant, error) {
 	if err := b.ready(ctx); err != nil {
 		return driver.Grant{}, err
@@ -65,30 +81,45 @@ func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode
 	ctx, cancel := b.request(ctx)
 	defer cancel()
 	key, val := rwHoldKey(req.Key, mode), encodeValue(req.Token, req.Meta)
-	excl := empty(b.dir(rwHoldKey(req.Key, driver.Exclusive)))
-	cond := []clientv3.Cmp{excl, empty(b.intentDir(req.Key))}
+	xdir, noIntent := b.dir(rwHoldKey(req.Key, driver.Exclusive)), empty(b.intentDir(req.Key))
+	cond := []clientv3.Cmp{empty(xdir), noIntent}
 	if mode == driver.Exclusive {
 		cond[1] = empty(b.dir(rwHoldKey(req.Key, driver.Shared)))
 	}
 	recording := mode == driver.Exclusive && req.Intent != ""
 	var then, els []clientv3.Op
-	if recording {
+	switch {
+	case recording:
 		ik := b.intentKey(req.Key, req.Intent)
 		then, els = append(then, clientv3.OpDelete(ik)), append(els, clientv3.OpGet(ik))
+	case mode == driver.Shared:
+		els = append(els, clientv3.OpGet(xdir, clientv3.WithPrefix(), clientv3.WithLimit(2)),
+			clientv3.OpGet(b.intentDir(req.Key), clientv3.WithPrefix(), clientv3.WithCountOnly()))
 	}
 	var entry string
 	t, resp, err := b.leased(ctx, req.TTL, func(id clientv3.LeaseID) (*clientv3.TxnResponse, error) {
 		entry = b.entryKey(key, id)
-		return b.cli.Txn(ctx).If(cond...).
-			Then(append(then, clientv3.OpPut(entry, val, clientv3.WithLease(id)))...).
-			Else(els...).
+		put := clientv3.OpPut(entry, val, clientv3.WithLease(id))
+		resp, err := b.cli.Txn(ctx).If(cond...).Then(append(then, put)...).Else(els...).Commit()
+		if err != nil || resp.Succeeded || mode != driver.Shared {
+			return resp, err
+		}
+		x := resp.Responses[0].GetResponseRange().Kvs
+		if len(x) != 1 || !downgraded(x[0].Value) || resp.Responses[1].GetResponseRange().Count > 0 {
+			return resp, nil
+		}
+		// Beside a downgraded writer's hold, as long as it is the writers'
+		// directory's only entry and no writer waits.
+		return b.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(xdir), "=", x[0].CreateRevision).WithPrefix(), noIntent).
+			Then(put).
 			Commit()
 	})
 	if err != nil {
 		return driver.Grant{}, b.fail(err)
 	}
 	if resp.Succeeded {
-		return b.granted(req.Token, entry, val, t, resp.Header.Revision, req.TTL), nil
+		return b.granted(req.Token, entry, t, resp.Header.Revision, req.TTL), nil
 	}
 	b.leases.put(t.id, t.ttl, t.confirmed) // nothing was put on it
 	if recording {
@@ -113,6 +144,13 @@ func (b *Backend) recordIntent(ctx context.Context, name, intent string, kvs []*
 		return b.cli.Txn(ctx).Then(clientv3.OpPut(ik, "", clientv3.WithLease(id))).Commit()
 	})
 	return err
+}
+
+// downgraded reports whether raw, a hold entry's value, is that of a
+// writer's hold made a reader's by a downgrade.
+func downgraded(raw []byte) bool {
+	v, err := decodeValue(raw)
+	return err == nil && v.Shared
 }
 
 // rwHoldKeys returns the internal keys token's hold of name may be in: the
@@ -169,8 +207,81 @@ func (b *Backend) WithdrawIntent(ctx context.Context, name, intent string) error
 	return nil
 }
 
+// DowngradeRW puts token's writer's entry of name again with Shared set in
+// its value, in one transaction that compares the entry's create revision
+// and value with those just read (a linearizable read). The put keeps the
+// entry's lease (WithIgnoreLease), and so its TTL, and its create revision,
+// the fence; this backend's record of the hold, its renewals and its loss
+// watch, which all name the entry by create revision, carry on. The put
+// wakes name's watchers (WatchRW). A token without a writer's entry is
+// confirmed to hold a reader's, as Renew confirms a hold, and left as it
+// is; one holding neither gets driver.ErrNotHeld.
+func (b *Backend) DowngradeRW(ctx context.Context, name, token string) error {
+	if err := b.ready(ctx); err != nil {
+		return err
+	}
+	ctx, cancel := b.request(ctx)
+	defer cancel()
+	xdir := b.dir(rwHoldKey(name, driver.Exclusive))
+	// A transaction that fails finds, at the next read, the entry gone (the
+	// hold ended), or downgraded by a call of its own.
+	for range 3 {
+		resp, err := b.cli.Get(ctx, xdir, clientv3.WithPrefix())
+		if err != nil {
+			return b.fail(err)
+		}
+		i := slices.IndexFunc(resp.Kvs, func(kv *mvccpb.KeyValue) bool {
+			v, err := decodeValue(kv.Value)
+			return err == nil && v.Token == token
+		})
+		if i < 0 {
+			return b.heldShared(ctx, name, token)
+		}
+		kv := resp.Kvs[i]
+		v, _ := decodeValue(kv.Value)
+		if v.Shared {
+			return nil
+		}
+		v.Shared = true
+		entry := string(kv.Key)
+		tr, err := b.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(entry), "=", kv.CreateRevision),
+				clientv3.Compare(clientv3.Value(entry), "=", string(kv.Value))).
+			Then(clientv3.OpPut(entry, v.encode(), clientv3.WithIgnoreLease())).
+			Commit()
+		if err != nil {
+			return b.fail(err)
+		}
+		if tr.Succeeded {
+			return nil
+		}
+	}
+	return b.fail(fmt.Errorf("downgrade %q: the writer's entry kept changing", name))
+}
+
+// heldShared returns nil if token holds name as a reader, by a
+// linearizable read, and otherwise an error matching driver.ErrNotHeld.
+func (b *Backend) heldShared(ctx context.Context, name, token string) error {
+	key := rwHoldKey(name, driver.Shared)
+	b.mu.Lock()
+	h := b.holdingOf(key, token)
+	b.mu.Unlock()
+	entry, _, cond, err := b.entryOf(ctx, h, key, token)
+	if err == nil {
+		var resp *clientv3.TxnResponse
+		resp, err = b.cli.Txn(ctx).If(cond).Then(linearizable(entry)).Commit()
+		if err == nil && !resp.Succeeded {
+			err = driver.ErrNotHeld
+		}
+	}
+	if err != nil {
+		return b.fail(err)
+	}
+	return nil
+}
+
 // InspectRW reads name's holds, oldest first, and counts its intents, at
-// one revision.
+// one revision. A downgraded writer's hold is a reader's.
 func (b *Backend) InspectRW(ctx context.Context, name string) (driver.Mode, []driver.Info, int, error) {
 	if err := b.ready(ctx); err != nil {
 		return 0, nil, 0, err
@@ -190,7 +301,10 @@ func (b *Backend) InspectRW(ctx context.Context, name string) (driver.Mode, []dr
 	}
 	mode, kvs := driver.Shared, resp.Responses[1].GetResponseRange().Kvs
 	if x := resp.Responses[0].GetResponseRange().Kvs; len(x) > 0 {
-		mode, kvs = driver.Exclusive, append(x, kvs...) // readers beside a writer: never granted so
+		kvs = append(x, kvs...) // older than any reader beside it
+		if slices.ContainsFunc(x, func(kv *mvccpb.KeyValue) bool { return !downgraded(kv.Value) }) {
+			mode = driver.Exclusive // readers beside it: never granted so
+		}
 	}
 	held, err := b.infos(ctx, holdersOf(name, kvs))
 	if err != nil {
@@ -200,12 +314,14 @@ func (b *Backend) InspectRW(ctx context.Context, name string) (driver.Mode, []dr
 }
 
 // WatchRW fires when a hold of name or an intent on it is deleted
-// (released, expired, withdrawn, granted).
+// (released, expired, withdrawn, granted), and when a writer's hold is
+// downgraded: its entry is put with Shared set. A downgraded hold's move to
+// another lease (Extend) puts that value again, a needless wake-up.
 func (b *Backend) WatchRW(ctx context.Context, name string) (<-chan struct{}, func(), error) {
 	if err := b.ready(ctx); err != nil {
 		return nil, nil, err
 	}
 	return b.watchPrefix(ctx, name, b.prefix+b.esc(rwBase(name)), func(_ context.Context, ev *clientv3.Event) bool {
-		return ev.Type == mvccpb.DELETE
+		return ev.Type == mvccpb.DELETE || downgraded(ev.Kv.Value)
 	})
 }

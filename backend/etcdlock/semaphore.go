@@ -101,7 +101,7 @@ func (b *Backend) AcquirePermit(ctx context.Context, req driver.AcquireRequest, 
 	}
 	for _, kv := range ops[1].GetResponseRange().Kvs {
 		if string(kv.Key) == entry {
-			return b.granted(req.Token, entry, val, t, resp.Header.Revision, req.TTL), nil
+			return b.granted(req.Token, entry, t, resp.Header.Revision, req.TTL), nil
 		}
 	}
 	rctx, rcancel := b.request(context.WithoutCancel(ctx))
