@@ -57,16 +57,22 @@ func findToken(children []string, token string) string {
 }
 
 // value is what a node stores. TTL is the lease plus lock-delay, which the
-// waiter behind the holder enforces.
+// waiter behind the holder enforces. Shared marks a read-write lock
+// writer's node that a downgrade made a reader's (see rwlock.go).
 type value struct {
-	Token string      `json:"token"`
-	TTLMs int64       `json:"ttl_ms"`
-	Meta  driver.Meta `json:"meta"`
+	Token  string      `json:"token"`
+	TTLMs  int64       `json:"ttl_ms"`
+	Meta   driver.Meta `json:"meta"`
+	Shared bool        `json:"shared,omitempty"`
 }
 
 func encodeValue(token string, ttl time.Duration, meta driver.Meta) []byte {
-	v, _ := json.Marshal(value{Token: token, TTLMs: ttl.Milliseconds(), Meta: meta}) // never fails
-	return v
+	return value{Token: token, TTLMs: ttl.Milliseconds(), Meta: meta}.encode()
+}
+
+func (v value) encode() []byte {
+	raw, _ := json.Marshal(v) // never fails
+	return raw
 }
 
 func decodeValue(path string, raw []byte) (value, error) {

@@ -1,10 +1,12 @@
 package zklock
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"path"
 	"slices"
 	"time"
 
@@ -12,8 +14,6 @@ import (
 
 	"github.com/distlock/distlock/driver"
 )
-
-var _ driver.RWLocks = (*Backend)(nil)
 
 // A read-write lock L lives under ROOT/rw.b64(L), a container no lock's or
 // semaphore's parent can be. Its children form one queue by sequence, as in
@@ -29,6 +29,27 @@ var _ driver.RWLocks = (*Backend)(nil)
 // the one that holds deletes it. An intent not rewritten for
 // driver.WriteIntentTTL is deleted by the readers it keeps out, as a lease
 // is (see expire).
+//
+// A downgrade (DowngradeRW) keeps the writer's node, and so its czxid (the
+// fence), its place and its lease, and rewrites its value, by version,
+// with Shared set. A node's name cannot change, and a new reader's node
+// would queue behind every node created since, an intent or a writer's
+// attempt among them: a writer's attempt queued between the old node and
+// the new one would find neither ahead of it once the old one is gone, and
+// hold beside the downgraded hold. So the queue's rules read the value of
+// the one writer's node that can hold, the first, when no reader's node is
+// ahead of it: a downgraded one holds as the writer it was granted as, a
+// writer after it is refused by its kind, and a reader after it holds if
+// no intent or other writer's node is ahead, as beside a reader. Readers
+// that came after a waiting writer's intent stay out; those that came
+// before it come in. Renewals write the node at the version they know, so
+// that none undoes a downgrade (renewIn). Clients of earlier releases take
+// the node for a writer's: their readers wait for it to end, which is safe.
+
+var (
+	_ driver.RWLocks      = (*Backend)(nil)
+	_ driver.RWDowngrader = (*Backend)(nil)
+)
 
 // Node kinds, after nodePrefix.
 const (
@@ -137,7 +158,8 @@ func (b *Backend) createIn(ctx context.Context, parent, name string, data []byte
 
 // rwFree lists pos's queue and reports whether nothing ahead of its node
 // refuses mode once the leases and intents that ran out are ended, and how
-// many nodes refused it.
+// many nodes refused it. A downgraded writer's node, read by expire, lets
+// a reader in.
 func (b *Backend) rwFree(ctx context.Context, st *syncState, pos *position, mode driver.Mode) (bool, int, error) {
 	if err := b.list(ctx, pos); err != nil {
 		return false, 0, err
@@ -152,7 +174,11 @@ func (b *Backend) rwFree(ctx context.Context, st *syncState, pos *position, mode
 	if len(refusers) == 0 {
 		return true, 0, nil
 	}
-	gone, err := b.expire(ctx, st, pos.parent, refusers)
+	var lets func(value) bool
+	if mode == driver.Shared {
+		lets = func(v value) bool { return v.Shared }
+	}
+	gone, err := b.expire(ctx, st, pos.parent, refusers, lets)
 	return err == nil && gone == len(refusers), len(refusers) - gone, err
 }
 
@@ -228,21 +254,26 @@ func (b *Backend) WithdrawIntent(ctx context.Context, name, intent string) error
 // InspectRW returns the nodes of name's queue that hold by the queue's
 // rules (an attempt about to be granted may show a moment early, a holder
 // whose lease ran out until someone refused by it deletes it), and the
-// number of intents in the queue.
+// number of intents in the queue. A downgraded writer's hold is a reader's.
 func (b *Backend) InspectRW(ctx context.Context, name string) (driver.Mode, []driver.Info, int, error) {
 	ctx, stop, err := b.op(ctx)
 	if err != nil {
 		return 0, nil, 0, driver.Wrap("zklock", err)
 	}
 	defer stop()
+	rp := b.rwPath(name)
 	mode, intents := driver.Shared, 0
-	held, err := b.nodesInfo(ctx, name, b.rwPath(name), func(queue []string) []string {
-		holders, in := rwHolders(queue)
+	held, err := b.nodesInfo(ctx, name, rp, func(ctx context.Context, queue []string) ([]string, error) {
+		down, err := b.downgradedIn(ctx, rp, queue)
+		if err != nil {
+			return nil, err
+		}
+		holders, in := rwHolders(queue, down)
 		intents = len(in)
-		if len(holders) > 0 && kindOf(holders[0]) == writeKind {
+		if len(holders) > 0 && kindOf(holders[0]) == writeKind && holders[0] != down {
 			mode = driver.Exclusive
 		}
-		return holders
+		return holders, nil
 	})
 	if err != nil {
 		return 0, nil, 0, driver.Wrap("zklock", err)
@@ -254,8 +285,10 @@ func (b *Backend) InspectRW(ctx context.Context, name string) (driver.Mode, []dr
 }
 
 // rwHolders returns the nodes of a queue (by sequence) that hold by its
-// rules, and its intents.
-func rwHolders(queue []string) (holders, intents []string) {
+// rules, and its intents. downgraded, if not "", is the writer's node whose
+// hold was downgraded: it holds as a writer does, and lets in the readers
+// after it as a reader does.
+func rwHolders(queue []string, downgraded string) (holders, intents []string) {
 	var ahead []string // the kinds ahead
 	for _, c := range queue {
 		k := kindOf(c)
@@ -269,6 +302,9 @@ func rwHolders(queue []string) (holders, intents []string) {
 		case !slices.ContainsFunc(ahead, func(a string) bool { return blocks(a, mode) }):
 			holders = append(holders, c)
 		}
+		if c == downgraded {
+			k = readKind
+		}
 		if !slices.Contains(ahead, k) {
 			ahead = append(ahead, k)
 		}
@@ -276,15 +312,201 @@ func rwHolders(queue []string) (holders, intents []string) {
 	return holders, intents
 }
 
+// writerHold returns the node of queue (by sequence) that may be a
+// writer's hold: the first writer's node, if no reader's is ahead of it. A
+// writer holds only with no reader's or writer's node ahead, so no other
+// writer's node can, and only a hold is downgraded.
+func writerHold(queue []string) string {
+	for _, c := range queue {
+		switch kindOf(c) {
+		case readKind:
+			return ""
+		case writeKind:
+			return c
+		}
+	}
+	return ""
+}
+
+// downgradedIn returns the writer's hold of parent's queue if its value
+// says it was downgraded, and "" otherwise.
+func (b *Backend) downgradedIn(ctx context.Context, parent string, queue []string) (string, error) {
+	node := writerHold(queue)
+	if node == "" {
+		return "", nil
+	}
+	v, _, err := b.readValue(ctx, parent+"/"+node)
+	switch {
+	case errors.Is(err, zk.ErrNoNode):
+		return "", nil
+	case err != nil:
+		return "", err
+	case v.Shared:
+		return node, nil
+	}
+	return "", nil
+}
+
 // WatchRW fires wake when name's queue changes: a hold released or
-// expired, an intent withdrawn.
+// expired, an intent withdrawn, a writer's hold downgraded. For the last
+// it watches the value of the node that may be a writer's hold while it
+// is not downgraded; its renewals fire that watch too, and cost each
+// watcher a look at the queue, but wake nobody.
 func (b *Backend) WatchRW(ctx context.Context, name string) (<-chan struct{}, func(), error) {
-	wake, stop, err := b.watchQueue(ctx, b.rwPath(name), "", func(queue []string, _ int) []string {
-		holders, intents := rwHolders(queue)
-		return append(holders, intents...)
+	rp := b.rwPath(name)
+	// The writer's hold as of the last look, and the watch on its value
+	// while it is pending; looks are one at a time.
+	var last struct {
+		node   string
+		shared bool
+		ch     <-chan zk.Event
+	}
+	wake, stop, err := b.watchQueue(ctx, func(ctx context.Context) (*queueWatch, error) {
+		w, err := b.armWatches(ctx, rp, "")
+		if err != nil {
+			return nil, err
+		}
+		node := writerHold(w.queue)
+		if node != last.node || !last.shared && watchFired(last.ch) {
+			last.node, last.shared, last.ch = node, false, nil
+			if node != "" {
+				got, err := call(ctx, b, func() (watched, error) {
+					raw, _, ch, err := b.conn.GetW(rp + "/" + node)
+					return watched{raw: raw, ch: ch}, err
+				}, nil)
+				switch {
+				case errors.Is(err, zk.ErrNoNode): // gone since the listing: the queue's watch fires
+				case err != nil:
+					last.node = ""
+					return nil, err
+				default:
+					v, err := decodeValue(rp+"/"+node, got.raw)
+					last.shared = err == nil && v.Shared
+					if !last.shared {
+						last.ch = got.ch // a downgraded node stays so: no need to watch it
+					}
+				}
+			}
+		}
+		w.chs[1] = last.ch
+		if last.shared {
+			w.downgraded = node
+		}
+		holders, intents := rwHolders(w.queue, w.downgraded)
+		w.counted = append(holders, intents...)
+		return w, nil
 	})
 	if err != nil {
 		return nil, nil, driver.Wrap("zklock", err)
 	}
 	return wake, stop, nil
+}
+
+// watchFired reports whether a one-time watch has fired; a nil one has not.
+func watchFired(ch <-chan zk.Event) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// DowngradeRW rewrites the value of token's writer's node of name with
+// Shared set, by the version it read, which keeps the node's czxid (the
+// fence), its place in the queue and its lease; a write in between (a
+// renewal) fails it, and it reads the node again. The write fires the
+// watch WatchRW keeps on the node's value, which wakes the readers waiting
+// on it. A writer's node this backend did not grant is downgraded only if
+// it holds: no reader's or writer's node is ahead of it. A token's
+// reader's node is confirmed to exist, by a check the leader answers, and
+// left as it is; a token with neither gets driver.ErrNotHeld.
+func (b *Backend) DowngradeRW(ctx context.Context, name, token string) error {
+	ctx, stop, err := b.op(ctx)
+	if err != nil {
+		return driver.Wrap("zklock", err)
+	}
+	defer stop()
+	if err := b.downgrade(ctx, b.rwPath(name), token); err != nil {
+		return driver.Wrap("zklock", err)
+	}
+	return nil
+}
+
+func (b *Backend) downgrade(ctx context.Context, parent, token string) error {
+	node, h, err := b.heldNode(ctx, parent, token, writeKind+token, readKind+token)
+	switch {
+	case err != nil:
+		return err
+	case kindOf(path.Base(node)) == readKind:
+		return b.present(ctx, node)
+	case h == nil:
+		if err := b.writerHolds(ctx, node); err != nil {
+			return err
+		}
+	}
+	for range 3 {
+		v, st, err := b.readValue(ctx, node)
+		if err != nil {
+			return notHeld(err)
+		}
+		if !v.Shared {
+			v.Shared = true
+			data := v.encode()
+			st, err = call(ctx, b, func() (*zk.Stat, error) { return b.conn.Set(node, data, st.Version) }, nil)
+			if errors.Is(err, zk.ErrBadVersion) {
+				continue // renewed meanwhile
+			}
+			if err != nil {
+				if h != nil {
+					b.wrote(h, nil, err) // may have been written
+				}
+				return notHeld(err)
+			}
+		}
+		if h != nil {
+			// After an earlier downgrade, st is the read's: should another
+			// write have come since, the next renewal reads the node again.
+			b.mu.Lock()
+			h.setLocked(h.ttl, true)
+			h.version = st.Version
+			b.mu.Unlock()
+		}
+		return nil
+	}
+	return fmt.Errorf("%s kept changing", node)
+}
+
+// writerHolds returns nil if the writer's node, granted by another
+// backend, holds: no reader's or writer's node is ahead of it in a listing
+// made after a sync with the leader. Otherwise it is an attempt, not a
+// hold, and the error matches driver.ErrNotHeld.
+func (b *Backend) writerHolds(ctx context.Context, node string) error {
+	pos := position{node: node, parent: path.Dir(node)}
+	_, err := call(ctx, b, func() (string, error) { return b.conn.Sync(pos.parent) }, nil)
+	if err == nil {
+		err = b.list(ctx, &pos)
+	}
+	switch {
+	case errors.Is(err, errNodeGone):
+		return errors.Join(driver.ErrNotHeld, err)
+	case err != nil:
+		return err
+	case slices.ContainsFunc(pos.queue[:pos.idx], func(c string) bool { return blocks(kindOf(c), driver.Exclusive) }):
+		return fmt.Errorf("%w: a writer's attempt, with a hold ahead of it", driver.ErrNotHeld)
+	}
+	return nil
+}
+
+// present returns nil if node exists, by a check the leader answers, and
+// otherwise an error matching driver.ErrNotHeld.
+func (b *Backend) present(ctx context.Context, node string) error {
+	_, err := call(ctx, b, func() (struct{}, error) {
+		rs, err := b.conn.Multi(&zk.CheckVersionRequest{Path: node, Version: -1})
+		for _, r := range rs {
+			err = cmp.Or(err, r.Error)
+		}
+		return struct{}{}, err
+	}, nil)
+	return notHeld(err)
 }

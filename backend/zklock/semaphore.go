@@ -135,7 +135,7 @@ func (b *Backend) permitRanks(ctx context.Context, st *syncState, pos *position,
 	if pos.idx < limit {
 		return true, nil
 	}
-	gone, err := b.expire(ctx, st, pos.parent, pos.queue[:pos.idx])
+	gone, err := b.expire(ctx, st, pos.parent, pos.queue[:pos.idx], nil)
 	return err == nil && pos.idx-gone < limit, err
 }
 
@@ -304,7 +304,7 @@ func (b *Backend) InspectPermits(ctx context.Context, name string) (int, []drive
 	if err != nil {
 		return 0, nil, driver.Wrap("zklock", err)
 	}
-	held, err := b.nodesInfo(ctx, name, sp, func(queue []string) []string { return queue })
+	held, err := b.nodesInfo(ctx, name, sp, func(_ context.Context, queue []string) ([]string, error) { return queue, nil })
 	if err != nil {
 		return 0, nil, driver.Wrap("zklock", err)
 	}
@@ -313,7 +313,7 @@ func (b *Backend) InspectPermits(ctx context.Context, name string) (int, []drive
 
 // nodesInfo describes the nodes that pick takes of the queue under parent
 // (by sequence). A node gone between the listing and its read is left out.
-func (b *Backend) nodesInfo(ctx context.Context, key, parent string, pick func(queue []string) []string) ([]driver.Info, error) {
+func (b *Backend) nodesInfo(ctx context.Context, key, parent string, pick func(ctx context.Context, queue []string) ([]string, error)) ([]driver.Info, error) {
 	children, err := call(ctx, b, func() ([]string, error) {
 		c, _, err := b.conn.Children(parent)
 		return c, err
@@ -324,8 +324,12 @@ func (b *Backend) nodesInfo(ctx context.Context, key, parent string, pick func(q
 	if err != nil {
 		return nil, err
 	}
+	picked, err := pick(ctx, sortQueue(children))
+	if err != nil {
+		return nil, err
+	}
 	var out []driver.Info
-	for _, c := range pick(sortQueue(children)) {
+	for _, c := range picked {
 		node := parent + "/" + c
 		w, err := call(ctx, b, func() (watched, error) {
 			raw, st, err := b.conn.Get(node)
@@ -350,9 +354,13 @@ func (b *Backend) nodesInfo(ctx context.Context, key, parent string, pick func(q
 // released or expired, or its limit changes.
 func (b *Backend) WatchPermits(ctx context.Context, name string) (<-chan struct{}, func(), error) {
 	sp := b.semPath(name)
-	// The first limit permits hold; with a lowered limit, more may.
-	wake, stop, err := b.watchQueue(ctx, sp, sp+"/"+limitNode, func(queue []string, limit int) []string {
-		return queue[:min(len(queue), max(limit, 1))]
+	wake, stop, err := b.watchQueue(ctx, func(ctx context.Context) (*queueWatch, error) {
+		w, err := b.armWatches(ctx, sp, sp+"/"+limitNode)
+		if err == nil {
+			// The first limit permits hold; with a lowered limit, more may.
+			w.counted = w.queue[:min(len(w.queue), max(w.limit, 1))]
+		}
+		return w, err
 	})
 	if err != nil {
 		return nil, nil, driver.Wrap("zklock", err)

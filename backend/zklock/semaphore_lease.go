@@ -101,8 +101,10 @@ func (s *syncState) unchangedFor(parent, child string, version int32, now time.T
 }
 
 // expire deletes those of parent's children named that are past their
-// TTL, and returns how many of them are gone.
-func (b *Backend) expire(ctx context.Context, st *syncState, parent string, names []string) (int, error) {
+// TTL, and returns how many of them are gone, or let the attempt in: lets,
+// if not nil, reports whether a node's value does whatever its lease (a
+// downgraded writer's hold lets a reader in).
+func (b *Backend) expire(ctx context.Context, st *syncState, parent string, names []string, lets func(value) bool) (int, error) {
 	gone := 0
 	for _, name := range names {
 		node := parent + "/" + name
@@ -120,6 +122,10 @@ func (b *Backend) expire(ctx context.Context, st *syncState, parent string, name
 		v, err := decodeValue(node, w.raw)
 		if err != nil {
 			return gone, err
+		}
+		if lets != nil && lets(v) {
+			gone++
+			continue
 		}
 		if st.unchangedFor(parent, name, w.stat.Version, time.Now()) < v.ttl() {
 			continue
@@ -161,7 +167,11 @@ func (b *Backend) heldNode(ctx context.Context, parent, token string, names ...s
 }
 
 // renewIn rewrites token's node under parent for ttl (see Renew). names are
-// as for heldNode.
+// as for heldNode. It writes at the version it knows, this backend's last
+// write of a hold it granted, or the one it read: a write in between (a
+// downgrade, a renewal by another backend) fails it, and it reads the node
+// and writes again, keeping what the node says, so that no renewal undoes a
+// downgrade.
 func (b *Backend) renewIn(ctx context.Context, parent, token string, ttl time.Duration, names ...string) error {
 	if s := b.conn.State(); s != zk.StateHasSession {
 		return fmt.Errorf("session not connected (%v)", s)
@@ -170,30 +180,64 @@ func (b *Backend) renewIn(ctx context.Context, parent, token string, ttl time.Du
 	if err != nil {
 		return err
 	}
-	var data []byte
-	if h != nil {
-		b.mu.Lock()
-		if h.ttl != ttl {
-			h.ttl, h.data = ttl, encodeValue(token, ttl, h.meta)
+	for range 3 {
+		var data []byte
+		version := int32(-1)
+		if h != nil {
+			b.mu.Lock()
+			if h.version >= 0 {
+				h.setLocked(ttl, h.shared)
+				data, version = h.data, h.version
+			}
+			b.mu.Unlock()
 		}
-		data = h.data
-		b.mu.Unlock()
-	} else {
-		raw, err := call(ctx, b, func() ([]byte, error) {
-			raw, _, err := b.conn.Get(node)
-			return raw, err
-		}, nil)
-		if err != nil {
+		if data == nil {
+			v, st, err := b.readValue(ctx, node)
+			if err != nil {
+				return notHeld(err)
+			}
+			v.TTLMs = ttl.Milliseconds()
+			data, version = v.encode(), st.Version
+			if h != nil {
+				b.mu.Lock()
+				h.setLocked(ttl, v.Shared)
+				b.mu.Unlock()
+			}
+		}
+		st, err := call(ctx, b, func() (*zk.Stat, error) { return b.conn.Set(node, data, version) }, nil)
+		if h != nil {
+			b.wrote(h, st, err)
+		}
+		if !errors.Is(err, zk.ErrBadVersion) {
 			return notHeld(err)
 		}
-		v, err := decodeValue(node, raw)
-		if err != nil {
-			return err
-		}
-		data = encodeValue(token, ttl, v.Meta)
 	}
-	_, err = call(ctx, b, func() (*zk.Stat, error) { return b.conn.Set(node, data, -1) }, nil)
-	return notHeld(err)
+	return fmt.Errorf("%s kept changing", node)
+}
+
+// readValue reads node's value and stat.
+func (b *Backend) readValue(ctx context.Context, node string) (value, *zk.Stat, error) {
+	w, err := call(ctx, b, func() (watched, error) {
+		raw, st, err := b.conn.Get(node)
+		return watched{raw: raw, stat: st}, err
+	}, nil)
+	if err != nil {
+		return value{}, nil, err
+	}
+	v, err := decodeValue(node, w.raw)
+	return v, w.stat, err
+}
+
+// wrote records the outcome of a write of h's node: the version it left,
+// or, after a failure, that the version is not known.
+func (b *Backend) wrote(h *hold, st *zk.Stat, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err != nil {
+		h.version = -1
+		return
+	}
+	h.version = st.Version
 }
 
 // releaseIn deletes token's node under parent (see Release). names are as
@@ -227,16 +271,16 @@ func (b *Backend) releaseIn(ctx context.Context, parent, token string, janitor b
 	return nil
 }
 
-// watchQueue fires wake when a node of parent's queue that counts goes,
-// or when limit (if not "") changes, until stop is called or the backend
-// closes. counts picks, from a listing of the queue by sequence and the
-// limit read with it (0 if none), the nodes whose going may let a waiter
-// in: holders, intents. A refused attempt's node comes and goes without
-// waking anyone, else waiters would wake each other for as long as the
-// name is held; a hold that comes and goes between two listings wakes
-// nobody either, which the client's poll catches. After a failed watch it
-// fires once and tries again after a pause.
-func (b *Backend) watchQueue(ctx context.Context, parent, limit string, counts func(queue []string, limit int) []string) (<-chan struct{}, func(), error) {
+// watchQueue fires wake when, from one look at a queue to the next, a node
+// that counts goes, the limit changes or a writer's hold is downgraded,
+// until stop is called or the backend closes. look lists the queue with
+// watches (armWatches) and picks, as queueWatch.counted, the nodes whose
+// going may let a waiter in: holders, intents. A refused attempt's node
+// comes and goes without waking anyone, else waiters would wake each other
+// for as long as the name is held; a hold that comes and goes between two
+// listings wakes nobody either, which the client's poll catches. After a
+// failed watch it fires once and tries again after a pause.
+func (b *Backend) watchQueue(ctx context.Context, look func(context.Context) (*queueWatch, error)) (<-chan struct{}, func(), error) {
 	ctx, cancel, err := b.op(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -263,7 +307,7 @@ func (b *Backend) watchQueue(ctx context.Context, parent, limit string, counts f
 		pause := retryPause{next: 50 * time.Millisecond}
 		var last *queueWatch
 		for ctx.Err() == nil {
-			w, err := b.armWatches(ctx, parent, limit)
+			w, err := look(ctx)
 			if err != nil {
 				fire()
 				last = nil
@@ -273,7 +317,6 @@ func (b *Backend) watchQueue(ctx context.Context, parent, limit string, counts f
 				continue
 			}
 			pause = retryPause{next: 50 * time.Millisecond}
-			w.counted = counts(w.queue, w.limit)
 			if last != nil && last.freed(w) {
 				fire()
 			}
@@ -295,19 +338,21 @@ func (b *Backend) watchQueue(ctx context.Context, parent, limit string, counts f
 	}, nil
 }
 
-// queueWatch is one look of watchQueue: the queue, by sequence, and the
-// limit, with watches on both.
+// queueWatch is one look of watchQueue: the queue, by sequence, with a
+// watch on it, and the limit or a read-write lock's writer's hold, with a
+// watch on its node.
 type queueWatch struct {
-	queue   []string
-	limit   int
-	counted []string
-	chs     [2]<-chan zk.Event
+	queue      []string
+	limit      int
+	downgraded string // the writer's node made a reader's, if any (rwlock.go)
+	counted    []string
+	chs        [2]<-chan zk.Event
 }
 
-// freed reports whether, from w to next, a counted node went or the limit
-// changed.
+// freed reports whether, from w to next, a counted node went, the limit
+// changed or a writer's hold was downgraded.
 func (w *queueWatch) freed(next *queueWatch) bool {
-	if w.limit != next.limit {
+	if w.limit != next.limit || next.downgraded != "" && next.downgraded != w.downgraded {
 		return true
 	}
 	for _, c := range w.counted {

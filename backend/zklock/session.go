@@ -22,6 +22,14 @@ type hold struct {
 	ended chan struct{}      // closed by release or Close: stop watching
 	touch bool               // granted after a wait: rewrite the node once (watchHold)
 
+	// shared marks a read-write lock writer's hold that was downgraded:
+	// data says so. Guarded by Backend.mu.
+	shared bool
+	// version is the node's data version as of this backend's last write
+	// of it (renewIn, DowngradeRW), 0 (a new node's) before any, or -1 if
+	// unknown. Guarded by Backend.mu.
+	version int32
+
 	// orphaned marks a hold reported lost while disconnected: its node may
 	// outlive the outage with the session, and must then be deleted.
 	orphaned bool // guarded by Backend.mu
@@ -31,6 +39,15 @@ func newHold(req driver.AcquireRequest, path string, data []byte) *hold {
 	h := &hold{token: req.Token, path: path, meta: req.Meta, ttl: req.TTL, data: data, ended: make(chan struct{})}
 	h.lost, h.lose = context.WithCancel(context.Background())
 	return h
+}
+
+// setLocked sets the hold's ttl and mode, and its node's value for them.
+// Backend.mu must be held.
+func (h *hold) setLocked(ttl time.Duration, shared bool) {
+	if h.ttl != ttl || h.shared != shared {
+		h.ttl, h.shared = ttl, shared
+		h.data = value{Token: h.token, TTLMs: ttl.Milliseconds(), Meta: h.meta, Shared: shared}.encode()
+	}
 }
 
 // end stops watching the hold; it does not report it lost.

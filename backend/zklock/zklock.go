@@ -71,8 +71,12 @@
 // The backend also keeps semaphores (driver.Semaphores: permit nodes under
 // ROOT/sem.<name>, the first limit by sequence holding) and read-write locks
 // (driver.RWLocks: reader, writer and write-intent nodes in one queue under
-// ROOT/rw.<name>). A semaphore's node and its limit node stay, one small pair
-// per name. See docs/zookeeper-sync.md.
+// ROOT/rw.<name>). A writer's hold is downgraded to a reader's
+// (driver.RWDowngrader) by a rewrite of its node's value, by version: the
+// node keeps its czxid (the fence), its lease and its place in the queue,
+// so no writer gets in between, and a writer's intent queued before the
+// downgrade still keeps later readers out. A semaphore's node and its limit
+// node stay, one small pair per name. See docs/zookeeper-sync.md.
 package zklock
 
 import (
