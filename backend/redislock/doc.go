@@ -94,7 +94,10 @@
 // counter and watchers beside it; each operation is one script on the
 // server's clock. Nothing stays after release but the fence counter, which
 // expires a minute after the last lease, and intents, which lapse within
-// driver.WriteIntentTTL.
+// driver.WriteIntentTTL. A writer's hold downgrades to a reader's
+// (driver.RWDowngrader, RWMutex.Downgrade) in one script that rewrites the
+// hold's mode, keeping its fence, expiry and metadata, and wakes the
+// watchers, so no other writer gets in between.
 //
 // # Requests
 //

@@ -196,6 +196,53 @@ func TestConformanceCluster(t *testing.T) {
 	t.Run("force-release", func(t *testing.T) {
 		forceRelease(t, func(t testing.TB) driver.Backend { return openURL(t, "redis-cluster://"+addrs[0]) }, fixed(addrs...))
 	})
+	t.Run("rw-downgrade", func(t *testing.T) {
+		a, b := newClient(t, openURL(t, url)), newClient(t, openURL(t, url))
+		for i := range 4 { // names on several masters
+			clusterDowngrade(t, a, b, fmt.Sprintf("rw-downgrade-%d", i))
+		}
+	})
+}
+
+// clusterDowngrade downgrades a's write hold of name, which RunTopology's
+// suite leaves out: b's reader joins it, b's writer stays out, and the hold
+// keeps its fence.
+func clusterDowngrade(t *testing.T, a, b *distlock.Client, name string) {
+	t.Helper()
+	ctx := testContext(t)
+	ma, err := a.RWMutex(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ma.Close()
+	mb, err := b.RWMutex(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mb.Close()
+	w, err := ma.TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ma.Downgrade(ctx, w); err != nil {
+		t.Fatalf("%s: Downgrade: %v", name, err)
+	}
+	r, err := mb.TryRLock(ctx)
+	if err != nil {
+		t.Fatalf("%s: a reader after the downgrade: %v", name, err)
+	}
+	if _, err := mb.TryLock(ctx); !errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatalf("%s: a writer beside the downgraded hold: %v, want ErrNotAcquired", name, err)
+	}
+	info, err := ma.Inspect(ctx)
+	if err != nil || info.Writer || len(info.Held) != 2 || info.Held[0].Fence != w.Fence() {
+		t.Fatalf("%s: Inspect after the downgrade: %+v, %v; want two readers, the first of fence %d", name, info, err, w.Fence())
+	}
+	for _, l := range []*distlock.Lock{w, r} {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // subscriptionPerMaster has a waiter of one backend wait for a held key on a

@@ -9,7 +9,10 @@ import (
 	"github.com/distlock/distlock/driver"
 )
 
-var _ driver.RWLocks = (*Backend)(nil)
+var (
+	_ driver.RWLocks      = (*Backend)(nil)
+	_ driver.RWDowngrader = (*Backend)(nil)
+)
 
 // rwKeysFor maps a read-write lock's name to its Redis names, in the order
 // of rwlock.lua's KEYS: prefix + "{" + escaped name + "}:rw", then that
@@ -98,6 +101,18 @@ func (b *Backend) WithdrawIntent(ctx context.Context, name, intent string) error
 		return driver.Wrap("redislock", err)
 	}
 	return nil
+}
+
+// DowngradeRW turns token's exclusive hold of name into a shared one of the
+// same fence, expiry and metadata and, in the same script, wakes name's
+// watchers: readers the hold kept out may join it, while writers still find
+// a live hold. A shared hold is left as it is (driver.RWDowngrader).
+func (b *Backend) DowngradeRW(ctx context.Context, name, token string) error {
+	if err := validRequest(name, token, nil); err != nil {
+		return driver.Wrap("redislock", err)
+	}
+	r, err := b.evalSem(ctx, rwDowngrade, b.rwKeysFor(name), token, b.channels)
+	return semDone(r, err)
 }
 
 // InspectRW returns name's live holds by fence, with their time to live

@@ -243,6 +243,89 @@ func TestRWLockWatchNotices(t *testing.T) {
 	}
 }
 
+// TestRWLockDowngrade downgrades a writer's hold while another backend
+// watches the lock: the hold keeps its fence, metadata and expiry (the
+// holders' key its PTTL), the watcher is woken by a notice, a reader may
+// join at once, and a second downgrade neither changes nor wakes anything.
+// A hold that expired or never was fails with ErrNotHeld, and bad input
+// with ErrInvalidOption or ErrInvalidKey.
+func TestRWLockDowngrade(t *testing.T) {
+	s := testserver.Redis(t)
+	for _, a := range adapters[:2] {
+		t.Run(a.name, func(t *testing.T) {
+			ctx := testContext(t)
+			watcher, holder := a.new(t, s.Addr()), a.new(t, s.Addr())
+			defer watcher.Close()
+			defer holder.Close()
+			name := "rw-downgrade/" + a.name
+			rw, d := holder.(driver.RWLocks), holder.(driver.RWDowngrader)
+			w, err := rw.AcquireRW(ctx, driver.AcquireRequest{Key: name, Token: "w", TTL: time.Minute, Meta: driver.Meta{Owner: "o"}}, driver.Exclusive)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wake, stop, err := watcher.(driver.RWLocks).WatchRW(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stop()
+			if !awaitWake(wake, 5*time.Second) {
+				t.Fatal("no wake when the subscription was confirmed")
+			}
+			holders := rwNames(name)[1]
+			before := pttl(t, s.Addr(), holders)
+			if err := d.DowngradeRW(ctx, name, "w"); err != nil {
+				t.Fatal(err)
+			}
+			if !awaitWake(wake, 2*time.Second) {
+				t.Fatal("no notice of the downgrade within 2s")
+			}
+			if after := pttl(t, s.Addr(), holders); after <= 0 || after > before {
+				t.Errorf("holders after the downgrade: PTTL %d, want at most %d", after, before)
+			}
+			mode, held, _, err := rw.InspectRW(ctx, name)
+			if err != nil || mode != driver.Shared || len(held) != 1 || held[0].Fence != w.Fence ||
+				held[0].Meta.Owner != "o" || held[0].TTL <= 50*time.Second {
+				t.Fatalf("inspect after the downgrade: %v, %+v, %v; want the writer's hold, shared", mode, held, err)
+			}
+			if err := d.DowngradeRW(ctx, name, "w"); err != nil {
+				t.Fatalf("a second downgrade: %v", err)
+			}
+			if awaitWake(wake, 200*time.Millisecond) {
+				t.Fatal("woken by downgrading a shared hold")
+			}
+			r, err := rw.AcquireRW(ctx, driver.AcquireRequest{Key: name, Token: "r", TTL: time.Minute}, driver.Shared)
+			if err != nil || r.Fence <= w.Fence {
+				t.Fatalf("a reader after the downgrade: %+v, %v; want a fence above %d", r, err, w.Fence)
+			}
+			if _, err := rw.AcquireRW(ctx, driver.AcquireRequest{Key: name, Token: "w2", TTL: time.Minute}, driver.Exclusive); !errors.Is(err, driver.ErrNotAcquired) {
+				t.Fatalf("a writer beside the downgraded hold: %v, want ErrNotAcquired", err)
+			}
+			for _, tok := range []string{"w", "r"} {
+				if err := rw.ReleaseRW(ctx, name, tok); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := d.DowngradeRW(ctx, name, "w"); !errors.Is(err, driver.ErrNotHeld) {
+				t.Errorf("downgrade of a released hold: %v, want ErrNotHeld", err)
+			}
+			short := driver.AcquireRequest{Key: name, Token: "short", TTL: 50 * time.Millisecond}
+			if _, err := rw.AcquireRW(ctx, short, driver.Exclusive); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
+			if err := d.DowngradeRW(ctx, name, "short"); !errors.Is(err, driver.ErrNotHeld) {
+				t.Errorf("downgrade of an expired hold: %v, want ErrNotHeld", err)
+			}
+			if err := d.DowngradeRW(ctx, name, "a\nb"); !errors.Is(err, driver.ErrInvalidOption) {
+				t.Errorf("token with a newline: %v, want ErrInvalidOption", err)
+			}
+			if err := d.DowngradeRW(ctx, "", "w"); !errors.Is(err, driver.ErrInvalidKey) {
+				t.Errorf("no name: %v, want ErrInvalidKey", err)
+			}
+		})
+	}
+}
+
 // TestRWLockAfterClose calls every read-write lock method after Close:
 // each must fail at once with ErrClosed.
 func TestRWLockAfterClose(t *testing.T) {
@@ -257,12 +340,13 @@ func TestRWLockAfterClose(t *testing.T) {
 			rw := b.(driver.RWLocks)
 			req := driver.AcquireRequest{Key: "closed", Token: "t", TTL: time.Minute}
 			for op, call := range map[string]func() error{
-				"acquire":  func() error { _, err := rw.AcquireRW(ctx, req, driver.Exclusive); return err },
-				"renew":    func() error { return rw.RenewRW(ctx, "closed", "t", time.Minute) },
-				"release":  func() error { return rw.ReleaseRW(ctx, "closed", "t") },
-				"withdraw": func() error { return rw.WithdrawIntent(ctx, "closed", "i") },
-				"inspect":  func() error { _, _, _, err := rw.InspectRW(ctx, "closed"); return err },
-				"watch":    func() error { _, _, err := rw.WatchRW(ctx, "closed"); return err },
+				"acquire":   func() error { _, err := rw.AcquireRW(ctx, req, driver.Exclusive); return err },
+				"renew":     func() error { return rw.RenewRW(ctx, "closed", "t", time.Minute) },
+				"release":   func() error { return rw.ReleaseRW(ctx, "closed", "t") },
+				"withdraw":  func() error { return rw.WithdrawIntent(ctx, "closed", "i") },
+				"downgrade": func() error { return b.(driver.RWDowngrader).DowngradeRW(ctx, "closed", "t") },
+				"inspect":   func() error { _, _, _, err := rw.InspectRW(ctx, "closed"); return err },
+				"watch":     func() error { _, _, err := rw.WatchRW(ctx, "closed"); return err },
 			} {
 				start := time.Now()
 				if err := call(); !errors.Is(err, driver.ErrClosed) {

@@ -22,6 +22,7 @@ const (
 	rwAcquire
 	rwWithdraw
 	rwInspect
+	rwDowngrade
 	numSemScripts
 )
 
@@ -46,6 +47,8 @@ var (
 	rwWithdrawLua string
 	//go:embed rwlock_inspect.lua
 	rwInspectLua string
+	//go:embed rwlock_downgrade.lua
+	rwDowngradeLua string
 )
 
 // semScriptSources holds each script's source: counter.lua, watchers.lua
@@ -62,6 +65,7 @@ var semScriptSources = func() (s [numSemScripts]string) {
 		rwAcquire:     rwlockLua + rwAcquireLua,
 		rwWithdraw:    rwlockLua + rwWithdrawLua,
 		rwInspect:     rwlockLua + rwInspectLua,
+		rwDowngrade:   rwlockLua + rwDowngradeLua,
 	} {
 		s[i] = counterLua + watchersLua + semaphoreLua + src
 	}
