@@ -114,7 +114,12 @@
 // of one name exclude each other; waiting writers' intents in a table
 // readers check in the same statement) and semaphores (driver.Semaphores:
 // permit i is the two-key advisory lock (slot key, i) below the limit), with
-// their rows in the tables Migrate makes; see docs/sql.md.
+// their rows in the tables Migrate makes; see docs/sql.md. A writer's hold
+// downgrades to a reader's (driver.RWDowngrader, RWMutex.Downgrade) in one
+// statement on its own session, which takes the shared lock beside its
+// exclusive one before unlocking that, so no other writer gets in between;
+// the hold's row turns shared with the same fence and lease, and NOTIFY
+// wakes the readers waiting.
 //
 // Open, and distlock.Open through the schemes "postgres" and "postgresql",
 // take a URL for a pool that the backend owns and closes:

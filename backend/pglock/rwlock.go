@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -25,9 +26,14 @@ var (
 	rwWithdrawSQL string
 	//go:embed sql/rw_inspect.sql
 	rwInspectSQL string
+	//go:embed sql/rw_downgrade.sql
+	rwDowngradeSQL string
 )
 
-var _ driver.RWLocks = (*Backend)(nil)
+var (
+	_ driver.RWLocks      = (*Backend)(nil)
+	_ driver.RWDowngrader = (*Backend)(nil)
+)
 
 // rwKind names read-write locks among the pinned holds.
 const rwKind = "rw"
@@ -67,6 +73,52 @@ func (b *Backend) RenewRW(ctx context.Context, name, token string, ttl time.Dura
 // wakes the name's waiters (NOTIFY distlock_pg_rw).
 func (b *Backend) ReleaseRW(ctx context.Context, name, token string) error {
 	return b.releaseHold(ctx, rwKind, name, token, rwReleaseSQL, func(p *session) []any { return []any{p.id, b.rowName(name), token} })
+}
+
+// DowngradeRW turns token's exclusive hold of name into a shared one in one
+// statement on its pinned session: the session takes the name's advisory
+// lock shared beside its exclusive lock, then unlocks the exclusive one, so
+// no other session's writer gets in between; the hold's row turns shared,
+// with its fence, lease and metadata, and the name's waiters are woken
+// (NOTIFY distlock_pg_rw). A shared hold is left as it is. Advisory locks
+// are not undone with a failed statement, so a statement that fails leaves
+// the hold in a mode it cannot know: the session is then ended, which frees
+// the hold and reports it lost (driver.RWDowngrader).
+func (b *Backend) DowngradeRW(ctx context.Context, name, token string) error {
+	if err := b.holds.ClosedError(); err != nil {
+		return err
+	}
+	p := b.holds.Lookup(holdKey(rwKind, name), token)
+	if p == nil {
+		return driver.ErrNotHeld
+	}
+	if err := p.Lock(ctx); err != nil {
+		return driver.Wrap("pglock", err)
+	}
+	defer p.Unlock()
+	if p.Ended() || !time.Now().Before(p.Deadline()) {
+		return driver.ErrNotHeld // a lapsed lease is unlocked by the next keepalive round
+	}
+	// Not cancelled midway: pgx would close the connection, and the hold.
+	qctx, done := b.reqBound.within(context.WithoutCancel(ctx))
+	defer done()
+	var shared bool
+	err := p.conn.QueryRow(qctx, rwDowngradeSQL, p.id, b.rowName(name), token).Scan(&shared)
+	switch {
+	case err == nil && shared:
+		return nil
+	case errors.Is(err, pgx.ErrNoRows): // nothing ran
+		return errors.New("pglock: the hold has no row: it stays exclusive")
+	}
+	closed := p.conn.Conn().IsClosed()
+	p.DieLocked()
+	switch {
+	case err == nil:
+		return fmt.Errorf("%w: the session did not hold it exclusively", driver.ErrNotHeld)
+	case closed:
+		return fmt.Errorf("%w: the session ended: %w", driver.ErrNotHeld, err)
+	}
+	return fmt.Errorf("%w; the session is ended, which frees the hold", driver.Wrap("pglock", err))
 }
 
 // WithdrawIntent removes a waiting writer's intent on name and, if it was

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/distlock/distlock"
@@ -29,6 +30,145 @@ func TestRWLocksAndSemaphores(t *testing.T) {
 	t.Run("NamespacesKeptApart", func(t *testing.T) { rwNamespaces(t, s) })
 	t.Run("CloseEndsWatches", func(t *testing.T) { closeEndsWatches(t, s) })
 	t.Run("CleanupSweepsLeftRows", func(t *testing.T) { cleanupSweepsRWRows(t, s, admin) })
+	t.Run("DowngradeOnItsSession", func(t *testing.T) { downgradeOnItsSession(t, s, admin) })
+}
+
+// advisoryModes returns the modes in which sessions hold id's advisory
+// lock, and how many sessions wait for it.
+func advisoryModes(t *testing.T, ctx context.Context, admin *pgxpool.Pool, id int64) (held []string, waiting int) {
+	t.Helper()
+	rows, err := admin.Query(ctx, `SELECT mode, granted FROM pg_locks
+		WHERE locktype = 'advisory' AND objsubid = 1
+		  AND classid = (($1::bigint >> 32) & 4294967295)::oid AND objid = ($1::bigint & 4294967295)::oid
+		ORDER BY mode`, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mode    string
+		granted bool
+	)
+	_, err = pgx.ForEachRow(rows, []any{&mode, &granted}, func() error {
+		if granted {
+			held = append(held, mode)
+		} else {
+			waiting++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return held, waiting
+}
+
+// A downgrade takes the shared lock beside the exclusive one on the hold's
+// own session, even while a lock of the name waits in the server's queue
+// (which a conditional attempt would yield to), then drops the exclusive
+// one: the waiter stays queued until the hold is released, a watcher is
+// woken, and the session goes back to the pool clean. A hold whose row
+// vanished is refused and left exclusive.
+func downgradeOnItsSession(t *testing.T, s *testserver.Server, admin *pgxpool.Pool) {
+	ctx := testContext(t, time.Minute)
+	pool := newPool(t, s, 1) // the writer's session comes back to the next user
+	c := distlock.New(newBackend(t, pool))
+	defer c.Close()
+	other := newBackend(t, newPool(t, s, 4))
+	c2 := distlock.New(other)
+	defer c2.Close()
+	name := uniqueKey(t)
+	id := pglock.KeyID(name)
+	m, err := c.RWMutex(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Inspect(ctx); err != nil { // creates the tables first
+		t.Fatal(err)
+	}
+	pid := cleanSession(t, ctx, pool, "nothing")
+	w, err := m.TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *distlock.Lock, 1)
+	fail := make(chan error, 1)
+	go func() {
+		l, err := c2.Lock(ctx, name, distlock.WithWait(30*time.Second))
+		if err != nil {
+			fail <- err
+			return
+		}
+		got <- l
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, waiting := advisoryModes(t, ctx, admin, id); waiting == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the lock's waiter never showed in pg_locks")
+		}
+	}
+	wake, stop, err := other.WatchRW(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if err := m.Downgrade(ctx, w); err != nil {
+		t.Fatalf("Downgrade with a lock waiting in the queue: %v", err)
+	}
+	select {
+	case <-wake:
+	case <-time.After(2 * time.Second):
+		t.Fatal("no notice of the downgrade within 2s")
+	}
+	if held, waiting := advisoryModes(t, ctx, admin, id); len(held) != 1 || held[0] != "ShareLock" || waiting != 1 {
+		t.Fatalf("after the downgrade: held %v with %d waiting; want ShareLock alone, and the waiter", held, waiting)
+	}
+	mode, infos, _, err := other.InspectRW(ctx, name)
+	if err != nil || mode != driver.Shared || len(infos) != 1 || infos[0].Fence != w.Fence() {
+		t.Fatalf("InspectRW after the downgrade: %v, %+v, %v; want one shared hold of fence %d", mode, infos, err, w.Fence())
+	}
+	select {
+	case l := <-got:
+		t.Fatalf("the lock's waiter got in beside the downgraded hold (fence %d)", l.Fence())
+	case err := <-fail:
+		t.Fatal(err)
+	case <-time.After(300 * time.Millisecond): // not synchronisation: a chance to break exclusion
+	}
+	if err := w.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-got:
+		if l.Fence() <= w.Fence() {
+			t.Errorf("the waiter's fence %d is not above the downgraded hold's %d", l.Fence(), w.Fence())
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	case err := <-fail:
+		t.Fatal(err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the lock's waiter never got in after the downgraded hold ended")
+	}
+	if got := cleanSession(t, ctx, pool, "the release of a downgraded hold"); got != pid {
+		t.Errorf("the downgrade or release ended the session %d (now %d)", pid, got)
+	}
+
+	w, err = m.TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Release(ctx)
+	if _, err := admin.Exec(ctx, `DELETE FROM distlock_pg_rw_holds WHERE name = $1`, name); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Downgrade(ctx, w); err == nil || errors.Is(err, distlock.ErrNotHeld) {
+		t.Errorf("Downgrade of a hold without its row: %v, want an error other than ErrNotHeld", err)
+	}
+	if held, _ := advisoryModes(t, ctx, admin, id); len(held) != 1 || held[0] != "ExclusiveLock" || w.Err() != nil {
+		t.Errorf("after a refused downgrade: held %v, hold error %v; want it still exclusive", held, w.Err())
+	}
 }
 
 // Cleanup deletes what read-write locks and semaphores leave when a hold
@@ -540,6 +680,7 @@ func rwCallsAfterClose(t *testing.T, s *testserver.Server) {
 		"RenewRW":        be.RenewRW(ctx, "k", "t", time.Second),
 		"ReleaseRW":      be.ReleaseRW(ctx, "k", "t"),
 		"WithdrawIntent": be.WithdrawIntent(ctx, "k", "i"),
+		"DowngradeRW":    be.DowngradeRW(ctx, "k", "t"),
 		"InspectRW":      ierr,
 		"WatchRW":        werr,
 		"AcquirePermit":  perm,
