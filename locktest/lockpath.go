@@ -107,14 +107,16 @@ func (s *suite) pathTableExcludesRows(t *testing.T) {
 	}
 }
 
-// Goroutines on two clients lock the table or one of three rows at random:
+// Goroutines on four clients lock the table or one of three rows in turn:
 // the table's holder is never inside with a row's, a row never has two,
-// and rows do hold side by side.
+// and rows do hold side by side. Three goroutines a client: a row's path
+// holds two locks, and on stores that pin a connection per held lock
+// (pglock) a client's pool must have room for them.
 func (s *suite) pathContended(t *testing.T) {
 	const goroutines = 12
 	ctx := testContext(t, 3*time.Minute)
 	table := s.key(t)
-	clients := []*distlock.Client{s.client(t), s.client(t)}
+	clients := []*distlock.Client{s.client(t), s.client(t), s.client(t), s.client(t)}
 	rounds := max(s.h.Iterations/10, 10)
 	var (
 		tables, rowsIn, mostRows atomic.Int32
@@ -125,7 +127,7 @@ func (s *suite) pathContended(t *testing.T) {
 	)
 	for g := range goroutines {
 		wg.Go(func() {
-			c := clients[g%2]
+			c := clients[g%len(clients)]
 			for i := range rounds {
 				row := (g + i) % 4 // 3: the table
 				path := []string{table}

@@ -108,6 +108,8 @@ var topology = map[string]bool{
 	"ReleaseRequest":          true,
 	"Semaphore":               true,
 	"RWLock":                  true,
+	"RWDowngrade":             true,
+	"WeightedPermits":         true,
 	"NoGoroutineLeak":         true,
 }
 

@@ -43,8 +43,20 @@ func (s *suite) rwDowngradeReaders(t *testing.T) {
 	if _, err := b.TryRLock(ctx); !errors.Is(err, distlock.ErrNotAcquired) {
 		t.Fatalf("a reader before the downgrade: %v, want ErrNotAcquired", err)
 	}
+	waiting := make(chan error, 1)
+	go func() { // a reader that waits from before the downgrade gets in with it
+		l, err := b.RLock(ctx, distlock.WithWait(30*time.Second))
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		waiting <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // not synchronisation: a chance for the reader to wait
 	if err := a.Downgrade(ctx, w); err != nil {
 		t.Fatalf("Downgrade: %v", err)
+	}
+	if err := <-waiting; err != nil {
+		t.Fatalf("a reader waiting at the downgrade: %v, want it let in", err)
 	}
 	if err := a.Downgrade(ctx, w); err != nil {
 		t.Fatalf("a second Downgrade of the same hold: %v, want nil (a read hold stays one)", err)
