@@ -127,6 +127,14 @@ func WithBusinessID(id string) Option { return func(r *Request) { r.Meta.Busines
 // Lock keeps an intent of its own.
 func WithWriteIntent(id string) Option { return func(r *Request) { r.intent = id } }
 
+// WithPermitIntent gives an attempt by token of several permits
+// (Semaphore.AcquireTokenN) the intent id: refused, the attempt keeps later
+// requests out for driver.WriteIntentTTL, as a waiting AcquireN does, until
+// an attempt with the same id renews it, a grant ends it or
+// Semaphore.WithdrawIntent does. It is for a lock service waiting on its
+// caller's behalf; AcquireN keeps an intent of its own.
+func WithPermitIntent(id string) Option { return func(r *Request) { r.intent = id } }
+
 // WithMetadata records labels with the lock for Inspect and logs.
 func WithMetadata(labels map[string]string) Option {
 	return func(r *Request) { r.Meta.Labels = maps.Clone(labels) }

@@ -118,8 +118,12 @@ func (s *Semaphore) takeN(ctx context.Context, n int, opts []Option, take func([
 	if err := s.checkN(n); err != nil {
 		return err
 	}
-	if n == 1 {
-		return take(opts)
+	var r Request
+	for _, o := range opts {
+		o(&r)
+	}
+	if n == 1 || r.intent != "" { // one permit waits in no line; the caller's own intent (WithPermitIntent) it withdraws
+		return take(append([]Option{withPermits(n)}, opts...))
 	}
 	intent := newToken()
 	err := take(append([]Option{withPermits(n), func(r *Request) { r.intent = intent }}, opts...))
@@ -139,6 +143,20 @@ func (s *Semaphore) TryAcquireN(ctx context.Context, n int, opts ...Option) (*Lo
 		return nil, err
 	}
 	return s.c.TryLock(ctx, s.name, append([]Option{withPermits(n)}, opts...)...)
+}
+
+// WithdrawIntent ends the intent id of a request of several permits by
+// token (WithPermitIntent), letting the requests it kept out in; an intent
+// that ended already is no error.
+func (s *Semaphore) WithdrawIntent(ctx context.Context, id string) error {
+	w, ok := s.sem.(driver.WeightedPermits)
+	if !ok {
+		return keyErr("withdraw intent", s.name, errors.ErrUnsupported)
+	}
+	if err := w.WithdrawPermitIntent(ctx, s.name, id); err != nil {
+		return keyErr("withdraw intent", s.name, err)
+	}
+	return nil
 }
 
 // checkN checks the permits of one hold.

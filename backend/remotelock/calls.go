@@ -102,6 +102,9 @@ func (p permitCalls) acquire(ctx context.Context, req driver.AcquireRequest, wai
 		RequestId:  req.Token,
 		FirstTry:   firstTry,
 	}
+	if req.Permits > 1 {
+		m.Count, m.Intent = int32(min(req.Permits, 1<<31-1)), req.Intent
+	}
 	if wait > 0 {
 		m.Wait = durationpb.New(wait)
 	}

@@ -25,6 +25,8 @@ func (b *Backend) fail(c *call, err error) error {
 		sentinel = driver.ErrNotAcquired
 	case connect.CodeNotFound:
 		sentinel = driver.ErrNotHeld
+	case connect.CodeUnimplemented:
+		sentinel = errors.ErrUnsupported
 	case connect.CodeInvalidArgument:
 		sentinel = driver.ErrInvalidOption
 		if strings.Contains(message(err), "invalid key") {

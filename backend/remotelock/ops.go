@@ -460,10 +460,11 @@ func toInfo(l *distlockv1.Lock) driver.Info {
 		return driver.Info{}
 	}
 	info := driver.Info{
-		Key:   l.GetKey(),
-		Held:  l.GetHeld(),
-		Fence: l.GetFence(),
-		Meta:  driver.Meta{Owner: l.GetOwner(), BusinessID: l.GetBusinessId(), Labels: l.GetLabels()},
+		Key:     l.GetKey(),
+		Held:    l.GetHeld(),
+		Fence:   l.GetFence(),
+		Meta:    driver.Meta{Owner: l.GetOwner(), BusinessID: l.GetBusinessId(), Labels: l.GetLabels()},
+		Permits: int(l.GetPermits()),
 	}
 	if d := l.GetTtl(); d != nil {
 		info.TTL = d.AsDuration()

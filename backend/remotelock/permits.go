@@ -22,8 +22,9 @@ func (b *Backend) AcquirePermit(ctx context.Context, req driver.AcquireRequest, 
 	return b.acquireOnce(ctx, permitCalls{b.rpc, limit}, req)
 }
 
-// AcquirePermitWait takes a permit, waiting in the service until one is
-// granted, ctx ends or Close is called, as AcquireWait waits for a lock.
+// AcquirePermitWait takes a permit (req.Permits of them as one hold),
+// waiting in the service until it is granted, ctx ends or Close is called,
+// as AcquireWait waits for a lock.
 func (b *Backend) AcquirePermitWait(ctx context.Context, req driver.AcquireRequest, limit int) (driver.Grant, error) {
 	return b.acquireWait(ctx, permitCalls{b.rpc, limit}, req)
 }

@@ -11,8 +11,9 @@ import (
 )
 
 var (
-	_ driver.RWLocks  = (*Backend)(nil)
-	_ driver.RWWaiter = (*Backend)(nil)
+	_ driver.RWLocks      = (*Backend)(nil)
+	_ driver.RWWaiter     = (*Backend)(nil)
+	_ driver.RWDowngrader = (*Backend)(nil)
 )
 
 // AcquireRW makes one attempt to take req.Key in mode, as Acquire takes a
@@ -51,6 +52,27 @@ func (b *Backend) WithdrawIntent(ctx context.Context, name, intent string) error
 	}
 	defer c.end()
 	_, err = b.rpc.WithdrawIntent(c.ctx, connect.NewRequest(&distlockv1.WithdrawIntentRequest{Name: name, Intent: intent}))
+	if err != nil {
+		return b.fail(c, err)
+	}
+	return nil
+}
+
+// DowngradeRW turns token's write hold of name, an acquisition of this
+// backend, into a read hold, in the service's store; driver.ErrNotHeld if
+// it has none, errors.ErrUnsupported if the store cannot downgrade or the
+// service is of a release without downgrades.
+func (b *Backend) DowngradeRW(ctx context.Context, name, token string) error {
+	c, err := b.begin(ctx, b.requestTimeout)
+	if err != nil {
+		return err
+	}
+	defer c.end()
+	server, ok := b.serverToken(rwID(name, token))
+	if !ok {
+		return driver.ErrNotHeld
+	}
+	_, err = b.rpc.DowngradeRW(c.ctx, connect.NewRequest(&distlockv1.DowngradeRWRequest{Name: name, Token: server}))
 	if err != nil {
 		return b.fail(c, err)
 	}

@@ -1116,7 +1116,10 @@ type Lock struct {
 	Labels     map[string]string    `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// The tenant whose key it is (set in cross-tenant lists and force
 	// releases).
-	Tenant        string `protobuf:"bytes,8,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Tenant string `protobuf:"bytes,8,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// How many permits a semaphore's hold counts (AcquirePermitRequest.count);
+	// 0 means one, and a lock's is 0.
+	Permits       int32 `protobuf:"varint,9,opt,name=permits,proto3" json:"permits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1205,6 +1208,13 @@ func (x *Lock) GetTenant() string {
 		return x.Tenant
 	}
 	return ""
+}
+
+func (x *Lock) GetPermits() int32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
 }
 
 type WatchRequest struct {
@@ -1900,7 +1910,19 @@ type AcquirePermitRequest struct {
 	// Says that no earlier call with this request_id can have been granted,
 	// as AcquireRequest.first_try does: the server then does not look for
 	// the permit of an earlier call.
-	FirstTry      bool `protobuf:"varint,9,opt,name=first_try,json=firstTry,proto3" json:"first_try,omitempty"`
+	FirstTry bool `protobuf:"varint,9,opt,name=first_try,json=firstTry,proto3" json:"first_try,omitempty"`
+	// How many permits to take as one hold (one token, renewed and released
+	// together), 1 if unset; at most permits. While a call for several waits,
+	// no later call of the semaphore is granted permits, whatever its count,
+	// so that small calls cannot starve it. UNIMPLEMENTED over a store that
+	// cannot take several permits in one hold.
+	Count int32 `protobuf:"varint,10,opt,name=count,proto3" json:"count,omitempty"`
+	// For a call of several permits that waits by calls of its own: an id it
+	// chooses (1 to 128 letters, digits, '-' or '_'). A refused call with it
+	// keeps later calls out for 2 seconds, renewed by each call with the same
+	// id, until a grant or WithdrawPermitIntent. A call waiting with wait
+	// needs none.
+	Intent        string `protobuf:"bytes,11,opt,name=intent,proto3" json:"intent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1996,6 +2018,20 @@ func (x *AcquirePermitRequest) GetFirstTry() bool {
 		return x.FirstTry
 	}
 	return false
+}
+
+func (x *AcquirePermitRequest) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *AcquirePermitRequest) GetIntent() string {
+	if x != nil {
+		return x.Intent
+	}
+	return ""
 }
 
 type AcquirePermitResponse struct {
@@ -3054,6 +3090,182 @@ func (*WithdrawIntentResponse) Descriptor() ([]byte, []int) {
 	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{48}
 }
 
+type WithdrawPermitIntentRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Intent        string                 `protobuf:"bytes,2,opt,name=intent,proto3" json:"intent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WithdrawPermitIntentRequest) Reset() {
+	*x = WithdrawPermitIntentRequest{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WithdrawPermitIntentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WithdrawPermitIntentRequest) ProtoMessage() {}
+
+func (x *WithdrawPermitIntentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WithdrawPermitIntentRequest.ProtoReflect.Descriptor instead.
+func (*WithdrawPermitIntentRequest) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *WithdrawPermitIntentRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *WithdrawPermitIntentRequest) GetIntent() string {
+	if x != nil {
+		return x.Intent
+	}
+	return ""
+}
+
+type WithdrawPermitIntentResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WithdrawPermitIntentResponse) Reset() {
+	*x = WithdrawPermitIntentResponse{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WithdrawPermitIntentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WithdrawPermitIntentResponse) ProtoMessage() {}
+
+func (x *WithdrawPermitIntentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WithdrawPermitIntentResponse.ProtoReflect.Descriptor instead.
+func (*WithdrawPermitIntentResponse) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{50}
+}
+
+type DowngradeRWRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Token         string                 `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DowngradeRWRequest) Reset() {
+	*x = DowngradeRWRequest{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DowngradeRWRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DowngradeRWRequest) ProtoMessage() {}
+
+func (x *DowngradeRWRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DowngradeRWRequest.ProtoReflect.Descriptor instead.
+func (*DowngradeRWRequest) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *DowngradeRWRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DowngradeRWRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+type DowngradeRWResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DowngradeRWResponse) Reset() {
+	*x = DowngradeRWResponse{}
+	mi := &file_distlock_v1_lock_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DowngradeRWResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DowngradeRWResponse) ProtoMessage() {}
+
+func (x *DowngradeRWResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_distlock_v1_lock_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DowngradeRWResponse.ProtoReflect.Descriptor instead.
+func (*DowngradeRWResponse) Descriptor() ([]byte, []int) {
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{52}
+}
+
 type CampaignRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The election's name: "election/" and the name must make a valid key.
@@ -3075,7 +3287,7 @@ type CampaignRequest struct {
 
 func (x *CampaignRequest) Reset() {
 	*x = CampaignRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[49]
+	mi := &file_distlock_v1_lock_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3087,7 +3299,7 @@ func (x *CampaignRequest) String() string {
 func (*CampaignRequest) ProtoMessage() {}
 
 func (x *CampaignRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[49]
+	mi := &file_distlock_v1_lock_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3100,7 +3312,7 @@ func (x *CampaignRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CampaignRequest.ProtoReflect.Descriptor instead.
 func (*CampaignRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{49}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CampaignRequest) GetName() string {
@@ -3168,7 +3380,7 @@ type CampaignResponse struct {
 
 func (x *CampaignResponse) Reset() {
 	*x = CampaignResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[50]
+	mi := &file_distlock_v1_lock_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3180,7 +3392,7 @@ func (x *CampaignResponse) String() string {
 func (*CampaignResponse) ProtoMessage() {}
 
 func (x *CampaignResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[50]
+	mi := &file_distlock_v1_lock_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3193,7 +3405,7 @@ func (x *CampaignResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CampaignResponse.ProtoReflect.Descriptor instead.
 func (*CampaignResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{50}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *CampaignResponse) GetToken() string {
@@ -3240,7 +3452,7 @@ type LeaderRequest struct {
 
 func (x *LeaderRequest) Reset() {
 	*x = LeaderRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[51]
+	mi := &file_distlock_v1_lock_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3252,7 +3464,7 @@ func (x *LeaderRequest) String() string {
 func (*LeaderRequest) ProtoMessage() {}
 
 func (x *LeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[51]
+	mi := &file_distlock_v1_lock_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3265,7 +3477,7 @@ func (x *LeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderRequest.ProtoReflect.Descriptor instead.
 func (*LeaderRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{51}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *LeaderRequest) GetName() string {
@@ -3290,7 +3502,7 @@ type LeaderResponse struct {
 
 func (x *LeaderResponse) Reset() {
 	*x = LeaderResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[52]
+	mi := &file_distlock_v1_lock_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3302,7 +3514,7 @@ func (x *LeaderResponse) String() string {
 func (*LeaderResponse) ProtoMessage() {}
 
 func (x *LeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[52]
+	mi := &file_distlock_v1_lock_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3315,7 +3527,7 @@ func (x *LeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderResponse.ProtoReflect.Descriptor instead.
 func (*LeaderResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{52}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *LeaderResponse) GetHeld() bool {
@@ -3362,7 +3574,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[53]
+	mi := &file_distlock_v1_lock_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3374,7 +3586,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[53]
+	mi := &file_distlock_v1_lock_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3387,7 +3599,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{53}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ObserveRequest) GetName() string {
@@ -3406,7 +3618,7 @@ type ObserveResponse struct {
 
 func (x *ObserveResponse) Reset() {
 	*x = ObserveResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[54]
+	mi := &file_distlock_v1_lock_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3418,7 +3630,7 @@ func (x *ObserveResponse) String() string {
 func (*ObserveResponse) ProtoMessage() {}
 
 func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[54]
+	mi := &file_distlock_v1_lock_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3431,7 +3643,7 @@ func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveResponse.ProtoReflect.Descriptor instead.
 func (*ObserveResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{54}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ObserveResponse) GetLeader() *LeaderResponse {
@@ -3451,7 +3663,7 @@ type ResignRequest struct {
 
 func (x *ResignRequest) Reset() {
 	*x = ResignRequest{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[55]
+	mi := &file_distlock_v1_lock_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3463,7 +3675,7 @@ func (x *ResignRequest) String() string {
 func (*ResignRequest) ProtoMessage() {}
 
 func (x *ResignRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[55]
+	mi := &file_distlock_v1_lock_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3476,7 +3688,7 @@ func (x *ResignRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResignRequest.ProtoReflect.Descriptor instead.
 func (*ResignRequest) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{55}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ResignRequest) GetName() string {
@@ -3501,7 +3713,7 @@ type ResignResponse struct {
 
 func (x *ResignResponse) Reset() {
 	*x = ResignResponse{}
-	mi := &file_distlock_v1_lock_proto_msgTypes[56]
+	mi := &file_distlock_v1_lock_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3513,7 +3725,7 @@ func (x *ResignResponse) String() string {
 func (*ResignResponse) ProtoMessage() {}
 
 func (x *ResignResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_distlock_v1_lock_proto_msgTypes[56]
+	mi := &file_distlock_v1_lock_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3526,7 +3738,7 @@ func (x *ResignResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResignResponse.ProtoReflect.Descriptor instead.
 func (*ResignResponse) Descriptor() ([]byte, []int) {
-	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{56}
+	return file_distlock_v1_lock_proto_rawDescGZIP(), []int{60}
 }
 
 var File_distlock_v1_lock_proto protoreflect.FileDescriptor
@@ -3604,7 +3816,7 @@ const file_distlock_v1_lock_proto_rawDesc = "" +
 	"allTenants\"_\n" +
 	"\fListResponse\x12'\n" +
 	"\x05locks\x18\x01 \x03(\v2\x11.distlock.v1.LockR\x05locks\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xb0\x02\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xca\x02\n" +
 	"\x04Lock\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04held\x18\x02 \x01(\bR\x04held\x12\x14\n" +
@@ -3614,7 +3826,8 @@ const file_distlock_v1_lock_proto_rawDesc = "" +
 	"\vbusiness_id\x18\x06 \x01(\tR\n" +
 	"businessId\x125\n" +
 	"\x06labels\x18\a \x03(\v2\x1d.distlock.v1.Lock.LabelsEntryR\x06labels\x12\x16\n" +
-	"\x06tenant\x18\b \x01(\tR\x06tenant\x1a9\n" +
+	"\x06tenant\x18\b \x01(\tR\x06tenant\x12\x18\n" +
+	"\apermits\x18\t \x01(\x05R\apermits\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"&\n" +
@@ -3665,7 +3878,7 @@ const file_distlock_v1_lock_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\",\n" +
 	"\x14CloseSessionResponse\x12\x14\n" +
-	"\x05locks\x18\x01 \x01(\x05R\x05locks\"\x99\x03\n" +
+	"\x05locks\x18\x01 \x01(\x05R\x05locks\"\xc7\x03\n" +
 	"\x14AcquirePermitRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\apermits\x18\x02 \x01(\x05R\apermits\x12-\n" +
@@ -3677,7 +3890,10 @@ const file_distlock_v1_lock_proto_rawDesc = "" +
 	"\x06labels\x18\a \x03(\v2-.distlock.v1.AcquirePermitRequest.LabelsEntryR\x06labels\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\b \x01(\tR\trequestId\x12\x1b\n" +
-	"\tfirst_try\x18\t \x01(\bR\bfirstTry\x1a9\n" +
+	"\tfirst_try\x18\t \x01(\bR\bfirstTry\x12\x14\n" +
+	"\x05count\x18\n" +
+	" \x01(\x05R\x05count\x12\x16\n" +
+	"\x06intent\x18\v \x01(\tR\x06intent\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xaf\x01\n" +
@@ -3752,7 +3968,15 @@ const file_distlock_v1_lock_proto_rawDesc = "" +
 	"\x15WithdrawIntentRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06intent\x18\x02 \x01(\tR\x06intent\"\x18\n" +
-	"\x16WithdrawIntentResponse\"\xed\x01\n" +
+	"\x16WithdrawIntentResponse\"I\n" +
+	"\x1bWithdrawPermitIntentRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06intent\x18\x02 \x01(\tR\x06intent\"\x1e\n" +
+	"\x1cWithdrawPermitIntentResponse\">\n" +
+	"\x12DowngradeRWRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\"\x15\n" +
+	"\x13DowngradeRWResponse\"\xed\x01\n" +
 	"\x0fCampaignRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12-\n" +
@@ -3784,7 +4008,7 @@ const file_distlock_v1_lock_proto_rawDesc = "" +
 	"\rResignRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\tR\x05token\"\x10\n" +
-	"\x0eResignResponse2\xc9\x0f\n" +
+	"\x0eResignResponse2\x88\x11\n" +
 	"\vLockService\x12D\n" +
 	"\aAcquire\x12\x1b.distlock.v1.AcquireRequest\x1a\x1c.distlock.v1.AcquireResponse\x12>\n" +
 	"\x05Renew\x12\x19.distlock.v1.RenewRequest\x1a\x1a.distlock.v1.RenewResponse\x12D\n" +
@@ -3803,12 +4027,14 @@ const file_distlock_v1_lock_proto_rawDesc = "" +
 	"\rReleasePermit\x12!.distlock.v1.ReleasePermitRequest\x1a\".distlock.v1.ReleasePermitResponse\x12M\n" +
 	"\n" +
 	"SetPermits\x12\x1e.distlock.v1.SetPermitsRequest\x1a\x1f.distlock.v1.SetPermitsResponse\x12Y\n" +
-	"\x0eInspectPermits\x12\".distlock.v1.InspectPermitsRequest\x1a#.distlock.v1.InspectPermitsResponse\x12J\n" +
+	"\x0eInspectPermits\x12\".distlock.v1.InspectPermitsRequest\x1a#.distlock.v1.InspectPermitsResponse\x12k\n" +
+	"\x14WithdrawPermitIntent\x12(.distlock.v1.WithdrawPermitIntentRequest\x1a).distlock.v1.WithdrawPermitIntentResponse\x12J\n" +
 	"\tAcquireRW\x12\x1d.distlock.v1.AcquireRWRequest\x1a\x1e.distlock.v1.AcquireRWResponse\x12D\n" +
 	"\aRenewRW\x12\x1b.distlock.v1.RenewRWRequest\x1a\x1c.distlock.v1.RenewRWResponse\x12J\n" +
 	"\tReleaseRW\x12\x1d.distlock.v1.ReleaseRWRequest\x1a\x1e.distlock.v1.ReleaseRWResponse\x12J\n" +
 	"\tInspectRW\x12\x1d.distlock.v1.InspectRWRequest\x1a\x1e.distlock.v1.InspectRWResponse\x12Y\n" +
-	"\x0eWithdrawIntent\x12\".distlock.v1.WithdrawIntentRequest\x1a#.distlock.v1.WithdrawIntentResponse\x12G\n" +
+	"\x0eWithdrawIntent\x12\".distlock.v1.WithdrawIntentRequest\x1a#.distlock.v1.WithdrawIntentResponse\x12P\n" +
+	"\vDowngradeRW\x12\x1f.distlock.v1.DowngradeRWRequest\x1a .distlock.v1.DowngradeRWResponse\x12G\n" +
 	"\bCampaign\x12\x1c.distlock.v1.CampaignRequest\x1a\x1d.distlock.v1.CampaignResponse\x12A\n" +
 	"\x06Leader\x12\x1a.distlock.v1.LeaderRequest\x1a\x1b.distlock.v1.LeaderResponse\x12F\n" +
 	"\aObserve\x12\x1b.distlock.v1.ObserveRequest\x1a\x1c.distlock.v1.ObserveResponse0\x01\x12A\n" +
@@ -3827,83 +4053,87 @@ func file_distlock_v1_lock_proto_rawDescGZIP() []byte {
 }
 
 var file_distlock_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_distlock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_distlock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
 var file_distlock_v1_lock_proto_goTypes = []any{
-	(Event_Type)(0),                // 0: distlock.v1.Event.Type
-	(*AcquireRequest)(nil),         // 1: distlock.v1.AcquireRequest
-	(*AcquireResponse)(nil),        // 2: distlock.v1.AcquireResponse
-	(*RenewRequest)(nil),           // 3: distlock.v1.RenewRequest
-	(*RenewResponse)(nil),          // 4: distlock.v1.RenewResponse
-	(*ReleaseRequest)(nil),         // 5: distlock.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),        // 6: distlock.v1.ReleaseResponse
-	(*BatchRequest)(nil),           // 7: distlock.v1.BatchRequest
-	(*BatchCall)(nil),              // 8: distlock.v1.BatchCall
-	(*BatchResponse)(nil),          // 9: distlock.v1.BatchResponse
-	(*BatchResult)(nil),            // 10: distlock.v1.BatchResult
-	(*CallError)(nil),              // 11: distlock.v1.CallError
-	(*InspectRequest)(nil),         // 12: distlock.v1.InspectRequest
-	(*InspectResponse)(nil),        // 13: distlock.v1.InspectResponse
-	(*ListRequest)(nil),            // 14: distlock.v1.ListRequest
-	(*ListResponse)(nil),           // 15: distlock.v1.ListResponse
-	(*Lock)(nil),                   // 16: distlock.v1.Lock
-	(*WatchRequest)(nil),           // 17: distlock.v1.WatchRequest
-	(*WatchResponse)(nil),          // 18: distlock.v1.WatchResponse
-	(*Event)(nil),                  // 19: distlock.v1.Event
-	(*ForceReleaseRequest)(nil),    // 20: distlock.v1.ForceReleaseRequest
-	(*ForceReleaseResponse)(nil),   // 21: distlock.v1.ForceReleaseResponse
-	(*RequestReleaseRequest)(nil),  // 22: distlock.v1.RequestReleaseRequest
-	(*RequestReleaseResponse)(nil), // 23: distlock.v1.RequestReleaseResponse
-	(*OpenSessionRequest)(nil),     // 24: distlock.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),    // 25: distlock.v1.OpenSessionResponse
-	(*KeepAliveRequest)(nil),       // 26: distlock.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),      // 27: distlock.v1.KeepAliveResponse
-	(*CloseSessionRequest)(nil),    // 28: distlock.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),   // 29: distlock.v1.CloseSessionResponse
-	(*AcquirePermitRequest)(nil),   // 30: distlock.v1.AcquirePermitRequest
-	(*AcquirePermitResponse)(nil),  // 31: distlock.v1.AcquirePermitResponse
-	(*RenewPermitRequest)(nil),     // 32: distlock.v1.RenewPermitRequest
-	(*RenewPermitResponse)(nil),    // 33: distlock.v1.RenewPermitResponse
-	(*ReleasePermitRequest)(nil),   // 34: distlock.v1.ReleasePermitRequest
-	(*ReleasePermitResponse)(nil),  // 35: distlock.v1.ReleasePermitResponse
-	(*SetPermitsRequest)(nil),      // 36: distlock.v1.SetPermitsRequest
-	(*SetPermitsResponse)(nil),     // 37: distlock.v1.SetPermitsResponse
-	(*InspectPermitsRequest)(nil),  // 38: distlock.v1.InspectPermitsRequest
-	(*InspectPermitsResponse)(nil), // 39: distlock.v1.InspectPermitsResponse
-	(*AcquireRWRequest)(nil),       // 40: distlock.v1.AcquireRWRequest
-	(*AcquireRWResponse)(nil),      // 41: distlock.v1.AcquireRWResponse
-	(*RenewRWRequest)(nil),         // 42: distlock.v1.RenewRWRequest
-	(*RenewRWResponse)(nil),        // 43: distlock.v1.RenewRWResponse
-	(*ReleaseRWRequest)(nil),       // 44: distlock.v1.ReleaseRWRequest
-	(*ReleaseRWResponse)(nil),      // 45: distlock.v1.ReleaseRWResponse
-	(*InspectRWRequest)(nil),       // 46: distlock.v1.InspectRWRequest
-	(*InspectRWResponse)(nil),      // 47: distlock.v1.InspectRWResponse
-	(*WithdrawIntentRequest)(nil),  // 48: distlock.v1.WithdrawIntentRequest
-	(*WithdrawIntentResponse)(nil), // 49: distlock.v1.WithdrawIntentResponse
-	(*CampaignRequest)(nil),        // 50: distlock.v1.CampaignRequest
-	(*CampaignResponse)(nil),       // 51: distlock.v1.CampaignResponse
-	(*LeaderRequest)(nil),          // 52: distlock.v1.LeaderRequest
-	(*LeaderResponse)(nil),         // 53: distlock.v1.LeaderResponse
-	(*ObserveRequest)(nil),         // 54: distlock.v1.ObserveRequest
-	(*ObserveResponse)(nil),        // 55: distlock.v1.ObserveResponse
-	(*ResignRequest)(nil),          // 56: distlock.v1.ResignRequest
-	(*ResignResponse)(nil),         // 57: distlock.v1.ResignResponse
-	nil,                            // 58: distlock.v1.AcquireRequest.LabelsEntry
-	nil,                            // 59: distlock.v1.Lock.LabelsEntry
-	nil,                            // 60: distlock.v1.AcquirePermitRequest.LabelsEntry
-	nil,                            // 61: distlock.v1.AcquireRWRequest.LabelsEntry
-	(*durationpb.Duration)(nil),    // 62: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 63: google.protobuf.Timestamp
+	(Event_Type)(0),                      // 0: distlock.v1.Event.Type
+	(*AcquireRequest)(nil),               // 1: distlock.v1.AcquireRequest
+	(*AcquireResponse)(nil),              // 2: distlock.v1.AcquireResponse
+	(*RenewRequest)(nil),                 // 3: distlock.v1.RenewRequest
+	(*RenewResponse)(nil),                // 4: distlock.v1.RenewResponse
+	(*ReleaseRequest)(nil),               // 5: distlock.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),              // 6: distlock.v1.ReleaseResponse
+	(*BatchRequest)(nil),                 // 7: distlock.v1.BatchRequest
+	(*BatchCall)(nil),                    // 8: distlock.v1.BatchCall
+	(*BatchResponse)(nil),                // 9: distlock.v1.BatchResponse
+	(*BatchResult)(nil),                  // 10: distlock.v1.BatchResult
+	(*CallError)(nil),                    // 11: distlock.v1.CallError
+	(*InspectRequest)(nil),               // 12: distlock.v1.InspectRequest
+	(*InspectResponse)(nil),              // 13: distlock.v1.InspectResponse
+	(*ListRequest)(nil),                  // 14: distlock.v1.ListRequest
+	(*ListResponse)(nil),                 // 15: distlock.v1.ListResponse
+	(*Lock)(nil),                         // 16: distlock.v1.Lock
+	(*WatchRequest)(nil),                 // 17: distlock.v1.WatchRequest
+	(*WatchResponse)(nil),                // 18: distlock.v1.WatchResponse
+	(*Event)(nil),                        // 19: distlock.v1.Event
+	(*ForceReleaseRequest)(nil),          // 20: distlock.v1.ForceReleaseRequest
+	(*ForceReleaseResponse)(nil),         // 21: distlock.v1.ForceReleaseResponse
+	(*RequestReleaseRequest)(nil),        // 22: distlock.v1.RequestReleaseRequest
+	(*RequestReleaseResponse)(nil),       // 23: distlock.v1.RequestReleaseResponse
+	(*OpenSessionRequest)(nil),           // 24: distlock.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),          // 25: distlock.v1.OpenSessionResponse
+	(*KeepAliveRequest)(nil),             // 26: distlock.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),            // 27: distlock.v1.KeepAliveResponse
+	(*CloseSessionRequest)(nil),          // 28: distlock.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),         // 29: distlock.v1.CloseSessionResponse
+	(*AcquirePermitRequest)(nil),         // 30: distlock.v1.AcquirePermitRequest
+	(*AcquirePermitResponse)(nil),        // 31: distlock.v1.AcquirePermitResponse
+	(*RenewPermitRequest)(nil),           // 32: distlock.v1.RenewPermitRequest
+	(*RenewPermitResponse)(nil),          // 33: distlock.v1.RenewPermitResponse
+	(*ReleasePermitRequest)(nil),         // 34: distlock.v1.ReleasePermitRequest
+	(*ReleasePermitResponse)(nil),        // 35: distlock.v1.ReleasePermitResponse
+	(*SetPermitsRequest)(nil),            // 36: distlock.v1.SetPermitsRequest
+	(*SetPermitsResponse)(nil),           // 37: distlock.v1.SetPermitsResponse
+	(*InspectPermitsRequest)(nil),        // 38: distlock.v1.InspectPermitsRequest
+	(*InspectPermitsResponse)(nil),       // 39: distlock.v1.InspectPermitsResponse
+	(*AcquireRWRequest)(nil),             // 40: distlock.v1.AcquireRWRequest
+	(*AcquireRWResponse)(nil),            // 41: distlock.v1.AcquireRWResponse
+	(*RenewRWRequest)(nil),               // 42: distlock.v1.RenewRWRequest
+	(*RenewRWResponse)(nil),              // 43: distlock.v1.RenewRWResponse
+	(*ReleaseRWRequest)(nil),             // 44: distlock.v1.ReleaseRWRequest
+	(*ReleaseRWResponse)(nil),            // 45: distlock.v1.ReleaseRWResponse
+	(*InspectRWRequest)(nil),             // 46: distlock.v1.InspectRWRequest
+	(*InspectRWResponse)(nil),            // 47: distlock.v1.InspectRWResponse
+	(*WithdrawIntentRequest)(nil),        // 48: distlock.v1.WithdrawIntentRequest
+	(*WithdrawIntentResponse)(nil),       // 49: distlock.v1.WithdrawIntentResponse
+	(*WithdrawPermitIntentRequest)(nil),  // 50: distlock.v1.WithdrawPermitIntentRequest
+	(*WithdrawPermitIntentResponse)(nil), // 51: distlock.v1.WithdrawPermitIntentResponse
+	(*DowngradeRWRequest)(nil),           // 52: distlock.v1.DowngradeRWRequest
+	(*DowngradeRWResponse)(nil),          // 53: distlock.v1.DowngradeRWResponse
+	(*CampaignRequest)(nil),              // 54: distlock.v1.CampaignRequest
+	(*CampaignResponse)(nil),             // 55: distlock.v1.CampaignResponse
+	(*LeaderRequest)(nil),                // 56: distlock.v1.LeaderRequest
+	(*LeaderResponse)(nil),               // 57: distlock.v1.LeaderResponse
+	(*ObserveRequest)(nil),               // 58: distlock.v1.ObserveRequest
+	(*ObserveResponse)(nil),              // 59: distlock.v1.ObserveResponse
+	(*ResignRequest)(nil),                // 60: distlock.v1.ResignRequest
+	(*ResignResponse)(nil),               // 61: distlock.v1.ResignResponse
+	nil,                                  // 62: distlock.v1.AcquireRequest.LabelsEntry
+	nil,                                  // 63: distlock.v1.Lock.LabelsEntry
+	nil,                                  // 64: distlock.v1.AcquirePermitRequest.LabelsEntry
+	nil,                                  // 65: distlock.v1.AcquireRWRequest.LabelsEntry
+	(*durationpb.Duration)(nil),          // 66: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),        // 67: google.protobuf.Timestamp
 }
 var file_distlock_v1_lock_proto_depIdxs = []int32{
-	62, // 0: distlock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	62, // 1: distlock.v1.AcquireRequest.lease:type_name -> google.protobuf.Duration
-	62, // 2: distlock.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	58, // 3: distlock.v1.AcquireRequest.labels:type_name -> distlock.v1.AcquireRequest.LabelsEntry
-	62, // 4: distlock.v1.AcquireResponse.lease:type_name -> google.protobuf.Duration
-	63, // 5: distlock.v1.AcquireResponse.expires_at:type_name -> google.protobuf.Timestamp
-	62, // 6: distlock.v1.RenewRequest.lease:type_name -> google.protobuf.Duration
-	62, // 7: distlock.v1.RenewResponse.lease:type_name -> google.protobuf.Duration
-	63, // 8: distlock.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
+	66, // 0: distlock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	66, // 1: distlock.v1.AcquireRequest.lease:type_name -> google.protobuf.Duration
+	66, // 2: distlock.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	62, // 3: distlock.v1.AcquireRequest.labels:type_name -> distlock.v1.AcquireRequest.LabelsEntry
+	66, // 4: distlock.v1.AcquireResponse.lease:type_name -> google.protobuf.Duration
+	67, // 5: distlock.v1.AcquireResponse.expires_at:type_name -> google.protobuf.Timestamp
+	66, // 6: distlock.v1.RenewRequest.lease:type_name -> google.protobuf.Duration
+	66, // 7: distlock.v1.RenewResponse.lease:type_name -> google.protobuf.Duration
+	67, // 8: distlock.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
 	8,  // 9: distlock.v1.BatchRequest.calls:type_name -> distlock.v1.BatchCall
 	1,  // 10: distlock.v1.BatchCall.acquire:type_name -> distlock.v1.AcquireRequest
 	3,  // 11: distlock.v1.BatchCall.renew:type_name -> distlock.v1.RenewRequest
@@ -3915,43 +4145,43 @@ var file_distlock_v1_lock_proto_depIdxs = []int32{
 	11, // 17: distlock.v1.BatchResult.error:type_name -> distlock.v1.CallError
 	16, // 18: distlock.v1.InspectResponse.lock:type_name -> distlock.v1.Lock
 	16, // 19: distlock.v1.ListResponse.locks:type_name -> distlock.v1.Lock
-	62, // 20: distlock.v1.Lock.ttl:type_name -> google.protobuf.Duration
-	59, // 21: distlock.v1.Lock.labels:type_name -> distlock.v1.Lock.LabelsEntry
+	66, // 20: distlock.v1.Lock.ttl:type_name -> google.protobuf.Duration
+	63, // 21: distlock.v1.Lock.labels:type_name -> distlock.v1.Lock.LabelsEntry
 	19, // 22: distlock.v1.WatchResponse.event:type_name -> distlock.v1.Event
 	0,  // 23: distlock.v1.Event.type:type_name -> distlock.v1.Event.Type
 	16, // 24: distlock.v1.Event.lock:type_name -> distlock.v1.Lock
-	63, // 25: distlock.v1.Event.time:type_name -> google.protobuf.Timestamp
+	67, // 25: distlock.v1.Event.time:type_name -> google.protobuf.Timestamp
 	16, // 26: distlock.v1.ForceReleaseResponse.lock:type_name -> distlock.v1.Lock
 	16, // 27: distlock.v1.RequestReleaseResponse.lock:type_name -> distlock.v1.Lock
-	62, // 28: distlock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	62, // 29: distlock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
-	63, // 30: distlock.v1.OpenSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
-	62, // 31: distlock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
-	63, // 32: distlock.v1.KeepAliveResponse.expires_at:type_name -> google.protobuf.Timestamp
-	62, // 33: distlock.v1.AcquirePermitRequest.wait:type_name -> google.protobuf.Duration
-	62, // 34: distlock.v1.AcquirePermitRequest.lease:type_name -> google.protobuf.Duration
-	60, // 35: distlock.v1.AcquirePermitRequest.labels:type_name -> distlock.v1.AcquirePermitRequest.LabelsEntry
-	62, // 36: distlock.v1.AcquirePermitResponse.lease:type_name -> google.protobuf.Duration
-	63, // 37: distlock.v1.AcquirePermitResponse.expires_at:type_name -> google.protobuf.Timestamp
-	62, // 38: distlock.v1.RenewPermitRequest.lease:type_name -> google.protobuf.Duration
-	62, // 39: distlock.v1.RenewPermitResponse.lease:type_name -> google.protobuf.Duration
-	63, // 40: distlock.v1.RenewPermitResponse.expires_at:type_name -> google.protobuf.Timestamp
+	66, // 28: distlock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	66, // 29: distlock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	67, // 30: distlock.v1.OpenSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
+	66, // 31: distlock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	67, // 32: distlock.v1.KeepAliveResponse.expires_at:type_name -> google.protobuf.Timestamp
+	66, // 33: distlock.v1.AcquirePermitRequest.wait:type_name -> google.protobuf.Duration
+	66, // 34: distlock.v1.AcquirePermitRequest.lease:type_name -> google.protobuf.Duration
+	64, // 35: distlock.v1.AcquirePermitRequest.labels:type_name -> distlock.v1.AcquirePermitRequest.LabelsEntry
+	66, // 36: distlock.v1.AcquirePermitResponse.lease:type_name -> google.protobuf.Duration
+	67, // 37: distlock.v1.AcquirePermitResponse.expires_at:type_name -> google.protobuf.Timestamp
+	66, // 38: distlock.v1.RenewPermitRequest.lease:type_name -> google.protobuf.Duration
+	66, // 39: distlock.v1.RenewPermitResponse.lease:type_name -> google.protobuf.Duration
+	67, // 40: distlock.v1.RenewPermitResponse.expires_at:type_name -> google.protobuf.Timestamp
 	16, // 41: distlock.v1.InspectPermitsResponse.held:type_name -> distlock.v1.Lock
-	62, // 42: distlock.v1.AcquireRWRequest.wait:type_name -> google.protobuf.Duration
-	62, // 43: distlock.v1.AcquireRWRequest.lease:type_name -> google.protobuf.Duration
-	61, // 44: distlock.v1.AcquireRWRequest.labels:type_name -> distlock.v1.AcquireRWRequest.LabelsEntry
-	62, // 45: distlock.v1.AcquireRWResponse.lease:type_name -> google.protobuf.Duration
-	63, // 46: distlock.v1.AcquireRWResponse.expires_at:type_name -> google.protobuf.Timestamp
-	62, // 47: distlock.v1.RenewRWRequest.lease:type_name -> google.protobuf.Duration
-	62, // 48: distlock.v1.RenewRWResponse.lease:type_name -> google.protobuf.Duration
-	63, // 49: distlock.v1.RenewRWResponse.expires_at:type_name -> google.protobuf.Timestamp
+	66, // 42: distlock.v1.AcquireRWRequest.wait:type_name -> google.protobuf.Duration
+	66, // 43: distlock.v1.AcquireRWRequest.lease:type_name -> google.protobuf.Duration
+	65, // 44: distlock.v1.AcquireRWRequest.labels:type_name -> distlock.v1.AcquireRWRequest.LabelsEntry
+	66, // 45: distlock.v1.AcquireRWResponse.lease:type_name -> google.protobuf.Duration
+	67, // 46: distlock.v1.AcquireRWResponse.expires_at:type_name -> google.protobuf.Timestamp
+	66, // 47: distlock.v1.RenewRWRequest.lease:type_name -> google.protobuf.Duration
+	66, // 48: distlock.v1.RenewRWResponse.lease:type_name -> google.protobuf.Duration
+	67, // 49: distlock.v1.RenewRWResponse.expires_at:type_name -> google.protobuf.Timestamp
 	16, // 50: distlock.v1.InspectRWResponse.held:type_name -> distlock.v1.Lock
-	62, // 51: distlock.v1.CampaignRequest.wait:type_name -> google.protobuf.Duration
-	62, // 52: distlock.v1.CampaignRequest.lease:type_name -> google.protobuf.Duration
-	62, // 53: distlock.v1.CampaignResponse.lease:type_name -> google.protobuf.Duration
-	63, // 54: distlock.v1.CampaignResponse.expires_at:type_name -> google.protobuf.Timestamp
-	62, // 55: distlock.v1.LeaderResponse.ttl:type_name -> google.protobuf.Duration
-	53, // 56: distlock.v1.ObserveResponse.leader:type_name -> distlock.v1.LeaderResponse
+	66, // 51: distlock.v1.CampaignRequest.wait:type_name -> google.protobuf.Duration
+	66, // 52: distlock.v1.CampaignRequest.lease:type_name -> google.protobuf.Duration
+	66, // 53: distlock.v1.CampaignResponse.lease:type_name -> google.protobuf.Duration
+	67, // 54: distlock.v1.CampaignResponse.expires_at:type_name -> google.protobuf.Timestamp
+	66, // 55: distlock.v1.LeaderResponse.ttl:type_name -> google.protobuf.Duration
+	57, // 56: distlock.v1.ObserveResponse.leader:type_name -> distlock.v1.LeaderResponse
 	1,  // 57: distlock.v1.LockService.Acquire:input_type -> distlock.v1.AcquireRequest
 	3,  // 58: distlock.v1.LockService.Renew:input_type -> distlock.v1.RenewRequest
 	5,  // 59: distlock.v1.LockService.Release:input_type -> distlock.v1.ReleaseRequest
@@ -3969,43 +4199,47 @@ var file_distlock_v1_lock_proto_depIdxs = []int32{
 	34, // 71: distlock.v1.LockService.ReleasePermit:input_type -> distlock.v1.ReleasePermitRequest
 	36, // 72: distlock.v1.LockService.SetPermits:input_type -> distlock.v1.SetPermitsRequest
 	38, // 73: distlock.v1.LockService.InspectPermits:input_type -> distlock.v1.InspectPermitsRequest
-	40, // 74: distlock.v1.LockService.AcquireRW:input_type -> distlock.v1.AcquireRWRequest
-	42, // 75: distlock.v1.LockService.RenewRW:input_type -> distlock.v1.RenewRWRequest
-	44, // 76: distlock.v1.LockService.ReleaseRW:input_type -> distlock.v1.ReleaseRWRequest
-	46, // 77: distlock.v1.LockService.InspectRW:input_type -> distlock.v1.InspectRWRequest
-	48, // 78: distlock.v1.LockService.WithdrawIntent:input_type -> distlock.v1.WithdrawIntentRequest
-	50, // 79: distlock.v1.LockService.Campaign:input_type -> distlock.v1.CampaignRequest
-	52, // 80: distlock.v1.LockService.Leader:input_type -> distlock.v1.LeaderRequest
-	54, // 81: distlock.v1.LockService.Observe:input_type -> distlock.v1.ObserveRequest
-	56, // 82: distlock.v1.LockService.Resign:input_type -> distlock.v1.ResignRequest
-	2,  // 83: distlock.v1.LockService.Acquire:output_type -> distlock.v1.AcquireResponse
-	4,  // 84: distlock.v1.LockService.Renew:output_type -> distlock.v1.RenewResponse
-	6,  // 85: distlock.v1.LockService.Release:output_type -> distlock.v1.ReleaseResponse
-	9,  // 86: distlock.v1.LockService.Batch:output_type -> distlock.v1.BatchResponse
-	13, // 87: distlock.v1.LockService.Inspect:output_type -> distlock.v1.InspectResponse
-	15, // 88: distlock.v1.LockService.List:output_type -> distlock.v1.ListResponse
-	18, // 89: distlock.v1.LockService.Watch:output_type -> distlock.v1.WatchResponse
-	21, // 90: distlock.v1.LockService.ForceRelease:output_type -> distlock.v1.ForceReleaseResponse
-	23, // 91: distlock.v1.LockService.RequestRelease:output_type -> distlock.v1.RequestReleaseResponse
-	25, // 92: distlock.v1.LockService.OpenSession:output_type -> distlock.v1.OpenSessionResponse
-	27, // 93: distlock.v1.LockService.KeepAlive:output_type -> distlock.v1.KeepAliveResponse
-	29, // 94: distlock.v1.LockService.CloseSession:output_type -> distlock.v1.CloseSessionResponse
-	31, // 95: distlock.v1.LockService.AcquirePermit:output_type -> distlock.v1.AcquirePermitResponse
-	33, // 96: distlock.v1.LockService.RenewPermit:output_type -> distlock.v1.RenewPermitResponse
-	35, // 97: distlock.v1.LockService.ReleasePermit:output_type -> distlock.v1.ReleasePermitResponse
-	37, // 98: distlock.v1.LockService.SetPermits:output_type -> distlock.v1.SetPermitsResponse
-	39, // 99: distlock.v1.LockService.InspectPermits:output_type -> distlock.v1.InspectPermitsResponse
-	41, // 100: distlock.v1.LockService.AcquireRW:output_type -> distlock.v1.AcquireRWResponse
-	43, // 101: distlock.v1.LockService.RenewRW:output_type -> distlock.v1.RenewRWResponse
-	45, // 102: distlock.v1.LockService.ReleaseRW:output_type -> distlock.v1.ReleaseRWResponse
-	47, // 103: distlock.v1.LockService.InspectRW:output_type -> distlock.v1.InspectRWResponse
-	49, // 104: distlock.v1.LockService.WithdrawIntent:output_type -> distlock.v1.WithdrawIntentResponse
-	51, // 105: distlock.v1.LockService.Campaign:output_type -> distlock.v1.CampaignResponse
-	53, // 106: distlock.v1.LockService.Leader:output_type -> distlock.v1.LeaderResponse
-	55, // 107: distlock.v1.LockService.Observe:output_type -> distlock.v1.ObserveResponse
-	57, // 108: distlock.v1.LockService.Resign:output_type -> distlock.v1.ResignResponse
-	83, // [83:109] is the sub-list for method output_type
-	57, // [57:83] is the sub-list for method input_type
+	50, // 74: distlock.v1.LockService.WithdrawPermitIntent:input_type -> distlock.v1.WithdrawPermitIntentRequest
+	40, // 75: distlock.v1.LockService.AcquireRW:input_type -> distlock.v1.AcquireRWRequest
+	42, // 76: distlock.v1.LockService.RenewRW:input_type -> distlock.v1.RenewRWRequest
+	44, // 77: distlock.v1.LockService.ReleaseRW:input_type -> distlock.v1.ReleaseRWRequest
+	46, // 78: distlock.v1.LockService.InspectRW:input_type -> distlock.v1.InspectRWRequest
+	48, // 79: distlock.v1.LockService.WithdrawIntent:input_type -> distlock.v1.WithdrawIntentRequest
+	52, // 80: distlock.v1.LockService.DowngradeRW:input_type -> distlock.v1.DowngradeRWRequest
+	54, // 81: distlock.v1.LockService.Campaign:input_type -> distlock.v1.CampaignRequest
+	56, // 82: distlock.v1.LockService.Leader:input_type -> distlock.v1.LeaderRequest
+	58, // 83: distlock.v1.LockService.Observe:input_type -> distlock.v1.ObserveRequest
+	60, // 84: distlock.v1.LockService.Resign:input_type -> distlock.v1.ResignRequest
+	2,  // 85: distlock.v1.LockService.Acquire:output_type -> distlock.v1.AcquireResponse
+	4,  // 86: distlock.v1.LockService.Renew:output_type -> distlock.v1.RenewResponse
+	6,  // 87: distlock.v1.LockService.Release:output_type -> distlock.v1.ReleaseResponse
+	9,  // 88: distlock.v1.LockService.Batch:output_type -> distlock.v1.BatchResponse
+	13, // 89: distlock.v1.LockService.Inspect:output_type -> distlock.v1.InspectResponse
+	15, // 90: distlock.v1.LockService.List:output_type -> distlock.v1.ListResponse
+	18, // 91: distlock.v1.LockService.Watch:output_type -> distlock.v1.WatchResponse
+	21, // 92: distlock.v1.LockService.ForceRelease:output_type -> distlock.v1.ForceReleaseResponse
+	23, // 93: distlock.v1.LockService.RequestRelease:output_type -> distlock.v1.RequestReleaseResponse
+	25, // 94: distlock.v1.LockService.OpenSession:output_type -> distlock.v1.OpenSessionResponse
+	27, // 95: distlock.v1.LockService.KeepAlive:output_type -> distlock.v1.KeepAliveResponse
+	29, // 96: distlock.v1.LockService.CloseSession:output_type -> distlock.v1.CloseSessionResponse
+	31, // 97: distlock.v1.LockService.AcquirePermit:output_type -> distlock.v1.AcquirePermitResponse
+	33, // 98: distlock.v1.LockService.RenewPermit:output_type -> distlock.v1.RenewPermitResponse
+	35, // 99: distlock.v1.LockService.ReleasePermit:output_type -> distlock.v1.ReleasePermitResponse
+	37, // 100: distlock.v1.LockService.SetPermits:output_type -> distlock.v1.SetPermitsResponse
+	39, // 101: distlock.v1.LockService.InspectPermits:output_type -> distlock.v1.InspectPermitsResponse
+	51, // 102: distlock.v1.LockService.WithdrawPermitIntent:output_type -> distlock.v1.WithdrawPermitIntentResponse
+	41, // 103: distlock.v1.LockService.AcquireRW:output_type -> distlock.v1.AcquireRWResponse
+	43, // 104: distlock.v1.LockService.RenewRW:output_type -> distlock.v1.RenewRWResponse
+	45, // 105: distlock.v1.LockService.ReleaseRW:output_type -> distlock.v1.ReleaseRWResponse
+	47, // 106: distlock.v1.LockService.InspectRW:output_type -> distlock.v1.InspectRWResponse
+	49, // 107: distlock.v1.LockService.WithdrawIntent:output_type -> distlock.v1.WithdrawIntentResponse
+	53, // 108: distlock.v1.LockService.DowngradeRW:output_type -> distlock.v1.DowngradeRWResponse
+	55, // 109: distlock.v1.LockService.Campaign:output_type -> distlock.v1.CampaignResponse
+	57, // 110: distlock.v1.LockService.Leader:output_type -> distlock.v1.LeaderResponse
+	59, // 111: distlock.v1.LockService.Observe:output_type -> distlock.v1.ObserveResponse
+	61, // 112: distlock.v1.LockService.Resign:output_type -> distlock.v1.ResignResponse
+	85, // [85:113] is the sub-list for method output_type
+	57, // [57:85] is the sub-list for method input_type
 	57, // [57:57] is the sub-list for extension type_name
 	57, // [57:57] is the sub-list for extension extendee
 	0,  // [0:57] is the sub-list for field type_name
@@ -4033,7 +4267,7 @@ func file_distlock_v1_lock_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_distlock_v1_lock_proto_rawDesc), len(file_distlock_v1_lock_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   61,
+			NumMessages:   65,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -20,6 +20,9 @@ func lockOf(key, tenant string, info distlock.Info) *distlockv1.Lock {
 		Fence:  info.Fence,
 		Tenant: tenant,
 	}
+	if info.Permits > 1 {
+		l.Permits = int32(min(info.Permits, 1<<31-1))
+	}
 	if info.Held {
 		l.Ttl = durationpb.New(info.TTL)
 		l.Owner = info.Meta.Owner

@@ -28,8 +28,15 @@ type holder interface {
 	Close() error
 }
 
-// semaphoreHolds are a semaphore's permits.
-type semaphoreHolds struct{ *distlock.Semaphore }
+// semaphoreHolds are a semaphore's holds, of count permits each.
+type semaphoreHolds struct {
+	*distlock.Semaphore
+	count int
+}
+
+func (h semaphoreHolds) AcquireToken(ctx context.Context, token string, opts ...distlock.Option) (distlock.TokenGrant, error) {
+	return h.Semaphore.AcquireTokenN(ctx, h.count, token, opts...)
+}
 
 func (h semaphoreHolds) holds(ctx context.Context) ([]distlock.Info, error) {
 	info, err := h.Inspect(ctx)

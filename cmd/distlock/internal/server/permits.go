@@ -10,14 +10,15 @@ import (
 	distlockv1 "github.com/distlock/distlock/gen/distlock/v1"
 )
 
-// semaphore opens a handle on the semaphore sk of permits permits.
-func (s *Server) semaphore(permits int) func(sk string) (holder, error) {
+// semaphore opens a handle on the semaphore sk of permits permits, whose
+// holds take count permits each.
+func (s *Server) semaphore(permits, count int) func(sk string) (holder, error) {
 	return func(sk string) (holder, error) {
 		sem, err := s.store.of(sk).Semaphore(sk, permits)
 		if err != nil {
 			return nil, err
 		}
-		return semaphoreHolds{sem}, nil
+		return semaphoreHolds{sem, count}, nil
 	}
 }
 
@@ -30,11 +31,27 @@ func (h *service) AcquirePermit(ctx context.Context, req *connect.Request[distlo
 	if err != nil {
 		return nil, err
 	}
-	n := int(m.GetPermits())
+	n, count := int(m.GetPermits()), max(int(m.GetCount()), 1)
 	if n < 1 {
 		return nil, invalid("semaphore %q: permits is %d: want at least 1", a.key, n)
 	}
-	g, err := s.acquireHold(ctx, "acquire permit", a, s.semaphore(n), fmt.Sprintf("all %d permits held", n))
+	if count > n {
+		return nil, invalid("semaphore %q: count is %d: want 1 to its %d permits", a.key, count, n)
+	}
+	if m.GetIntent() != "" {
+		if count < 2 {
+			return nil, invalid("acquire permit %q: an intent is a call's of several permits: set count, or leave intent empty", a.key)
+		}
+		if err := checkIntent(a.key, m.GetIntent()); err != nil {
+			return nil, err
+		}
+		a.extra = append(a.extra, distlock.WithPermitIntent(m.GetIntent()))
+	}
+	refused := fmt.Sprintf("all %d permits held", n)
+	if count > 1 {
+		refused = fmt.Sprintf("%d of %d permits not free, or an earlier call waits", count, n)
+	}
+	g, err := s.acquireHold(ctx, "acquire permit", a, s.semaphore(n, count), refused)
 	if err != nil {
 		return nil, err
 	}
@@ -47,7 +64,7 @@ func (h *service) AcquirePermit(ctx context.Context, req *connect.Request[distlo
 // was acquired with, within its group's hold cap. (The number of permits
 // matters only to an acquisition.)
 func (h *service) RenewPermit(ctx context.Context, req *connect.Request[distlockv1.RenewPermitRequest]) (*connect.Response[distlockv1.RenewPermitResponse], error) {
-	d, at, err := h.s.renewByToken(ctx, "renew permit", req.Msg.GetName(), req.Msg.GetToken(), req.Msg.GetLease(), h.s.semaphore(1))
+	d, at, err := h.s.renewByToken(ctx, "renew permit", req.Msg.GetName(), req.Msg.GetToken(), req.Msg.GetLease(), h.s.semaphore(1, 1))
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +73,7 @@ func (h *service) RenewPermit(ctx context.Context, req *connect.Request[distlock
 
 // ReleasePermit gives a permit back.
 func (h *service) ReleasePermit(ctx context.Context, req *connect.Request[distlockv1.ReleasePermitRequest]) (*connect.Response[distlockv1.ReleasePermitResponse], error) {
-	if err := h.s.releaseByToken(ctx, "release permit", req.Msg.GetName(), req.Msg.GetToken(), h.s.semaphore(1)); err != nil {
+	if err := h.s.releaseByToken(ctx, "release permit", req.Msg.GetName(), req.Msg.GetToken(), h.s.semaphore(1, 1)); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&distlockv1.ReleasePermitResponse{}), nil
@@ -101,4 +118,26 @@ func (h *service) InspectPermits(ctx context.Context, req *connect.Request[distl
 		return nil, s.storeError(ctx, "inspect permits", name, sk, err)
 	}
 	return connect.NewResponse(&distlockv1.InspectPermitsResponse{Permits: int32(min(info.Permits, 1<<31-1)), Held: shownHolds(name, info.Held)}), nil
+}
+
+// WithdrawPermitIntent ends the intent of a call of several permits on a
+// tenant's semaphore.
+func (h *service) WithdrawPermitIntent(ctx context.Context, req *connect.Request[distlockv1.WithdrawPermitIntentRequest]) (*connect.Response[distlockv1.WithdrawPermitIntentResponse], error) {
+	s, name, intent := h.s, req.Msg.GetName(), req.Msg.GetIntent()
+	sk, err := s.tenantKey(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkIntent(name, intent); err != nil {
+		return nil, err
+	}
+	sem, err := s.store.of(sk).Semaphore(sk, 1)
+	if err == nil {
+		defer sem.Close()
+		err = sem.WithdrawIntent(ctx, intent)
+	}
+	if err != nil {
+		return nil, s.storeError(ctx, "withdraw permit intent", name, sk, err)
+	}
+	return connect.NewResponse(&distlockv1.WithdrawPermitIntentResponse{}), nil
 }

@@ -114,6 +114,21 @@ func (h *service) WithdrawIntent(ctx context.Context, req *connect.Request[distl
 	return connect.NewResponse(&distlockv1.WithdrawIntentResponse{}), nil
 }
 
+// DowngradeRW turns the writer's hold of a token into a reader's.
+func (h *service) DowngradeRW(ctx context.Context, req *connect.Request[distlockv1.DowngradeRWRequest]) (*connect.Response[distlockv1.DowngradeRWResponse], error) {
+	s, m := h.s, req.Msg
+	c, err := s.openHold(ctx, "downgrade rw", m.GetName(), m.GetToken(), s.rwLock(false))
+	if err != nil {
+		return nil, err
+	}
+	defer c.h.Close()
+	if err := c.h.(rwHolds).DowngradeToken(ctx, m.GetToken()); err != nil {
+		return nil, s.storeError(ctx, c.op, c.name, c.sk, err)
+	}
+	s.mon.noteShared(c.sk, false)
+	return connect.NewResponse(&distlockv1.DowngradeRWResponse{}), nil
+}
+
 // maxIntentLen bounds a writer's intent id.
 const maxIntentLen = 128
 

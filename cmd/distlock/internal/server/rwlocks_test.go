@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -153,4 +154,54 @@ func TestRWBadInput(t *testing.T) {
 	if err != nil || len(info.Msg.GetHeld()) != 0 || info.Msg.GetWritersWaiting() != 0 {
 		t.Errorf("after the refusals: %v, %v; want the lock untouched", info, err)
 	}
+}
+
+// TestDowngradeRW: over the service, the writer's hold becomes a reader's
+// with its fence: a reader then joins it, a writer is still refused, and
+// the hold renews and releases by its token. Another tenant's call with
+// the token, a viewer's, an empty token and a token that holds nothing are
+// refused and change nothing.
+func TestDowngradeRW(t *testing.T) {
+	forEachStore(t, func(t *testing.T, st store) {
+		e := newEnv(t, st, server.Limits{})
+		api := e.api(alphaClient)
+		name := keyFor(t, "table")
+		w := acquireRW(t, api, &distlockv1.AcquireRWRequest{Name: name, Write: true, Lease: durationpb.New(time.Minute)})
+		downgrade := func(api distlockv1connect.LockServiceClient, token string) error {
+			_, err := api.DowngradeRW(ctx(t), connect.NewRequest(&distlockv1.DowngradeRWRequest{Name: name, Token: token}))
+			return err
+		}
+		wantCode(t, "another tenant's downgrade", downgrade(e.api(betaClient), w.GetToken()), connect.CodeNotFound)
+		wantCode(t, "a viewer's downgrade", downgrade(e.api(alphaViewer), w.GetToken()), connect.CodePermissionDenied)
+		wantCode(t, "a downgrade without a token", downgrade(api, ""), connect.CodeInvalidArgument)
+		wantCode(t, "a downgrade of a token that holds nothing", downgrade(api, "no-such-token-0000000000000001"), connect.CodeNotFound)
+		info, err := api.InspectRW(ctx(t), connect.NewRequest(&distlockv1.InspectRWRequest{Name: name}))
+		if err != nil || !info.Msg.GetWriter() {
+			t.Fatalf("InspectRW after refused downgrades = %v, %v; want the writer", info, err)
+		}
+
+		if err := downgrade(api, w.GetToken()); err != nil {
+			t.Fatalf("DowngradeRW: %v", err)
+		}
+		r := acquireRW(t, api, &distlockv1.AcquireRWRequest{Name: name, Lease: durationpb.New(time.Minute)})
+		_, err = api.AcquireRW(ctx(t), connect.NewRequest(&distlockv1.AcquireRWRequest{Name: name, Write: true}))
+		wantCode(t, "a writer beside the downgraded hold", err, connect.CodeAborted)
+		info, err = api.InspectRW(ctx(t), connect.NewRequest(&distlockv1.InspectRWRequest{Name: name}))
+		if err != nil || info.Msg.GetWriter() || len(info.Msg.GetHeld()) != 2 {
+			t.Fatalf("InspectRW after the downgrade = %v, %v; want two readers", info, err)
+		}
+		fences := []uint64{info.Msg.GetHeld()[0].GetFence(), info.Msg.GetHeld()[1].GetFence()}
+		if !slices.Contains(fences, w.GetFence()) {
+			t.Errorf("the holds' fences %v lack the writer's %d", fences, w.GetFence())
+		}
+		if _, err := api.RenewRW(ctx(t), connect.NewRequest(&distlockv1.RenewRWRequest{Name: name, Token: w.GetToken()})); err != nil {
+			t.Errorf("RenewRW of the downgraded hold: %v", err)
+		}
+		for _, token := range []string{w.GetToken(), r.GetToken()} {
+			if _, err := api.ReleaseRW(ctx(t), connect.NewRequest(&distlockv1.ReleaseRWRequest{Name: name, Token: token})); err != nil {
+				t.Errorf("ReleaseRW: %v", err)
+			}
+		}
+		acquireRW(t, api, &distlockv1.AcquireRWRequest{Name: name, Write: true, Lease: durationpb.New(time.Minute)})
+	})
 }

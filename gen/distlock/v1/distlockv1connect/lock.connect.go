@@ -83,6 +83,9 @@ const (
 	// LockServiceInspectPermitsProcedure is the fully-qualified name of the LockService's
 	// InspectPermits RPC.
 	LockServiceInspectPermitsProcedure = "/distlock.v1.LockService/InspectPermits"
+	// LockServiceWithdrawPermitIntentProcedure is the fully-qualified name of the LockService's
+	// WithdrawPermitIntent RPC.
+	LockServiceWithdrawPermitIntentProcedure = "/distlock.v1.LockService/WithdrawPermitIntent"
 	// LockServiceAcquireRWProcedure is the fully-qualified name of the LockService's AcquireRW RPC.
 	LockServiceAcquireRWProcedure = "/distlock.v1.LockService/AcquireRW"
 	// LockServiceRenewRWProcedure is the fully-qualified name of the LockService's RenewRW RPC.
@@ -94,6 +97,8 @@ const (
 	// LockServiceWithdrawIntentProcedure is the fully-qualified name of the LockService's
 	// WithdrawIntent RPC.
 	LockServiceWithdrawIntentProcedure = "/distlock.v1.LockService/WithdrawIntent"
+	// LockServiceDowngradeRWProcedure is the fully-qualified name of the LockService's DowngradeRW RPC.
+	LockServiceDowngradeRWProcedure = "/distlock.v1.LockService/DowngradeRW"
 	// LockServiceCampaignProcedure is the fully-qualified name of the LockService's Campaign RPC.
 	LockServiceCampaignProcedure = "/distlock.v1.LockService/Campaign"
 	// LockServiceLeaderProcedure is the fully-qualified name of the LockService's Leader RPC.
@@ -171,6 +176,10 @@ type LockServiceClient interface {
 	// InspectPermits reports a semaphore's number of permits and its live
 	// permits, without their tokens.
 	InspectPermits(context.Context, *connect.Request[v1.InspectPermitsRequest]) (*connect.Response[v1.InspectPermitsResponse], error)
+	// WithdrawPermitIntent ends the intent of a call of several permits
+	// (AcquirePermitRequest.intent), letting the calls it kept out in. An
+	// intent that ended already is no error.
+	WithdrawPermitIntent(context.Context, *connect.Request[v1.WithdrawPermitIntentRequest]) (*connect.Response[v1.WithdrawPermitIntentResponse], error)
 	// AcquireRW takes a read-write lock: a reader's hold (shared with other
 	// readers) or, with write, the writer's (alone), each with a token, a
 	// lease and a fence from one sequence for both. A writer that waits keeps
@@ -186,6 +195,12 @@ type LockServiceClient interface {
 	// WithdrawIntent ends a writer's intent (AcquireRWRequest.intent), letting
 	// the readers it kept out in. An intent that ended already is no error.
 	WithdrawIntent(context.Context, *connect.Request[v1.WithdrawIntentRequest]) (*connect.Response[v1.WithdrawIntentResponse], error)
+	// DowngradeRW turns the writer's hold of a token into a reader's, with no
+	// moment in which another writer could get in: readers may join it at
+	// once, and its token, fence and lease carry on. A reader's hold stays as
+	// it is. NOT_FOUND if the token holds none; UNIMPLEMENTED on a store that
+	// cannot downgrade.
+	DowngradeRW(context.Context, *connect.Request[v1.DowngradeRWRequest]) (*connect.Response[v1.DowngradeRWResponse], error)
 	// Campaign waits until the caller leads the election name, as etcd's
 	// election service's Campaign does, and returns its term: the lock
 	// "election/<name>" (as the Go package election keeps it), held with the
@@ -314,6 +329,12 @@ func NewLockServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(lockServiceMethods.ByName("InspectPermits")),
 			connect.WithClientOptions(opts...),
 		),
+		withdrawPermitIntent: connect.NewClient[v1.WithdrawPermitIntentRequest, v1.WithdrawPermitIntentResponse](
+			httpClient,
+			baseURL+LockServiceWithdrawPermitIntentProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("WithdrawPermitIntent")),
+			connect.WithClientOptions(opts...),
+		),
 		acquireRW: connect.NewClient[v1.AcquireRWRequest, v1.AcquireRWResponse](
 			httpClient,
 			baseURL+LockServiceAcquireRWProcedure,
@@ -342,6 +363,12 @@ func NewLockServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			httpClient,
 			baseURL+LockServiceWithdrawIntentProcedure,
 			connect.WithSchema(lockServiceMethods.ByName("WithdrawIntent")),
+			connect.WithClientOptions(opts...),
+		),
+		downgradeRW: connect.NewClient[v1.DowngradeRWRequest, v1.DowngradeRWResponse](
+			httpClient,
+			baseURL+LockServiceDowngradeRWProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("DowngradeRW")),
 			connect.WithClientOptions(opts...),
 		),
 		campaign: connect.NewClient[v1.CampaignRequest, v1.CampaignResponse](
@@ -373,32 +400,34 @@ func NewLockServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 
 // lockServiceClient implements LockServiceClient.
 type lockServiceClient struct {
-	acquire        *connect.Client[v1.AcquireRequest, v1.AcquireResponse]
-	renew          *connect.Client[v1.RenewRequest, v1.RenewResponse]
-	release        *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
-	batch          *connect.Client[v1.BatchRequest, v1.BatchResponse]
-	inspect        *connect.Client[v1.InspectRequest, v1.InspectResponse]
-	list           *connect.Client[v1.ListRequest, v1.ListResponse]
-	watch          *connect.Client[v1.WatchRequest, v1.WatchResponse]
-	forceRelease   *connect.Client[v1.ForceReleaseRequest, v1.ForceReleaseResponse]
-	requestRelease *connect.Client[v1.RequestReleaseRequest, v1.RequestReleaseResponse]
-	openSession    *connect.Client[v1.OpenSessionRequest, v1.OpenSessionResponse]
-	keepAlive      *connect.Client[v1.KeepAliveRequest, v1.KeepAliveResponse]
-	closeSession   *connect.Client[v1.CloseSessionRequest, v1.CloseSessionResponse]
-	acquirePermit  *connect.Client[v1.AcquirePermitRequest, v1.AcquirePermitResponse]
-	renewPermit    *connect.Client[v1.RenewPermitRequest, v1.RenewPermitResponse]
-	releasePermit  *connect.Client[v1.ReleasePermitRequest, v1.ReleasePermitResponse]
-	setPermits     *connect.Client[v1.SetPermitsRequest, v1.SetPermitsResponse]
-	inspectPermits *connect.Client[v1.InspectPermitsRequest, v1.InspectPermitsResponse]
-	acquireRW      *connect.Client[v1.AcquireRWRequest, v1.AcquireRWResponse]
-	renewRW        *connect.Client[v1.RenewRWRequest, v1.RenewRWResponse]
-	releaseRW      *connect.Client[v1.ReleaseRWRequest, v1.ReleaseRWResponse]
-	inspectRW      *connect.Client[v1.InspectRWRequest, v1.InspectRWResponse]
-	withdrawIntent *connect.Client[v1.WithdrawIntentRequest, v1.WithdrawIntentResponse]
-	campaign       *connect.Client[v1.CampaignRequest, v1.CampaignResponse]
-	leader         *connect.Client[v1.LeaderRequest, v1.LeaderResponse]
-	observe        *connect.Client[v1.ObserveRequest, v1.ObserveResponse]
-	resign         *connect.Client[v1.ResignRequest, v1.ResignResponse]
+	acquire              *connect.Client[v1.AcquireRequest, v1.AcquireResponse]
+	renew                *connect.Client[v1.RenewRequest, v1.RenewResponse]
+	release              *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
+	batch                *connect.Client[v1.BatchRequest, v1.BatchResponse]
+	inspect              *connect.Client[v1.InspectRequest, v1.InspectResponse]
+	list                 *connect.Client[v1.ListRequest, v1.ListResponse]
+	watch                *connect.Client[v1.WatchRequest, v1.WatchResponse]
+	forceRelease         *connect.Client[v1.ForceReleaseRequest, v1.ForceReleaseResponse]
+	requestRelease       *connect.Client[v1.RequestReleaseRequest, v1.RequestReleaseResponse]
+	openSession          *connect.Client[v1.OpenSessionRequest, v1.OpenSessionResponse]
+	keepAlive            *connect.Client[v1.KeepAliveRequest, v1.KeepAliveResponse]
+	closeSession         *connect.Client[v1.CloseSessionRequest, v1.CloseSessionResponse]
+	acquirePermit        *connect.Client[v1.AcquirePermitRequest, v1.AcquirePermitResponse]
+	renewPermit          *connect.Client[v1.RenewPermitRequest, v1.RenewPermitResponse]
+	releasePermit        *connect.Client[v1.ReleasePermitRequest, v1.ReleasePermitResponse]
+	setPermits           *connect.Client[v1.SetPermitsRequest, v1.SetPermitsResponse]
+	inspectPermits       *connect.Client[v1.InspectPermitsRequest, v1.InspectPermitsResponse]
+	withdrawPermitIntent *connect.Client[v1.WithdrawPermitIntentRequest, v1.WithdrawPermitIntentResponse]
+	acquireRW            *connect.Client[v1.AcquireRWRequest, v1.AcquireRWResponse]
+	renewRW              *connect.Client[v1.RenewRWRequest, v1.RenewRWResponse]
+	releaseRW            *connect.Client[v1.ReleaseRWRequest, v1.ReleaseRWResponse]
+	inspectRW            *connect.Client[v1.InspectRWRequest, v1.InspectRWResponse]
+	withdrawIntent       *connect.Client[v1.WithdrawIntentRequest, v1.WithdrawIntentResponse]
+	downgradeRW          *connect.Client[v1.DowngradeRWRequest, v1.DowngradeRWResponse]
+	campaign             *connect.Client[v1.CampaignRequest, v1.CampaignResponse]
+	leader               *connect.Client[v1.LeaderRequest, v1.LeaderResponse]
+	observe              *connect.Client[v1.ObserveRequest, v1.ObserveResponse]
+	resign               *connect.Client[v1.ResignRequest, v1.ResignResponse]
 }
 
 // Acquire calls distlock.v1.LockService.Acquire.
@@ -486,6 +515,11 @@ func (c *lockServiceClient) InspectPermits(ctx context.Context, req *connect.Req
 	return c.inspectPermits.CallUnary(ctx, req)
 }
 
+// WithdrawPermitIntent calls distlock.v1.LockService.WithdrawPermitIntent.
+func (c *lockServiceClient) WithdrawPermitIntent(ctx context.Context, req *connect.Request[v1.WithdrawPermitIntentRequest]) (*connect.Response[v1.WithdrawPermitIntentResponse], error) {
+	return c.withdrawPermitIntent.CallUnary(ctx, req)
+}
+
 // AcquireRW calls distlock.v1.LockService.AcquireRW.
 func (c *lockServiceClient) AcquireRW(ctx context.Context, req *connect.Request[v1.AcquireRWRequest]) (*connect.Response[v1.AcquireRWResponse], error) {
 	return c.acquireRW.CallUnary(ctx, req)
@@ -509,6 +543,11 @@ func (c *lockServiceClient) InspectRW(ctx context.Context, req *connect.Request[
 // WithdrawIntent calls distlock.v1.LockService.WithdrawIntent.
 func (c *lockServiceClient) WithdrawIntent(ctx context.Context, req *connect.Request[v1.WithdrawIntentRequest]) (*connect.Response[v1.WithdrawIntentResponse], error) {
 	return c.withdrawIntent.CallUnary(ctx, req)
+}
+
+// DowngradeRW calls distlock.v1.LockService.DowngradeRW.
+func (c *lockServiceClient) DowngradeRW(ctx context.Context, req *connect.Request[v1.DowngradeRWRequest]) (*connect.Response[v1.DowngradeRWResponse], error) {
+	return c.downgradeRW.CallUnary(ctx, req)
 }
 
 // Campaign calls distlock.v1.LockService.Campaign.
@@ -598,6 +637,10 @@ type LockServiceHandler interface {
 	// InspectPermits reports a semaphore's number of permits and its live
 	// permits, without their tokens.
 	InspectPermits(context.Context, *connect.Request[v1.InspectPermitsRequest]) (*connect.Response[v1.InspectPermitsResponse], error)
+	// WithdrawPermitIntent ends the intent of a call of several permits
+	// (AcquirePermitRequest.intent), letting the calls it kept out in. An
+	// intent that ended already is no error.
+	WithdrawPermitIntent(context.Context, *connect.Request[v1.WithdrawPermitIntentRequest]) (*connect.Response[v1.WithdrawPermitIntentResponse], error)
 	// AcquireRW takes a read-write lock: a reader's hold (shared with other
 	// readers) or, with write, the writer's (alone), each with a token, a
 	// lease and a fence from one sequence for both. A writer that waits keeps
@@ -613,6 +656,12 @@ type LockServiceHandler interface {
 	// WithdrawIntent ends a writer's intent (AcquireRWRequest.intent), letting
 	// the readers it kept out in. An intent that ended already is no error.
 	WithdrawIntent(context.Context, *connect.Request[v1.WithdrawIntentRequest]) (*connect.Response[v1.WithdrawIntentResponse], error)
+	// DowngradeRW turns the writer's hold of a token into a reader's, with no
+	// moment in which another writer could get in: readers may join it at
+	// once, and its token, fence and lease carry on. A reader's hold stays as
+	// it is. NOT_FOUND if the token holds none; UNIMPLEMENTED on a store that
+	// cannot downgrade.
+	DowngradeRW(context.Context, *connect.Request[v1.DowngradeRWRequest]) (*connect.Response[v1.DowngradeRWResponse], error)
 	// Campaign waits until the caller leads the election name, as etcd's
 	// election service's Campaign does, and returns its term: the lock
 	// "election/<name>" (as the Go package election keeps it), held with the
@@ -737,6 +786,12 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(lockServiceMethods.ByName("InspectPermits")),
 		connect.WithHandlerOptions(opts...),
 	)
+	lockServiceWithdrawPermitIntentHandler := connect.NewUnaryHandler(
+		LockServiceWithdrawPermitIntentProcedure,
+		svc.WithdrawPermitIntent,
+		connect.WithSchema(lockServiceMethods.ByName("WithdrawPermitIntent")),
+		connect.WithHandlerOptions(opts...),
+	)
 	lockServiceAcquireRWHandler := connect.NewUnaryHandler(
 		LockServiceAcquireRWProcedure,
 		svc.AcquireRW,
@@ -765,6 +820,12 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 		LockServiceWithdrawIntentProcedure,
 		svc.WithdrawIntent,
 		connect.WithSchema(lockServiceMethods.ByName("WithdrawIntent")),
+		connect.WithHandlerOptions(opts...),
+	)
+	lockServiceDowngradeRWHandler := connect.NewUnaryHandler(
+		LockServiceDowngradeRWProcedure,
+		svc.DowngradeRW,
+		connect.WithSchema(lockServiceMethods.ByName("DowngradeRW")),
 		connect.WithHandlerOptions(opts...),
 	)
 	lockServiceCampaignHandler := connect.NewUnaryHandler(
@@ -827,6 +888,8 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 			lockServiceSetPermitsHandler.ServeHTTP(w, r)
 		case LockServiceInspectPermitsProcedure:
 			lockServiceInspectPermitsHandler.ServeHTTP(w, r)
+		case LockServiceWithdrawPermitIntentProcedure:
+			lockServiceWithdrawPermitIntentHandler.ServeHTTP(w, r)
 		case LockServiceAcquireRWProcedure:
 			lockServiceAcquireRWHandler.ServeHTTP(w, r)
 		case LockServiceRenewRWProcedure:
@@ -837,6 +900,8 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 			lockServiceInspectRWHandler.ServeHTTP(w, r)
 		case LockServiceWithdrawIntentProcedure:
 			lockServiceWithdrawIntentHandler.ServeHTTP(w, r)
+		case LockServiceDowngradeRWProcedure:
+			lockServiceDowngradeRWHandler.ServeHTTP(w, r)
 		case LockServiceCampaignProcedure:
 			lockServiceCampaignHandler.ServeHTTP(w, r)
 		case LockServiceLeaderProcedure:
@@ -922,6 +987,10 @@ func (UnimplementedLockServiceHandler) InspectPermits(context.Context, *connect.
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("distlock.v1.LockService.InspectPermits is not implemented"))
 }
 
+func (UnimplementedLockServiceHandler) WithdrawPermitIntent(context.Context, *connect.Request[v1.WithdrawPermitIntentRequest]) (*connect.Response[v1.WithdrawPermitIntentResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("distlock.v1.LockService.WithdrawPermitIntent is not implemented"))
+}
+
 func (UnimplementedLockServiceHandler) AcquireRW(context.Context, *connect.Request[v1.AcquireRWRequest]) (*connect.Response[v1.AcquireRWResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("distlock.v1.LockService.AcquireRW is not implemented"))
 }
@@ -940,6 +1009,10 @@ func (UnimplementedLockServiceHandler) InspectRW(context.Context, *connect.Reque
 
 func (UnimplementedLockServiceHandler) WithdrawIntent(context.Context, *connect.Request[v1.WithdrawIntentRequest]) (*connect.Response[v1.WithdrawIntentResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("distlock.v1.LockService.WithdrawIntent is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) DowngradeRW(context.Context, *connect.Request[v1.DowngradeRWRequest]) (*connect.Response[v1.DowngradeRWResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("distlock.v1.LockService.DowngradeRW is not implemented"))
 }
 
 func (UnimplementedLockServiceHandler) Campaign(context.Context, *connect.Request[v1.CampaignRequest]) (*connect.Response[v1.CampaignResponse], error) {
