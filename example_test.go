@@ -140,6 +140,27 @@ func ExampleClient_Semaphore() {
 	// after a release: true true
 }
 
+func ExampleSemaphore_AcquireN() {
+	ctx := context.Background()
+	client := distlock.New(memlock.New())
+	defer client.Close()
+
+	// 8 database connections: a report takes 3 at once, a request 1.
+	conns, _ := client.Semaphore("db-conns", 8)
+	report, _ := conns.AcquireN(ctx, 3)
+	fmt.Println("a report holds 3 as one lock:", report.Fence() > 0)
+	_, err := conns.TryAcquireN(ctx, 6)
+	fmt.Println("6 more do not fit:", errors.Is(err, distlock.ErrNotAcquired))
+	rest, err := conns.TryAcquireN(ctx, 5)
+	fmt.Println("5 more do:", err == nil)
+	rest.Release(ctx)
+	report.Release(ctx)
+	// Output:
+	// a report holds 3 as one lock: true
+	// 6 more do not fit: true
+	// 5 more do: true
+}
+
 func ExampleClient_RWMutex() {
 	ctx := context.Background()
 	store := memlock.New()
