@@ -26,6 +26,7 @@ func (s *suite) rwDowngrade(t *testing.T) {
 			{"ReadersJoinTheDowngradedWriter", s.rwDowngradeReaders},
 			{"NoWriterInBetween", s.rwDowngradeNoWriter},
 			{"OnlyALiveHold", s.rwDowngradeOnlyHeld},
+			{"WakesWatchers", s.rwDowngradeWakes},
 		})
 }
 
@@ -221,5 +222,38 @@ func (s *suite) rwDowngradeOnlyHeld(t *testing.T) {
 	}
 	if err := r.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// At the driver level, a downgrade wakes the name's watchers on another
+// backend: the readers it kept out may join. (A watch may also fire when
+// nothing changed; waiters check again.)
+func (s *suite) rwDowngradeWakes(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	name := s.key(t)
+	a, b := s.client(t).Backend(), s.client(t).Backend()
+	rw := a.(driver.RWLocks)
+	const token = "locktest-downgrade-wake-0001"
+	if _, err := rw.AcquireRW(ctx, driver.AcquireRequest{Key: name, Token: token, TTL: 10 * time.Second}, driver.Exclusive); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rw.ReleaseRW(ctx, name, token) }()
+	wake, stop, err := b.(driver.RWLocks).WatchRW(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	time.Sleep(300 * time.Millisecond) // a wake of the watch's start, if any, comes meanwhile
+	select {
+	case <-wake:
+	default:
+	}
+	if err := a.(driver.RWDowngrader).DowngradeRW(ctx, name, token); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-wake:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no wake-up within 5s of the downgrade")
 	}
 }
