@@ -205,3 +205,43 @@ func TestDowngradeRW(t *testing.T) {
 		acquireRW(t, api, &distlockv1.AcquireRWRequest{Name: name, Write: true, Lease: durationpb.New(time.Minute)})
 	})
 }
+
+// TestIntentOfAGoneCallEnds: a writer that waits by calls of its own gives
+// up: it withdraws its intent and cuts its call, in either order. The cut
+// call's wait, still running in the server until it sees the caller gone,
+// renews the intent with each attempt; it must not leave it behind: a
+// reader gets in well before the intent's 2 s would end.
+func TestIntentOfAGoneCallEnds(t *testing.T) {
+	forEachStore(t, func(t *testing.T, st store) {
+		e := newEnv(t, st, server.Limits{})
+		api := e.api(alphaClient)
+		name := keyFor(t, "table")
+		r := acquireRW(t, api, &distlockv1.AcquireRWRequest{Name: name, Lease: durationpb.New(time.Minute)})
+		cctx, cut := context.WithCancel(ctx(t))
+		defer time.AfterFunc(300*time.Millisecond, cut).Stop()
+		withdrawn := time.AfterFunc(250*time.Millisecond, func() {
+			if _, err := api.WithdrawIntent(ctx(t), connect.NewRequest(&distlockv1.WithdrawIntentRequest{Name: name, Intent: "writer-gone"})); err != nil {
+				t.Error(err)
+			}
+		})
+		defer withdrawn.Stop()
+		_, err := api.AcquireRW(cctx, connect.NewRequest(&distlockv1.AcquireRWRequest{Name: name, Write: true,
+			Intent: "writer-gone", Wait: durationpb.New(5 * time.Second)}))
+		wantCode(t, "the cut writer's call", err, connect.CodeCanceled)
+		if _, err := api.ReleaseRW(ctx(t), connect.NewRequest(&distlockv1.ReleaseRWRequest{Name: name, Token: r.GetToken()})); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		for {
+			_, err := api.AcquireRW(ctx(t), connect.NewRequest(&distlockv1.AcquireRWRequest{Name: name, Lease: durationpb.New(time.Minute)}))
+			if err == nil {
+				break
+			}
+			wantCode(t, "a reader after the writer gave up", err, connect.CodeAborted)
+			if time.Since(start) > 1500*time.Millisecond {
+				t.Fatalf("readers still kept out %v after the writer withdrew its intent", time.Since(start))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+}
