@@ -53,6 +53,15 @@ func (h *service) AcquirePermit(ctx context.Context, req *connect.Request[distlo
 	}
 	g, err := s.acquireHold(ctx, "acquire permit", a, s.semaphore(n, count), refused)
 	if err != nil {
+		s.withdrawIfGone(ctx, m.GetIntent(), func(ctx context.Context) error {
+			sk := storeKey(callOf(ctx).id.Tenant, a.key)
+			sem, err := s.store.of(sk).Semaphore(sk, n)
+			if err != nil {
+				return err
+			}
+			defer sem.Close()
+			return sem.WithdrawIntent(ctx, m.GetIntent())
+		})
 		return nil, err
 	}
 	s.mon.noteShared(storeKey(callOf(ctx).id.Tenant, a.key), true)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -46,6 +47,15 @@ func (h *service) AcquireRW(ctx context.Context, req *connect.Request[distlockv1
 	}
 	g, err := s.acquireHold(ctx, "acquire rw", a, s.rwLock(m.GetWrite()), refused)
 	if err != nil {
+		s.withdrawIfGone(ctx, m.GetIntent(), func(ctx context.Context) error {
+			sk := storeKey(callOf(ctx).id.Tenant, a.key)
+			rw, err := s.store.of(sk).RWMutex(sk)
+			if err != nil {
+				return err
+			}
+			defer rw.Close()
+			return rw.WithdrawIntent(ctx, m.GetIntent())
+		})
 		return nil, err
 	}
 	s.mon.noteShared(storeKey(callOf(ctx).id.Tenant, a.key), false)
@@ -129,6 +139,22 @@ func (h *service) DowngradeRW(ctx context.Context, req *connect.Request[distlock
 	return connect.NewResponse(&distlockv1.DowngradeRWResponse{}), nil
 }
 
+// withdrawIfGone withdraws a caller's intent when its call ended because
+// the caller went away. The call's wait, running until the server saw
+// that, renewed the intent with each attempt, maybe after the caller
+// withdrew it itself: left, it would keep later callers out for
+// driver.WriteIntentTTL.
+func (s *Server) withdrawIfGone(ctx context.Context, intent string, withdraw func(ctx context.Context) error) {
+	if intent == "" || ctx.Err() == nil {
+		return
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if err := withdraw(wctx); err != nil {
+		s.log.Warn("withdraw the intent of a call whose caller went away", "err", err)
+	}
+}
+
 // maxIntentLen bounds a writer's intent id.
 const maxIntentLen = 128
 
@@ -136,11 +162,11 @@ const maxIntentLen = 128
 // digits, '-' or '_'.
 func checkIntent(name, intent string) error {
 	if intent == "" || len(intent) > maxIntentLen {
-		return invalid("rw %q: intent is %d bytes: want 1 to %d", name, len(intent), maxIntentLen)
+		return invalid("%q: intent is %d bytes: want 1 to %d", name, len(intent), maxIntentLen)
 	}
 	for _, r := range intent {
 		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-			return invalid("rw %q: intent %q: want letters, digits, '-' and '_' only", name, intent)
+			return invalid("%q: intent %q: want letters, digits, '-' and '_' only", name, intent)
 		}
 	}
 	return nil
