@@ -83,6 +83,18 @@ export interface LockOptions extends HoldOptions {
   onReleaseRequested?: (lock: Lock, request: ReleaseRequested) => void;
 }
 
+/** Options of semaphore.acquire(). */
+export interface PermitOptions extends HoldOptions {
+  /**
+   * How many permits to take as one hold (1 if unset): one Lock, one token,
+   * fence and lease, renewed and released together. While a call of several
+   * waits, no later call of the semaphore is granted permits, whatever its
+   * count, so that a stream of small calls cannot starve it. 1 to the
+   * semaphore's permits, else InvalidArgument before any call.
+   */
+  count?: number;
+}
+
 /** Options of client.session(). */
 export interface SessionOptions {
   /** How long the session and its locks last without a KeepAlive, in milliseconds (15 s if unset). */
@@ -103,6 +115,8 @@ export interface LockInfo {
   labels: Record<string, string>;
   /** The tenant whose key it is (set in cross-tenant answers). */
   tenant: string;
+  /** How many permits a semaphore's hold counts (PermitOptions.count); 0 means one, and a lock's is 0. */
+  permits: number;
 }
 
 /** Who leads an election. */
@@ -118,6 +132,51 @@ export interface Leader {
 
 const DEFAULT_LEASE_MS = 30_000;
 const DEFAULT_TTL_MS = 15_000;
+
+/**
+ * Bounds the withdrawal of a semaphore's intent after a wait that failed:
+ * the service ends the intent by itself 2 s after the wait's last call.
+ */
+const WITHDRAW_TIMEOUT_MS = 1_000;
+
+/** The most names one path of lockPath names, as the Go client's MaxPathDepth. */
+export const MAX_PATH_DEPTH = 16;
+
+/** The longest key, in bytes, as the Go client's MaxKeyLen. */
+const MAX_KEY_LEN = 512;
+
+/**
+ * Why key is no valid key (non-empty UTF-8 of at most MAX_KEY_LEN bytes
+ * without control characters), as the Go client's ValidateKey; undefined if
+ * it is one.
+ */
+function badKey(key: unknown): string | undefined {
+  if (typeof key !== "string") return `a ${typeof key}, not a string`;
+  if (key === "") return "empty";
+  if (/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/.test(key)) return "not valid UTF-8";
+  const n = Buffer.byteLength(key);
+  if (n > MAX_KEY_LEN) return `${n} bytes, the maximum is ${MAX_KEY_LEN}`;
+  const control = /[\x00-\x1f\x7f-\x9f]/.exec(key);
+  if (control) return `a control character at byte ${Buffer.byteLength(key.slice(0, control.index))}`;
+  return undefined;
+}
+
+/** Throws InvalidArgument unless path has 1 to MAX_PATH_DEPTH valid keys without repeats. */
+function checkPath(path: readonly string[]): void {
+  if (!Array.isArray(path)) {
+    throw new InvalidArgument("invalid_argument", `lock path ${JSON.stringify(path)}: want an array of names, root first`);
+  }
+  if (path.length < 1 || path.length > MAX_PATH_DEPTH) {
+    throw new InvalidArgument("invalid_argument", `lock path: ${path.length} names, want 1 to ${MAX_PATH_DEPTH}`);
+  }
+  path.forEach((name, i) => {
+    const why = badKey(name);
+    if (why !== undefined) throw new InvalidArgument("invalid_argument", `lock path: name ${JSON.stringify(name)}: ${why}`);
+    if (path.indexOf(name) < i) {
+      throw new InvalidArgument("invalid_argument", `lock path: name ${JSON.stringify(name)}: the name is in the path twice`);
+    }
+  });
+}
 
 /** Protobuf's Duration of a number of milliseconds. */
 export function duration(ms: number): Duration {
@@ -141,6 +200,7 @@ function info(l: LockMessage | undefined): LockInfo {
     businessId: l?.businessId ?? "",
     labels: { ...(l?.labels ?? {}) },
     tenant: l?.tenant ?? "",
+    permits: l?.permits ?? 0,
   };
 }
 
@@ -267,6 +327,63 @@ export class Client implements AsyncDisposable {
     }
   }
 
+  /**
+   * Takes the last node of path alone, in a tree of names: a hierarchical
+   * lock, as the Go client's LockPath. path lists the node's ancestors
+   * first, from the root: a table, then one of its rows (["orders",
+   * "orders/42"]). Each ancestor is taken as a reader of its read-write lock
+   * (an intention: a node below it is in use) and the node as the writer of
+   * its own. So a lock of a table excludes every lock of its rows, waits for
+   * those held to end and keeps new ones out meanwhile (a waiting writer
+   * does), while locks of different rows run side by side and two of one row
+   * exclude each other.
+   *
+   * Nodes are taken from the root down, each held while the next is waited
+   * for; waitMs bounds the whole path (undefined: until granted), and on
+   * failure (NotAcquired if a node stayed held, or the signal's reason) what
+   * was taken is released. A name must have the same ancestors in every path
+   * that names it: two callers whose paths order two names differently can
+   * wait on each other until their waits end. Resolves with a LockSet of the
+   * nodes' holds, root first: held is false once any is lost, fence(name)
+   * gives each node's fence (the last node's is the one to give the
+   * resource), release() releases them all. onLost is called for a node
+   * whose hold is lost. path must list 1 to MAX_PATH_DEPTH names without
+   * repeats, each a valid key, else InvalidArgument before any call.
+   */
+  lockPath(path: readonly string[], options: HoldOptions = {}): Promise<LockSet> {
+    return this.takePath(path, true, options);
+  }
+
+  /**
+   * lockPath() with the last node taken as a reader: readers of a node share
+   * it and exclude its writers and those of its ancestors. A reader of an
+   * inner node does not exclude writers below it (they too are readers of
+   * it): to read a whole table while no row changes, take the table with
+   * lockPath.
+   */
+  rLockPath(path: readonly string[], options: HoldOptions = {}): Promise<LockSet> {
+    return this.takePath(path, false, options);
+  }
+
+  private async takePath(path: readonly string[], write: boolean, options: HoldOptions): Promise<LockSet> {
+    checkPath(path);
+    const { waitMs } = options;
+    if (waitMs !== undefined && !(waitMs >= 0)) throw new RangeError(`waitMs ${waitMs}: want 0 or more milliseconds`);
+    const deadline = waitMs === undefined ? undefined : now() + waitMs;
+    const taken: Lock[] = [];
+    try {
+      for (const [i, name] of path.entries()) {
+        const node = this.rwlock(name);
+        const o = { ...options, waitMs: deadline === undefined ? undefined : Math.max(0, deadline - now()) };
+        taken.push(await (write && i === path.length - 1 ? node.writeLock(o) : node.readLock(o)));
+      }
+    } catch (e) {
+      await releaseAll(taken).catch(() => {}); // the acquisition's error is the one to throw
+      throw e;
+    }
+    return new LockSet(taken);
+  }
+
   /** lock() with no wait: NotAcquired at once if key is held. */
   tryLock(key: string, options: Omit<LockOptions, "waitMs"> = {}): Promise<Lock> {
     return this.lock(key, { ...options, waitMs: 0 });
@@ -348,6 +465,16 @@ export class Client implements AsyncDisposable {
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
+  }
+
+  /**
+   * @internal Ends the intent of a wait for several permits that failed, so
+   * that the calls it kept out get in now rather than when it lapses. Not
+   * once the client is closed: its connections are gone.
+   */
+  async withdrawPermitIntent(name: string, intent: string): Promise<void> {
+    if (this.#closed.signal.aborted) return;
+    await this.rpc.unary("withdrawPermitIntent", { name, intent }, { timeoutMs: WITHDRAW_TIMEOUT_MS }).catch(() => {});
   }
 
   /** @internal */
@@ -624,9 +751,10 @@ async function releaseAll(locks: readonly Lock[]): Promise<void> {
 }
 
 /**
- * Keys held together, taken by client.lockAll(): a Lock per key, in the
- * byte order of the keys. held is false once any of them is lost or
- * released; release() releases them all, as does `await using`.
+ * Holds taken together, as one: by client.lockAll(), a Lock per key in the
+ * byte order of the keys; by client.lockPath() or rLockPath(), a read-write
+ * hold per node of the path, root first. held is false once any of them is
+ * lost or released; release() releases them all, as does `await using`.
  */
 export class LockSet implements AsyncDisposable {
   readonly locks: readonly Lock[];
@@ -641,14 +769,17 @@ export class LockSet implements AsyncDisposable {
     return this.locks.every((l) => l.held);
   }
 
-  /** The fence of key's lock; a RangeError if key is not in the set. */
+  /** The fence of key's lock (of a node's hold, for a path); a RangeError if key is not in the set. */
   fence(key: string): bigint {
     const l = this.locks.find((x) => x.key === key);
     if (!l) throw new RangeError(`${key} is not in the set`);
     return l.fence;
   }
 
-  /** Releases every lock of the set, in reverse key order; a failure is thrown once every release was tried. */
+  /**
+   * Releases every lock of the set, in the reverse of its order (a path's
+   * last node first); a failure is thrown once every release was tried.
+   */
   async release(): Promise<void> {
     await releaseAll(this.locks);
   }
@@ -716,6 +847,11 @@ export class Lock extends Keeper implements AsyncDisposable {
     const r = await this.#kind.renew!(this.client.rpc, this.key, this.token, this.leaseMs, bounds);
     if (r.releaseRequested) this.asked(r.releaseRequested); // sent once, by the instance the request went to
     return millis(r.lease);
+  }
+
+  /** @internal Whether it is a read-write lock's hold. */
+  get readWrite(): boolean {
+    return this.#kind === RW;
   }
 
   /** The requester's reason once somebody asked the holder to release the lock; undefined before. */
@@ -858,19 +994,56 @@ export class Semaphore {
     public permits: number,
   ) {}
 
-  /** Takes a permit, waiting up to waitMs (undefined: until one is free); NotAcquired if none came free. */
-  async acquire(options: HoldOptions = {}): Promise<Lock> {
+  /**
+   * Takes a permit, waiting up to waitMs (undefined: until one is free);
+   * NotAcquired if none came free.
+   *
+   * { count } > 1 takes that many permits as one hold: one Lock (one token,
+   * fence and lease, renewed and released together) that counts count
+   * permits (inspect() reports it as permits). While such a call waits, no
+   * later call of the semaphore is granted permits, whatever its count, so
+   * that a stream of small calls cannot starve it; the wait's calls carry an
+   * intent id of its own that keeps them out between calls too, and a wait
+   * that fails or is aborted withdraws it. A try (waitMs 0) keeps nobody
+   * out. count must be 1 to permits, else InvalidArgument before any call. A
+   * store that cannot take several permits in one hold (the service's
+   * embedded store) refuses count > 1 with a DistlockError of code
+   * "unimplemented".
+   */
+  async acquire(options: PermitOptions = {}): Promise<Lock> {
     const c = this.client;
-    const { grant: g, sentAt } = await c.acquire(
-      "acquirePermit",
-      { name: this.name, permits: this.permits, lease: duration(options.leaseMs ?? DEFAULT_LEASE_MS), ...meta(options) },
-      options,
-    );
+    const count = options.count ?? 1;
+    if (!Number.isInteger(count) || count < 1 || count > this.permits) {
+      throw new InvalidArgument(
+        "invalid_argument",
+        `semaphore ${JSON.stringify(this.name)}: count is ${String(count)}: want 1 to its ${this.permits} permits`,
+      );
+    }
+    const intent = count > 1 && options.waitMs !== 0 ? randomUUID().replaceAll("-", "") : "";
+    let got;
+    try {
+      got = await c.acquire(
+        "acquirePermit",
+        {
+          name: this.name,
+          permits: this.permits,
+          count: count > 1 ? count : 0,
+          intent,
+          lease: duration(options.leaseMs ?? DEFAULT_LEASE_MS),
+          ...meta(options),
+        },
+        options,
+      );
+    } catch (e) {
+      if (intent) await c.withdrawPermitIntent(this.name, intent);
+      throw e;
+    }
+    const { grant: g, sentAt } = got;
     return c.adopt(() => new Lock(c, PERMIT, this.name, this.name, g, sentAt, options.onLost));
   }
 
   /** acquire() with no wait. */
-  tryAcquire(options: Omit<HoldOptions, "waitMs"> = {}): Promise<Lock> {
+  tryAcquire(options: Omit<PermitOptions, "waitMs"> = {}): Promise<Lock> {
     return this.acquire({ ...options, waitMs: 0 });
   }
 
@@ -912,6 +1085,36 @@ export class RWLock {
   /** Takes the writer's hold. */
   writeLock(options: HoldOptions = {}): Promise<Lock> {
     return this.take(true, options);
+  }
+
+  /**
+   * Turns lock, the writer's hold of this read-write lock, into a reader's,
+   * with no moment in which another writer could get in: readers may join
+   * it at once, and lock carries on as the reader's hold, with its token,
+   * fence and lease, renewed as before. A reader's hold stays as it is.
+   * Rejects with NotHeld if lock was released or lost (the service no longer
+   * knows its token; a loss is then told at once), InvalidArgument if lock
+   * is no hold of this read-write lock.
+   */
+  async downgrade(lock: Lock): Promise<void> {
+    if (!(lock instanceof Lock) || !lock.readWrite || lock.key !== this.name) {
+      throw new InvalidArgument(
+        "invalid_argument",
+        `downgrade ${JSON.stringify(this.name)}: want a hold of this read-write lock, from its writeLock()`,
+      );
+    }
+    if (!lock.held) throw new NotHeld("not_found", `downgrade ${JSON.stringify(this.name)}: the hold was released or lost`);
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await this.client.rpc.unary("downgradeRW", { name: this.name, token: lock.token });
+        return;
+      } catch (e) {
+        if (e instanceof NotHeld) lock.check(); // its renewal is refused too, and tells the loss
+        // A second downgrade of one hold changes nothing: send it again.
+        if (e instanceof NoAnswer && attempt < RETRIES) continue;
+        throw e;
+      }
+    }
   }
 
   /** Whether the holds are the writer's, the live holds (no tokens), and the writers waiting. */

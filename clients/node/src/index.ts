@@ -28,6 +28,7 @@ export {
   Session,
   MAX_CALL_WAIT_MS,
   MAX_LOCK_ALL_KEYS,
+  MAX_PATH_DEPTH,
   RETRIES,
   type CampaignOptions,
   type ClientOptions,
@@ -35,6 +36,7 @@ export {
   type Leader,
   type LockInfo,
   type LockOptions,
+  type PermitOptions,
   type SessionOptions,
 } from "./client.js";
 export {

@@ -12,6 +12,7 @@ import {
   InvalidArgument,
   LockLost,
   NotAcquired,
+  NotHeld,
   PermissionDenied,
   Unauthenticated,
   type Leader,
@@ -368,6 +369,49 @@ test("a read-write lock shares readers, and a waiting writer keeps new readers o
     assert.ok(seen.writer);
     assert.equal(seen.held.length, 1);
     await w.release();
+  }),
+);
+
+test("a writer downgraded to a reader lets readers in, keeps writers out, and carries on", T, () =>
+  withClients(2, async (client, other) => {
+    const name = key();
+    const rw = client.rwlock(name);
+    const theirs = other.rwlock(name);
+    let w = await rw.writeLock({ leaseMs: 1500 });
+    await assert.rejects(theirs.readLock({ waitMs: 0 }), NotAcquired);
+    const reading = theirs.readLock({ waitMs: 10_000 });
+    await rw.downgrade(w);
+    const r = await reading; // the waiting reader joined
+    await assert.rejects(theirs.writeLock({ waitMs: 0 }), NotAcquired);
+    let seen = await rw.inspect();
+    assert.ok(!seen.writer);
+    assert.deepEqual(seen.held.map((h) => h.fence).sort(), [w.fence, r.fence].sort());
+    await rw.downgrade(w); // a reader's hold stays as it is
+    await sleep(2000); // past its lease: only the renewals (RenewRW) keep it
+    assert.ok(w.held && !w.signal.aborted);
+    assert.equal((await rw.inspect()).held.length, 2);
+    assert.equal(await w.release(), true);
+    await r.release();
+    await assert.rejects(rw.downgrade(w), NotHeld); // released: refused before any call
+    await (await theirs.writeLock({ waitMs: 0 })).release(); // nothing stays held
+
+    // A hold the service no longer knows: NotHeld, and its loss is told.
+    w = await rw.writeLock({ leaseMs: 30_000 });
+    const lost = new Promise<LockLost>((resolve) => w.signal.addEventListener("abort", () => resolve(w.signal.reason), { once: true }));
+    await client.call("releaseRW", { name, token: w.token });
+    await assert.rejects(rw.downgrade(w), NotHeld);
+    const reason = await Promise.race([lost, sleep(5000).then(() => assert.fail("the loss was not told within 5 s"))]);
+    assert.equal(reason.kind, "refused");
+    for (const wrong of [
+      await other.rwlock(key()).writeLock({ waitMs: 0 }),
+      await other.tryLock(name),
+      await other.semaphore(name, 1).tryAcquire(),
+    ]) {
+      await assert.rejects(rw.downgrade(wrong), InvalidArgument); // no hold of this read-write lock
+      assert.equal(await wrong.release(), true);
+    }
+    seen = await rw.inspect();
+    assert.equal(seen.held.length, 0);
   }),
 );
 

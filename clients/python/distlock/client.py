@@ -3,6 +3,7 @@
 import logging
 import threading
 import time
+import unicodedata
 import uuid
 
 from .errors import DistlockError, InvalidArgument, NotAcquired, NotHeld
@@ -19,6 +20,17 @@ RETRIES = 3
 
 # The most keys one lock_all takes, as the Go client's MaxLockAllKeys.
 MAX_LOCK_ALL_KEYS = 64
+
+# The most names one path of lock_path names, as the Go client's
+# MaxPathDepth.
+MAX_PATH_DEPTH = 16
+
+# The longest key, in bytes, as the Go client's MaxKeyLen.
+MAX_KEY_LEN = 512
+
+# Bounds the withdrawal of a semaphore's intent after a wait that failed:
+# the service ends the intent by itself 2 s after the wait's last call.
+WITHDRAW_TIMEOUT = 1.0
 
 log = logging.getLogger("distlock")
 
@@ -101,6 +113,14 @@ class Client:
     def call(self, method, body, timeout=None):
         """Makes one LockService call: body and answer as in the proto's JSON."""
         return self._t.unary(method, body, timeout)
+
+    def _withdraw_permit_intent(self, name, intent):
+        """Ends the intent of a wait for several permits that failed, so that
+        the calls it kept out get in now rather than when it lapses."""
+        try:
+            self._t.unary("WithdrawPermitIntent", {"name": name, "intent": intent}, timeout=WITHDRAW_TIMEOUT)
+        except Exception:  # noqa: BLE001 - the intent ends by itself 2 s after the last call
+            pass
 
     def _acquire(self, method, body, wait):
         """Acquires with a new request id, waiting up to wait seconds (None:
@@ -190,6 +210,57 @@ class Client:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             held[busy] = self.lock(busy, wait=left, **kw)
 
+    def lock_path(self, path, lease=30.0, wait=None, owner=None, on_lost=None):
+        """Takes the last node of path alone, in a tree of names: a
+        hierarchical lock, as the Go client's LockPath. path lists the
+        node's ancestors first, from the root: a table, then one of its rows
+        (["orders", "orders/42"]). Each ancestor is taken as a reader of its
+        read-write lock (an intention: a node below it is in use) and the
+        node as the writer of its own. So a lock of a table excludes every
+        lock of its rows, waits for those held to end and keeps new ones out
+        meanwhile (a waiting writer does), while locks of different rows run
+        side by side and two of one row exclude each other.
+
+        Nodes are taken from the root down, each held while the next is
+        waited for; wait bounds the whole path (None: until granted), and on
+        failure what was taken is released before the error is raised
+        (NotAcquired if a node stayed held). A name must have the same
+        ancestors in every path that names it: two callers whose paths order
+        two names differently can wait on each other until their waits end.
+        Returns a LockSet of the nodes' holds, root first: held is false
+        once any is lost, fence(name) gives each node's fence (the last
+        node's is the one to give the resource), release() releases them
+        all. on_lost(lock) is called for a node whose hold is lost. path
+        must list 1 to MAX_PATH_DEPTH names without repeats, each a valid
+        key, else InvalidArgument before any call."""
+        return self._lock_path(path, True, lease, wait, owner, on_lost)
+
+    def rlock_path(self, path, lease=30.0, wait=None, owner=None, on_lost=None):
+        """lock_path() with the last node taken as a reader: readers of a node
+        share it and exclude its writers and those of its ancestors. A
+        reader of an inner node does not exclude writers below it (they too
+        are readers of it): to read a whole table while no row changes, take
+        the table with lock_path."""
+        return self._lock_path(path, False, lease, wait, owner, on_lost)
+
+    def _lock_path(self, path, write, lease, wait, owner, on_lost):
+        path = _check_path(path)
+        deadline = None if wait is None else time.monotonic() + wait
+        taken = []
+        try:
+            for i, name in enumerate(path):
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                node = self.rwlock(name)
+                take = node.write_lock if write and i == len(path) - 1 else node.read_lock
+                taken.append(take(lease=lease, wait=left, owner=owner, on_lost=on_lost))
+        except BaseException:
+            try:
+                _release_all(taken)
+            except Exception:  # noqa: BLE001 - the acquisition's error is the one to raise
+                pass
+            raise
+        return LockSet(taken)
+
     def inspect(self, key):
         """Who holds key, as the service's Lock message (no token)."""
         return self._t.unary("Inspect", {"key": key}).get("lock", {})
@@ -237,6 +308,43 @@ class Client:
         return Election(self, name)
 
 
+def _bad_key(key):
+    """Why key is no valid key (non-empty UTF-8 of at most MAX_KEY_LEN bytes
+    without control characters), as the Go client's ValidateKey; None if it
+    is one."""
+    if not isinstance(key, str):
+        return f"a {type(key).__name__}, not a string"
+    if not key:
+        return "empty"
+    try:
+        n = len(key.encode())
+    except UnicodeEncodeError:
+        return "not valid UTF-8"
+    if n > MAX_KEY_LEN:
+        return f"{n} bytes, the maximum is {MAX_KEY_LEN}"
+    for i, ch in enumerate(key):
+        if unicodedata.category(ch) == "Cc":
+            return f"a control character at byte {len(key[:i].encode())}"
+    return None
+
+
+def _check_path(path):
+    """The names of a path of lock_path, as a list; InvalidArgument unless it
+    has 1 to MAX_PATH_DEPTH valid keys without repeats."""
+    if isinstance(path, (str, bytes)):
+        raise InvalidArgument("invalid_argument", f"lock path {path!r}: want a list of names, root first")
+    path = list(path)
+    if not 1 <= len(path) <= MAX_PATH_DEPTH:
+        raise InvalidArgument("invalid_argument", f"lock path: {len(path)} names, want 1 to {MAX_PATH_DEPTH}")
+    for i, name in enumerate(path):
+        why = _bad_key(name)
+        if why is not None:
+            raise InvalidArgument("invalid_argument", f"lock path: name {name!r}: {why}")
+        if name in path[:i]:
+            raise InvalidArgument("invalid_argument", f"lock path: name {name!r}: the name is in the path twice")
+    return path
+
+
 def _meta(body, owner, business_id, labels):
     if owner:
         body["owner"] = owner
@@ -279,9 +387,11 @@ def _release_all(locks):
 
 
 class LockSet:
-    """Keys held together, taken by Client.lock_all: a Lock per key, in the
-    byte order of the keys. held is false once any of them is lost or
-    released; release() releases them all. Use it as a context manager."""
+    """Holds taken together, as one: by Client.lock_all, a Lock per key in
+    the byte order of the keys; by Client.lock_path or rlock_path, a
+    read-write hold per node of the path, root first. held is false once
+    any of them is lost or released; release() releases them all. Use it as
+    a context manager."""
 
     def __init__(self, locks):
         self.locks = locks
@@ -292,15 +402,17 @@ class LockSet:
         return all(lk.held for lk in self.locks)
 
     def fence(self, key):
-        """The fence of key's lock; KeyError if key is not in the set."""
+        """The fence of key's lock (of a node's hold, for a path); KeyError
+        if key is not in the set."""
         for lk in self.locks:
             if lk.name == key:
                 return lk.fence
         raise KeyError(key)
 
     def release(self):
-        """Releases every lock of the set, in reverse key order; a failure
-        is raised once every release was tried."""
+        """Releases every lock of the set, in the reverse of its order (a
+        path's last node first); a failure is raised once every release was
+        tried."""
         _release_all(self.locks)
 
     def __enter__(self):
@@ -532,11 +644,36 @@ class Semaphore:
     def __init__(self, client, name, permits):
         self._c, self.name, self.permits = client, name, permits
 
-    def acquire(self, lease=30.0, wait=None, owner=None, business_id=None, labels=None, on_lost=None):
+    def acquire(self, lease=30.0, wait=None, owner=None, business_id=None, labels=None, on_lost=None, count=1):
         """Takes a permit, waiting up to wait seconds (None: until one is
-        free); raises NotAcquired if none came free."""
+        free); raises NotAcquired if none came free.
+
+        count > 1 takes that many permits as one hold: one Lock (one token,
+        fence and lease, renewed and released together) that counts count
+        permits (inspect() reports it as "permits"). While such a call
+        waits, no later call of the semaphore is granted permits, whatever
+        its count, so that a stream of small calls cannot starve it; the
+        wait's calls carry an intent id of its own that keeps them out
+        between calls too, and a wait that fails withdraws it. A try
+        (wait=0) keeps nobody out. count must be 1 to permits, else
+        InvalidArgument before any call. A store that cannot take several
+        permits in one hold (the service's embedded store) refuses count > 1
+        with a DistlockError of code "unimplemented"."""
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= self.permits:
+            raise InvalidArgument("invalid_argument",
+                                  f"semaphore {self.name!r}: count is {count!r}: want 1 to its {self.permits} permits")
         body = _meta({"name": self.name, "permits": self.permits, "lease": duration(lease)}, owner, business_id, labels)
-        g, sent = self._c._acquire("AcquirePermit", body, wait)
+        intent = None
+        if count > 1:
+            body["count"] = count
+            if wait != 0:
+                intent = body["intent"] = uuid.uuid4().hex
+        try:
+            g, sent = self._c._acquire("AcquirePermit", body, wait)
+        except BaseException:
+            if intent is not None:
+                self._c._withdraw_permit_intent(self.name, intent)
+            raise
         return Lock(self._c, _PERMIT, self.name, g, on_lost, sent=sent)
 
     def try_acquire(self, **kw):
@@ -573,6 +710,31 @@ class RWLock:
     def write_lock(self, lease=30.0, wait=None, owner=None, on_lost=None):
         """Takes the writer's hold."""
         return self._hold(True, lease, wait, owner, on_lost)
+
+    def downgrade(self, lock):
+        """Turns lock, the writer's hold of this read-write lock, into a
+        reader's, with no moment in which another writer could get in:
+        readers may join it at once, and lock carries on as the reader's
+        hold, with its token, fence and lease, renewed as before. A reader's
+        hold stays as it is. Raises NotHeld if lock was released or lost
+        (the service no longer knows its token; a loss is then told at
+        once), InvalidArgument if lock is no hold of this read-write lock."""
+        if not isinstance(lock, Lock) or lock._kind is not _RW or lock.name != self.name:
+            raise InvalidArgument("invalid_argument", f"downgrade {self.name!r}: want a hold of this read-write lock, from its write_lock()")
+        if not lock.held:
+            raise NotHeld("not_found", f"downgrade {self.name!r}: the hold was released or lost")
+        retries = 0
+        while True:
+            try:
+                self._c.call("DowngradeRW", {"name": self.name, "token": lock.token})
+                return
+            except NotHeld:
+                lock._check()  # its renewal is refused too, and tells the loss
+                raise
+            except NoAnswer:
+                retries += 1  # a second downgrade of one hold changes nothing: send it again
+                if retries > RETRIES:
+                    raise
 
     def inspect(self):
         """(writer, holds, writers waiting)."""

@@ -160,6 +160,46 @@ def test_rwlock(client, other):
     w.release()
 
 
+def test_rwlock_downgrade(client, other):
+    # The writer becomes a reader: a waiting reader joins, a writer is
+    # refused, and the hold carries on (token, fence, renewals) to its
+    # release.
+    name = key()
+    rw, theirs = client.rwlock(name), other.rwlock(name)
+    w = rw.write_lock(lease=1.5)
+    with pytest.raises(distlock.NotAcquired):
+        theirs.read_lock(wait=0)
+    got = {}
+    t = threading.Thread(target=lambda: got.setdefault("r", theirs.read_lock(wait=10)))
+    t.start()
+    rw.downgrade(w)
+    t.join(10)
+    r = got["r"]  # the waiting reader joined
+    with pytest.raises(distlock.NotAcquired):
+        theirs.write_lock(wait=0)
+    writer, held, _ = rw.inspect()
+    assert not writer and sorted(int(h["fence"]) for h in held) == sorted([w.fence, r.fence])
+    rw.downgrade(w)  # a reader's hold stays as it is
+    time.sleep(2)  # past its lease: only the renewals (RenewRW) keep it
+    assert w.held and len(rw.inspect()[1]) == 2
+    assert w.release()
+    r.release()
+    with pytest.raises(distlock.NotHeld):
+        rw.downgrade(w)  # released: refused before any call
+    theirs.write_lock(wait=0).release()  # nothing stays held
+
+    # A hold the service no longer knows: NotHeld, and its loss is told.
+    w = rw.write_lock(lease=30)
+    client.call("ReleaseRW", {"name": name, "token": w.token})
+    with pytest.raises(distlock.NotHeld):
+        rw.downgrade(w)
+    assert w.lost.wait(5) and "taken" in w.lost_reason
+    for wrong in (other.rwlock(key()).write_lock(wait=0), other.try_lock(name), other.semaphore(name, 1).try_acquire()):
+        with pytest.raises(distlock.InvalidArgument):
+            rw.downgrade(wrong)  # no hold of this read-write lock
+        assert wrong.release()
+
+
 def test_election(client, other):
     name = key()
     el = client.election(name)
