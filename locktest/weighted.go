@@ -84,7 +84,8 @@ func (s *suite) weightedHold(t *testing.T) {
 }
 
 // A hold of 2 of 3 permits taken for a holder elsewhere is renewed and
-// released by its token, as a hold of one is.
+// released by its token, as a hold of one is (through the backend that
+// took it: pglock keeps a hold on a session of that backend).
 func (s *suite) weightedToken(t *testing.T) {
 	ctx := testContext(t, time.Minute)
 	name := s.key(t)
@@ -96,10 +97,10 @@ func (s *suite) weightedToken(t *testing.T) {
 	if _, err := b.TryAcquireN(ctx, 2); !errors.Is(err, distlock.ErrNotAcquired) {
 		t.Fatalf("2 more of 3 beside a token's hold of 2: %v, want ErrNotAcquired", err)
 	}
-	if err := b.RenewToken(ctx, token, time.Minute); err != nil {
+	if err := a.RenewToken(ctx, token, time.Minute); err != nil {
 		t.Fatalf("renew the hold of 2 by its token: %v", err)
 	}
-	if err := b.ReleaseToken(ctx, token); err != nil {
+	if err := a.ReleaseToken(ctx, token); err != nil {
 		t.Fatalf("release the hold of 2 by its token: %v", err)
 	}
 	l, err := b.TryAcquireN(ctx, 3)
