@@ -88,6 +88,20 @@
 // number of permits (<prefix>{S}:sem:limit) stays until deleted: it is the
 // semaphore's setting, not a hold.
 //
+// A hold may count several permits (driver.WeightedPermits, for
+// Semaphore.AcquireN): its count is kept by token in <prefix>{S}:sem:weights
+// (only for counts above one), and the acquire script sums the live holds'
+// counts. So that a stream of small requests cannot starve a large one, the
+// rule is golang.org/x/sync's semaphore.Weighted: a request that waits
+// records an intent in <prefix>{S}:sem:intents, in the order first recorded,
+// and in <prefix>{S}:sem:lapses, by when it lapses (driver.WriteIntentTTL
+// after its request's last attempt); no request is granted while an intent
+// recorded before its own lives, or any intent if it has none, even where
+// free permits would fit it. A grant removes its request's intent and wakes
+// the watchers, as a withdrawn intent does. A single permit with no weighted
+// hold and no intent costs what it did, one script, with one EXISTS more
+// (the release one HDEL more).
+//
 // The backend keeps read-write locks natively too (driver.RWLocks, for
 // distlock's Client.RWMutex): a lock R's holds are a sorted set by expiry
 // under the tag {R} (<prefix>{R}:rw), with holders, write intents, fence

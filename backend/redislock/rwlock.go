@@ -141,7 +141,7 @@ func (b *Backend) inspectRW(ctx context.Context, name string) (driver.Mode, []dr
 	if err != nil {
 		return 0, nil, 0, fmt.Errorf("intents: %w", err)
 	}
-	held, err := parseHolds(name, r[2:])
+	held, err := parseHolds(name, r[2:], false)
 	if err != nil {
 		return 0, nil, 0, err
 	}

@@ -1,5 +1,6 @@
 -- Reports a semaphore as {limit ("0" if none is stored), then per live
--- permit: fence, ms to live, metadata JSON ("" if none)}. Writes nothing.
+-- hold: fence, ms to live, metadata JSON ("" if none), permits}. Writes
+-- nothing.
 -- KEYS as in semaphore.lua
 local now = nowMs()
 local out = {redis.call('GET', KEYS[3]) or '0'}
@@ -9,5 +10,6 @@ for i = 1, #live, 2 do
 	out[#out + 1] = fence
 	out[#out + 1] = string.format('%.0f', tonumber(live[i + 1]) - now)
 	out[#out + 1] = meta
+	out[#out + 1] = redis.call('HGET', KEYS[6], live[i]) or '1'
 end
 return out

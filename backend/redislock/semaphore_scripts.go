@@ -19,6 +19,7 @@ const (
 	semRelease
 	semSetPermits
 	semInspect
+	semWithdraw
 	rwAcquire
 	rwWithdraw
 	rwInspect
@@ -39,6 +40,8 @@ var (
 	semSetPermitsLua string
 	//go:embed semaphore_inspect.lua
 	semInspectLua string
+	//go:embed semaphore_withdraw.lua
+	semWithdrawLua string
 	//go:embed rwlock.lua
 	rwlockLua string
 	//go:embed rwlock_acquire.lua
@@ -62,6 +65,7 @@ var semScriptSources = func() (s [numSemScripts]string) {
 		semRelease:    semReleaseLua,
 		semSetPermits: semSetPermitsLua,
 		semInspect:    semInspectLua,
+		semWithdraw:   semWithdrawLua,
 		rwAcquire:     rwlockLua + rwAcquireLua,
 		rwWithdraw:    rwlockLua + rwWithdrawLua,
 		rwInspect:     rwlockLua + rwInspectLua,

@@ -19,7 +19,8 @@ import (
 // (test names need no escaping), as the package doc lays them out.
 func semNames(name string) []string {
 	base := lockName(name) + ":sem"
-	return []string{base, base + ":holders", base + ":limit", base + ":fence", base + ":watchers"}
+	return []string{base, base + ":holders", base + ":limit", base + ":fence", base + ":watchers",
+		base + ":weights", base + ":intents", base + ":lapses"}
 }
 
 // awaitWake reports whether wake fires within d.
@@ -236,7 +237,7 @@ func TestSemaphoreKeysShareSlot(t *testing.T) {
 	for _, name := range names {
 		tag := redislock.DefaultPrefix + "{" + strings.NewReplacer(`\`, `\\`, `}`, `\]`).Replace(name) + "}"
 		for base, rest := range map[string][]string{
-			tag + ":sem": {":holders", ":limit", ":fence", ":watchers"},
+			tag + ":sem": {":holders", ":limit", ":fence", ":watchers", ":weights", ":intents", ":lapses"},
 			tag + ":rw":  {":holders", ":intents", ":fence", ":watchers"},
 		} {
 			slot := rawCommand(t, addrs[:1], "CLUSTER", "KEYSLOT", base)
@@ -327,6 +328,11 @@ func TestSemaphoreAfterClose(t *testing.T) {
 				"set permits": func() error { return sem.SetPermits(ctx, "closed", 2) },
 				"inspect":     func() error { _, _, err := sem.InspectPermits(ctx, "closed"); return err },
 				"watch":       func() error { _, _, err := sem.WatchPermits(ctx, "closed"); return err },
+				"acquire n": func() error {
+					_, err := b.(driver.WeightedPermits).AcquirePermits(ctx, driver.AcquireRequest{Key: "closed", Token: "t", TTL: time.Minute, Permits: 2}, 2)
+					return err
+				},
+				"withdraw intent": func() error { return b.(driver.WeightedPermits).WithdrawPermitIntent(ctx, "closed", "i") },
 			} {
 				start := time.Now()
 				if err := call(); !errors.Is(err, driver.ErrClosed) {
@@ -338,4 +344,57 @@ func TestSemaphoreAfterClose(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWeightedPermitKeys takes a hold of 2 of 3 permits and leaves a
+// request of 2 waiting behind it: the hold's weight lives as long as the
+// hold and goes with its release; the waiting request's intent keeps a
+// single permit out, and both intent sets expire with it, after
+// driver.WriteIntentTTL.
+func TestWeightedPermitKeys(t *testing.T) {
+	s := testserver.Redis(t)
+	onEachClient(t, s, func(t *testing.T, ctx context.Context, b driver.Backend) {
+		w := b.(driver.WeightedPermits)
+		sem := b.(driver.Semaphores)
+		name := "sem-weighted/" + t.Name()
+		n := semNames(name)
+		two := driver.AcquireRequest{Key: name, Token: "two", TTL: time.Minute, Permits: 2}
+		if _, err := w.AcquirePermits(ctx, two, 3); err != nil {
+			t.Fatal(err)
+		}
+		if ttl := pttl(t, s.Addr(), n[5]); ttl <= 50*time.Second.Milliseconds() || ttl > time.Minute.Milliseconds() {
+			t.Fatalf("weights: PTTL %d, want the hold's lease", ttl)
+		}
+		if _, held, err := sem.InspectPermits(ctx, name); err != nil || len(held) != 1 || held[0].Permits != 2 {
+			t.Fatalf("inspect: %+v, %v; want one hold of 2", held, err)
+		}
+		waiting := driver.AcquireRequest{Key: name, Token: "waiting", TTL: time.Minute, Permits: 2, Intent: "intent-waiting"}
+		if _, err := w.AcquirePermits(ctx, waiting, 3); !errors.Is(err, driver.ErrNotAcquired) {
+			t.Fatalf("2 more of 3 beside a hold of 2: %v, want ErrNotAcquired", err)
+		}
+		for _, k := range n[6:] {
+			if ttl := pttl(t, s.Addr(), k); ttl <= 0 || ttl > driver.WriteIntentTTL.Milliseconds() {
+				t.Fatalf("%s: PTTL %d, want within %v", k, ttl, driver.WriteIntentTTL)
+			}
+		}
+		one := driver.AcquireRequest{Key: name, Token: "one", TTL: time.Minute}
+		if _, err := sem.AcquirePermit(ctx, one, 3); !errors.Is(err, driver.ErrNotAcquired) {
+			t.Fatalf("a free permit while a request waits: %v, want ErrNotAcquired", err)
+		}
+		if err := sem.ReleasePermit(ctx, name, two.Token); err != nil {
+			t.Fatal(err)
+		}
+		if ttl := pttl(t, s.Addr(), n[5]); ttl != -2 {
+			t.Errorf("weights after the release: PTTL %d, want gone", ttl)
+		}
+		eventually(t, "the intent lapsed", func() error {
+			_, err := sem.AcquirePermit(ctx, one, 3)
+			return err
+		})
+		for _, k := range n[6:] {
+			if ttl := pttl(t, s.Addr(), k); ttl != -2 {
+				t.Errorf("%s after the lapse: PTTL %d, want gone", k, ttl)
+			}
+		}
+	})
 }
