@@ -11,8 +11,9 @@ import (
 // deleted: holder rows whose lease ended more than WithRetention ago and
 // whose session no longer holds the lock, then, while the batch allows,
 // what read-write locks and semaphores leave likewise (hold and permit rows
-// of holds that ended without a release, lapsed write intents). Fences stay
-// increasing: they come from the sequence, not from the rows.
+// of holds that ended without a release, lapsed intents of writers and of
+// requests for permits). Fences stay increasing: they come from the
+// sequence, not from the rows.
 func (b *Backend) Cleanup(ctx context.Context) (int64, error) {
 	if b.holds.Closed() {
 		return 0, fmt.Errorf("pglock: cleanup: %w", driver.ErrClosed)
@@ -26,7 +27,7 @@ func (b *Backend) Cleanup(ctx context.Context) (int64, error) {
 	}
 	defer done()
 	var n int64
-	for _, q := range []string{cleanupSQL, cleanupRWHoldsSQL, cleanupPermitsSQL, cleanupIntentsSQL} {
+	for _, q := range []string{cleanupSQL, cleanupRWHoldsSQL, cleanupPermitsSQL, cleanupIntentsSQL, cleanupPermitIntentsSQL} {
 		left := int64(b.opts.CleanupBatch) - n
 		if left == 0 {
 			break

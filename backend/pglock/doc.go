@@ -121,6 +121,25 @@
 // the hold's row turns shared with the same fence and lease, and NOTIFY
 // wakes the readers waiting.
 //
+// A semaphore's hold may count several permits (driver.WeightedPermits, for
+// Semaphore.AcquireN): a hold of n takes n free slots in one statement on
+// its own session, all or none (slots it found free are unlocked again in
+// the same statement if fewer than n were), and renews and releases them
+// together; InspectPermits reports it once, with Permits n. So that a stream
+// of small requests cannot starve a large one, the rule is
+// golang.org/x/sync's semaphore.Weighted: a request that waits records an
+// intent in distlock_pg_permit_intents, in the order first recorded and kept
+// for driver.WriteIntentTTL past its last attempt, and the statement takes
+// nothing while a live intent was recorded before the request's own, or any
+// live intent if it has none, even where free slots would fit it. A grant
+// removes its intent and wakes the name's waiters (NOTIFY distlock_pg_sem),
+// as a withdrawn intent does. A single permit without an intent keeps its
+// own statement, the one of old with a look for the name's live intents
+// besides (by the table's primary key). A database migrated by an earlier
+// version gets the table from Migrate, which every backend runs on first
+// use; where the locking role may not create tables, run Migrate (distlock
+// migrate) again at deployment.
+//
 // Open, and distlock.Open through the schemes "postgres" and "postgresql",
 // take a URL for a pool that the backend owns and closes:
 //

@@ -104,16 +104,16 @@ func (b *Backend) KeyIDs() KeyIDs {
 
 // Migrate creates the fence sequence, the holder table, the tables of
 // read-write locks and semaphores (distlock_pg_rw_holds,
-// distlock_pg_rw_intents, distlock_pg_semaphores, distlock_pg_permits) and
-// the settings table (distlock_pg_settings) if they do not exist, and learns
-// the database's key-id scheme from its row key_ids (see WithKeyIDs), which
-// it writes if the database records none: the scheme given with WithKeyIDs,
-// else KeyIDsFNV1a if distlock_pg_locks existed before (an older version
-// used the database and locks FNV-1a ids), else KeyIDsSHA256. It returns an
-// error matching ErrKeyIDsMismatch if the database records another scheme
-// than WithKeyIDs gave, or than the backend adopted before. Backends also
-// do it on first use; call it at deployment when the locking role may not
-// create objects.
+// distlock_pg_rw_intents, distlock_pg_semaphores, distlock_pg_permits,
+// distlock_pg_permit_intents) and the settings table (distlock_pg_settings)
+// if they do not exist, and learns the database's key-id scheme from its row
+// key_ids (see WithKeyIDs), which it writes if the database records none:
+// the scheme given with WithKeyIDs, else KeyIDsFNV1a if distlock_pg_locks
+// existed before (an older version used the database and locks FNV-1a ids),
+// else KeyIDsSHA256. It returns an error matching ErrKeyIDsMismatch if the
+// database records another scheme than WithKeyIDs gave, or than the backend
+// adopted before. Backends also do it on first use; call it at deployment
+// when the locking role may not create objects.
 func (b *Backend) Migrate(ctx context.Context) error {
 	if b.holds.Closed() {
 		return fmt.Errorf("pglock: migrate: %w", driver.ErrClosed)

@@ -23,6 +23,7 @@ func TestRWLocksAndSemaphores(t *testing.T) {
 	t.Run("NoHoldReturnsToPool", func(t *testing.T) { noHoldReturnsToPool(t, s) })
 	t.Run("WriteIntentLapsesOrIsWithdrawn", func(t *testing.T) { writeIntentLapses(t, s) })
 	t.Run("LoweredLimitGrantsNothingOverIt", func(t *testing.T) { loweredLimit(t, s, admin) })
+	t.Run("WeightedHoldAllOrNone", func(t *testing.T) { weightedAllOrNone(t, s, admin) })
 	t.Run("LockAndRWLockOfANameExclude", func(t *testing.T) { lockAndRWLock(t, s) })
 	t.Run("KilledReaderSessionReportedLost", func(t *testing.T) { killedReader(t, s, admin) })
 	t.Run("CallsAfterClose", func(t *testing.T) { rwCallsAfterClose(t, s) })
@@ -174,7 +175,7 @@ func downgradeOnItsSession(t *testing.T, s *testserver.Server, admin *pgxpool.Po
 // Cleanup deletes what read-write locks and semaphores leave when a hold
 // ends without a release (its session ended): hold and permit rows past
 // their lease and retention whose session no longer holds, and lapsed write
-// intents; a live hold's row stays.
+// intents and permit intents; a live hold's row stays.
 func cleanupSweepsRWRows(t *testing.T, s *testserver.Server, admin *pgxpool.Pool) {
 	ctx := testContext(t, time.Minute)
 	be := newBackend(t, newPool(t, s, 4), pglock.WithCleanupInterval(0), pglock.WithRetention(time.Millisecond))
@@ -194,6 +195,7 @@ func cleanupSweepsRWRows(t *testing.T, s *testserver.Server, admin *pgxpool.Pool
 		`INSERT INTO distlock_pg_rw_holds VALUES ($1, 0, 7, true, 'gone', 1, now() - interval '1 minute', '{}')`,
 		`INSERT INTO distlock_pg_rw_intents VALUES ($1, 'gone', now() - interval '1 minute')`,
 		`INSERT INTO distlock_pg_permits VALUES ($1, 0, 0, 'gone', 1, now() - interval '1 minute', '{}')`,
+		`INSERT INTO distlock_pg_permit_intents (name, intent, expires_at) VALUES ($1, 'gone', now() - interval '1 minute')`,
 	} {
 		if _, err := admin.Exec(ctx, q, left); err != nil {
 			t.Fatal(err)
@@ -212,15 +214,16 @@ func cleanupSweepsRWRows(t *testing.T, s *testserver.Server, admin *pgxpool.Pool
 			break
 		}
 	}
-	var holds, intents, permits int
+	var holds, intents, permits, permitIntents int
 	if err := admin.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM distlock_pg_rw_holds WHERE name = $1),
 		(SELECT count(*) FROM distlock_pg_rw_intents WHERE name = $1),
-		(SELECT count(*) FROM distlock_pg_permits WHERE name = $1)`, left).Scan(&holds, &intents, &permits); err != nil {
+		(SELECT count(*) FROM distlock_pg_permits WHERE name = $1),
+		(SELECT count(*) FROM distlock_pg_permit_intents WHERE name = $1)`, left).Scan(&holds, &intents, &permits, &permitIntents); err != nil {
 		t.Fatal(err)
 	}
-	if holds+intents+permits != 0 {
-		t.Fatalf("after cleanup: %d hold, %d intent and %d permit rows left, want none", holds, intents, permits)
+	if holds+intents+permits+permitIntents != 0 {
+		t.Fatalf("after cleanup: %d hold, %d intent, %d permit and %d permit intent rows left, want none", holds, intents, permits, permitIntents)
 	}
 	if info, err := live.Inspect(ctx); err != nil || len(info.Held) != 1 || info.Held[0].Fence != r.Fence() {
 		t.Fatalf("cleanup touched a live hold: %+v, %v", info, err)
@@ -589,6 +592,61 @@ func loweredLimit(t *testing.T, s *testserver.Server, admin *pgxpool.Pool) {
 	}
 }
 
+// A hold of several permits takes its slots all or none, on one session: a
+// request refused for want of room leaves no slot locked, though it found
+// some free; a granted one locks its slots on one session, and its release
+// unlocks them all.
+func weightedAllOrNone(t *testing.T, s *testserver.Server, admin *pgxpool.Pool) {
+	ctx := testContext(t, time.Minute)
+	be := newBackend(t, newPool(t, s, 8))
+	c := distlock.New(be)
+	defer c.Close()
+	name := uniqueKey(t)
+	sem, err := c.Semaphore(name, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var singles []*distlock.Lock
+	for range 2 {
+		l, err := sem.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		singles = append(singles, l)
+	}
+	locked := func(what string, sessions, slots int) {
+		t.Helper()
+		var gotSessions, gotSlots int
+		if err := admin.QueryRow(ctx, `SELECT count(DISTINCT pid), count(*) FROM pg_locks
+			WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND classid = $1::integer::oid`,
+			be.SlotKey(name)).Scan(&gotSessions, &gotSlots); err != nil {
+			t.Fatal(err)
+		}
+		if gotSessions != sessions || gotSlots != slots {
+			t.Fatalf("%s: %d slots locked by %d sessions, want %d by %d", what, gotSlots, gotSessions, slots, sessions)
+		}
+	}
+	if _, err := sem.TryAcquireN(ctx, 3); !errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatalf("3 of 4 permits beside 2 held: %v, want ErrNotAcquired", err)
+	}
+	locked("after a refused request of 3 that found 2 free", 2, 2)
+	if err := singles[0].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	three, err := sem.TryAcquireN(ctx, 3)
+	if err != nil {
+		t.Fatalf("3 of 4 permits beside 1 held: %v", err)
+	}
+	locked("with a hold of 3 beside a hold of 1", 2, 4)
+	if err := three.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	locked("after the hold of 3 was released", 1, 1)
+	if err := singles[1].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A read-write lock takes the advisory lock of its name, as a lock of the
 // same name does: a writer and a lock exclude each other, a reader is kept
 // out by a lock.
@@ -675,20 +733,23 @@ func rwCallsAfterClose(t *testing.T, s *testserver.Server) {
 	_, _, sierr := be.InspectPermits(ctx, "k")
 	_, aerr := be.AcquireRW(ctx, req, driver.Shared)
 	_, perm := be.AcquirePermit(ctx, req, 1)
+	_, perms := be.AcquirePermits(ctx, driver.AcquireRequest{Key: "k", Token: "t", TTL: time.Minute, Permits: 2}, 2)
 	for what, err := range map[string]error{
-		"AcquireRW":      aerr,
-		"RenewRW":        be.RenewRW(ctx, "k", "t", time.Second),
-		"ReleaseRW":      be.ReleaseRW(ctx, "k", "t"),
-		"WithdrawIntent": be.WithdrawIntent(ctx, "k", "i"),
-		"DowngradeRW":    be.DowngradeRW(ctx, "k", "t"),
-		"InspectRW":      ierr,
-		"WatchRW":        werr,
-		"AcquirePermit":  perm,
-		"RenewPermit":    be.RenewPermit(ctx, "k", "t", time.Second),
-		"ReleasePermit":  be.ReleasePermit(ctx, "k", "t"),
-		"SetPermits":     be.SetPermits(ctx, "k", 2),
-		"InspectPermits": sierr,
-		"WatchPermits":   perr,
+		"AcquireRW":            aerr,
+		"RenewRW":              be.RenewRW(ctx, "k", "t", time.Second),
+		"ReleaseRW":            be.ReleaseRW(ctx, "k", "t"),
+		"WithdrawIntent":       be.WithdrawIntent(ctx, "k", "i"),
+		"DowngradeRW":          be.DowngradeRW(ctx, "k", "t"),
+		"InspectRW":            ierr,
+		"WatchRW":              werr,
+		"AcquirePermit":        perm,
+		"AcquirePermits":       perms,
+		"WithdrawPermitIntent": be.WithdrawPermitIntent(ctx, "k", "i"),
+		"RenewPermit":          be.RenewPermit(ctx, "k", "t", time.Second),
+		"ReleasePermit":        be.ReleasePermit(ctx, "k", "t"),
+		"SetPermits":           be.SetPermits(ctx, "k", 2),
+		"InspectPermits":       sierr,
+		"WatchPermits":         perr,
 	} {
 		if !errors.Is(err, driver.ErrClosed) {
 			t.Errorf("%s after Close: %v, want ErrClosed", what, err)

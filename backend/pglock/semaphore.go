@@ -16,6 +16,8 @@ import (
 var (
 	//go:embed sql/sem_acquire.sql
 	semAcquireSQL string
+	//go:embed sql/sem_acquire_n.sql
+	semAcquireNSQL string
 	//go:embed sql/sem_release.sql
 	semReleaseSQL string
 	//go:embed sql/sem_renew.sql
@@ -24,9 +26,14 @@ var (
 	semSetSQL string
 	//go:embed sql/sem_inspect.sql
 	semInspectSQL string
+	//go:embed sql/sem_withdraw.sql
+	semWithdrawSQL string
 )
 
-var _ driver.Semaphores = (*Backend)(nil)
+var (
+	_ driver.Semaphores      = (*Backend)(nil)
+	_ driver.WeightedPermits = (*Backend)(nil)
+)
 
 // semKind names semaphores among the pinned holds.
 const semKind = "sem"
@@ -48,14 +55,31 @@ func slotKeyOf(id int64) int32 {
 	return int32(uint32(u ^ u>>32))
 }
 
-// AcquirePermit makes one attempt to take a permit of req.Key: the first
-// free slot below limit, in one statement that also stores limit for a new
-// name and refuses a limit that differs from the stored one
-// (driver.Semaphores). The session that took it is pinned as a lock's is.
+// AcquirePermit makes one attempt to take a permit of req.Key:
+// AcquirePermits of one permit, so it waits behind the intents of waiting
+// requests too.
 func (b *Backend) AcquirePermit(ctx context.Context, req driver.AcquireRequest, limit int) (driver.Grant, error) {
+	req.Permits = 1
+	return b.AcquirePermits(ctx, req, limit)
+}
+
+// AcquirePermits makes one attempt to take req.Permits permits of req.Key
+// as one hold: that many free slots below limit, all or none, in one
+// statement on one session, which also stores limit for a new name,
+// refuses a limit that differs from the stored one, and takes nothing while
+// a live intent was recorded before req.Intent (any, without one). Refused
+// with req.Intent, the statement records it for driver.WriteIntentTTL; a
+// grant removes it and wakes the name's waiters (driver.WeightedPermits).
+// The session that took the slots is pinned as a lock's is.
+func (b *Backend) AcquirePermits(ctx context.Context, req driver.AcquireRequest, limit int) (driver.Grant, error) {
 	if err := b.holds.ClosedError(); err != nil {
 		return driver.Grant{}, err
 	}
+	n := max(req.Permits, 1)
+	if n > limit {
+		return driver.Grant{}, fmt.Errorf("%w: %d permits in one hold, over the %d of the semaphore", driver.ErrInvalidOption, n, limit)
+	}
+	req.Permits = n
 	meta, err := holdMeta(req.Meta)
 	if err != nil {
 		return driver.Grant{}, fmt.Errorf("pglock: metadata: %w", err)
@@ -65,7 +89,7 @@ func (b *Backend) AcquirePermit(ctx context.Context, req driver.AcquireRequest, 
 		// Two first uses insert the limit at once: the loser's statement
 		// sees no stored limit and takes nothing, and looks again.
 		for range 2 {
-			if g, err = b.tryPermit(ctx, req, limit, meta); !errors.Is(err, errNoLimit) {
+			if g, err = b.tryPermits(ctx, req, limit, meta); !errors.Is(err, errNoLimit) {
 				return err
 			}
 		}
@@ -78,8 +102,10 @@ func (b *Backend) AcquirePermit(ctx context.Context, req driver.AcquireRequest, 
 // first use was inserting.
 var errNoLimit = errors.New("no stored limit")
 
-// tryPermit runs one permit statement.
-func (b *Backend) tryPermit(ctx context.Context, req driver.AcquireRequest, limit int, meta []byte) (driver.Grant, error) {
+// tryPermits runs one permit statement: for one permit without an intent
+// the statement of old, which only looks for live intents besides, else the
+// one that takes several slots and keeps intents.
+func (b *Backend) tryPermits(ctx context.Context, req driver.AcquireRequest, limit int, meta []byte) (driver.Grant, error) {
 	conn, err := b.conn(ctx, &b.poolBound)
 	if err != nil {
 		return driver.Grant{}, err
@@ -87,37 +113,74 @@ func (b *Backend) tryPermit(ctx context.Context, req driver.AcquireRequest, limi
 	qctx, done := b.reqBound.within(ctx)
 	sent := time.Now()
 	var (
-		stored *int32
-		fence  *int64
+		stored           *int32
+		fence            *int64
+		waiting          bool
+		ahead, free, ran int64 // ran only makes the statement's unlocks and notice run
 	)
-	err = conn.QueryRow(qctx, semAcquireSQL, b.rowName(req.Key), limit, b.slotKey(req.Key), req.Token, req.TTL.Milliseconds(), meta).Scan(&stored, &fence)
+	args := []any{b.rowName(req.Key), limit, b.slotKey(req.Key), req.Token, req.TTL.Milliseconds(), meta}
+	if req.Permits == 1 && req.Intent == "" {
+		err = conn.QueryRow(qctx, semAcquireSQL, args...).Scan(&stored, &fence, &waiting)
+	} else {
+		args = append(args, req.Permits, req.Intent, driver.WriteIntentTTL.Milliseconds())
+		err = conn.QueryRow(qctx, semAcquireNSQL, args...).Scan(&stored, &fence, &ahead, &free, &ran)
+	}
 	done()
 	switch {
 	case err != nil:
-		destroy(conn) // a permit may have been taken: end the session
+		destroy(conn) // slots may have been taken: end the session
 		return driver.Grant{}, driver.Wrap("pglock", err)
 	case fence != nil:
 		return b.pinHold(conn, req, semKind, b.ID(holdKey(semKind, req.Key)), *fence, sent)
 	}
-	conn.Release() // nothing taken: the session holds nothing
+	conn.Release() // nothing taken, or all given back: the session holds nothing
 	switch {
 	case stored == nil:
 		return driver.Grant{}, driver.Wrap("pglock", errNoLimit)
 	case int(*stored) != limit:
 		return driver.Grant{}, fmt.Errorf("%w: the semaphore has %d permits, not %d", driver.ErrInvalidOption, *stored, limit)
+	case waiting:
+		return driver.Grant{}, fmt.Errorf("%w: requests for permits wait", driver.ErrNotAcquired)
+	case ahead > 0:
+		return driver.Grant{}, fmt.Errorf("%w: %d requests wait ahead", driver.ErrNotAcquired, ahead)
+	case req.Permits == 1:
+		return driver.Grant{}, fmt.Errorf("%w: all %d permits held", driver.ErrNotAcquired, limit)
 	}
-	return driver.Grant{}, fmt.Errorf("%w: all %d permits held", driver.ErrNotAcquired, limit)
+	return driver.Grant{}, fmt.Errorf("%w: %d of %d permits free, %d wanted", driver.ErrNotAcquired, free, limit, req.Permits)
 }
 
-// RenewPermit moves the lease of token's permit of name.
+// WithdrawPermitIntent removes a waiting request's intent on name and, if
+// it was live, wakes the requests it kept out.
+func (b *Backend) WithdrawPermitIntent(ctx context.Context, name, intent string) error {
+	if err := b.holds.ClosedError(); err != nil {
+		return err
+	}
+	err := b.withTables(ctx, func() error {
+		conn, qctx, done, err := b.pooled(ctx)
+		if err != nil {
+			return err
+		}
+		defer done()
+		_, err = conn.Exec(qctx, semWithdrawSQL, b.rowName(name), intent)
+		return err
+	})
+	if err != nil {
+		return driver.Wrap("pglock", err)
+	}
+	return nil
+}
+
+// RenewPermit moves the lease of token's hold of name, all its permits.
 func (b *Backend) RenewPermit(ctx context.Context, name, token string, ttl time.Duration) error {
 	return b.renewHold(ctx, semKind, name, token, ttl, semRenewSQL)
 }
 
-// ReleasePermit unlocks token's permit slot and wakes the name's waiters
-// (NOTIFY distlock_pg_sem).
+// ReleasePermit unlocks the slots of token's hold and wakes the name's
+// waiters (NOTIFY distlock_pg_sem).
 func (b *Backend) ReleasePermit(ctx context.Context, name, token string) error {
-	return b.releaseHold(ctx, semKind, name, token, semReleaseSQL, func(p *session) []any { return []any{slotKeyOf(p.id), b.rowName(name), token} })
+	return b.releaseHold(ctx, semKind, name, token, semReleaseSQL, func(p *session) []any {
+		return []any{slotKeyOf(p.id), b.rowName(name), token, int64(p.Fence)}
+	})
 }
 
 // SetPermits stores n as name's limit and wakes its waiters.
@@ -143,8 +206,8 @@ func (b *Backend) SetPermits(ctx context.Context, name string, n int) error {
 	return nil
 }
 
-// InspectPermits returns name's stored limit and the permits whose session
-// holds their slot, by fence.
+// InspectPermits returns name's stored limit and the holds whose session
+// holds their slots, by fence, each with its number of slots as Permits.
 func (b *Backend) InspectPermits(ctx context.Context, name string) (int, []driver.Info, error) {
 	if err := b.holds.ClosedError(); err != nil {
 		return 0, nil, err
@@ -165,14 +228,14 @@ func (b *Backend) InspectPermits(ctx context.Context, name string) (int, []drive
 		}
 		held = held[:0]
 		var (
-			fence, ttlUS *int64
-			meta         []byte
+			fence, ttlUS, permits *int64
+			meta                  []byte
 		)
-		_, err = pgx.ForEachRow(rows, []any{&limit, &fence, &meta, &ttlUS}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&limit, &fence, &meta, &ttlUS, &permits}, func() error {
 			if fence == nil {
 				return nil // none held
 			}
-			info := driver.Info{Key: name, Held: true, Fence: uint64(*fence), TTL: max(time.Duration(*ttlUS)*time.Microsecond, 0)}
+			info := driver.Info{Key: name, Held: true, Fence: uint64(*fence), TTL: max(time.Duration(*ttlUS)*time.Microsecond, 0), Permits: int(*permits)}
 			if err := json.Unmarshal(meta, &info.Meta); err != nil {
 				return fmt.Errorf("metadata: %w", err)
 			}

@@ -31,6 +31,8 @@ var (
 	cleanupPermitsSQL string
 	//go:embed sql/cleanup_intents.sql
 	cleanupIntentsSQL string
+	//go:embed sql/cleanup_permit_intents.sql
+	cleanupPermitIntentsSQL string
 	//go:embed sql/force_release.sql
 	forceReleaseSQL string
 	//go:embed sql/xact_lock.sql
