@@ -62,6 +62,19 @@
 // deleted; a write intent's key expires within driver.WriteIntentTTL. See
 // docs/etcd-zookeeper.md.
 //
+// A semaphore's hold may count several permits (driver.WeightedPermits):
+// its entry's value says how many, and an entry holds if it and the
+// entries older than it count at most the limit, decided in the one
+// transaction that puts it. A request that waits keeps its place in line
+// with an intent key on a lease of driver.WriteIntentTTL, renewed at each
+// refused attempt; while any intent lives, an attempt is granted only as
+// the oldest intent's, so a stream of single permits cannot starve a
+// large request. A single permit then costs what it cost before: one
+// transaction, which also compares the intents' directory empty and reads
+// the values of the limit oldest entries rather than their keys. Clients
+// of earlier releases count a hold of several permits as one and ignore
+// intents: do not take weighted holds on a semaphore they use.
+//
 // Every call after Close, or after the etcd client passed to New was closed,
 // returns an error matching driver.ErrClosed.
 package etcdlock

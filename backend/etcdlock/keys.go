@@ -210,11 +210,14 @@ func (b *Backend) splitEntry(storeKey string) (key, name string, err error) {
 }
 
 // value is what a queue entry stores. Shared marks a read-write lock
-// writer's entry that a downgrade made a reader's (see rwlock.go).
+// writer's entry that a downgrade made a reader's (see rwlock.go); Permits
+// is the count of a semaphore's hold of several permits (see
+// semaphore.go), absent for one.
 type value struct {
-	Token  string      `json:"token"`
-	Meta   driver.Meta `json:"meta"`
-	Shared bool        `json:"shared,omitempty"`
+	Token   string      `json:"token"`
+	Meta    driver.Meta `json:"meta"`
+	Shared  bool        `json:"shared,omitempty"`
+	Permits int         `json:"permits,omitempty"`
 }
 
 func encodeValue(token string, meta driver.Meta) string {

@@ -123,23 +123,24 @@ func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode
 	}
 	b.leases.put(t.id, t.ttl, t.confirmed) // nothing was put on it
 	if recording {
-		if err := b.recordIntent(ctx, req.Key, req.Intent, resp.Responses[0].GetResponseRange().Kvs); err != nil {
+		if err := b.recordIntent(ctx, b.intentKey(req.Key, req.Intent), resp.Responses[0].GetResponseRange().Kvs); err != nil {
 			return driver.Grant{}, b.fail(fmt.Errorf("record write intent: %w", err))
 		}
 	}
 	return driver.Grant{}, fmt.Errorf("%w: %s refused", driver.ErrNotAcquired, mode)
 }
 
-// recordIntent renews the lease of intent on name if kvs holds its key,
-// and otherwise puts the key on a lease of driver.WriteIntentTTL.
-func (b *Backend) recordIntent(ctx context.Context, name, intent string, kvs []*mvccpb.KeyValue) error {
+// recordIntent renews the lease of the intent key ik if kvs holds it, and
+// otherwise puts ik on a lease of driver.WriteIntentTTL. It records a
+// waiting writer's intent here, and a waiting request's for permits (see
+// semaphore.go).
+func (b *Backend) recordIntent(ctx context.Context, ik string, kvs []*mvccpb.KeyValue) error {
 	if len(kvs) > 0 {
 		if _, err := b.leases.renew.keepAlive(ctx, clientv3.LeaseID(kvs[0].Lease)); err == nil {
 			return nil
 		}
 		// Expired meanwhile, or unknown: put it on a lease that is.
 	}
-	ik := b.intentKey(name, intent)
 	_, _, err := b.leased(ctx, driver.WriteIntentTTL, func(id clientv3.LeaseID) (*clientv3.TxnResponse, error) {
 		return b.cli.Txn(ctx).Then(clientv3.OpPut(ik, "", clientv3.WithLease(id))).Commit()
 	})

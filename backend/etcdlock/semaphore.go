@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -20,19 +21,24 @@ import (
 // is ever one of them, and no lock's directory can hold their entries. For
 // a semaphore S:
 //
-//	PREFIX/%00sem%00esc(S)%00p/LEASE   a permit, on its own lease, as a lock's entry
-//	PREFIX/%00sem%00esc(S)%00limit     the number of permits, without a lease
+//	PREFIX/%00sem%00esc(S)%00p/LEASE           a hold of permits, on its own lease, as a lock's entry
+//	PREFIX/%00sem%00esc(S)%00limit             the number of permits, without a lease
+//	PREFIX/%00sem%00esc(S)%00i/esc(INTENT)     a waiting request's intent, on a lease of driver.WriteIntentTTL
 //
 // and the read-write locks' layout is in rwlock.go. The common prefix
 // PREFIX/%00sem%00esc(S)%00 belongs to S alone (another valid name cannot
-// continue esc(S) with %00), so one watch on it sees S's releases and limit
-// changes and nothing else's.
+// continue esc(S) with %00), so one watch on it sees S's releases, limit
+// changes and ended intents, and nothing else's.
 //
-// A permit is held like a lock, through the same code: Renew and Release
-// by token on its entry, a move to another lease on Extend, a loss watch
-// that ends Grant.Lost when the entry vanishes, the lease pool.
+// A hold is held like a lock, through the same code: Renew and Release by
+// token on its entry, a move to another lease on Extend, a loss watch that
+// ends Grant.Lost when the entry vanishes, the lease pool. Its entry's
+// value counts its permits (value.Permits; none for one permit).
 
-var _ driver.Semaphores = (*Backend)(nil)
+var (
+	_ driver.Semaphores      = (*Backend)(nil)
+	_ driver.WeightedPermits = (*Backend)(nil)
+)
 
 // semBase is the internal name every key of semaphore name starts with.
 func semBase(name string) string { return semPrefix + name + "\x00" }
@@ -47,43 +53,105 @@ func permitKey(name string) string { return semPrefix + name + permitSuffix }
 // limitKey is the store key of name's number of permits.
 func (b *Backend) limitKey(name string) string { return b.prefix + b.esc(semBase(name)) + "limit" }
 
-// AcquirePermit takes a permit of req.Key in one transaction: if the stored
-// limit is limit (or none is stored, which stores it), it puts the permit's
-// entry and reads the limit oldest entries of the semaphore; the entry
-// holds a permit if it is among them. Entries only ever leave the head of
-// that order, and a new one joins its tail, so an entry among the limit
-// oldest stays among them while it lives, and at most limit entries are
-// ever among them. A refused entry is deleted at once, so a single attempt
-// leaves nothing behind. The fence is the entry's create revision.
-//
-// While a refused entry lives (between its put and its deletion), it takes
-// a place in the order: an attempt then may be refused although fewer than
-// limit permits are held, never the other way round. Its deletion wakes
-// nobody (see WatchPermits); a waiter refused so tries again at its next
-// poll.
+// permitIntentDir is the directory of the intents of the requests that
+// wait for name's permits.
+func (b *Backend) permitIntentDir(name string) string { return b.dir(semBase(name) + "i") }
+
+// permitIntentKey is the store key of intent, a request's waiting for
+// name's permits.
+func (b *Backend) permitIntentKey(name, intent string) string {
+	return b.permitIntentDir(name) + b.esc(intent)
+}
+
+// permitsOf returns the number of permits that raw, a permit entry's
+// value, counts.
+func permitsOf(raw []byte) int {
+	v, err := decodeValue(raw)
+	if err != nil {
+		return 1
+	}
+	return max(v.Permits, 1)
+}
+
+// AcquirePermit takes a permit of req.Key: AcquirePermits of one permit,
+// which waits behind the intents of the requests that wait too.
 func (b *Backend) AcquirePermit(ctx context.Context, req driver.AcquireRequest, limit int) (driver.Grant, error) {
+	req.Permits = 1
+	return b.AcquirePermits(ctx, req, limit)
+}
+
+// AcquirePermits takes req.Permits permits of req.Key as one hold, in one
+// transaction: if the stored limit is limit (or none is stored, which
+// stores it) and no intent of a waiting request is older than req.Intent's
+// (none at all when req.Intent is empty or unrecorded), it puts the hold's
+// entry, its count in its value, and reads the limit oldest entries of the
+// semaphore; the entry holds if the counts of the entries older than it
+// and its own come to at most limit. Entries only ever leave that order or
+// join its tail, so the entries older than one that holds never count
+// more than they did when it was granted: the holds live at any moment
+// count at most limit, whatever the interleaving. Grants go in the order
+// of their entries, so the fence, the entry's create revision, increases
+// with every grant. A refused entry is deleted at once, so a single
+// attempt leaves nothing behind.
+//
+// While a refused entry lives (between its put and its deletion), it
+// counts its permits: an attempt then may be refused although they are
+// free, never the other way round. Its deletion wakes nobody (see
+// WatchPermits); a waiter refused so tries again at its next poll.
+//
+// An attempt with req.Intent first reads its intent's key, linearizably;
+// the transaction then compares that the key is the one read and that no
+// intent key under the name is older. Refused, it keeps its intent: it
+// renews the intent's lease, or puts the key, after every other, on a
+// lease of driver.WriteIntentTTL. Granted, it deletes the key it read, in
+// a second request, which wakes the name's watchers: the next in line may
+// fit now. Failing that, the intent keeps later requests out until its
+// lease ends.
+//
+// A repeated attempt by a token whose hold this backend granted and the
+// store keeps (a lock service's client sending again) renews that hold
+// for req.TTL and returns its grant again, with its fence.
+func (b *Backend) AcquirePermits(ctx context.Context, req driver.AcquireRequest, limit int) (driver.Grant, error) {
 	if err := b.ready(ctx); err != nil {
 		return driver.Grant{}, err
 	}
-	if limit < 1 {
+	n := max(req.Permits, 1)
+	switch {
+	case limit < 1:
 		return driver.Grant{}, fmt.Errorf("%w: %d permits: want at least 1", driver.ErrInvalidOption, limit)
+	case n > limit:
+		return driver.Grant{}, fmt.Errorf("%w: %d permits in one hold, over the %d of the semaphore", driver.ErrInvalidOption, n, limit)
+	}
+	if g, again, err := b.permitAgain(ctx, req); again {
+		return g, err
 	}
 	ctx, cancel := b.request(ctx)
 	defer cancel()
 	key, lk, want := permitKey(req.Key), b.limitKey(req.Key), strconv.Itoa(limit)
-	dir, val := b.dir(key), encodeValue(req.Token, req.Meta)
+	dir, val := b.dir(key), value{Token: req.Token, Meta: req.Meta}
+	if n > 1 {
+		val.Permits = n
+	}
+	fair, ik, intent, err := b.fairness(ctx, req.Key, req.Intent)
+	if err != nil {
+		return driver.Grant{}, b.fail(fmt.Errorf("read intent: %w", err))
+	}
 	var entry string
 	t, resp, err := b.leased(ctx, req.TTL, func(id clientv3.LeaseID) (*clientv3.TxnResponse, error) {
 		entry = b.entryKey(key, id)
-		put := clientv3.OpPut(entry, val, clientv3.WithLease(id))
-		oldest := clientv3.OpGet(dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(limit)),
-			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		attempt := clientv3.OpTxn(fair,
+			[]clientv3.Op{
+				clientv3.OpPut(entry, val.encode(), clientv3.WithLease(id)),
+				clientv3.OpGet(dir, clientv3.WithPrefix(), clientv3.WithLimit(int64(limit)),
+					clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
+			},
+			[]clientv3.Op{clientv3.OpGet(b.permitIntentDir(req.Key), clientv3.WithPrefix(), clientv3.WithCountOnly())})
 		return b.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.Value(lk), "=", want)).
-			Then(put, oldest).
+			Then(attempt).
 			Else(clientv3.OpTxn(
 				[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(lk), "=", 0)},
-				[]clientv3.Op{clientv3.OpPut(lk, want), put, oldest},
+				[]clientv3.Op{clientv3.OpPut(lk, want), attempt},
 				[]clientv3.Op{clientv3.OpGet(lk)})).
 			Commit()
 	})
@@ -97,12 +165,28 @@ func (b *Backend) AcquirePermit(ctx context.Context, req driver.AcquireRequest, 
 			b.leases.put(t.id, t.ttl, t.confirmed) // nothing was put on it
 			return driver.Grant{}, b.limitDiffers(req.Key, inner.Responses[0].GetResponseRange().Kvs, limit)
 		}
-		ops = inner.Responses[1:] // the limit was stored with the permit
+		ops = inner.Responses[1:] // the limit was stored with the attempt
 	}
-	for _, kv := range ops[1].GetResponseRange().Kvs {
-		if string(kv.Key) == entry {
-			return b.granted(req.Token, entry, t, resp.Header.Revision, req.TTL), nil
+	at := ops[0].GetResponseTxn()
+	if !at.Succeeded {
+		b.leases.put(t.id, t.ttl, t.confirmed) // nothing was put on it
+		return driver.Grant{}, b.permitRefused(ctx, ik, intent,
+			fmt.Errorf("%w: %d requests wait", driver.ErrNotAcquired, at.Responses[0].GetResponseRange().Count))
+	}
+	held := 0
+	for _, kv := range at.Responses[1].GetResponseRange().Kvs {
+		if string(kv.Key) != entry {
+			held += permitsOf(kv.Value)
+			continue
 		}
+		if held+n > limit {
+			break
+		}
+		g := b.granted(req.Token, entry, t, resp.Header.Revision, req.TTL)
+		if intent != nil {
+			_, _ = b.cli.Delete(ctx, ik) // failing, the intent keeps later requests out until its lease ends
+		}
+		return g, nil
 	}
 	rctx, rcancel := b.request(context.WithoutCancel(ctx))
 	defer rcancel()
@@ -111,7 +195,81 @@ func (b *Backend) AcquirePermit(ctx context.Context, req driver.AcquireRequest, 
 		return driver.Grant{}, b.fail(fmt.Errorf("delete refused entry: %w", err))
 	}
 	b.leases.put(t.id, t.ttl, t.confirmed)
-	return driver.Grant{}, fmt.Errorf("%w: %d permits held", driver.ErrNotAcquired, limit)
+	return driver.Grant{}, b.permitRefused(rctx, ik, intent,
+		fmt.Errorf("%w: %d of %d permits held or asked for first, %d wanted", driver.ErrNotAcquired, held, limit, n))
+}
+
+// fairness returns the compares under which an attempt with intent (or
+// none, "") may be granted permits of name: no intent key under name is
+// older than intent's, which it reads, linearizably, and returns with its
+// key; where intent is "" or has no key (new, or expired), no intent key
+// under name exists at all, since a new intent goes after every other.
+func (b *Backend) fairness(ctx context.Context, name, intent string) ([]clientv3.Cmp, string, []*mvccpb.KeyValue, error) {
+	dir := b.permitIntentDir(name)
+	if intent == "" {
+		return []clientv3.Cmp{empty(dir)}, "", nil, nil
+	}
+	ik := b.permitIntentKey(name, intent)
+	resp, err := b.cli.Get(ctx, ik)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if len(resp.Kvs) == 0 {
+		return []clientv3.Cmp{empty(dir)}, ik, nil, nil
+	}
+	rev := resp.Kvs[0].CreateRevision
+	return []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(ik), "=", rev),
+		clientv3.Compare(clientv3.CreateRevision(dir), ">", rev-1).WithPrefix(),
+	}, ik, resp.Kvs, nil
+}
+
+// permitRefused returns refused, the error of a refused attempt, once the
+// attempt's intent key ik, if not "", is recorded: kvs holds it as read
+// before the attempt, if it was there.
+func (b *Backend) permitRefused(ctx context.Context, ik string, kvs []*mvccpb.KeyValue, refused error) error {
+	if ik == "" {
+		return refused
+	}
+	if err := b.recordIntent(ctx, ik, kvs); err != nil {
+		return b.fail(fmt.Errorf("record intent: %w", err))
+	}
+	return refused
+}
+
+// permitAgain returns, with again set, the outcome of an attempt by a
+// token whose hold of req.Key this backend granted: the hold renewed for
+// req.TTL and its grant, or the renewal's failure. A hold the store no
+// longer keeps is no outcome: the attempt goes on as a new one.
+func (b *Backend) permitAgain(ctx context.Context, req driver.AcquireRequest) (g driver.Grant, again bool, err error) {
+	key := permitKey(req.Key)
+	b.mu.Lock()
+	h := b.holdingOf(key, req.Token)
+	b.mu.Unlock()
+	if h == nil {
+		return driver.Grant{}, false, nil
+	}
+	switch err := b.Renew(ctx, key, req.Token, req.TTL); {
+	case errors.Is(err, driver.ErrNotHeld):
+		return driver.Grant{}, false, nil
+	case err != nil:
+		return driver.Grant{}, true, err
+	}
+	return driver.Grant{Fence: uint64(h.rev), Lost: h.lost, Requested: h.requested}, true, nil
+}
+
+// WithdrawPermitIntent deletes intent's key, which wakes name's watchers.
+// Its lease expires by itself.
+func (b *Backend) WithdrawPermitIntent(ctx context.Context, name, intent string) error {
+	if err := b.ready(ctx); err != nil {
+		return err
+	}
+	ctx, cancel := b.request(ctx)
+	defer cancel()
+	if _, err := b.cli.Delete(ctx, b.permitIntentKey(name, intent)); err != nil {
+		return b.fail(err)
+	}
+	return nil
 }
 
 // limitDiffers is the error of an attempt that expected limit permits of
@@ -152,8 +310,8 @@ func (b *Backend) SetPermits(ctx context.Context, name string, n int) error {
 }
 
 // InspectPermits returns name's stored limit and its permit entries, oldest
-// first, read at one revision. A refused attempt's entry shows among them
-// for the moment it lives.
+// first, read at one revision, each with the permits it counts. A refused
+// attempt's entry shows among them for the moment it lives.
 func (b *Backend) InspectPermits(ctx context.Context, name string) (int, []driver.Info, error) {
 	if err := b.ready(ctx); err != nil {
 		return 0, nil, err
@@ -173,8 +331,15 @@ func (b *Backend) InspectPermits(ctx context.Context, name string) (int, []drive
 			return 0, nil, fmt.Errorf("etcdlock: stored limit: %w", err)
 		}
 	}
-	held, err := b.infos(ctx, holdersOf(name, resp.Responses[1].GetResponseRange().Kvs))
-	return limit, held, err
+	kvs := resp.Responses[1].GetResponseRange().Kvs
+	held, err := b.infos(ctx, holdersOf(name, kvs))
+	if err != nil {
+		return 0, nil, err
+	}
+	for i, kv := range kvs {
+		held[i].Permits = permitsOf(kv.Value)
+	}
+	return limit, held, nil
 }
 
 // holdersOf pairs name with each of its entries kvs.
@@ -186,38 +351,43 @@ func holdersOf(name string, kvs []*mvccpb.KeyValue) []keyHolder {
 	return out
 }
 
-// WatchPermits fires when a held permit of name is deleted (released,
-// expired) or its limit is stored. The deletion of a refused attempt's
+// WatchPermits fires when a hold of name is deleted (released, expired),
+// an intent of a request waiting for name is (granted, withdrawn,
+// expired), or its limit is stored. The deletion of a refused attempt's
 // entry is no notice: waiters would otherwise wake each other with their
 // own refusals, each refusal making the others' attempts that are refused
-// in turn.
+// in turn. Nor is a refused attempt's intent, which is put or renewed,
+// never deleted.
 func (b *Backend) WatchPermits(ctx context.Context, name string) (<-chan struct{}, func(), error) {
 	if err := b.ready(ctx); err != nil {
 		return nil, nil, err
 	}
-	lk := b.limitKey(name)
+	lk, intents := b.limitKey(name), b.permitIntentDir(name)
 	return b.watchPrefix(ctx, name, b.prefix+b.esc(semBase(name)), func(ctx context.Context, ev *clientv3.Event) bool {
 		switch {
 		case string(ev.Kv.Key) == lk:
 			return true
 		case ev.Type != mvccpb.DELETE:
 			return false
+		case strings.HasPrefix(string(ev.Kv.Key), intents):
+			return true
 		}
-		return ev.PrevKv == nil || b.heldPermit(ctx, name, ev.PrevKv.CreateRevision)
+		return ev.PrevKv == nil || b.heldPermit(ctx, name, ev.PrevKv)
 	}, clientv3.WithPrevKV())
 }
 
-// heldPermit reports whether the permit entry of name created at rev was
-// granted: whether fewer entries than the limit were older at rev. A
-// failed read (a compacted revision, say) counts as granted: a needless
-// wake-up costs one attempt, a missed one a poll interval.
-func (b *Backend) heldPermit(ctx context.Context, name string, rev int64) bool {
+// heldPermit reports whether prev, a permit entry of name as it was before
+// its deletion, was granted: whether the entries older than it at its
+// creation and it counted at most the limit's permits. A failed read (a
+// compacted revision, say) counts as granted: a needless wake-up costs
+// one attempt, a missed one a poll interval.
+func (b *Backend) heldPermit(ctx context.Context, name string, prev *mvccpb.KeyValue) bool {
 	ctx, cancel := b.request(ctx)
 	defer cancel()
+	rev := prev.CreateRevision
 	resp, err := b.cli.Txn(ctx).Then(
 		clientv3.OpGet(b.limitKey(name), clientv3.WithRev(rev)),
-		clientv3.OpGet(b.dir(permitKey(name)), clientv3.WithPrefix(), clientv3.WithRev(rev), clientv3.WithKeysOnly(),
-			clientv3.WithMaxCreateRev(rev-1)),
+		clientv3.OpGet(b.dir(permitKey(name)), clientv3.WithPrefix(), clientv3.WithRev(rev), clientv3.WithMaxCreateRev(rev-1)),
 	).Commit()
 	if err != nil {
 		return true
@@ -227,7 +397,14 @@ func (b *Backend) heldPermit(ctx context.Context, name string, rev int64) bool {
 		return true
 	}
 	limit, err := strconv.Atoi(string(kvs[0].Value))
-	return err != nil || len(resp.Responses[1].GetResponseRange().Kvs) < limit
+	if err != nil {
+		return true
+	}
+	held := permitsOf(prev.Value)
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		held += permitsOf(kv.Value)
+	}
+	return held <= limit
 }
 
 // watchPrefix watches the keys under prefix, which belong to name, with
