@@ -525,7 +525,7 @@ func (b *Backend) leave(node string) {
 // grants nothing.
 func (b *Backend) granted(req driver.AcquireRequest, node string, data []byte, pos position, sent time.Time, touch bool) (driver.Grant, error) {
 	h := newHold(req, node, data)
-	h.touch = touch
+	h.touch, h.fence = touch, pos.fence
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {

@@ -58,12 +58,15 @@ func findToken(children []string, token string) string {
 
 // value is what a node stores. TTL is the lease plus lock-delay, which the
 // waiter behind the holder enforces. Shared marks a read-write lock
-// writer's node that a downgrade made a reader's (see rwlock.go).
+// writer's node that a downgrade made a reader's (see rwlock.go); Permits
+// is the count of a semaphore's hold of several permits, which its node's
+// name tells too (see semaphore_weighted.go), absent for one.
 type value struct {
-	Token  string      `json:"token"`
-	TTLMs  int64       `json:"ttl_ms"`
-	Meta   driver.Meta `json:"meta"`
-	Shared bool        `json:"shared,omitempty"`
+	Token   string      `json:"token"`
+	TTLMs   int64       `json:"ttl_ms"`
+	Meta    driver.Meta `json:"meta"`
+	Shared  bool        `json:"shared,omitempty"`
+	Permits int         `json:"permits,omitempty"`
 }
 
 func encodeValue(token string, ttl time.Duration, meta driver.Meta) []byte {

@@ -174,7 +174,7 @@ func (h holding) info(key string) driver.Info {
 	}
 	written := time.UnixMilli(h.stat.Mtime)
 	left := min(max(h.val.ttl()-time.Since(written), 0), h.val.ttl())
-	return driver.Info{Key: key, Held: true, Fence: uint64(h.stat.Czxid), TTL: left, Meta: h.val.Meta}
+	return driver.Info{Key: key, Held: true, Fence: uint64(h.stat.Czxid), TTL: left, Meta: h.val.Meta, Permits: h.val.Permits}
 }
 
 // holder reads the holder of the queue under parent: the first entry of the

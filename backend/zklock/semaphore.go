@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -13,14 +14,19 @@ import (
 	"github.com/distlock/distlock/driver"
 )
 
-var _ driver.Semaphores = (*Backend)(nil)
+var (
+	_ driver.Semaphores      = (*Backend)(nil)
+	_ driver.WeightedPermits = (*Backend)(nil)
+)
 
 // A semaphore S lives under ROOT/sem.b64(S), a container no lock's parent
 // can be ('.' is not in the base64url alphabet). Its child "limit" is a
-// persistent node holding the limit in decimal; each permit is an
-// ephemeral sequential child named as a lock's queue node. An attempt
-// creates its node and holds if its node is among the first limit by
-// sequence, as in Curator's InterProcessSemaphoreV2; else it deletes it.
+// persistent node holding the limit in decimal; each hold is an ephemeral
+// sequential child named as a lock's queue node. An attempt creates its
+// node and holds if its node is among the first limit by sequence, as in
+// Curator's InterProcessSemaphoreV2; else it deletes it. Holds of several
+// permits and the intents of the requests that wait are in
+// semaphore_weighted.go.
 
 // semPath returns the node under which name's permits live.
 func (b *Backend) semPath(name string) string {
@@ -29,43 +35,65 @@ func (b *Backend) semPath(name string) string {
 
 const limitNode = "limit"
 
-// storedLimit is a semaphore's limit and the version of its node.
+// storedLimit is a semaphore's limit, the version of its node, and whether
+// the semaphore takes weighted holds (semaphore_weighted.go).
 type storedLimit struct {
-	n       int
-	version int32
+	n        int
+	version  int32
+	weighted bool
 }
 
-// AcquirePermit makes one attempt to take a permit of req.Key. It creates
-// the permit's node in one transaction with a check that the limit node is
-// at the version this backend last read, and an empty write to the parent,
-// whose stat tells the number of permits with the new one and, as its
-// mzxid, the node's czxid: the fence. So a permit taken while fewer than
-// the limit are held costs one request, like a lock; one refused lists the
-// permits, times the leases of those ahead (see expire), and deletes its
-// node again.
+// AcquirePermit takes a permit of req.Key: AcquirePermits of one permit.
 func (b *Backend) AcquirePermit(ctx context.Context, req driver.AcquireRequest, limit int) (driver.Grant, error) {
-	if limit < 1 {
+	req.Permits = 1
+	return b.AcquirePermits(ctx, req, limit)
+}
+
+// AcquirePermits makes one attempt to take req.Permits permits of req.Key
+// as one hold. An attempt without an intent creates its node in one
+// transaction with a check that the limit node is at the version this
+// backend last read, and an empty write to the parent, whose stat tells
+// the number of nodes with the new one and, as its mzxid, the node's
+// czxid: the fence. So a permit taken while fewer than the limit are held
+// costs one request, like a lock, on a semaphore that never took a
+// weighted hold, and one taken alone on any; else the attempt lists the
+// queue, decides (see fits), times the leases of those ahead that refuse
+// it (see expire), and deletes its node if refused. An attempt with an
+// intent decides on a listing first (see claimPermits).
+func (b *Backend) AcquirePermits(ctx context.Context, req driver.AcquireRequest, limit int) (driver.Grant, error) {
+	n := max(req.Permits, 1)
+	switch {
+	case limit < 1:
 		return driver.Grant{}, fmt.Errorf("%w: %d permits: want at least 1", driver.ErrInvalidOption, limit)
+	case n > limit:
+		return driver.Grant{}, fmt.Errorf("%w: %d permits in one hold, over the %d of the semaphore", driver.ErrInvalidOption, n, limit)
 	}
 	ctx, stop, err := b.op(ctx)
 	if err != nil {
 		return driver.Grant{}, driver.Wrap("zklock", err)
 	}
 	defer stop()
-	g, err := b.acquirePermit(ctx, req, limit)
+	g, err := b.acquirePermits(ctx, req, n, limit)
 	if err != nil {
 		return driver.Grant{}, driver.Wrap("zklock", err)
 	}
 	return g, nil
 }
 
-func (b *Backend) acquirePermit(ctx context.Context, req driver.AcquireRequest, limit int) (driver.Grant, error) {
+func (b *Backend) acquirePermits(ctx context.Context, req driver.AcquireRequest, n, limit int) (driver.Grant, error) {
 	st, err := b.state()
 	if err != nil {
 		return driver.Grant{}, err
 	}
 	sp := b.semPath(req.Key)
-	data := encodeValue(req.Token, req.TTL, req.Meta)
+	if g, again, err := b.permitAgain(ctx, sp, req); again {
+		return g, err
+	}
+	v := value{Token: req.Token, TTLMs: req.TTL.Milliseconds(), Meta: req.Meta}
+	if n > 1 {
+		v.Permits = n
+	}
+	data := v.encode()
 	sent := time.Now()
 	for range 3 { // the limit may change between its read and the create
 		lim, err := b.limitOf(ctx, st, sp, limit)
@@ -75,34 +103,78 @@ func (b *Backend) acquirePermit(ctx context.Context, req driver.AcquireRequest, 
 		if lim.n != limit {
 			return driver.Grant{}, fmt.Errorf("%w: the semaphore has %d permits, not %d", driver.ErrInvalidOption, lim.n, limit)
 		}
-		pos, count, err := b.createPermit(ctx, sp, lim, req.Token, data)
-		if errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNoNode) {
+		if (n > 1 || req.Intent != "") && !lim.weighted {
+			if lim, err = b.markWeighted(ctx, sp, lim); err != nil {
+				if errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNodeExists) || errors.Is(err, zk.ErrNoNode) {
+					st.forgetLimit(sp)
+					continue
+				}
+				return driver.Grant{}, err
+			}
+			st.rememberLimit(sp, lim)
+		}
+		var g driver.Grant
+		if req.Intent != "" {
+			g, err = b.claimPermits(ctx, st, sp, lim, req, n, data, sent)
+		} else {
+			g, err = b.tryPermits(ctx, st, sp, lim, req, n, data, sent)
+		}
+		if errors.Is(err, errLimitChanged) {
 			st.forgetLimit(sp)
 			continue
 		}
-		if err != nil {
-			return driver.Grant{}, err
-		}
-		held := count <= limit
-		if !held {
-			held, err = b.permitRanks(ctx, st, &pos, limit)
-		}
-		if err == nil && held {
-			return b.granted(req, pos.node, data, pos, sent, false)
-		}
-		b.leave(pos.node)
-		if err != nil {
-			return driver.Grant{}, err
-		}
-		return driver.Grant{}, fmt.Errorf("%w: %d of %d permits held", driver.ErrNotAcquired, len(pos.queue)-1, limit)
+		return g, err
 	}
 	return driver.Grant{}, errors.New("the limit kept changing")
 }
 
-// createPermit creates token's permit node under sp if the limit node is
-// still at lim's version, and returns its position (node, fence) and the
-// number of permits with it.
-func (b *Backend) createPermit(ctx context.Context, sp string, lim storedLimit, token string, data []byte) (position, int, error) {
+// errLimitChanged: the limit node is not at the version an attempt read.
+var errLimitChanged = errors.New("limit changed")
+
+// tryPermits makes the attempt of a request without an intent: it creates
+// its node, which holds if it is alone, or among the first limit on a
+// semaphore that never took a weighted hold (every node then counts one
+// permit, and none is an intent), or else if it fits behind the nodes
+// ahead of it (see fits) and no node named with its count is behind it
+// (see semaphore_weighted.go).
+func (b *Backend) tryPermits(ctx context.Context, st *syncState, sp string, lim storedLimit, req driver.AcquireRequest, n int, data []byte, sent time.Time) (driver.Grant, error) {
+	name := nodeName(req.Token)
+	if n > 1 {
+		name = weightedName(req.Token, n)
+	}
+	pos, count, err := b.createPermit(ctx, sp, lim, name, data)
+	if errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNoNode) {
+		return driver.Grant{}, errLimitChanged
+	}
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	f := fit{ok: count == 1 || !lim.weighted && count <= lim.n}
+	if !f.ok {
+		if err = b.list(ctx, &pos); err == nil {
+			st.keep(sp, pos.queue)
+			if slices.ContainsFunc(pos.queue[pos.idx+1:], func(c string) bool { return parseSemNode(c).weighted }) {
+				f.later = true // a waiting request's hold, maybe, which did not count this node
+			} else {
+				intents, holds := splitQueue(pos.queue[:pos.idx])
+				f, err = b.fits(ctx, st, sp, intents, holds, lim.n, n)
+			}
+		}
+	}
+	if err == nil && f.ok {
+		return b.granted(req, pos.node, data, pos, sent, false)
+	}
+	b.leave(pos.node)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	return driver.Grant{}, f.refused(lim.n, n)
+}
+
+// createPermit creates the permit node name (before its sequence) under sp
+// if the limit node is still at lim's version, and returns its position
+// (node, fence) and the number of nodes with it.
+func (b *Backend) createPermit(ctx context.Context, sp string, lim storedLimit, name string, data []byte) (position, int, error) {
 	type created struct {
 		pos   position
 		count int
@@ -110,7 +182,7 @@ func (b *Backend) createPermit(ctx context.Context, sp string, lim storedLimit, 
 	c, err := call(ctx, b, func() (created, error) {
 		rs, err := b.conn.Multi(
 			&zk.CheckVersionRequest{Path: sp + "/" + limitNode, Version: lim.version},
-			&zk.CreateRequest{Path: sp + "/" + nodeName(token), Data: data, Acl: acl, Flags: zk.FlagEphemeralSequential},
+			&zk.CreateRequest{Path: sp + "/" + name, Data: data, Acl: acl, Flags: zk.FlagEphemeralSequential},
 			&zk.SetDataRequest{Path: sp, Version: -1},
 		)
 		if err == nil && (len(rs) != 3 || rs[2].Stat == nil) {
@@ -123,20 +195,6 @@ func (b *Backend) createPermit(ctx context.Context, sp string, lim storedLimit, 
 		return created{position{node: rs[1].String, parent: sp, idx: -1, fence: uint64(st.Mzxid)}, int(st.NumChildren) - 1}, nil
 	}, func(ctx context.Context, c created) { _ = b.deleteNode(ctx, c.pos.node, -1) })
 	return c.pos, c.count, err
-}
-
-// permitRanks lists the permits and reports whether pos's node is among the
-// first limit, once the leases of those ahead that ran out are ended.
-func (b *Backend) permitRanks(ctx context.Context, st *syncState, pos *position, limit int) (bool, error) {
-	if err := b.list(ctx, pos); err != nil {
-		return false, err
-	}
-	st.keep(pos.parent, pos.queue)
-	if pos.idx < limit {
-		return true, nil
-	}
-	gone, err := b.expire(ctx, st, pos.parent, pos.queue[:pos.idx], nil)
-	return err == nil && pos.idx-gone < limit, err
 }
 
 // limitOf returns sp's stored limit: as this backend knows it, else read,
@@ -165,7 +223,8 @@ func (b *Backend) limitOf(ctx context.Context, st *syncState, sp string, want in
 	return storedLimit{}, errors.New("the limit node kept changing")
 }
 
-// readLimit reads sp's limit node.
+// readLimit reads sp's limit node; a child of it marks a semaphore that
+// takes weighted holds (see markWeighted).
 func (b *Backend) readLimit(ctx context.Context, sp string) (storedLimit, error) {
 	node := sp + "/" + limitNode
 	w, err := call(ctx, b, func() (watched, error) {
@@ -179,7 +238,7 @@ func (b *Backend) readLimit(ctx context.Context, sp string) (storedLimit, error)
 	if err != nil || n < 1 {
 		return storedLimit{}, fmt.Errorf("%s: %q is not a number of permits", node, w.raw)
 	}
-	return storedLimit{n: n, version: w.stat.Version}, nil
+	return storedLimit{n: n, version: w.stat.Version, weighted: w.stat.NumChildren > 0}, nil
 }
 
 // createLimit creates sp, if missing, and its limit node holding n.
@@ -270,7 +329,7 @@ func (b *Backend) setPermits(ctx context.Context, name string, n int) error {
 	for range 3 { // the node may be created or deleted between the calls
 		stat, err := call(ctx, b, func() (*zk.Stat, error) { return b.conn.Set(sp+"/"+limitNode, data, -1) }, nil)
 		if err == nil {
-			st.rememberLimit(sp, storedLimit{n: n, version: stat.Version})
+			st.rememberLimit(sp, storedLimit{n: n, version: stat.Version, weighted: stat.NumChildren > 0})
 			return nil
 		}
 		if !errors.Is(err, zk.ErrNoNode) {
@@ -288,8 +347,9 @@ func (b *Backend) setPermits(ctx context.Context, name string, n int) error {
 	return errors.New("the limit node kept changing")
 }
 
-// InspectPermits returns name's stored limit and its permit nodes, by
-// fence; an attempt about to be refused may show for a moment.
+// InspectPermits returns name's stored limit and its holds' nodes, by
+// fence, each with the permits it counts, leaving out the intents of the
+// requests that wait; an attempt about to be refused may show for a moment.
 func (b *Backend) InspectPermits(ctx context.Context, name string) (int, []driver.Info, error) {
 	ctx, stop, err := b.op(ctx)
 	if err != nil {
@@ -304,9 +364,15 @@ func (b *Backend) InspectPermits(ctx context.Context, name string) (int, []drive
 	if err != nil {
 		return 0, nil, driver.Wrap("zklock", err)
 	}
-	held, err := b.nodesInfo(ctx, name, sp, func(_ context.Context, queue []string) ([]string, error) { return queue, nil })
+	held, err := b.nodesInfo(ctx, name, sp, func(_ context.Context, queue []string) ([]string, error) {
+		_, holds := splitQueue(queue)
+		return holds, nil
+	})
 	if err != nil {
 		return 0, nil, driver.Wrap("zklock", err)
+	}
+	for i := range held {
+		held[i].Permits = max(held[i].Permits, 1)
 	}
 	return lim.n, held, nil
 }
@@ -350,15 +416,15 @@ func (b *Backend) nodesInfo(ctx context.Context, key, parent string, pick func(c
 	return out, nil
 }
 
-// WatchPermits fires wake when one of name's first limit permits is
-// released or expired, or its limit changes.
+// WatchPermits fires wake when a node of name's queue that may hold (see
+// semCounted) is released or expired, an intent of a request that waits
+// goes (granted, withdrawn, expired), or the limit changes.
 func (b *Backend) WatchPermits(ctx context.Context, name string) (<-chan struct{}, func(), error) {
 	sp := b.semPath(name)
 	wake, stop, err := b.watchQueue(ctx, func(ctx context.Context) (*queueWatch, error) {
 		w, err := b.armWatches(ctx, sp, sp+"/"+limitNode)
 		if err == nil {
-			// The first limit permits hold; with a lowered limit, more may.
-			w.counted = w.queue[:min(len(w.queue), max(w.limit, 1))]
+			w.counted = semCounted(w.queue, w.limit)
 		}
 		return w, err
 	})

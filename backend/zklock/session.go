@@ -12,15 +12,17 @@ import (
 
 // hold is a lock this backend holds.
 type hold struct {
-	token string
-	path  string
-	meta  driver.Meta
-	ttl   time.Duration      // as last written; guarded by Backend.mu
-	data  []byte             // the node's value for ttl; guarded by Backend.mu
-	lost  context.Context    // done when the hold is lost
-	lose  context.CancelFunc // ends lost
-	ended chan struct{}      // closed by release or Close: stop watching
-	touch bool               // granted after a wait: rewrite the node once (watchHold)
+	token   string
+	path    string
+	meta    driver.Meta
+	permits int                // a semaphore's hold of several permits counts them; else 0
+	fence   uint64             // the node's czxid
+	ttl     time.Duration      // as last written; guarded by Backend.mu
+	data    []byte             // the node's value for ttl; guarded by Backend.mu
+	lost    context.Context    // done when the hold is lost
+	lose    context.CancelFunc // ends lost
+	ended   chan struct{}      // closed by release or Close: stop watching
+	touch   bool               // granted after a wait: rewrite the node once (watchHold)
 
 	// shared marks a read-write lock writer's hold that was downgraded:
 	// data says so. Guarded by Backend.mu.
@@ -37,6 +39,9 @@ type hold struct {
 
 func newHold(req driver.AcquireRequest, path string, data []byte) *hold {
 	h := &hold{token: req.Token, path: path, meta: req.Meta, ttl: req.TTL, data: data, ended: make(chan struct{})}
+	if req.Permits > 1 {
+		h.permits = req.Permits
+	}
 	h.lost, h.lose = context.WithCancel(context.Background())
 	return h
 }
@@ -46,7 +51,7 @@ func newHold(req driver.AcquireRequest, path string, data []byte) *hold {
 func (h *hold) setLocked(ttl time.Duration, shared bool) {
 	if h.ttl != ttl || h.shared != shared {
 		h.ttl, h.shared = ttl, shared
-		h.data = value{Token: h.token, TTLMs: ttl.Milliseconds(), Meta: h.meta, Shared: shared}.encode()
+		h.data = value{Token: h.token, TTLMs: ttl.Milliseconds(), Meta: h.meta, Shared: shared, Permits: h.permits}.encode()
 	}
 }
 

@@ -77,6 +77,22 @@
 // so no writer gets in between, and a writer's intent queued before the
 // downgrade still keeps later readers out. A semaphore's node and its limit
 // node stay, one small pair per name. See docs/zookeeper-sync.md.
+//
+// A semaphore's hold may count several permits (driver.WeightedPermits):
+// its node's name and value say how many, and a node holds if no waiting
+// request's intent is ahead of it and it and the holds ahead of it count
+// at most the limit. A request that waits keeps its place with an intent
+// node in the same queue, rewritten at each refused attempt and deleted,
+// as a lease is, by those it keeps out once not rewritten for
+// driver.WriteIntentTTL; it takes its permits by creating its hold at the
+// tail and deleting its intent in one transaction checked against the
+// listing it decided on. So a stream of single permits cannot starve a
+// large request. A single permit still costs one request on a semaphore
+// that never took a weighted hold, while fewer than the limit are held;
+// on one that did (a child of its limit node marks it, for good), one
+// request alone in the queue and a listing more otherwise. Clients of
+// earlier releases count a hold of several permits as one permit, and an
+// intent as one: do not take weighted holds on a semaphore they use.
 package zklock
 
 import (
