@@ -11,8 +11,9 @@ import (
 )
 
 var (
-	_ driver.Semaphores   = (*Backend)(nil)
-	_ driver.PermitWaiter = (*Backend)(nil)
+	_ driver.Semaphores      = (*Backend)(nil)
+	_ driver.PermitWaiter    = (*Backend)(nil)
+	_ driver.WeightedPermits = (*Backend)(nil)
 )
 
 // AcquirePermit makes one attempt to take a permit of the semaphore
@@ -20,6 +21,29 @@ var (
 // request id, so a repeated attempt gets the same permit while it is held.
 func (b *Backend) AcquirePermit(ctx context.Context, req driver.AcquireRequest, limit int) (driver.Grant, error) {
 	return b.acquireOnce(ctx, permitCalls{b.rpc, limit}, req)
+}
+
+// AcquirePermits makes one attempt to take req.Permits permits as one
+// hold, as AcquirePermit takes one; refused, it leaves req.Intent in the
+// service's store. errors.ErrUnsupported if that store cannot take several
+// permits in one hold.
+func (b *Backend) AcquirePermits(ctx context.Context, req driver.AcquireRequest, limit int) (driver.Grant, error) {
+	return b.acquireOnce(ctx, permitCalls{b.rpc, limit}, req)
+}
+
+// WithdrawPermitIntent ends the intent of a request of several permits on
+// name.
+func (b *Backend) WithdrawPermitIntent(ctx context.Context, name, intent string) error {
+	c, err := b.begin(ctx, b.requestTimeout)
+	if err != nil {
+		return err
+	}
+	defer c.end()
+	_, err = b.rpc.WithdrawPermitIntent(c.ctx, connect.NewRequest(&distlockv1.WithdrawPermitIntentRequest{Name: name, Intent: intent}))
+	if err != nil {
+		return b.fail(c, err)
+	}
+	return nil
 }
 
 // AcquirePermitWait takes a permit (req.Permits of them as one hold),

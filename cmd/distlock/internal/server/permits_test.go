@@ -308,3 +308,62 @@ func TestPermitRetryGivesUp(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPermitCount: a call of count permits takes them as one hold, which
+// InspectPermits shows with its count and which renews and releases by its
+// token; a count over the permits, or an intent with one permit, is
+// refused; a call of several that waits keeps a later single call out.
+func TestPermitCount(t *testing.T) {
+	forEachStore(t, func(t *testing.T, st store) {
+		e := newEnv(t, st, server.Limits{})
+		api := e.api(alphaClient)
+		name := keyFor(t, "conns")
+		take := func(count int32, wait time.Duration) (*distlockv1.AcquirePermitResponse, error) {
+			res, err := api.AcquirePermit(ctx(t), connect.NewRequest(&distlockv1.AcquirePermitRequest{Name: name, Permits: 3,
+				Count: count, Lease: durationpb.New(time.Minute), Wait: durationpb.New(wait)}))
+			if err != nil {
+				return nil, err
+			}
+			return res.Msg, nil
+		}
+		two, err := take(2, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = take(2, 0)
+		wantCode(t, "2 more of 3 beside a hold of 2", err, connect.CodeAborted)
+		info, err := api.InspectPermits(ctx(t), connect.NewRequest(&distlockv1.InspectPermitsRequest{Name: name}))
+		if err != nil || len(info.Msg.GetHeld()) != 1 || info.Msg.GetHeld()[0].GetPermits() != 2 {
+			t.Fatalf("InspectPermits = %v, %v; want one hold of 2", info, err)
+		}
+		_, err = take(4, 0)
+		wantCode(t, "4 of 3 permits", err, connect.CodeInvalidArgument)
+		_, err = api.AcquirePermit(ctx(t), connect.NewRequest(&distlockv1.AcquirePermitRequest{Name: name, Permits: 3, Intent: "single-intent"}))
+		wantCode(t, "an intent with one permit", err, connect.CodeInvalidArgument)
+
+		waiting := make(chan error, 1)
+		go func() { // all 3: waits for the hold of 2
+			res, err := take(3, 20*time.Second)
+			if err == nil {
+				_, err = api.ReleasePermit(context.Background(), connect.NewRequest(&distlockv1.ReleasePermitRequest{Name: name, Token: res.GetToken()}))
+			}
+			waiting <- err
+		}()
+		eventually(t, 10*time.Second, "a single call refused behind the waiting call of 3", func() bool {
+			res, err := take(1, 0)
+			if err == nil {
+				_, _ = api.ReleasePermit(ctx(t), connect.NewRequest(&distlockv1.ReleasePermitRequest{Name: name, Token: res.GetToken()}))
+			}
+			return connect.CodeOf(err) == connect.CodeAborted
+		})
+		if _, err := api.RenewPermit(ctx(t), connect.NewRequest(&distlockv1.RenewPermitRequest{Name: name, Token: two.GetToken()})); err != nil {
+			t.Errorf("RenewPermit of the hold of 2: %v", err)
+		}
+		if _, err := api.ReleasePermit(ctx(t), connect.NewRequest(&distlockv1.ReleasePermitRequest{Name: name, Token: two.GetToken()})); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-waiting; err != nil {
+			t.Fatalf("the call of 3 after the hold of 2 was released: %v", err)
+		}
+	})
+}
