@@ -108,7 +108,6 @@ var topology = map[string]bool{
 	"ReleaseRequest":          true,
 	"Semaphore":               true,
 	"RWLock":                  true,
-	"RWDowngrade":             true,
 	"WeightedPermits":         true,
 	"NoGoroutineLeak":         true,
 }

@@ -80,7 +80,7 @@ func (s *suite) rwDowngradeReaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Past its 2s lease, renewed by the watchdog: the hold is still a Lock.
-	time.Sleep(3 * time.Second)
+	time.Sleep(2500 * time.Millisecond)
 	if err := w.Err(); err != nil {
 		t.Fatalf("the downgraded hold after its lease: %v, want still held", err)
 	}
