@@ -2,7 +2,9 @@ package locktest
 
 import (
 	"errors"
+	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,6 +31,7 @@ func (s *suite) weighted(t *testing.T) {
 			{"TokenHold", s.weightedToken},
 			{"LargeRequestNotStarved", s.weightedNotStarved},
 			{"WaitersServedInOrder", s.weightedOrder},
+			{"NeverOverTheLimit", s.weightedContended},
 			{"BadCounts", s.weightedBad},
 		})
 }
@@ -242,5 +245,60 @@ func (s *suite) weightedBad(t *testing.T) {
 	}
 	if info, err := sem.Inspect(ctx); err != nil || len(info.Held) != 0 {
 		t.Errorf("Inspect after refused holds: %+v, %v; want none", info, err)
+	}
+}
+
+// 12 goroutines over three clients take holds of 1 to 3 of 4 permits,
+// waiting, and a quarter of them try single permits between: the permits
+// held at once never pass 4.
+func (s *suite) weightedContended(t *testing.T) {
+	const limit, goroutines, rounds = 4, 12, 8
+	ctx := testContext(t, 2*time.Minute)
+	name := s.key(t)
+	sems := []*distlock.Semaphore{
+		newSemaphore(t, s.client(t), name, limit), newSemaphore(t, s.client(t), name, limit), newSemaphore(t, s.client(t), name, limit),
+	}
+	var held, most atomic.Int64
+	errs := make(chan error, goroutines)
+	for g := range goroutines {
+		go func() {
+			errs <- func() error {
+				sem := sems[g%len(sems)]
+				for r := range rounds {
+					n := 1 + (g+r)%3
+					take := func() (*distlock.Lock, error) { return sem.AcquireN(ctx, n, distlock.WithWait(time.Minute)) }
+					if g%4 == 0 {
+						n, take = 1, func() (*distlock.Lock, error) { return sem.TryAcquire(ctx) }
+					}
+					l, err := take()
+					if errors.Is(err, distlock.ErrNotAcquired) && n == 1 {
+						continue
+					}
+					if err != nil {
+						return err
+					}
+					now := held.Add(int64(n))
+					for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
+					}
+					time.Sleep(time.Duration(g%3) * time.Millisecond)
+					held.Add(-int64(n))
+					if err := l.Release(ctx); err != nil {
+						return err
+					}
+					if now > limit {
+						return fmt.Errorf("%d permits held at once, over %d", now, limit)
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	for range goroutines {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if most.Load() < 2 {
+		t.Errorf("at most %d permit held at once: holds do not share the semaphore", most.Load())
 	}
 }

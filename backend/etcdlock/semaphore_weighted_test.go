@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -120,66 +119,4 @@ func TestPermitIntentLease(t *testing.T) {
 	if got := keys(""); len(got) != 1 {
 		t.Errorf("keys once the hold of 2 was released: %q, want the limit alone", got)
 	}
-}
-
-// TestWeightedHoldsNeverExceedLimit: 12 goroutines over three backends
-// take holds of 1 to 3 of 4 permits, waiting, and try single permits
-// between them; the permits held at once never pass 4.
-func TestWeightedHoldsNeverExceedLimit(t *testing.T) {
-	eps := []string{testserver.EtcdEndpoint(testserver.Etcd(t))}
-	prefix := uniquePrefix(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	const limit, goroutines, rounds = 4, 12, 8
-	var sems []*distlock.Semaphore
-	for range 3 {
-		c := distlock.New(dial(t, eps, prefix))
-		defer c.Close()
-		sem, err := c.Semaphore("mixed", limit)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sems = append(sems, sem)
-	}
-	var held, most atomic.Int64
-	errs := make(chan error, goroutines)
-	for g := range goroutines {
-		go func() {
-			errs <- func() error {
-				sem := sems[g%len(sems)]
-				for r := range rounds {
-					n := 1 + (g+r)%3
-					take := func() (*distlock.Lock, error) { return sem.AcquireN(ctx, n, distlock.WithWait(time.Minute)) }
-					if g%4 == 0 {
-						n, take = 1, func() (*distlock.Lock, error) { return sem.TryAcquire(ctx) }
-					}
-					l, err := take()
-					if errors.Is(err, distlock.ErrNotAcquired) && n == 1 {
-						continue
-					}
-					if err != nil {
-						return err
-					}
-					now := held.Add(int64(n))
-					for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
-					}
-					time.Sleep(time.Duration(g%3) * time.Millisecond)
-					held.Add(-int64(n))
-					if err := l.Release(ctx); err != nil {
-						return err
-					}
-					if now > limit {
-						return fmt.Errorf("%d permits held at once, over %d", now, limit)
-					}
-				}
-				return nil
-			}()
-		}()
-	}
-	for range goroutines {
-		if err := <-errs; err != nil {
-			t.Error(err)
-		}
-	}
-	t.Logf("at most %d of %d permits held at once", most.Load(), limit)
 }

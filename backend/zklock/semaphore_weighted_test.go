@@ -3,9 +3,7 @@ package zklock_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -92,66 +90,4 @@ func TestPermitIntentExpires(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// TestWeightedHoldsNeverExceedLimit: 12 goroutines over three backends
-// take holds of 1 to 3 of 4 permits, waiting, and try single permits
-// between them; the permits held at once never pass 4.
-func TestWeightedHoldsNeverExceedLimit(t *testing.T) {
-	srv := zkServer(t)
-	root := uniqueRoot(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	const limit, goroutines, rounds = 4, 12, 8
-	var sems []*distlock.Semaphore
-	for range 3 {
-		c := distlock.New(dial(t, srv.Addr(), root))
-		defer c.Close()
-		sem, err := c.Semaphore("mixed", limit)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sems = append(sems, sem)
-	}
-	var held, most atomic.Int64
-	errs := make(chan error, goroutines)
-	for g := range goroutines {
-		go func() {
-			errs <- func() error {
-				sem := sems[g%len(sems)]
-				for r := range rounds {
-					n := 1 + (g+r)%3
-					take := func() (*distlock.Lock, error) { return sem.AcquireN(ctx, n, distlock.WithWait(time.Minute)) }
-					if g%4 == 0 {
-						n, take = 1, func() (*distlock.Lock, error) { return sem.TryAcquire(ctx) }
-					}
-					l, err := take()
-					if errors.Is(err, distlock.ErrNotAcquired) && n == 1 {
-						continue
-					}
-					if err != nil {
-						return err
-					}
-					now := held.Add(int64(n))
-					for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
-					}
-					time.Sleep(time.Duration(g%3) * time.Millisecond)
-					held.Add(-int64(n))
-					if err := l.Release(ctx); err != nil {
-						return err
-					}
-					if now > limit {
-						return fmt.Errorf("%d permits held at once, over %d", now, limit)
-					}
-				}
-				return nil
-			}()
-		}()
-	}
-	for range goroutines {
-		if err := <-errs; err != nil {
-			t.Error(err)
-		}
-	}
-	t.Logf("at most %d of %d permits held at once", most.Load(), limit)
 }
