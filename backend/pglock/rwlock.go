@@ -124,6 +124,13 @@ func (b *Backend) DowngradeRW(ctx context.Context, name, token string) error {
 // WithdrawIntent removes a waiting writer's intent on name and, if it was
 // live, wakes the readers it kept out.
 func (b *Backend) WithdrawIntent(ctx context.Context, name, intent string) error {
+	return b.withdraw(ctx, rwWithdrawSQL, name, intent)
+}
+
+// withdraw runs sql, the withdrawal of a read-write lock's or a
+// semaphore's intent, with name's row name and intent, on a pooled
+// connection.
+func (b *Backend) withdraw(ctx context.Context, sql, name, intent string) error {
 	if err := b.holds.ClosedError(); err != nil {
 		return err
 	}
@@ -133,7 +140,7 @@ func (b *Backend) WithdrawIntent(ctx context.Context, name, intent string) error
 			return err
 		}
 		defer done()
-		_, err = conn.Exec(qctx, rwWithdrawSQL, b.rowName(name), intent)
+		_, err = conn.Exec(qctx, sql, b.rowName(name), intent)
 		return err
 	})
 	if err != nil {

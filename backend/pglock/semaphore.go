@@ -152,22 +152,7 @@ func (b *Backend) tryPermits(ctx context.Context, req driver.AcquireRequest, lim
 // WithdrawPermitIntent removes a waiting request's intent on name and, if
 // it was live, wakes the requests it kept out.
 func (b *Backend) WithdrawPermitIntent(ctx context.Context, name, intent string) error {
-	if err := b.holds.ClosedError(); err != nil {
-		return err
-	}
-	err := b.withTables(ctx, func() error {
-		conn, qctx, done, err := b.pooled(ctx)
-		if err != nil {
-			return err
-		}
-		defer done()
-		_, err = conn.Exec(qctx, semWithdrawSQL, b.rowName(name), intent)
-		return err
-	})
-	if err != nil {
-		return driver.Wrap("pglock", err)
-	}
-	return nil
+	return b.withdraw(ctx, semWithdrawSQL, name, intent)
 }
 
 // RenewPermit moves the lease of token's hold of name, all its permits.
