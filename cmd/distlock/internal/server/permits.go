@@ -35,8 +35,8 @@ func (h *service) AcquirePermit(ctx context.Context, req *connect.Request[distlo
 	if n < 1 {
 		return nil, invalid("semaphore %q: permits is %d: want at least 1", a.key, n)
 	}
-	if count > n {
-		return nil, invalid("semaphore %q: count is %d: want 1 to its %d permits", a.key, count, n)
+	if count > n || m.GetCount() < 0 {
+		return nil, invalid("semaphore %q: count is %d: want 1 to its %d permits", a.key, m.GetCount(), n)
 	}
 	if m.GetIntent() != "" {
 		if count < 2 {

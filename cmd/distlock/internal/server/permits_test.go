@@ -338,6 +338,8 @@ func TestPermitCount(t *testing.T) {
 		}
 		_, err = take(4, 0)
 		wantCode(t, "4 of 3 permits", err, connect.CodeInvalidArgument)
+		_, err = take(-1, 0)
+		wantCode(t, "a count of -1", err, connect.CodeInvalidArgument)
 		_, err = api.AcquirePermit(ctx(t), connect.NewRequest(&distlockv1.AcquirePermitRequest{Name: name, Permits: 3, Intent: "single-intent"}))
 		wantCode(t, "an intent with one permit", err, connect.CodeInvalidArgument)
 
