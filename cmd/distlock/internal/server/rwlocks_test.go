@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +11,8 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/cmd/distlock/internal/embedetcd"
 	"github.com/distlock/distlock/cmd/distlock/internal/server"
 	distlockv1 "github.com/distlock/distlock/gen/distlock/v1"
 	"github.com/distlock/distlock/gen/distlock/v1/distlockv1connect"
@@ -244,4 +247,34 @@ func TestIntentOfAGoneCallEnds(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	})
+}
+
+// TestWaitEndsAsAbortedOnTheEmbeddedStore: over serve's default store,
+// whose backend calls etcd inside the process, an attempt that the wait's
+// deadline cuts short comes back as etcd's "request timed out", not as the
+// context's deadline. A wait that ends so must still answer ABORTED (the
+// key stayed held), not UNAVAILABLE. 40 short waits of a writer behind a
+// reader, with and without an intent.
+func TestWaitEndsAsAbortedOnTheEmbeddedStore(t *testing.T) {
+	e, err := embedetcd.Start(ctx(t), t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	b, err := e.Backend(ctx(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := newEnvClient(t, distlock.New(b), server.Limits{})
+	api := env.api(alphaClient)
+	name := keyFor(t, "table")
+	acquireRW(t, api, &distlockv1.AcquireRWRequest{Name: name, Lease: durationpb.New(time.Minute)})
+	for i := range 40 {
+		req := &distlockv1.AcquireRWRequest{Name: name, Write: true, Wait: durationpb.New(time.Duration(20+i%5*10) * time.Millisecond)}
+		if i%2 == 0 {
+			req.Intent = fmt.Sprintf("writer-%d", i)
+		}
+		_, err := api.AcquireRW(ctx(t), connect.NewRequest(req))
+		wantCode(t, fmt.Sprintf("wait %d of a writer behind a reader", i), err, connect.CodeAborted)
+	}
 }
