@@ -157,9 +157,7 @@ func (h *service) Acquire(ctx context.Context, req *connect.Request[distlockv1.A
 		if a.requestID == "" { // no retry can claim the token: free the key if it holds it
 			s.abandon(ctx, sk, token)
 		}
-		if a.wait > 0 && time.Since(start) >= a.wait && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-			err = distlock.ErrNotAcquired // the wait's end cut the last attempt short
-		}
+		err = waitEnded(wctx, err, a.wait, start)
 	}
 	if errors.Is(err, distlock.ErrNotAcquired) && retry { // a retry, or lost a race to a concurrent one
 		if rg, ok, err := s.regrant(ctx, a, sk, token, labels[labelRequest]); ok {
@@ -282,6 +280,18 @@ func ambiguous(err error) bool {
 		}
 	}
 	return true
+}
+
+// waitEnded returns ErrNotAcquired for err, an ambiguous failure of an
+// acquisition that waited wait from start, if the wait's end cut its last
+// attempt short (neither the caller nor Shutdown, which end wctx, did):
+// the store says so as the context's deadline or, in-process etcd, as its
+// "request timed out". It returns err otherwise.
+func waitEnded(wctx context.Context, err error, wait time.Duration, start time.Time) error {
+	if wait > 0 && time.Since(start) >= wait && wctx.Err() == nil {
+		return distlock.ErrNotAcquired
+	}
+	return err
 }
 
 // abandonBudget bounds the release of a token whose grant is unknown.

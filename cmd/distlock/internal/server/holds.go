@@ -183,9 +183,7 @@ func (s *Server) acquireHold(ctx context.Context, op string, a acquireArgs, open
 			_ = h.ReleaseToken(actx, token)
 			acancel()
 		}
-		if a.wait > 0 && time.Since(start) >= a.wait && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-			err = distlock.ErrNotAcquired // the wait's end cut the last attempt short
-		}
+		err = waitEnded(wctx, err, a.wait, start)
 	}
 	if errors.Is(err, distlock.ErrNotAcquired) && !s.stopping.Load() {
 		return heldGrant{}, connect.NewError(connect.CodeAborted, fmt.Errorf("%s %q: %s (waited %v)", op, a.key, refused, a.wait))
