@@ -134,8 +134,9 @@ const DEFAULT_LEASE_MS = 30_000;
 const DEFAULT_TTL_MS = 15_000;
 
 /**
- * Bounds the withdrawal of a semaphore's intent after a wait that failed:
- * the service ends the intent by itself 2 s after the wait's last call.
+ * Bounds the withdrawal of an intent (a semaphore's call of several
+ * permits, a read-write lock's writer) after a wait that failed: the
+ * service ends the intent by itself 2 s after the wait's last call.
  */
 const WITHDRAW_TIMEOUT_MS = 1_000;
 
@@ -468,13 +469,14 @@ export class Client implements AsyncDisposable {
   }
 
   /**
-   * @internal Ends the intent of a wait for several permits that failed, so
-   * that the calls it kept out get in now rather than when it lapses. Not
+   * @internal Ends the intent of a wait that failed (method:
+   * withdrawPermitIntent for several permits, withdrawIntent for a writer),
+   * so that the calls it kept out get in now rather than when it lapses. Not
    * once the client is closed: its connections are gone.
    */
-  async withdrawPermitIntent(name: string, intent: string): Promise<void> {
+  async withdrawIntent(method: "withdrawPermitIntent" | "withdrawIntent", name: string, intent: string): Promise<void> {
     if (this.#closed.signal.aborted) return;
-    await this.rpc.unary("withdrawPermitIntent", { name, intent }, { timeoutMs: WITHDRAW_TIMEOUT_MS }).catch(() => {});
+    await this.rpc.unary(method, { name, intent }, { timeoutMs: WITHDRAW_TIMEOUT_MS }).catch(() => {});
   }
 
   /** @internal */
@@ -1035,7 +1037,7 @@ export class Semaphore {
         options,
       );
     } catch (e) {
-      if (intent) await c.withdrawPermitIntent(this.name, intent);
+      if (intent) await c.withdrawIntent("withdrawPermitIntent", this.name, intent);
       throw e;
     }
     const { grant: g, sentAt } = got;
@@ -1069,11 +1071,21 @@ export class RWLock {
 
   private async take(write: boolean, options: HoldOptions): Promise<Lock> {
     const c = this.client;
-    const { grant: g, sentAt } = await c.acquire(
-      "acquireRW",
-      { name: this.name, write, lease: duration(options.leaseMs ?? DEFAULT_LEASE_MS), ...meta(options) },
-      options,
-    );
+    // The service keeps new readers out while a writer's call waits; between
+    // two calls of a long wait, the intent does (for 2 s after each).
+    const intent = write && options.waitMs !== 0 ? randomUUID().replaceAll("-", "") : "";
+    let got;
+    try {
+      got = await c.acquire(
+        "acquireRW",
+        { name: this.name, write, intent, lease: duration(options.leaseMs ?? DEFAULT_LEASE_MS), ...meta(options) },
+        options,
+      );
+    } catch (e) {
+      if (intent) await c.withdrawIntent("withdrawIntent", this.name, intent);
+      throw e;
+    }
+    const { grant: g, sentAt } = got;
     return c.adopt(() => new Lock(c, RW, this.name, this.name, g, sentAt, options.onLost));
   }
 
@@ -1082,7 +1094,13 @@ export class RWLock {
     return this.take(false, options);
   }
 
-  /** Takes the writer's hold. */
+  /**
+   * Takes the writer's hold, waiting up to waitMs (undefined: until
+   * granted). While it waits, no new reader gets in, so that a stream of
+   * readers cannot starve it: the wait's calls carry an intent id of its own
+   * that keeps readers out between calls too, and a wait that fails or is
+   * aborted withdraws it. A try (waitMs 0) keeps nobody out.
+   */
   writeLock(options: HoldOptions = {}): Promise<Lock> {
     return this.take(true, options);
   }

@@ -28,8 +28,9 @@ MAX_PATH_DEPTH = 16
 # The longest key, in bytes, as the Go client's MaxKeyLen.
 MAX_KEY_LEN = 512
 
-# Bounds the withdrawal of a semaphore's intent after a wait that failed:
-# the service ends the intent by itself 2 s after the wait's last call.
+# Bounds the withdrawal of an intent (a semaphore's call of several permits,
+# a read-write lock's writer) after a wait that failed: the service ends the
+# intent by itself 2 s after the wait's last call.
 WITHDRAW_TIMEOUT = 1.0
 
 log = logging.getLogger("distlock")
@@ -114,11 +115,12 @@ class Client:
         """Makes one LockService call: body and answer as in the proto's JSON."""
         return self._t.unary(method, body, timeout)
 
-    def _withdraw_permit_intent(self, name, intent):
-        """Ends the intent of a wait for several permits that failed, so that
-        the calls it kept out get in now rather than when it lapses."""
+    def _withdraw_intent(self, method, name, intent):
+        """Ends the intent of a wait that failed (method: WithdrawPermitIntent
+        for several permits, WithdrawIntent for a writer), so that the calls
+        it kept out get in now rather than when it lapses."""
         try:
-            self._t.unary("WithdrawPermitIntent", {"name": name, "intent": intent}, timeout=WITHDRAW_TIMEOUT)
+            self._t.unary(method, {"name": name, "intent": intent}, timeout=WITHDRAW_TIMEOUT)
         except Exception:  # noqa: BLE001 - the intent ends by itself 2 s after the last call
             pass
 
@@ -672,7 +674,7 @@ class Semaphore:
             g, sent = self._c._acquire("AcquirePermit", body, wait)
         except BaseException:
             if intent is not None:
-                self._c._withdraw_permit_intent(self.name, intent)
+                self._c._withdraw_intent("WithdrawPermitIntent", self.name, intent)
             raise
         return Lock(self._c, _PERMIT, self.name, g, on_lost, sent=sent)
 
@@ -700,7 +702,17 @@ class RWLock:
 
     def _hold(self, write, lease, wait, owner, on_lost):
         body = _meta({"name": self.name, "write": write, "lease": duration(lease)}, owner, None, None)
-        g, sent = self._c._acquire("AcquireRW", body, wait)
+        intent = None
+        if write and wait != 0:
+            # The service keeps new readers out while a call waits; between
+            # two calls of a long wait, the intent does (for 2 s after each).
+            intent = body["intent"] = uuid.uuid4().hex
+        try:
+            g, sent = self._c._acquire("AcquireRW", body, wait)
+        except BaseException:
+            if intent is not None:
+                self._c._withdraw_intent("WithdrawIntent", self.name, intent)
+            raise
         return Lock(self._c, _RW, self.name, g, on_lost, sent=sent)
 
     def read_lock(self, lease=30.0, wait=None, owner=None, on_lost=None):
@@ -708,7 +720,11 @@ class RWLock:
         return self._hold(False, lease, wait, owner, on_lost)
 
     def write_lock(self, lease=30.0, wait=None, owner=None, on_lost=None):
-        """Takes the writer's hold."""
+        """Takes the writer's hold, waiting up to wait seconds (None: until
+        granted). While it waits, no new reader gets in, so that a stream of
+        readers cannot starve it: the wait's calls carry an intent id of its
+        own that keeps readers out between calls too, and a wait that fails
+        withdraws it. A try (wait=0) keeps nobody out."""
         return self._hold(True, lease, wait, owner, on_lost)
 
     def downgrade(self, lock):
