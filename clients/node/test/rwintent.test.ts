@@ -1,9 +1,6 @@
 // A read-write lock's writer that waits by several calls keeps new readers
 // out between its calls too (AcquireRWRequest.intent), until it gets in or
-// gives up, against a real service over mem://. (Over the embedded store, a
-// waiting call refused at the end of its wait now and then fails with
-// Unavailable "etcdserver: request timed out", which ends the wait; more
-// often when it records an intent.)
+// gives up, against a real service of their own over mem://.
 
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";

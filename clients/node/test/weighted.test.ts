@@ -1,6 +1,5 @@
 // Holds of several permits (semaphore.acquire({ count })) against a real
-// service over a store that takes them (mem://; the embedded store answers
-// UNIMPLEMENTED): one hold counts n permits, and a waiting call of several
+// service of their own, over mem://: one hold counts n permits, and a waiting call of several
 // keeps later calls out, between its calls too, until it gets in or gives up.
 
 import assert from "node:assert/strict";

@@ -1,9 +1,6 @@
 """A read-write lock's writer that waits by several calls keeps new readers
 out between its calls too (AcquireRWRequest.intent), until it gets in or
-gives up, against a real service over mem://. (Over the embedded store, a
-waiting call refused at the end of its wait now and then fails with
-Unavailable "etcdserver: request timed out", which ends the wait; more often
-when it records an intent.)"""
+gives up, against a real service over mem://."""
 
 import threading
 import time
@@ -12,25 +9,11 @@ import uuid
 import pytest
 
 import distlock
-from conftest import TOKENS, running_service
+from conftest import TOKENS
 
 
 def key():
     return "py-rw-intent/" + uuid.uuid4().hex
-
-
-@pytest.fixture(scope="module")
-def mem():
-    with running_service("--backend", "mem://") as (_, url):
-        yield url
-
-
-@pytest.fixture
-def clients(mem):
-    cs = [distlock.Client(mem, token=TOKENS["alpha"]) for _ in range(3)]
-    yield cs
-    for c in cs:
-        c.close()
 
 
 class Recorder:

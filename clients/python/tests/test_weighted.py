@@ -1,6 +1,5 @@
 """Holds of several permits (Semaphore.acquire(count=n)) against a real
-service over a store that takes them (mem://; the embedded store answers
-UNIMPLEMENTED): one hold counts n permits, and a waiting call of several
+service over mem://: one hold counts n permits, and a waiting call of several
 keeps later calls out, between its calls too, until it gets in or gives up."""
 
 import threading
@@ -10,25 +9,11 @@ import uuid
 import pytest
 
 import distlock
-from conftest import TOKENS, running_service
+from conftest import TOKENS
 
 
 def key():
     return "py-weighted/" + uuid.uuid4().hex
-
-
-@pytest.fixture(scope="module")
-def weighted():
-    with running_service("--backend", "mem://") as (_, url):
-        yield url
-
-
-@pytest.fixture
-def clients(weighted):
-    cs = [distlock.Client(weighted, token=TOKENS["alpha"]) for _ in range(3)]
-    yield cs
-    for c in cs:
-        c.close()
 
 
 class Recorder:
