@@ -26,7 +26,7 @@ func Etcd(t testing.TB) *Server {
 func EtcdCluster(t testing.TB, n int) []*Server {
 	t.Helper()
 	bin := lookBinary(t, "etcd-server", "etcd")
-	dir := tempDir(t, "etcd")
+	dir := memDir(t, "etcd")
 	peers := make([]string, n)
 	initial := make([]string, n)
 	for i := range n {

@@ -71,7 +71,7 @@ func EtcdAddMember(t testing.TB, members []*Server) *Server {
 			initial = append(initial, n+"="+u)
 		}
 	}
-	s := &Server{Name: "etcd-" + name, Port: FreePort(t), Dir: tempDir(t, "etcd")}
+	s := &Server{Name: "etcd-" + name, Port: FreePort(t), Dir: memDir(t, "etcd")}
 	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
 		t.Fatalf("testserver: %v", err)
 	}

@@ -294,7 +294,26 @@ func portRange() (lo, hi int) {
 // is world-traversable so that servers running as another user can reach it.
 func tempDir(t testing.TB, prefix string) string {
 	t.Helper()
-	d, err := os.MkdirTemp("", "dl-"+prefix+"-")
+	return tempDirIn(t, "", prefix)
+}
+
+// memDir is tempDir in memory (/dev/shm), where the machine has it, for a
+// store that syncs its log to disk on every write and cannot be told not
+// to (etcd 3.4): a disk that takes seconds over a sync now and then would
+// stall the tests that long. The data still outlives a restart of the
+// server, which is all a test asks of it.
+func memDir(t testing.TB, prefix string) string {
+	t.Helper()
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		return tempDirIn(t, "/dev/shm", prefix)
+	}
+	return tempDir(t, prefix)
+}
+
+// tempDirIn is tempDir under parent ("" for the system temp dir).
+func tempDirIn(t testing.TB, parent, prefix string) string {
+	t.Helper()
+	d, err := os.MkdirTemp(parent, "dl-"+prefix+"-")
 	if err != nil {
 		t.Fatalf("testserver: %v", err)
 	}
