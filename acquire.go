@@ -81,12 +81,28 @@ func (c *Client) prepare(ctx context.Context, key string, once bool, opts []Opti
 // fresh token.
 func (c *Client) take(ctx context.Context, r *Request, req *driver.AcquireRequest,
 	held func(obsCtx context.Context, g driver.Grant, sent time.Time) (tokenID string, err error)) (driver.Grant, error) {
-	obsCtx := ctx
-	start := time.Now()
-	if c.observer != nil {
-		obsCtx = c.observer.AcquireStarted(ctx, c.event(r, observe.Event{Kind: observe.AcquireStart, Remote: r.keepToken}))
-	}
+	obsCtx, start := c.acquireStarted(ctx, r)
 	g, id, err := c.takeInTime(obsCtx, r, req, start, held)
+	if err != nil {
+		return driver.Grant{}, c.acquireEnded(obsCtx, r, start, 0, "", err)
+	}
+	return g, c.acquireEnded(obsCtx, r, start, g.Fence, id, nil)
+}
+
+// acquireStarted reports the start of r's acquisition to the observer and
+// returns the context its events are reported with, and when it started.
+func (c *Client) acquireStarted(ctx context.Context, r *Request) (context.Context, time.Time) {
+	start := time.Now()
+	if c.observer == nil {
+		return ctx, start
+	}
+	return c.observer.AcquireStarted(ctx, c.event(r, observe.Event{Kind: observe.AcquireStart, Remote: r.keepToken})), start
+}
+
+// acquireEnded reports the end of r's acquisition, begun at start: granted
+// with fence to the token of id, or refused with err. It returns err named
+// with the operation and key, as the caller gets it.
+func (c *Client) acquireEnded(obsCtx context.Context, r *Request, start time.Time, fence uint64, id string, err error) error {
 	var waited time.Duration
 	if c.observer != nil {
 		waited = time.Since(start)
@@ -98,10 +114,10 @@ func (c *Client) take(ctx context.Context, r *Request, req *driver.AcquireReques
 		}
 		err = keyErr(c.acquireOp, r.Key, err)
 		c.observe(obsCtx, r, observe.Event{Kind: kind, Wait: waited, Err: err, Remote: r.keepToken})
-		return driver.Grant{}, err
+		return err
 	}
-	c.observe(obsCtx, r, observe.Event{Kind: observe.Acquired, Fence: g.Fence, Wait: waited, TokenID: id, Remote: r.keepToken})
-	return g, nil
+	c.observe(obsCtx, r, observe.Event{Kind: observe.Acquired, Fence: fence, Wait: waited, TokenID: id, Remote: r.keepToken})
+	return nil
 }
 
 // errLateGrant refuses a grant that came back after its validity had

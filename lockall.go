@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/distlock/distlock/driver"
 )
 
 // MaxLockAllKeys is the most keys one LockAll takes.
@@ -18,6 +20,7 @@ const MaxLockAllKeys = 64
 type LockSet struct {
 	locks   []*Lock // in the order taken
 	closers []func() error
+	nested  bool // LockPath's: released leaf first, one by one
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
 	stops   []func() bool
@@ -40,8 +43,11 @@ type LockSet struct {
 // (else ErrInvalidOption), each valid (else ErrInvalidKey); nothing is
 // taken otherwise.
 //
-// The generic form costs one acquisition per key, in sequence, and one
-// more per held key it met; no backend takes a set in one round trip yet.
+// On a backend that takes a set of keys at once (driver.MultiAcquirer:
+// redislock, etcdlock, memlock) each try of the keys not yet held is one
+// request, all or none; elsewhere it is one acquisition per key, in
+// sequence. Either way a held key met costs one more acquisition, its
+// wait.
 func (c *Client) LockAll(ctx context.Context, keys []string, opts ...Option) (*LockSet, error) {
 	sorted, err := lockAllKeys(keys)
 	if err != nil {
@@ -84,13 +90,15 @@ func (c *Client) LockAll(ctx context.Context, keys []string, opts ...Option) (*L
 	for _, k := range sorted {
 		locks = append(locks, held[k])
 	}
-	return newLockSet(locks, nil), nil
+	return newLockSet(locks, false, nil), nil
 }
 
 // newLockSet returns the set of locks, lost as soon as any of them is;
-// closers run once its locks are released.
-func newLockSet(locks []*Lock, closers []func() error) *LockSet {
-	s := &LockSet{locks: locks, closers: closers}
+// closers run once its locks are released. The locks of a nested set
+// (a path) are released in the reverse of their order, one by one; the
+// others all at once.
+func newLockSet(locks []*Lock, nested bool, closers []func() error) *LockSet {
+	s := &LockSet{locks: locks, nested: nested, closers: closers}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	for _, l := range s.locks {
 		s.stops = append(s.stops, context.AfterFunc(l.Context(), func() { s.cancel(l.Err()) }))
@@ -98,11 +106,17 @@ func newLockSet(locks []*Lock, closers []func() error) *LockSet {
 	return s
 }
 
-// tryAll tries each of sorted not in held, without waiting, in order, and
-// adds what it takes to held. It returns the first key that is held
+// tryAll tries each of sorted not in held, without waiting, and adds what
+// it takes to held: in one request where the backend takes sets at once
+// (tryAtOnce), else in order, one by one. It returns the first key that is held
 // elsewhere, or whose try failed (with the error), or "" once it holds them
 // all.
 func (c *Client) tryAll(ctx context.Context, sorted []string, held map[string]*Lock, opts []Option) (string, error) {
+	if m, ok := c.backend.(driver.MultiAcquirer); ok {
+		if busy, tried, err := c.tryAtOnce(ctx, m, sorted, held, opts); tried {
+			return busy, err
+		}
+	}
 	for _, k := range sorted {
 		if held[k] != nil {
 			continue
@@ -185,9 +199,10 @@ func (s *LockSet) Err() error {
 	return nil
 }
 
-// Release releases every lock of the set, in the reverse of the order they
-// were taken, and returns their errors joined. Releasing twice returns an error matching
-// ErrNotHeld.
+// Release releases every lock of the set and returns their errors joined:
+// a LockAll set's all at once, a path's one by one from its leaf (so that
+// no lock of a node is held without the locks of the nodes above it).
+// Releasing twice returns an error matching ErrNotHeld.
 func (s *LockSet) Release(ctx context.Context) error {
 	s.mu.Lock()
 	again := s.released
@@ -199,9 +214,17 @@ func (s *LockSet) Release(ctx context.Context) error {
 	for _, stop := range s.stops {
 		stop()
 	}
-	var errs []error
-	for _, l := range slices.Backward(s.locks) {
-		errs = append(errs, l.Release(ctx))
+	errs := make([]error, len(s.locks))
+	if s.nested {
+		for i, l := range slices.Backward(s.locks) {
+			errs[i] = l.Release(ctx)
+		}
+	} else {
+		var wg sync.WaitGroup
+		for i, l := range s.locks {
+			wg.Go(func() { errs[i] = l.Release(ctx) })
+		}
+		wg.Wait()
 	}
 	for _, c := range s.closers {
 		errs = append(errs, c())

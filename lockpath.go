@@ -93,7 +93,7 @@ func (c *Client) lockPath(ctx context.Context, path []string, write bool, opts [
 		}
 		locks = append(locks, l)
 	}
-	return newLockSet(locks, closers), nil
+	return newLockSet(locks, true, closers), nil
 }
 
 // checkPath checks a path of LockPath.

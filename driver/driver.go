@@ -7,6 +7,7 @@
 //   - TTLRenewer: a renewal that says how long the store kept the hold;
 //   - Waiter: waiting for a key in the store's own queue;
 //   - Handoff: passing a held key straight to a waiting token;
+//   - MultiAcquirer: several keys in one request, all or none;
 //   - Notifier: a notice when a key is released, for the client's wait loop;
 //   - Lister and PageLister: the held locks under a prefix, all or a page;
 //   - PrefixWatcher: the keys under a prefix that changed, as the store

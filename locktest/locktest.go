@@ -92,6 +92,7 @@ func RunTopology(t *testing.T, h Harness) {
 
 // topology names the subtests RunTopology runs.
 var topology = map[string]bool{
+	"AcquireAll":              true,
 	"MutualExclusion":         true,
 	"ReleasesWhileOthersWait": true,
 	"FenceIncreases":          true,
@@ -136,6 +137,7 @@ func cases(h Harness) []subtest {
 		{"OneTokenOnTwoKeys", s.oneTokenOnTwoKeys},
 		{"ForcedOneOfTwoKeys", s.forcedOneOfTwoKeys},
 		{"LockAll", s.lockAll},
+		{"AcquireAll", s.acquireAll},
 		{"Handoff", s.handoff},
 		{"LeaseExpires", s.leaseExpires},
 		{"WatchdogKeepsLock", s.watchdogKeepsLock},

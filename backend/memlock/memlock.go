@@ -118,12 +118,50 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	now := time.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if e := b.live(req.Key, now); e != nil {
-		if e.token == req.Token { // a retried request that already won: renewed from now
-			e.expires = now.Add(req.TTL)
-			return e.grant(), nil
-		}
+	if !b.freeLocked(req, now) {
 		return driver.Grant{}, driver.ErrNotAcquired
+	}
+	return b.takeLocked(req, now), nil
+}
+
+// AcquireAll takes every key of reqs, or none if another token holds one.
+func (b *Backend) AcquireAll(ctx context.Context, reqs []driver.AcquireRequest) ([]driver.Grant, error) {
+	if err := driver.ValidateAcquireAll(reqs); err != nil {
+		return nil, err
+	}
+	if err := b.check(ctx); err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, req := range reqs {
+		if !b.freeLocked(req, now) {
+			return nil, &driver.HeldError{Key: req.Key}
+		}
+	}
+	grants := make([]driver.Grant, len(reqs))
+	for i, req := range reqs {
+		grants[i] = b.takeLocked(req, now)
+	}
+	return grants, nil
+}
+
+// AcquiresTogether reports true: every key lives in the one map.
+func (b *Backend) AcquiresTogether([]string) bool { return true }
+
+// freeLocked reports whether req may take its key: nobody holds it, or
+// req's token does.
+func (b *store) freeLocked(req driver.AcquireRequest, now time.Time) bool {
+	e := b.live(req.Key, now)
+	return e == nil || e.token == req.Token
+}
+
+// takeLocked grants req's key, which freeLocked allowed.
+func (b *store) takeLocked(req driver.AcquireRequest, now time.Time) driver.Grant {
+	if e := b.live(req.Key, now); e != nil { // a retried request that already won: renewed from now
+		e.expires = now.Add(req.TTL)
+		return e.grant()
 	}
 	b.fence++
 	e := newEntry(req, b.fence, now)
@@ -131,7 +169,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if len(b.locks) >= b.sweepAt {
 		b.sweepLocked(now)
 	}
-	return e.grant(), nil
+	return e.grant()
 }
 
 // sweepLocked drops expired entries so that abandoned keys do not pile up.
