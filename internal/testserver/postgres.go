@@ -42,7 +42,10 @@ func Postgres(t testing.TB) *Server {
 	s.command = func() *exec.Cmd {
 		return asUser(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(s.Port), "-k", s.Dir,
 			"-c", "listen_addresses="+Host, "-c", "fsync=off", "-c", "synchronous_commit=off",
-			"-c", "full_page_writes=off", "-c", "max_connections=200")
+			"-c", "full_page_writes=off", "-c", "max_connections=200",
+			// Shared memory segments in the data directory, removed with
+			// it: a server killed in a test leaves none in /dev/shm.
+			"-c", "dynamic_shared_memory_type=mmap")
 	}
 	s.ready = func(ctx context.Context) error {
 		_, err := run(ctx, filepath.Join(bin, "pg_isready"), "-q", "-h", Host, "-p", strconv.Itoa(s.Port), "-U", "postgres")
