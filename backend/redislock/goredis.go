@@ -198,6 +198,13 @@ func (g *goRedis) evalInt(ctx context.Context, s script, keys []string, args ...
 	return g.run(ctx, s, keys, args).Int64()
 }
 
+// sharded is true for any client but a *redis.Client (one server, or
+// Sentinel's current master).
+func (g *goRedis) sharded() bool {
+	_, one := g.c.(*redis.Client)
+	return !one
+}
+
 func (g *goRedis) evalStrings(ctx context.Context, s script, keys []string, args ...string) ([]string, error) {
 	return g.run(ctx, s, keys, args).StringSlice()
 }

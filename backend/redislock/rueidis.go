@@ -101,6 +101,8 @@ func (r *rueidisStore) evalInt(ctx context.Context, s script, keys []string, arg
 	return r.scripts[s].Exec(ctx, r.c, keys, args).AsInt64()
 }
 
+func (r *rueidisStore) sharded() bool { return r.c.Mode() == rueidis.ClientModeCluster }
+
 func (r *rueidisStore) evalStrings(ctx context.Context, s script, keys []string, args ...string) ([]string, error) {
 	return r.scripts[s].Exec(ctx, r.c, keys, args).AsStrSlice()
 }

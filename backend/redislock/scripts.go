@@ -20,6 +20,7 @@ const (
 	scriptWait
 	scriptLeave
 	scriptWatch
+	scriptAcquireAll
 	numScripts
 )
 
@@ -28,8 +29,12 @@ var (
 	counterLua string
 	//go:embed queue.lua
 	queueLua string
+	//go:embed take.lua
+	takeLua string
 	//go:embed acquire.lua
 	acquireLua string
+	//go:embed acquire_all.lua
+	acquireAllLua string
 	//go:embed renew.lua
 	renewLua string
 	//go:embed release.lua
@@ -53,7 +58,8 @@ var (
 )
 
 // scriptSources holds each script's source, indexed by script. The scripts
-// that write the fence counter take counter.lua, which says how long the
+// that take a key take take.lua; those that write the fence counter take
+// counter.lua, which says how long the
 // counter lives and how it is written; those that use the waiters' queue
 // take queue.lua, which says what the queue holds, where they say
 // --[[queue.lua]]; those that free a key take watchers.lua, to wake its
@@ -61,7 +67,7 @@ var (
 // --[[wake]], only as scriptReleaseWatched (WithWatchedReleases). Watch
 // scripts serve semaphores and read-write locks too.
 var scriptSources = [numScripts]string{
-	scriptAcquire:        counterLua + acquireLua,
+	scriptAcquire:        counterLua + takeLua + acquireLua,
 	scriptRenew:          counterLua + renewLua,
 	scriptRelease:        releaseSource(false),
 	scriptReleaseWatched: releaseSource(true),
@@ -72,6 +78,7 @@ var scriptSources = [numScripts]string{
 	scriptWait:           counterLua + withQueue(waitLua, ""),
 	scriptLeave:          counterLua + withQueue(leaveLua, ""),
 	scriptWatch:          watchLua,
+	scriptAcquireAll:     counterLua + takeLua + acquireAllLua,
 }
 
 // releaseSource is release.lua as scriptRelease, or, watched, with the

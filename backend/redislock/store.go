@@ -29,6 +29,9 @@ type store interface {
 	// serverInfo returns the reply of INFO server of every node the client
 	// reaches (every master of a Cluster).
 	serverInfo(ctx context.Context) ([]string, error)
+	// sharded reports whether keys may live on different nodes (a Cluster,
+	// a Ring), so that one script cannot name keys of different locks.
+	sharded() bool
 	// closedErr reports whether err says that the client was closed
 	// (go-redis's ErrClosed, rueidis's ErrClosing).
 	closedErr(err error) bool
