@@ -11,6 +11,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/etcdlock"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/locktest"
 )
 
@@ -177,6 +178,20 @@ func BenchmarkLossNotice(b *testing.B) {
 			defer holder.Close()
 			defer operator.Close()
 			locktest.LossNotice(b, holder, operator, 150*time.Millisecond)
+		})
+	}
+}
+
+// BenchmarkLockAll is Client.LockAll and Release of sets of 2, 4 and 8
+// keys, one caller, each set in one transaction and key by key, against
+// Lock+Release of one key (locktest.BenchLockAll).
+//
+//	go test -run '^$' -bench LockAll -count 3 ./backend/etcdlock/
+func BenchmarkLockAll(b *testing.B) {
+	for _, srv := range servers {
+		b.Run(srv.name, func(b *testing.B) {
+			eps, prefix := srv.start(b), uniquePrefix(b)
+			locktest.BenchLockAll(b, func(t testing.TB) driver.Backend { return dial(t, eps, prefix) })
 		})
 	}
 }
