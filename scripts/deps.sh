@@ -6,8 +6,9 @@
 # compiler for the chaos suite's clock faults (Debian/Ubuntu), skipping
 # what is already present;
 # then dynalite, the DynamoDB-compatible server, from npm at the version
-# package-lock.json pins, into node_modules at the repository root. Safe to
-# run again.
+# package-lock.json pins, into node_modules at the repository root; and
+# nats-server, built from the server's Go module at the version pinned
+# below, into bin/tools. Safe to run again.
 set -euo pipefail
 
 need=()
@@ -55,4 +56,14 @@ if [ -e "$root/node_modules/dynalite/cli.js" ]; then
 else
 	echo "deps: installing dynalite (npm ci)"
 	(cd "$root" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+# nats-server for backend/natslock's tests, from its Go module (Debian has
+# no package of it).
+nats_server=github.com/nats-io/nats-server/v2@v2.15.3
+if [ -x "$root/bin/tools/nats-server" ] && "$root/bin/tools/nats-server" --version | grep -q "${nats_server##*@v}"; then
+	echo "deps: nats-server present"
+else
+	echo "deps: building $nats_server into bin/tools"
+	(cd "$root" && GOBIN="$root/bin/tools" "${GO:-go}" install "$nats_server")
 fi

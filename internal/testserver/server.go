@@ -1,5 +1,6 @@
 // Package testserver starts real store servers (redis-server, PostgreSQL,
-// etcd, ZooKeeper, MariaDB, dynalite for DynamoDB) on free loopback ports
+// etcd, ZooKeeper, MariaDB, dynalite for DynamoDB, nats-server with
+// JetStream) on free loopback ports
 // for tests, waits until each is ready, and stops it when the test ends. A
 // server can be stopped, restarted, killed or paused (SIGSTOP) for fault
 // tests, and run under a FakeClock whose wall clock the test steps or
