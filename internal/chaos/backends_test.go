@@ -184,6 +184,11 @@ func scenarios() []scenario {
 		{backend: "dynamodb", fault: "pause", deploy: deployDynamo, inject: pause, fenceSafe: fence},
 		{backend: "dynamodb", fault: "pause before write", deploy: deployDynamo, failpoint: failpointWrite, fenceSafe: fence},
 		{backend: "dynamodb", fault: "blackhole", deploy: deployDynamo, inject: blackhole(lease * 5 / 2), exclusive: excl, fenceSafe: fence},
+		{backend: "nats", fault: "none", deploy: deployNATS, exclusive: excl, fenceSafe: fence},
+		{backend: "nats", fault: "pause", deploy: deployNATS, inject: pause, fenceSafe: fence},
+		{backend: "nats", fault: "pause before write", deploy: deployNATS, failpoint: failpointWrite, fenceSafe: fence},
+		{backend: "nats", fault: "blackhole", deploy: deployNATS, inject: blackhole(lease * 5 / 2), exclusive: excl, fenceSafe: fence},
+		{backend: "nats", fault: "restart", deploy: deployNATS, inject: restart, exclusive: excl, fenceSafe: fence, short: true},
 		// The store's wall clock stepped or made fast or slow (clock_test.go).
 		{backend: "redis", fault: "clock forward", deploy: clocked(redisOn), inject: clockStep(2), work: longWork, fenceSafe: fence, short: true},
 		{backend: "redis", fault: "clock back", deploy: clocked(redisOn), inject: clockStep(-2), exclusive: excl, fenceSafe: fence},

@@ -22,6 +22,7 @@ import (
 	_ "github.com/distlock/distlock/backend/dynamolock"
 	_ "github.com/distlock/distlock/backend/etcdlock"
 	_ "github.com/distlock/distlock/backend/mysqllock"
+	_ "github.com/distlock/distlock/backend/natslock"
 	_ "github.com/distlock/distlock/backend/pglock"
 	_ "github.com/distlock/distlock/backend/redislock"
 	_ "github.com/distlock/distlock/backend/redlock"

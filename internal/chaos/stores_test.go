@@ -11,9 +11,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/dynamolock"
+	"github.com/distlock/distlock/backend/natslock"
 	"github.com/distlock/distlock/backend/sqllock"
 	"github.com/distlock/distlock/internal/testserver"
 )
@@ -63,4 +66,25 @@ func dynamoOn(t *testing.T, s *testserver.Server) *deployment {
 	return single(s, func(addr string) string {
 		return "dynamodb://locks?region=us-east-1&endpoint=http://" + addr
 	})
+}
+
+// deployNATS is one nats-server with JetStream on file storage, and the
+// bucket natslock needs made once.
+func deployNATS(t *testing.T) *deployment {
+	s := testserver.NATS(t)
+	nc, err := nats.Connect(testserver.NATSURL(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := natslock.CreateBucket(ctx, js, "chaos", natslock.BucketOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return single(s, func(addr string) string { return "nats://" + addr + "?bucket=chaos" })
 }

@@ -12,6 +12,8 @@ import (
 	_ "github.com/distlock/distlock/backend/memlock/memtool"       // its floor
 	_ "github.com/distlock/distlock/backend/mysqllock"             // mysql:// (named locks)
 	_ "github.com/distlock/distlock/backend/mysqllock/mysqltool"   // its doctor checks and migration
+	_ "github.com/distlock/distlock/backend/natslock"              // nats://
+	_ "github.com/distlock/distlock/backend/natslock/natstool"     // its doctor checks, migration and floor
 	_ "github.com/distlock/distlock/backend/pglock"                // postgres://, postgresql://
 	_ "github.com/distlock/distlock/backend/pglock/pgtool"         // their doctor checks, floor and migration
 	_ "github.com/distlock/distlock/backend/redislock"             // redis://, rediss://, redis-sentinel://, redis-cluster://

@@ -16,15 +16,17 @@ import (
 func newMigrateCommand(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "migrate [URL]",
-		Short: "Create the tables a store's backend needs",
+		Short: "Create the tables (or bucket) a store's backend needs",
 		Long: `migrate creates, where they are missing, the tables (and sequences) of the
-store a URL names (the argument, else --backend or $DISTLOCK_BACKEND), and
-leaves what exists as it is: running it again changes nothing. Run it once
-at deployment, with a user that may create tables.
+store a URL names (the argument, else --backend or $DISTLOCK_BACKEND), or
+its NATS Key-Value bucket, and leaves what exists as it is: running it
+again changes nothing. Run it once at deployment, with a user that may
+create them.
 
-The lease table (mysql+table://) and DynamoDB's table (dynamodb://) must be
-made this way (or with the backend's Migrate, dynamolock.CreateTable):
-until then every command on the store exits 78 and says so. PostgreSQL
+The lease table (mysql+table://), DynamoDB's table (dynamodb://) and the
+NATS bucket (nats://) must be made this way (or with the backend's
+Migrate, dynamolock.CreateTable, natslock.CreateBucket): until then every
+command on the store exits 78 and says so. PostgreSQL
 (postgres://) and MySQL named locks (mysql://) create theirs on first use,
 if the locking user may; migrate makes them ahead of it.
 

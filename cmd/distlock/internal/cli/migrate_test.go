@@ -133,7 +133,7 @@ func TestMigrateHelp(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	for _, w := range []string{"Exit codes", "exits 78", "Examples:", "distlock migrate 'mysql+table://",
-		"Has a schema: dynamodb:// mysql:// mysql+table:// postgres://", "Keeps none (migrate says so and exits 0): distlock://"} {
+		"Has a schema: dynamodb:// mysql:// mysql+table:// nats:// postgres://", "Keeps none (migrate says so and exits 0): distlock://"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("help lacks %q:\n%s", w, out)
 		}
