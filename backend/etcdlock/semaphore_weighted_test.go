@@ -120,3 +120,49 @@ func TestPermitIntentLease(t *testing.T) {
 		t.Errorf("keys once the hold of 2 was released: %q, want the limit alone", got)
 	}
 }
+
+// TestPermitRetryAfterLostReply: an attempt for permits whose reply was
+// lost (a lock service's call cut by the end of its wait) is sent again
+// by the same token, here through another backend, which did not see the
+// grant: it is granted again with the grant's fence, and no second entry
+// of the token stays to count against it. Before, the retry put a second
+// entry behind the first, counted the first as another's 3 permits of 3,
+// and was refused until the first entry's lease ran out: a waiting
+// client stood still for its whole lease though it held the permits.
+func TestPermitRetryAfterLostReply(t *testing.T) {
+	eps := []string{testserver.EtcdEndpoint(testserver.Etcd(t))}
+	cli, prefix := admin(t, eps), uniquePrefix(t)
+	first, again := dial(t, eps, prefix), dial(t, eps, prefix)
+	defer first.Close()
+	defer again.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req := driver.AcquireRequest{Key: "s", Token: fmt.Sprintf("%032x", 7), TTL: 10 * time.Second, Intent: "big", Permits: 3}
+	g, err := first.AcquirePermits(ctx, req, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2, err := again.AcquirePermits(ctx, req, 3)
+	if err != nil {
+		t.Fatalf("the same token again, on another backend: %v, want its grant again", err)
+	}
+	if g2.Fence != g.Fence {
+		t.Errorf("granted again with fence %d, want the grant's %d", g2.Fence, g.Fence)
+	}
+	var entries []string
+	for _, k := range semKeys(t, cli, prefix, "s") {
+		if !strings.Contains(k, "%00i") && !strings.HasSuffix(k, "limit") {
+			entries = append(entries, k)
+		}
+	}
+	if len(entries) != 1 {
+		t.Fatalf("entries after the retry: %q, want the grant's alone", entries)
+	}
+	if err := again.ReleasePermit(ctx, "s", req.Token); err != nil {
+		t.Fatalf("release through the backend that granted it again: %v", err)
+	}
+	other := driver.AcquireRequest{Key: "s", Token: fmt.Sprintf("%032x", 8), TTL: 10 * time.Second, Permits: 3}
+	if _, err := first.AcquirePermits(ctx, other, 3); err != nil {
+		t.Fatalf("all 3 permits once released: %v", err)
+	}
+}
