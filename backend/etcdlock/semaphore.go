@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/distlock/distlock/driver"
@@ -174,15 +175,28 @@ func (b *Backend) AcquirePermits(ctx context.Context, req driver.AcquireRequest,
 			fmt.Errorf("%w: %d requests wait", driver.ErrNotAcquired, at.Responses[0].GetResponseRange().Count))
 	}
 	held := 0
+	dropped := []string{entry} // deleted if the attempt is refused
 	for _, kv := range at.Responses[1].GetResponseRange().Kvs {
-		if string(kv.Key) != entry {
+		k := string(kv.Key)
+		if k != entry && !ofToken(kv.Value, req.Token) {
 			held += permitsOf(kv.Value)
 			continue
 		}
+		// The token's first entry: this attempt's, or an earlier one's
+		// whose reply was lost (a lock service's call cut short), which
+		// is the hold if it fits.
 		if held+n > limit {
+			if k != entry {
+				dropped = append(dropped, k)
+			}
 			break
 		}
-		g := b.granted(req.Token, entry, t, resp.Header.Revision, req.TTL)
+		var g driver.Grant
+		if k == entry {
+			g = b.granted(req.Token, entry, t, resp.Header.Revision, req.TTL)
+		} else if g, err = b.permitAgainAt(ctx, req, kv, entry, t); err != nil {
+			return driver.Grant{}, err
+		}
 		if intent != nil {
 			_, _ = b.cli.Delete(ctx, ik) // failing, the intent keeps later requests out until its lease ends
 		}
@@ -190,13 +204,56 @@ func (b *Backend) AcquirePermits(ctx context.Context, req driver.AcquireRequest,
 	}
 	rctx, rcancel := b.request(context.WithoutCancel(ctx))
 	defer rcancel()
-	if _, err := b.cli.Delete(rctx, entry); err != nil {
-		// The entry stays until its lease expires, taking a place meanwhile.
+	if err := b.deleteEntries(rctx, dropped); err != nil {
+		// The entries stay until their leases expire, taking a place meanwhile.
 		return driver.Grant{}, b.fail(fmt.Errorf("delete refused entry: %w", err))
 	}
 	b.leases.put(t.id, t.ttl, t.confirmed)
 	return driver.Grant{}, b.permitRefused(rctx, ik, intent,
 		fmt.Errorf("%w: %d of %d permits held or asked for first, %d wanted", driver.ErrNotAcquired, held, limit, n))
+}
+
+// ofToken reports whether the entry value raw carries token.
+func ofToken(raw []byte, token string) bool {
+	v, err := decodeValue(raw)
+	return err == nil && v.Token == token
+}
+
+// deleteEntries deletes entries in one transaction.
+func (b *Backend) deleteEntries(ctx context.Context, entries []string) error {
+	ops := make([]clientv3.Op, len(entries))
+	for i, e := range entries {
+		ops[i] = clientv3.OpDelete(e)
+	}
+	_, err := b.cli.Txn(ctx).Then(ops...).Commit()
+	return err
+}
+
+// permitAgainAt grants req again on kv, the entry of an earlier attempt
+// of req.Token that holds permits: its reply was lost, so nothing here
+// knew of the hold. It deletes the entry this attempt put (on ticket t),
+// renews kv's lease and records the hold, with kv's fence; a lease of
+// another time to live than req.TTL's is then moved, as Renew moves it.
+func (b *Backend) permitAgainAt(ctx context.Context, req driver.AcquireRequest, kv *mvccpb.KeyValue, entry string, t *ticket) (driver.Grant, error) {
+	if err := b.deleteEntries(ctx, []string{entry}); err != nil {
+		return driver.Grant{}, b.fail(fmt.Errorf("delete the repeat's entry: %w", err))
+	}
+	b.leases.put(t.id, t.ttl, t.confirmed)
+	id, sent := clientv3.LeaseID(kv.Lease), time.Now()
+	sec, err := b.leases.renew.keepAlive(ctx, id)
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return driver.Grant{}, fmt.Errorf("%w: the earlier attempt's hold ran out", driver.ErrNotAcquired)
+	case err != nil:
+		return driver.Grant{}, b.fail(fmt.Errorf("renew the earlier attempt's lease: %w", err))
+	}
+	g := b.granted(req.Token, string(kv.Key), &ticket{id: id, ttl: sec, confirmed: sent}, kv.CreateRevision, req.TTL)
+	if sec != ttlSeconds(req.TTL) {
+		if err := b.Renew(ctx, permitKey(req.Key), req.Token, req.TTL); err != nil {
+			return driver.Grant{}, err
+		}
+	}
+	return g, nil
 }
 
 // fairness returns the compares under which an attempt with intent (or
