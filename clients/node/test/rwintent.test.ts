@@ -1,6 +1,6 @@
 // A read-write lock's writer that waits by several calls keeps new readers
 // out between its calls too (AcquireRWRequest.intent), until it gets in or
-// gives up, against a real service of their own over mem://.
+// gives up, against a real service of their own over its embedded store.
 
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
@@ -13,7 +13,7 @@ import { startService, TOKENS, type Service } from "./service.js";
 let svc: Service;
 
 before(async () => {
-  svc = await startService("--backend", "mem://");
+  svc = await startService();
 });
 
 after(async () => {

@@ -2,7 +2,7 @@
 // loopback port over its embedded store, with a token file of two tenants.
 
 import { spawn, type ChildProcess } from "node:child_process";
-import { accessSync, constants, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { accessSync, constants, existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -43,7 +43,10 @@ function binary(): string {
  */
 export async function startService(...flags: string[]): Promise<Service> {
   const bin = binary();
-  const dir = mkdtempSync(join(tmpdir(), "distlock-node-"));
+  // The embedded store syncs its log to disk on every write; a disk that
+  // takes seconds over a sync now and then would stall the tests that long.
+  // In memory (/dev/shm, where the machine has it) it does not.
+  const dir = mkdtempSync(join(existsSync("/dev/shm") ? "/dev/shm" : tmpdir(), "distlock-node-"));
   const tokens = join(dir, "tokens");
   writeFileSync(
     tokens,

@@ -1,5 +1,5 @@
 // Holds of several permits (semaphore.acquire({ count })) against a real
-// service of their own, over mem://: one hold counts n permits, and a waiting call of several
+// service of their own, over its embedded store: one hold counts n permits, and a waiting call of several
 // keeps later calls out, between its calls too, until it gets in or gives up.
 
 import assert from "node:assert/strict";
@@ -13,7 +13,7 @@ import { startService, TOKENS, type Service } from "./service.js";
 let svc: Service;
 
 before(async () => {
-  svc = await startService("--backend", "mem://");
+  svc = await startService();
 });
 
 after(async () => {

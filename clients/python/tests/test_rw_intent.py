@@ -1,6 +1,6 @@
 """A read-write lock's writer that waits by several calls keeps new readers
 out between its calls too (AcquireRWRequest.intent), until it gets in or
-gives up, against a real service over mem://."""
+gives up, against a real service over its embedded store."""
 
 import threading
 import time

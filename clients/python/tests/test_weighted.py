@@ -1,5 +1,5 @@
 """Holds of several permits (Semaphore.acquire(count=n)) against a real
-service over mem://: one hold counts n permits, and a waiting call of several
+service over its embedded store: one hold counts n permits, and a waiting call of several
 keeps later calls out, between its calls too, until it gets in or gives up."""
 
 import threading
