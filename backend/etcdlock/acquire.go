@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -20,7 +21,11 @@ import (
 // exists; a queue whose tail key exists is refused on one key of its
 // directory instead. A tail key left over an empty directory (its entry
 // was deleted by hand while its lease lives) is deleted by a second
-// transaction, which takes the key.
+// transaction, which takes the key. Refused on a queue without waiters, the
+// transaction reads the holder's entry: if req.Token holds it (an attempt
+// whose reply was lost), the hold is granted again (grantedAgain). With
+// waiters queued the holder is not read (finding it would read the whole
+// queue): the attempt is refused, as the driver allows.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := b.ready(ctx); err != nil {
 		return driver.Grant{}, err
@@ -28,19 +33,28 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	ctx, cancel := b.request(ctx)
 	defer cancel()
 	dir, tail, val := b.dir(req.Key), b.tailKey(req.Key), encodeValue(req.Token, req.Meta)
-	var entry string
+	var (
+		entry  string
+		holder []*mvccpb.KeyValue // the holder's entry, read by an attempt refused on a queue without waiters
+	)
 	t, resp, err := b.leased(ctx, req.TTL, func(id clientv3.LeaseID) (*clientv3.TxnResponse, error) {
 		entry = b.entryKey(req.Key, id)
 		take := clientv3.OpPut(entry, val, clientv3.WithLease(id))
 		resp, err := b.batch.txn(ctx, dir, len(entry)+len(val),
 			[]clientv3.Cmp{noTail(tail)},
-			[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{emptyDir(dir)}, []clientv3.Op{take}, nil)},
+			// Without a tail key the directory holds the holder's entry
+			// alone: a read of one key finds it.
+			[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{emptyDir(dir)}, []clientv3.Op{take},
+				[]clientv3.Op{clientv3.OpGet(dir, clientv3.WithPrefix(), clientv3.WithLimit(1))})},
 			[]clientv3.Op{clientv3.OpGet(dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))})
 		switch {
 		case err != nil:
 			return nil, err
 		case resp.Succeeded:
-			resp.Succeeded = resp.Responses[0].GetResponseTxn().Succeeded
+			inner := resp.Responses[0].GetResponseTxn()
+			if resp.Succeeded = inner.Succeeded; !inner.Succeeded {
+				holder = inner.Responses[0].GetResponseRange().Kvs
+			}
 			return resp, nil
 		case len(resp.Responses[0].GetResponseRange().Kvs) > 0:
 			return resp, nil
@@ -54,7 +68,33 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		return b.granted(req.Token, entry, t, resp.Header.Revision, req.TTL), nil
 	}
 	b.leases.put(t.id, t.ttl, t.confirmed)
+	if len(holder) > 0 && ofToken(holder[0].Value, req.Token) {
+		return b.grantedAgain(ctx, req.Key, req, holder[0])
+	}
 	return driver.Grant{}, driver.ErrNotAcquired
+}
+
+// grantedAgain grants req again on kv, the entry under key of an earlier
+// attempt of req.Token that holds: its reply was lost (a lock service's
+// call cut short), so nothing here knew of the hold. It renews kv's lease
+// and records the hold, with kv's fence; a lease of another time to live
+// than req.TTL's is then moved, as Renew moves it.
+func (b *Backend) grantedAgain(ctx context.Context, key string, req driver.AcquireRequest, kv *mvccpb.KeyValue) (driver.Grant, error) {
+	id, sent := clientv3.LeaseID(kv.Lease), time.Now()
+	sec, err := b.leases.renew.keepAlive(ctx, id)
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return driver.Grant{}, fmt.Errorf("%w: the earlier attempt's hold ran out", driver.ErrNotAcquired)
+	case err != nil:
+		return driver.Grant{}, b.fail(fmt.Errorf("renew the earlier attempt's lease: %w", err))
+	}
+	g := b.granted(req.Token, string(kv.Key), &ticket{id: id, ttl: sec, confirmed: sent}, kv.CreateRevision, req.TTL)
+	if sec != ttlSeconds(req.TTL) {
+		if err := b.Renew(ctx, key, req.Token, req.TTL); err != nil {
+			return driver.Grant{}, err
+		}
+	}
+	return g, nil
 }
 
 // noTail is true while no waiter has queued for the key whose tail key is

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/distlock/distlock/driver"
@@ -230,30 +229,14 @@ func (b *Backend) deleteEntries(ctx context.Context, entries []string) error {
 }
 
 // permitAgainAt grants req again on kv, the entry of an earlier attempt
-// of req.Token that holds permits: its reply was lost, so nothing here
-// knew of the hold. It deletes the entry this attempt put (on ticket t),
-// renews kv's lease and records the hold, with kv's fence; a lease of
-// another time to live than req.TTL's is then moved, as Renew moves it.
+// of req.Token that holds permits (see grantedAgain), once the entry this
+// attempt put (on ticket t) is deleted.
 func (b *Backend) permitAgainAt(ctx context.Context, req driver.AcquireRequest, kv *mvccpb.KeyValue, entry string, t *ticket) (driver.Grant, error) {
 	if err := b.deleteEntries(ctx, []string{entry}); err != nil {
 		return driver.Grant{}, b.fail(fmt.Errorf("delete the repeat's entry: %w", err))
 	}
 	b.leases.put(t.id, t.ttl, t.confirmed)
-	id, sent := clientv3.LeaseID(kv.Lease), time.Now()
-	sec, err := b.leases.renew.keepAlive(ctx, id)
-	switch {
-	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		return driver.Grant{}, fmt.Errorf("%w: the earlier attempt's hold ran out", driver.ErrNotAcquired)
-	case err != nil:
-		return driver.Grant{}, b.fail(fmt.Errorf("renew the earlier attempt's lease: %w", err))
-	}
-	g := b.granted(req.Token, string(kv.Key), &ticket{id: id, ttl: sec, confirmed: sent}, kv.CreateRevision, req.TTL)
-	if sec != ttlSeconds(req.TTL) {
-		if err := b.Renew(ctx, permitKey(req.Key), req.Token, req.TTL); err != nil {
-			return driver.Grant{}, err
-		}
-	}
-	return g, nil
+	return b.grantedAgain(ctx, permitKey(req.Key), req, kv)
 }
 
 // fairness returns the compares under which an attempt with intent (or
