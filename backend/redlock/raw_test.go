@@ -23,11 +23,11 @@ type rawRedlock struct {
 }
 
 // newRawRedlock reads the scripts from redislock's sources: the acquire
-// script after counter.lua; the release script after watchers.lua, waking
-// the watchers on its fast path (WithWatchedReleases, as Redlock's nodes
-// are built), which ends before its queue library.
+// script after counter.lua and take.lua; the release script after
+// watchers.lua, waking the watchers on its fast path (WithWatchedReleases,
+// as Redlock's nodes are built), which ends before its queue library.
 func newRawRedlock(clients []rueidis.Client) (*rawRedlock, error) {
-	acquire, err := redislockSource("counter.lua", "acquire.lua")
+	acquire, err := redislockSource("counter.lua", "take.lua", "acquire.lua")
 	if err != nil {
 		return nil, err
 	}
