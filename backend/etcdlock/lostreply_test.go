@@ -47,3 +47,40 @@ func TestRetryAfterLostReply(t *testing.T) {
 		t.Fatalf("another token once released: %v", err)
 	}
 }
+
+// TestRWRetryAfterLostReply: a writer's attempt sent again by its token
+// after a lost reply, through a backend that did not see the grant, is
+// granted again with the grant's fence, and takes its intent away. Before,
+// it was refused by its own hold, and recorded an intent that kept
+// readers out, for the hold's whole lease.
+func TestRWRetryAfterLostReply(t *testing.T) {
+	eps := []string{testserver.EtcdEndpoint(testserver.Etcd(t))}
+	cli, prefix := admin(t, eps), uniquePrefix(t)
+	first, again := dial(t, eps, prefix), dial(t, eps, prefix)
+	defer first.Close()
+	defer again.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req := driver.AcquireRequest{Key: "rw", Token: fmt.Sprintf("%032x", 10), TTL: 10 * time.Second, Intent: "w"}
+	g, err := first.AcquireRW(ctx, req, driver.Exclusive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2, err := again.AcquireRW(ctx, req, driver.Exclusive)
+	if err != nil {
+		t.Fatalf("the same token again, on another backend: %v, want its grant again", err)
+	}
+	if g2.Fence != g.Fence {
+		t.Errorf("granted again with fence %d, want the grant's %d", g2.Fence, g.Fence)
+	}
+	if keys := storeKeys(t, cli, prefix, "\x00rw\x00rw\x00"); len(keys) != 1 {
+		t.Fatalf("keys after the retry: %q, want the hold's entry alone (no intent)", keys)
+	}
+	if err := again.ReleaseRW(ctx, "rw", req.Token); err != nil {
+		t.Fatalf("release through the backend that granted it again: %v", err)
+	}
+	reader := driver.AcquireRequest{Key: "rw", Token: fmt.Sprintf("%032x", 11), TTL: 10 * time.Second}
+	if _, err := first.AcquireRW(ctx, reader, driver.Shared); err != nil {
+		t.Fatalf("a reader once released: %v", err)
+	}
+}
