@@ -73,7 +73,8 @@ func empty(dir string) clientv3.Cmp {
 // transaction deletes its intent. A reader refused by a downgraded writer's
 // entry alone tries a second transaction that allows that entry (see
 // above). A writer refused with req.Intent records it, or renews the lease
-// of the one it recorded before.
+// of the one it recorded before; refused by its own token's hold (an
+// attempt whose reply was lost), it is granted that hold again.
 func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode driver.Mode) (driver.Grant, error) {
 	if err := b.ready(ctx); err != nil {
 		return driver.Grant{}, err
@@ -89,9 +90,14 @@ func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode
 	recording := mode == driver.Exclusive && req.Intent != ""
 	var then, els []clientv3.Op
 	switch {
-	case recording:
-		ik := b.intentKey(req.Key, req.Intent)
-		then, els = append(then, clientv3.OpDelete(ik)), append(els, clientv3.OpGet(ik))
+	case mode == driver.Exclusive:
+		// A refused writer reads the writers' directory: its token's own
+		// hold there is an attempt whose reply was lost.
+		els = append(els, clientv3.OpGet(xdir, clientv3.WithPrefix(), clientv3.WithLimit(2)))
+		if recording {
+			ik := b.intentKey(req.Key, req.Intent)
+			then, els = append(then, clientv3.OpDelete(ik)), append(els, clientv3.OpGet(ik))
+		}
 	case mode == driver.Shared:
 		els = append(els, clientv3.OpGet(xdir, clientv3.WithPrefix(), clientv3.WithLimit(2)),
 			clientv3.OpGet(b.intentDir(req.Key), clientv3.WithPrefix(), clientv3.WithCountOnly()))
@@ -122,12 +128,27 @@ func (b *Backend) AcquireRW(ctx context.Context, req driver.AcquireRequest, mode
 		return b.granted(req.Token, entry, t, resp.Header.Revision, req.TTL), nil
 	}
 	b.leases.put(t.id, t.ttl, t.confirmed) // nothing was put on it
+	if mode == driver.Exclusive {
+		if x := resp.Responses[0].GetResponseRange().Kvs; len(x) == 1 && ofToken(x[0].Value, req.Token) {
+			return b.writerAgain(ctx, req, x[0])
+		}
+	}
 	if recording {
-		if err := b.recordIntent(ctx, b.intentKey(req.Key, req.Intent), resp.Responses[0].GetResponseRange().Kvs); err != nil {
+		if err := b.recordIntent(ctx, b.intentKey(req.Key, req.Intent), resp.Responses[1].GetResponseRange().Kvs); err != nil {
 			return driver.Grant{}, b.fail(fmt.Errorf("record write intent: %w", err))
 		}
 	}
 	return driver.Grant{}, fmt.Errorf("%w: %s refused", driver.ErrNotAcquired, mode)
+}
+
+// writerAgain grants req again on kv, the writers' only entry, which
+// req.Token holds (see grantedAgain), and takes its intent away.
+func (b *Backend) writerAgain(ctx context.Context, req driver.AcquireRequest, kv *mvccpb.KeyValue) (driver.Grant, error) {
+	g, err := b.grantedAgain(ctx, rwHoldKey(req.Key, driver.Exclusive), req, kv)
+	if err == nil && req.Intent != "" {
+		_, _ = b.cli.Delete(ctx, b.intentKey(req.Key, req.Intent)) // failing, the intent keeps readers out until its lease ends
+	}
+	return g, err
 }
 
 // recordIntent renews the lease of the intent key ik if kvs holds it, and
