@@ -21,18 +21,19 @@ func (c *Client) tryAtOnce(ctx context.Context, m driver.MultiAcquirer, sorted [
 			keys = append(keys, k)
 		}
 	}
-	if len(keys) < 2 || !m.AcquiresTogether(keys) {
+	var asked Request
+	for _, o := range opts {
+		o(&asked)
+	}
+	if len(keys) < 2 || asked.Reentrant || !m.AcquiresTogether(keys) {
 		return "", false, nil
 	}
 	rs := make([]Request, len(keys))
 	reqs := make([]driver.AcquireRequest, len(keys))
 	for i, k := range keys {
 		r, err := c.prepare(ctx, k, true, opts)
-		switch {
-		case err != nil:
+		if err != nil {
 			return k, true, err
-		case r.Reentrant:
-			return "", false, nil
 		}
 		rs[i] = r
 		reqs[i] = driver.AcquireRequest{Key: k, Token: newToken(), TTL: r.Lease + r.LockDelay, Meta: r.Meta}
