@@ -58,19 +58,7 @@ func EtcdCluster(t testing.TB, n int) []*Server {
 		members[i] = newServer(t, s)
 	}
 	starting = false
-	deadline := time.Now().Add(60 * time.Second)
-	for _, s := range members {
-		for {
-			err := etcdHealthy(context.Background(), EtcdEndpoint(s))
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("testserver: %s not healthy: %v; log:\n%s", s.Name, err, s.logTail())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	awaitHealthy(t, members, func(s *Server) error { return etcdHealthy(context.Background(), EtcdEndpoint(s)) })
 	return members
 }
 

@@ -62,19 +62,7 @@ func NATSCluster(t testing.TB, n int) []*Server {
 		members[i] = newServer(t, s)
 	}
 	starting = false
-	deadline := time.Now().Add(60 * time.Second)
-	for _, s := range members {
-		for {
-			err := s.ready(context.Background())
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("testserver: %s not healthy: %v; log:\n%s", s.Name, err, s.logTail())
-			}
-			time.Sleep(25 * time.Millisecond)
-		}
-	}
+	awaitHealthy(t, members, func(s *Server) error { return s.ready(context.Background()) })
 	return members
 }
 

@@ -290,6 +290,26 @@ func portRange() (lo, hi int) {
 	return ephemeralLow - 12000, ephemeralLow
 }
 
+// awaitHealthy waits until healthy reports each member of a cluster
+// healthy, 60 s for them all, and fails t with the log of the first that
+// is not.
+func awaitHealthy(t testing.TB, members []*Server, healthy func(*Server) error) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for _, s := range members {
+		for {
+			err := healthy(s)
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("testserver: %s not healthy: %v; log:\n%s", s.Name, err, s.logTail())
+			}
+			time.Sleep(25 * time.Millisecond)
+		}
+	}
+}
+
 // tempDir returns a fresh directory that is removed when the test ends. It
 // lives directly under the system temp dir (short paths for unix sockets) and
 // is world-traversable so that servers running as another user can reach it.
