@@ -84,3 +84,36 @@ func TestRWRetryAfterLostReply(t *testing.T) {
 		t.Fatalf("a reader once released: %v", err)
 	}
 }
+
+// TestRetryOnTheSameBackendClosesPromptly: an acquisition sent again by its
+// token through the backend that granted it renews the hold it knows,
+// rather than recording a second one: Close then ends the hold's watch
+// at once. With a second record the first one's watch ran until the
+// hold's lease ended, and Close waited for it.
+func TestRetryOnTheSameBackendClosesPromptly(t *testing.T) {
+	eps := []string{testserver.EtcdEndpoint(testserver.Etcd(t))}
+	b := dial(t, eps, uniquePrefix(t))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req := driver.AcquireRequest{Key: "k", Token: fmt.Sprintf("%032x", 3), TTL: time.Minute}
+	g, err := b.Acquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the hold's watch starts
+	g2, err := b.Acquire(ctx, req)
+	if err != nil || g2.Fence != g.Fence {
+		t.Fatalf("the same token again: %+v, %v; want fence %d again", g2, err, g.Fence)
+	}
+	time.Sleep(200 * time.Millisecond)
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close still waiting after 10 s: a hold's watch outlived its record (the hold's lease is a minute)")
+	}
+}
