@@ -80,6 +80,15 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 // and records the hold, with kv's fence; a lease of another time to live
 // than req.TTL's is then moved, as Renew moves it.
 func (b *Backend) grantedAgain(ctx context.Context, key string, req driver.AcquireRequest, kv *mvccpb.KeyValue) (driver.Grant, error) {
+	b.mu.Lock()
+	h := b.holdingOf(key, req.Token)
+	b.mu.Unlock()
+	if h != nil && h.entry == string(kv.Key) { // this backend granted it: renew its record
+		if err := b.Renew(ctx, key, req.Token, req.TTL); err != nil {
+			return driver.Grant{}, err
+		}
+		return driver.Grant{Fence: uint64(h.rev), Lost: h.lost, Requested: h.requested}, nil
+	}
 	id, sent := clientv3.LeaseID(kv.Lease), time.Now()
 	sec, err := b.leases.renew.keepAlive(ctx, id)
 	switch {
@@ -265,6 +274,9 @@ func (b *Backend) granted(token, entry string, t *ticket, rev int64, ttl time.Du
 		return g
 	}
 	id := holdID{dir: entryDir(entry), token: token}
+	if old := b.held[id]; old != nil {
+		old.stop(b) // a record this grant replaces: its watch must not outlive it
+	}
 	b.held[id] = h
 	b.followRequestsLocked()
 	b.claimRequestLocked(h, token)
