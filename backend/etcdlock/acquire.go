@@ -84,7 +84,7 @@ func (b *Backend) grantedAgain(ctx context.Context, key string, req driver.Acqui
 	h := b.holdingOf(key, req.Token)
 	b.mu.Unlock()
 	if h != nil && h.entry == string(kv.Key) { // this backend granted it: renew its record
-		if err := b.Renew(ctx, key, req.Token, req.TTL); err != nil {
+		if err := b.renewAgain(ctx, key, req); err != nil {
 			return driver.Grant{}, err
 		}
 		return driver.Grant{Fence: uint64(h.rev), Lost: h.lost, Requested: h.requested}, nil
@@ -99,11 +99,21 @@ func (b *Backend) grantedAgain(ctx context.Context, key string, req driver.Acqui
 	}
 	g := b.granted(req.Token, string(kv.Key), &ticket{id: id, ttl: sec, confirmed: sent}, kv.CreateRevision, req.TTL)
 	if sec != ttlSeconds(req.TTL) {
-		if err := b.Renew(ctx, key, req.Token, req.TTL); err != nil {
+		if err := b.renewAgain(ctx, key, req); err != nil {
 			return driver.Grant{}, err
 		}
 	}
 	return g, nil
+}
+
+// renewAgain renews a hold granted again for req.TTL; a hold that ended
+// meanwhile refuses the attempt, as an acquisition says it.
+func (b *Backend) renewAgain(ctx context.Context, key string, req driver.AcquireRequest) error {
+	err := b.Renew(ctx, key, req.Token, req.TTL)
+	if errors.Is(err, driver.ErrNotHeld) {
+		return fmt.Errorf("%w: the earlier attempt's hold ended (%v)", driver.ErrNotAcquired, err)
+	}
+	return err
 }
 
 // noTail is true while no waiter has queued for the key whose tail key is
