@@ -215,7 +215,7 @@ func TestRemoteBatchedHoldsPassAttempts(t *testing.T) {
 				_, _ = b.Acquire(attempts, driver.AcquireRequest{Key: keyFor(t, fmt.Sprint(i)), Token: fmt.Sprintf("token-of-attempt-%04d", i), TTL: time.Minute})
 			})
 		}
-		eventually(t, 5*time.Second, "four attempts held up", func() bool { return acquires.Load() == 5 })
+		eventually(t, 20*time.Second, "four attempts held up", func() bool { return acquires.Load() == 5 })
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		if err := b.Renew(ctx, key, token, time.Minute); err != nil {
