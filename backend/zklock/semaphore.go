@@ -153,12 +153,7 @@ func (b *Backend) tryPermits(ctx context.Context, st *syncState, sp string, lim 
 	if !f.ok {
 		if err = b.list(ctx, &pos); err == nil {
 			st.keep(sp, pos.queue)
-			if slices.ContainsFunc(pos.queue[pos.idx+1:], func(c string) bool { return parseSemNode(c).weighted }) {
-				f.later = true // a waiting request's hold, maybe, which did not count this node
-			} else {
-				intents, holds := splitQueue(pos.queue[:pos.idx])
-				f, err = b.fits(ctx, st, sp, intents, holds, lim.n, n)
-			}
+			f, err = b.fitListed(ctx, st, &pos, lim.n, n)
 		}
 	}
 	if err == nil && f.ok {
@@ -169,6 +164,17 @@ func (b *Backend) tryPermits(ctx context.Context, st *syncState, sp string, lim 
 		return driver.Grant{}, err
 	}
 	return driver.Grant{}, f.refused(lim.n, n)
+}
+
+// fitListed decides the attempt at n permits whose node is pos, on pos's
+// listing: it is refused if a node named with its count is behind it, and
+// else holds if it fits behind the nodes ahead of it (see fits).
+func (b *Backend) fitListed(ctx context.Context, st *syncState, pos *position, limit, n int) (fit, error) {
+	if slices.ContainsFunc(pos.queue[pos.idx+1:], func(c string) bool { return parseSemNode(c).weighted }) {
+		return fit{later: true}, nil // a waiting request's hold, maybe, which did not count this node
+	}
+	intents, holds := splitQueue(pos.queue[:pos.idx])
+	return b.fits(ctx, st, pos.parent, intents, holds, limit, n)
 }
 
 // createPermit creates the permit node name (before its sequence) under sp
