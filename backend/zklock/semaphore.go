@@ -168,13 +168,33 @@ func (b *Backend) tryPermits(ctx context.Context, st *syncState, sp string, lim 
 
 // fitListed decides the attempt at n permits whose node is pos, on pos's
 // listing: it is refused if a node named with its count is behind it, and
-// else holds if it fits behind the nodes ahead of it (see fits).
+// else holds if it fits behind the nodes ahead of it (see fits). Intents
+// ahead that are gone by the time fits reads them may each have become a
+// hold behind the node, which the listing lacks (claim): the attempt then
+// lists again and decides on that. New intents are created at the tail,
+// so the second listing has none ahead.
 func (b *Backend) fitListed(ctx context.Context, st *syncState, pos *position, limit, n int) (fit, error) {
+	f, intents, err := b.fitOn(ctx, st, pos, limit, n)
+	if err != nil || !f.ok || intents == 0 {
+		return f, err
+	}
+	if err := b.list(ctx, pos); err != nil {
+		return fit{}, err
+	}
+	st.keep(pos.parent, pos.queue)
+	f, _, err = b.fitOn(ctx, st, pos, limit, n)
+	return f, err
+}
+
+// fitOn is fitListed's decision on one listing; it also returns the number
+// of intents the listing had ahead of the node.
+func (b *Backend) fitOn(ctx context.Context, st *syncState, pos *position, limit, n int) (fit, int, error) {
 	if slices.ContainsFunc(pos.queue[pos.idx+1:], func(c string) bool { return parseSemNode(c).weighted }) {
-		return fit{later: true}, nil // a waiting request's hold, maybe, which did not count this node
+		return fit{later: true}, 0, nil // a waiting request's hold, maybe, which did not count this node
 	}
 	intents, holds := splitQueue(pos.queue[:pos.idx])
-	return b.fits(ctx, st, pos.parent, intents, holds, limit, n)
+	f, err := b.fits(ctx, st, pos.parent, intents, holds, limit, n)
+	return f, len(intents), err
 }
 
 // createPermit creates the permit node name (before its sequence) under sp

@@ -47,13 +47,16 @@ import (
 // A single attempt created before such a hold, behind the intent, and
 // listed after the transaction finds no intent ahead; it is refused if a
 // node named with its count is behind it, since that hold did not count
-// it. Never more than the limit is held: take the live hold with the
-// highest sequence. Made by an attempt without an intent, its listing had
-// every other live hold ahead of it, counted. Made by a waiting request,
-// its listing had every other too, and counted all but single attempts
-// behind its intent, none of which holds: one listed before the
-// transaction had the intent ahead of it, one listed after had this hold,
-// still live, behind it.
+// it. One listed before the transaction has the intent ahead of it, and
+// finds it gone when it reads it to time it: it lists again, and finds
+// the hold behind it (fitListed). Never more than the limit is held: take
+// the live hold with the highest sequence. Made by an attempt without an
+// intent, its listing had every other live hold ahead of it, counted.
+// Made by a waiting request, its listing had every other too, and counted
+// all but single attempts behind its intent, none of which holds: one
+// whose intents ahead were all still there when read is refused by them,
+// and one that lists after the transaction has this hold, still live,
+// behind it.
 //
 // Attempts without an intent skip the listing while few enough nodes
 // exist: a semaphore that never took a weighted hold has neither counts
