@@ -748,6 +748,17 @@ func (s *suite) waitTimeout(t *testing.T) {
 	if took < wait || took > wait+time.Second {
 		t.Fatalf("wait of %v returned after %v", wait, took)
 	}
+	// Waits that end as the store gives up their attempt, again and again:
+	// none may come back as a grant of the held key.
+	for i, start := 0, time.Now(); i < 200 && time.Since(start) < 5*time.Second; i++ {
+		short := time.Duration(1+i%5) * time.Millisecond
+		if l2, err := b.Lock(ctx, key, distlock.WithWait(short)); !errors.Is(err, distlock.ErrNotAcquired) {
+			if err == nil {
+				t.Fatalf("wait %d of %v: granted the key another client holds (fence %d, holder's %d)", i, short, l2.Fence(), l.Fence())
+			}
+			t.Fatalf("wait %d of %v: got %v, want ErrNotAcquired", i, short, err)
+		}
+	}
 }
 
 func (s *suite) waitWokenOnRelease(t *testing.T) {
