@@ -172,6 +172,12 @@ func (b *Backend) waitOnce(ctx context.Context, req driver.AcquireRequest, h hol
 		}
 		return driver.Grant{}, driver.Wrap("mysqllock", err)
 	}
+	if fence == 0 {
+		// ctx ended as GET_LOCK gave up, before the kill began: the
+		// session holds nothing.
+		_ = conn.Close()
+		return driver.Grant{}, notAcquired()
+	}
 	// The lease starts when the grant reached us; the backend enforces it.
 	return b.pin(conn, req, h.name, fence, granted)
 }
