@@ -30,11 +30,17 @@ var benignMessages = []string{
 	"simple token is not cryptographically signed",
 }
 
-// benignFailures are etcd warnings of requests that failed as the lock
+// benignFailures are etcd records of requests that failed as the lock
 // backend expects: a lease revoked or renewed after it expired (a lock that
-// ran out of lease, a spare lease revoked at close).
+// ran out of lease, a spare lease revoked at close); and of the storage
+// version monitor when it runs before a new member has saved its term or
+// configuration, which the next check finds (etcd-io/etcd#18978).
 var benignFailures = []struct{ msg, err string }{
 	{"failed to apply request", "lease not found"},
+	{"Failed to detect schema version", "missing term information"},
+	{"Failed to detect schema version", "missing confstate information"},
+	{"failed to update storage version", "missing term information"},
+	{"failed to update storage version", "missing confstate information"},
 }
 
 // closingErrors are what etcd's listeners and background requests say, as
