@@ -930,6 +930,15 @@ func (s *suite) listShowsOnlyLocks(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer p.Release(ctx)
+		if _, ok := a.Backend().(driver.WeightedPermits); ok {
+			// A waiting request's intent, kept while it is listed.
+			const intent = "listed-intent"
+			_, err := sem.AcquireTokenN(ctx, 2, "token-of-a-waiting-request", distlock.WithPermitIntent(intent), distlock.WithWait(0))
+			if !errors.Is(err, distlock.ErrNotAcquired) {
+				t.Fatalf("2 of 2 permits beside a holder: %v, want ErrNotAcquired", err)
+			}
+			defer sem.WithdrawIntent(ctx, intent)
+		}
 	}
 	if m, err := a.RWMutex(prefix + "/rw"); err == nil {
 		r, err := m.TryRLock(ctx)
@@ -937,6 +946,17 @@ func (s *suite) listShowsOnlyLocks(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer r.Release(ctx)
+		// A writer that waits keeps its intent in the store meanwhile.
+		wctx, stop := context.WithCancel(ctx)
+		waited := make(chan struct{})
+		go func() {
+			defer close(waited)
+			if w, err := m.Lock(wctx, distlock.WithWait(time.Minute)); err == nil {
+				_ = w.Release(ctx)
+			}
+		}()
+		defer func() { stop(); <-waited }()
+		time.Sleep(200 * time.Millisecond) // its first attempts
 	}
 	infos, err := a.List(ctx, prefix+"/")
 	if err != nil {
