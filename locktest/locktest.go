@@ -750,7 +750,7 @@ func (s *suite) waitTimeout(t *testing.T) {
 	}
 	// Waits that end as the store gives up their attempt, again and again:
 	// none may come back as a grant of the held key.
-	for i, start := 0, time.Now(); i < 200 && time.Since(start) < 5*time.Second; i++ {
+	for i, start := 0, time.Now(); i < 100 && time.Since(start) < 2*time.Second; i++ {
 		short := time.Duration(1+i%5) * time.Millisecond
 		if l2, err := b.Lock(ctx, key, distlock.WithWait(short)); !errors.Is(err, distlock.ErrNotAcquired) {
 			if err == nil {
