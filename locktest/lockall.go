@@ -1,6 +1,7 @@
 package locktest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -54,15 +55,17 @@ func (s *suite) lockAll(t *testing.T) {
 		c := clients[g%len(clients)]
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(g), uint64(time.Now().UnixNano())))
-			for time.Now().Before(until) && !t.Failed() {
+			for n := 0; time.Now().Before(until) && !t.Failed(); n++ {
 				picked := rng.Perm(len(keys))[:1+rng.IntN(4)]
 				set := make([]string, len(picked))
 				for i, p := range picked {
 					set[i] = keys[p]
 				}
-				ls, err := c.LockAll(ctx, set, distlock.WithWait(30*time.Second))
+				// The owner names the set's taker, so that a key held past the
+				// wait shows who took it.
+				ls, err := c.LockAll(ctx, set, distlock.WithWait(30*time.Second), distlock.WithOwner(fmt.Sprintf("lockall-%d/%d", g, n)))
 				if err != nil {
-					t.Errorf("LockAll %q: %v (a cycle of waits would end so)", set, err)
+					t.Errorf("LockAll %q: %v (a cycle of waits would end so); now %s", set, err, inspected(ctx, c, set))
 					return
 				}
 				for _, p := range picked {
@@ -139,4 +142,22 @@ func (s *suite) lockAll(t *testing.T) {
 	}
 	wantFree := mustLock(t, ctx, other, keys[1], distlock.WithWait(0))
 	_ = wantFree.Release(ctx)
+}
+
+// inspected says how the store sees keys: holder, fence and TTL left, for
+// a failure's message.
+func inspected(ctx context.Context, c *distlock.Client, keys []string) string {
+	var b strings.Builder
+	for _, k := range keys {
+		info, err := c.Inspect(ctx, k)
+		switch {
+		case err != nil:
+			fmt.Fprintf(&b, "[%s: %v]", k, err)
+		case !info.Held:
+			fmt.Fprintf(&b, "[%s: free]", k)
+		default:
+			fmt.Fprintf(&b, "[%s: held by %q, fence %d, TTL %v]", k, info.Meta.Owner, info.Fence, info.TTL)
+		}
+	}
+	return b.String()
 }
