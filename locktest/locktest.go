@@ -757,8 +757,28 @@ func (s *suite) waitTimeout(t *testing.T) {
 				t.Fatalf("wait %d of %v: granted the key another client holds (fence %d, holder's %d)", i, short, l2.Fence(), l.Fence())
 			}
 			t.Fatalf("wait %d of %v: got %v, want ErrNotAcquired", i, short, err)
+		} else if f := storeFailure(err); f != nil {
+			t.Fatalf("wait %d of %v: %v: the store's failure %q is joined, but the store did not fail: the wait's own end cut its attempt short", i, short, err, f)
 		}
 	}
+}
+
+// storeFailure returns the part of err, a wait's ErrNotAcquired, that says
+// the store failed, as a caller reads it (distlock run's exit code does):
+// nil if err is only ErrNotAcquired joined with the wait's context error.
+func storeFailure(err error) error {
+	var joined interface{ Unwrap() []error }
+	if !errors.As(err, &joined) {
+		return nil
+	}
+	for _, e := range joined.Unwrap() {
+		switch {
+		case e == nil, e == context.DeadlineExceeded, e == context.Canceled, errors.Is(e, distlock.ErrNotAcquired):
+		default:
+			return e
+		}
+	}
+	return nil
 }
 
 func (s *suite) waitWokenOnRelease(t *testing.T) {
