@@ -54,7 +54,7 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req *driver.Acq
 			return g, sent, nil
 		case permanent(err) && wctx.Err() == nil:
 			return driver.Grant{}, sent, err // no wait mends it
-		case !errors.Is(err, ErrNotAcquired):
+		case !errors.Is(err, ErrNotAcquired) && !cutByWaitEnd(wctx, err):
 			lastErr = err
 		}
 	}
@@ -106,10 +106,8 @@ func (c *Client) acquireWaiting(ctx context.Context, r *Request, req *driver.Acq
 				if permanent(err) && wctx.Err() == nil {
 					return driver.Grant{}, sent, err // no wait mends it
 				}
-				if lastErr == nil || wctx.Err() == nil {
-					// A store failure: keep trying while the wait lasts. One
-					// the wait's end cut short says nothing of the store.
-					lastErr = err
+				if !cutByWaitEnd(wctx, err) {
+					lastErr = err // a store failure: keep trying while the wait lasts
 				}
 			}
 			if g, sent, ok := handed(); ok {
@@ -182,7 +180,10 @@ func (c *Client) waitNatively(wctx context.Context, r *Request, req *driver.Acqu
 		case errors.Is(context.Cause(wctx), ErrClosed):
 			return driver.Grant{}, sent, notAcquired(nil)
 		case wctx.Err() != nil:
-			if lastErr == nil { // else err is likely the wait's end itself
+			// The backend's wait ended with a failure it met while the
+			// wait lasted (Waiter's contract: the wait's own end is
+			// ErrNotAcquired).
+			if lastErr == nil {
 				lastErr = err
 			}
 			return driver.Grant{}, sent, notAcquired(lastErr)
@@ -198,6 +199,15 @@ func (c *Client) waitNatively(wctx context.Context, r *Request, req *driver.Acqu
 		case <-t.C:
 		}
 	}
+}
+
+// cutByWaitEnd reports whether err, an attempt's failure, is the wait's own
+// end: wctx has ended and the attempt failed with its context's error. It
+// says nothing of the store, which may well have been answering: a wait
+// that ends so is ErrNotAcquired alone, not a store failure (a caller such
+// as distlock run tells the two apart by the errors joined to it).
+func cutByWaitEnd(wctx context.Context, err error) bool {
+	return wctx.Err() != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled))
 }
 
 // untilClosed returns ctx, also cancelled, with the cause ErrClosed, when
