@@ -74,25 +74,34 @@ func BenchmarkShapesUncontended(b *testing.B) {
 			return conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", id).Scan(&ok)
 		}, nil
 	}})
-	for _, st := range []struct{ name, sql string }{
-		{"sql-fence", "SELECT nextval('distlock_pg_fence') WHERE pg_try_advisory_lock($1)"},
-		{"sql-fence+row", `INSERT INTO distlock_pg_locks (lock_key, lock_id, token, fence, pid, expires_at, meta)
+	const fenceRow = `INSERT INTO distlock_pg_locks (lock_key, lock_id, token, fence, pid, expires_at, meta)
 SELECT $2, $1, $3, nextval('distlock_pg_fence'), pg_backend_pid(), clock_timestamp() + $4 * interval '1 millisecond', $5
 WHERE pg_try_advisory_lock($1)
 ON CONFLICT (lock_key) DO UPDATE SET lock_id = EXCLUDED.lock_id, token = EXCLUDED.token, fence = EXCLUDED.fence,
 	pid = EXCLUDED.pid, expires_at = EXCLUDED.expires_at, meta = EXCLUDED.meta
-RETURNING fence`},
+RETURNING fence`
+	// sql-fence+row-async is the same statement with synchronous_commit off:
+	// a commit that does not wait for its WAL to reach the disk.
+	for _, st := range []struct{ name, sql, setup string }{
+		{"sql-fence", "SELECT nextval('distlock_pg_fence') WHERE pg_try_advisory_lock($1)", ""},
+		{"sql-fence+row", fenceRow, ""},
+		{"sql-fence+row-async", fenceRow, "SET synchronous_commit = off"},
 	} {
 		conn, err := pgx.Connect(ctx, testserver.PostgresDSN(s))
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { _ = conn.Close(context.Background()) })
+		if st.setup != "" {
+			if _, err := conn.Exec(ctx, st.setup); err != nil {
+				b.Fatal(err)
+			}
+		}
 		cs = append(cs, locktest.Contender{Name: st.name, Lock: func(ctx context.Context, _ int) (func() error, error) {
 			key := keys[sqlNext.Add(1)%64]
 			id := pglock.KeyID(key)
 			args := []any{id}
-			if st.name == "sql-fence+row" {
+			if st.sql == fenceRow {
 				args = append(args, key, "0123456789abcdef0123456789abcdef", int64(30000), []byte("{}"))
 			}
 			var fence int64
