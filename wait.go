@@ -179,7 +179,7 @@ func (c *Client) waitNatively(wctx context.Context, r *Request, req *driver.Acqu
 		switch {
 		case errors.Is(context.Cause(wctx), ErrClosed):
 			return driver.Grant{}, sent, notAcquired(nil)
-		case wctx.Err() != nil:
+		case driver.Ended(wctx):
 			// The backend's wait ended with a failure it met while the
 			// wait lasted (Waiter's contract: the wait's own end is
 			// ErrNotAcquired).
@@ -207,7 +207,7 @@ func (c *Client) waitNatively(wctx context.Context, r *Request, req *driver.Acqu
 // that ends so is ErrNotAcquired alone, not a store failure (a caller such
 // as distlock run tells the two apart by the errors joined to it).
 func cutByWaitEnd(wctx context.Context, err error) bool {
-	return wctx.Err() != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled))
+	return driver.Ended(wctx) && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled))
 }
 
 // untilClosed returns ctx, also cancelled, with the cause ErrClosed, when

@@ -197,7 +197,7 @@ func (b *Backend) waitFailed(ctx context.Context, key string, err error) error {
 	switch {
 	case b.closing.Err() != nil:
 		return driver.ErrClosed
-	case ctx.Err() != nil:
+	case driver.Ended(ctx):
 		return errors.Join(driver.ErrNotAcquired, ctx.Err())
 	}
 	return b.fail(err)

@@ -125,7 +125,7 @@ func (b *Backend) waitOnce(ctx context.Context, req driver.AcquireRequest, h hol
 	}
 	conn, err := b.conn(ctx, 0)
 	if err != nil {
-		if ctx.Err() != nil {
+		if driver.Ended(ctx) {
 			return driver.Grant{}, errors.Join(notAcquired(), err)
 		}
 		return driver.Grant{}, err
@@ -133,7 +133,7 @@ func (b *Backend) waitOnce(ctx context.Context, req driver.AcquireRequest, h hol
 	id, err := b.connID(ctx, conn)
 	if err != nil {
 		destroy(conn)
-		if ctx.Err() != nil {
+		if driver.Ended(ctx) {
 			return driver.Grant{}, notAcquired()
 		}
 		return driver.Grant{}, driver.Wrap("mysqllock", err)

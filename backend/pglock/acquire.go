@@ -73,7 +73,7 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 func (b *Backend) waitOnce(ctx context.Context, req driver.AcquireRequest, meta []byte) (driver.Grant, error) {
 	conn, err := b.conn(ctx, nil)
 	if err != nil {
-		if ctx.Err() != nil {
+		if driver.Ended(ctx) {
 			return driver.Grant{}, errors.Join(driver.ErrNotAcquired, ctx.Err(), err)
 		}
 		return driver.Grant{}, err

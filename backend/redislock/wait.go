@@ -147,7 +147,7 @@ func (w *queueWaiter) run(ctx context.Context) (driver.Grant, error) {
 			case errors.Is(err, driver.ErrClosed): // the client was closed: nothing more to send
 				w.b.inbox.leave(w.mb, false)
 				return driver.Grant{}, err
-			case err != nil && ctx.Err() != nil:
+			case err != nil && driver.Ended(ctx):
 				// Cut short by the wait's end, which says nothing of the
 				// store; it may have queued.
 				return w.giveUp(ctx, true, lastErr)

@@ -98,7 +98,7 @@ func (b *Backend) acquireWait(ctx context.Context, k calls, req driver.AcquireRe
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= wait {
 			wait, resumes = time.Until(dl), false
 		}
-		if wait <= 0 || c.ctx.Err() != nil {
+		if wait <= 0 || driver.Ended(c.ctx) {
 			if parked { // end the place the service keeps, and any grant made in it
 				_ = b.abandon(context.Background(), k, req)
 			}
@@ -136,7 +136,7 @@ func (b *Backend) acquireWait(ctx context.Context, k calls, req driver.AcquireRe
 			}
 		case definite(err):
 			return driver.Grant{}, b.fail(c, err)
-		case c.ctx.Err() != nil:
+		case cutByWaitEnd(c.ctx, err, sent.Add(wait+b.requestTimeout)):
 			// Cut short by ctx or Close: the grant may have come as it ended.
 			_ = b.abandon(context.Background(), k, req)
 			return driver.Grant{}, notAcquired()
@@ -173,11 +173,29 @@ func (b *Backend) tryWhileBusy(c *call, k calls, req driver.AcquireRequest) (g d
 		return driver.Grant{}, false, nil
 	case code == connect.CodeResourceExhausted:
 		return driver.Grant{}, false, nil
+	case !definite(err) && cutByWaitEnd(c.ctx, err, sent.Add(b.requestTimeout)):
+		// Cut short by the wait's end (or Close), which the wait's loop
+		// reports: the try may have been granted as it ended.
+		_ = b.abandon(context.Background(), k, req)
+		return driver.Grant{}, false, nil
 	case !definite(err):
 		// No answer: the core releases the token, as after a wait's call.
 		b.keepUnknown(k, req, sent)
 	}
 	return driver.Grant{}, true, b.fail(c, err)
+}
+
+// cutByWaitEnd reports whether err, the failure of a call of the wait whose
+// context is wctx, is the wait's end: wctx has ended, or the call carried
+// wctx's deadline (sooner than its own bound) and ended with it, here or in
+// the service, which answers DeadlineExceeded at the deadline a call
+// carries, a moment before wctx's timer may end it here.
+func cutByWaitEnd(wctx context.Context, err error, bound time.Time) bool {
+	if driver.Ended(wctx) {
+		return true
+	}
+	dl, ok := wctx.Deadline()
+	return ok && dl.Before(bound) && connect.CodeOf(err) == connect.CodeDeadlineExceeded
 }
 
 // confirmAfter is the share of the TTL a grant's reply may take before the
