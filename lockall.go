@@ -31,14 +31,12 @@ type LockSet struct {
 
 // LockAll acquires every one of keys, or none. It tries them one by one in
 // the byte order of their names, whatever order keys names them in, each
-// without waiting; at the first held key it releases the keys it took
-// after that key, waits for it holding those before it, then tries the
-// rest again. So a caller only ever waits for a key after every key it
-// holds: callers whose sets overlap never wait on each other in a cycle,
-// and a key waited for is kept, so sets complete even where every key has
-// waiters queued. A key whose try failed (not held elsewhere) is waited for
-// holding nothing; on stores that pin a connection per held lock (pglock,
-// mysqllock) a waiting caller pins one per key it holds. opts apply to every key; WithWait bounds the whole
+// without waiting; at the first held key it releases the keys it took and
+// waits for that key alone, then tries the rest again, that key kept. So a
+// caller never waits while it holds more than the key it waits for:
+// callers whose sets overlap never wait on each other in a cycle, and on
+// stores that pin a connection per held lock (pglock, mysqllock) a waiting
+// caller pins one. opts apply to every key; WithWait bounds the whole
 // acquisition, not each key. If a key stays held past the wait or ctx, the
 // keys taken are released and LockAll returns that key's error, matching
 // ErrNotAcquired. keys must be 1 to MaxLockAllKeys keys without repeats
@@ -72,19 +70,10 @@ func (c *Client) LockAll(ctx context.Context, keys []string, opts ...Option) (*L
 		if err != nil && len(held) == 0 {
 			return nil, err
 		}
-		// Wait for the key held elsewhere holding only the keys before it:
-		// a caller waits only for a key after every key it holds, so waits
-		// never form a cycle, and it keeps what it waited for. (Given up
-		// for each wait, the keys it holds would go to the back of their
-		// queues; where every key has waiters queued, a try is refused
-		// and sets stopped completing for tens of seconds.) A key whose
-		// try failed (a pool of connections all pinned by held locks, say)
-		// is waited for holding nothing.
-		keep := busy
-		if err != nil {
-			keep = ""
-		}
-		if err := releaseHeld(ctx, sorted, held, keep); err != nil {
+		// Wait for the key held elsewhere (or whose try failed while this
+		// caller held others: a pool of connections all pinned by held
+		// locks, say) holding nothing else.
+		if err := releaseHeld(ctx, sorted, held); err != nil {
 			return nil, err
 		}
 		waitOpts := opts
@@ -93,7 +82,7 @@ func (c *Client) LockAll(ctx context.Context, keys []string, opts ...Option) (*L
 		}
 		l, err := c.Lock(ctx, busy, waitOpts...)
 		if err != nil {
-			return nil, errors.Join(err, releaseHeld(ctx, sorted, held, ""))
+			return nil, err
 		}
 		held[busy] = l
 	}
@@ -144,15 +133,14 @@ func (c *Client) tryAll(ctx context.Context, sorted []string, held map[string]*L
 	return "", nil
 }
 
-// releaseHeld releases the keys of held that come after keep in sorted
-// (byte) order, all of them if keep is "", in reverse key order, and drops
-// them from held, within ReleaseBudget even if ctx has ended.
-func releaseHeld(ctx context.Context, sorted []string, held map[string]*Lock, keep string) error {
+// releaseHeld releases held in reverse key order and empties it, within
+// ReleaseBudget even if ctx has ended.
+func releaseHeld(ctx context.Context, sorted []string, held map[string]*Lock) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseBudget)
 	defer cancel()
 	var errs []error
 	for _, k := range slices.Backward(sorted) {
-		if l := held[k]; l != nil && (keep == "" || k > keep) {
+		if l := held[k]; l != nil {
 			errs = append(errs, l.Release(ctx))
 			delete(held, k)
 		}
