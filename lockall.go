@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -31,12 +32,19 @@ type LockSet struct {
 
 // LockAll acquires every one of keys, or none. It tries them one by one in
 // the byte order of their names, whatever order keys names them in, each
-// without waiting; at the first held key it releases the keys it took and
-// waits for that key alone, then tries the rest again, that key kept. So a
-// caller never waits while it holds more than the key it waits for:
-// callers whose sets overlap never wait on each other in a cycle, and on
-// stores that pin a connection per held lock (pglock, mysqllock) a waiting
-// caller pins one. opts apply to every key; WithWait bounds the whole
+// without waiting. At the first held key it releases the keys it took
+// after that key and waits for it holding those before it, for a short
+// jittered time (holdingWait); if the key is still held then, it releases
+// every key and waits for that key alone. Then it tries the rest again.
+// A caller that holds keys only waits for a key after all of them, and only
+// for a bounded time, so callers whose sets overlap never wait on each
+// other in a cycle, and a key waited for is usually kept, so sets complete
+// even where every key has waiters queued (etcd refuses a try then). On
+// stores that pin a connection per held lock (pglock, mysqllock) a caller
+// pins one per key it holds while it waits holding them, and one once it
+// waits alone; a pool exhausted by held locks thus frees itself within
+// holdingWait. A key whose try failed (not held elsewhere) is waited for
+// holding nothing. opts apply to every key; WithWait bounds the whole
 // acquisition, not each key. If a key stays held past the wait or ctx, the
 // keys taken are released and LockAll returns that key's error, matching
 // ErrNotAcquired. keys must be 1 to MaxLockAllKeys keys without repeats
@@ -70,17 +78,7 @@ func (c *Client) LockAll(ctx context.Context, keys []string, opts ...Option) (*L
 		if err != nil && len(held) == 0 {
 			return nil, err
 		}
-		// Wait for the key held elsewhere (or whose try failed while this
-		// caller held others: a pool of connections all pinned by held
-		// locks, say) holding nothing else.
-		if err := releaseHeld(ctx, sorted, held); err != nil {
-			return nil, err
-		}
-		waitOpts := opts
-		if !deadline.IsZero() {
-			waitOpts = append(slices.Clip(opts), WithWait(max(time.Until(deadline), 0)))
-		}
-		l, err := c.Lock(ctx, busy, waitOpts...)
+		l, err := c.waitForKey(ctx, sorted, held, busy, err != nil, deadline, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -91,6 +89,46 @@ func (c *Client) LockAll(ctx context.Context, keys []string, opts ...Option) (*L
 		locks = append(locks, held[k])
 	}
 	return newLockSet(locks, false, nil), nil
+}
+
+// holdingWait is the shortest time LockAll waits for a held key while it
+// holds the keys before it; each such wait adds a random part of as much
+// again, so that callers cut at once do not meet again at once.
+const holdingWait = 250 * time.Millisecond
+
+// waitForKey waits for busy, a key of sorted held elsewhere (or whose try
+// failed: tryFailed), within deadline if it is not zero. It first releases
+// the keys of held after busy and waits up to holdingWait (jittered)
+// holding those before it; if busy is still not taken, or its try failed,
+// it releases every key and waits holding nothing. It returns busy's lock;
+// on error held is empty.
+func (c *Client) waitForKey(ctx context.Context, sorted []string, held map[string]*Lock, busy string, tryFailed bool, deadline time.Time, opts []Option) (*Lock, error) {
+	waitUntil := func(until time.Time) []Option {
+		if until.IsZero() {
+			return opts
+		}
+		return append(slices.Clip(opts), WithWait(max(time.Until(until), 0)))
+	}
+	if err := releaseHeld(ctx, sorted, held, busy); err != nil {
+		return nil, errors.Join(err, releaseHeld(ctx, sorted, held, ""))
+	}
+	if !tryFailed && len(held) > 0 {
+		until := time.Now().Add(holdingWait + rand.N(holdingWait))
+		if !deadline.IsZero() && deadline.Before(until) {
+			until = deadline
+		}
+		l, err := c.Lock(ctx, busy, waitUntil(until)...)
+		if err == nil {
+			return l, nil
+		}
+		if ctx.Err() != nil || until.Equal(deadline) {
+			return nil, errors.Join(err, releaseHeld(ctx, sorted, held, ""))
+		}
+	}
+	if err := releaseHeld(ctx, sorted, held, ""); err != nil {
+		return nil, err
+	}
+	return c.Lock(ctx, busy, waitUntil(deadline)...)
 }
 
 // newLockSet returns the set of locks, lost as soon as any of them is;
@@ -133,14 +171,15 @@ func (c *Client) tryAll(ctx context.Context, sorted []string, held map[string]*L
 	return "", nil
 }
 
-// releaseHeld releases held in reverse key order and empties it, within
-// ReleaseBudget even if ctx has ended.
-func releaseHeld(ctx context.Context, sorted []string, held map[string]*Lock) error {
+// releaseHeld releases the keys of held that come after keep in sorted
+// (byte) order, all of them if keep is "", in reverse key order, and drops
+// them from held, within ReleaseBudget even if ctx has ended.
+func releaseHeld(ctx context.Context, sorted []string, held map[string]*Lock, keep string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseBudget)
 	defer cancel()
 	var errs []error
 	for _, k := range slices.Backward(sorted) {
-		if l := held[k]; l != nil {
+		if l := held[k]; l != nil && (keep == "" || k > keep) {
 			errs = append(errs, l.Release(ctx))
 			delete(held, k)
 		}
