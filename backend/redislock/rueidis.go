@@ -81,7 +81,11 @@ const trackedTTL = time.Minute
 func (r *rueidisStore) readTracked(ctx context.Context, names []string) ([]trackedValue, error) {
 	cmds := make([]rueidis.CacheableTTL, len(names))
 	for i, n := range names {
-		cmds[i] = rueidis.CT(r.c.B().Get().Key(n).Cache(), trackedTTL)
+		// Pinned: rueidis recycles a cached read whose answer is "aborted"
+		// (its connection closed) while its writer may still be sending it,
+		// and the next command built, another node's grant say, would be
+		// written over it as it goes out.
+		cmds[i] = rueidis.CT(r.c.B().Get().Key(n).Cache().Pin(), trackedTTL)
 	}
 	values := make([]trackedValue, len(names))
 	for i, res := range r.c.DoMultiCache(ctx, cmds...) {
