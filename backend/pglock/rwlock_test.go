@@ -516,6 +516,27 @@ func writeIntentLapses(t *testing.T, s *testserver.Server) {
 	if err := tryRead(ctx, be, name); err != nil {
 		t.Fatalf("a reader once the intent was withdrawn: %v", err)
 	}
+	// An attempt of the withdrawn wait that lands after the withdrawal (its
+	// statement was on its way when the wait ended, on another session)
+	// does not record the intent again.
+	if _, err := be.AcquireRW(ctx, writer, driver.Exclusive); !errors.Is(err, driver.ErrNotAcquired) {
+		t.Fatalf("a writer behind a reader: %v, want ErrNotAcquired", err)
+	}
+	if err := tryRead(ctx, be, name); err != nil {
+		t.Fatalf("a reader after a late attempt of a withdrawn wait: %v", err)
+	}
+	// A lapsed intent, not withdrawn, is recorded again by its writer's
+	// next attempt (as "vanished" above, had it come back).
+	writer.Intent = "vanished"
+	if _, err := be.AcquireRW(ctx, writer, driver.Exclusive); !errors.Is(err, driver.ErrNotAcquired) {
+		t.Fatalf("a writer behind a reader: %v, want ErrNotAcquired", err)
+	}
+	if err := tryRead(ctx, be, name); !errors.Is(err, driver.ErrNotAcquired) {
+		t.Fatalf("a reader behind a writer whose lapsed intent came back: %v, want ErrNotAcquired", err)
+	}
+	if err := be.WithdrawIntent(ctx, name, "vanished"); err != nil {
+		t.Fatal(err)
+	}
 	if err := be.ReleaseRW(ctx, name, reader.Token); err != nil {
 		t.Fatal(err)
 	}
