@@ -124,7 +124,10 @@ func WithBusinessID(id string) Option { return func(r *Request) { r.Meta.Busines
 // out for driver.WriteIntentTTL, as a waiting writer does, until an attempt
 // with the same id renews it, a grant ends it or RWMutex.WithdrawIntent
 // does. It is for a lock service waiting on its caller's behalf; RWMutex's
-// Lock keeps an intent of its own.
+// Lock keeps an intent of its own. Use a fresh id per wait: pglock keeps a
+// withdrawn id marked until its Cleanup, so that an attempt that arrives
+// after the withdrawal cannot record it again, and an attempt with that id
+// keeps no reader out.
 func WithWriteIntent(id string) Option { return func(r *Request) { r.intent = id } }
 
 // WithPermitIntent gives an attempt by token of several permits
