@@ -32,6 +32,44 @@ func TestRWLocksAndSemaphores(t *testing.T) {
 	t.Run("CloseEndsWatches", func(t *testing.T) { closeEndsWatches(t, s) })
 	t.Run("CleanupSweepsLeftRows", func(t *testing.T) { cleanupSweepsRWRows(t, s, admin) })
 	t.Run("DowngradeOnItsSession", func(t *testing.T) { downgradeOnItsSession(t, s, admin) })
+	t.Run("WithdrawnPermitIntentStaysWithdrawn", func(t *testing.T) { withdrawnPermitIntent(t, s) })
+}
+
+// An attempt of a withdrawn request for permits that reaches the server
+// after the withdrawal (its statement was on its way on another session
+// when the wait ended) does not record the intent again: requests without
+// one are served at once.
+func withdrawnPermitIntent(t *testing.T, s *testserver.Server) {
+	ctx := testContext(t, time.Minute)
+	be := newBackend(t, newPool(t, s, 4))
+	defer be.Close()
+	name := uniqueKey(t)
+	req := func(token, intent string, n int) driver.AcquireRequest {
+		return driver.AcquireRequest{Key: name, Token: uniqueToken() + token, TTL: time.Minute, Intent: intent, Permits: n}
+	}
+	hold := req("hold", "", 1)
+	if _, err := be.AcquirePermits(ctx, hold, 2); err != nil {
+		t.Fatal(err)
+	}
+	big := req("big", "withdrawn", 2)
+	if _, err := be.AcquirePermits(ctx, big, 2); !errors.Is(err, driver.ErrNotAcquired) {
+		t.Fatalf("a request of 2 while 1 is held: %v, want ErrNotAcquired", err)
+	}
+	if err := be.WithdrawPermitIntent(ctx, name, big.Intent); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := be.AcquirePermits(ctx, big, 2); !errors.Is(err, driver.ErrNotAcquired) {
+		t.Fatalf("a late attempt of the withdrawn request: %v, want ErrNotAcquired", err)
+	}
+	plain := req("plain", "", 1)
+	if _, err := be.AcquirePermit(ctx, plain, 2); err != nil {
+		t.Fatalf("a request of 1 with a permit free after a late attempt of a withdrawn request: %v", err)
+	}
+	for _, r := range []driver.AcquireRequest{hold, plain} {
+		if err := be.ReleasePermit(ctx, name, r.Token); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // advisoryModes returns the modes in which sessions hold id's advisory
