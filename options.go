@@ -135,7 +135,8 @@ func WithWriteIntent(id string) Option { return func(r *Request) { r.intent = id
 // requests out for driver.WriteIntentTTL, as a waiting AcquireN does, until
 // an attempt with the same id renews it, a grant ends it or
 // Semaphore.WithdrawIntent does. It is for a lock service waiting on its
-// caller's behalf; AcquireN keeps an intent of its own.
+// caller's behalf; AcquireN keeps an intent of its own. Use a fresh id per
+// wait, as for WithWriteIntent.
 func WithPermitIntent(id string) Option { return func(r *Request) { r.intent = id } }
 
 // WithMetadata records labels with the lock for Inspect and logs.

@@ -14,10 +14,12 @@
 -- then serialise on ($3, -1) for the statement and count every held slot in
 -- pg_locks, which is exact at once, and the first that finds no permit held
 -- above the limit marks the lowering over. Refused with an intent, it
--- records it (after every live one if new) or refreshes it; granted, it
--- removes it and wakes the name's waiters (the next in line may fit now).
--- Either way lapsed intents of the name go (never the row the upsert
--- touches: a statement may change a row once). Returns the stored limit
+-- records it (after every live one if new) or refreshes it, unless it was
+-- withdrawn (expires_at '-infinity', see sem_withdraw.sql: this attempt
+-- outlived its wait); granted, it removes it and wakes the name's waiters
+-- (the next in line may fit now). Either way lapsed intents of the name
+-- go, but not withdrawn marks, which Cleanup removes (and never the row the
+-- upsert touches: a statement may change a row once). Returns the stored limit
 -- (NULL if another first use inserted it meanwhile), the fence if the hold
 -- was taken, the live intents ahead, the slots found free, and a count that
 -- only makes the unlocks and the notice run.
@@ -74,12 +76,13 @@ rec AS (
 	WHERE $8 <> '' AND (SELECT permits FROM s) = $2 AND NOT (SELECT ok FROM granted)
 	ON CONFLICT (name, intent) DO UPDATE SET
 		seq = CASE WHEN t.expires_at > clock_timestamp() THEN t.seq ELSE EXCLUDED.seq END,
-		expires_at = EXCLUDED.expires_at),
+		expires_at = EXCLUDED.expires_at
+	WHERE t.expires_at <> '-infinity'),
 gone AS (
 	DELETE FROM distlock_pg_permit_intents
 	WHERE name = $1 AND CASE
-		WHEN (SELECT ok FROM granted) THEN intent = $8 OR expires_at <= clock_timestamp()
-		ELSE intent <> $8 AND expires_at <= clock_timestamp()
+		WHEN (SELECT ok FROM granted) THEN intent = $8 OR (expires_at <= clock_timestamp() AND expires_at <> '-infinity')
+		ELSE intent <> $8 AND expires_at <= clock_timestamp() AND expires_at <> '-infinity'
 	END
 	RETURNING intent, expires_at),
 wake AS MATERIALIZED (
