@@ -452,9 +452,9 @@ func clusterReplica(t *testing.T, master *testserver.Server) *testserver.Server 
 // when the grant returns.
 func replicaAckGrants(t *testing.T, backends map[string]*redislock.Backend, replica string) {
 	for name, b := range backends {
+		t.Cleanup(func() { _ = b.Close() }) // also when -run filters the subtest out
 		t.Run(name, func(t *testing.T) {
 			ctx := testContext(t)
-			defer b.Close()
 			key := "replica-ack/" + name
 			if _, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Token: "t", TTL: 10 * time.Second}); err != nil {
 				t.Fatal(err)
