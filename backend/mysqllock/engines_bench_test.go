@@ -27,25 +27,19 @@ func BenchmarkShapesFenceRowEngines(b *testing.B) {
 	db := openDB(b, s, 8)
 	conns := pinnedConns(b, s, 6)
 	engines := []string{"InnoDB", "MyISAM", "Aria", "MEMORY"}
-	for _, e := range engines {
-		text := "TEXT"
-		if e == "MEMORY" {
-			text = "VARCHAR(255)"
+	sqlFile := func(name string) string {
+		text, err := os.ReadFile("sql/" + name)
+		if err != nil {
+			b.Fatal(err)
 		}
-		ddl := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS engine_%s (
-	lock_name   VARBINARY(64) NOT NULL PRIMARY KEY,
-	lock_key    VARBINARY(512) NOT NULL,
-	fence       BIGINT NOT NULL,
-	token       VARCHAR(128) NOT NULL,
-	conn_id     BIGINT UNSIGNED NOT NULL,
-	since       DATETIME(6) NOT NULL,
-	expires_at  DATETIME(6) NOT NULL,
-	owner       %s NOT NULL,
-	business_id %s NOT NULL,
-	labels      %s NOT NULL,
-	KEY k (lock_key),
-	KEY e (expires_at)
-) ENGINE = %s`, e, text, text, text, e)
+		return string(text)
+	}
+	migrate, acquire := sqlFile("migrate.sql"), sqlFile("acquire.sql")
+	for _, e := range engines {
+		ddl := strings.NewReplacer("distlock_mysql_locks", "engine_"+e, "ENGINE = InnoDB", "ENGINE = "+e).Replace(migrate)
+		if e == "MEMORY" {
+			ddl = strings.ReplaceAll(ddl, " TEXT ", " VARCHAR(255) ")
+		}
 		if _, err := db.Exec(ddl); err != nil {
 			b.Fatal(err)
 		}
@@ -54,12 +48,8 @@ func BenchmarkShapesFenceRowEngines(b *testing.B) {
 	for i := range keys {
 		keys[i] = fmt.Sprintf("shapes/engines/%d", i)
 	}
-	acquire, err := os.ReadFile("sql/acquire.sql")
-	if err != nil {
-		b.Fatal(err)
-	}
 	stmt := func(table string) string {
-		return strings.Replace(string(acquire), "INSERT INTO distlock_mysql_locks", "INSERT INTO "+table, 1)
+		return strings.Replace(acquire, "INSERT INTO distlock_mysql_locks", "INSERT INTO "+table, 1)
 	}
 	cs := []locktest.Contender{}
 	var nexts [8]atomic.Int64
