@@ -288,17 +288,22 @@ export class Client implements AsyncDisposable {
   /**
    * Takes every one of keys, or none, and returns a LockSet, as the Go
    * client's LockAll does: the keys are tried without waiting in the byte
-   * order of their names (UTF-8), whatever order keys gives; at the first
-   * held elsewhere (or whose try failed while others were held) the locks
-   * taken are released and that key alone is waited for, then the rest are
-   * tried again with it kept. A caller never waits holding more than the
-   * key it waits for, so sets that overlap never wait on each other in a
-   * cycle. waitMs bounds the whole set (undefined: until granted);
-   * NotAcquired names the key that stayed held, and nothing stays taken.
-   * 1 to MAX_LOCK_ALL_KEYS keys without repeats, else InvalidArgument.
+   * order of their names (UTF-8), whatever order keys gives. At the first
+   * held elsewhere the keys taken after it are released and it is waited
+   * for holding those before it, for HOLDING_WAIT_MS to twice that
+   * (random); still held then, every key is released and it alone is
+   * waited for. Then the rest are tried again with it kept. A caller that
+   * holds keys waits only for a key after all of them, and only for a
+   * bounded time, so sets that overlap never wait on each other in a cycle,
+   * and a key waited for is usually kept, so sets complete even where every
+   * key has waiters queued. A key whose try failed (not held elsewhere) is
+   * waited for holding nothing. waitMs bounds the whole set (undefined:
+   * until granted); NotAcquired names the key that stayed held, and nothing
+   * stays taken. 1 to MAX_LOCK_ALL_KEYS keys without repeats, else
+   * InvalidArgument.
    */
   async lockAll(keys: readonly string[], options: Omit<LockOptions, "session"> = {}): Promise<LockSet> {
-    const ordered = [...keys].sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+    const ordered = [...keys].sort(byteOrder);
     if (keys.length < 1 || keys.length > MAX_LOCK_ALL_KEYS || new Set(keys).size !== keys.length) {
       throw new InvalidArgument(
         "invalid_argument",
@@ -309,6 +314,7 @@ export class Client implements AsyncDisposable {
     const held = new Map<string, Lock>();
     for (;;) {
       let busy: string | undefined;
+      let failed = false;
       for (const k of ordered) {
         if (held.has(k)) continue;
         try {
@@ -316,16 +322,56 @@ export class Client implements AsyncDisposable {
         } catch (e) {
           if (held.size === 0 && !(e instanceof NotAcquired)) throw e;
           busy = k;
+          failed = !(e instanceof NotAcquired);
           break;
         }
       }
-      const taken = ordered.filter((k) => held.has(k)).map((k) => held.get(k) as Lock);
-      if (busy === undefined) return new LockSet(taken);
-      held.clear();
-      await releaseAll(taken);
-      const waitMs = deadline === undefined ? undefined : Math.max(0, deadline - now());
-      held.set(busy, await this.lock(busy, { ...options, waitMs }));
+      if (busy === undefined) return new LockSet(ordered.map((k) => held.get(k) as Lock));
+      held.set(busy, await this.waitForKey(ordered, held, busy, failed, deadline, options));
     }
+  }
+
+  /**
+   * lockAll's wait for busy: holding the keys of held before it for a
+   * bounded time, then (still held, or its try failed) holding nothing. On
+   * error held is emptied.
+   */
+  private async waitForKey(
+    ordered: readonly string[],
+    held: Map<string, Lock>,
+    busy: string,
+    failed: boolean,
+    deadline: number | undefined,
+    options: Omit<LockOptions, "session">,
+  ): Promise<Lock> {
+    const take = (keep: (k: string) => boolean) => {
+      const out = ordered.filter((k) => held.has(k) && !keep(k)).map((k) => held.get(k) as Lock);
+      for (const k of ordered) if (!keep(k)) held.delete(k);
+      return releaseAll(out);
+    };
+    const releaseEvery = () => take(() => false);
+    const left = (until: number | undefined) => (until === undefined ? undefined : Math.max(0, until - now()));
+    try {
+      await take((k) => byteOrder(k, busy) < 0);
+    } catch (e) {
+      await releaseEvery().catch(() => undefined);
+      throw e;
+    }
+    if (held.size > 0 && !failed) {
+      let until = now() + HOLDING_WAIT_MS * (1 + Math.random());
+      const cutByDeadline = deadline !== undefined && deadline <= until;
+      if (cutByDeadline) until = deadline;
+      try {
+        return await this.lock(busy, { ...options, waitMs: left(until) });
+      } catch (e) {
+        if (cutByDeadline || options.signal?.aborted) {
+          await releaseEvery().catch(() => undefined);
+          throw e;
+        }
+      }
+    }
+    await releaseEvery();
+    return this.lock(busy, { ...options, waitMs: left(deadline) });
   }
 
   /**
@@ -741,6 +787,16 @@ function callBack<T, R>(fn: ((h: T, r: R) => void) | undefined, h: T, r: R, what
  */
 /** The most keys one lockAll takes, as the Go client's MaxLockAllKeys. */
 export const MAX_LOCK_ALL_KEYS = 64;
+
+/**
+ * The shortest time lockAll waits for a held key while it holds the keys
+ * before it, as the Go client's; each such wait adds a random part of as
+ * much again.
+ */
+const HOLDING_WAIT_MS = 250;
+
+/** Compares two keys in the byte order of their UTF-8 encodings. */
+const byteOrder = (a: string, b: string) => Buffer.compare(Buffer.from(a), Buffer.from(b));
 
 /** Releases locks in reverse order, each tried even if one before failed; throws the first failure. */
 async function releaseAll(locks: readonly Lock[]): Promise<void> {

@@ -1,6 +1,7 @@
 """The client: locks, sessions, semaphores, read-write locks, elections."""
 
 import logging
+import random
 import threading
 import time
 import unicodedata
@@ -20,6 +21,11 @@ RETRIES = 3
 
 # The most keys one lock_all takes, as the Go client's MaxLockAllKeys.
 MAX_LOCK_ALL_KEYS = 64
+
+# The shortest time lock_all waits for a held key while it holds the keys
+# before it, in seconds, as the Go client's; each such wait adds a random
+# part of as much again.
+HOLDING_WAIT = 0.25
 
 # The most names one path of lock_path names, as the Go client's
 # MaxPathDepth.
@@ -178,15 +184,19 @@ class Client:
     def lock_all(self, keys, wait=None, **kw):
         """Takes every one of keys, or none, and returns a LockSet, as the Go
         client's LockAll does: the keys are tried without waiting in the
-        byte order of their names, whatever order keys gives; at the first
-        held elsewhere (or whose try failed while others were held) the
-        locks taken are released and that key alone is waited for, then
-        the rest are tried again with it kept. A caller never waits holding
-        more than the key it waits for, so sets that overlap never wait on
-        each other in a cycle. wait bounds the whole set (None: until
-        granted); NotAcquired names the key that stayed held, and nothing
-        stays taken. kw are lock()'s. 1 to 64 keys without repeats, else
-        InvalidArgument."""
+        byte order of their names, whatever order keys gives. At the first
+        held elsewhere the keys taken after it are released and it is
+        waited for holding those before it, for HOLDING_WAIT to twice that
+        (random); still held then, every key is released and it alone is
+        waited for. Then the rest are tried again with it kept. A caller
+        that holds keys waits only for a key after all of them, and only
+        for a bounded time, so sets that overlap never wait on each other in
+        a cycle, and a key waited for is usually kept, so sets complete even
+        where every key has waiters queued. A key whose try failed (not held
+        elsewhere) is waited for holding nothing. wait bounds the whole set
+        (None: until granted); NotAcquired names the key that stayed held,
+        and nothing stays taken. kw are lock()'s. 1 to 64 keys without
+        repeats, else InvalidArgument."""
         keys = list(keys)
         ordered = sorted(keys, key=lambda k: k.encode())
         if not 1 <= len(keys) <= MAX_LOCK_ALL_KEYS or len(set(keys)) != len(keys):
@@ -195,7 +205,7 @@ class Client:
         deadline = None if wait is None else time.monotonic() + wait
         held = {}
         while True:
-            busy = None
+            busy, failed = None, False
             for k in ordered:
                 if k in held:
                     continue
@@ -204,13 +214,37 @@ class Client:
                 except DistlockError as e:
                     if not held and not isinstance(e, NotAcquired):
                         raise
-                    busy = k
+                    busy, failed = k, not isinstance(e, NotAcquired)
                     break
             if busy is None:
                 return LockSet([held[k] for k in ordered])
+            held[busy] = self._wait_for_key(ordered, held, busy, failed, deadline, kw)
+
+    def _wait_for_key(self, ordered, held, busy, failed, deadline, kw):
+        """lock_all's wait for busy: holding the keys of held before it for
+        a bounded time, then (still held, or its try failed) holding
+        nothing. On error held is emptied and the error raised."""
+        def left(until):
+            return None if until is None else max(0.0, until - time.monotonic())
+
+        try:
+            _release_all([held.pop(k) for k in ordered if k in held and k.encode() > busy.encode()])
+        except DistlockError:
             _release_all([held.pop(k) for k in ordered if k in held])
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            held[busy] = self.lock(busy, wait=left, **kw)
+            raise
+        if held and not failed:
+            until = time.monotonic() + HOLDING_WAIT * (1 + random.random())
+            cut_by_deadline = deadline is not None and deadline <= until
+            if cut_by_deadline:
+                until = deadline
+            try:
+                return self.lock(busy, wait=left(until), **kw)
+            except DistlockError:
+                if cut_by_deadline:
+                    _release_all([held.pop(k) for k in ordered if k in held])
+                    raise
+        _release_all([held.pop(k) for k in ordered if k in held])
+        return self.lock(busy, wait=left(deadline), **kw)
 
     def lock_path(self, path, lease=30.0, wait=None, owner=None, on_lost=None):
         """Takes the last node of path alone, in a tree of names: a
