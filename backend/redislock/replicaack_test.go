@@ -122,6 +122,10 @@ func TestReplicaAck(t *testing.T) {
 	for _, a := range ackAdapters {
 		t.Run(a.name, func(t *testing.T) {
 			ctx := testContext(t)
+			// The replica answers now: a loaded machine can leave it behind
+			// the ack timeout for a moment (a clean-clone run saw every
+			// adapter's first grant refused within one second).
+			awaitReplicaAck(t, primary.Addr(), "replica-probe")
 			b := a.new(t, primary.Addr())
 			c := newClient(t, b)
 			plain := openURL(t, "redis://"+primary.Addr()+"/0") // another client, which does not wait for replicas
