@@ -27,6 +27,14 @@ type polls struct {
 	mu       sync.Mutex
 	byTenant map[string]*tenantPolls
 	busy     map[string]int // store keys with a change of this server in flight
+	readings map[*tracking]struct{}
+}
+
+// tracking is a reading under way of a namespace, and the keys of it that
+// this server changed meanwhile (or was changing as it began).
+type tracking struct {
+	ns   string
+	keys map[string]bool
 }
 
 // tenantPolls is the loop of one tenant and the streams it feeds.
@@ -53,14 +61,15 @@ type pollFeed struct {
 }
 
 // pollResult is one reading of a tenant's keys, begun at start: a poll of
-// every key (keys is nil) or, from a notice, the keys it names (keys,
-// sorted), of which infos are the held. infos is sorted by key, shared by
-// every stream and must not be changed.
+// every key (keys is nil) but those unread, or, from a notice, the keys it
+// names (keys, sorted), of which infos are the held. infos is sorted by
+// key, shared by every stream and must not be changed.
 type pollResult struct {
-	keys  []string
-	infos []distlock.Info
-	start time.Time
-	err   error
+	keys   []string
+	infos  []distlock.Info
+	unread map[string]bool
+	start  time.Time
+	err    error
 }
 
 // put queues r for the stream.
@@ -133,6 +142,11 @@ func (p *polls) local(tenant, sk string) (done func()) {
 		p.busy = make(map[string]int)
 	}
 	p.busy[sk]++
+	for tr := range p.readings {
+		if strings.HasPrefix(sk, tr.ns) {
+			tr.keys[sk] = true
+		}
+	}
 	return func() {
 		p.mu.Lock()
 		defer p.mu.Unlock()
@@ -149,6 +163,47 @@ func (p *polls) local(tenant, sk string) (done func()) {
 			}
 		}
 	}
+}
+
+// reading calls read, a reading of tenant's keys, and returns those keys
+// this server changed while it was under way, or was changing as it began
+// (nil if none). What it found of them may show a change before the
+// change's event is out: the caller leaves them unread, and they are read
+// again once their changes are over.
+func (p *polls) reading(tenant string, read func()) (unread map[string]bool) {
+	tr := &tracking{ns: namespace(tenant), keys: make(map[string]bool)}
+	p.mu.Lock()
+	for k := range p.busy {
+		if strings.HasPrefix(k, tr.ns) {
+			tr.keys[k] = true
+		}
+	}
+	if p.readings == nil {
+		p.readings = make(map[*tracking]struct{})
+	}
+	p.readings[tr] = struct{}{}
+	p.mu.Unlock()
+
+	read()
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.readings, tr)
+	if len(tr.keys) == 0 {
+		return nil
+	}
+	if t := p.byTenant[tenant]; t != nil {
+		for k := range tr.keys {
+			t.again[k] = struct{}{}
+			if p.busy[k] == 0 {
+				select {
+				case t.wake <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}
+	return tr.keys
 }
 
 // ready returns those of keys that no change of this server holds back,
@@ -192,19 +247,18 @@ func (p *polls) publish(t *tenantPolls, r pollResult) {
 // where it cannot, until ctx ends, and hands each reading to every feed of
 // t. A watch of the store that ends is opened again after a poll.
 func (p *polls) loop(ctx context.Context, tenant string, t *tenantPolls) {
-	ns := namespace(tenant)
 	for ctx.Err() == nil {
-		notices, err := p.store.WatchPrefix(ctx, ns)
+		notices, err := p.store.WatchPrefix(ctx, namespace(tenant))
 		if err != nil {
-			if !p.poll(ctx, ns, t, !errors.Is(err, errors.ErrUnsupported)) {
+			if !p.poll(ctx, tenant, t, !errors.Is(err, errors.ErrUnsupported)) {
 				return
 			}
 			continue
 		}
 		// What changed before the watch began is unknown to the streams
 		// whose baseline is older: read everything once.
-		r, ok := p.readAll(ctx, ns), true
-		for ; ok && ctx.Err() == nil; r, ok = p.nextReading(ctx, ns, t, notices) {
+		r, ok := p.readAll(ctx, tenant), true
+		for ; ok && ctx.Err() == nil; r, ok = p.nextReading(ctx, tenant, t, notices) {
 			p.publish(t, r)
 			// Notices that arrive meanwhile wait, and the store's
 			// watch merges them: a key that changes on every handoff
@@ -220,24 +274,24 @@ func (p *polls) loop(ctx context.Context, tenant string, t *tenantPolls) {
 
 // nextReading waits for the next reading that notices or t.wake call for,
 // and makes it; false when ctx ends or the watch ended.
-func (p *polls) nextReading(ctx context.Context, ns string, t *tenantPolls, notices <-chan []string) (pollResult, bool) {
+func (p *polls) nextReading(ctx context.Context, tenant string, t *tenantPolls, notices <-chan []string) (pollResult, bool) {
 	for {
 		select {
 		case <-ctx.Done():
 			return pollResult{}, false
 		case <-t.wake:
 			if keys := p.takeAgain(t); len(keys) > 0 {
-				return p.readKeys(ctx, keys), true
+				return p.readKeys(ctx, tenant, keys), true
 			}
 		case keys, ok := <-notices:
 			switch {
 			case !ok:
 				return pollResult{}, false
 			case len(keys) == 0 || len(keys) > maxInspectsPerNotice:
-				return p.readAll(ctx, ns), true
+				return p.readAll(ctx, tenant), true
 			}
 			if keys = p.ready(t, keys); len(keys) > 0 {
-				return p.readKeys(ctx, keys), true
+				return p.readKeys(ctx, tenant, keys), true
 			}
 		}
 	}
@@ -268,9 +322,9 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 // naming more is read with one List of the namespace.
 const maxInspectsPerNotice = 64
 
-// poll reads ns every interval until ctx ends (it returns false) or, when
+// poll reads tenant's keys every interval until ctx ends (it returns false) or, when
 // retry is true, once a watch of the store may be tried again (a minute).
-func (p *polls) poll(ctx context.Context, ns string, t *tenantPolls, retry bool) bool {
+func (p *polls) poll(ctx context.Context, tenant string, t *tenantPolls, retry bool) bool {
 	tick := time.NewTicker(p.interval)
 	defer tick.Stop()
 	var again <-chan time.Time
@@ -285,7 +339,8 @@ func (p *polls) poll(ctx context.Context, ns string, t *tenantPolls, retry bool)
 			return true
 		case <-tick.C:
 		}
-		r := p.readAll(ctx, ns)
+		p.takeAgain(t) // the keys held back: this reading of every key reads them
+		r := p.readAll(ctx, tenant)
 		if ctx.Err() != nil {
 			return false
 		}
@@ -293,26 +348,35 @@ func (p *polls) poll(ctx context.Context, ns string, t *tenantPolls, retry bool)
 	}
 }
 
-// readAll lists every key of ns, sorted.
-func (p *polls) readAll(ctx context.Context, ns string) pollResult {
+// readAll lists every key of tenant, sorted, but those it leaves unread.
+func (p *polls) readAll(ctx context.Context, tenant string) pollResult {
 	r := pollResult{start: time.Now()}
-	r.infos, r.err = p.store.List(ctx, ns)
+	r.unread = p.reading(tenant, func() { r.infos, r.err = p.store.List(ctx, namespace(tenant)) })
+	r.infos = slices.DeleteFunc(r.infos, func(i distlock.Info) bool { return r.unread[i.Key] })
 	slices.SortFunc(r.infos, func(a, b distlock.Info) int { return strings.Compare(a.Key, b.Key) })
 	return r
 }
 
-// readKeys inspects each of keys.
-func (p *polls) readKeys(ctx context.Context, keys []string) pollResult {
+// readKeys inspects each of keys of tenant, but those it leaves unread.
+func (p *polls) readKeys(ctx context.Context, tenant string, keys []string) pollResult {
 	r := pollResult{start: time.Now(), keys: slices.Sorted(slices.Values(keys))}
-	for _, k := range r.keys {
-		info, err := p.store.of(k).Inspect(ctx, k)
-		if err != nil {
-			return pollResult{start: r.start, err: err}
+	var err error
+	unread := p.reading(tenant, func() {
+		for _, k := range r.keys {
+			var info distlock.Info
+			if info, err = p.store.of(k).Inspect(ctx, k); err != nil {
+				return
+			}
+			if info.Held {
+				info.Key = k
+				r.infos = append(r.infos, info)
+			}
 		}
-		if info.Held {
-			info.Key = k
-			r.infos = append(r.infos, info)
-		}
+	})
+	if err != nil {
+		return pollResult{start: r.start, err: err}
 	}
+	r.keys = slices.DeleteFunc(r.keys, func(k string) bool { return unread[k] })
+	r.infos = slices.DeleteFunc(r.infos, func(i distlock.Info) bool { return unread[i.Key] })
 	return r
 }

@@ -91,15 +91,21 @@ func (s *Server) follow(ctx context.Context, prefix string, live func() error, s
 		case c := <-sub.ch:
 			events = w.apply(c, time.Now())
 		case <-feed.ready:
+			// A change is published before a reading that may show it
+			// begins: apply those pending first, or the reading would
+			// report a forced release as a key found gone (RELEASED).
+			events = w.applyPending(sub)
 			readings, behind := feed.take()
 			if behind { // the readings it missed are older than this one
 				start := time.Now()
-				infos, err := s.store.List(ctx, w.root)
+				var infos []distlock.Info
+				unread := s.polls.reading(tenant, func() { infos, err = s.store.List(ctx, w.root) })
 				if err != nil {
 					return failed(err)
 				}
+				infos = slices.DeleteFunc(infos, func(i distlock.Info) bool { return unread[i.Key] })
 				slices.SortFunc(infos, func(a, b distlock.Info) int { return strings.Compare(a.Key, b.Key) })
-				events = w.diff(infos, start, time.Now())
+				events = append(events, w.diff(infos, unread, start, time.Now())...)
 				readings = nil
 			}
 			for _, r := range readings {
@@ -109,7 +115,7 @@ func (s *Server) follow(ctx context.Context, prefix string, live func() error, s
 				case r.start.Before(w.since):
 					continue // older than the baseline: it may show holds since ended
 				case r.keys == nil:
-					events = append(events, w.diff(r.infos, r.start, time.Now())...)
+					events = append(events, w.diff(r.infos, r.unread, r.start, time.Now())...)
 				default:
 					events = append(events, w.patch(r.keys, r.infos, r.start, time.Now())...)
 				}
@@ -229,9 +235,23 @@ func (w *watcher) apply(c change, now time.Time) []*distlockv1.Event {
 	return nil
 }
 
+// applyPending turns the changes pending in sub into events.
+func (w *watcher) applyPending(sub *subscription) []*distlockv1.Event {
+	var events []*distlockv1.Event
+	for {
+		select {
+		case c := <-sub.ch:
+			events = append(events, w.apply(c, time.Now())...)
+		default:
+			return events
+		}
+	}
+}
+
 // diff turns a poll of every key begun at start, sorted by key, into
-// events, in key order. It does not change infos.
-func (w *watcher) diff(infos []distlock.Info, start, now time.Time) []*distlockv1.Event {
+// events, in key order. It says nothing of the keys unread, which are not
+// in infos. It does not change infos.
+func (w *watcher) diff(infos []distlock.Info, unread map[string]bool, start, now time.Time) []*distlockv1.Event {
 	var events []*distlockv1.Event
 	held := make(map[string]bool, len(infos))
 	for _, i := range infos {
@@ -242,7 +262,7 @@ func (w *watcher) diff(infos []distlock.Info, start, now time.Time) []*distlockv
 	}
 	gone := make([]string, 0)
 	for sk, old := range w.seen {
-		if !held[sk] && old.at.Before(start) { // a sighting after start may be newer than the poll
+		if !held[sk] && !unread[sk] && old.at.Before(start) { // a sighting after start may be newer than the poll
 			gone = append(gone, sk)
 		}
 	}
@@ -252,7 +272,7 @@ func (w *watcher) diff(infos []distlock.Info, start, now time.Time) []*distlockv
 		delete(w.seen, sk)
 	}
 	for sk, t := range w.ended { // every later poll begins after these ends
-		if t.at.Before(start) {
+		if t.at.Before(start) && !unread[sk] {
 			delete(w.ended, sk)
 		}
 	}

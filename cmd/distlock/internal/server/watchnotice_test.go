@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/backend/etcdlock"
 	"github.com/distlock/distlock/cmd/distlock/internal/server"
+	"github.com/distlock/distlock/driver"
 	distlockv1 "github.com/distlock/distlock/gen/distlock/v1"
 	"github.com/distlock/distlock/gen/distlock/v1/distlockv1connect"
 	"github.com/distlock/distlock/internal/testserver"
@@ -240,5 +242,66 @@ func BenchmarkWatchLatency(b *testing.B) {
 			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1e3, "p99-ms")
 			b.ReportMetric(0, "ns/op")
 		})
+	}
+}
+
+// readingDuringForce is an etcd backend on which a reading of key begins
+// before a forced release of it and ends after the store freed the key,
+// but before the forced release's event is out: a store notice read then
+// finds the key gone and cannot tell why.
+type readingDuringForce struct {
+	*etcdlock.Backend
+	key           string
+	begun, forced chan struct{} // the reading has begun; the key is freed
+	read          chan struct{} // the reading has its answer
+	armed         atomic.Bool
+}
+
+func (b *readingDuringForce) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	if !strings.HasSuffix(key, b.key) || !b.armed.CompareAndSwap(true, false) {
+		return b.Backend.Inspect(ctx, key)
+	}
+	close(b.begun)
+	<-b.forced
+	defer close(b.read)
+	return b.Backend.Inspect(ctx, key)
+}
+
+func (b *readingDuringForce) ForceRelease(ctx context.Context, key string, opts driver.ForceOptions) (driver.Info, error) {
+	info, err := b.Backend.ForceRelease(ctx, key, opts)
+	if strings.HasSuffix(key, b.key) {
+		close(b.forced)
+		<-b.read
+		time.Sleep(100 * time.Millisecond) // the reading reaches the streams
+	}
+	return info, err
+}
+
+// A forced release is told as one to the watchers, never as a release,
+// even when a reading of its key was under way as the store freed it.
+func TestWatchForcedReleaseDuringAReading(t *testing.T) {
+	st, _ := etcdStore(t)
+	prefix := keyFor(t, "")
+	b := &readingDuringForce{key: prefix + "k", begun: make(chan struct{}), forced: make(chan struct{}), read: make(chan struct{})}
+	b.Backend = st.open(t).Backend().(*etcdlock.Backend)
+	b.armed.Store(true)
+	e := newEnvClient(t, distlock.New(b), server.Limits{WatchInterval: time.Hour})
+	events, _ := watch(t, e.api(alphaViewer), prefix)
+
+	a := acquire(t, e.api(alphaClient), &distlockv1.AcquireRequest{Key: prefix + "k", Lease: durationpb.New(time.Minute)})
+	if ev := nextEvent(t, events, prefix+"k"); ev.GetType() != distlockv1.Event_TYPE_ACQUIRED {
+		t.Fatalf("%v, want the grant", ev)
+	}
+	select {
+	case <-b.begun: // the reading of the grant's notice
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reading of the grant's notice within 10s")
+	}
+	if _, err := e.api(opsAdmin).ForceRelease(ctx(t), connect.NewRequest(&distlockv1.ForceReleaseRequest{
+		Key: prefix + "k", Tenant: "alpha", Reason: "stuck job"})); err != nil {
+		t.Fatal(err)
+	}
+	if ev := nextEvent(t, events, prefix+"k"); ev.GetType() != distlockv1.Event_TYPE_FORCE_RELEASED || ev.GetLock().GetFence() != a.GetFence() {
+		t.Fatalf("%v of fence %d, want the forced release of fence %d", ev.GetType(), ev.GetLock().GetFence(), a.GetFence())
 	}
 }
