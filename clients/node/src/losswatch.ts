@@ -47,8 +47,9 @@ const now = () => performance.now();
  * An event is about a lock's hold when it names the lock's key and fence:
  * the fence is unique to each grant of a key, so a late event about an
  * earlier hold of the key (its release, expiry or forced release) never
- * ends a later one. Releases are not losses: the service tells them when a
- * holder releases. Events missed while the stream is not live (before it
+ * ends a later one. A release is no loss, but a lock stops being followed
+ * before it releases: told of its release, one still followed renews at
+ * once. Events missed while the stream is not live (before it
  * first opens, while it is opened again) are not replayed: when it goes
  * live, each lock granted before that renews at once, so that a loss
  * meanwhile is told by the refused renewal.
@@ -135,10 +136,14 @@ export class LossWatch {
   private event(ev: Event | undefined): void {
     if (!ev?.lock) return;
     const words = losses[ev.type];
-    if (!words && ev.type !== Event_Type.RELEASE_REQUESTED) return;
+    if (!words && ev.type !== Event_Type.RELEASE_REQUESTED && ev.type !== Event_Type.RELEASED) return;
     const lock = this.#held.get(ev.lock.key)?.get(ev.lock.fence);
     if (!lock) return;
-    if (words) lock.lose("refused", words, undefined);
+    // A lock stops being followed before it releases: a release of one
+    // still followed is an end the service could not explain (or another
+    // holder of its token's doing). It renews at once; a refusal tells.
+    if (ev.type === Event_Type.RELEASED) lock.check();
+    else if (words) lock.lose("refused", words, undefined);
     else lock.asked(ev.reason);
   }
 }

@@ -151,6 +151,28 @@ test("a release, the next holder and an earlier hold's forced release are no los
   }),
 );
 
+test("a release by another holder of the token is told at once", T, () =>
+  // A lock stops being followed before its own release: a release of one
+  // still followed makes it renew at once, and the refusal tells, not the
+  // renewal 10 s later.
+  withClients(svc.url, async (watching) => {
+    await warm(watching);
+    const other = new Client(svc.url, { token: TOKENS.alpha });
+    try {
+      const lk = await watching.lock(key(), { leaseMs: 30_000 });
+      const start = performance.now();
+      const lost = new Promise<number>((resolve) => lk.signal.addEventListener("abort", () => resolve(performance.now() - start), { once: true }));
+      await other.call("release", { key: lk.key, token: lk.token });
+      const ms = await Promise.race([lost, sleep(5000, -1, { ref: false })]);
+      assert.ok(ms >= 0, "the holder was not told within 5 s");
+      assert.ok(ms < 2 * TOLD_WITHIN_MS, `told after ${ms} ms`);
+      assert.equal(await lk.release(), false);
+    } finally {
+      await other.close();
+    }
+  }),
+);
+
 /**
  * Opens a Watch stream of c's tenant, which takes one of its streams;
  * resolves once it is live, with what ends it. Rejects if it is refused.

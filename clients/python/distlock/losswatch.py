@@ -26,6 +26,11 @@ _LOSSES = {
 # A request to release a hold: not a loss, the holder still holds it.
 REQUESTED = "TYPE_RELEASE_REQUESTED"
 
+# A release of a hold its holder still follows (it stops following before
+# it releases): the service may tell an end it cannot explain as one, so
+# the lock renews at once, and a refusal tells the loss.
+RELEASED = "TYPE_RELEASED"
+
 log = logging.getLogger("distlock")
 
 
@@ -38,8 +43,8 @@ class LossWatch:
     An event is about a lock's hold when it names the lock's key and fence:
     the fence is unique to each grant of a key, so a late event about an
     earlier hold of the key (its release, expiry or forced release) never
-    ends a later one. Releases are not losses: the service tells them when a
-    holder releases. Events missed while the stream is not live (before it
+    ends a later one. A release is no loss, but a lock still followed stops
+    following before it releases: told of its release, it renews at once. Events missed while the stream is not live (before it
     first opens, while it is opened again) are not replayed: when it goes
     live, each lock granted before that renews at once, so that a loss
     meanwhile is told by the refused renewal."""
@@ -147,7 +152,7 @@ class LossWatch:
     def _event(self, ev):
         typ = ev.get("type")
         reason = _LOSSES.get(typ)
-        if reason is None and typ != REQUESTED:
+        if reason is None and typ not in (REQUESTED, RELEASED):
             return
         info = ev.get("lock") or {}
         try:
@@ -157,6 +162,9 @@ class LossWatch:
         with self._mu:
             lk = self._held.get(k)
         if lk is None:
+            return
+        if typ == RELEASED:
+            lk._check()
             return
         if reason is None:  # asked to release: _asked logs an on_release_requested that raised
             lk._asked(ev.get("reason", ""))

@@ -140,6 +140,20 @@ def test_other_holds_not_told(watching, other, admin):
     assert told(admin, watching.lock(key(), lease=30)) < TOLD_WITHIN  # and the stream still tells
 
 
+def test_release_by_another_holder_of_the_token_told_at_once(watching, other):
+    # A lock stops being followed before its own release: a release of one
+    # still followed (here by another process with its token) makes it renew
+    # at once, and the refusal tells, not the renewal 10 s later.
+    warm(watching)
+    lk = watching.lock(key(), lease=30)
+    start = time.monotonic()
+    other.call("Release", {"key": lk.name, "token": lk.token})
+    assert lk.lost.wait(5), "the holder was not told within 5s"
+    took = time.monotonic() - start
+    assert took < 2 * TOLD_WITHIN, f"told after {took:.3f}s"
+    assert not lk.release()
+
+
 def test_renewal_tells_while_no_stream_is_live(monkeypatch):
     # One stream per tenant, ended after half a second: while another holds the
     # tenant's stream the renewals tell the loss; then the client's own
