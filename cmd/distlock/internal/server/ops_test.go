@@ -386,8 +386,13 @@ func TestWaitWithinDeadline(t *testing.T) {
 			start := time.Now()
 			_, err := api.Acquire(cctx, connect.NewRequest(&distlockv1.AcquireRequest{Key: key, Wait: durationpb.New(30 * time.Second)}))
 			cancel()
+			// Aborted shows the answer came before the caller's deadline
+			// (after it, the caller gives up with DeadlineExceeded); the time
+			// shows the wait lasted until near it. A bound on the time past
+			// the deadline would time the delivery of the answer on a loaded
+			// machine (CI saw 701 ms).
 			wantCode(t, name+": a wait past the deadline", err, connect.CodeAborted)
-			if d := time.Since(start); d < 400*time.Millisecond || d > 700*time.Millisecond {
+			if d := time.Since(start); d < 400*time.Millisecond {
 				t.Errorf("%s: the wait ended after %v, want just before the 700ms deadline", name, d)
 			}
 		}
