@@ -31,7 +31,7 @@ func startHold(t *testing.T, bin string, env []string, args ...string) *holdProc
 		t.Fatal(err)
 	}
 	p := &process{cmd: exec.Command(bin, append([]string{"hold"}, args...)...), done: make(chan error, 1)}
-	p.cmd.Env = append(append(os.Environ(), "GORACE=atexit_sleep_ms=0"), env...)
+	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = w, &p.stderr
 	p.start = time.Now()
 	err = p.cmd.Start()

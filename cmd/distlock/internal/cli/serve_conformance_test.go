@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -18,18 +17,14 @@ import (
 // (locktest.RunTopology) through the Go client (remotelock) against the
 // distlock binary serving on its default store, the embedded etcd, as a user
 // starts it; the server package runs the whole suite through the same
-// service over etcd. The binary is built without the race detector, which
-// slows etcd's server several times over: the suite would time the
-// detector, not the service.
+// service over etcd. The binary is built without the race detector
+// (buildDistlock), which slows etcd's server several times over: the suite
+// would time the detector, not the service.
 func TestServeConformance(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the distlock binary and runs the lock service")
 	}
-	bin := filepath.Join(t.TempDir(), "distlock")
-	build := exec.Command("go", "build", "-o", bin, "../..")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildDistlock(t)
 	args := []string{"serve", "-o", "json", "--insecure-no-auth", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir()}
 	p := startServeCmd(t, exec.Command(bin, args...), args)
 	defer func() {
