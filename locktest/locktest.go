@@ -24,8 +24,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,7 +49,8 @@ type Harness struct {
 	// DeleteKey removes key from the store behind its holder's back, as an
 	// operator, an eviction or a failover would. Nil skips the lost-lock test.
 	DeleteKey func(t testing.TB, key string)
-	// Iterations per goroutine in the mutual exclusion test; 200 if zero.
+	// Iterations per goroutine in the mutual exclusion test (16 goroutines
+	// over 4 clients on one key); 50 if zero. IterationsEnv overrides it.
 	Iterations int
 	// NotifyLatency bounds the median time a waiter takes to get a released
 	// key; 50ms if zero.
@@ -116,7 +119,7 @@ var topology = map[string]bool{
 // cases returns the suite's subtests for h, in order.
 func cases(h Harness) []subtest {
 	if h.Iterations == 0 {
-		h.Iterations = 200
+		h.Iterations = 50
 	}
 	if h.MaxKeyLen <= 0 || h.MaxKeyLen > distlock.MaxKeyLen {
 		h.MaxKeyLen = distlock.MaxKeyLen
@@ -322,8 +325,28 @@ func waitDone(t *testing.T, l *distlock.Lock, within time.Duration, what string)
 	}
 }
 
+// IterationsEnv, if set to a positive number, is the iterations per
+// goroutine of the mutual exclusion test on every backend, for a longer
+// run by hand than make test's (800 handoffs of the key by default).
+const IterationsEnv = "DISTLOCK_LOCKTEST_ITERATIONS"
+
+// iterationsFor returns the iterations per goroutine of the mutual
+// exclusion test: IterationsEnv's, else the harness's.
+func (s *suite) iterationsFor(t *testing.T) int {
+	v := os.Getenv(IterationsEnv)
+	if v == "" {
+		return s.h.Iterations
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		t.Fatalf("%s=%q: want a positive number", IterationsEnv, v)
+	}
+	return n
+}
+
 func (s *suite) mutualExclusion(t *testing.T) {
 	const goroutines, clients = 16, 4
+	iterations := s.iterationsFor(t)
 	ctx := testContext(t, 3*time.Minute)
 	key := s.key(t)
 	cs := make([]*distlock.Client, clients)
@@ -341,7 +364,7 @@ func (s *suite) mutualExclusion(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			c := cs[g%clients]
-			for range s.h.Iterations {
+			for range iterations {
 				l, err := c.Lock(ctx, key, distlock.WithWait(time.Minute))
 				if err != nil {
 					errs <- err
@@ -370,7 +393,7 @@ func (s *suite) mutualExclusion(t *testing.T) {
 	if overlap.Load() {
 		t.Error("two holders were inside the critical section at once")
 	}
-	if want := goroutines * s.h.Iterations; counter != want {
+	if want := goroutines * iterations; counter != want {
 		t.Errorf("counter = %d, want %d: an update was lost to a concurrent holder", counter, want)
 	}
 }

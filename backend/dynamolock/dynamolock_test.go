@@ -119,9 +119,9 @@ func TestConformance(t *testing.T) {
 		// and a read.
 		NotifyLatency: 150 * time.Millisecond,
 		// Waiters poll an emulator whose every conditional write is a
-		// JavaScript round trip: 50 rounds per goroutine, as on etcd,
-		// where the default 200 took 53s of a full run.
-		Iterations:   50,
+		// JavaScript round trip: 20 rounds per goroutine, where the
+		// default 50 took 40s of a full run.
+		Iterations:   20,
 		StoreAddr:    st.s.Addr(),
 		NewBackendAt: func(t testing.TB, addr string) driver.Backend { return st.openAt(t, addr) },
 	})

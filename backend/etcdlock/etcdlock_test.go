@@ -190,7 +190,6 @@ func conformance(t *testing.T, eps []string, mode string) {
 				deleteEntries(t, cli, q[1:]) // all but the holder, the lowest create revision
 			}
 		},
-		Iterations: 50,
 		// A handoff is the release's Raft write (an fsync on the
 		// Debian server) plus a watch event; on a loaded machine that
 		// alone can pass the default 50ms.

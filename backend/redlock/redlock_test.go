@@ -145,10 +145,6 @@ func TestConformance(t *testing.T) {
 				// is the suite's default, which on Redlock tells a lost
 				// notice from a notice, not a poll from one.
 				NotifyLatency: 50 * time.Millisecond,
-				// Each grant is a write on a majority of five nodes and each
-				// wake a notice from them: 50 rounds per goroutine, as on
-				// etcd, where the default 200 took 31-35s per adapter.
-				Iterations: 50,
 			})
 		})
 	}

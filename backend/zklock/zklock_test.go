@@ -149,7 +149,6 @@ func TestConformance(t *testing.T) {
 			}
 		},
 		DeleteWaiters: func(t testing.TB, key string) { deleteWaiters(t, conn, root, key) },
-		Iterations:    50,
 	})
 }
 

@@ -51,7 +51,6 @@ func TestBackendConformance(t *testing.T) {
 				t.Fatalf("force release %q: %v", key, err)
 			}
 		},
-		Iterations:    50,
 		NotifyLatency: 150 * time.Millisecond,
 	})
 }
