@@ -86,6 +86,23 @@ func (b *Backend) confirmed(id lockID, sent time.Time, ttl time.Duration) {
 	}
 }
 
+// verify asks the service whether the grant id, of key with fence, is
+// still held, unless this backend is releasing it, and drops it as lost if
+// not. A failed call leaves it to the grant's next renewal.
+func (b *Backend) verify(key string, fence uint64, id lockID) {
+	b.mu.Lock()
+	h := b.held[id]
+	mine := h == nil || h.releasing
+	b.mu.Unlock()
+	if mine {
+		return
+	}
+	info, err := b.Inspect(b.closing, key)
+	if err == nil && (!info.Held || info.Fence != fence) {
+		b.drop(id, true)
+	}
+}
+
 // drop forgets an acquisition; lost says the service no longer knows it,
 // which ends its grant's Lost context.
 func (b *Backend) drop(id lockID, lost bool) {

@@ -350,6 +350,9 @@ func (b *Backend) releaseHold(ctx context.Context, key string, id lockID) error 
 	defer c.end()
 	b.mu.Lock()
 	h := b.held[id]
+	if h != nil {
+		h.releasing = true
+	}
 	b.mu.Unlock()
 	switch {
 	case h == nil:
@@ -364,6 +367,10 @@ func (b *Backend) releaseHold(ctx context.Context, key string, id lockID) error 
 	err = throughRate(c.ctx, func() error { return h.calls.release(c.ctx, key, h.server) })
 	if err == nil || connect.CodeOf(err) == connect.CodeNotFound {
 		b.drop(id, false)
+	} else {
+		b.mu.Lock()
+		h.releasing = false
+		b.mu.Unlock()
 	}
 	if err != nil {
 		return b.fail(c, err)

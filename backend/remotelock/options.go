@@ -106,7 +106,10 @@ func WithGRPC() Option {
 // service reports it, rather than at the lock's next renewal: it keeps one
 // Watch stream of the tenant's keys open (from the first grant to Close)
 // and ends a grant's Lost context when the stream reports that the grant
-// expired or was force-released. Every event of the tenant then crosses the
+// expired or was force-released. A release it did not make (a forced
+// release through another instance of the service, which that instance
+// sees only as the key gone) makes it ask the service at once whether the
+// grant is still held. Every event of the tenant then crosses the
 // network to this backend, so it suits backends that hold few, long locks
 // among a quiet tenant's keys. The default is off.
 func WithLossWatch() Option {

@@ -74,6 +74,9 @@ type holding struct {
 	until time.Time
 	lost  context.CancelFunc      // ends the grant's Lost context; nil while unknown
 	ask   context.CancelCauseFunc // ends the grant's Requested context; nil while unknown
+	// releasing is set while this backend releases the hold: the release
+	// the Watch stream tells of then is its own.
+	releasing bool
 }
 
 // sweepGrace is how long past its last confirmed lease an entry is kept:

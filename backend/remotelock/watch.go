@@ -82,7 +82,11 @@ func (w *lossWatch) run() {
 
 // event ends the Lost context of the grant an expiry or a forced release
 // is about, and the Requested context of the grant a request to release
-// is about.
+// is about. A release of a grant this backend is not releasing is an end
+// the service could not explain (a forced release through another
+// instance, seen there only as the key gone) or another holder of its
+// token's doing: the backend asks the service whether the grant is still
+// held.
 func (w *lossWatch) event(ev *distlockv1.Event) {
 	kf := keyFence{ev.GetLock().GetKey(), ev.GetLock().GetFence()}
 	w.mu.Lock()
@@ -96,5 +100,7 @@ func (w *lossWatch) event(ev *distlockv1.Event) {
 		w.b.drop(id, true)
 	case distlockv1.Event_TYPE_RELEASE_REQUESTED:
 		w.b.asked(id, ev.GetReason())
+	case distlockv1.Event_TYPE_RELEASED:
+		w.b.verify(kf.key, kf.fence, id)
 	}
 }

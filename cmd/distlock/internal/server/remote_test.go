@@ -768,6 +768,58 @@ func TestRemoteLossWatch(t *testing.T) {
 	}
 }
 
+// TestRemoteLossWatchOtherInstance: a forced release through another
+// instance reaches the holder's instance only as its key gone, told as a
+// release; the holder, which did not release, asks the service at once
+// and learns of its loss, long before its next renewal. Its own releases
+// are no loss.
+func TestRemoteLossWatchOtherInstance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and redis-server")
+	}
+	st := remoteStores(t)[0]
+	mine, other := startRemoteService(t, st), startRemoteService(t, st)
+	ctx := remoteCtx(t)
+	holder := distlock.New(remoteBackendAt(t, mine.addr, remoteClient, remotelock.WithLossWatch()))
+	t.Cleanup(func() { _ = holder.Close() })
+	admin := distlock.New(remoteBackendAt(t, other.addr, remoteAdmin))
+	t.Cleanup(func() { _ = admin.Close() })
+	warm, err := holder.TryLock(ctx, remoteKey(t)+"/warm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = warm.Release(ctx)
+	time.Sleep(500 * time.Millisecond) // the stream is live
+
+	for i := range 5 { // released by their holder: no loss, and no error
+		l, err := holder.TryLock(ctx, fmt.Sprintf("%s/own/%d", remoteKey(t), i), distlock.WithLease(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("own release %d: %v", i, err)
+		}
+	}
+	key := remoteKey(t)
+	l, err := holder.TryLock(ctx, key, distlock.WithLease(time.Minute), distlock.WithWatchdog(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := admin.ForceRelease(ctx, key, "test: through another instance"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+		t.Logf("the holder learned of the forced release after %v", time.Since(start).Round(time.Millisecond))
+	case <-time.After(5 * time.Second): // the next renewal is 20s away
+		t.Fatal("the holder did not learn of the forced release through another instance within 5s")
+	}
+	if !errors.Is(l.Err(), distlock.ErrLockLost) {
+		t.Fatalf("Err = %v, want ErrLockLost", l.Err())
+	}
+}
+
 // TestRemoteShutdown: a service shutting down ends a wait with
 // Unavailable, which is not ErrClosed (the backend is open; another
 // service may serve it), and a closed backend says ErrClosed.
