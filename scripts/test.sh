@@ -10,10 +10,9 @@
 # (examples/charge/run.sh). Everything runs side by side, two packages of
 # each Go module at a time (see late, below): most of the suite's time is
 # spent waiting for leases to run out and stores to answer, not on the
-# CPU, and the timing
-# tests hold only what a loaded machine keeps (a try that got a key held
-# under a short lease fails only if it returned before the lease ended; a
-# wake is compared with the store's own round trip). go test does not vet
+# CPU, and the timing tests hold only what a loaded machine keeps (a try
+# that got a key held under a short lease fails only if it returned before
+# the lease ended; a wake is compared with the store's own round trip). go test does not vet
 # again (make test's vet target has), and builds with -trimpath (GOFLAGS,
 # from the Makefile), so that a second clone reuses the build cache of the
 # first. Every Go process of the run (tests, the servers they start, etcd)
