@@ -706,6 +706,27 @@ func TestRemoteMapping(t *testing.T) {
 	}
 }
 
+// lossWatchClients returns a client of the service at holderAddr that
+// follows the loss stream, once the stream is live, and an admin client of
+// the service at adminAddr. Both end with t.
+func lossWatchClients(t *testing.T, holderAddr, adminAddr string) (holder, admin *distlock.Client) {
+	t.Helper()
+	holder = distlock.New(remoteBackendAt(t, holderAddr, remoteClient, remotelock.WithLossWatch()))
+	t.Cleanup(func() { _ = holder.Close() })
+	admin = distlock.New(remoteBackendAt(t, adminAddr, remoteAdmin))
+	t.Cleanup(func() { _ = admin.Close() })
+	// The stream starts with the first grant and misses what comes before
+	// it is live: warm it up with a lock of its own.
+	ctx := remoteCtx(t)
+	warm, err := holder.TryLock(ctx, remoteKey(t)+"/warm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = warm.Release(ctx)
+	time.Sleep(500 * time.Millisecond)
+	return holder, admin
+}
+
 // TestRemoteLossWatch: with WithLossWatch a holder learns that an admin
 // force-released its lock within moments, long before its next renewal.
 func TestRemoteLossWatch(t *testing.T) {
@@ -715,18 +736,7 @@ func TestRemoteLossWatch(t *testing.T) {
 	st := remoteStores(t)[1]
 	svc := startRemoteService(t, st)
 	ctx := remoteCtx(t)
-	holder := distlock.New(remoteBackendAt(t, svc.addr, remoteClient, remotelock.WithLossWatch()))
-	t.Cleanup(func() { _ = holder.Close() })
-	admin := distlock.New(remoteBackendAt(t, svc.addr, remoteAdmin))
-	t.Cleanup(func() { _ = admin.Close() })
-	// The stream starts with the first grant and misses what comes before
-	// it is live: warm it up with a lock of its own.
-	warm, err := holder.TryLock(ctx, remoteKey(t)+"/warm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = warm.Release(ctx)
-	time.Sleep(500 * time.Millisecond)
+	holder, admin := lossWatchClients(t, svc.addr, svc.addr)
 
 	key := remoteKey(t)
 	l, err := holder.TryLock(ctx, key, distlock.WithLease(time.Minute), distlock.WithWatchdog(true))
@@ -780,16 +790,7 @@ func TestRemoteLossWatchOtherInstance(t *testing.T) {
 	st := remoteStores(t)[0]
 	mine, other := startRemoteService(t, st), startRemoteService(t, st)
 	ctx := remoteCtx(t)
-	holder := distlock.New(remoteBackendAt(t, mine.addr, remoteClient, remotelock.WithLossWatch()))
-	t.Cleanup(func() { _ = holder.Close() })
-	admin := distlock.New(remoteBackendAt(t, other.addr, remoteAdmin))
-	t.Cleanup(func() { _ = admin.Close() })
-	warm, err := holder.TryLock(ctx, remoteKey(t)+"/warm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = warm.Release(ctx)
-	time.Sleep(500 * time.Millisecond) // the stream is live
+	holder, admin := lossWatchClients(t, mine.addr, other.addr)
 
 	for i := range 5 { // released by their holder: no loss, and no error
 		l, err := holder.TryLock(ctx, fmt.Sprintf("%s/own/%d", remoteKey(t), i), distlock.WithLease(time.Minute))
