@@ -727,6 +727,21 @@ func lossWatchClients(t *testing.T, holderAddr, adminAddr string) (holder, admin
 	return holder, admin
 }
 
+// awaitForcedOut fails t unless l, force-released at start, is lost within
+// 5s: long before its next renewal, 20s away for a minute's lease.
+func awaitForcedOut(t *testing.T, l *distlock.Lock, start time.Time) {
+	t.Helper()
+	select {
+	case <-l.Done():
+		t.Logf("the holder learned of the forced release after %v", time.Since(start).Round(time.Millisecond))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the holder did not learn of the forced release within 5s")
+	}
+	if !errors.Is(l.Err(), distlock.ErrLockLost) {
+		t.Fatalf("Err = %v, want ErrLockLost", l.Err())
+	}
+}
+
 // TestRemoteLossWatch: with WithLossWatch a holder learns that an admin
 // force-released its lock within moments, long before its next renewal.
 func TestRemoteLossWatch(t *testing.T) {
@@ -752,15 +767,7 @@ func TestRemoteLossWatch(t *testing.T) {
 	if info.Fence != l.Fence() {
 		t.Fatalf("force release reported fence %d, want %d", info.Fence, l.Fence())
 	}
-	select {
-	case <-l.Done():
-		t.Logf("the holder learned of the forced release after %v", time.Since(start).Round(time.Millisecond))
-	case <-time.After(5 * time.Second): // the next renewal is 20s away
-		t.Fatal("the holder did not learn of the forced release within 5s")
-	}
-	if !errors.Is(l.Err(), distlock.ErrLockLost) {
-		t.Fatalf("Err = %v, want ErrLockLost", l.Err())
-	}
+	awaitForcedOut(t, l, start)
 	// The reason reaches the service's audit log as the call's argument; a
 	// direct call without one is logged with remotelock.DefaultReason.
 	fr := admin.Backend().(driver.ForceReleaser)
@@ -810,15 +817,7 @@ func TestRemoteLossWatchOtherInstance(t *testing.T) {
 	if _, err := admin.ForceRelease(ctx, key, "test: through another instance"); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-l.Done():
-		t.Logf("the holder learned of the forced release after %v", time.Since(start).Round(time.Millisecond))
-	case <-time.After(5 * time.Second): // the next renewal is 20s away
-		t.Fatal("the holder did not learn of the forced release through another instance within 5s")
-	}
-	if !errors.Is(l.Err(), distlock.ErrLockLost) {
-		t.Fatalf("Err = %v, want ErrLockLost", l.Err())
-	}
+	awaitForcedOut(t, l, start)
 }
 
 // TestRemoteShutdown: a service shutting down ends a wait with
